@@ -1,0 +1,251 @@
+//! The single-node controller: the only writer of cluster metadata. Runs on shard 0.
+//!
+//! A topic change is: validate, build the next metadata snapshot, persist it (off the
+//! reactor, on glommio's blocking pool), publish it, then ask each owning shard to open
+//! (or drop) its partitions and wait for all of them — so when a client hears "created",
+//! every partition is ready to take produces. Changes are serialised by `lock`.
+//!
+//! Not here yet: brokers, leaders and ISR beyond this one node (the cluster issue).
+
+use crate::mesh::*;
+use crate::metadata::{validate_topic_name, MetadataStore, TopicMeta};
+use crate::shard::{Shard, ShardConfig};
+use futures::channel::oneshot;
+use glommio::sync::Semaphore;
+use std::collections::BTreeMap;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// Upper bound on partitions per topic, to keep one request from opening an unbounded
+/// number of files.
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+
+pub struct Controller {
+    metadata: Arc<MetadataStore>,
+    config: Arc<ShardConfig>,
+    lock: Semaphore,
+}
+
+impl Controller {
+    pub fn new(metadata: Arc<MetadataStore>, config: Arc<ShardConfig>) -> Controller {
+        Controller {
+            metadata,
+            config,
+            lock: Semaphore::new(1),
+        }
+    }
+
+    pub async fn handle(&self, shard: &Rc<Shard>, req: ControllerRequest) {
+        let _permit = self.lock.acquire_permit(1).await;
+        match req {
+            ControllerRequest::CreateTopics {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let r = self.create_topics(shard, topics, validate_only).await;
+                let _ = reply.send(r);
+            }
+            ControllerRequest::DeleteTopics { names, reply } => {
+                let r = self.delete_topics(shard, names).await;
+                let _ = reply.send(r);
+            }
+            ControllerRequest::CreatePartitions {
+                topics,
+                validate_only,
+                reply,
+            } => {
+                let r = self.create_partitions(shard, topics, validate_only).await;
+                let _ = reply.send(r);
+            }
+        }
+    }
+
+    async fn persist(&self, next: crate::metadata::ClusterMetadata) -> Result<(), TopicError> {
+        let store = self.metadata.clone();
+        glommio::executor()
+            .spawn_blocking(move || store.replace(next))
+            .await
+            .map_err(|e| TopicError::Storage(e.to_string()))
+    }
+
+    async fn create_topics(
+        &self,
+        shard: &Rc<Shard>,
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+    ) -> Vec<Result<(), TopicError>> {
+        let mut next = (*self.metadata.snapshot()).clone();
+        let mut results = Vec::with_capacity(topics.len());
+        let mut created = Vec::new();
+        for t in &topics {
+            let r = (|| {
+                validate_topic_name(&t.name).map_err(|e| TopicError::InvalidName(e.to_string()))?;
+                if next.topics.contains_key(&t.name) {
+                    return Err(TopicError::AlreadyExists);
+                }
+                if t.partitions < 1 || t.partitions > PARTITIONS_PER_TOPIC_MAX {
+                    return Err(TopicError::InvalidPartitions(format!(
+                        "partition count must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {}",
+                        t.partitions
+                    )));
+                }
+                Ok(())
+            })();
+            if r.is_ok() && !validate_only {
+                next.topics.insert(
+                    t.name.clone(),
+                    TopicMeta {
+                        name: t.name.clone(),
+                        id: uuid::Uuid::new_v4(),
+                        partitions: t.partitions,
+                        configs: t.configs.iter().cloned().collect::<BTreeMap<_, _>>(),
+                    },
+                );
+                created.push((t.name.clone(), 0, t.partitions));
+            }
+            results.push(r);
+        }
+        if created.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.persist(next).await {
+            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        }
+        for (name, from, to) in created {
+            if let Err(e) = self.open_everywhere(shard, &name, from, to).await {
+                tracing::error!(topic = %name, error = %e, "opening partitions of a new topic");
+            }
+        }
+        results
+    }
+
+    async fn open_everywhere(
+        &self,
+        shard: &Rc<Shard>,
+        topic: &str,
+        from: i32,
+        to: i32,
+    ) -> Result<(), TopicError> {
+        let topic: Arc<str> = topic.into();
+        let mut per_shard: Vec<Vec<i32>> = vec![Vec::new(); self.config.shard_count];
+        for p in from..to {
+            if let Some(v) = per_shard.get_mut(shard.owner_of(&topic, p)) {
+                v.push(p);
+            }
+        }
+        let calls = per_shard
+            .into_iter()
+            .enumerate()
+            .filter(|(_, ps)| !ps.is_empty())
+            .map(|(target, ps)| {
+                let (tx, rx) = oneshot::channel();
+                let msg = ShardMessage::OpenPartitions {
+                    topic: topic.clone(),
+                    partitions: ps,
+                    reply: tx,
+                };
+                shard.call(target, msg, rx)
+            });
+        for r in futures::future::join_all(calls).await {
+            match r {
+                Some(Ok(())) => {}
+                Some(Err(e)) => return Err(e),
+                None => return Err(TopicError::Storage("shard unavailable".into())),
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_topics(
+        &self,
+        shard: &Rc<Shard>,
+        names: Vec<String>,
+    ) -> Vec<Result<(), TopicError>> {
+        let mut next = (*self.metadata.snapshot()).clone();
+        let mut results = Vec::with_capacity(names.len());
+        let mut removed = Vec::new();
+        for n in &names {
+            match next.topics.remove(n) {
+                Some(t) => {
+                    removed.push(t);
+                    results.push(Ok(()));
+                }
+                None => results.push(Err(TopicError::Unknown)),
+            }
+        }
+        if removed.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.persist(next).await {
+            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        }
+        for t in removed {
+            let topic: Arc<str> = t.name.as_str().into();
+            let mut per_shard: Vec<Vec<i32>> = vec![Vec::new(); self.config.shard_count];
+            for p in 0..t.partitions {
+                if let Some(v) = per_shard.get_mut(shard.owner_of(&topic, p)) {
+                    v.push(p);
+                }
+            }
+            let calls = per_shard
+                .into_iter()
+                .enumerate()
+                .filter(|(_, ps)| !ps.is_empty())
+                .map(|(target, ps)| {
+                    let (tx, rx) = oneshot::channel();
+                    let msg = ShardMessage::DropPartitions {
+                        topic: topic.clone(),
+                        partitions: ps,
+                        reply: tx,
+                    };
+                    shard.call(target, msg, rx)
+                });
+            futures::future::join_all(calls).await;
+        }
+        results
+    }
+
+    async fn create_partitions(
+        &self,
+        shard: &Rc<Shard>,
+        topics: Vec<(String, i32)>,
+        validate_only: bool,
+    ) -> Vec<Result<(), TopicError>> {
+        let mut next = (*self.metadata.snapshot()).clone();
+        let mut results = Vec::with_capacity(topics.len());
+        let mut grown = Vec::new();
+        for (name, count) in &topics {
+            let r = match next.topics.get_mut(name) {
+                None => Err(TopicError::Unknown),
+                Some(t) if *count <= t.partitions => Err(TopicError::InvalidPartitions(format!(
+                    "topic currently has {} partitions, which is higher than or equal to the requested {count}",
+                    t.partitions
+                ))),
+                Some(_) if *count > PARTITIONS_PER_TOPIC_MAX => Err(TopicError::InvalidPartitions(format!(
+                    "at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic"
+                ))),
+                Some(t) => {
+                    if !validate_only {
+                        grown.push((name.clone(), t.partitions, *count));
+                        t.partitions = *count;
+                    }
+                    Ok(())
+                }
+            };
+            results.push(r);
+        }
+        if grown.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.persist(next).await {
+            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        }
+        for (name, from, to) in grown {
+            if let Err(e) = self.open_everywhere(shard, &name, from, to).await {
+                tracing::error!(topic = %name, error = %e, "opening new partitions");
+            }
+        }
+        results
+    }
+}

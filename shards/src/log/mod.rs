@@ -1,0 +1,37 @@
+//! The partition log: an ordered, append-only sequence of Kafka RecordBatch v2 bytes,
+//! split into segments on disk.
+//!
+//! Layout of one partition directory (`<data-dir>/<topic>-<partition>/`):
+//!
+//! ```text
+//! 00000000000000000000.log        record batches, exactly as clients sent them after
+//!                                 validation and offset assignment
+//! 00000000000000000000.index      sparse offset index: (relative offset u32, position u32)
+//! 00000000000000000000.timeindex  time index: (max timestamp i64, relative offset u32)
+//! 00000000000000004711.log        next segment, named by its base offset (20 digits)
+//! ...
+//! ```
+//!
+//! Media assumptions (as redb states its own): a completed direct-I/O write is in the
+//! device and survives the death of the process; only `fdatasync` makes it survive power
+//! loss; a write of one 4 KiB-aligned block never changes bytes outside that block; a torn
+//! write can leave any suffix of the unsynced region as garbage or zeros. Recovery
+//! therefore trusts sealed segments (synced at roll) and re-validates only the tail of the
+//! active segment after its last index entry.
+
+pub mod aligned_appender;
+pub mod batch;
+pub mod batch_builder;
+pub mod config;
+pub mod error;
+pub mod file_scan;
+pub mod offset_index;
+pub mod partition_log;
+pub mod recovery;
+pub mod segment;
+pub mod tail_cache;
+pub mod time_index;
+
+pub use config::{Durability, LogConfig};
+pub use error::{AppendError, ReadError, StorageError};
+pub use partition_log::{AckLevel, AppendTicket, PartitionLog, ReadOutcome};

@@ -1,0 +1,860 @@
+//! One partition's log: offset assignment, the group-commit flusher, segment rolls, reads
+//! and lookups. Owned by exactly one shard; `!Send` by construction (`Rc`, `RefCell`).
+//!
+//! Flow of an append:
+//! 1. [`PartitionLog::append`] validates every batch, copies the request's records once
+//!    into a buffer of its own, writes base offsets and the leader epoch (outside the
+//!    CRC) and queues it as *pending* — synchronously, so offsets are assigned in the
+//!    order produces reach the shard.
+//! 2. The flusher task takes everything pending, rolls segments where needed, appends the
+//!    bytes to the active segment through the aligned direct-I/O appender, adds sparse
+//!    index entries, writes, and — when a waiter or the durability setting asks for it —
+//!    issues one `fdatasync` for all of them (group commit).
+//! 3. It then publishes the new `written_offset` (the high watermark of a single-node
+//!    broker), moves the batches into the tail cache and wakes every waiter.
+//!
+//! Invariants (asserted where cheap):
+//! `log_start_offset <= synced_offset <= written_offset <= next_offset`; pending entries
+//! are contiguous from `written_offset` to `next_offset`; readers never see offsets at or
+//! past `written_offset`; no `RefCell` borrow is held across an `.await`.
+//!
+//! Not here: retention, compaction, replication (they build on `log_start_offset`,
+//! `leader_epoch` and the high watermark).
+
+use super::aligned_appender::AlignedAppender;
+use super::batch::{self, batches, BatchHeader};
+use super::config::{Durability, LogConfig};
+use super::error::{AppendError, ReadError, StorageError};
+use super::file_scan;
+use super::offset_index::{self, OffsetIndex};
+use super::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use super::tail_cache::{trim_to_whole_batches, CachedBatches, TailCache};
+use super::time_index::{self, TimeIndex};
+use bytes::{Bytes, BytesMut};
+use event_listener::Event;
+use glommio::io::{DmaFile, OpenOptions};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Where an append stands once queued; the caller waits on it per its `acks`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendTicket {
+    pub base_offset: i64,
+    /// One past the last offset of the appended batches.
+    pub next_offset: i64,
+}
+
+/// What an acknowledgement waits for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AckLevel {
+    /// Written to the segment file (acks=1).
+    Leader,
+    /// Written and, per the durability setting, synced (acks=all).
+    All,
+}
+
+#[derive(Debug, Clone)]
+pub struct ReadOutcome {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    /// Whole batches starting with the one that contains the requested offset; empty
+    /// when the offset is the high watermark.
+    pub records: Bytes,
+}
+
+struct Pending {
+    base_offset: i64,
+    next_offset: i64,
+    bytes: Bytes,
+}
+
+struct LogState {
+    log_start_offset: i64,
+    next_offset: i64,
+    written_offset: i64,
+    synced_offset: i64,
+    /// One past the highest offset a waiter needs synced.
+    sync_wanted: i64,
+    pending: VecDeque<Pending>,
+    segments: BTreeMap<i64, Segment>,
+    tail: TailCache,
+    failure: Option<StorageError>,
+    closing: bool,
+    closed: bool,
+}
+
+/// The flusher's own state: the active segment's three appenders.
+pub(crate) struct ActiveWriter {
+    base_offset: i64,
+    log: AlignedAppender,
+    index: AlignedAppender,
+    time_index: AlignedAppender,
+    bytes_since_index: u64,
+    last_index_offset: i64,
+    max_timestamp_ms: i64,
+    opened_at: Instant,
+}
+
+pub struct PartitionLog {
+    dir: PathBuf,
+    config: LogConfig,
+    state: RefCell<LogState>,
+    /// Fired whenever written/synced offsets move, on failure and on close.
+    progress: Event,
+    /// Wakes the flusher.
+    work: Event,
+}
+
+fn storage_err(path: &Path, e: impl std::fmt::Display) -> StorageError {
+    StorageError::new(path.display(), e)
+}
+
+async fn open_rw(path: &Path) -> Result<DmaFile, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .dma_open(path)
+        .await
+        .map_err(|e| storage_err(path, e))
+}
+
+async fn read_whole(file: &DmaFile, path: &Path) -> Result<Vec<u8>, StorageError> {
+    let len = file.file_size().await.map_err(|e| storage_err(path, e))?;
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    file_scan::read_exact(file, 0, len as usize)
+        .await
+        .map_err(|e| storage_err(path, e))
+}
+
+impl PartitionLog {
+    /// Opens (creating if needed) the log in `dir`, recovering the tail of its active
+    /// segment, and starts its flusher.
+    pub async fn open(dir: PathBuf, config: LogConfig) -> Result<Rc<PartitionLog>, StorageError> {
+        // Directory creation is a rare metadata operation; std's call is fine here.
+        std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| storage_err(&dir, e))? {
+            let entry = entry.map_err(|e| storage_err(&dir, e))?;
+            if let Some(base) = entry
+                .file_name()
+                .to_str()
+                .and_then(segment::parse_log_file_name)
+            {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        if bases.is_empty() {
+            bases.push(0);
+        }
+        let mut segments = BTreeMap::new();
+        let last_base = *bases.last().unwrap_or(&0);
+        for (i, &base) in bases.iter().enumerate() {
+            if base == last_base {
+                break;
+            }
+            let next_base = bases.get(i + 1).copied().unwrap_or(base);
+            segments.insert(base, Self::open_sealed(&dir, base, next_base).await?);
+        }
+        let (active_segment, writer, next_offset) =
+            super::recovery::recover_active(&dir, last_base, &config).await?;
+        segments.insert(last_base, active_segment);
+        let log_start_offset = *bases.first().unwrap_or(&0);
+        let log = Rc::new(PartitionLog {
+            config: config.clone(),
+            state: RefCell::new(LogState {
+                log_start_offset,
+                next_offset,
+                written_offset: next_offset,
+                synced_offset: next_offset,
+                sync_wanted: next_offset,
+                pending: VecDeque::new(),
+                segments,
+                tail: TailCache::new(config.tail_cache_bytes),
+                failure: None,
+                closing: false,
+                closed: false,
+            }),
+            progress: Event::new(),
+            work: Event::new(),
+            dir,
+        });
+        glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
+        Ok(log)
+    }
+
+    async fn open_sealed(dir: &Path, base: i64, next_base: i64) -> Result<Segment, StorageError> {
+        let log_path = segment::file_path(dir, base, LOG_SUFFIX);
+        let file = DmaFile::open(&log_path)
+            .await
+            .map_err(|e| storage_err(&log_path, e))?;
+        let size = file
+            .file_size()
+            .await
+            .map_err(|e| storage_err(&log_path, e))?;
+        let index = Self::load_index(dir, base, size).await?;
+        let time_index = Self::load_time_index(dir, base, next_base).await?;
+        let max_timestamp_ms = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
+        Ok(Segment {
+            base_offset: base,
+            file: Rc::new(file),
+            size,
+            index,
+            time_index,
+            max_timestamp_ms,
+        })
+    }
+
+    pub(super) async fn load_index(
+        dir: &Path,
+        base: i64,
+        log_len: u64,
+    ) -> Result<OffsetIndex, StorageError> {
+        let path = segment::file_path(dir, base, INDEX_SUFFIX);
+        if !path.exists() {
+            return Ok(OffsetIndex::new(base));
+        }
+        let file = DmaFile::open(&path)
+            .await
+            .map_err(|e| storage_err(&path, e))?;
+        let bytes = read_whole(&file, &path).await?;
+        let _ = file.close().await;
+        Ok(OffsetIndex::decode(base, &bytes, log_len))
+    }
+
+    pub(super) async fn load_time_index(
+        dir: &Path,
+        base: i64,
+        next_offset: i64,
+    ) -> Result<TimeIndex, StorageError> {
+        let path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
+        if !path.exists() {
+            return Ok(TimeIndex::new(base));
+        }
+        let file = DmaFile::open(&path)
+            .await
+            .map_err(|e| storage_err(&path, e))?;
+        let bytes = read_whole(&file, &path).await?;
+        let _ = file.close().await;
+        Ok(TimeIndex::decode(base, &bytes, next_offset))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn log_start_offset(&self) -> i64 {
+        self.state.borrow().log_start_offset
+    }
+
+    /// The next offset to be assigned (log end offset).
+    pub fn log_end_offset(&self) -> i64 {
+        self.state.borrow().next_offset
+    }
+
+    /// Offsets below this are written and visible to consumers.
+    pub fn high_watermark(&self) -> i64 {
+        self.state.borrow().written_offset
+    }
+
+    pub fn failure(&self) -> Option<StorageError> {
+        self.state.borrow().failure.clone()
+    }
+
+    pub fn segment_count(&self) -> usize {
+        self.state.borrow().segments.len()
+    }
+
+    /// Validates and queues `records` (one or more RecordBatch v2), assigning offsets.
+    /// Nothing of the request is queued unless every batch is valid.
+    pub fn append(&self, records: &[u8], leader_epoch: i32) -> Result<AppendTicket, AppendError> {
+        let mut offsets = 0i64;
+        let mut count = 0usize;
+        for item in batches(records) {
+            let (_, range) = item?;
+            let bytes = records.get(range).ok_or(AppendError::Empty)?;
+            let header = batch::validate(bytes, self.config.max_batch_bytes)?;
+            offsets += i64::from(header.last_offset_delta) + 1;
+            count += 1;
+        }
+        if count == 0 {
+            return Err(AppendError::Empty);
+        }
+        let mut st = self.state.borrow_mut();
+        if let Some(f) = &st.failure {
+            return Err(AppendError::Storage(f.clone()));
+        }
+        if st.closing {
+            return Err(AppendError::Closed);
+        }
+        // The one copy of the records: the request buffer is shared and immutable.
+        let mut copy = BytesMut::from(records);
+        let base_offset = st.next_offset;
+        let mut next = base_offset;
+        let mut pos = 0usize;
+        while pos < copy.len() {
+            let Some(rest) = copy.get_mut(pos..) else {
+                break;
+            };
+            let Ok(header) = BatchHeader::parse(rest) else {
+                break;
+            };
+            batch::set_base_offset(rest, next);
+            batch::set_partition_leader_epoch(rest, leader_epoch);
+            next += i64::from(header.last_offset_delta) + 1;
+            pos += header.total_len();
+        }
+        assert_eq!(
+            next - base_offset,
+            offsets,
+            "offsets assigned match the validated batches"
+        );
+        st.next_offset = next;
+        st.pending.push_back(Pending {
+            base_offset,
+            next_offset: next,
+            bytes: copy.freeze(),
+        });
+        drop(st);
+        self.work.notify(1);
+        Ok(AppendTicket {
+            base_offset,
+            next_offset: next,
+        })
+    }
+
+    fn needs_sync(&self, level: AckLevel) -> bool {
+        match (self.config.durability, level) {
+            (Durability::Always, _) => true,
+            (Durability::AckAll, AckLevel::All) => true,
+            _ => false,
+        }
+    }
+
+    /// Waits until the appended batches are acknowledged at `level`.
+    pub async fn wait(&self, ticket: AppendTicket, level: AckLevel) -> Result<(), AppendError> {
+        let sync = self.needs_sync(level);
+        if sync {
+            let mut st = self.state.borrow_mut();
+            st.sync_wanted = st.sync_wanted.max(ticket.next_offset);
+            drop(st);
+            self.work.notify(1);
+        }
+        loop {
+            let listener = self.progress.listen();
+            {
+                let st = self.state.borrow();
+                let done = if sync {
+                    st.synced_offset >= ticket.next_offset
+                } else {
+                    st.written_offset >= ticket.next_offset
+                };
+                if done {
+                    return Ok(());
+                }
+                if let Some(f) = &st.failure {
+                    return Err(AppendError::Storage(f.clone()));
+                }
+                if st.closed {
+                    return Err(AppendError::Closed);
+                }
+            }
+            listener.await;
+        }
+    }
+
+    /// Waits until the high watermark passes `offset`, the log closes, or `deadline`.
+    pub async fn wait_beyond(&self, offset: i64, deadline: Instant) {
+        loop {
+            let listener = self.progress.listen();
+            {
+                let st = self.state.borrow();
+                if st.written_offset > offset || st.closed || st.failure.is_some() {
+                    return;
+                }
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            let timeout = glommio::timer::sleep(deadline - now);
+            futures_lite::future::or(listener, timeout).await;
+        }
+    }
+
+    /// Reads whole batches starting with the one containing `offset`, up to `max_bytes`
+    /// (at least one batch). Data of at most one segment is returned per call.
+    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, ReadError> {
+        let mut at = offset;
+        loop {
+            let (hw, lso, target) = {
+                let st = self.state.borrow();
+                let hw = st.written_offset;
+                let lso = st.log_start_offset;
+                if let Some(f) = &st.failure {
+                    return Err(ReadError::Storage(f.clone()));
+                }
+                if at < lso || at > hw {
+                    return Err(ReadError::OffsetOutOfRange {
+                        offset: at,
+                        log_start_offset: lso,
+                        high_watermark: hw,
+                    });
+                }
+                if at == hw {
+                    return Ok(ReadOutcome {
+                        high_watermark: hw,
+                        log_start_offset: lso,
+                        records: Bytes::new(),
+                    });
+                }
+                if let Some(records) = st.tail.read(at, max_bytes) {
+                    return Ok(ReadOutcome {
+                        high_watermark: hw,
+                        log_start_offset: lso,
+                        records,
+                    });
+                }
+                let Some((_, seg)) = st.segments.range(..=at).next_back() else {
+                    return Err(ReadError::OffsetOutOfRange {
+                        offset: at,
+                        log_start_offset: lso,
+                        high_watermark: hw,
+                    });
+                };
+                let (_, pos) = seg.index.lookup(at);
+                let next_base = st
+                    .segments
+                    .range(seg.base_offset + 1..)
+                    .next()
+                    .map(|(b, _)| *b);
+                (
+                    hw,
+                    lso,
+                    (seg.file.clone(), u64::from(pos), seg.size, next_base),
+                )
+            };
+            let (file, pos, size, next_base) = target;
+            let records = self.read_segment(&file, pos, size, at, max_bytes).await?;
+            if !records.is_empty() {
+                return Ok(ReadOutcome {
+                    high_watermark: hw,
+                    log_start_offset: lso,
+                    records,
+                });
+            }
+            // `at` lies past this segment's last batch: continue in the next one.
+            match next_base {
+                Some(b) if b > at => at = b,
+                Some(_) | None => {
+                    return Ok(ReadOutcome {
+                        high_watermark: hw,
+                        log_start_offset: lso,
+                        records: Bytes::new(),
+                    })
+                }
+            }
+        }
+    }
+
+    async fn read_segment(
+        &self,
+        file: &DmaFile,
+        start: u64,
+        size: u64,
+        offset: i64,
+        max_bytes: usize,
+    ) -> Result<Bytes, ReadError> {
+        // Find the position of the batch containing `offset` (a short header scan from
+        // the index entry: at most `index_interval_bytes` plus one batch).
+        let mut found: Option<(u64, usize)> = None;
+        let (_, end) = file_scan::scan(file, start, size, false, |h, pos, _| {
+            if h.last_offset() >= offset {
+                found = Some((pos, h.total_len()));
+                return false;
+            }
+            true
+        })
+        .await
+        .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
+        let _ = end;
+        let Some((pos, first_len)) = found else {
+            return Ok(Bytes::new());
+        };
+        let want = (max_bytes.max(first_len) as u64).min(size - pos) as usize;
+        let bytes = file_scan::read_exact(file, pos, want)
+            .await
+            .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
+        let records = trim_to_whole_batches(Bytes::from(bytes), max_bytes);
+        // Pair assertion with the write path: what we serve starts with a whole batch
+        // whose offsets cover the requested one.
+        if let Some(Ok((h, _))) = batches(&records).next() {
+            if h.last_offset() < offset {
+                return Err(ReadError::Corrupt {
+                    offset,
+                    source: batch::BatchError::InvalidLength,
+                });
+            }
+        }
+        Ok(records)
+    }
+
+    /// The first offset whose record timestamp is at or after `timestamp_ms`, with that
+    /// timestamp; `None` when every record is older.
+    pub async fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(i64, i64)>, ReadError> {
+        let candidates: Vec<(Rc<DmaFile>, u64, u64)> = {
+            let st = self.state.borrow();
+            st.segments
+                .values()
+                .filter(|s| s.max_timestamp_ms >= timestamp_ms && s.size > 0)
+                .map(|s| {
+                    let scan_from = s.time_index.scan_start_for(timestamp_ms);
+                    let (_, pos) = s.index.lookup(scan_from);
+                    (s.file.clone(), u64::from(pos), s.size)
+                })
+                .collect()
+        };
+        let hw = self.high_watermark();
+        for (file, pos, size) in candidates {
+            let mut hit = None;
+            file_scan::scan(&file, pos, size, false, |h, _, bytes| {
+                if h.base_offset >= hw {
+                    return false;
+                }
+                if h.max_timestamp >= timestamp_ms {
+                    hit = Some(
+                        batch::first_record_at_or_after(bytes, timestamp_ms)
+                            .unwrap_or((h.base_offset, h.max_timestamp)),
+                    );
+                    return false;
+                }
+                true
+            })
+            .await
+            .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
+            if hit.is_some() {
+                return Ok(hit);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Stops accepting appends, writes and syncs everything pending, trims the active
+    /// segment's padding, and waits for the flusher to finish.
+    pub async fn close(&self) {
+        self.state.borrow_mut().closing = true;
+        self.work.notify(usize::MAX);
+        loop {
+            let listener = self.progress.listen();
+            if self.state.borrow().closed {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    // ---- the flusher ------------------------------------------------------------
+
+    async fn flusher(log: Rc<PartitionLog>, mut writer: ActiveWriter) {
+        let interval = Duration::from_millis(log.config.flush_interval_ms.max(1));
+        let mut last_sync = Instant::now();
+        loop {
+            // Wait for work: pending data, a sync request, closing, or the interval.
+            loop {
+                let listener = log.work.listen();
+                {
+                    let st = log.state.borrow();
+                    let dirty = st.written_offset > st.synced_offset;
+                    if !st.pending.is_empty()
+                        || st.sync_wanted > st.synced_offset
+                        || st.closing
+                        || (dirty && last_sync.elapsed() >= interval)
+                    {
+                        break;
+                    }
+                }
+                futures_lite::future::or(listener, glommio::timer::sleep(interval)).await;
+            }
+            let result = log.flush_once(&mut writer, &mut last_sync, interval).await;
+            if let Err(e) = result {
+                tracing::error!(dir = %log.dir.display(), error = %e, "partition log failed; refusing further appends");
+                let mut st = log.state.borrow_mut();
+                st.failure = Some(e);
+                st.closed = true;
+                drop(st);
+                log.progress.notify(usize::MAX);
+                return;
+            }
+            let (closing, empty) = {
+                let st = log.state.borrow();
+                (st.closing, st.pending.is_empty())
+            };
+            if closing && empty {
+                let seal = async {
+                    writer.log.sync().await?;
+                    writer.log.truncate_to_logical().await?;
+                    writer.index.sync().await?;
+                    writer.time_index.sync().await
+                };
+                if let Err(e) = seal.await {
+                    tracing::warn!(dir = %log.dir.display(), error = %e, "closing the active segment");
+                }
+                log.state.borrow_mut().closed = true;
+                log.progress.notify(usize::MAX);
+                return;
+            }
+        }
+    }
+
+    async fn flush_once(
+        &self,
+        writer: &mut ActiveWriter,
+        last_sync: &mut Instant,
+        interval: Duration,
+    ) -> Result<(), StorageError> {
+        let batch_list: Vec<Pending> = self.state.borrow_mut().pending.drain(..).collect();
+        let mut new_index: Vec<(i64, u32)> = Vec::new();
+        let mut new_time: Vec<(i64, i64)> = Vec::new();
+        let mut pushed_upto = self.state.borrow().written_offset;
+        for p in &batch_list {
+            let len = writer.log.logical_len();
+            let too_big = len > 0 && len + p.bytes.len() as u64 > self.config.segment_bytes;
+            let too_old = len > 0
+                && writer.opened_at.elapsed() >= Duration::from_millis(self.config.segment_ms);
+            if too_big || too_old {
+                self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
+                    .await?;
+                self.roll(writer, p.base_offset).await?;
+            }
+            let mut pos = writer.log.logical_len();
+            for item in batches(&p.bytes) {
+                let Ok((h, range)) = item else { break };
+                if writer.bytes_since_index >= u64::from(self.config.index_interval_bytes)
+                    && h.base_offset > writer.last_index_offset
+                    && pos > 0
+                {
+                    let rel = (h.base_offset - writer.base_offset) as u32;
+                    let mut buf = Vec::with_capacity(offset_index::ENTRY_BYTES);
+                    offset_index::encode_entry(
+                        offset_index::IndexEntry {
+                            relative_offset: rel,
+                            position: pos as u32,
+                        },
+                        &mut buf,
+                    );
+                    writer.index.push(&buf);
+                    new_index.push((h.base_offset, pos as u32));
+                    writer.last_index_offset = h.base_offset;
+                    writer.bytes_since_index = 0;
+                }
+                if h.max_timestamp > writer.max_timestamp_ms {
+                    writer.max_timestamp_ms = h.max_timestamp;
+                    let rel = (h.base_offset - writer.base_offset) as u32;
+                    let mut buf = Vec::with_capacity(time_index::ENTRY_BYTES);
+                    time_index::encode_entry(
+                        time_index::TimeEntry {
+                            timestamp_ms: h.max_timestamp,
+                            relative_offset: rel,
+                        },
+                        &mut buf,
+                    );
+                    writer.time_index.push(&buf);
+                    new_time.push((h.max_timestamp, h.base_offset));
+                }
+                let batch_len = (range.end - range.start) as u64;
+                writer.bytes_since_index += batch_len;
+                pos += batch_len;
+            }
+            assert_eq!(p.base_offset, pushed_upto, "pending batches are contiguous");
+            writer.log.push(&p.bytes);
+            pushed_upto = p.next_offset;
+        }
+        self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
+            .await?;
+
+        let (sync_needed, target) = {
+            let st = self.state.borrow();
+            let dirty = st.written_offset > st.synced_offset;
+            (
+                st.sync_wanted > st.synced_offset
+                    || (dirty && (st.closing || last_sync.elapsed() >= interval)),
+                st.written_offset,
+            )
+        };
+        // Publish the written batches before syncing so acks=1 waiters are not held.
+        {
+            let mut st = self.state.borrow_mut();
+            for p in batch_list {
+                st.tail.push(CachedBatches {
+                    base_offset: p.base_offset,
+                    next_offset: p.next_offset,
+                    bytes: p.bytes,
+                });
+            }
+        }
+        self.progress.notify(usize::MAX);
+        if sync_needed {
+            writer
+                .log
+                .sync()
+                .await
+                .map_err(|e| storage_err(&self.dir, e))?;
+            *last_sync = Instant::now();
+            let mut st = self.state.borrow_mut();
+            assert!(target >= st.synced_offset, "synced offset only grows");
+            st.synced_offset = target;
+            drop(st);
+            self.progress.notify(usize::MAX);
+        }
+        Ok(())
+    }
+
+    /// Writes what the appenders hold and publishes it to readers: segment size, index
+    /// entries, written offset.
+    async fn write_out(
+        &self,
+        writer: &mut ActiveWriter,
+        new_index: &mut Vec<(i64, u32)>,
+        new_time: &mut Vec<(i64, i64)>,
+        upto: i64,
+    ) -> Result<(), StorageError> {
+        if !writer.log.has_unflushed() {
+            return Ok(());
+        }
+        // The log first: an index entry must never point at bytes not yet written.
+        writer
+            .log
+            .flush()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        writer
+            .index
+            .flush()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        writer
+            .time_index
+            .flush()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        let size = writer.log.logical_len();
+        let mut st = self.state.borrow_mut();
+        assert!(upto >= st.written_offset, "written offset only grows");
+        assert!(
+            upto <= st.next_offset,
+            "nothing is written before it is assigned"
+        );
+        st.written_offset = upto;
+        let seg = st
+            .segments
+            .get_mut(&writer.base_offset)
+            .expect("the active segment is always in the segment map");
+        seg.size = size;
+        for (offset, pos) in new_index.drain(..) {
+            seg.index.append(offset, pos);
+        }
+        for (ts, offset) in new_time.drain(..) {
+            seg.time_index.append(ts, offset);
+        }
+        seg.max_timestamp_ms = seg.max_timestamp_ms.max(writer.max_timestamp_ms);
+        Ok(())
+    }
+
+    async fn roll(&self, writer: &mut ActiveWriter, new_base: i64) -> Result<(), StorageError> {
+        let dir = &self.dir;
+        let seal = async {
+            writer.log.sync().await?;
+            writer.log.truncate_to_logical().await?;
+            writer.index.sync().await?;
+            writer.time_index.sync().await
+        };
+        seal.await.map_err(|e| storage_err(dir, e))?;
+        let fresh = create_active(dir, new_base).await?;
+        let (seg, w) = fresh;
+        self.state.borrow_mut().segments.insert(new_base, seg);
+        *writer = w;
+        tracing::debug!(dir = %dir.display(), base = new_base, "rolled segment");
+        Ok(())
+    }
+}
+
+/// Creates the files of a new, empty active segment and syncs the directory so the
+/// names survive a crash.
+pub(super) async fn create_active(
+    dir: &Path,
+    base: i64,
+) -> Result<(Segment, ActiveWriter), StorageError> {
+    let log_path = segment::file_path(dir, base, LOG_SUFFIX);
+    let log_file = Rc::new(open_rw(&log_path).await?);
+    let index_path = segment::file_path(dir, base, INDEX_SUFFIX);
+    let index_file = Rc::new(open_rw(&index_path).await?);
+    let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
+    let time_file = Rc::new(open_rw(&time_path).await?);
+    sync_dir(dir).await?;
+    let seg = Segment {
+        base_offset: base,
+        file: log_file.clone(),
+        size: 0,
+        index: OffsetIndex::new(base),
+        time_index: TimeIndex::new(base),
+        max_timestamp_ms: i64::MIN,
+    };
+    let writer = ActiveWriter {
+        base_offset: base,
+        log: AlignedAppender::resume(log_file, 0, Vec::new()),
+        index: AlignedAppender::resume(index_file, 0, Vec::new()),
+        time_index: AlignedAppender::resume(time_file, 0, Vec::new()),
+        bytes_since_index: 0,
+        last_index_offset: base,
+        max_timestamp_ms: i64::MIN,
+        opened_at: Instant::now(),
+    };
+    Ok((seg, writer))
+}
+
+pub(super) async fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    let d = glommio::io::Directory::open(dir)
+        .await
+        .map_err(|e| storage_err(dir, e))?;
+    d.sync().await.map_err(|e| storage_err(dir, e))?;
+    let _ = d.close().await;
+    Ok(())
+}
+
+pub(super) fn open_rw_path(
+    path: &Path,
+) -> impl std::future::Future<Output = Result<DmaFile, StorageError>> + '_ {
+    open_rw(path)
+}
+
+pub(super) fn new_writer(
+    base_offset: i64,
+    log: AlignedAppender,
+    index: AlignedAppender,
+    time_index: AlignedAppender,
+    bytes_since_index: u64,
+    last_index_offset: i64,
+    max_timestamp_ms: i64,
+) -> ActiveWriter {
+    ActiveWriter {
+        base_offset,
+        log,
+        index,
+        time_index,
+        bytes_since_index,
+        last_index_offset,
+        max_timestamp_ms,
+        opened_at: Instant::now(),
+    }
+}
+
+pub(crate) use ActiveWriter as Writer;

@@ -1,0 +1,181 @@
+//! The typed messages that cross cores.
+//!
+//! Every cross-shard operation is one `ShardMessage` carrying its own reply channel
+//! (a oneshot, completed on the receiving shard and awaited on the sender's). Messages
+//! are sent once per (request, shard), never once per partition. Record bytes inside are
+//! `Bytes`: moving a message moves a reference count, not the data.
+//!
+//! The mesh itself is glommio's `channel_mesh` (bounded, lock-free, one channel per pair
+//! of executors), built once at start-up before any connection is accepted.
+
+use crate::log::{AppendError, ReadError};
+use bytes::Bytes;
+use futures::channel::oneshot;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub type Reply<T> = oneshot::Sender<T>;
+
+/// Bound of each mesh channel: how many messages one shard may have queued at another.
+pub const MESH_CHANNEL_CAPACITY: usize = 1024;
+
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TopicPartition {
+    pub topic: Arc<str>,
+    pub partition: i32,
+}
+
+/// `acks` of a produce request, validated at decode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Acks {
+    None,
+    Leader,
+    All,
+}
+
+impl Acks {
+    pub fn from_wire(acks: i16) -> Option<Acks> {
+        match acks {
+            0 => Some(Acks::None),
+            1 => Some(Acks::Leader),
+            -1 => Some(Acks::All),
+            _ => None,
+        }
+    }
+}
+
+/// Why one partition of a request failed on its shard.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum PartitionError {
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    #[error(transparent)]
+    Read(#[from] ReadError),
+    #[error("timed out waiting for the acknowledgement")]
+    Timeout,
+    #[error("the shard is shutting down")]
+    ShuttingDown,
+}
+
+pub struct ProduceInput {
+    pub tp: TopicPartition,
+    pub records: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct ProduceOutput {
+    pub result: Result<ProduceAck, PartitionError>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct ProduceAck {
+    pub base_offset: i64,
+    pub log_start_offset: i64,
+}
+
+pub struct FetchInput {
+    pub tp: TopicPartition,
+    pub offset: i64,
+    pub max_bytes: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct FetchOutput {
+    pub high_watermark: i64,
+    pub log_start_offset: i64,
+    pub result: Result<Bytes, PartitionError>,
+}
+
+#[derive(Debug, Clone)]
+pub struct OffsetsOutput {
+    pub result: Result<(i64, i64), PartitionError>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewTopic {
+    pub name: String,
+    pub partitions: i32,
+    pub configs: Vec<(String, String)>,
+}
+
+/// Topic-level failures the controller reports; the edge maps them to Kafka codes.
+#[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
+pub enum TopicError {
+    #[error("topic already exists")]
+    AlreadyExists,
+    #[error("unknown topic")]
+    Unknown,
+    #[error("invalid topic name: {0}")]
+    InvalidName(String),
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("invalid config: {0}")]
+    InvalidConfig(String),
+    #[error("replication factor must be 1 on a single-node broker")]
+    InvalidReplicationFactor,
+    #[error("invalid replica assignment: {0}")]
+    InvalidReplicaAssignment(String),
+    #[error("the topic is named more than once in the request")]
+    Duplicate,
+    #[error("storage error: {0}")]
+    Storage(String),
+}
+
+pub enum ControllerRequest {
+    CreateTopics {
+        topics: Vec<NewTopic>,
+        validate_only: bool,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+    CreatePartitions {
+        /// (topic, new total count)
+        topics: Vec<(String, i32)>,
+        validate_only: bool,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+}
+
+pub enum ShardMessage {
+    Produce {
+        acks: Acks,
+        timeout_ms: u64,
+        partitions: Vec<ProduceInput>,
+        reply: Reply<Vec<ProduceOutput>>,
+    },
+    Fetch {
+        partitions: Vec<FetchInput>,
+        reply: Reply<Vec<FetchOutput>>,
+    },
+    /// Completes when any listed partition's high watermark passes its offset, or at
+    /// the deadline.
+    WaitForData {
+        partitions: Vec<(TopicPartition, i64)>,
+        deadline: Instant,
+        reply: Reply<()>,
+    },
+    /// (partition, timestamp) → (offset, timestamp); Kafka's -1 latest, -2 earliest.
+    ListOffsets {
+        partitions: Vec<(TopicPartition, i64)>,
+        reply: Reply<Vec<OffsetsOutput>>,
+    },
+    OpenPartitions {
+        topic: Arc<str>,
+        partitions: Vec<i32>,
+        reply: Reply<Result<(), TopicError>>,
+    },
+    DropPartitions {
+        topic: Arc<str>,
+        partitions: Vec<i32>,
+        reply: Reply<()>,
+    },
+    Controller(ControllerRequest),
+    Shutdown {
+        reply: Reply<()>,
+    },
+}

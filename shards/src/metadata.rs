@@ -1,0 +1,191 @@
+//! The cluster's topic metadata: names, ids, partition counts and configs.
+//!
+//! Sharing across cores (decided up front, see PITFALLS "shared-nothing metadata"): one
+//! writer — the controller on shard 0 — and lock-free readers on every core. Readers
+//! load an `Arc<ClusterMetadata>` snapshot from an `ArcSwap` and never hold a borrow
+//! across an `.await`; the writer builds a new snapshot, persists it, then publishes it.
+//!
+//! Persistence: `<data-dir>/cluster-metadata.json`, replaced atomically (write a
+//! temporary file, fsync, rename, fsync the directory), so a crash leaves either the old
+//! or the new metadata, never a mix.
+
+use arc_swap::ArcSwap;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub const METADATA_FILE: &str = "cluster-metadata.json";
+/// Kafka's limit: a partition directory name `<topic>-<partition>` must fit in 255 bytes.
+pub const TOPIC_NAME_LEN_MAX: usize = 249;
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TopicMeta {
+    pub name: String,
+    pub id: uuid::Uuid,
+    pub partitions: i32,
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+pub struct ClusterMetadata {
+    pub cluster_id: String,
+    pub topics: BTreeMap<String, TopicMeta>,
+}
+
+impl ClusterMetadata {
+    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<&TopicMeta> {
+        self.topics.values().find(|t| t.id == id)
+    }
+
+    pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        self.topic(topic)
+            .map(|t| partition >= 0 && partition < t.partitions)
+            .unwrap_or(false)
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum TopicNameError {
+    #[error("topic name is empty")]
+    Empty,
+    #[error("topic name is longer than {TOPIC_NAME_LEN_MAX} characters")]
+    TooLong,
+    #[error("topic name '.' and '..' are reserved")]
+    Reserved,
+    #[error("topic name may contain only ASCII letters, digits, '.', '_' and '-'")]
+    IllegalCharacter,
+}
+
+/// Kafka's topic name rules.
+pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
+    if name.is_empty() {
+        return Err(TopicNameError::Empty);
+    }
+    if name.len() > TOPIC_NAME_LEN_MAX {
+        return Err(TopicNameError::TooLong);
+    }
+    if name == "." || name == ".." {
+        return Err(TopicNameError::Reserved);
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(TopicNameError::IllegalCharacter);
+    }
+    Ok(())
+}
+
+pub struct MetadataStore {
+    data_dir: PathBuf,
+    current: ArcSwap<ClusterMetadata>,
+}
+
+impl MetadataStore {
+    /// Loads the persisted metadata, or starts empty with a new cluster id.
+    pub fn load(data_dir: &Path) -> std::io::Result<MetadataStore> {
+        std::fs::create_dir_all(data_dir)?;
+        let path = data_dir.join(METADATA_FILE);
+        let meta = match std::fs::read(&path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("{}: {e}", path.display()),
+                )
+            })?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let meta = ClusterMetadata {
+                    cluster_id: uuid::Uuid::new_v4().simple().to_string(),
+                    topics: BTreeMap::new(),
+                };
+                persist(data_dir, &meta)?;
+                meta
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(MetadataStore {
+            data_dir: data_dir.to_path_buf(),
+            current: ArcSwap::from_pointee(meta),
+        })
+    }
+
+    pub fn snapshot(&self) -> Arc<ClusterMetadata> {
+        self.current.load_full()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        &self.data_dir
+    }
+
+    /// Persists `next` and publishes it. Only the controller (shard 0) calls this, one
+    /// change at a time.
+    pub fn replace(&self, next: ClusterMetadata) -> std::io::Result<()> {
+        persist(&self.data_dir, &next)?;
+        self.current.store(Arc::new(next));
+        Ok(())
+    }
+}
+
+fn persist(data_dir: &Path, meta: &ClusterMetadata) -> std::io::Result<()> {
+    let tmp = data_dir.join(format!("{METADATA_FILE}.tmp"));
+    let bytes = serde_json::to_vec_pretty(meta)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(&bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, data_dir.join(METADATA_FILE))?;
+    std::fs::File::open(data_dir)?.sync_all()
+}
+
+/// The directory of one partition: `<data-dir>/<topic>-<partition>`.
+pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
+    data_dir.join(format!("{topic}-{partition}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        assert_eq!(validate_topic_name(""), Err(TopicNameError::Empty));
+        assert_eq!(validate_topic_name(".."), Err(TopicNameError::Reserved));
+        assert_eq!(
+            validate_topic_name("a/b"),
+            Err(TopicNameError::IllegalCharacter)
+        );
+        assert_eq!(
+            validate_topic_name(&"x".repeat(250)),
+            Err(TopicNameError::TooLong)
+        );
+    }
+
+    #[test]
+    fn persists_and_reloads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = MetadataStore::load(dir.path()).expect("load");
+        let mut next = (*store.snapshot()).clone();
+        next.topics.insert(
+            "t".into(),
+            TopicMeta {
+                name: "t".into(),
+                id: uuid::Uuid::new_v4(),
+                partitions: 3,
+                configs: BTreeMap::new(),
+            },
+        );
+        store.replace(next.clone()).expect("replace");
+        let again = MetadataStore::load(dir.path()).expect("reload");
+        assert_eq!(again.snapshot().topics, next.topics);
+        assert_eq!(again.snapshot().cluster_id, store.snapshot().cluster_id);
+    }
+}

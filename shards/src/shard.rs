@@ -1,0 +1,335 @@
+//! One core's state: the partitions it owns and its end of the cross-core mesh.
+//!
+//! A `Shard` lives on one glommio executor and is shared there as `Rc<Shard>`. It owns
+//! every partition `p` with `routing::shard_of(topic, p) == id` and is the only code
+//! that touches their logs. Other shards reach them only through [`ShardMessage`]s.
+//!
+//! Invariants: a partition is open on at most one shard (its owner) and at most once
+//! (opens and drops are serialised by `admin_lock`); a handler asserts the partitions it
+//! is given are its own; no `RefCell` borrow crosses an `.await`.
+
+use crate::controller::Controller;
+use crate::log::{AckLevel, LogConfig, PartitionLog};
+use crate::mesh::*;
+use crate::metadata::{partition_dir, MetadataStore};
+use crate::routing::{shard_of, ShardId};
+use futures::channel::oneshot;
+use glommio::channels::channel_mesh::Senders;
+use glommio::sync::Semaphore;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct ShardConfig {
+    pub data_dir: PathBuf,
+    pub log: LogConfig,
+    pub shard_count: usize,
+}
+
+pub struct Shard {
+    pub id: ShardId,
+    pub config: Arc<ShardConfig>,
+    pub metadata: Arc<MetadataStore>,
+    partitions: RefCell<HashMap<TopicPartition, Rc<PartitionLog>>>,
+    senders: Senders<ShardMessage>,
+    admin_lock: Semaphore,
+    controller: Option<Controller>,
+}
+
+impl Shard {
+    pub fn new(
+        id: ShardId,
+        config: Arc<ShardConfig>,
+        metadata: Arc<MetadataStore>,
+        senders: Senders<ShardMessage>,
+    ) -> Rc<Shard> {
+        Rc::new(Shard {
+            id,
+            controller: (id == 0).then(|| Controller::new(metadata.clone(), config.clone())),
+            config,
+            metadata,
+            partitions: RefCell::new(HashMap::new()),
+            senders,
+            admin_lock: Semaphore::new(1),
+        })
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.config.shard_count
+    }
+
+    pub fn owner_of(&self, topic: &str, partition: i32) -> ShardId {
+        shard_of(topic, partition, self.config.shard_count)
+    }
+
+    /// Sends `msg` to `target` (handled inline when it is this shard) and awaits the
+    /// reply on `rx`. `None` when the target is gone (shutdown).
+    pub async fn call<T>(
+        self: &Rc<Self>,
+        target: ShardId,
+        msg: ShardMessage,
+        rx: oneshot::Receiver<T>,
+    ) -> Option<T> {
+        if target == self.id {
+            glommio::spawn_local(self.clone().handle(msg)).detach();
+        } else if self.senders.send_to(target, msg).await.is_err() {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Opens this shard's partitions of every known topic (start-up).
+    pub async fn open_owned_partitions(self: &Rc<Self>) -> Result<(), TopicError> {
+        let meta = self.metadata.snapshot();
+        for topic in meta.topics.values() {
+            let mine: Vec<i32> = (0..topic.partitions)
+                .filter(|p| self.owner_of(&topic.name, *p) == self.id)
+                .collect();
+            self.open_partitions(topic.name.as_str().into(), mine)
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<PartitionLog>> {
+        self.partitions.borrow().get(tp).cloned()
+    }
+
+    pub fn open_partition_count(&self) -> usize {
+        self.partitions.borrow().len()
+    }
+
+    /// Handles one message addressed to this shard.
+    pub async fn handle(self: Rc<Self>, msg: ShardMessage) {
+        match msg {
+            ShardMessage::Produce {
+                acks,
+                timeout_ms,
+                partitions,
+                reply,
+            } => {
+                let out = self.produce(acks, timeout_ms, partitions).await;
+                let _ = reply.send(out);
+            }
+            ShardMessage::Fetch { partitions, reply } => {
+                let out = self.fetch(partitions).await;
+                let _ = reply.send(out);
+            }
+            ShardMessage::WaitForData {
+                partitions,
+                deadline,
+                reply,
+            } => {
+                self.wait_for_data(partitions, deadline).await;
+                let _ = reply.send(());
+            }
+            ShardMessage::ListOffsets { partitions, reply } => {
+                let mut out = Vec::with_capacity(partitions.len());
+                for (tp, ts) in partitions {
+                    out.push(OffsetsOutput {
+                        result: self.list_offset(&tp, ts).await,
+                    });
+                }
+                let _ = reply.send(out);
+            }
+            ShardMessage::OpenPartitions {
+                topic,
+                partitions,
+                reply,
+            } => {
+                let _ = reply.send(self.open_partitions(topic, partitions).await);
+            }
+            ShardMessage::DropPartitions {
+                topic,
+                partitions,
+                reply,
+            } => {
+                self.drop_partitions(topic, partitions).await;
+                let _ = reply.send(());
+            }
+            ShardMessage::Controller(req) => match &self.controller {
+                Some(c) => c.handle(&self, req).await,
+                None => tracing::error!(
+                    shard = self.id,
+                    "controller request sent to a shard that is not the controller"
+                ),
+            },
+            ShardMessage::Shutdown { reply } => {
+                self.close_all().await;
+                let _ = reply.send(());
+            }
+        }
+    }
+
+    async fn produce(
+        &self,
+        acks: Acks,
+        timeout_ms: u64,
+        inputs: Vec<ProduceInput>,
+    ) -> Vec<ProduceOutput> {
+        // Append everything first (offsets assigned in arrival order), then wait for all
+        // acknowledgements together so one sync can serve them.
+        let mut tickets = Vec::with_capacity(inputs.len());
+        for input in &inputs {
+            debug_assert_eq!(self.owner_of(&input.tp.topic, input.tp.partition), self.id);
+            let r = match self.partition(&input.tp) {
+                None => Err(PartitionError::UnknownTopicOrPartition),
+                Some(log) => log
+                    .append(&input.records, 0)
+                    .map(|t| (log, t))
+                    .map_err(PartitionError::from),
+            };
+            tickets.push(r);
+        }
+        let level = match acks {
+            Acks::None => None,
+            Acks::Leader => Some(AckLevel::Leader),
+            Acks::All => Some(AckLevel::All),
+        };
+        let deadline = glommio::timer::sleep(Duration::from_millis(timeout_ms.max(1)));
+        let waits = futures::future::join_all(tickets.into_iter().map(|r| async move {
+            let (log, ticket) = r?;
+            if let Some(level) = level {
+                log.wait(ticket, level).await?;
+            }
+            Ok(ProduceAck {
+                base_offset: ticket.base_offset,
+                log_start_offset: log.log_start_offset(),
+            })
+        }));
+        let n = inputs.len();
+        match futures_lite::future::or(async { Some(waits.await) }, async {
+            deadline.await;
+            None
+        })
+        .await
+        {
+            Some(results) => results
+                .into_iter()
+                .map(|result| ProduceOutput { result })
+                .collect(),
+            None => (0..n)
+                .map(|_| ProduceOutput {
+                    result: Err(PartitionError::Timeout),
+                })
+                .collect(),
+        }
+    }
+
+    async fn fetch(&self, inputs: Vec<FetchInput>) -> Vec<FetchOutput> {
+        let mut out = Vec::with_capacity(inputs.len());
+        for input in inputs {
+            let Some(log) = self.partition(&input.tp) else {
+                out.push(FetchOutput {
+                    high_watermark: -1,
+                    log_start_offset: -1,
+                    result: Err(PartitionError::UnknownTopicOrPartition),
+                });
+                continue;
+            };
+            let r = log.read(input.offset, input.max_bytes).await;
+            out.push(match r {
+                Ok(read) => FetchOutput {
+                    high_watermark: read.high_watermark,
+                    log_start_offset: read.log_start_offset,
+                    result: Ok(read.records),
+                },
+                Err(e) => FetchOutput {
+                    high_watermark: log.high_watermark(),
+                    log_start_offset: log.log_start_offset(),
+                    result: Err(e.into()),
+                },
+            });
+        }
+        out
+    }
+
+    async fn wait_for_data(&self, partitions: Vec<(TopicPartition, i64)>, deadline: Instant) {
+        let logs: Vec<(Rc<PartitionLog>, i64)> = partitions
+            .iter()
+            .filter_map(|(tp, off)| self.partition(tp).map(|l| (l, *off)))
+            .collect();
+        if logs.is_empty() {
+            let now = Instant::now();
+            if deadline > now {
+                glommio::timer::sleep(deadline - now).await;
+            }
+            return;
+        }
+        let waits = logs
+            .iter()
+            .map(|(log, off)| Box::pin(log.wait_beyond(*off, deadline)));
+        futures::future::select_all(waits).await;
+    }
+
+    async fn list_offset(
+        &self,
+        tp: &TopicPartition,
+        timestamp: i64,
+    ) -> Result<(i64, i64), PartitionError> {
+        let log = self
+            .partition(tp)
+            .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        match timestamp {
+            -1 => Ok((log.high_watermark(), -1)),
+            -2 => Ok((log.log_start_offset(), -1)),
+            ts => Ok(log.offset_for_timestamp(ts).await?.unwrap_or((-1, -1))),
+        }
+    }
+
+    async fn open_partitions(
+        &self,
+        topic: Arc<str>,
+        partitions: Vec<i32>,
+    ) -> Result<(), TopicError> {
+        let _permit = self.admin_lock.acquire_permit(1).await;
+        for p in partitions {
+            assert_eq!(
+                self.owner_of(&topic, p),
+                self.id,
+                "partitions open only on their owner"
+            );
+            let tp = TopicPartition {
+                topic: topic.clone(),
+                partition: p,
+            };
+            if self.partitions.borrow().contains_key(&tp) {
+                continue;
+            }
+            let dir = partition_dir(&self.config.data_dir, &topic, p);
+            let log = PartitionLog::open(dir, self.config.log.clone())
+                .await
+                .map_err(|e| TopicError::Storage(e.to_string()))?;
+            self.partitions.borrow_mut().insert(tp, log);
+        }
+        Ok(())
+    }
+
+    async fn drop_partitions(&self, topic: Arc<str>, partitions: Vec<i32>) {
+        let _permit = self.admin_lock.acquire_permit(1).await;
+        for p in partitions {
+            let tp = TopicPartition {
+                topic: topic.clone(),
+                partition: p,
+            };
+            let removed = self.partitions.borrow_mut().remove(&tp);
+            if let Some(log) = removed {
+                log.close().await;
+            }
+            // Readers still holding the log keep their open files; unlinking is safe.
+            let dir = partition_dir(&self.config.data_dir, &topic, p);
+            let _ = glommio::executor()
+                .spawn_blocking(move || std::fs::remove_dir_all(dir))
+                .await;
+        }
+    }
+
+    /// Flushes and closes every partition (clean shutdown).
+    pub async fn close_all(&self) {
+        let logs: Vec<Rc<PartitionLog>> = self.partitions.borrow().values().cloned().collect();
+        futures::future::join_all(logs.iter().map(|l| l.close())).await;
+    }
+}

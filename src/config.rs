@@ -1,0 +1,250 @@
+//! Broker configuration: command-line flags over an optional TOML file over defaults.
+//!
+//! TOML keys are the flag names (`data-dir = "..."`); Kafka's own dotted names are
+//! accepted as aliases where the meaning is the same (`num.partitions`,
+//! `auto.create.topics.enable`, `message.max.bytes`, `socket.request.max.bytes`,
+//! `log.segment.bytes`, `log.flush.interval.ms`). Unknown keys are an error, so a typo
+//! never silently falls back to a default.
+
+use crate::limits;
+use anyhow::{bail, Context};
+use clap::Args;
+use serde::Deserialize;
+use shards::log::{Durability, LogConfig};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, Default, Args, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct ServeArgs {
+    /// Address the Kafka listener binds (every shard binds it with SO_REUSEPORT).
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// HOST:PORT that Metadata gives clients (default: the listen address).
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Directory holding partition logs and cluster metadata.
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Number of shards (cores); default one per available CPU.
+    #[arg(long)]
+    pub shards: Option<usize>,
+    /// Address of the HTTP endpoint (/health).
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
+    /// TOML file with the same keys as these flags; flags win.
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// tracing filter, e.g. `info` or `corelog=debug,shards=debug`.
+    #[arg(long)]
+    pub log_level: Option<String>,
+    /// This broker's node id in Metadata.
+    #[arg(long)]
+    pub node_id: Option<i32>,
+    /// Create unknown topics on Metadata/Produce (Kafka's auto.create.topics.enable).
+    #[arg(long)]
+    #[serde(alias = "auto.create.topics.enable")]
+    pub auto_create_topics: Option<bool>,
+    /// Partitions of an auto-created topic (Kafka's num.partitions).
+    #[arg(long)]
+    #[serde(alias = "num.partitions")]
+    pub num_partitions: Option<i32>,
+    /// Largest record batch accepted (Kafka's message.max.bytes).
+    #[arg(long)]
+    #[serde(alias = "message.max.bytes")]
+    pub message_max_bytes: Option<usize>,
+    /// Largest request frame accepted (Kafka's socket.request.max.bytes).
+    #[arg(long)]
+    #[serde(alias = "socket.request.max.bytes")]
+    pub socket_request_max_bytes: Option<usize>,
+    /// Segment size before a roll (Kafka's log.segment.bytes).
+    #[arg(long)]
+    #[serde(alias = "log.segment.bytes")]
+    pub segment_bytes: Option<u64>,
+    /// Segment age before a roll, ms (Kafka's log.roll.ms).
+    #[arg(long)]
+    #[serde(alias = "log.roll.ms")]
+    pub segment_ms: Option<u64>,
+    /// always | ack-all | interval — when an acknowledged produce is also fsynced.
+    #[arg(long)]
+    pub durability: Option<String>,
+    /// Background fdatasync period, ms (Kafka's log.flush.interval.ms).
+    #[arg(long)]
+    #[serde(alias = "log.flush.interval.ms")]
+    pub flush_interval_ms: Option<u64>,
+}
+
+impl ServeArgs {
+    /// `self` (flags) over `file`.
+    fn over(self, file: ServeArgs) -> ServeArgs {
+        ServeArgs {
+            listen: self.listen.or(file.listen),
+            advertise: self.advertise.or(file.advertise),
+            data_dir: self.data_dir.or(file.data_dir),
+            shards: self.shards.or(file.shards),
+            http: self.http.or(file.http),
+            config: self.config,
+            log_level: self.log_level.or(file.log_level),
+            node_id: self.node_id.or(file.node_id),
+            auto_create_topics: self.auto_create_topics.or(file.auto_create_topics),
+            num_partitions: self.num_partitions.or(file.num_partitions),
+            message_max_bytes: self.message_max_bytes.or(file.message_max_bytes),
+            socket_request_max_bytes: self
+                .socket_request_max_bytes
+                .or(file.socket_request_max_bytes),
+            segment_bytes: self.segment_bytes.or(file.segment_bytes),
+            segment_ms: self.segment_ms.or(file.segment_ms),
+            durability: self.durability.or(file.durability),
+            flush_interval_ms: self.flush_interval_ms.or(file.flush_interval_ms),
+        }
+    }
+}
+
+/// The resolved configuration every shard gets a copy of.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub listen: SocketAddr,
+    pub advertise_host: String,
+    pub advertise_port: i32,
+    pub data_dir: PathBuf,
+    pub shards: usize,
+    pub http: SocketAddr,
+    pub log_level: String,
+    pub node_id: i32,
+    pub auto_create_topics: bool,
+    pub num_partitions: i32,
+    pub socket_request_max_bytes: usize,
+    pub log: LogConfig,
+}
+
+impl BrokerConfig {
+    pub fn resolve(flags: ServeArgs) -> anyhow::Result<BrokerConfig> {
+        let file = match &flags.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                toml::from_str::<ServeArgs>(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => ServeArgs::default(),
+        };
+        let a = flags.over(file);
+        let listen = a
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
+        let (advertise_host, advertise_port) = match &a.advertise {
+            Some(s) => {
+                let (h, p) = s
+                    .rsplit_once(':')
+                    .context("--advertise must be HOST:PORT")?;
+                let port: u16 = p.parse().context("--advertise port")?;
+                (
+                    h.trim_matches(|c| c == '[' || c == ']').to_string(),
+                    i32::from(port),
+                )
+            }
+            None => (listen.ip().to_string(), i32::from(listen.port())),
+        };
+        let shards = a.shards.unwrap_or_else(|| {
+            std::thread::available_parallelism()
+                .map(|n| n.get())
+                .unwrap_or(1)
+        });
+        if shards == 0 || shards > 1024 {
+            bail!("--shards must be between 1 and 1024");
+        }
+        let num_partitions = a.num_partitions.unwrap_or(1);
+        if num_partitions < 1 {
+            bail!("num-partitions must be at least 1");
+        }
+        let defaults = LogConfig::default();
+        let durability = match a.durability.as_deref() {
+            None => defaults.durability,
+            Some(d) => Durability::parse(d).with_context(|| {
+                format!("unknown durability {d:?} (always | ack-all | interval)")
+            })?,
+        };
+        let message_max_bytes = a.message_max_bytes.unwrap_or(limits::MESSAGE_MAX_BYTES);
+        let socket_request_max_bytes = a
+            .socket_request_max_bytes
+            .unwrap_or(limits::SOCKET_REQUEST_MAX_BYTES);
+        if message_max_bytes < 64 || message_max_bytes >= socket_request_max_bytes {
+            bail!("message-max-bytes must be at least 64 and below socket-request-max-bytes");
+        }
+        let segment_bytes = a.segment_bytes.unwrap_or(defaults.segment_bytes);
+        if segment_bytes < 4096 || segment_bytes > u64::from(u32::MAX) {
+            bail!("segment-bytes must be between 4096 and 4294967295 (index positions are 32-bit)");
+        }
+        Ok(BrokerConfig {
+            listen,
+            advertise_host,
+            advertise_port,
+            data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
+            shards,
+            http: a
+                .http
+                .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9644))),
+            log_level: a.log_level.unwrap_or_else(|| "info".into()),
+            node_id: a.node_id.unwrap_or(0),
+            auto_create_topics: a.auto_create_topics.unwrap_or(true),
+            num_partitions,
+            socket_request_max_bytes,
+            log: LogConfig {
+                segment_bytes,
+                segment_ms: a.segment_ms.unwrap_or(defaults.segment_ms),
+                max_batch_bytes: message_max_bytes,
+                durability,
+                flush_interval_ms: a.flush_interval_ms.unwrap_or(defaults.flush_interval_ms),
+                ..defaults
+            },
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults() {
+        let c = BrokerConfig::resolve(ServeArgs::default()).expect("defaults resolve");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.advertise_port, 9092);
+        assert_eq!(c.log.max_batch_bytes, 1_048_588);
+        assert!(c.auto_create_topics);
+        assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn file_with_kafka_aliases_and_flags_win() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "\"num.partitions\" = 3\nshards = 2\n\"auto.create.topics.enable\" = false\n",
+        )
+        .expect("write");
+        let flags = ServeArgs {
+            config: Some(path),
+            shards: Some(1),
+            ..Default::default()
+        };
+        let c = BrokerConfig::resolve(flags).expect("resolve");
+        assert_eq!(c.num_partitions, 3);
+        assert_eq!(c.shards, 1);
+        assert!(!c.auto_create_topics);
+    }
+
+    #[test]
+    fn unknown_key_is_an_error() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "num-partitons = 3\n").expect("write");
+        let flags = ServeArgs {
+            config: Some(path),
+            ..Default::default()
+        };
+        assert!(BrokerConfig::resolve(flags).is_err());
+    }
+}

@@ -1,0 +1,45 @@
+//! ApiVersions (v0–v3): what this broker implements, and the KIP-511 fallback.
+//!
+//! A client that sends a newer ApiVersions than we know gets a v0-format response with
+//! UNSUPPORTED_VERSION and our ranges, so it can retry at a version we support (PITFALLS
+//! "ApiVersions decides everything").
+
+use super::SUPPORTED_APIS;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use bytes::BytesMut;
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::ResponseError;
+
+fn response(error_code: i16) -> ApiVersionsResponse {
+    let mut r = ApiVersionsResponse::default();
+    r.error_code = error_code;
+    r.api_keys = SUPPORTED_APIS
+        .iter()
+        .map(|(k, min, max)| {
+            let mut v = ApiVersion::default();
+            v.api_key = *k as i16;
+            v.min_version = *min;
+            v.max_version = *max;
+            v
+        })
+        .collect();
+    r
+}
+
+pub fn handle(frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    // v3 carries the client's software name/version; nothing here depends on them, but a
+    // body that does not decode is a malformed request.
+    let _req: ApiVersionsRequest = decode_body(frame)?;
+    encode_response(
+        ApiKey::ApiVersions,
+        frame.api_version,
+        frame.header.correlation_id,
+        &response(0),
+    )
+}
+
+pub fn unsupported_version(frame: &RequestFrame) -> Result<BytesMut, FrameError> {
+    let body = response(ResponseError::UnsupportedVersion.code());
+    encode_response(ApiKey::ApiVersions, 0, frame.header.correlation_id, &body)
+}

@@ -1,0 +1,242 @@
+//! Fetch (v4–v12) for consumers: whole batches from the one containing the fetch offset,
+//! `partition_max_bytes` and `max_bytes` as soft limits (at least one whole batch is
+//! always returned, PITFALLS "fetch limits"), and a real long-poll on `max_wait_ms` /
+//! `min_bytes`.
+//!
+//! Long-poll: read every partition (one message per owning shard); if fewer than
+//! `min_bytes` came back, ask the same shards to wait until any of these partitions'
+//! high watermark moves past what was seen, or the deadline; then read again. Fetch
+//! sessions (KIP-227) are not kept: the response's session id 0 tells clients to send
+//! full fetches, which every client supports.
+
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use crate::limits::FETCH_MAX_WAIT_MS_MAX;
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+use shards::log::tail_cache::trim_to_whole_batches;
+use shards::mesh::{FetchInput, FetchOutput, ShardMessage, TopicPartition};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One partition the request asks for, with where its answer goes.
+struct Wanted {
+    slot: (usize, usize),
+    tp: TopicPartition,
+    offset: i64,
+    max_bytes: usize,
+}
+
+pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: FetchRequest = decode_body(frame)?;
+    let max_wait_ms = u64::try_from(req.max_wait_ms)
+        .unwrap_or(0)
+        .min(FETCH_MAX_WAIT_MS_MAX);
+    let deadline = Instant::now() + Duration::from_millis(max_wait_ms);
+    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
+    let max_bytes = usize::try_from(req.max_bytes)
+        .ok()
+        .filter(|m| *m > 0)
+        .unwrap_or(i32::MAX as usize);
+    let meta = ctx.shard.metadata.snapshot();
+
+    let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
+    let mut wanted: Vec<Wanted> = Vec::new();
+    for (ti, t) in req.topics.iter().enumerate() {
+        let name = t.topic.0.as_str();
+        let topic: Arc<str> = name.into();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let mut out = PartitionData::default();
+            out.partition_index = p.partition;
+            out.high_watermark = -1;
+            out.last_stable_offset = -1;
+            out.log_start_offset = -1;
+            out.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
+            out.aborted_transactions = None;
+            if !meta.has_partition(name, p.partition) {
+                out.error_code = ResponseError::UnknownTopicOrPartition.code();
+            } else {
+                wanted.push(Wanted {
+                    slot: (ti, pi),
+                    tp: TopicPartition {
+                        topic: topic.clone(),
+                        partition: p.partition,
+                    },
+                    offset: p.fetch_offset,
+                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0).max(1),
+                });
+            }
+            parts.push(out);
+        }
+        slots.push(parts);
+    }
+
+    let mut outputs = read_round(ctx, &wanted).await;
+    loop {
+        let total: usize = outputs
+            .iter()
+            .map(|o| o.result.as_ref().map(|b| b.len()).unwrap_or(0))
+            .sum();
+        let any_error = outputs.iter().any(|o| o.result.is_err());
+        if wanted.is_empty() || total >= min_bytes || any_error || Instant::now() >= deadline {
+            break;
+        }
+        wait_round(ctx, &wanted, &outputs, deadline).await;
+        outputs = read_round(ctx, &wanted).await;
+    }
+
+    // Fill slots in request order, keeping the response within max_bytes (soft: the
+    // first non-empty partition is always whole).
+    let mut used = 0usize;
+    for (w, o) in wanted.iter().zip(outputs) {
+        let Some(slot) = slots.get_mut(w.slot.0).and_then(|t| t.get_mut(w.slot.1)) else {
+            continue;
+        };
+        slot.high_watermark = o.high_watermark;
+        slot.last_stable_offset = o.high_watermark;
+        slot.log_start_offset = o.log_start_offset;
+        match o.result {
+            Ok(records) => {
+                let records = if used == 0 {
+                    records
+                } else if used >= max_bytes {
+                    Bytes::new()
+                } else {
+                    let part = trim_to_whole_batches(records, max_bytes - used);
+                    if used + part.len() > max_bytes {
+                        Bytes::new()
+                    } else {
+                        part
+                    }
+                };
+                used += records.len();
+                slot.records = Some(records);
+            }
+            Err(e) => {
+                slot.error_code = error_code::partition(&e).code();
+                slot.records = Some(Bytes::new());
+            }
+        }
+    }
+    for parts in slots.iter_mut() {
+        for p in parts.iter_mut() {
+            if p.records.is_none() {
+                p.records = Some(Bytes::new());
+            }
+        }
+    }
+
+    let mut body = FetchResponse::default();
+    body.session_id = 0;
+    for (t, parts) in req.topics.iter().zip(slots) {
+        let mut tr = FetchableTopicResponse::default();
+        tr.topic = t.topic.clone();
+        tr.topic_id = t.topic_id;
+        tr.partitions = parts;
+        body.responses.push(tr);
+    }
+    encode_response(
+        ApiKey::Fetch,
+        frame.api_version,
+        frame.header.correlation_id,
+        &body,
+    )
+}
+
+/// Reads every wanted partition on its owning shard; outputs are in `wanted` order.
+async fn read_round(ctx: &Ctx, wanted: &[Wanted]) -> Vec<FetchOutput> {
+    let mut per_shard: Vec<Vec<(usize, FetchInput)>> =
+        (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    for (i, w) in wanted.iter().enumerate() {
+        if let Some(list) = per_shard.get_mut(ctx.shard.owner_of(&w.tp.topic, w.tp.partition)) {
+            list.push((
+                i,
+                FetchInput {
+                    tp: w.tp.clone(),
+                    offset: w.offset,
+                    max_bytes: w.max_bytes,
+                },
+            ));
+        }
+    }
+    let calls = per_shard
+        .into_iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(target, list)| {
+            let (indexes, inputs): (Vec<usize>, Vec<FetchInput>) = list.into_iter().unzip();
+            let (tx, rx) = oneshot::channel();
+            let msg = ShardMessage::Fetch {
+                partitions: inputs,
+                reply: tx,
+            };
+            let shard = ctx.shard.clone();
+            async move { (indexes, shard.call(target, msg, rx).await) }
+        });
+    let mut outputs: Vec<Option<FetchOutput>> = (0..wanted.len()).map(|_| None).collect();
+    for (indexes, result) in futures::future::join_all(calls).await {
+        let result = result.unwrap_or_default();
+        for (i, o) in indexes.into_iter().zip(result) {
+            if let Some(slot) = outputs.get_mut(i) {
+                *slot = Some(o);
+            }
+        }
+    }
+    outputs
+        .into_iter()
+        .map(|o| {
+            o.unwrap_or(FetchOutput {
+                high_watermark: -1,
+                log_start_offset: -1,
+                result: Err(shards::mesh::PartitionError::ShuttingDown),
+            })
+        })
+        .collect()
+}
+
+/// Waits until any wanted partition's high watermark moves past the one just seen, or
+/// the deadline.
+async fn wait_round(ctx: &Ctx, wanted: &[Wanted], seen: &[FetchOutput], deadline: Instant) {
+    let mut per_shard: Vec<Vec<(TopicPartition, i64)>> =
+        (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    for (w, o) in wanted.iter().zip(seen) {
+        let beyond = o.high_watermark.max(w.offset);
+        if let Some(list) = per_shard.get_mut(ctx.shard.owner_of(&w.tp.topic, w.tp.partition)) {
+            list.push((w.tp.clone(), beyond));
+        }
+    }
+    let waits: Vec<_> = per_shard
+        .into_iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(target, partitions)| {
+            let (tx, rx) = oneshot::channel();
+            let msg = ShardMessage::WaitForData {
+                partitions,
+                deadline,
+                reply: tx,
+            };
+            let shard = ctx.shard.clone();
+            Box::pin(async move {
+                shard.call(target, msg, rx).await;
+            })
+        })
+        .collect();
+    if waits.is_empty() {
+        return;
+    }
+    let now = Instant::now();
+    let timeout = glommio::timer::sleep(deadline.saturating_duration_since(now));
+    futures_lite::future::or(
+        async {
+            futures::future::select_all(waits).await;
+        },
+        timeout,
+    )
+    .await;
+}

@@ -1,0 +1,96 @@
+//! ListOffsets (v1–v6): earliest (-2), latest (-1, the high watermark) and by timestamp.
+
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use bytes::BytesMut;
+use futures::channel::oneshot;
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::ResponseError;
+use shards::mesh::{ShardMessage, TopicPartition};
+use std::sync::Arc;
+
+pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: ListOffsetsRequest = decode_body(frame)?;
+    let meta = ctx.shard.metadata.snapshot();
+    let mut slots: Vec<Vec<ListOffsetsPartitionResponse>> = Vec::with_capacity(req.topics.len());
+    let mut per_shard: Vec<Vec<(usize, usize, (TopicPartition, i64))>> =
+        (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    for (ti, t) in req.topics.iter().enumerate() {
+        let name = t.name.0.as_str();
+        let topic: Arc<str> = name.into();
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for (pi, p) in t.partitions.iter().enumerate() {
+            let mut out = ListOffsetsPartitionResponse::default();
+            out.partition_index = p.partition_index;
+            out.timestamp = -1;
+            out.offset = -1;
+            if frame.api_version >= 4 {
+                out.leader_epoch = 0; // the epoch this single node has led since creation
+            }
+            if !meta.has_partition(name, p.partition_index) {
+                out.error_code = ResponseError::UnknownTopicOrPartition.code();
+            } else if p.timestamp < -2 {
+                // -3 (max timestamp, v7) and below are not part of the versions we serve.
+                out.error_code = ResponseError::UnsupportedVersion.code();
+            } else if let Some(list) =
+                per_shard.get_mut(ctx.shard.owner_of(name, p.partition_index))
+            {
+                let tp = TopicPartition {
+                    topic: topic.clone(),
+                    partition: p.partition_index,
+                };
+                list.push((ti, pi, (tp, p.timestamp)));
+            }
+            parts.push(out);
+        }
+        slots.push(parts);
+    }
+    let calls = per_shard
+        .into_iter()
+        .enumerate()
+        .filter(|(_, l)| !l.is_empty())
+        .map(|(target, list)| {
+            let (positions, inputs): (Vec<(usize, usize)>, Vec<(TopicPartition, i64)>) =
+                list.into_iter().map(|(ti, pi, x)| ((ti, pi), x)).unzip();
+            let (tx, rx) = oneshot::channel();
+            let msg = ShardMessage::ListOffsets {
+                partitions: inputs,
+                reply: tx,
+            };
+            let shard = ctx.shard.clone();
+            async move { (positions, shard.call(target, msg, rx).await) }
+        });
+    for (positions, outputs) in futures::future::join_all(calls).await {
+        let outputs = outputs.unwrap_or_default();
+        for (i, (ti, pi)) in positions.into_iter().enumerate() {
+            let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
+                continue;
+            };
+            match outputs.get(i).map(|o| &o.result) {
+                Some(Ok((offset, ts))) => {
+                    slot.offset = *offset;
+                    slot.timestamp = *ts;
+                }
+                Some(Err(e)) => slot.error_code = error_code::partition(e).code(),
+                None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
+            }
+        }
+    }
+    let mut body = ListOffsetsResponse::default();
+    for (t, parts) in req.topics.iter().zip(slots) {
+        let mut tr = ListOffsetsTopicResponse::default();
+        tr.name = t.name.clone();
+        tr.partitions = parts;
+        body.topics.push(tr);
+    }
+    encode_response(
+        ApiKey::ListOffsets,
+        frame.api_version,
+        frame.header.correlation_id,
+        &body,
+    )
+}

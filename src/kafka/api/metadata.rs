@@ -1,0 +1,159 @@
+//! Metadata (v0–v12): brokers (this node), topics, partitions, leaders; auto-creation.
+//!
+//! Topics are created on a Metadata request when `auto.create.topics.enable` is on and,
+//! from v4, the request allows it (librdkafka's own tests lean on this, PITFALLS
+//! "auto-creation"). Creation is synchronous through the controller, so the response
+//! already lists the new topic's partitions.
+
+use super::admin::create_via_controller;
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use bytes::BytesMut;
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use shards::mesh::{NewTopic, TopicError};
+use shards::metadata::{validate_topic_name, ClusterMetadata, TopicMeta};
+
+/// Kafka's "authorized operations not requested" marker.
+const OPERATIONS_UNKNOWN: i32 = i32::MIN;
+
+pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: MetadataRequest = decode_body(frame)?;
+    let version = frame.api_version;
+    let mut meta = ctx.shard.metadata.snapshot();
+
+    // Which topics: None = all (v1+); v0 uses an empty list for all.
+    let requested: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(
+            t.iter()
+                .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
+                .collect(),
+        ),
+    };
+
+    let mut topics = Vec::new();
+    match requested {
+        None => {
+            for t in meta.topics.values() {
+                topics.push(topic_entry(ctx, t, version));
+            }
+        }
+        Some(list) => {
+            let auto =
+                ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+            let missing: Vec<String> = list
+                .iter()
+                .filter_map(|(n, _)| n.clone())
+                .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
+                .collect();
+            let mut create_errors = std::collections::HashMap::new();
+            if auto && !missing.is_empty() {
+                let new = missing
+                    .iter()
+                    .map(|n| NewTopic {
+                        name: n.clone(),
+                        partitions: ctx.config.num_partitions,
+                        configs: Vec::new(),
+                    })
+                    .collect();
+                let results = create_via_controller(ctx, new).await;
+                for (n, r) in missing.iter().zip(results) {
+                    match r {
+                        Ok(()) | Err(TopicError::AlreadyExists) => {}
+                        Err(e) => {
+                            create_errors.insert(n.clone(), e);
+                        }
+                    }
+                }
+                meta = ctx.shard.metadata.snapshot();
+            }
+            for (name, id) in list {
+                let found = match &name {
+                    Some(n) => meta.topic(n),
+                    None => meta.topic_by_id(id),
+                };
+                let entry = match (found, &name) {
+                    (Some(t), _) => topic_entry(ctx, t, version),
+                    (None, Some(n)) => {
+                        let code = if validate_topic_name(n).is_err() {
+                            ResponseError::InvalidTopicException
+                        } else if let Some(e) = create_errors.get(n) {
+                            error_code::topic(e)
+                        } else {
+                            ResponseError::UnknownTopicOrPartition
+                        };
+                        missing_topic(Some(n), id, code)
+                    }
+                    (None, None) => missing_topic(None, id, ResponseError::UnknownTopicId),
+                };
+                topics.push(entry);
+            }
+        }
+    }
+    let body = response(ctx, &meta, topics);
+    encode_response(
+        ApiKey::Metadata,
+        version,
+        frame.header.correlation_id,
+        &body,
+    )
+}
+
+fn response(
+    ctx: &Ctx,
+    meta: &ClusterMetadata,
+    topics: Vec<MetadataResponseTopic>,
+) -> MetadataResponse {
+    let mut broker = MetadataResponseBroker::default();
+    broker.node_id = BrokerId(ctx.config.node_id);
+    broker.host = StrBytes::from_string(ctx.config.advertise_host.clone());
+    broker.port = ctx.config.advertise_port;
+    let mut r = MetadataResponse::default();
+    r.brokers = vec![broker];
+    r.cluster_id = Some(StrBytes::from_string(meta.cluster_id.clone()));
+    r.controller_id = BrokerId(ctx.config.node_id);
+    r.topics = topics;
+    r.cluster_authorized_operations = OPERATIONS_UNKNOWN;
+    r
+}
+
+fn topic_entry(ctx: &Ctx, t: &TopicMeta, _version: i16) -> MetadataResponseTopic {
+    let node = BrokerId(ctx.config.node_id);
+    let mut out = MetadataResponseTopic::default();
+    out.name = Some(TopicName(StrBytes::from_string(t.name.clone())));
+    out.topic_id = t.id;
+    out.is_internal = t.name.starts_with("__");
+    out.topic_authorized_operations = OPERATIONS_UNKNOWN;
+    out.partitions = (0..t.partitions)
+        .map(|p| {
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = p;
+            mp.leader_id = node;
+            mp.leader_epoch = 0;
+            mp.replica_nodes = vec![node];
+            mp.isr_nodes = vec![node];
+            mp
+        })
+        .collect();
+    out
+}
+
+fn missing_topic(
+    name: Option<&String>,
+    id: uuid::Uuid,
+    code: ResponseError,
+) -> MetadataResponseTopic {
+    let mut out = MetadataResponseTopic::default();
+    out.error_code = code.code();
+    out.name = name.map(|n| TopicName(StrBytes::from_string(n.clone())));
+    out.topic_id = id;
+    out.topic_authorized_operations = OPERATIONS_UNKNOWN;
+    out
+}

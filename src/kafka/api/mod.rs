@@ -1,0 +1,85 @@
+//! One module per Kafka API family, each with the versions it supports and one `handle`.
+//!
+//! Handler shape (STYLE.md): decode (pure, bounded) → validate into domain types → group
+//! partitions by owning shard, one mesh message per shard → await → map errors in
+//! `error_code` → encode. A partition's failure is its own error code and never fails
+//! the request.
+
+pub mod admin;
+pub mod api_versions;
+pub mod fetch;
+pub mod list_offsets;
+pub mod metadata;
+pub mod produce;
+
+use super::frame::{FrameError, RequestFrame};
+use crate::config::BrokerConfig;
+use bytes::BytesMut;
+use kafka_protocol::messages::ApiKey;
+use shards::shard::Shard;
+use std::rc::Rc;
+use std::sync::Arc;
+
+/// What a handler needs: its shard (for routing and the mesh) and the broker config.
+pub struct Ctx {
+    pub shard: Rc<Shard>,
+    pub config: Arc<BrokerConfig>,
+}
+
+/// Exactly what corelog implements, advertised by ApiVersions. Ranges are what
+/// librdkafka 2.x, the Java 3.x/4.x clients and kafka-python use, limited to versions
+/// whose semantics are fully implemented: Produce from v3 and Fetch from v4 because
+/// only RecordBatch v2 is stored (no down-conversion); Fetch to v12 and Metadata to v12
+/// because v13+ addresses topics by id only; ListOffsets to v6 (v7 adds max-timestamp
+/// lookups, not implemented).
+pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
+    (ApiKey::Produce, 3, 9),
+    (ApiKey::Fetch, 4, 12),
+    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::Metadata, 0, 12),
+    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::CreateTopics, 0, 7),
+    (ApiKey::DeleteTopics, 0, 6),
+    (ApiKey::CreatePartitions, 0, 3),
+];
+
+pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
+    SUPPORTED_APIS
+        .iter()
+        .find(|(k, _, _)| *k == key)
+        .map(|(_, min, max)| (*min, *max))
+}
+
+/// Serves one request. `Ok(None)` means no response is sent (produce with acks=0).
+/// `Err` closes the connection (after the responses before it are written).
+pub async fn handle(ctx: &Ctx, mut frame: RequestFrame) -> Result<Option<BytesMut>, FrameError> {
+    let Some((min, max)) = supported_range(frame.api_key) else {
+        return Err(FrameError::UnsupportedVersion {
+            api: frame.api_key,
+            version: frame.api_version,
+        });
+    };
+    if frame.api_version < min || frame.api_version > max {
+        if frame.api_key == ApiKey::ApiVersions {
+            return api_versions::unsupported_version(&frame).map(Some);
+        }
+        return Err(FrameError::UnsupportedVersion {
+            api: frame.api_key,
+            version: frame.api_version,
+        });
+    }
+    match frame.api_key {
+        ApiKey::ApiVersions => api_versions::handle(&mut frame).map(Some),
+        ApiKey::Metadata => metadata::handle(ctx, &mut frame).await.map(Some),
+        ApiKey::Produce => produce::handle(ctx, &mut frame).await,
+        ApiKey::Fetch => fetch::handle(ctx, &mut frame).await.map(Some),
+        ApiKey::ListOffsets => list_offsets::handle(ctx, &mut frame).await.map(Some),
+        ApiKey::CreateTopics => admin::create_topics(ctx, &mut frame).await.map(Some),
+        ApiKey::DeleteTopics => admin::delete_topics(ctx, &mut frame).await.map(Some),
+        ApiKey::CreatePartitions => admin::create_partitions(ctx, &mut frame).await.map(Some),
+        other => Err(FrameError::UnsupportedVersion {
+            api: other,
+            version: frame.api_version,
+        }),
+    }
+}

@@ -1,0 +1,160 @@
+//! Produce (v3–v9): RecordBatch v2 only, acks 0 / 1 / all.
+//!
+//! Record bytes are never decoded here: each partition's `records` is a `Bytes` slice of
+//! the request frame that moves to the owning shard by reference count; the shard
+//! validates (CRC-32C, sizes, offsets) and appends. One mesh message per shard, all
+//! shards in parallel, results put back in request order. acks=0 sends no response.
+
+use super::admin::create_via_controller;
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use bytes::BytesMut;
+use futures::channel::oneshot;
+use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use shards::mesh::{Acks, NewTopic, ProduceInput, ShardMessage, TopicPartition};
+use shards::metadata::validate_topic_name;
+use std::sync::Arc;
+
+pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesMut>, FrameError> {
+    let req: ProduceRequest = decode_body(frame)?;
+    let acks = Acks::from_wire(req.acks);
+    let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
+
+    // Auto-create unknown topics named by a produce, as Kafka's auto.create.topics.enable.
+    if ctx.config.auto_create_topics && acks.is_some() {
+        let meta = ctx.shard.metadata.snapshot();
+        let missing: Vec<NewTopic> = req
+            .topic_data
+            .iter()
+            .map(|t| t.name.0.to_string())
+            .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
+            .map(|name| NewTopic {
+                name,
+                partitions: ctx.config.num_partitions,
+                configs: Vec::new(),
+            })
+            .collect();
+        if !missing.is_empty() {
+            create_via_controller(ctx, missing).await;
+        }
+    }
+    let meta = ctx.shard.metadata.snapshot();
+
+    // One response slot per partition, in request order.
+    let mut slots: Vec<Vec<PartitionProduceResponse>> = Vec::with_capacity(req.topic_data.len());
+    let mut per_shard: Vec<Vec<(usize, usize, ProduceInput)>> =
+        (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    for (ti, t) in req.topic_data.iter().enumerate() {
+        let name = t.name.0.as_str();
+        let topic: Arc<str> = name.into();
+        let mut parts = Vec::with_capacity(t.partition_data.len());
+        for (pi, p) in t.partition_data.iter().enumerate() {
+            let mut out = PartitionProduceResponse::default();
+            out.index = p.index;
+            out.base_offset = -1;
+            out.log_append_time_ms = -1;
+            out.log_start_offset = -1;
+            let error = match (acks, &p.records) {
+                (None, _) => Some(ResponseError::InvalidRequiredAcks),
+                _ if req.transactional_id.is_some() => {
+                    Some(ResponseError::TransactionalIdAuthorizationFailed)
+                }
+                _ if validate_topic_name(name).is_err() => {
+                    Some(ResponseError::InvalidTopicException)
+                }
+                _ if !meta.has_partition(name, p.index) => {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                }
+                (_, None) => Some(ResponseError::CorruptMessage),
+                (Some(_), Some(records)) => {
+                    let owner = ctx.shard.owner_of(name, p.index);
+                    if let Some(list) = per_shard.get_mut(owner) {
+                        list.push((
+                            ti,
+                            pi,
+                            ProduceInput {
+                                tp: TopicPartition {
+                                    topic: topic.clone(),
+                                    partition: p.index,
+                                },
+                                records: records.clone(),
+                            },
+                        ));
+                    }
+                    None
+                }
+            };
+            if let Some(e) = error {
+                out.error_code = e.code();
+            }
+            parts.push(out);
+        }
+        slots.push(parts);
+    }
+
+    if let Some(acks) = acks {
+        let calls = per_shard
+            .into_iter()
+            .enumerate()
+            .filter(|(_, l)| !l.is_empty())
+            .map(|(target, list)| {
+                let (positions, inputs): (Vec<(usize, usize)>, Vec<ProduceInput>) = list
+                    .into_iter()
+                    .map(|(ti, pi, input)| ((ti, pi), input))
+                    .unzip();
+                let (tx, rx) = oneshot::channel();
+                let msg = ShardMessage::Produce {
+                    acks,
+                    timeout_ms,
+                    partitions: inputs,
+                    reply: tx,
+                };
+                let shard = ctx.shard.clone();
+                async move { (positions, shard.call(target, msg, rx).await) }
+            });
+        for (positions, outputs) in futures::future::join_all(calls).await {
+            let n = positions.len();
+            let outputs = outputs.unwrap_or_default();
+            for (i, (ti, pi)) in positions.into_iter().enumerate() {
+                let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
+                    continue;
+                };
+                match outputs.get(i).map(|o| &o.result) {
+                    Some(Ok(ack)) => {
+                        slot.base_offset = ack.base_offset;
+                        slot.log_start_offset = ack.log_start_offset;
+                    }
+                    Some(Err(e)) => {
+                        slot.error_code = error_code::partition(e).code();
+                        slot.error_message = Some(StrBytes::from_string(e.to_string()));
+                    }
+                    None => {
+                        debug_assert!(i < n);
+                        slot.error_code = ResponseError::NotLeaderOrFollower.code();
+                    }
+                }
+            }
+        }
+    }
+    if req.acks == 0 {
+        return Ok(None);
+    }
+    let mut body = ProduceResponse::default();
+    for (t, parts) in req.topic_data.iter().zip(slots) {
+        let mut tr = TopicProduceResponse::default();
+        tr.name = t.name.clone();
+        tr.partition_responses = parts;
+        body.responses.push(tr);
+    }
+    encode_response(
+        ApiKey::Produce,
+        frame.api_version,
+        frame.header.correlation_id,
+        &body,
+    )
+    .map(Some)
+}

@@ -1,0 +1,60 @@
+//! The only mapping from corelog's typed errors to Kafka error codes.
+//!
+//! Every match is exhaustive with no catch-all arm, so a new internal error cannot reach
+//! a client without someone deciding its code. The choice of code drives client state
+//! machines (PITFALLS "error codes drive client state machines"): retriable codes make
+//! clients retry, fatal ones surface to the application.
+
+use kafka_protocol::ResponseError;
+use shards::log::batch::BatchError;
+use shards::log::{AppendError, ReadError};
+use shards::mesh::{PartitionError, TopicError};
+
+pub fn batch(e: &BatchError) -> ResponseError {
+    match e {
+        BatchError::TooLarge { .. } => ResponseError::MessageTooLarge,
+        BatchError::InvalidRecordCount | BatchError::InvalidRecord(_) => {
+            ResponseError::InvalidRecord
+        }
+        BatchError::UnsupportedMagic(_) => ResponseError::UnsupportedForMessageFormat,
+        BatchError::TooShort
+        | BatchError::InvalidLength
+        | BatchError::Truncated
+        | BatchError::CorruptCrc { .. }
+        | BatchError::UnsupportedCompression(_) => ResponseError::CorruptMessage,
+    }
+}
+
+pub fn partition(e: &PartitionError) -> ResponseError {
+    match e {
+        PartitionError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        PartitionError::Append(a) => match a {
+            AppendError::InvalidBatch(b) => batch(b),
+            AppendError::Empty => ResponseError::CorruptMessage,
+            AppendError::Storage(_) => ResponseError::KafkaStorageError,
+            // The partition is moving or closing: clients refresh metadata and retry.
+            AppendError::Closed => ResponseError::NotLeaderOrFollower,
+        },
+        PartitionError::Read(r) => match r {
+            ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            ReadError::Storage(_) => ResponseError::KafkaStorageError,
+            ReadError::Corrupt { .. } => ResponseError::KafkaStorageError,
+        },
+        PartitionError::Timeout => ResponseError::RequestTimedOut,
+        PartitionError::ShuttingDown => ResponseError::NotLeaderOrFollower,
+    }
+}
+
+pub fn topic(e: &TopicError) -> ResponseError {
+    match e {
+        TopicError::AlreadyExists => ResponseError::TopicAlreadyExists,
+        TopicError::Unknown => ResponseError::UnknownTopicOrPartition,
+        TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
+        TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+        TopicError::InvalidReplicationFactor => ResponseError::InvalidReplicationFactor,
+        TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+        TopicError::Duplicate => ResponseError::InvalidRequest,
+        TopicError::Storage(_) => ResponseError::KafkaStorageError,
+    }
+}

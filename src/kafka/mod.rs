@@ -1,0 +1,10 @@
+//! The Kafka protocol edge: request framing, the supported API table, one handler module
+//! per API family, and the mapping of internal errors to Kafka error codes.
+//!
+//! Codecs come from the `kafka-protocol` crate (vendored with one safety patch, see
+//! vendor/README.md). Record bytes are never decoded here: produce records go to the
+//! owning shard as `Bytes` slices of the request frame.
+
+pub mod api;
+pub mod error_code;
+pub mod frame;

@@ -1,0 +1,34 @@
+//! What corelog asks of the kernel at start-up, checked early so that a missing
+//! capability is a clear message and not an obscure failure (kernel-notes.md).
+
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
+
+/// glommio locks memory for io_uring rings and registered buffers.
+pub const MEMLOCK_PER_SHARD_BYTES: u64 = 512 * 1024;
+
+pub const IO_URING_HINT: &str = "could not start the io_uring executors. corelog needs Linux >= 5.8 with io_uring \
+enabled (sysctl kernel.io_uring_disabled=0; container seccomp profiles often block io_uring_setup) and \
+RLIMIT_MEMLOCK of at least 512 KiB per shard (ulimit -l, or LimitMEMLOCK= in a systemd unit). See kernel-notes.md";
+
+/// Raises the soft RLIMIT_MEMLOCK to the hard limit and warns when that is still less
+/// than the shards need.
+pub fn check_and_raise_memlock(shards: usize) {
+    let need = MEMLOCK_PER_SHARD_BYTES * shards as u64;
+    match getrlimit(Resource::RLIMIT_MEMLOCK) {
+        Ok((soft, hard)) => {
+            if soft < hard {
+                if let Err(e) = setrlimit(Resource::RLIMIT_MEMLOCK, hard, hard) {
+                    tracing::warn!(error = %e, "could not raise RLIMIT_MEMLOCK");
+                }
+            }
+            if hard < need {
+                tracing::warn!(
+                    memlock_bytes = hard,
+                    needed_bytes = need,
+                    "RLIMIT_MEMLOCK is below what {shards} shards need; raise it (ulimit -l) if start-up fails"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read RLIMIT_MEMLOCK"),
+    }
+}

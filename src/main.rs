@@ -1,0 +1,69 @@
+//! corelog: a Kafka-compatible message broker on a thread-per-core io_uring core.
+//!
+//! `corelog serve` runs a single-node broker. The process is: parse flags and the
+//! optional TOML file (`config`), set up logging, start the HTTP endpoint (`http`), then
+//! the shards (`server`), each with its listener and connections (`net`) speaking the
+//! Kafka protocol (`kafka`) over the per-core storage in the `shards` crate.
+
+mod config;
+mod http;
+mod kafka;
+mod kernel;
+mod limits;
+mod net;
+mod server;
+
+use clap::{Parser, Subcommand};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+#[derive(Parser)]
+#[command(name = "corelog", version, about = "A Kafka-compatible message broker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a single-node broker.
+    Serve(config::ServeArgs),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let Command::Serve(args) = cli.command;
+    let config = config::BrokerConfig::resolve(args)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log_level))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_target(false)
+        .init();
+
+    let life = Arc::new(server::Lifecycle::default());
+    // Signals are turned into a flag that every shard watches; the handler itself does
+    // nothing but store it.
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        let flag = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        signal_hook::flag::register(sig, flag.clone())?;
+        let life = life.clone();
+        std::thread::Builder::new()
+            .name("corelog-signal".into())
+            .spawn(move || loop {
+                if flag.load(Ordering::Acquire) {
+                    tracing::info!("shutting down");
+                    life.stop.store(true, Ordering::Release);
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(20));
+            })?;
+    }
+    let _http = http::spawn(config.http, life.clone(), config.shards)?;
+    let result = server::run(config, life);
+    match &result {
+        Ok(()) => tracing::info!("stopped cleanly"),
+        Err(e) => tracing::error!(error = %format!("{e:#}"), "corelog failed"),
+    }
+    result
+}

@@ -1,0 +1,162 @@
+//! One client connection: framing and the in-order response pipeline.
+//!
+//! A reader task reads size-prefixed frames, parses the request header and starts a
+//! handler task per request; a writer task awaits those tasks *in request order* and
+//! writes each response. So a connection has up to
+//! `INFLIGHT_REQUESTS_PER_CONNECTION_MAX` requests in flight (decoded while earlier
+//! ones are being served), yet responses leave in the order Kafka requires. When the
+//! bound is reached the reader stops reading — back-pressure through TCP, not an error.
+//!
+//! Bad input closes only this connection, with a log line: a frame whose size is
+//! negative, zero or above `socket.request.max.bytes`, an unknown API key, an
+//! unsupported version (other than ApiVersions, which gets KIP-511's answer), or a body
+//! that does not decode. Responses to the requests before the bad one are still
+//! written. Nothing here panics on input; no buffer is sized from the wire before the
+//! size is checked against the limit, and the body buffer grows only as bytes arrive.
+
+use crate::kafka::api::{self, Ctx};
+use crate::kafka::frame::{self, FrameError};
+use crate::limits::INFLIGHT_REQUESTS_PER_CONNECTION_MAX;
+use bytes::{Bytes, BytesMut};
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use glommio::channels::local_channel;
+use glommio::net::TcpStream;
+use glommio::task::JoinHandle;
+use std::net::SocketAddr;
+use std::rc::Rc;
+
+/// Why a connection ended.
+#[derive(Debug, thiserror::Error)]
+enum CloseReason {
+    #[error("client closed the connection")]
+    Eof,
+    #[error("i/o error: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame size {0} is outside 1..={1}")]
+    BadSize(i64, usize),
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("broker shutting down")]
+    Shutdown,
+}
+
+type Pending = JoinHandle<Result<Option<BytesMut>, FrameError>>;
+
+pub async fn serve(
+    ctx: Rc<Ctx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    shutdown: Rc<crate::server::ShutdownSignal>,
+) {
+    let _ = stream.set_nodelay(true);
+    let (reader, writer) = stream.split();
+    let (tx, rx) = local_channel::new_bounded::<Pending>(INFLIGHT_REQUESTS_PER_CONNECTION_MAX);
+    let write_task = glommio::spawn_local(write_loop(writer, rx, peer));
+    let reason = read_loop(ctx, reader, tx, &shutdown).await;
+    match &reason {
+        CloseReason::Eof | CloseReason::Shutdown => {
+            tracing::debug!(%peer, %reason, "connection closed")
+        }
+        CloseReason::Io(e) => tracing::debug!(%peer, error = %e, "connection closed"),
+        other => tracing::warn!(%peer, reason = %other, "closing connection on bad input"),
+    }
+    // The sender is dropped: the writer drains what is in flight, then closes.
+    write_task.await;
+}
+
+async fn read_loop(
+    ctx: Rc<Ctx>,
+    mut reader: impl AsyncRead + Unpin,
+    tx: local_channel::LocalSender<Pending>,
+    shutdown: &crate::server::ShutdownSignal,
+) -> CloseReason {
+    let max = ctx.config.socket_request_max_bytes;
+    loop {
+        let mut size_buf = [0u8; 4];
+        let read = futures_lite::future::or(
+            async { Some(reader.read_exact(&mut size_buf).await) },
+            async {
+                shutdown.wait().await;
+                None
+            },
+        )
+        .await;
+        match read {
+            None => return CloseReason::Shutdown,
+            Some(Err(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return CloseReason::Eof
+            }
+            Some(Err(e)) => return CloseReason::Io(e),
+            Some(Ok(())) => {}
+        }
+        let size = i32::from_be_bytes(size_buf);
+        if size <= 0 || size as usize > max {
+            return CloseReason::BadSize(i64::from(size), max);
+        }
+        let frame = match read_body(&mut reader, size as usize).await {
+            Ok(f) => f,
+            Err(e) => return e,
+        };
+        let request = match frame::parse_request(frame) {
+            Ok(r) => r,
+            Err(e) => return CloseReason::Frame(e),
+        };
+        let c = ctx.clone();
+        let task = glommio::spawn_local(async move { api::handle(&c, request).await }).detach();
+        if tx.send(task).await.is_err() {
+            return CloseReason::Eof; // the writer failed: the peer is gone
+        }
+    }
+}
+
+/// Reads exactly `size` bytes, growing the buffer as data arrives (a hostile size
+/// within the limit costs memory only once the bytes are really sent).
+async fn read_body(
+    reader: &mut (impl AsyncRead + Unpin),
+    size: usize,
+) -> Result<Bytes, CloseReason> {
+    const STEP: usize = 64 * 1024;
+    let mut buf = BytesMut::with_capacity(size.min(STEP));
+    while buf.len() < size {
+        let want = (size - buf.len()).min(STEP.max(buf.len()));
+        let start = buf.len();
+        buf.resize(start + want, 0);
+        let Some(target) = buf.get_mut(start..) else {
+            return Err(CloseReason::BadSize(size as i64, size));
+        };
+        match reader.read_exact(target).await {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(CloseReason::Eof)
+            }
+            Err(e) => return Err(CloseReason::Io(e)),
+        }
+    }
+    Ok(buf.freeze())
+}
+
+async fn write_loop(
+    mut writer: impl AsyncWrite + Unpin,
+    rx: local_channel::LocalReceiver<Pending>,
+    peer: SocketAddr,
+) {
+    use futures_lite::StreamExt;
+    let mut rx = rx.stream();
+    while let Some(task) = rx.next().await {
+        let response = match task.await {
+            Some(Ok(Some(bytes))) => bytes,
+            Some(Ok(None)) => continue, // acks=0: no response
+            Some(Err(e)) => {
+                tracing::warn!(%peer, error = %e, "closing connection on bad request");
+                break;
+            }
+            None => break, // handler task cancelled (shutdown)
+        };
+        if let Err(e) = writer.write_all(&response).await {
+            tracing::debug!(%peer, error = %e, "write failed");
+            break;
+        }
+    }
+    let _ = writer.flush().await;
+    let _ = writer.close().await;
+}

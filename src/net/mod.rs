@@ -1,0 +1,5 @@
+//! The network side of a shard: the SO_REUSEPORT listener and the per-connection
+//! request pipeline.
+
+pub mod connection;
+pub mod listener;

@@ -1,0 +1,224 @@
+//! Boot and shutdown of the thread-per-core server.
+//!
+//! Start-up: load the cluster metadata; start one glommio executor per shard, pinned to
+//! its own CPU (`PoolPlacement::MaxSpread`) when there are enough CPUs; every executor
+//! joins the channel mesh (its mesh peer id *is* its shard id), opens the partitions it
+//! owns, waits until every shard has done so, then binds the Kafka port with
+//! SO_REUSEPORT and accepts. The process is ready (`/health`) when all shards listen.
+//!
+//! Shutdown (SIGINT/SIGTERM): every shard stops accepting and reading new requests,
+//! lets in-flight ones answer (bounded by `SHUTDOWN_DRAIN_MS`), waits for all shards to
+//! get there, then flushes, syncs and closes its logs.
+
+use crate::config::BrokerConfig;
+use crate::kafka::api::Ctx;
+use anyhow::Context;
+use event_listener::Event;
+use glommio::channels::channel_mesh::MeshBuilder;
+use glommio::net::TcpListener;
+use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
+use shards::mesh::{ShardMessage, MESH_CHANNEL_CAPACITY};
+use shards::metadata::MetadataStore;
+use shards::shard::{Shard, ShardConfig};
+use std::cell::Cell;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A shard-local shutdown flag that tasks can await.
+#[derive(Default)]
+pub struct ShutdownSignal {
+    fired: Cell<bool>,
+    event: Event,
+}
+
+impl ShutdownSignal {
+    pub fn fire(&self) {
+        self.fired.set(true);
+        self.event.notify(usize::MAX);
+    }
+
+    pub async fn wait(&self) {
+        loop {
+            let l = self.event.listen();
+            if self.fired.get() {
+                return;
+            }
+            l.await;
+        }
+    }
+}
+
+/// Process-wide state shared by all shards (atomics only; no locks on the hot path).
+#[derive(Default)]
+pub struct Lifecycle {
+    pub stop: AtomicBool,
+    pub opened: AtomicUsize,
+    pub listening: AtomicUsize,
+    pub drained: AtomicUsize,
+    pub closed: AtomicUsize,
+    pub failed: AtomicBool,
+}
+
+impl Lifecycle {
+    pub fn ready(&self, shards: usize) -> bool {
+        self.listening.load(Ordering::Acquire) == shards && !self.stop.load(Ordering::Acquire)
+    }
+}
+
+/// Waits (without blocking the reactor) until `counter` reaches `n` or the broker
+/// failed to start.
+async fn barrier(counter: &AtomicUsize, n: usize, life: &Lifecycle) -> bool {
+    loop {
+        if life.failed.load(Ordering::Acquire) {
+            return false;
+        }
+        if counter.load(Ordering::Acquire) >= n {
+            return true;
+        }
+        glommio::timer::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+pub fn run(config: BrokerConfig, life: Arc<Lifecycle>) -> anyhow::Result<()> {
+    crate::kernel::check_and_raise_memlock(config.shards);
+    let metadata = Arc::new(MetadataStore::load(&config.data_dir).with_context(|| {
+        format!(
+            "loading cluster metadata from {}",
+            config.data_dir.display()
+        )
+    })?);
+    let config = Arc::new(config);
+    let shard_config = Arc::new(ShardConfig {
+        data_dir: config.data_dir.clone(),
+        log: config.log.clone(),
+        shard_count: config.shards,
+    });
+    let n = config.shards;
+    let cpus = std::thread::available_parallelism()
+        .map(|c| c.get())
+        .unwrap_or(1);
+    let placement = if n <= cpus {
+        PoolPlacement::MaxSpread(n, None)
+    } else {
+        tracing::warn!(
+            shards = n,
+            cpus,
+            "more shards than CPUs: executors are not pinned"
+        );
+        PoolPlacement::Unbound(n)
+    };
+    let mesh = MeshBuilder::<ShardMessage, _>::full(n, MESH_CHANNEL_CAPACITY);
+    let handles = LocalExecutorPoolBuilder::new(placement)
+        .name("corelog-shard")
+        .on_all_shards({
+            let life = life.clone();
+            move || {
+                let (mesh, config, shard_config, metadata, life) = (
+                    mesh.clone(),
+                    config.clone(),
+                    shard_config.clone(),
+                    metadata.clone(),
+                    life.clone(),
+                );
+                async move {
+                    let result =
+                        shard_main(mesh, config, shard_config, metadata, life.clone()).await;
+                    if let Err(e) = &result {
+                        tracing::error!(error = %format!("{e:#}"), "shard failed");
+                        life.failed.store(true, Ordering::Release);
+                    }
+                    result
+                }
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))
+        .context(crate::kernel::IO_URING_HINT)?;
+    let mut first_error = None;
+    for r in handles.join_all() {
+        match r {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            Err(e) => {
+                first_error.get_or_insert(anyhow::anyhow!("shard executor: {e}"));
+            }
+        }
+    }
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(()),
+    }
+}
+
+async fn shard_main(
+    mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
+    config: Arc<BrokerConfig>,
+    shard_config: Arc<ShardConfig>,
+    metadata: Arc<MetadataStore>,
+    life: Arc<Lifecycle>,
+) -> anyhow::Result<()> {
+    let n = config.shards;
+    let (senders, mut receivers) = mesh
+        .join()
+        .await
+        .map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
+    let id = senders.peer_id();
+    let shard = Shard::new(id, shard_config, metadata, senders);
+    for (_, rx) in receivers.streams() {
+        let shard = shard.clone();
+        glommio::spawn_local(async move {
+            while let Some(msg) = rx.recv().await {
+                glommio::spawn_local(shard.clone().handle(msg)).detach();
+            }
+        })
+        .detach();
+    }
+    if let Err(e) = shard.open_owned_partitions().await {
+        life.failed.store(true, Ordering::Release);
+        anyhow::bail!("shard {id}: opening partitions: {e}");
+    }
+    tracing::debug!(
+        shard = id,
+        partitions = shard.open_partition_count(),
+        "partitions open"
+    );
+    life.opened.fetch_add(1, Ordering::AcqRel);
+    if !barrier(&life.opened, n, &life).await {
+        return Ok(());
+    }
+
+    let listener = TcpListener::bind(config.listen)
+        .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;
+    let ctx = Rc::new(Ctx {
+        shard: shard.clone(),
+        config: config.clone(),
+    });
+    let shutdown = Rc::new(ShutdownSignal::default());
+    {
+        // Turn the process-wide stop flag into this shard's signal.
+        let (life, shutdown) = (life.clone(), shutdown.clone());
+        glommio::spawn_local(async move {
+            while !life.stop.load(Ordering::Acquire) && !life.failed.load(Ordering::Acquire) {
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            shutdown.fire();
+        })
+        .detach();
+    }
+    life.listening.fetch_add(1, Ordering::AcqRel);
+    if id == 0 {
+        tracing::info!(listen = %config.listen, shards = n, data_dir = %config.data_dir.display(), "corelog is serving");
+    }
+    crate::net::listener::accept_loop(ctx, listener, shutdown).await;
+
+    life.drained.fetch_add(1, Ordering::AcqRel);
+    barrier(&life.drained, n, &life).await;
+    shard.close_all().await;
+    life.closed.fetch_add(1, Ordering::AcqRel);
+    barrier(&life.closed, n, &life).await;
+    tracing::debug!(shard = id, "shard stopped");
+    Ok(())
+}
