@@ -112,6 +112,48 @@ fn storage_err(path: &Path, e: impl std::fmt::Display) -> StorageError {
     StorageError::new(path.display(), e)
 }
 
+/// Makes sure glommio has probed the device under `dir` for polled I/O with a file that
+/// holds data, before any empty file is opened there.
+///
+/// glommio 0.9 decides once per block device, on the first O_DIRECT open, whether reads
+/// may use its polled (IOPOLL) ring, by reading one block of *that* file. If the file is
+/// empty the kernel answers that read without touching the device, the probe wrongly
+/// concludes "polled I/O works", and every later direct read on that device fails with
+/// EOPNOTSUPP on devices without poll queues (virtio here). A fresh partition's first open
+/// is an empty segment, so we open a one-block file of our own first.
+/// See kernel-notes.md "O_DIRECT".
+async fn ensure_io_probe(dir: &Path) -> Result<(), StorageError> {
+    thread_local! {
+        static PROBED: std::cell::RefCell<std::collections::HashSet<u64>> = Default::default();
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir).map_err(|e| storage_err(dir, e))?.dev();
+    if PROBED.with(|p| p.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let probe = dir.join(".io-probe");
+    std::fs::write(&probe, [0u8; 4096]).map_err(|e| storage_err(&probe, e))?;
+    let file = OpenOptions::new()
+        .read(true)
+        .dma_open(&probe)
+        .await
+        .map_err(|e| storage_err(&probe, e))?;
+    let _ = file.close().await;
+    let _ = std::fs::remove_file(&probe);
+    PROBED.with(|p| p.borrow_mut().insert(dev));
+    Ok(())
+}
+
+/// Opens an existing file for direct-I/O reads (and the truncation of a torn tail).
+async fn open_existing(path: &Path) -> Result<DmaFile, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .dma_open(path)
+        .await
+        .map_err(|e| storage_err(path, e))
+}
+
 async fn open_rw(path: &Path) -> Result<DmaFile, StorageError> {
     OpenOptions::new()
         .read(true)
@@ -138,6 +180,7 @@ impl PartitionLog {
     pub async fn open(dir: PathBuf, config: LogConfig) -> Result<Rc<PartitionLog>, StorageError> {
         // Directory creation is a rare metadata operation; std's call is fine here.
         std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
+        ensure_io_probe(&dir).await?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(&dir).map_err(|e| storage_err(&dir, e))? {
             let entry = entry.map_err(|e| storage_err(&dir, e))?;
@@ -191,9 +234,7 @@ impl PartitionLog {
 
     async fn open_sealed(dir: &Path, base: i64, next_base: i64) -> Result<Segment, StorageError> {
         let log_path = segment::file_path(dir, base, LOG_SUFFIX);
-        let file = DmaFile::open(&log_path)
-            .await
-            .map_err(|e| storage_err(&log_path, e))?;
+        let file = open_existing(&log_path).await?;
         let size = file
             .file_size()
             .await
@@ -220,9 +261,7 @@ impl PartitionLog {
         if !path.exists() {
             return Ok(OffsetIndex::new(base));
         }
-        let file = DmaFile::open(&path)
-            .await
-            .map_err(|e| storage_err(&path, e))?;
+        let file = open_existing(&path).await?;
         let bytes = read_whole(&file, &path).await?;
         let _ = file.close().await;
         Ok(OffsetIndex::decode(base, &bytes, log_len))
@@ -237,9 +276,7 @@ impl PartitionLog {
         if !path.exists() {
             return Ok(TimeIndex::new(base));
         }
-        let file = DmaFile::open(&path)
-            .await
-            .map_err(|e| storage_err(&path, e))?;
+        let file = open_existing(&path).await?;
         let bytes = read_whole(&file, &path).await?;
         let _ = file.close().await;
         Ok(TimeIndex::decode(base, &bytes, next_offset))

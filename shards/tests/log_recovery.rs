@@ -1,0 +1,194 @@
+//! Partition log on real files: append/read, segment rolls, restart, and recovery from a
+//! torn tail and a damaged index.
+
+mod common;
+
+use common::*;
+use shards::log::batch::{self};
+use shards::log::{AckLevel, PartitionLog, ReadError};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::Path;
+
+async fn append_acked(log: &PartitionLog, bytes: &[u8]) -> i64 {
+    let t = log.append(bytes, 0).expect("append");
+    log.wait(t, AckLevel::All).await.expect("ack");
+    t.base_offset
+}
+
+fn seg_files(dir: &Path, suffix: &str) -> Vec<std::path::PathBuf> {
+    let mut v: Vec<_> = std::fs::read_dir(dir)
+        .expect("dir")
+        .map(|e| e.expect("entry").path())
+        .filter(|p| p.extension().and_then(|e| e.to_str()) == Some(suffix))
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn append_read_and_fetch_from_inside_a_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1 << 20)).await.expect("open");
+        assert_eq!(append_acked(&log, &batch(1, 5, 10, 1000)).await, 0);
+        assert_eq!(append_acked(&log, &batch(2, 3, 10, 2000)).await, 5);
+        assert_eq!(log.high_watermark(), 8);
+        // Offset 6 is inside the second batch: the whole batch comes back.
+        let r = log.read(6, 1 << 20).await.expect("read");
+        let h = headers(&r.records);
+        assert_eq!(h.len(), 1);
+        assert_eq!(h[0].base_offset, 5);
+        assert_eq!(h[0].last_offset(), 7);
+        // Served bytes are valid batches (pair assertion with the write path).
+        batch::validate(&r.records, usize::MAX).expect("valid batch");
+        // At the high watermark: empty; beyond: out of range.
+        assert!(log.read(8, 1024).await.expect("read").records.is_empty());
+        assert!(matches!(log.read(9, 1024).await, Err(ReadError::OffsetOutOfRange { .. })));
+        log.close().await;
+    });
+}
+
+#[test]
+fn rolls_segments_and_survives_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p2 = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p2.clone(), small_config(8192)).await.expect("open");
+        for i in 0..40u32 {
+            append_acked(&log, &batch(i, 4, 400, 10_000 + i64::from(i) * 10)).await;
+        }
+        assert!(log.segment_count() > 3, "small segments must roll");
+        log.close().await;
+        let log = PartitionLog::open(p2, small_config(8192)).await.expect("reopen");
+        assert_eq!(log.high_watermark(), 160);
+        // Every offset reads back as the batch that contains it, across segments.
+        let mut offset = 0;
+        while offset < 160 {
+            let r = log.read(offset, 1).await.expect("read");
+            let h = headers(&r.records);
+            assert_eq!(h.len(), 1, "max_bytes 1 still returns one whole batch");
+            assert_eq!(h[0].base_offset, offset);
+            offset = h[0].last_offset() + 1;
+        }
+        // By timestamp: batch i holds offsets 4i..4i+3 stamped 10_000 + 10i + 0..3.
+        assert_eq!(log.offset_for_timestamp(10_052).await.expect("ts"), Some((22, 10_052)));
+        assert_eq!(log.offset_for_timestamp(10_000).await.expect("ts"), Some((0, 10_000)));
+        assert_eq!(log.offset_for_timestamp(99_999).await.expect("ts"), None);
+        // Appends continue after restart with the next offset.
+        assert_eq!(append_acked(&log, &batch(99, 1, 10, 50_000)).await, 160);
+        log.close().await;
+    });
+    assert!(seg_files(&path, "log").len() > 3);
+}
+
+#[test]
+fn torn_tail_is_truncated_and_acknowledged_data_kept() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("open");
+        for i in 0..10u32 {
+            append_acked(&log, &batch(i, 3, 50, 1000)).await;
+        }
+        log.close().await;
+    });
+    // Simulate a crash mid-write: a partial batch after the valid end, then garbage.
+    let log_file = seg_files(&path, "log").pop().expect("a segment");
+    let valid_len = std::fs::metadata(&log_file).expect("meta").len();
+    let next = batch(77, 3, 50, 1000);
+    let mut f = std::fs::OpenOptions::new().write(true).open(&log_file).expect("open");
+    f.seek(SeekFrom::Start(valid_len)).expect("seek");
+    f.write_all(&next[..next.len() / 2]).expect("write");
+    f.write_all(&[0xAB; 333]).expect("write");
+    f.sync_all().expect("sync");
+    drop(f);
+    let p = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("reopen");
+        assert_eq!(log.high_watermark(), 30, "the torn batch is not part of the log");
+        let r = log.read(27, 1 << 20).await.expect("read");
+        assert_eq!(headers(&r.records)[0].base_offset, 27);
+        assert_eq!(append_acked(&log, &batch(8, 2, 50, 1000)).await, 30);
+        let r = log.read(30, 1 << 20).await.expect("read");
+        assert_eq!(headers(&r.records)[0].base_offset, 30);
+        log.close().await;
+    });
+    assert_eq!(
+        std::fs::metadata(&log_file).expect("meta").len(),
+        valid_len + batch(8, 2, 50, 1000).len() as u64,
+        "the garbage is gone and the new batch follows the valid end"
+    );
+}
+
+#[test]
+fn corrupt_crc_in_the_tail_ends_the_log_there() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("open");
+        for i in 0..4u32 {
+            append_acked(&log, &batch(i, 2, 20, 1000)).await;
+        }
+        log.close().await;
+    });
+    let log_file = seg_files(&path, "log").pop().expect("a segment");
+    let len = std::fs::metadata(&log_file).expect("meta").len();
+    let one = batch(0, 2, 20, 1000).len() as u64;
+    // Flip a byte in the last batch's records (covered by the CRC).
+    let mut f = std::fs::OpenOptions::new().write(true).open(&log_file).expect("open");
+    f.seek(SeekFrom::Start(len - 5)).expect("seek");
+    f.write_all(&[0x5A]).expect("write");
+    drop(f);
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1 << 20)).await.expect("reopen");
+        assert_eq!(log.high_watermark(), 6);
+        log.close().await;
+    });
+    assert_eq!(std::fs::metadata(&log_file).expect("meta").len(), len - one);
+}
+
+#[test]
+fn truncated_or_garbage_index_is_rebuilt() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("open");
+        for i in 0..50u32 {
+            append_acked(&log, &batch(i, 2, 100, 1000)).await;
+        }
+        log.close().await;
+    });
+    let index = seg_files(&path, "index").pop().expect("index");
+    let full = std::fs::read(&index).expect("read");
+    assert!(full.len() >= 16, "the index has entries");
+    for damage in 0..3 {
+        match damage {
+            // Cut mid-entry.
+            0 => std::fs::write(&index, &full[..full.len() / 2 + 3]).expect("write"),
+            // An entry pointing past the end of the log.
+            1 => {
+                let mut bad = full.clone();
+                bad.extend_from_slice(&[0, 0, 0xff, 0xff, 0x7f, 0xff, 0xff, 0xff]);
+                std::fs::write(&index, &bad).expect("write");
+            }
+            // Gone entirely.
+            _ => std::fs::remove_file(&index).expect("rm"),
+        }
+        let p = path.clone();
+        run(move || async move {
+            let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("reopen");
+            assert_eq!(log.high_watermark(), 100);
+            for offset in [0, 1, 37, 98, 99] {
+                let r = log.read(offset, 1).await.expect("read");
+                let h = headers(&r.records);
+                assert!(h[0].base_offset <= offset && offset <= h[0].last_offset());
+            }
+            log.close().await;
+        });
+    }
+}
