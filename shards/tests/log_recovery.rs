@@ -30,7 +30,9 @@ fn append_read_and_fetch_from_inside_a_batch() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20)).await.expect("open");
+        let log = PartitionLog::open(path, small_config(1 << 20))
+            .await
+            .expect("open");
         assert_eq!(append_acked(&log, &batch(1, 5, 10, 1000)).await, 0);
         assert_eq!(append_acked(&log, &batch(2, 3, 10, 2000)).await, 5);
         assert_eq!(log.high_watermark(), 8);
@@ -44,7 +46,10 @@ fn append_read_and_fetch_from_inside_a_batch() {
         batch::validate(&r.records, usize::MAX).expect("valid batch");
         // At the high watermark: empty; beyond: out of range.
         assert!(log.read(8, 1024).await.expect("read").records.is_empty());
-        assert!(matches!(log.read(9, 1024).await, Err(ReadError::OffsetOutOfRange { .. })));
+        assert!(matches!(
+            log.read(9, 1024).await,
+            Err(ReadError::OffsetOutOfRange { .. })
+        ));
         log.close().await;
     });
 }
@@ -55,13 +60,17 @@ fn rolls_segments_and_survives_restart() {
     let path = dir.path().join("t-0");
     let p2 = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p2.clone(), small_config(8192)).await.expect("open");
+        let log = PartitionLog::open(p2.clone(), small_config(8192))
+            .await
+            .expect("open");
         for i in 0..40u32 {
             append_acked(&log, &batch(i, 4, 400, 10_000 + i64::from(i) * 10)).await;
         }
         assert!(log.segment_count() > 3, "small segments must roll");
         log.close().await;
-        let log = PartitionLog::open(p2, small_config(8192)).await.expect("reopen");
+        let log = PartitionLog::open(p2, small_config(8192))
+            .await
+            .expect("reopen");
         assert_eq!(log.high_watermark(), 160);
         // Every offset reads back as the batch that contains it, across segments.
         let mut offset = 0;
@@ -73,8 +82,14 @@ fn rolls_segments_and_survives_restart() {
             offset = h[0].last_offset() + 1;
         }
         // By timestamp: batch i holds offsets 4i..4i+3 stamped 10_000 + 10i + 0..3.
-        assert_eq!(log.offset_for_timestamp(10_052).await.expect("ts"), Some((22, 10_052)));
-        assert_eq!(log.offset_for_timestamp(10_000).await.expect("ts"), Some((0, 10_000)));
+        assert_eq!(
+            log.offset_for_timestamp(10_052).await.expect("ts"),
+            Some((22, 10_052))
+        );
+        assert_eq!(
+            log.offset_for_timestamp(10_000).await.expect("ts"),
+            Some((0, 10_000))
+        );
         assert_eq!(log.offset_for_timestamp(99_999).await.expect("ts"), None);
         // Appends continue after restart with the next offset.
         assert_eq!(append_acked(&log, &batch(99, 1, 10, 50_000)).await, 160);
@@ -89,7 +104,9 @@ fn torn_tail_is_truncated_and_acknowledged_data_kept() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("open");
+        let log = PartitionLog::open(p, small_config(1 << 20))
+            .await
+            .expect("open");
         for i in 0..10u32 {
             append_acked(&log, &batch(i, 3, 50, 1000)).await;
         }
@@ -99,7 +116,10 @@ fn torn_tail_is_truncated_and_acknowledged_data_kept() {
     let log_file = seg_files(&path, "log").pop().expect("a segment");
     let valid_len = std::fs::metadata(&log_file).expect("meta").len();
     let next = batch(77, 3, 50, 1000);
-    let mut f = std::fs::OpenOptions::new().write(true).open(&log_file).expect("open");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log_file)
+        .expect("open");
     f.seek(SeekFrom::Start(valid_len)).expect("seek");
     f.write_all(&next[..next.len() / 2]).expect("write");
     f.write_all(&[0xAB; 333]).expect("write");
@@ -107,8 +127,14 @@ fn torn_tail_is_truncated_and_acknowledged_data_kept() {
     drop(f);
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("reopen");
-        assert_eq!(log.high_watermark(), 30, "the torn batch is not part of the log");
+        let log = PartitionLog::open(p, small_config(1 << 20))
+            .await
+            .expect("reopen");
+        assert_eq!(
+            log.high_watermark(),
+            30,
+            "the torn batch is not part of the log"
+        );
         let r = log.read(27, 1 << 20).await.expect("read");
         assert_eq!(headers(&r.records)[0].base_offset, 27);
         assert_eq!(append_acked(&log, &batch(8, 2, 50, 1000)).await, 30);
@@ -129,7 +155,9 @@ fn corrupt_crc_in_the_tail_ends_the_log_there() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("open");
+        let log = PartitionLog::open(p, small_config(1 << 20))
+            .await
+            .expect("open");
         for i in 0..4u32 {
             append_acked(&log, &batch(i, 2, 20, 1000)).await;
         }
@@ -139,12 +167,17 @@ fn corrupt_crc_in_the_tail_ends_the_log_there() {
     let len = std::fs::metadata(&log_file).expect("meta").len();
     let one = batch(0, 2, 20, 1000).len() as u64;
     // Flip a byte in the last batch's records (covered by the CRC).
-    let mut f = std::fs::OpenOptions::new().write(true).open(&log_file).expect("open");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&log_file)
+        .expect("open");
     f.seek(SeekFrom::Start(len - 5)).expect("seek");
     f.write_all(&[0x5A]).expect("write");
     drop(f);
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20)).await.expect("reopen");
+        let log = PartitionLog::open(path, small_config(1 << 20))
+            .await
+            .expect("reopen");
         assert_eq!(log.high_watermark(), 6);
         log.close().await;
     });
@@ -157,7 +190,9 @@ fn truncated_or_garbage_index_is_rebuilt() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("open");
+        let log = PartitionLog::open(p, small_config(1 << 20))
+            .await
+            .expect("open");
         for i in 0..50u32 {
             append_acked(&log, &batch(i, 2, 100, 1000)).await;
         }
@@ -181,7 +216,9 @@ fn truncated_or_garbage_index_is_rebuilt() {
         }
         let p = path.clone();
         run(move || async move {
-            let log = PartitionLog::open(p, small_config(1 << 20)).await.expect("reopen");
+            let log = PartitionLog::open(p, small_config(1 << 20))
+                .await
+                .expect("reopen");
             assert_eq!(log.high_watermark(), 100);
             for offset in [0, 1, 37, 98, 99] {
                 let r = log.read(offset, 1).await.expect("read");

@@ -127,7 +127,9 @@ async fn ensure_io_probe(dir: &Path) -> Result<(), StorageError> {
         static PROBED: std::cell::RefCell<std::collections::HashSet<u64>> = Default::default();
     }
     use std::os::unix::fs::MetadataExt;
-    let dev = std::fs::metadata(dir).map_err(|e| storage_err(dir, e))?.dev();
+    let dev = std::fs::metadata(dir)
+        .map_err(|e| storage_err(dir, e))?
+        .dev();
     if PROBED.with(|p| p.borrow().contains(&dev)) {
         return Ok(());
     }
