@@ -24,6 +24,16 @@ pub const SHUTDOWN_DRAIN_MS: u64 = 5_000;
 /// days.
 pub const FETCH_MAX_WAIT_MS_MAX: u64 = 30_000;
 
+/// Most bytes one partition contributes to one fetch response, whatever the client asks
+/// (a hostile `partition_max_bytes` of 2 GiB must not make the broker read a whole
+/// segment into memory). At least one whole batch is still always returned.
+pub const FETCH_PARTITION_BYTES_MAX: usize = 8 * 1024 * 1024;
+
+/// Most bytes of records in one fetch response (Kafka's `fetch.max.bytes` default is
+/// 50 MiB).
+pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+const _: () = assert!(FETCH_PARTITION_BYTES_MAX <= FETCH_RESPONSE_BYTES_MAX);
 const _: () = assert!(MESSAGE_MAX_BYTES < SOCKET_REQUEST_MAX_BYTES);
 const _: () = assert!(
     INFLIGHT_REQUESTS_PER_CONNECTION_MAX >= 5,

@@ -12,7 +12,7 @@
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
-use crate::limits::FETCH_MAX_WAIT_MS_MAX;
+use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -41,7 +41,8 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
     let max_bytes = usize::try_from(req.max_bytes)
         .ok()
         .filter(|m| *m > 0)
-        .unwrap_or(i32::MAX as usize);
+        .unwrap_or(FETCH_RESPONSE_BYTES_MAX)
+        .min(FETCH_RESPONSE_BYTES_MAX);
     let meta = ctx.shard.metadata.snapshot();
 
     let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
@@ -68,7 +69,9 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
                         partition: p.partition,
                     },
                     offset: p.fetch_offset,
-                    max_bytes: usize::try_from(p.partition_max_bytes).unwrap_or(0).max(1),
+                    max_bytes: usize::try_from(p.partition_max_bytes)
+                        .unwrap_or(0)
+                        .clamp(1, FETCH_PARTITION_BYTES_MAX),
                 });
             }
             parts.push(out);
