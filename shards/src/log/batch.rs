@@ -619,12 +619,15 @@ mod tests {
         let mut buf = sample();
         set_base_offset(&mut buf, 1000);
         set_partition_leader_epoch(&mut buf, 9);
-        let h = BatchHeader::parse(&buf).unwrap();
+        let h = BatchHeader::parse(&buf).expect("test data is valid");
         assert_eq!(h.base_offset, 1000);
         assert_eq!(h.batch_length as usize, buf.len() - LOG_OVERHEAD);
         assert_eq!(h.partition_leader_epoch, 9);
         assert_eq!(h.magic, 2);
-        assert_eq!(h.crc, u32::from_be_bytes(buf[17..21].try_into().unwrap()));
+        assert_eq!(
+            h.crc,
+            u32::from_be_bytes(buf[17..21].try_into().expect("test data is valid"))
+        );
         assert_eq!(h.attributes, 0);
         assert_eq!(h.last_offset_delta, 2);
         assert_eq!(h.base_timestamp, 1_700_000_000_000);
@@ -658,7 +661,7 @@ mod tests {
 
     #[test]
     fn attribute_bits() {
-        let mut h = BatchHeader::parse(&sample()).unwrap();
+        let mut h = BatchHeader::parse(&sample()).expect("test data is valid");
         assert_eq!(h.compression(), Ok(Compression::None));
         assert!(!h.is_log_append_time() && !h.is_transactional() && !h.is_control());
         h.attributes = 0b0011_1011;
@@ -685,8 +688,8 @@ mod tests {
     #[test]
     fn validate_accepts_built_batch() {
         let buf = sample();
-        let h = validate(&buf, MAX).unwrap();
-        assert_eq!(h, BatchHeader::parse(&buf).unwrap());
+        let h = validate(&buf, MAX).expect("test data is valid");
+        assert_eq!(h, BatchHeader::parse(&buf).expect("test data is valid"));
         assert_eq!(validate(&buf, buf.len()), Ok(h));
     }
 
@@ -725,7 +728,7 @@ mod tests {
     #[test]
     fn validate_reports_crc_mismatch() {
         let mut buf = sample();
-        let expected = BatchHeader::parse(&buf).unwrap().crc;
+        let expected = BatchHeader::parse(&buf).expect("test data is valid").crc;
         let last = buf.len() - 1;
         buf[last] ^= 0x01;
         let actual = crc32c::crc32c(&buf[CRC_START..]);
@@ -771,7 +774,9 @@ mod tests {
         buf[22] |= 0x01;
         fix_crc(&mut buf);
         assert_eq!(
-            validate(&buf, MAX).unwrap().compression(),
+            validate(&buf, MAX)
+                .expect("test data is valid")
+                .compression(),
             Ok(Compression::Gzip)
         );
         // The same bytes uncompressed are rejected.
@@ -926,7 +931,7 @@ mod tests {
         let mut buf = sample();
         set_base_offset(&mut buf, i64::MAX - 10);
         set_partition_leader_epoch(&mut buf, 77);
-        let h = validate(&buf, MAX).unwrap();
+        let h = validate(&buf, MAX).expect("test data is valid");
         assert_eq!(h.base_offset, i64::MAX - 10);
         assert_eq!(h.partition_leader_epoch, 77);
         assert_eq!(h.last_offset(), i64::MAX - 8);
@@ -948,8 +953,8 @@ mod tests {
         buf.extend_from_slice(&b);
         let got: Vec<_> = batches(&buf).collect();
         assert_eq!(got.len(), 2);
-        let (ha, ra) = got[0].clone().unwrap();
-        let (hb, rb) = got[1].clone().unwrap();
+        let (ha, ra) = got[0].clone().expect("test data is valid");
+        let (hb, rb) = got[1].clone().expect("test data is valid");
         assert_eq!(ra, 0..a.len());
         assert_eq!(rb, a.len()..buf.len());
         assert_eq!(ha.record_count, 3);
@@ -964,7 +969,7 @@ mod tests {
         let mut buf = a.clone();
         buf.extend_from_slice(&a[..a.len() - 1]);
         let mut it = batches(&buf);
-        assert!(it.next().unwrap().is_ok());
+        assert!(it.next().expect("test data is valid").is_ok());
         assert_eq!(it.next(), Some(Err(BatchError::Truncated)));
         assert_eq!(it.position(), a.len());
         assert_eq!(it.next(), None);
@@ -985,7 +990,7 @@ mod tests {
         let mut buf = a.clone();
         buf.extend_from_slice(&[0u8; 4096]);
         let mut it = batches(&buf);
-        assert!(it.next().unwrap().is_ok());
+        assert!(it.next().expect("test data is valid").is_ok());
         assert_eq!(it.next(), Some(Err(BatchError::InvalidLength)));
         assert_eq!(it.position(), a.len());
         assert_eq!(it.next(), None);
@@ -993,7 +998,7 @@ mod tests {
         let mut buf = a.clone();
         buf.extend_from_slice(&[0u8; 30]);
         let mut it = batches(&buf);
-        assert!(it.next().unwrap().is_ok());
+        assert!(it.next().expect("test data is valid").is_ok());
         assert_eq!(it.next(), Some(Err(BatchError::InvalidLength)));
     }
 }

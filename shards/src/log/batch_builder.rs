@@ -253,14 +253,14 @@ mod tests {
         assert_eq!(b.len(), 3);
         assert!(!b.is_empty());
         let buf = b.build();
-        let h = validate(&buf, MAX).unwrap();
+        let h = validate(&buf, MAX).expect("test data is valid");
         assert_eq!(h.record_count, 3);
     }
 
     #[test]
     fn header_fields_round_trip() {
         let buf = sample().build();
-        let h = BatchHeader::parse(&buf).unwrap();
+        let h = BatchHeader::parse(&buf).expect("test data is valid");
         assert_eq!(
             h,
             BatchHeader {
@@ -285,7 +285,7 @@ mod tests {
     fn defaults_are_non_idempotent() {
         let mut b = BatchBuilder::new(-1);
         b.push(&kv(b"", b"", -10));
-        let h = validate(&b.build(), MAX).unwrap();
+        let h = validate(&b.build(), MAX).expect("test data is valid");
         assert_eq!(
             (h.producer_id, h.producer_epoch, h.base_sequence),
             (-1, -1, -1)
@@ -356,7 +356,7 @@ mod tests {
         for i in 0..1000 {
             b.push(&kv(b"key", &value, i));
         }
-        let h = validate(&b.build(), MAX).unwrap();
+        let h = validate(&b.build(), MAX).expect("test data is valid");
         assert_eq!(h.record_count, 1000);
         assert_eq!(h.last_offset_delta, 999);
         assert_eq!(h.max_timestamp, 999);

@@ -369,11 +369,10 @@ impl PartitionLog {
     }
 
     fn needs_sync(&self, level: AckLevel) -> bool {
-        match (self.config.durability, level) {
-            (Durability::Always, _) => true,
-            (Durability::AckAll, AckLevel::All) => true,
-            _ => false,
-        }
+        matches!(
+            (self.config.durability, level),
+            (Durability::Always, _) | (Durability::AckAll, AckLevel::All)
+        )
     }
 
     /// Waits until the appended batches are acknowledged at `level`.

@@ -9,6 +9,7 @@
 //! sessions (KIP-227) are not kept: the response's session id 0 tells clients to send
 //! full fetches, which every client supports.
 
+use super::fan_out::PerShard;
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
@@ -153,41 +154,29 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
 
 /// Reads every wanted partition on its owning shard; outputs are in `wanted` order.
 async fn read_round(ctx: &Ctx, wanted: &[Wanted]) -> Vec<FetchOutput> {
-    let mut per_shard: Vec<Vec<(usize, FetchInput)>> =
-        (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    let mut per_shard = PerShard::new(ctx.shard.shard_count());
     for (i, w) in wanted.iter().enumerate() {
-        if let Some(list) = per_shard.get_mut(ctx.shard.owner_of(&w.tp.topic, w.tp.partition)) {
-            list.push((
-                i,
-                FetchInput {
-                    tp: w.tp.clone(),
-                    offset: w.offset,
-                    max_bytes: w.max_bytes,
-                },
-            ));
-        }
+        let input = FetchInput {
+            tp: w.tp.clone(),
+            offset: w.offset,
+            max_bytes: w.max_bytes,
+        };
+        per_shard.push(
+            ctx.shard.owner_of(&w.tp.topic, w.tp.partition),
+            (i, 0),
+            input,
+        );
     }
-    let calls = per_shard
-        .into_iter()
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .map(|(target, list)| {
-            let (indexes, inputs): (Vec<usize>, Vec<FetchInput>) = list.into_iter().unzip();
-            let (tx, rx) = oneshot::channel();
-            let msg = ShardMessage::Fetch {
-                partitions: inputs,
-                reply: tx,
-            };
-            let shard = ctx.shard.clone();
-            async move { (indexes, shard.call(target, msg, rx).await) }
-        });
     let mut outputs: Vec<Option<FetchOutput>> = (0..wanted.len()).map(|_| None).collect();
-    for (indexes, result) in futures::future::join_all(calls).await {
-        let result = result.unwrap_or_default();
-        for (i, o) in indexes.into_iter().zip(result) {
-            if let Some(slot) = outputs.get_mut(i) {
-                *slot = Some(o);
-            }
+    let answers = per_shard
+        .call(&ctx.shard, |partitions, reply| ShardMessage::Fetch {
+            partitions,
+            reply,
+        })
+        .await;
+    for ((i, _), answer) in answers {
+        if let Some(slot) = outputs.get_mut(i) {
+            *slot = answer;
         }
     }
     outputs

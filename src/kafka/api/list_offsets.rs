@@ -1,10 +1,10 @@
 //! ListOffsets (v1–v6): earliest (-2), latest (-1, the high watermark) and by timestamp.
 
+use super::fan_out::PerShard;
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
-use futures::channel::oneshot;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
@@ -17,8 +17,7 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
     let req: ListOffsetsRequest = decode_body(frame)?;
     let meta = ctx.shard.metadata.snapshot();
     let mut slots: Vec<Vec<ListOffsetsPartitionResponse>> = Vec::with_capacity(req.topics.len());
-    let mut per_shard: Vec<Vec<(usize, usize, (TopicPartition, i64))>> =
-        (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    let mut per_shard = PerShard::new(ctx.shard.shard_count());
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.name.0.as_str();
         let topic: Arc<str> = name.into();
@@ -36,48 +35,35 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
             } else if p.timestamp < -2 {
                 // -3 (max timestamp, v7) and below are not part of the versions we serve.
                 out.error_code = ResponseError::UnsupportedVersion.code();
-            } else if let Some(list) =
-                per_shard.get_mut(ctx.shard.owner_of(name, p.partition_index))
-            {
+            } else {
                 let tp = TopicPartition {
                     topic: topic.clone(),
                     partition: p.partition_index,
                 };
-                list.push((ti, pi, (tp, p.timestamp)));
+                let owner = ctx.shard.owner_of(name, p.partition_index);
+                per_shard.push(owner, (ti, pi), (tp, p.timestamp));
             }
             parts.push(out);
         }
         slots.push(parts);
     }
-    let calls = per_shard
-        .into_iter()
-        .enumerate()
-        .filter(|(_, l)| !l.is_empty())
-        .map(|(target, list)| {
-            let (positions, inputs): (Vec<(usize, usize)>, Vec<(TopicPartition, i64)>) =
-                list.into_iter().map(|(ti, pi, x)| ((ti, pi), x)).unzip();
-            let (tx, rx) = oneshot::channel();
-            let msg = ShardMessage::ListOffsets {
-                partitions: inputs,
-                reply: tx,
-            };
-            let shard = ctx.shard.clone();
-            async move { (positions, shard.call(target, msg, rx).await) }
-        });
-    for (positions, outputs) in futures::future::join_all(calls).await {
-        let outputs = outputs.unwrap_or_default();
-        for (i, (ti, pi)) in positions.into_iter().enumerate() {
-            let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
-                continue;
-            };
-            match outputs.get(i).map(|o| &o.result) {
-                Some(Ok((offset, ts))) => {
-                    slot.offset = *offset;
-                    slot.timestamp = *ts;
-                }
-                Some(Err(e)) => slot.error_code = error_code::partition(e).code(),
-                None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
+    let answers = per_shard
+        .call(&ctx.shard, |partitions, reply| ShardMessage::ListOffsets {
+            partitions,
+            reply,
+        })
+        .await;
+    for ((ti, pi), answer) in answers {
+        let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
+            continue;
+        };
+        match answer.map(|o| o.result) {
+            Some(Ok((offset, ts))) => {
+                slot.offset = offset;
+                slot.timestamp = ts;
             }
+            Some(Err(e)) => slot.error_code = error_code::partition(&e).code(),
+            None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
         }
     }
     let mut body = ListOffsetsResponse::default();

@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod api_versions;
+pub mod fan_out;
 pub mod fetch;
 pub mod list_offsets;
 pub mod metadata;

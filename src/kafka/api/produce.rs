@@ -6,11 +6,11 @@
 //! shards in parallel, results put back in request order. acks=0 sends no response.
 
 use super::admin::create_via_controller;
+use super::fan_out::PerShard;
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
-use futures::channel::oneshot;
 use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -46,8 +46,7 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesM
 
     // One response slot per partition, in request order.
     let mut slots: Vec<Vec<PartitionProduceResponse>> = Vec::with_capacity(req.topic_data.len());
-    let mut per_shard: Vec<Vec<(usize, usize, ProduceInput)>> =
-        (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    let mut per_shard = PerShard::new(ctx.shard.shard_count());
     for (ti, t) in req.topic_data.iter().enumerate() {
         let name = t.name.0.as_str();
         let topic: Arc<str> = name.into();
@@ -71,20 +70,14 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesM
                 }
                 (_, None) => Some(ResponseError::CorruptMessage),
                 (Some(_), Some(records)) => {
-                    let owner = ctx.shard.owner_of(name, p.index);
-                    if let Some(list) = per_shard.get_mut(owner) {
-                        list.push((
-                            ti,
-                            pi,
-                            ProduceInput {
-                                tp: TopicPartition {
-                                    topic: topic.clone(),
-                                    partition: p.index,
-                                },
-                                records: records.clone(),
-                            },
-                        ));
-                    }
+                    let input = ProduceInput {
+                        tp: TopicPartition {
+                            topic: topic.clone(),
+                            partition: p.index,
+                        },
+                        records: records.clone(),
+                    };
+                    per_shard.push(ctx.shard.owner_of(name, p.index), (ti, pi), input);
                     None
                 }
             };
@@ -97,46 +90,28 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesM
     }
 
     if let Some(acks) = acks {
-        let calls = per_shard
-            .into_iter()
-            .enumerate()
-            .filter(|(_, l)| !l.is_empty())
-            .map(|(target, list)| {
-                let (positions, inputs): (Vec<(usize, usize)>, Vec<ProduceInput>) = list
-                    .into_iter()
-                    .map(|(ti, pi, input)| ((ti, pi), input))
-                    .unzip();
-                let (tx, rx) = oneshot::channel();
-                let msg = ShardMessage::Produce {
-                    acks,
-                    timeout_ms,
-                    partitions: inputs,
-                    reply: tx,
-                };
-                let shard = ctx.shard.clone();
-                async move { (positions, shard.call(target, msg, rx).await) }
-            });
-        for (positions, outputs) in futures::future::join_all(calls).await {
-            let n = positions.len();
-            let outputs = outputs.unwrap_or_default();
-            for (i, (ti, pi)) in positions.into_iter().enumerate() {
-                let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
-                    continue;
-                };
-                match outputs.get(i).map(|o| &o.result) {
-                    Some(Ok(ack)) => {
-                        slot.base_offset = ack.base_offset;
-                        slot.log_start_offset = ack.log_start_offset;
-                    }
-                    Some(Err(e)) => {
-                        slot.error_code = error_code::partition(e).code();
-                        slot.error_message = Some(StrBytes::from_string(e.to_string()));
-                    }
-                    None => {
-                        debug_assert!(i < n);
-                        slot.error_code = ResponseError::NotLeaderOrFollower.code();
-                    }
+        let answers = per_shard
+            .call(&ctx.shard, |partitions, reply| ShardMessage::Produce {
+                acks,
+                timeout_ms,
+                partitions,
+                reply,
+            })
+            .await;
+        for ((ti, pi), answer) in answers {
+            let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
+                continue;
+            };
+            match answer.map(|o| o.result) {
+                Some(Ok(ack)) => {
+                    slot.base_offset = ack.base_offset;
+                    slot.log_start_offset = ack.log_start_offset;
                 }
+                Some(Err(e)) => {
+                    slot.error_code = error_code::partition(&e).code();
+                    slot.error_message = Some(StrBytes::from_string(e.to_string()));
+                }
+                None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
             }
         }
     }
