@@ -229,3 +229,31 @@ fn truncated_or_garbage_index_is_rebuilt() {
         });
     }
 }
+
+#[test]
+fn one_sync_serves_many_waiting_produces() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1 << 20))
+            .await
+            .expect("open");
+        let tickets: Vec<_> = (0..200u32)
+            .map(|i| log.append(&batch(i, 1, 100, 1000), 0).expect("append"))
+            .collect();
+        let waits = tickets.into_iter().map(|t| log.wait(t, AckLevel::All));
+        for r in futures::future::join_all(waits).await {
+            r.expect("acknowledged");
+        }
+        assert_eq!(log.high_watermark(), 200);
+        let syncs = log.sync_count();
+        assert!(syncs >= 1, "acks=all waited for at least one fdatasync");
+        assert!(syncs <= 10, "group commit: {syncs} syncs for 200 produces");
+        // acks=1 never needs a sync of its own.
+        let before = log.sync_count();
+        let t = log.append(&batch(999, 1, 100, 1000), 0).expect("append");
+        log.wait(t, AckLevel::Leader).await.expect("ack");
+        assert_eq!(log.sync_count(), before);
+        log.close().await;
+    });
+}

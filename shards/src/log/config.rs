@@ -53,7 +53,7 @@ impl Default for LogConfig {
             segment_ms: 7 * 24 * 3600 * 1000,
             index_interval_bytes: 4096,
             max_batch_bytes: 1_048_588,
-            tail_cache_bytes: 4 << 20,
+            tail_cache_bytes: 2 << 20,
             durability: Durability::AckAll,
             flush_interval_ms: 1000,
         }

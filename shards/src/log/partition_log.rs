@@ -6,12 +6,14 @@
 //!    into a buffer of its own, writes base offsets and the leader epoch (outside the
 //!    CRC) and queues it as *pending* — synchronously, so offsets are assigned in the
 //!    order produces reach the shard.
-//! 2. The flusher task takes everything pending, rolls segments where needed, appends the
-//!    bytes to the active segment through the aligned direct-I/O appender, adds sparse
-//!    index entries, writes, and — when a waiter or the durability setting asks for it —
-//!    issues one `fdatasync` for all of them (group commit).
+//! 2. The flusher task takes what is pending (a bounded round), rolls segments where
+//!    needed, appends the bytes to the active segment through the aligned direct-I/O
+//!    appender, adds sparse index entries and writes.
 //! 3. It then publishes the new `written_offset` (the high watermark of a single-node
 //!    broker), moves the batches into the tail cache and wakes every waiter.
+//! 4. The syncer task, beside it, issues one `fdatasync` whenever a waiter or the
+//!    durability setting asks for one; it covers everything written when it was issued
+//!    (group commit), and writes go on while it runs.
 //!
 //! Invariants (asserted where cheap):
 //! `log_start_offset <= synced_offset <= written_offset <= next_offset`; pending entries
@@ -38,6 +40,9 @@ use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::{Duration, Instant};
+
+/// Most bytes one flusher round writes; a larger backlog takes several rounds.
+const FLUSH_ROUND_BYTES_MAX: usize = 8 << 20;
 
 /// Where an append stands once queued; the caller waits on it per its `acks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +85,8 @@ struct LogState {
     sync_wanted: i64,
     pending: VecDeque<Pending>,
     segments: BTreeMap<i64, Segment>,
+    /// The active segment's file: what the syncer syncs.
+    active_file: Rc<DmaFile>,
     tail: TailCache,
     failure: Option<StorageError>,
     closing: bool,
@@ -106,6 +113,10 @@ pub struct PartitionLog {
     progress: Event,
     /// Wakes the flusher.
     work: Event,
+    /// Wakes the syncer.
+    sync_work: Event,
+    /// `fdatasync`s of the active segment issued by the syncer (group-commit metric).
+    syncs: std::cell::Cell<u64>,
 }
 
 fn storage_err(path: &Path, e: impl std::fmt::Display) -> StorageError {
@@ -209,6 +220,7 @@ impl PartitionLog {
         }
         let (active_segment, writer, next_offset) =
             super::recovery::recover_active(&dir, last_base, &config).await?;
+        let active_file = active_segment.file.clone();
         segments.insert(last_base, active_segment);
         let log_start_offset = *bases.first().unwrap_or(&0);
         let log = Rc::new(PartitionLog {
@@ -221,6 +233,7 @@ impl PartitionLog {
                 sync_wanted: next_offset,
                 pending: VecDeque::new(),
                 segments,
+                active_file,
                 tail: TailCache::new(config.tail_cache_bytes),
                 failure: None,
                 closing: false,
@@ -228,9 +241,12 @@ impl PartitionLog {
             }),
             progress: Event::new(),
             work: Event::new(),
+            sync_work: Event::new(),
+            syncs: std::cell::Cell::new(0),
             dir,
         });
         glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
+        glommio::spawn_local(Self::syncer(log.clone())).detach();
         Ok(log)
     }
 
@@ -304,6 +320,11 @@ impl PartitionLog {
 
     pub fn failure(&self) -> Option<StorageError> {
         self.state.borrow().failure.clone()
+    }
+
+    /// How many group-commit `fdatasync`s this log has issued.
+    pub fn sync_count(&self) -> u64 {
+        self.syncs.get()
     }
 
     pub fn segment_count(&self) -> usize {
@@ -382,7 +403,7 @@ impl PartitionLog {
             let mut st = self.state.borrow_mut();
             st.sync_wanted = st.sync_wanted.max(ticket.next_offset);
             drop(st);
-            self.work.notify(1);
+            self.sync_work.notify(1);
         }
         loop {
             let listener = self.progress.listen();
@@ -602,36 +623,24 @@ impl PartitionLog {
 
     // ---- the flusher ------------------------------------------------------------
 
+    /// Writes pending batches, one bounded round at a time, until the log closes.
     async fn flusher(log: Rc<PartitionLog>, mut writer: ActiveWriter) {
-        let interval = Duration::from_millis(log.config.flush_interval_ms.max(1));
-        let mut last_sync = Instant::now();
         loop {
-            // Wait for work: pending data, a sync request, closing, or the interval.
             loop {
                 let listener = log.work.listen();
                 {
                     let st = log.state.borrow();
-                    let dirty = st.written_offset > st.synced_offset;
-                    if !st.pending.is_empty()
-                        || st.sync_wanted > st.synced_offset
-                        || st.closing
-                        || (dirty && last_sync.elapsed() >= interval)
-                    {
+                    if !st.pending.is_empty() || st.closing {
                         break;
                     }
                 }
-                futures_lite::future::or(listener, glommio::timer::sleep(interval)).await;
+                listener.await;
             }
-            let result = log.flush_once(&mut writer, &mut last_sync, interval).await;
-            if let Err(e) = result {
-                tracing::error!(dir = %log.dir.display(), error = %e, "partition log failed; refusing further appends");
-                let mut st = log.state.borrow_mut();
-                st.failure = Some(e);
-                st.closed = true;
-                drop(st);
-                log.progress.notify(usize::MAX);
+            if let Err(e) = log.flush_once(&mut writer).await {
+                log.fail(e);
                 return;
             }
+            log.sync_work.notify(1);
             let (closing, empty) = {
                 let st = log.state.borrow();
                 (st.closing, st.pending.is_empty())
@@ -646,20 +655,88 @@ impl PartitionLog {
                 if let Err(e) = seal.await {
                     tracing::warn!(dir = %log.dir.display(), error = %e, "closing the active segment");
                 }
-                log.state.borrow_mut().closed = true;
+                let mut st = log.state.borrow_mut();
+                st.synced_offset = st.written_offset;
+                st.closed = true;
+                drop(st);
                 log.progress.notify(usize::MAX);
+                log.sync_work.notify(usize::MAX);
                 return;
             }
         }
     }
 
-    async fn flush_once(
-        &self,
-        writer: &mut ActiveWriter,
-        last_sync: &mut Instant,
-        interval: Duration,
-    ) -> Result<(), StorageError> {
-        let batch_list: Vec<Pending> = self.state.borrow_mut().pending.drain(..).collect();
+    /// Group commit: whenever a waiter wants a sync (or the interval has passed with
+    /// unsynced data), one `fdatasync` of the active segment covers everything written
+    /// when it was issued. It runs beside the flusher, so writes — and acks=1 produces —
+    /// never wait behind a sync.
+    async fn syncer(log: Rc<PartitionLog>) {
+        let interval = Duration::from_millis(log.config.flush_interval_ms.max(1));
+        let mut last_sync = Instant::now();
+        loop {
+            let (file, target) = loop {
+                let listener = log.sync_work.listen();
+                {
+                    let st = log.state.borrow();
+                    if st.closed {
+                        return;
+                    }
+                    let dirty = st.written_offset > st.synced_offset;
+                    let wanted = st.sync_wanted > st.synced_offset;
+                    if dirty && (wanted || last_sync.elapsed() >= interval) {
+                        // Read together: every offset below `target` is in this file or
+                        // in a sealed (already synced) segment.
+                        break (st.active_file.clone(), st.written_offset);
+                    }
+                }
+                futures_lite::future::or(listener, glommio::timer::sleep(interval)).await;
+            };
+            if let Err(e) = file.fdatasync().await {
+                log.fail(storage_err(&log.dir, e));
+                return;
+            }
+            last_sync = Instant::now();
+            log.syncs.set(log.syncs.get() + 1);
+            let mut st = log.state.borrow_mut();
+            if target > st.synced_offset {
+                st.synced_offset = target;
+            }
+            assert!(
+                st.synced_offset <= st.written_offset,
+                "nothing is synced before it is written"
+            );
+            drop(st);
+            log.progress.notify(usize::MAX);
+        }
+    }
+
+    fn fail(&self, e: StorageError) {
+        tracing::error!(dir = %self.dir.display(), error = %e, "partition log failed; refusing further appends");
+        let mut st = self.state.borrow_mut();
+        st.failure = Some(e);
+        st.closed = true;
+        drop(st);
+        self.progress.notify(usize::MAX);
+        self.work.notify(usize::MAX);
+        self.sync_work.notify(usize::MAX);
+    }
+
+    async fn flush_once(&self, writer: &mut ActiveWriter) -> Result<(), StorageError> {
+        // Take a bounded round (at least one entry) so one burst never needs one huge
+        // buffer; the rest goes in the next round.
+        let batch_list: Vec<Pending> = {
+            let mut st = self.state.borrow_mut();
+            let mut bytes = 0usize;
+            let mut n = 0usize;
+            for p in st.pending.iter() {
+                if n > 0 && bytes + p.bytes.len() > FLUSH_ROUND_BYTES_MAX {
+                    break;
+                }
+                bytes += p.bytes.len();
+                n += 1;
+            }
+            st.pending.drain(..n).collect()
+        };
         let mut new_index: Vec<(i64, u32)> = Vec::new();
         let mut new_time: Vec<(i64, i64)> = Vec::new();
         let mut pushed_upto = self.state.borrow().written_offset;
@@ -719,16 +796,6 @@ impl PartitionLog {
         self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
             .await?;
 
-        let (sync_needed, target) = {
-            let st = self.state.borrow();
-            let dirty = st.written_offset > st.synced_offset;
-            (
-                st.sync_wanted > st.synced_offset
-                    || (dirty && (st.closing || last_sync.elapsed() >= interval)),
-                st.written_offset,
-            )
-        };
-        // Publish the written batches before syncing so acks=1 waiters are not held.
         {
             let mut st = self.state.borrow_mut();
             for p in batch_list {
@@ -740,19 +807,6 @@ impl PartitionLog {
             }
         }
         self.progress.notify(usize::MAX);
-        if sync_needed {
-            writer
-                .log
-                .sync()
-                .await
-                .map_err(|e| storage_err(&self.dir, e))?;
-            *last_sync = Instant::now();
-            let mut st = self.state.borrow_mut();
-            assert!(target >= st.synced_offset, "synced offset only grows");
-            st.synced_offset = target;
-            drop(st);
-            self.progress.notify(usize::MAX);
-        }
         Ok(())
     }
 
@@ -818,7 +872,10 @@ impl PartitionLog {
         seal.await.map_err(|e| storage_err(dir, e))?;
         let fresh = create_active(dir, new_base).await?;
         let (seg, w) = fresh;
-        self.state.borrow_mut().segments.insert(new_base, seg);
+        let mut st = self.state.borrow_mut();
+        st.active_file = seg.file.clone();
+        st.segments.insert(new_base, seg);
+        drop(st);
         *writer = w;
         tracing::debug!(dir = %dir.display(), base = new_base, "rolled segment");
         Ok(())
