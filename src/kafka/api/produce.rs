@@ -19,6 +19,25 @@ use shards::mesh::{Acks, NewTopic, ProduceInput, ShardMessage, TopicPartition};
 use shards::metadata::validate_topic_name;
 use std::sync::Arc;
 
+/// Produce v3+ carries exactly one RecordBatch v2 per partition (Kafka's
+/// `ProduceRequest.validateRecords`): none, several, or another magic is INVALID_RECORD.
+/// Deeper validation (CRC, sizes, records) happens on the owning shard.
+fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
+    use shards::log::batch::{BatchHeader, CURRENT_MAGIC, LOG_OVERHEAD};
+    let magic_at = LOG_OVERHEAD + 4;
+    match records.get(magic_at) {
+        None => return Err(ResponseError::InvalidRecord),
+        Some(m) if *m as i8 != CURRENT_MAGIC => return Err(ResponseError::InvalidRecord),
+        Some(_) => {}
+    }
+    let header = BatchHeader::parse(records).map_err(|_| ResponseError::CorruptMessage)?;
+    match header.total_len().cmp(&records.len()) {
+        std::cmp::Ordering::Less => Err(ResponseError::InvalidRecord),
+        std::cmp::Ordering::Greater => Err(ResponseError::CorruptMessage),
+        std::cmp::Ordering::Equal => Ok(()),
+    }
+}
+
 pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesMut>, FrameError> {
     let req: ProduceRequest = decode_body(frame)?;
     let acks = Acks::from_wire(req.acks);
@@ -68,7 +87,8 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesM
                 _ if !meta.has_partition(name, p.index) => {
                     Some(ResponseError::UnknownTopicOrPartition)
                 }
-                (_, None) => Some(ResponseError::CorruptMessage),
+                (_, None) => Some(ResponseError::InvalidRecord),
+                (_, Some(records)) if single_batch(records).is_err() => single_batch(records).err(),
                 (Some(_), Some(records)) => {
                     let input = ProduceInput {
                         tp: TopicPartition {
