@@ -257,3 +257,22 @@ fn one_sync_serves_many_waiting_produces() {
         log.close().await;
     });
 }
+
+#[test]
+fn rolls_by_age() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let mut config = small_config(1 << 30);
+        config.segment_ms = 50;
+        let log = PartitionLog::open(path, config).await.expect("open");
+        append_acked(&log, &batch(1, 2, 10, 1000)).await;
+        assert_eq!(log.segment_count(), 1);
+        glommio::timer::sleep(std::time::Duration::from_millis(80)).await;
+        assert_eq!(append_acked(&log, &batch(2, 2, 10, 1000)).await, 2);
+        assert_eq!(log.segment_count(), 2, "an old active segment rolls on the next append");
+        let r = log.read(0, 1 << 20).await.expect("read");
+        assert_eq!(headers(&r.records)[0].base_offset, 0);
+        log.close().await;
+    });
+}
