@@ -49,6 +49,7 @@ def main():
             errors += 1
 
     start = time.perf_counter()
+    cpu0 = time.process_time()
     for i in range(args.messages):
         while True:
             try:
@@ -60,6 +61,7 @@ def main():
             producer.poll(0)
     producer.flush(120)
     produce_s = time.perf_counter() - start
+    produce_client_cpu_s = time.process_time() - cpu0
 
     consumer = Consumer({
         "bootstrap.servers": args.bootstrap,
@@ -72,12 +74,14 @@ def main():
     consumer.assign([TopicPartition(topic, p, 0) for p in range(args.partitions)])
     got = 0
     start = time.perf_counter()
+    cpu0 = time.process_time()
     deadline = start + 300
     while got < args.messages and time.perf_counter() < deadline:
         for m in consumer.consume(10_000, 1.0):
             if m.error() is None:
                 got += 1
     fetch_s = time.perf_counter() - start
+    fetch_client_cpu_s = time.process_time() - cpu0
     consumer.close()
 
     mb = args.messages * args.size / 1e6
@@ -90,10 +94,12 @@ def main():
         "produce_msgs_per_s": round(args.messages / produce_s),
         "produce_mb_per_s": round(mb / produce_s, 1),
         "produce_errors": errors,
+        "produce_client_cpu_s": round(produce_client_cpu_s, 2),
         "fetched": got,
         "fetch_s": round(fetch_s, 3),
         "fetch_msgs_per_s": round(got / fetch_s),
         "fetch_mb_per_s": round(got * args.size / 1e6 / fetch_s, 1),
+        "fetch_client_cpu_s": round(fetch_client_cpu_s, 2),
     }))
 
 

@@ -4,7 +4,7 @@
 # against). Usage: benches/throughput.sh [messages]   (needs fio; installs it if apt works)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-messages=${1:-500000}
+messages=${1:-1000000}
 command -v fio >/dev/null || apt-get install -y -qq fio >/dev/null
 python3 -c "import confluent_kafka" 2>/dev/null || python3 -m pip install --quiet confluent-kafka
 cargo build --release --bins -q
@@ -21,10 +21,14 @@ port=$((20000 + RANDOM % 20000))
     --data-dir "$work/data" --log-level warn &
 pid=$!
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((port + 1))/health" >/dev/null && break; sleep 0.1; done
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$pid/stat"; }
+before=$(cpu_ticks)
 result=$(python3 benches/throughput.py --bootstrap 127.0.0.1:$port --messages "$messages")
-python3 - "$result" "$disk_mb_s" <<'PY'
+broker_cpu_s=$(awk -v a="$before" -v b="$(cpu_ticks)" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.2f", (b - a) / hz}')
+python3 - "$result" "$disk_mb_s" "$broker_cpu_s" <<'PY'
 import json, sys
 r = json.loads(sys.argv[1]); disk = float(sys.argv[2])
+r["broker_cpu_s_both_phases"] = float(sys.argv[3])
 r["disk_direct_seq_write_mb_per_s"] = disk
 r["produce_ratio_to_disk"] = round(r["produce_mb_per_s"] / disk, 3)
 r["fetch_ratio_to_disk"] = round(r["fetch_mb_per_s"] / disk, 3)
