@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Full test run: Rust unit/integration tests, then the Python end-to-end suite
+# (tests/integration) against the real release binary.
+#
+# Environment:
+#   CORELOG_BIN           broker binary for the Python suite
+#                         (default: ${CARGO_TARGET_DIR:-target}/release/corelog)
+#   PYTEST_ARGS           extra arguments for pytest (e.g. "-k hostile -x")
+#   IT_TIMEOUT_S          hard limit for the whole Python suite (default 1800)
+set -euo pipefail
+cd "$(dirname "$0")"
+
+log() { printf '\n=== %s\n' "$*"; }
+
+# ---------------------------------------------------------------------------
+# Python test dependencies (versions the suite was written against)
+# ---------------------------------------------------------------------------
+PY_DEPS=(confluent-kafka==2.16.1 kafka-python==3.0.12 "pytest>=8,<10")
+log "installing Python test dependencies: ${PY_DEPS[*]}"
+if ! python3 -m pip --version >/dev/null 2>&1; then
+    if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-pip >/dev/null
+    else
+        echo "error: python3 -m pip is not available" >&2
+        exit 1
+    fi
+fi
+export PIP_ROOT_USER_ACTION=ignore PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_WARN_SCRIPT_LOCATION=1
+# Debian's system Python refuses global installs (PEP 668); CI machines are throwaway.
+if python3 -c 'import sys, sysconfig, os; sys.exit(0 if os.path.exists(os.path.join(sysconfig.get_path("stdlib"), "EXTERNALLY-MANAGED")) else 1)'; then
+    export PIP_BREAK_SYSTEM_PACKAGES=1
+fi
+python3 -m pip install --quiet "${PY_DEPS[@]}"
+
+# kcat is optional (its tests are skipped without it)
+if ! command -v kcat >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" = 0 ] || SUDO="sudo -n"
+    if command -v apt-get >/dev/null 2>&1 && { [ -z "$SUDO" ] || sudo -n true 2>/dev/null; }; then
+        log "installing kcat"
+        export DEBIAN_FRONTEND=noninteractive
+        $SUDO apt-get install -y -qq kcat >/dev/null 2>&1 \
+            || { $SUDO apt-get update -qq >/dev/null 2>&1 && $SUDO apt-get install -y -qq kcat >/dev/null 2>&1; } \
+            || echo "warning: could not install kcat; kcat tests will be skipped"
+    else
+        echo "warning: kcat missing and apt-get unusable; kcat tests will be skipped"
+    fi
+fi
+
+# ---------------------------------------------------------------------------
+# Rust
+# ---------------------------------------------------------------------------
+log "cargo test --workspace --release"
+cargo test --workspace --release
+
+log "cargo build --release --bins"
+cargo build --release --bins
+
+# ---------------------------------------------------------------------------
+# end-to-end suite against the real broker
+# ---------------------------------------------------------------------------
+export CORELOG_BIN="${CORELOG_BIN:-${CARGO_TARGET_DIR:-target}/release/corelog}"
+log "pytest tests/integration (CORELOG_BIN=$CORELOG_BIN)"
+# SIGINT first so pytest tears the brokers down and prints its summary.
+# shellcheck disable=SC2086
+timeout --signal=INT --kill-after=60 "${IT_TIMEOUT_S:-1800}" \
+    python3 -m pytest -q -ra -p no:cacheprovider -o faulthandler_timeout=300 \
+    tests/integration ${PYTEST_ARGS:-}

@@ -1,0 +1,341 @@
+"""Shared fixtures for the corelog integration tests.
+
+The tests run the real broker binary (``target/release/corelog`` or
+``$CORELOG_BIN``) as a child process on free loopback ports with a fresh
+on-disk data directory under the system temp dir.
+
+Fixtures
+--------
+``broker_factory``  callable ``start(**options) -> Broker``; every broker it
+                    started is torn down when the test ends.
+``module_broker_factory``  the same, but brokers live for the whole module.
+``broker``          one broker with the default options (``--shards 2``).
+
+When a test fails, the tail of each of its brokers' logs is attached to the
+pytest report (section "corelog log tail ...").
+
+Environment
+-----------
+``CORELOG_BIN``       path to the broker binary (relative paths are taken
+                      relative to the repository root).
+``CORELOG_IT_KEEP``   1: keep data dirs and logs of failed tests; all: keep all.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BIN = "target/release/corelog"
+HEALTH_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 30.0
+LOG_TAIL_LINES = 80
+
+
+def corelog_bin() -> Path:
+    p = Path(os.environ.get("CORELOG_BIN", DEFAULT_BIN))
+    if not p.is_absolute():
+        p = REPO_ROOT / p
+    return p
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: SIGKILL the broker if the test process dies (Linux prctl)."""
+    try:
+        import ctypes
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except Exception:
+        pass
+
+
+def free_port() -> int:
+    """A currently unused loopback TCP port (small race, acceptable for tests)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def free_ports(n: int) -> list[int]:
+    ports: set[int] = set()
+    while len(ports) < n:
+        ports.add(free_port())
+    return list(ports)
+
+
+def pytest_configure(config):
+    # kafka-python 3.x loads its protocol schemas through a deprecated importlib API
+    config.addinivalue_line(
+        "filterwarnings", r"ignore:.*is deprecated\. Use files\(\) instead.*:DeprecationWarning")
+
+
+class BrokerStartError(AssertionError):
+    pass
+
+
+class Broker:
+    """A corelog broker child process.
+
+    Attributes: ``port``, ``http_port``, ``bootstrap`` ("127.0.0.1:PORT"),
+    ``data_dir`` (Path), ``log_path`` (Path), ``proc`` (Popen or None).
+    """
+
+    def __init__(self, workdir: Path, shards: int = 2, extra_args: list[str] | None = None,
+                 name: str = "broker"):
+        self.name = name
+        self.workdir = workdir
+        self.data_dir = workdir / "data"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = workdir / "broker.log"
+        self.port, self.http_port = free_ports(2)
+        self.shards = shards
+        self.extra_args = list(extra_args or [])
+        self.proc: subprocess.Popen | None = None
+        self.starts = 0
+
+    # -- addresses ---------------------------------------------------------
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def http(self) -> str:
+        return f"127.0.0.1:{self.http_port}"
+
+    def argv(self) -> list[str]:
+        return [
+            str(corelog_bin()), "serve",
+            "--listen", self.bootstrap,
+            "--advertise", self.bootstrap,
+            "--data-dir", str(self.data_dir),
+            "--shards", str(self.shards),
+            "--http", self.http,
+            "--log-level", "info",
+            *self.extra_args,
+        ]
+
+    # -- lifecycle ----------------------------------------------------------
+    def start(self) -> "Broker":
+        assert self.proc is None or self.proc.poll() is not None, "broker already running"
+        binary = corelog_bin()
+        if not binary.exists():
+            raise BrokerStartError(
+                f"broker binary {binary} not found (build with `cargo build --release` "
+                f"or set CORELOG_BIN)")
+        self.starts += 1
+        with open(self.log_path, "ab") as log:
+            log.write(f"\n===== start #{self.starts}: {' '.join(self.argv())}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                self.argv(), cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, "RUST_BACKTRACE": os.environ.get("RUST_BACKTRACE", "1")},
+                preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
+            )
+        self.wait_healthy()
+        return self
+
+    def health(self, timeout: float = 2.0) -> tuple[int, bytes] | None:
+        """(status, body) of GET /health, or None if not reachable."""
+        try:
+            with urllib.request.urlopen(f"http://{self.http}/health", timeout=timeout) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except (OSError, ValueError):
+            return None
+
+    def wait_healthy(self, timeout: float = HEALTH_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            rc = self.proc.poll()
+            if rc is not None:
+                raise BrokerStartError(
+                    f"{self.name} exited with code {rc} before becoming healthy\n"
+                    f"{self.log_tail()}")
+            last = self.health(timeout=1.0)
+            if last is not None and last[0] == 200 and last[1].strip() == b"ok":
+                return
+            time.sleep(0.1)
+        raise BrokerStartError(
+            f"{self.name} not healthy after {timeout}s (last /health answer: {last!r})\n"
+            f"{self.log_tail()}\n{self.diagnose()}")
+
+    def diagnose(self) -> str:
+        """Thread states / kernel stacks (and user stacks if gdb exists) of a stuck broker."""
+        if not self.is_running():
+            return "(not running)"
+        pid = self.proc.pid
+        out = [f"--- diagnostics for pid {pid} ---"]
+        try:
+            for tid in sorted(os.listdir(f"/proc/{pid}/task"), key=int):
+                base = f"/proc/{pid}/task/{tid}"
+                def read(name):
+                    try:
+                        with open(f"{base}/{name}") as f:
+                            return f.read().strip()
+                    except OSError:
+                        return "?"
+                state = read("stat").rsplit(")", 1)[-1].split()[:1]
+                out.append(f"thread {tid} {read('comm')!r} state={state} wchan={read('wchan')}")
+                stack = read("stack")
+                if stack not in ("?", ""):
+                    out.extend("    " + line for line in stack.splitlines()[:12])
+        except OSError as e:
+            out.append(f"(cannot read /proc: {e})")
+        gdb = shutil.which("gdb")
+        if gdb:
+            try:
+                r = subprocess.run([gdb, "-p", str(pid), "-batch", "-nx", "-ex", "thread apply all bt 30"],
+                                   capture_output=True, text=True, timeout=60)
+                out.append(r.stdout[-20000:])
+            except (subprocess.TimeoutExpired, OSError) as e:
+                out.append(f"(gdb failed: {e})")
+        return "\n".join(out)
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def assert_alive(self) -> None:
+        """Process still running and /health still answers 200."""
+        assert self.is_running(), (
+            f"{self.name} died (exit code {self.proc.returncode if self.proc else None})\n"
+            f"{self.log_tail()}")
+        h = self.health(timeout=5.0)
+        assert h is not None and h[0] == 200, f"{self.name} /health answered {h!r}"
+
+    def kill(self) -> int:
+        """SIGKILL and wait; returns the (negative) exit status."""
+        assert self.proc is not None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+        return self.proc.wait(timeout=STOP_TIMEOUT_S)
+
+    def stop(self) -> None:
+        """SIGTERM, wait for a clean shutdown and assert exit code 0."""
+        assert self.proc is not None
+        assert self.proc.poll() is None, (
+            f"{self.name} already exited with {self.proc.returncode}\n{self.log_tail()}")
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            rc = self.proc.wait(timeout=STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            diag = self.diagnose()
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(
+                f"{self.name} did not exit within {STOP_TIMEOUT_S}s of SIGTERM\n{self.log_tail()}\n{diag}")
+        assert rc == 0, f"{self.name} exited with {rc} after SIGTERM\n{self.log_tail()}"
+
+    def restart(self) -> "Broker":
+        """Start again on the same ports and data dir (after kill() or stop())."""
+        if self.is_running():
+            self.stop()
+        return self.start()
+
+    def teardown(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log_tail(self, lines: int = LOG_TAIL_LINES) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError as e:
+            return f"(no log: {e})"
+        tail = data.decode("utf-8", "replace").splitlines()[-lines:]
+        return f"--- {self.log_path} (last {len(tail)} lines) ---\n" + "\n".join(tail)
+
+
+class BrokerPool:
+    """Starts brokers and tears all of them down in close()."""
+
+    def __init__(self):
+        self.brokers: list[Broker] = []
+        self.workdirs: list[Path] = []
+        self.failed = False
+
+    def start(self, shards: int = 2, extra_args: list[str] | None = None, name: str | None = None) -> Broker:
+        wd = Path(tempfile.mkdtemp(prefix="corelog-it-"))
+        self.workdirs.append(wd)
+        b = Broker(wd, shards=shards, extra_args=extra_args, name=name or f"broker{len(self.brokers)}")
+        self.brokers.append(b)
+        b.start()
+        return b
+
+    __call__ = start
+
+    def close(self) -> None:
+        for b in self.brokers:
+            b.teardown()
+        mode = os.environ.get("CORELOG_IT_KEEP", "")
+        keep = mode == "all" or (mode == "1" and self.failed)
+        for wd in self.workdirs:
+            if keep:
+                print(f"kept corelog workdir {wd}")
+            else:
+                shutil.rmtree(wd, ignore_errors=True)
+
+
+def _brokers_of(item) -> list[tuple[Broker, BrokerPool | None]]:
+    found: list[tuple[Broker, BrokerPool | None]] = []
+    for v in getattr(item, "funcargs", {}).values():
+        if isinstance(v, BrokerPool):
+            found.extend((b, v) for b in v.brokers)
+        elif isinstance(v, Broker):
+            found.append((v, None))
+    seen, out = set(), []
+    for b, pool in found:
+        if id(b) not in seen:
+            seen.add(id(b))
+            out.append((b, pool))
+    return out
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed:
+        for b, pool in _brokers_of(item):
+            report.sections.append((f"corelog log tail ({b.name}, {b.bootstrap})", b.log_tail()))
+            if pool is not None:
+                pool.failed = True
+
+
+@pytest.fixture
+def broker_factory():
+    """``start(shards=2, extra_args=None, name=None) -> Broker`` (already healthy);
+    all brokers started through it are stopped when the test ends."""
+    pool = BrokerPool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="module")
+def module_broker_factory():
+    """Like broker_factory, but brokers live for the whole test module."""
+    pool = BrokerPool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture
+def broker(broker_factory) -> Broker:
+    return broker_factory()
