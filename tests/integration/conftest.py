@@ -42,6 +42,8 @@ DEFAULT_BIN = "target/release/corelog"
 HEALTH_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 30.0
 LOG_TAIL_LINES = 80
+# /health is on loopback: never route it through an http_proxy from the environment
+_NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def corelog_bin() -> Path:
@@ -149,7 +151,7 @@ class Broker:
     def health(self, timeout: float = 2.0) -> tuple[int, bytes] | None:
         """(status, body) of GET /health, or None if not reachable."""
         try:
-            with urllib.request.urlopen(f"http://{self.http}/health", timeout=timeout) as r:
+            with _NO_PROXY.open(f"http://{self.http}/health", timeout=timeout) as r:
                 return r.status, r.read()
         except urllib.error.HTTPError as e:
             return e.code, e.read()
