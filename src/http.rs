@@ -1,53 +1,102 @@
-//! The HTTP endpoint. For now it serves `/health` only: 200 once every shard listens,
-//! 503 while starting or stopping. (Metrics and latency histograms arrive with their
-//! own issue and will be gathered from the shards over the mesh.)
+//! The HTTP endpoint: `/health`, `/metrics` (Prometheus text), `/histograms` (latency
+//! percentile distributions merged across shards; `?format=json`, or
+//! `/histograms/<name>.hgrm` for one).
 //!
-//! It runs on its own small thread with `tiny_http`: it is off the data path, and a
-//! blocking server there never stalls a shard's reactor.
+//! It runs on a small thread of its own with `tiny_http`: it is off the data path, and a
+//! blocking server there never stalls a shard's reactor. Metrics come from the shards
+//! over the mesh through shard 0 (`metrics::query`); rendering happens here.
 
+use crate::metrics::{self, MetricsQuery};
 use crate::server::Lifecycle;
+use futures::channel::mpsc;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long a scrape waits for the shards.
+const SCRAPE_TIMEOUT: Duration = Duration::from_secs(5);
+
 pub fn spawn(
     addr: SocketAddr,
     life: Arc<Lifecycle>,
     shards: usize,
+    queries: mpsc::Sender<MetricsQuery>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let server = tiny_http::Server::http(addr)
         .map_err(|e| anyhow::anyhow!("binding the HTTP endpoint {addr}: {e}"))?;
     let handle = std::thread::Builder::new()
         .name("corelog-http".into())
-        .spawn(move || {
-            while !life.closed.load(Ordering::Acquire) > 0 && !life.stop.load(Ordering::Acquire)
-                || life.closed.load(Ordering::Acquire) < shards
-            {
-                let request = match server.recv_timeout(Duration::from_millis(100)) {
-                    Ok(Some(r)) => r,
-                    Ok(None) => {
-                        if life.stop.load(Ordering::Acquire) || life.failed.load(Ordering::Acquire)
-                        {
-                            break;
-                        }
-                        continue;
+        .spawn(move || loop {
+            let request = match server.recv_timeout(Duration::from_millis(100)) {
+                Ok(Some(r)) => r,
+                Ok(None) => {
+                    if life.stop.load(Ordering::Acquire) || life.failed.load(Ordering::Acquire) {
+                        return;
                     }
-                    Err(_) => break,
-                };
-                let (status, body) = match request.url() {
-                    "/health" | "/ready" => {
-                        if life.ready(shards) {
-                            (200, "ok\n")
-                        } else {
-                            (503, "starting or stopping\n")
-                        }
-                    }
-                    _ => (404, "not found\n"),
-                };
-                let response = tiny_http::Response::from_string(body).with_status_code(status);
-                let _ = request.respond(response);
+                    continue;
+                }
+                Err(_) => return,
+            };
+            let (status, content_type, body) = route(request.url(), &life, shards, &queries);
+            let header =
+                tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes());
+            let mut response = tiny_http::Response::from_string(body).with_status_code(status);
+            if let Ok(h) = header {
+                response = response.with_header(h);
             }
+            let _ = request.respond(response);
         })?;
     Ok(handle)
+}
+
+fn route(
+    url: &str,
+    life: &Lifecycle,
+    shards: usize,
+    queries: &mpsc::Sender<MetricsQuery>,
+) -> (u16, &'static str, String) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let (path, query) = url.split_once('?').unwrap_or((url, ""));
+    match path {
+        "/health" | "/ready" => {
+            if life.ready(shards) {
+                (200, TEXT, "ok\n".into())
+            } else {
+                (503, TEXT, "starting or stopping\n".into())
+            }
+        }
+        "/metrics" => match metrics::query(queries, SCRAPE_TIMEOUT) {
+            Some(s) => (
+                200,
+                metrics::prometheus::CONTENT_TYPE,
+                metrics::prometheus::render(s),
+            ),
+            None => (503, TEXT, "shards unavailable\n".into()),
+        },
+        "/histograms" => match metrics::query(queries, SCRAPE_TIMEOUT) {
+            Some(s) if query.split('&').any(|kv| kv == "format=json") => {
+                (200, "application/json", metrics::histograms::json(&s))
+            }
+            Some(s) => (200, TEXT, metrics::histograms::text(&s)),
+            None => (503, TEXT, "shards unavailable\n".into()),
+        },
+        p if p.starts_with("/histograms/") && p.ends_with(".hgrm") => {
+            let name = p
+                .trim_start_matches("/histograms/")
+                .trim_end_matches(".hgrm");
+            match metrics::query(queries, SCRAPE_TIMEOUT) {
+                Some(s) => match metrics::histograms::one(&s, name) {
+                    Some(body) => (200, TEXT, body),
+                    None => (404, TEXT, format!("no histogram named {name}\n")),
+                },
+                None => (503, TEXT, "shards unavailable\n".into()),
+            }
+        }
+        _ => (
+            404,
+            TEXT,
+            "not found: try /health, /metrics, /histograms\n".into(),
+        ),
+    }
 }

@@ -10,6 +10,7 @@ mod http;
 mod kafka;
 mod kernel;
 mod limits;
+mod metrics;
 mod net;
 mod server;
 
@@ -59,8 +60,9 @@ fn main() -> anyhow::Result<()> {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             })?;
     }
-    let _http = http::spawn(config.http, life.clone(), config.shards)?;
-    let result = server::run(config, life);
+    let (queries, query_rx) = metrics::channel();
+    let _http = http::spawn(config.http, life.clone(), config.shards, queries)?;
+    let result = server::run(config, life, query_rx);
     match &result {
         Ok(()) => tracing::info!("stopped cleanly"),
         Err(e) => tracing::error!(error = %format!("{e:#}"), "corelog failed"),

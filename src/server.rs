@@ -17,7 +17,7 @@ use event_listener::Event;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
-use shards::mesh::{ShardMessage, MESH_CHANNEL_CAPACITY};
+use shards::mesh::{Envelope, MESH_CHANNEL_CAPACITY};
 use shards::metadata::MetadataStore;
 use shards::shard::{Shard, ShardConfig};
 use std::cell::Cell;
@@ -81,7 +81,13 @@ async fn barrier(counter: &AtomicUsize, n: usize, life: &Lifecycle) -> bool {
     }
 }
 
-pub fn run(config: BrokerConfig, life: Arc<Lifecycle>) -> anyhow::Result<()> {
+pub fn run(
+    config: BrokerConfig,
+    life: Arc<Lifecycle>,
+    metrics_queries: futures::channel::mpsc::Receiver<crate::metrics::MetricsQuery>,
+) -> anyhow::Result<()> {
+    // Shard 0 takes the receiving end of the HTTP endpoint's metrics queries.
+    let metrics_queries = Arc::new(std::sync::Mutex::new(Some(metrics_queries)));
     crate::kernel::check_and_raise_memlock(config.shards);
     let metadata = Arc::new(MetadataStore::load(&config.data_dir).with_context(|| {
         format!(
@@ -109,22 +115,24 @@ pub fn run(config: BrokerConfig, life: Arc<Lifecycle>) -> anyhow::Result<()> {
         );
         PoolPlacement::Unbound(n)
     };
-    let mesh = MeshBuilder::<ShardMessage, _>::full(n, MESH_CHANNEL_CAPACITY);
+    let mesh = MeshBuilder::<Envelope, _>::full(n, MESH_CHANNEL_CAPACITY);
     let handles = LocalExecutorPoolBuilder::new(placement)
         .name("corelog-shard")
         .on_all_shards({
             let life = life.clone();
             move || {
-                let (mesh, config, shard_config, metadata, life) = (
+                let (mesh, config, shard_config, metadata, life, queries) = (
                     mesh.clone(),
                     config.clone(),
                     shard_config.clone(),
                     metadata.clone(),
                     life.clone(),
+                    metrics_queries.clone(),
                 );
                 async move {
                     let result =
-                        shard_main(mesh, config, shard_config, metadata, life.clone()).await;
+                        shard_main(mesh, config, shard_config, metadata, life.clone(), queries)
+                            .await;
                     if let Err(e) = &result {
                         tracing::error!(error = %format!("{e:#}"), "shard failed");
                         life.failed.store(true, Ordering::Release);
@@ -154,11 +162,14 @@ pub fn run(config: BrokerConfig, life: Arc<Lifecycle>) -> anyhow::Result<()> {
 }
 
 async fn shard_main(
-    mesh: MeshBuilder<ShardMessage, glommio::channels::channel_mesh::Full>,
+    mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
     config: Arc<BrokerConfig>,
     shard_config: Arc<ShardConfig>,
     metadata: Arc<MetadataStore>,
     life: Arc<Lifecycle>,
+    metrics_queries: Arc<
+        std::sync::Mutex<Option<futures::channel::mpsc::Receiver<crate::metrics::MetricsQuery>>>,
+    >,
 ) -> anyhow::Result<()> {
     let n = config.shards;
     let (senders, mut receivers) = mesh
@@ -170,11 +181,22 @@ async fn shard_main(
     for (_, rx) in receivers.streams() {
         let shard = shard.clone();
         glommio::spawn_local(async move {
-            while let Some(msg) = rx.recv().await {
-                glommio::spawn_local(shard.clone().handle(msg)).detach();
+            while let Some(envelope) = rx.recv().await {
+                shards::metrics::record_stage(
+                    shards::metrics::Stage::Mesh,
+                    envelope.sent_at.elapsed(),
+                );
+                glommio::spawn_local(shard.clone().handle(envelope.msg)).detach();
             }
         })
         .detach();
+    }
+    if id == 0 {
+        // Taken once, at start-up, by the one shard that serves metrics queries.
+        let rx = metrics_queries.lock().ok().and_then(|mut q| q.take());
+        if let Some(rx) = rx {
+            glommio::spawn_local(crate::metrics::serve_queries(shard.clone(), rx)).detach();
+        }
     }
     if let Err(e) = shard.open_owned_partitions().await {
         life.failed.store(true, Ordering::Release);

@@ -19,8 +19,10 @@
 //! protocol edge, never here.
 
 pub mod controller;
+pub mod hgrm;
 pub mod log;
 pub mod mesh;
 pub mod metadata;
+pub mod metrics;
 pub mod routing;
 pub mod shard;

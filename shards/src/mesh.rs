@@ -141,6 +141,13 @@ pub enum ControllerRequest {
     },
 }
 
+/// What actually travels on the mesh: a message and when it was sent (for the mesh
+/// latency histogram; `Instant` is CLOCK_MONOTONIC, comparable across cores).
+pub struct Envelope {
+    pub sent_at: Instant,
+    pub msg: ShardMessage,
+}
+
 pub enum ShardMessage {
     Produce {
         acks: Acks,
@@ -175,6 +182,10 @@ pub enum ShardMessage {
         reply: Reply<()>,
     },
     Controller(ControllerRequest),
+    /// A copy of the shard's metrics.
+    Metrics {
+        reply: Reply<crate::metrics::MetricsSnapshot>,
+    },
     Shutdown {
         reply: Reply<()>,
     },

@@ -34,7 +34,7 @@ pub struct Shard {
     pub config: Arc<ShardConfig>,
     pub metadata: Arc<MetadataStore>,
     partitions: RefCell<HashMap<TopicPartition, Rc<PartitionLog>>>,
-    senders: Senders<ShardMessage>,
+    senders: Senders<Envelope>,
     admin_lock: Semaphore,
     controller: Option<Controller>,
 }
@@ -44,7 +44,7 @@ impl Shard {
         id: ShardId,
         config: Arc<ShardConfig>,
         metadata: Arc<MetadataStore>,
-        senders: Senders<ShardMessage>,
+        senders: Senders<Envelope>,
     ) -> Rc<Shard> {
         Rc::new(Shard {
             id,
@@ -75,7 +75,18 @@ impl Shard {
     ) -> Option<T> {
         if target == self.id {
             glommio::spawn_local(self.clone().handle(msg)).detach();
-        } else if self.senders.send_to(target, msg).await.is_err() {
+        } else if self
+            .senders
+            .send_to(
+                target,
+                Envelope {
+                    sent_at: Instant::now(),
+                    msg,
+                },
+            )
+            .await
+            .is_err()
+        {
             return None;
         }
         rx.await.ok()
@@ -157,6 +168,9 @@ impl Shard {
                     "controller request sent to a shard that is not the controller"
                 ),
             },
+            ShardMessage::Metrics { reply } => {
+                let _ = reply.send(crate::metrics::snapshot(self.id));
+            }
             ShardMessage::Shutdown { reply } => {
                 self.close_all().await;
                 let _ = reply.send(());

@@ -270,7 +270,11 @@ fn rolls_by_age() {
         assert_eq!(log.segment_count(), 1);
         glommio::timer::sleep(std::time::Duration::from_millis(80)).await;
         assert_eq!(append_acked(&log, &batch(2, 2, 10, 1000)).await, 2);
-        assert_eq!(log.segment_count(), 2, "an old active segment rolls on the next append");
+        assert_eq!(
+            log.segment_count(),
+            2,
+            "an old active segment rolls on the next append"
+        );
         let r = log.read(0, 1 << 20).await.expect("read");
         assert_eq!(headers(&r.records)[0].base_offset, 0);
         log.close().await;

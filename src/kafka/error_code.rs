@@ -5,6 +5,7 @@
 //! machines (PITFALLS "error codes drive client state machines"): retriable codes make
 //! clients retry, fatal ones surface to the application.
 
+use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use shards::log::batch::BatchError;
 use shards::log::{AppendError, ReadError};
@@ -56,5 +57,12 @@ pub fn topic(e: &TopicError) -> ResponseError {
         TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
         TopicError::Duplicate => ResponseError::InvalidRequest,
         TopicError::Storage(_) => ResponseError::KafkaStorageError,
+    }
+}
+
+/// Counts a returned error code in the shard's metrics (0, success, is not counted).
+pub fn count(api: ApiKey, code: i16) {
+    if code != 0 {
+        shards::metrics::record_error(api as i16, code);
     }
 }

@@ -22,8 +22,10 @@ use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
+use shards::metrics::{self, Stage};
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::time::Instant;
 
 /// Why a connection ended.
 #[derive(Debug, thiserror::Error)]
@@ -58,7 +60,10 @@ pub async fn serve(
             tracing::debug!(%peer, %reason, "connection closed")
         }
         CloseReason::Io(e) => tracing::debug!(%peer, error = %e, "connection closed"),
-        other => tracing::warn!(%peer, reason = %other, "closing connection on bad input"),
+        other => {
+            metrics::record_connection_rejected();
+            tracing::warn!(%peer, reason = %other, "closing connection on bad input")
+        }
     }
     // The sender is dropped: the writer drains what is in flight, then closes.
     write_task.await;
@@ -102,7 +107,20 @@ async fn read_loop(
             Err(e) => return CloseReason::Frame(e),
         };
         let c = ctx.clone();
-        let task = glommio::spawn_local(async move { api::handle(&c, request).await }).detach();
+        let received = Instant::now();
+        let api_key = request.api_key as i16;
+        let bytes_in = size as usize + 4;
+        let task = glommio::spawn_local(async move {
+            metrics::record_stage(Stage::RequestQueue, received.elapsed());
+            let result = api::handle(&c, request).await;
+            let bytes_out = match &result {
+                Ok(Some(b)) => b.len(),
+                _ => 0,
+            };
+            metrics::record_request(api_key, received.elapsed(), bytes_in, bytes_out);
+            result
+        })
+        .detach();
         if tx.send(task).await.is_err() {
             return CloseReason::Eof; // the writer failed: the peer is gone
         }
@@ -147,6 +165,7 @@ async fn write_loop(
             Some(Ok(Some(bytes))) => bytes,
             Some(Ok(None)) => continue, // acks=0: no response
             Some(Err(e)) => {
+                metrics::record_connection_rejected();
                 tracing::warn!(%peer, error = %e, "closing connection on bad request");
                 break;
             }

@@ -29,6 +29,7 @@ pub async fn accept_loop(ctx: Rc<Ctx>, listener: TcpListener, shutdown: Rc<Shutd
             Ok(p) => p,
             Err(_) => continue,
         };
+        shards::metrics::record_connection_accepted();
         let (ctx, shutdown, live) = (ctx.clone(), shutdown.clone(), live.clone());
         live.set(live.get() + 1);
         glommio::spawn_local(async move {

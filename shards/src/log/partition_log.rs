@@ -691,11 +691,13 @@ impl PartitionLog {
                 }
                 futures_lite::future::or(listener, glommio::timer::sleep(interval)).await;
             };
+            let started = Instant::now();
             if let Err(e) = file.fdatasync().await {
                 log.fail(storage_err(&log.dir, e));
                 return;
             }
             last_sync = Instant::now();
+            crate::metrics::record_stage(crate::metrics::Stage::Fsync, started.elapsed());
             log.syncs.set(log.syncs.get() + 1);
             let mut st = log.state.borrow_mut();
             if target > st.synced_offset {
@@ -823,6 +825,7 @@ impl PartitionLog {
             return Ok(());
         }
         // The log first: an index entry must never point at bytes not yet written.
+        let started = Instant::now();
         writer
             .log
             .flush()
@@ -838,6 +841,7 @@ impl PartitionLog {
             .flush()
             .await
             .map_err(|e| storage_err(&self.dir, e))?;
+        crate::metrics::record_stage(crate::metrics::Stage::Append, started.elapsed());
         let size = writer.log.logical_len();
         let mut st = self.state.borrow_mut();
         assert!(upto >= st.written_offset, "written offset only grows");

@@ -167,6 +167,9 @@ pub async fn create_topics(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesM
         }
         body.topics.push(out);
     }
+    for t in &body.topics {
+        error_code::count(ApiKey::CreateTopics, t.error_code);
+    }
     encode_response(
         ApiKey::CreateTopics,
         frame.api_version,
@@ -230,6 +233,9 @@ pub async fn delete_topics(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesM
         }
         body.responses.push(out);
     }
+    for t in &body.responses {
+        error_code::count(ApiKey::DeleteTopics, t.error_code);
+    }
     encode_response(
         ApiKey::DeleteTopics,
         frame.api_version,
@@ -290,6 +296,9 @@ pub async fn create_partitions(
             out.error_message = message(&e);
         }
         body.results.push(out);
+    }
+    for t in &body.results {
+        error_code::count(ApiKey::CreatePartitions, t.error_code);
     }
     encode_response(
         ApiKey::CreatePartitions,

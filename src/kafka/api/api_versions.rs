@@ -41,5 +41,6 @@ pub fn handle(frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
 
 pub fn unsupported_version(frame: &RequestFrame) -> Result<BytesMut, FrameError> {
     let body = response(ResponseError::UnsupportedVersion.code());
+    crate::kafka::error_code::count(ApiKey::ApiVersions, body.error_code);
     encode_response(ApiKey::ApiVersions, 0, frame.header.correlation_id, &body)
 }

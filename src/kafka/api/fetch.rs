@@ -135,6 +135,9 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
         }
     }
 
+    for p in slots.iter().flatten() {
+        error_code::count(ApiKey::Fetch, p.error_code);
+    }
     let mut body = FetchResponse::default();
     body.session_id = 0;
     for (t, parts) in req.topics.iter().zip(slots) {

@@ -66,6 +66,9 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
             None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
         }
     }
+    for p in slots.iter().flatten() {
+        error_code::count(ApiKey::ListOffsets, p.error_code);
+    }
     let mut body = ListOffsetsResponse::default();
     for (t, parts) in req.topics.iter().zip(slots) {
         let mut tr = ListOffsetsTopicResponse::default();

@@ -97,6 +97,9 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
             }
         }
     }
+    for t in &topics {
+        error_code::count(ApiKey::Metadata, t.error_code);
+    }
     let body = response(ctx, &meta, topics);
     encode_response(
         ApiKey::Metadata,

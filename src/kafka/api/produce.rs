@@ -135,6 +135,9 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesM
             }
         }
     }
+    for p in slots.iter().flatten() {
+        error_code::count(ApiKey::Produce, p.error_code);
+    }
     if req.acks == 0 {
         return Ok(None);
     }

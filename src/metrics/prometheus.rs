@@ -1,0 +1,201 @@
+//! `/metrics`: the shards' snapshots in Prometheus text exposition (format 0.0.4),
+//! encoded by the `prometheus-client` crate.
+//!
+//! Names follow Prometheus conventions (`_total` counters, `_seconds` histograms, base
+//! units); every series has a `shard` label so a core that falls behind is visible, and
+//! Prometheus sums over `shard` for the broker total.
+
+use super::{api_name, error_name};
+use hdrhistogram::Histogram;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use shards::metrics::{MetricsSnapshot, Stage};
+
+/// Upper bounds of the exported latency buckets, in seconds (100 µs .. 10 s).
+const BUCKETS_S: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+struct Snapshots(Vec<MetricsSnapshot>);
+
+// `Collector` requires Debug; the snapshots are plain numbers not worth printing.
+impl std::fmt::Debug for Snapshots {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Snapshots({} shards)", self.0.len())
+    }
+}
+
+type Labels = Vec<(String, String)>;
+
+fn shard_label(s: &MetricsSnapshot) -> String {
+    s.shards
+        .first()
+        .map(|id| id.to_string())
+        .unwrap_or_default()
+}
+
+/// (sum in seconds, count, per-bucket counts) of a µs histogram.
+fn buckets(h: &Histogram<u64>) -> (f64, u64, Vec<(f64, u64)>) {
+    let mut counts = vec![0u64; BUCKETS_S.len() + 1];
+    let mut sum_us = 0f64;
+    for v in h.iter_recorded() {
+        let value_us = v.value_iterated_to();
+        let n = v.count_at_value();
+        sum_us += value_us as f64 * n as f64;
+        let s = value_us as f64 / 1e6;
+        let i = BUCKETS_S
+            .iter()
+            .position(|b| s <= *b)
+            .unwrap_or(BUCKETS_S.len());
+        if let Some(c) = counts.get_mut(i) {
+            *c += n;
+        }
+    }
+    let mut out: Vec<(f64, u64)> = BUCKETS_S
+        .iter()
+        .copied()
+        .zip(counts.iter().copied())
+        .collect();
+    out.push((f64::INFINITY, counts.last().copied().unwrap_or(0)));
+    (sum_us / 1e6, h.len(), out)
+}
+
+fn counter(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Counter)?;
+    for (labels, v) in series {
+        m.encode_family(labels)?
+            .encode_counter::<NoLabelSet, u64, u64>(v, None)?;
+    }
+    Ok(())
+}
+
+fn histogram(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, &Histogram<u64>)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Histogram)?;
+    for (labels, h) in series {
+        let (sum, count, b) = buckets(h);
+        m.encode_family(labels)?
+            .encode_histogram::<NoLabelSet>(sum, count, &b, None)?;
+    }
+    Ok(())
+}
+
+impl Collector for Snapshots {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut requests = Vec::new();
+        let mut received = Vec::new();
+        let mut sent = Vec::new();
+        let mut errors = Vec::new();
+        let mut latency = Vec::new();
+        let mut stages = Vec::new();
+        let mut accepted = Vec::new();
+        let mut rejected = Vec::new();
+        for s in &self.0 {
+            let shard = shard_label(s);
+            for (api, m) in &s.apis {
+                let labels = vec![
+                    ("api".to_string(), api_name(*api)),
+                    ("shard".to_string(), shard.clone()),
+                ];
+                requests.push((labels.clone(), m.requests));
+                received.push((labels.clone(), m.bytes_in));
+                sent.push((labels.clone(), m.bytes_out));
+                for (code, n) in &m.errors {
+                    let mut l = labels.clone();
+                    l.push(("code".into(), code.to_string()));
+                    l.push(("error".into(), error_name(*code)));
+                    errors.push((l, *n));
+                }
+                latency.push((labels, &m.latency_us));
+            }
+            for stage in Stage::ALL {
+                if let Some(h) = s.stages.get(&stage) {
+                    let labels = vec![
+                        ("stage".to_string(), stage.name().to_string()),
+                        ("shard".to_string(), shard.clone()),
+                    ];
+                    stages.push((labels, h));
+                }
+            }
+            accepted.push((
+                vec![("shard".to_string(), shard.clone())],
+                s.connections_accepted,
+            ));
+            rejected.push((vec![("shard".to_string(), shard)], s.connections_rejected));
+        }
+        counter(
+            &mut encoder,
+            "corelog_requests",
+            "Kafka requests served, by API and shard.",
+            &requests,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_request_received_bytes",
+            "Request frame bytes received.",
+            &received,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_response_sent_bytes",
+            "Response frame bytes sent.",
+            &sent,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_errors",
+            "Kafka error codes returned (request-, topic- and partition-level), by API, code and shard.",
+            &errors,
+        )?;
+        histogram(
+            &mut encoder,
+            "corelog_request_latency_seconds",
+            "From a request frame read to its response ready, by API and shard.",
+            &latency,
+        )?;
+        histogram(
+            &mut encoder,
+            "corelog_stage_latency_seconds",
+            "Latency of internal stages: append (direct-I/O write), fsync (group commit), request_queue, mesh.",
+            &stages,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_connections_accepted",
+            "Client connections accepted.",
+            &accepted,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_connections_rejected",
+            "Connections closed for bad input (malformed or oversized frames, unknown APIs).",
+            &rejected,
+        )?;
+        Ok(())
+    }
+}
+
+/// Renders every shard's snapshot.
+pub fn render(snapshots: Vec<MetricsSnapshot>) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(Snapshots(snapshots)));
+    let mut out = String::new();
+    if prometheus_client::encoding::prometheus_text::encode(&mut out, &registry).is_err() {
+        out.clear();
+    }
+    out
+}
+
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
