@@ -1,18 +1,6 @@
-//! corelog: a Kafka-compatible message broker on a thread-per-core io_uring core.
-//!
-//! `corelog serve` runs a single-node broker. The process is: parse flags and the
-//! optional TOML file (`config`), set up logging, start the HTTP endpoint (`http`), then
-//! the shards (`server`), each with its listener and connections (`net`) speaking the
-//! Kafka protocol (`kafka`) over the per-core storage in the `shards` crate.
+//! `corelog serve`: the command line of the broker (see the library, `lib.rs`).
 
-mod config;
-mod http;
-mod kafka;
-mod kernel;
-mod limits;
-mod metrics;
-mod net;
-mod server;
+use corelog::{config, http, metrics, server};
 
 use clap::{Parser, Subcommand};
 use std::sync::atomic::Ordering;

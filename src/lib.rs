@@ -1,0 +1,17 @@
+//! corelog: a Kafka-compatible message broker on a thread-per-core io_uring core.
+//!
+//! The library holds the broker; `main.rs` is only the command line. The process is:
+//! parse flags and the optional TOML file (`config`), set up logging, start the HTTP
+//! endpoint (`http`), then the shards (`server`), each with its listener and connections
+//! (`net`) speaking the Kafka protocol (`kafka`) over the per-core storage in the
+//! `shards` crate. It is a library so that benchmarks reach the hot paths (request
+//! decode, response framing) directly.
+
+pub mod config;
+pub mod http;
+pub mod kafka;
+pub mod kernel;
+pub mod limits;
+pub mod metrics;
+pub mod net;
+pub mod server;
