@@ -48,6 +48,7 @@ fn main() -> anyhow::Result<()> {
                 std::thread::sleep(std::time::Duration::from_millis(20));
             })?;
     }
+    spawn_startup_watchdog(life.clone(), config.shards);
     let (queries, query_rx) = metrics::channel();
     let _http = http::spawn(config.http, life.clone(), config.shards, queries)?;
     let result = server::run(config, life, query_rx);
@@ -56,4 +57,31 @@ fn main() -> anyhow::Result<()> {
         Err(e) => tracing::error!(error = %format!("{e:#}"), "corelog failed"),
     }
     result
+}
+
+/// Logs where start-up stands if the broker is not serving after a while, so a stuck
+/// start (an executor that cannot start, a shard stuck opening partitions) is visible.
+fn spawn_startup_watchdog(life: Arc<server::Lifecycle>, shards: usize) {
+    let _ = std::thread::Builder::new()
+        .name("corelog-watchdog".into())
+        .spawn(move || {
+            for waited_s in 1..=120u64 {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                if life.ready(shards)
+                    || life.stop.load(Ordering::Acquire)
+                    || life.failed.load(Ordering::Acquire)
+                {
+                    return;
+                }
+                if waited_s % 10 == 0 {
+                    tracing::warn!(
+                    waited_s,
+                    shards,
+                    partitions_opened = life.opened.load(Ordering::Acquire),
+                    listening = life.listening.load(Ordering::Acquire),
+                    "start-up is taking long: shards that opened their partitions / listen so far"
+                );
+                }
+            }
+        });
 }

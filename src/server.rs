@@ -177,6 +177,7 @@ async fn shard_main(
         .await
         .map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
     let id = senders.peer_id();
+    tracing::debug!(shard = id, "joined the shard mesh");
     let shard = Shard::new(id, shard_config, metadata, senders);
     for (_, rx) in receivers.streams() {
         let shard = shard.clone();
