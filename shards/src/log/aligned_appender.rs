@@ -2,21 +2,24 @@
 //! multiple of the block size.
 //!
 //! O_DIRECT writes must start at, and span, whole blocks of the device's logical block
-//! size. The appender keeps every byte from the start of the last partly filled block to
-//! the logical end in memory; a flush writes that range (rounded up with zeros to whole
-//! blocks) at the block's aligned position, then drops the blocks that are now full and
-//! keeps the partial one, which the next flush rewrites as it grows (kernel-notes.md,
-//! "O_DIRECT alignment").
+//! size. The appender keeps the bytes of the last partly filled block in memory (`tail`)
+//! and the data appended since the last flush as reference-counted parts (no copy at
+//! append time). A flush copies tail + parts once into an aligned DMA buffer, zero padded
+//! to whole blocks, writes it at the tail block's aligned position, and keeps the new
+//! partial block as the next tail, which the next flush rewrites as it grows
+//! (kernel-notes.md, "O_DIRECT alignment").
 //!
 //! Invariants (asserted):
-//! - `block_start` is aligned, `block_start <= flushed_len <= logical_len`;
-//! - `buf` holds exactly the bytes `[block_start, logical_len)`;
+//! - `block_start` is aligned and `tail` holds exactly the bytes `[block_start,
+//!   flushed_len)`, fewer than one block;
+//! - `logical_len == flushed_len + parts_len`;
 //! - positions only grow.
 //!
 //! Not safe for concurrent flushes: it is owned by one task (the partition's flusher).
 //! The zero padding past the logical end is on disk until the file is truncated at seal
 //! time; readers and recovery stop at the logical end (see `recovery.rs`).
 
+use bytes::Bytes;
 use glommio::io::DmaFile;
 use std::rc::Rc;
 
@@ -25,7 +28,9 @@ pub struct AlignedAppender {
     alignment: u64,
     block_start: u64,
     flushed_len: u64,
-    buf: Vec<u8>,
+    tail: Vec<u8>,
+    parts: Vec<Bytes>,
+    parts_len: u64,
 }
 
 impl AlignedAppender {
@@ -45,7 +50,9 @@ impl AlignedAppender {
             alignment,
             block_start,
             flushed_len: logical_len,
-            buf: tail,
+            tail,
+            parts: Vec::new(),
+            parts_len: 0,
         }
     }
 
@@ -54,7 +61,7 @@ impl AlignedAppender {
     }
 
     pub fn logical_len(&self) -> u64 {
-        self.block_start + self.buf.len() as u64
+        self.flushed_len + self.parts_len
     }
 
     pub fn flushed_len(&self) -> u64 {
@@ -62,11 +69,17 @@ impl AlignedAppender {
     }
 
     pub fn has_unflushed(&self) -> bool {
-        self.logical_len() > self.flushed_len
+        self.parts_len > 0
     }
 
-    pub fn push(&mut self, bytes: &[u8]) {
-        self.buf.extend_from_slice(bytes);
+    /// Appends `bytes` without copying them (they are copied once, at flush).
+    pub fn push(&mut self, bytes: Bytes) {
+        self.parts_len += bytes.len() as u64;
+        self.parts.push(bytes);
+    }
+
+    pub fn push_slice(&mut self, bytes: &[u8]) {
+        self.push(Bytes::copy_from_slice(bytes));
     }
 
     /// Writes everything pushed so far. On return `flushed_len() == logical_len()`.
@@ -74,12 +87,21 @@ impl AlignedAppender {
         if !self.has_unflushed() {
             return Ok(());
         }
-        let len = self.buf.len();
+        let len = self.tail.len() + self.parts_len as usize;
         let padded = (len as u64).div_ceil(self.alignment) * self.alignment;
         let mut dma = self.file.alloc_dma_buffer(padded as usize);
         let out = dma.as_bytes_mut();
-        out[..len].copy_from_slice(&self.buf);
+        let mut at = self.tail.len();
+        out[..at].copy_from_slice(&self.tail);
+        for part in &self.parts {
+            out[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        }
+        debug_assert_eq!(at, len);
         out[len..].fill(0);
+        let logical = self.logical_len();
+        let keep_from = logical - logical % self.alignment;
+        let new_tail = out[(keep_from - self.block_start) as usize..len].to_vec();
         let written = self
             .file
             .write_at(dma, self.block_start)
@@ -91,15 +113,14 @@ impl AlignedAppender {
                 format!("short direct write: {written} of {padded} bytes"),
             ));
         }
-        let logical = self.logical_len();
         assert!(logical >= self.flushed_len, "flushed position only grows");
         self.flushed_len = logical;
-        // Keep only the partial last block; the full ones are final.
-        let keep_from = logical - logical % self.alignment;
-        let full = (keep_from - self.block_start) as usize;
-        self.buf.drain(..full);
+        self.parts.clear();
+        self.parts_len = 0;
+        self.tail = new_tail;
         self.block_start = keep_from;
         assert_eq!(self.block_start % self.alignment, 0);
+        assert!((self.tail.len() as u64) < self.alignment);
         Ok(())
     }
 

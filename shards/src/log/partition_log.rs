@@ -768,7 +768,7 @@ impl PartitionLog {
                         },
                         &mut buf,
                     );
-                    writer.index.push(&buf);
+                    writer.index.push_slice(&buf);
                     new_index.push((h.base_offset, pos as u32));
                     writer.last_index_offset = h.base_offset;
                     writer.bytes_since_index = 0;
@@ -784,7 +784,7 @@ impl PartitionLog {
                         },
                         &mut buf,
                     );
-                    writer.time_index.push(&buf);
+                    writer.time_index.push_slice(&buf);
                     new_time.push((h.max_timestamp, h.base_offset));
                 }
                 let batch_len = (range.end - range.start) as u64;
@@ -792,7 +792,7 @@ impl PartitionLog {
                 pos += batch_len;
             }
             assert_eq!(p.base_offset, pushed_upto, "pending batches are contiguous");
-            writer.log.push(&p.bytes);
+            writer.log.push(p.bytes.clone());
             pushed_upto = p.next_offset;
         }
         self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)

@@ -166,7 +166,7 @@ async fn rewrite(path: &Path, bytes: &[u8]) -> Result<AlignedAppender, StorageEr
     let file = Rc::new(partition_log::open_rw_path(path).await?);
     file.truncate(0).await.map_err(|e| err(path, e))?;
     let mut appender = AlignedAppender::resume(file, 0, Vec::new());
-    appender.push(bytes);
+    appender.push_slice(bytes);
     appender.flush().await.map_err(|e| err(path, e))?;
     appender.sync().await.map_err(|e| err(path, e))?;
     Ok(appender)
