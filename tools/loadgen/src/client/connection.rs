@@ -1,0 +1,298 @@
+//! One TCP connection to one broker, pipelined, owned by one executor.
+//!
+//! Owns: the socket (split into a write half behind an async lock and a read half owned
+//! by a reader task), the queue of requests awaiting a response, the correlation-id
+//! counter, the in-flight limit (`--max-in-flight`) and the versions negotiated with this
+//! broker at connect time.
+//!
+//! Invariants:
+//! - Kafka answers requests on a connection in the order they were sent, so `pending` is
+//!   a FIFO: a request is pushed onto it and written under the same write lock, and the
+//!   reader pops the front for each response. A response whose correlation id is not the
+//!   front's breaks the connection (never a panic).
+//! - At most `max_in_flight` requests are outstanding: a caller holds a slot (`reserve`)
+//!   from before it writes until its response is read.
+//! - Once broken, the connection stays broken: every waiter and every later call gets
+//!   the error that broke it. There is no reconnect; a load test with a dead broker
+//!   should say so, not paper over it.
+//!
+//! Not here: which broker leads what (`cluster.rs`), message contents (`protocol.rs`).
+
+use super::protocol::{self, Versions};
+use anyhow::{anyhow, bail, Context, Result};
+use bytes::{Bytes, BytesMut};
+use futures::channel::oneshot;
+use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use futures::lock::Mutex;
+use glommio::net::TcpStream;
+use glommio::sync::{Semaphore, StaticPermit};
+use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use std::cell::{Cell, RefCell};
+use std::collections::VecDeque;
+use std::fmt;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// Largest response frame accepted. A Fetch answer is bounded by `--fetch-max-bytes`
+/// (at most 1 GiB by the CLI) plus framing; anything larger is a broken peer.
+const RESPONSE_BYTES_MAX: usize = 1 << 30;
+const _: () = assert!(RESPONSE_BYTES_MAX <= i32::MAX as usize);
+
+/// The broker could not be reached at all. main maps this to exit code 2.
+#[derive(Debug)]
+pub struct ConnectError {
+    pub addr: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "cannot connect to broker {}: {}", self.addr, self.reason)
+    }
+}
+
+impl std::error::Error for ConnectError {}
+
+struct Pending {
+    correlation_id: i32,
+    header_version: i16,
+    reply: oneshot::Sender<Result<Bytes, String>>,
+}
+
+pub struct Connection {
+    pub addr: SocketAddr,
+    /// The write half and the frame buffer it reuses; one lock so a frame is encoded
+    /// and written without another request interleaving.
+    writer: Mutex<Writer>,
+    pending: RefCell<VecDeque<Pending>>,
+    slots: Rc<Semaphore>,
+    next_correlation_id: Cell<i32>,
+    client_id: StrBytes,
+    versions: Cell<Option<Versions>>,
+    broken: RefCell<Option<String>>,
+}
+
+struct Writer {
+    half: WriteHalf<TcpStream>,
+    buf: BytesMut,
+}
+
+impl Connection {
+    /// Connects, starts the reader task and negotiates API versions.
+    pub async fn connect(
+        addr: SocketAddr,
+        client_id: &str,
+        max_in_flight: usize,
+        timeout: Duration,
+    ) -> Result<Rc<Connection>> {
+        let stream = TcpStream::connect_timeout(addr, timeout)
+            .await
+            .map_err(|e| ConnectError {
+                addr: addr.to_string(),
+                reason: e.to_string(),
+            })?;
+        // Requests are whole frames written at once; Nagle would only add latency.
+        stream.set_nodelay(true).ok();
+        let (reader, writer) = stream.split();
+        let conn = Rc::new(Connection {
+            addr,
+            writer: Mutex::new(Writer {
+                half: writer,
+                buf: BytesMut::with_capacity(64 * 1024),
+            }),
+            pending: RefCell::new(VecDeque::new()),
+            slots: Rc::new(Semaphore::new(max_in_flight.max(1) as u64)),
+            next_correlation_id: Cell::new(1),
+            client_id: StrBytes::from_string(client_id.to_owned()),
+            versions: Cell::new(None),
+            broken: RefCell::new(None),
+        });
+        // The reader holds only a weak reference so dropping the last `Rc` ends it.
+        let weak = Rc::downgrade(&conn);
+        glommio::spawn_local(async move {
+            let reason = read_loop(reader, &weak).await;
+            if let Some(c) = weak.upgrade() {
+                c.break_with(reason);
+            }
+        })
+        .detach();
+        let versions = conn.negotiate().await.map_err(|e| ConnectError {
+            addr: addr.to_string(),
+            reason: format!("{e:#}"),
+        })?;
+        conn.versions.set(Some(versions));
+        Ok(conn)
+    }
+
+    pub fn versions(&self) -> Versions {
+        self.versions
+            .get()
+            .expect("versions are set before connect returns")
+    }
+
+    async fn negotiate(&self) -> Result<Versions> {
+        let mut req = ApiVersionsRequest::default();
+        req.client_software_name = StrBytes::from_static_str("corelog-load");
+        req.client_software_version = StrBytes::from_static_str(env!("CARGO_PKG_VERSION"));
+        let slot = self.reserve().await?;
+        let v = protocol::API_VERSIONS_FIRST_TRY;
+        let mut body = self.call(&slot, ApiKey::ApiVersions, v, &req).await?;
+        let resp = match ApiVersionsResponse::decode(&mut body.clone(), v) {
+            Ok(r) if r.error_code == 0 => r,
+            // KIP-511: a broker that does not know our version answers in v0 format with
+            // UNSUPPORTED_VERSION and its ranges; use them, at the v0 version.
+            _ => {
+                let r = ApiVersionsResponse::decode(&mut body, 0)
+                    .context("ApiVersions response does not decode")?;
+                if r.error_code != 0 && r.api_keys.is_empty() {
+                    bail!("ApiVersions: {}", protocol::error_name(r.error_code));
+                }
+                r
+            }
+        };
+        protocol::negotiate(&resp)
+    }
+
+    fn break_with(&self, reason: String) {
+        if self.broken.borrow().is_none() {
+            *self.broken.borrow_mut() = Some(reason.clone());
+        }
+        for p in self.pending.borrow_mut().drain(..) {
+            let _ = p.reply.send(Err(reason.clone()));
+        }
+        self.slots.close();
+    }
+
+    fn check_broken(&self) -> Result<()> {
+        match &*self.broken.borrow() {
+            Some(r) => Err(anyhow!("connection to {} broken: {r}", self.addr)),
+            None => Ok(()),
+        }
+    }
+
+    /// Waits for an in-flight slot. The slot is released when dropped.
+    pub async fn reserve(&self) -> Result<StaticPermit> {
+        self.check_broken()?;
+        self.slots
+            .acquire_static_permit(1)
+            .await
+            .map_err(|_| anyhow!("connection to {} closed", self.addr))
+    }
+
+    /// Writes one request and, unless `expect_response` is false (Produce with acks=0),
+    /// registers for its response. Returns the receiver to await.
+    async fn write<R: Encodable>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        body: &R,
+        expect_response: bool,
+    ) -> Result<Option<oneshot::Receiver<Result<Bytes, String>>>> {
+        self.check_broken()?;
+        let mut writer = self.writer.lock().await;
+        self.check_broken()?;
+        let id = self.next_correlation_id.get();
+        self.next_correlation_id.set(id.wrapping_add(1));
+        let w = &mut *writer;
+        w.buf.clear();
+        protocol::encode_frame(&mut w.buf, api, version, id, &self.client_id, body)?;
+        let rx = if expect_response {
+            let (tx, rx) = oneshot::channel();
+            self.pending.borrow_mut().push_back(Pending {
+                correlation_id: id,
+                header_version: api.response_header_version(version),
+                reply: tx,
+            });
+            Some(rx)
+        } else {
+            None
+        };
+        if let Err(e) = w.half.write_all(&w.buf).await {
+            let reason = format!("write failed: {e}");
+            self.break_with(reason.clone());
+            bail!("connection to {}: {reason}", self.addr);
+        }
+        Ok(rx)
+    }
+
+    /// Sends a request and returns the response body (after the response header).
+    pub async fn call<R: Encodable>(
+        &self,
+        _slot: &StaticPermit,
+        api: ApiKey,
+        version: i16,
+        body: &R,
+    ) -> Result<Bytes> {
+        let rx = self.write(api, version, body, true).await?;
+        let rx = rx.ok_or_else(|| anyhow!("no response expected"))?;
+        match rx.await {
+            Ok(Ok(b)) => Ok(b),
+            Ok(Err(reason)) => Err(anyhow!("connection to {} broken: {reason}", self.addr)),
+            Err(_) => Err(anyhow!("connection to {} closed", self.addr)),
+        }
+    }
+
+    /// Sends a request that gets no response (Produce at acks=0).
+    pub async fn send_only<R: Encodable>(&self, api: ApiKey, version: i16, body: &R) -> Result<()> {
+        self.write(api, version, body, false).await.map(|_| ())
+    }
+
+    /// Sends a request and decodes the response as `T`, holding a slot for its duration.
+    pub async fn request<R: Encodable, T: Decodable>(
+        &self,
+        api: ApiKey,
+        version: i16,
+        body: &R,
+    ) -> Result<T> {
+        let slot = self.reserve().await?;
+        let mut bytes = self.call(&slot, api, version, body).await?;
+        T::decode(&mut bytes, version)
+            .with_context(|| format!("decoding {api:?} v{version} response"))
+    }
+}
+
+/// Reads response frames until the socket fails; returns why it stopped.
+async fn read_loop(mut reader: ReadHalf<TcpStream>, conn: &std::rc::Weak<Connection>) -> String {
+    let mut size_buf = [0u8; 4];
+    loop {
+        if let Err(e) = reader.read_exact(&mut size_buf).await {
+            return if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                "broker closed the connection".to_owned()
+            } else {
+                format!("read failed: {e}")
+            };
+        }
+        let size = i32::from_be_bytes(size_buf);
+        let Ok(size) = usize::try_from(size) else {
+            return format!("negative response size {size}");
+        };
+        if !(4..=RESPONSE_BYTES_MAX).contains(&size) {
+            return format!("response size {size} out of range");
+        }
+        let mut body = vec![0u8; size];
+        if let Err(e) = reader.read_exact(&mut body).await {
+            return format!("read failed: {e}");
+        }
+        let Some(conn) = conn.upgrade() else {
+            return "connection dropped".to_owned();
+        };
+        let Some(pending) = conn.pending.borrow_mut().pop_front() else {
+            return "response without a request".to_owned();
+        };
+        let mut bytes = Bytes::from(body);
+        let header = match ResponseHeader::decode(&mut bytes, pending.header_version) {
+            Ok(h) => h,
+            Err(e) => return format!("bad response header: {e}"),
+        };
+        if header.correlation_id != pending.correlation_id {
+            return format!(
+                "response correlation id {} but {} was next",
+                header.correlation_id, pending.correlation_id
+            );
+        }
+        // The waiter may have given up (e.g. Ctrl-C); that is not an error.
+        let _ = pending.reply.send(Ok(bytes));
+    }
+}
