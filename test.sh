@@ -51,16 +51,18 @@ fi
 # ---------------------------------------------------------------------------
 # Rust
 # ---------------------------------------------------------------------------
-log "cargo test --workspace --release"
-cargo test --workspace --release
-
+# The binaries first: corelog-load's integration tests and the Python suite run the real
+# broker process named by CORELOG_BIN.
 log "cargo build --release --bins"
 cargo build --release --bins
+export CORELOG_BIN="${CORELOG_BIN:-$PWD/${CARGO_TARGET_DIR:-target}/release/corelog}"
+
+log "cargo test --workspace --release"
+cargo test --workspace --release
 
 # ---------------------------------------------------------------------------
 # end-to-end suite against the real broker
 # ---------------------------------------------------------------------------
-export CORELOG_BIN="${CORELOG_BIN:-${CARGO_TARGET_DIR:-target}/release/corelog}"
 log "pytest tests/integration (CORELOG_BIN=$CORELOG_BIN)"
 # SIGINT first so pytest tears the brokers down and prints its summary.
 # shellcheck disable=SC2086
