@@ -55,7 +55,9 @@ fi
 # broker process named by CORELOG_BIN.
 log "cargo build --release --bins"
 cargo build --release --bins
-export CORELOG_BIN="${CORELOG_BIN:-$PWD/${CARGO_TARGET_DIR:-target}/release/corelog}"
+target_dir="${CARGO_TARGET_DIR:-target}"
+case "$target_dir" in /*) ;; *) target_dir="$PWD/$target_dir" ;; esac
+export CORELOG_BIN="${CORELOG_BIN:-$target_dir/release/corelog}"
 
 log "cargo test --workspace --release"
 cargo test --workspace --release
