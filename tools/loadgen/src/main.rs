@@ -33,6 +33,13 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 fn main() {
+    // A panic on any executor thread ends the run with an error instead of leaving the
+    // other threads waiting for it forever.
+    let default_hook = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        default_hook(info);
+        std::process::exit(101);
+    }));
     let cli = cli::Cli::parse();
     let code = match real_main(cli) {
         Ok(code) => code,

@@ -233,6 +233,8 @@ impl Producer {
             }
         }
         for (leader, mut parts) in by_leader {
+            // A partition can be marked ready more than once between sends.
+            parts.sort_unstable();
             parts.dedup();
             let conn = self.ctx.cluster.conn(leader).await?;
             let mut batches = Vec::with_capacity(parts.len());
