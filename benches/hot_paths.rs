@@ -16,9 +16,7 @@ use corelog::kafka::frame;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::{
-    ApiKey, FetchResponse, ProduceRequest, RequestHeader, TopicName,
-};
+use kafka_protocol::messages::{ApiKey, FetchResponse, ProduceRequest, RequestHeader, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use shards::log::batch;
 use shards::log::batch_builder::{BatchBuilder, Record};
@@ -60,7 +58,9 @@ fn bench_index(c: &mut Criterion) {
     let mut x = 12345u64;
     c.bench_function("offset_index_lookup/262144_entries", |bench| {
         bench.iter(|| {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             index.lookup(((x >> 33) % 1_048_576) as i64)
         })
     });
