@@ -44,6 +44,12 @@ use std::time::{Duration, Instant};
 /// Most bytes one flusher round writes; a larger backlog takes several rounds.
 const FLUSH_ROUND_BYTES_MAX: usize = 8 << 20;
 
+/// Segment files grow by `fallocate` in steps of this size, so appends are writes inside
+/// the file size: on ext4 an O_DIRECT write that extends the file cannot complete without
+/// blocking and io_uring hands it to a kernel worker thread (kernel-notes.md,
+/// "Preallocation"). Sealing truncates the unused tail.
+const PREALLOCATE_STEP_BYTES: u64 = 64 << 20;
+
 /// Where an append stands once queued; the caller waits on it per its `acks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AppendTicket {
@@ -103,6 +109,8 @@ pub(crate) struct ActiveWriter {
     last_index_offset: i64,
     max_timestamp_ms: i64,
     opened_at: Instant,
+    /// Bytes of the active log file already allocated with `fallocate`.
+    preallocated: u64,
 }
 
 pub struct PartitionLog {
@@ -824,6 +832,20 @@ impl PartitionLog {
         if !writer.log.has_unflushed() {
             return Ok(());
         }
+        let needed = writer.log.logical_len().div_ceil(4096) * 4096;
+        if needed > writer.preallocated {
+            let target = (needed + PREALLOCATE_STEP_BYTES)
+                .min(self.config.segment_bytes.div_ceil(4096) * 4096)
+                .max(needed);
+            // Best effort: a filesystem without fallocate still takes the writes.
+            match writer.log.file().pre_allocate(target, false).await {
+                Ok(()) => writer.preallocated = target,
+                Err(e) => {
+                    tracing::debug!(dir = %self.dir.display(), error = %e, "fallocate failed; appending without preallocation");
+                    writer.preallocated = u64::MAX;
+                }
+            }
+        }
         // The log first: an index entry must never point at bytes not yet written.
         let started = Instant::now();
         writer
@@ -916,6 +938,7 @@ pub(super) async fn create_active(
         last_index_offset: base,
         max_timestamp_ms: i64::MIN,
         opened_at: Instant::now(),
+        preallocated: 0,
     };
     Ok((seg, writer))
 }
@@ -953,6 +976,7 @@ pub(super) fn new_writer(
         last_index_offset,
         max_timestamp_ms,
         opened_at: Instant::now(),
+        preallocated: 0,
     }
 }
 

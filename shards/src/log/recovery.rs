@@ -172,13 +172,12 @@ async fn rewrite(path: &Path, bytes: &[u8]) -> Result<AlignedAppender, StorageEr
     Ok(appender)
 }
 
-/// Whether everything from `pos` to `end` is zero (the padding of a direct-I/O block,
-/// not worth a warning).
+/// Whether the log ends in zeros at `pos` (the padding of the last direct-I/O block or the
+/// preallocated, never written rest of the segment — not worth a warning). Looks at one
+/// block.
 async fn is_zero_padding(file: &glommio::io::DmaFile, pos: u64, end: u64) -> bool {
-    if end - pos > 4096 {
-        return false;
-    }
-    match file_scan::read_exact(file, pos, (end - pos) as usize).await {
+    let len = (end - pos).min(4096);
+    match file_scan::read_exact(file, pos, len as usize).await {
         Ok(b) => b.iter().all(|x| *x == 0),
         Err(_) => false,
     }
