@@ -10,6 +10,7 @@ use crate::limits;
 use anyhow::{bail, Context};
 use clap::Args;
 use serde::Deserialize;
+use shards::group::coordinator::GroupConfig;
 use shards::log::{Durability, LogConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -73,6 +74,16 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "log.flush.interval.ms")]
     pub flush_interval_ms: Option<u64>,
+    /// Partitions of __consumer_offsets when it is created (Kafka's
+    /// offsets.topic.num.partitions).
+    #[arg(long)]
+    #[serde(alias = "offsets.topic.num.partitions")]
+    pub offsets_topic_partitions: Option<i32>,
+    /// How long an empty group's first rebalance waits for more members, ms (Kafka's
+    /// group.initial.rebalance.delay.ms).
+    #[arg(long)]
+    #[serde(alias = "group.initial.rebalance.delay.ms")]
+    pub group_initial_rebalance_delay_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -97,6 +108,12 @@ impl ServeArgs {
             segment_ms: self.segment_ms.or(file.segment_ms),
             durability: self.durability.or(file.durability),
             flush_interval_ms: self.flush_interval_ms.or(file.flush_interval_ms),
+            offsets_topic_partitions: self
+                .offsets_topic_partitions
+                .or(file.offsets_topic_partitions),
+            group_initial_rebalance_delay_ms: self
+                .group_initial_rebalance_delay_ms
+                .or(file.group_initial_rebalance_delay_ms),
         }
     }
 }
@@ -116,6 +133,7 @@ pub struct BrokerConfig {
     pub num_partitions: i32,
     pub socket_request_max_bytes: usize,
     pub log: LogConfig,
+    pub groups: GroupConfig,
 }
 
 impl BrokerConfig {
@@ -176,7 +194,20 @@ impl BrokerConfig {
         if segment_bytes < 4096 || segment_bytes > u64::from(u32::MAX) {
             bail!("segment-bytes must be between 4096 and 4294967295 (index positions are 32-bit)");
         }
+        let offsets_partitions = a
+            .offsets_topic_partitions
+            .unwrap_or(shards::group::OFFSETS_TOPIC_PARTITIONS_DEFAULT);
+        if !(1..=1000).contains(&offsets_partitions) {
+            bail!("offsets-topic-partitions must be between 1 and 1000");
+        }
+        let groups = GroupConfig {
+            offsets_partitions,
+            initial_rebalance_delay: std::time::Duration::from_millis(
+                a.group_initial_rebalance_delay_ms.unwrap_or(3000),
+            ),
+        };
         Ok(BrokerConfig {
+            groups,
             listen,
             advertise_host,
             advertise_port,

@@ -57,8 +57,11 @@ pub struct Lifecycle {
     pub opened: AtomicUsize,
     pub listening: AtomicUsize,
     pub drained: AtomicUsize,
+    /// Shards whose group coordinator has replayed its __consumer_offsets partitions.
+    pub groups_loaded: AtomicUsize,
     pub closed: AtomicUsize,
     pub failed: AtomicBool,
+    pub offsets_topic_ready: AtomicBool,
 }
 
 impl Lifecycle {
@@ -100,6 +103,7 @@ pub fn run(
         data_dir: config.data_dir.clone(),
         log: config.log.clone(),
         shard_count: config.shards,
+        groups: config.groups.clone(),
     });
     let n = config.shards;
     let cpus = std::thread::available_parallelism()
@@ -213,6 +217,27 @@ async fn shard_main(
         return Ok(());
     }
 
+    // The internal offsets topic exists before any group request can arrive; then every
+    // shard replays the partitions it owns.
+    if id == 0 {
+        if let Err(e) = ensure_offsets_topic(&shard, &config).await {
+            life.failed.store(true, Ordering::Release);
+            anyhow::bail!("creating {}: {e}", shards::group::OFFSETS_TOPIC);
+        }
+        life.offsets_topic_ready.store(true, Ordering::Release);
+    }
+    while !life.offsets_topic_ready.load(Ordering::Acquire) {
+        if life.failed.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        glommio::timer::sleep(Duration::from_millis(2)).await;
+    }
+    shard.start_group_coordinator().await;
+    life.groups_loaded.fetch_add(1, Ordering::AcqRel);
+    if !barrier(&life.groups_loaded, n, &life).await {
+        return Ok(());
+    }
+
     let listener = TcpListener::bind(config.listen)
         .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;
     let ctx = Rc::new(Ctx {
@@ -244,4 +269,35 @@ async fn shard_main(
     barrier(&life.closed, n, &life).await;
     tracing::debug!(shard = id, "shard stopped");
     Ok(())
+}
+
+/// Creates `__consumer_offsets` through the controller if it does not exist yet.
+async fn ensure_offsets_topic(shard: &Rc<Shard>, config: &BrokerConfig) -> anyhow::Result<()> {
+    use shards::mesh::{ControllerRequest, NewTopic, ShardMessage, TopicError};
+    if shard
+        .metadata
+        .snapshot()
+        .topic(shards::group::OFFSETS_TOPIC)
+        .is_some()
+    {
+        return Ok(());
+    }
+    let (tx, rx) = futures::channel::oneshot::channel();
+    let msg = ShardMessage::Controller(ControllerRequest::CreateTopics {
+        topics: vec![NewTopic {
+            name: shards::group::OFFSETS_TOPIC.into(),
+            partitions: config.groups.offsets_partitions,
+            configs: vec![("cleanup.policy".into(), "compact".into())],
+        }],
+        validate_only: false,
+        reply: tx,
+    });
+    match shard.call(0, msg, rx).await {
+        Some(results) => match results.into_iter().next() {
+            Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),
+            Some(Err(e)) => Err(anyhow::anyhow!("{e}")),
+            None => Err(anyhow::anyhow!("no answer from the controller")),
+        },
+        None => Err(anyhow::anyhow!("the controller is unavailable")),
+    }
 }

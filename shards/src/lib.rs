@@ -19,6 +19,7 @@
 //! protocol edge, never here.
 
 pub mod controller;
+pub mod group;
 pub mod hgrm;
 pub mod log;
 pub mod mesh;

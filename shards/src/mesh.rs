@@ -182,6 +182,12 @@ pub enum ShardMessage {
         reply: Reply<()>,
     },
     Controller(ControllerRequest),
+    /// A consumer-group operation, sent to the group's coordinator shard (or, for List,
+    /// to every shard).
+    Group {
+        op: crate::group::types::GroupOp,
+        reply: Reply<crate::group::types::GroupAnswer>,
+    },
     /// A copy of the shard's metrics.
     Metrics {
         reply: Reply<crate::metrics::MetricsSnapshot>,

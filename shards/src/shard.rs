@@ -9,6 +9,8 @@
 //! is given are its own; no `RefCell` borrow crosses an `.await`.
 
 use crate::controller::Controller;
+use crate::group::coordinator::{offsets_tp, GroupConfig, GroupCoordinator};
+use crate::group::OFFSETS_TOPIC;
 use crate::log::{AckLevel, LogConfig, PartitionLog};
 use crate::mesh::*;
 use crate::metadata::{partition_dir, MetadataStore};
@@ -27,6 +29,7 @@ pub struct ShardConfig {
     pub data_dir: PathBuf,
     pub log: LogConfig,
     pub shard_count: usize,
+    pub groups: GroupConfig,
 }
 
 pub struct Shard {
@@ -37,6 +40,7 @@ pub struct Shard {
     senders: Senders<Envelope>,
     admin_lock: Semaphore,
     controller: Option<Controller>,
+    pub groups: GroupCoordinator,
 }
 
 impl Shard {
@@ -49,6 +53,7 @@ impl Shard {
         Rc::new(Shard {
             id,
             controller: (id == 0).then(|| Controller::new(metadata.clone(), config.clone())),
+            groups: GroupCoordinator::new(config.groups.clone()),
             config,
             metadata,
             partitions: RefCell::new(HashMap::new()),
@@ -168,6 +173,14 @@ impl Shard {
                     "controller request sent to a shard that is not the controller"
                 ),
             },
+            ShardMessage::Group { op, reply } => {
+                let shard = self.clone();
+                let answer = self
+                    .groups
+                    .handle(op, move |p| shard.partition(&offsets_tp(p)))
+                    .await;
+                let _ = reply.send(answer);
+            }
             ShardMessage::Metrics { reply } => {
                 let _ = reply.send(crate::metrics::snapshot(self.id));
             }
@@ -339,6 +352,31 @@ impl Shard {
                 .spawn_blocking(move || std::fs::remove_dir_all(dir))
                 .await;
         }
+    }
+
+    /// The shard that coordinates `group`.
+    pub fn coordinator_of(&self, group: &str) -> ShardId {
+        self.owner_of(OFFSETS_TOPIC, self.groups.offsets_partition(group))
+    }
+
+    /// Replays this shard's `__consumer_offsets` partitions and starts the group timers.
+    pub async fn start_group_coordinator(self: &Rc<Self>) {
+        let logs: Vec<(i32, Rc<PartitionLog>)> = self
+            .partitions
+            .borrow()
+            .iter()
+            .filter(|(tp, _)| &*tp.topic == OFFSETS_TOPIC)
+            .map(|(tp, log)| (tp.partition, log.clone()))
+            .collect();
+        self.groups.load(logs).await;
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+                shard.groups.tick();
+            }
+        })
+        .detach();
     }
 
     /// Flushes and closes every partition (clean shutdown).

@@ -7,6 +7,7 @@
 
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
+use shards::group::types::GroupError;
 use shards::log::batch::BatchError;
 use shards::log::{AppendError, ReadError};
 use shards::mesh::{PartitionError, TopicError};
@@ -64,5 +65,26 @@ pub fn topic(e: &TopicError) -> ResponseError {
 pub fn count(api: ApiKey, code: i16) {
     if code != 0 {
         shards::metrics::record_error(api as i16, code);
+    }
+}
+
+pub fn group(e: &GroupError) -> ResponseError {
+    match e {
+        GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
+        GroupError::InvalidSessionTimeout => ResponseError::InvalidSessionTimeout,
+        GroupError::UnknownMemberId => ResponseError::UnknownMemberId,
+        GroupError::MemberIdRequired => ResponseError::MemberIdRequired,
+        GroupError::IllegalGeneration => ResponseError::IllegalGeneration,
+        GroupError::InconsistentGroupProtocol => ResponseError::InconsistentGroupProtocol,
+        GroupError::RebalanceInProgress => ResponseError::RebalanceInProgress,
+        GroupError::GroupNotEmpty => ResponseError::NonEmptyGroup,
+        GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+        GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+        GroupError::FencedInstanceId => ResponseError::FencedInstanceId,
+        GroupError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+        GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
+        // A failed write of group state: retriable, the client finds the coordinator again.
+        GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
     }
 }

@@ -54,7 +54,7 @@ pub async fn serve(
     let (reader, writer) = stream.split();
     let (tx, rx) = local_channel::new_bounded::<Pending>(INFLIGHT_REQUESTS_PER_CONNECTION_MAX);
     let write_task = glommio::spawn_local(write_loop(writer, rx, peer));
-    let reason = read_loop(ctx, reader, tx, &shutdown).await;
+    let reason = read_loop(ctx, peer, reader, tx, &shutdown).await;
     match &reason {
         CloseReason::Eof | CloseReason::Shutdown => {
             tracing::debug!(%peer, %reason, "connection closed")
@@ -71,6 +71,7 @@ pub async fn serve(
 
 async fn read_loop(
     ctx: Rc<Ctx>,
+    peer: SocketAddr,
     mut reader: impl AsyncRead + Unpin,
     tx: local_channel::LocalSender<Pending>,
     shutdown: &crate::server::ShutdownSignal,
@@ -112,7 +113,7 @@ async fn read_loop(
         let bytes_in = size as usize + 4;
         let task = glommio::spawn_local(async move {
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let result = api::handle(&c, request).await;
+            let result = api::handle(&c, request, peer).await;
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,

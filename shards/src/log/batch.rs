@@ -329,6 +329,44 @@ pub fn first_record_at_or_after(batch: &[u8], target_ms: i64) -> Option<(i64, i6
     None
 }
 
+/// One record of an uncompressed batch, borrowed from the batch bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub offset: i64,
+    pub timestamp_ms: i64,
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+}
+
+/// The records of an uncompressed batch (what the broker's own internal topics hold).
+/// `None` for a compressed batch or malformed records; headers are skipped.
+pub fn records(batch: &[u8]) -> Option<Vec<RecordView<'_>>> {
+    let header = BatchHeader::parse(batch).ok()?;
+    if header.compression().ok()? != Compression::None {
+        return None;
+    }
+    let mut c = Cursor::new(batch.get(BATCH_HEADER_LEN..header.total_len())?);
+    let count = usize::try_from(header.record_count).ok()?;
+    // Bounded by the bytes present: every record takes at least 7 bytes.
+    let mut out = Vec::with_capacity(count.min(batch.len() / 7));
+    for _ in 0..count {
+        let length = usize::try_from(c.varint()?).ok()?;
+        let mut r = Cursor::new(c.bytes(length)?);
+        r.i8()?;
+        let ts = header.base_timestamp.checked_add(r.varlong()?)?;
+        let delta = r.varint()?;
+        let key = r.nullable_bytes()?;
+        let value = r.nullable_bytes()?;
+        out.push(RecordView {
+            offset: header.base_offset.checked_add(i64::from(delta))?,
+            timestamp_ms: ts,
+            key,
+            value,
+        });
+    }
+    Some(out)
+}
+
 /// Writes `base_offset` into a batch in place. Outside the CRC, so the CRC stays valid.
 ///
 /// Panics if `batch` is shorter than a header: callers pass only validated batches.

@@ -9,6 +9,7 @@ pub mod admin;
 pub mod api_versions;
 pub mod fan_out;
 pub mod fetch;
+pub mod groups;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -32,7 +33,9 @@ pub struct Ctx {
 /// whose semantics are fully implemented: Produce from v3 and Fetch from v4 because
 /// only RecordBatch v2 is stored (no down-conversion); Fetch to v12 and Metadata to v12
 /// because v13+ addresses topics by id only; ListOffsets to v6 (v7 adds max-timestamp
-/// lookups, not implemented).
+/// lookups, not implemented). Group APIs stop below the versions of the new consumer
+/// protocol (KIP-848: OffsetCommit/OffsetFetch v9) and of JoinGroup/ListGroups features
+/// not built (ListGroups v5 type filter).
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
@@ -42,6 +45,17 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
     (ApiKey::CreatePartitions, 0, 3),
+    (ApiKey::FindCoordinator, 0, 4),
+    (ApiKey::JoinGroup, 0, 9),
+    (ApiKey::SyncGroup, 0, 5),
+    (ApiKey::Heartbeat, 0, 4),
+    (ApiKey::LeaveGroup, 0, 5),
+    (ApiKey::OffsetCommit, 0, 8),
+    (ApiKey::OffsetFetch, 0, 8),
+    (ApiKey::DescribeGroups, 0, 5),
+    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::DeleteGroups, 0, 2),
+    (ApiKey::OffsetDelete, 0, 0),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -53,7 +67,11 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
 
 /// Serves one request. `Ok(None)` means no response is sent (produce with acks=0).
 /// `Err` closes the connection (after the responses before it are written).
-pub async fn handle(ctx: &Ctx, mut frame: RequestFrame) -> Result<Option<BytesMut>, FrameError> {
+pub async fn handle(
+    ctx: &Ctx,
+    mut frame: RequestFrame,
+    peer: std::net::SocketAddr,
+) -> Result<Option<BytesMut>, FrameError> {
     let Some((min, max)) = supported_range(frame.api_key) else {
         return Err(FrameError::UnsupportedVersion {
             api: frame.api_key,
@@ -78,6 +96,19 @@ pub async fn handle(ctx: &Ctx, mut frame: RequestFrame) -> Result<Option<BytesMu
         ApiKey::CreateTopics => admin::create_topics(ctx, &mut frame).await.map(Some),
         ApiKey::DeleteTopics => admin::delete_topics(ctx, &mut frame).await.map(Some),
         ApiKey::CreatePartitions => admin::create_partitions(ctx, &mut frame).await.map(Some),
+        ApiKey::FindCoordinator => groups::find_coordinator(ctx, &mut frame).await.map(Some),
+        ApiKey::JoinGroup => groups::join_group(ctx, &mut frame, &peer.ip().to_string())
+            .await
+            .map(Some),
+        ApiKey::SyncGroup => groups::sync_group(ctx, &mut frame).await.map(Some),
+        ApiKey::Heartbeat => groups::heartbeat(ctx, &mut frame).await.map(Some),
+        ApiKey::LeaveGroup => groups::leave_group(ctx, &mut frame).await.map(Some),
+        ApiKey::OffsetCommit => groups::offset_commit(ctx, &mut frame).await.map(Some),
+        ApiKey::OffsetFetch => groups::offset_fetch(ctx, &mut frame).await.map(Some),
+        ApiKey::DescribeGroups => groups::describe_groups(ctx, &mut frame).await.map(Some),
+        ApiKey::ListGroups => groups::list_groups(ctx, &mut frame).await.map(Some),
+        ApiKey::DeleteGroups => groups::delete_groups(ctx, &mut frame).await.map(Some),
+        ApiKey::OffsetDelete => groups::offset_delete(ctx, &mut frame).await.map(Some),
         other => Err(FrameError::UnsupportedVersion {
             api: other,
             version: frame.api_version,

@@ -1,0 +1,570 @@
+//! A shard's group coordinator: the groups whose `__consumer_offsets` partition this
+//! shard owns, their persistence and their timers.
+//!
+//! Every operation is: look up (or create) the group, run the synchronous state machine
+//! (`state.rs`), and — for commits, stable generations and deletions — append records to
+//! the group's `__consumer_offsets` partition on this same shard and wait for them to be
+//! durable (acks=all) before answering. Join and sync answers that must wait for other
+//! members arrive through oneshot channels the state machine completes.
+//!
+//! Start-up replays every owned `__consumer_offsets` partition from its start: offset
+//! records (and their tombstones) rebuild committed offsets; group records bring the group
+//! back, Empty — its members must rejoin, as after a Kafka coordinator failover.
+//!
+//! Invariants: a group is only touched on its coordinator shard; no `RefCell` borrow is
+//! held across an `.await`; an answer to a commit means its records are synced.
+//!
+//! Not here yet: compaction of `__consumer_offsets` and offset retention for empty groups
+//! (`offsets.retention.minutes`) — the retention/compaction work brings both.
+
+use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
+use super::state::{Group, GroupState};
+use super::types::*;
+use super::{partition_for_group, OFFSETS_TOPIC};
+use crate::log::batch;
+use crate::log::batch_builder::{BatchBuilder, Record};
+use crate::log::{AckLevel, PartitionLog};
+use crate::mesh::TopicPartition;
+use futures::channel::oneshot;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Kafka's `offset.metadata.max.bytes` default.
+pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
+
+#[derive(Debug, Clone)]
+pub struct GroupConfig {
+    pub offsets_partitions: i32,
+    /// Kafka's `group.initial.rebalance.delay.ms`.
+    pub initial_rebalance_delay: Duration,
+}
+
+impl Default for GroupConfig {
+    fn default() -> Self {
+        GroupConfig {
+            offsets_partitions: super::OFFSETS_TOPIC_PARTITIONS_DEFAULT,
+            initial_rebalance_delay: Duration::from_millis(3000),
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub struct GroupCoordinator {
+    config: GroupConfig,
+    groups: RefCell<HashMap<String, Group>>,
+    loaded: Cell<bool>,
+}
+
+impl GroupCoordinator {
+    pub fn new(config: GroupConfig) -> GroupCoordinator {
+        GroupCoordinator {
+            config,
+            groups: RefCell::new(HashMap::new()),
+            loaded: Cell::new(false),
+        }
+    }
+
+    pub fn config(&self) -> &GroupConfig {
+        &self.config
+    }
+
+    pub fn offsets_partition(&self, group: &str) -> i32 {
+        partition_for_group(group, self.config.offsets_partitions)
+    }
+
+    /// Replays the owned `__consumer_offsets` partitions (`logs`: partition → log).
+    pub async fn load(&self, logs: Vec<(i32, Rc<PartitionLog>)>) {
+        let mut records = 0usize;
+        for (partition, log) in logs {
+            let mut offset = log.log_start_offset();
+            let end = log.high_watermark();
+            while offset < end {
+                let read = match log.read(offset, 1 << 20).await {
+                    Ok(r) => r,
+                    Err(e) => {
+                        tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
+                        break;
+                    }
+                };
+                if read.records.is_empty() {
+                    break;
+                }
+                for item in batch::batches(&read.records) {
+                    let Ok((h, range)) = item else { break };
+                    offset = h.last_offset() + 1;
+                    let Some(bytes) = read.records.get(range) else {
+                        break;
+                    };
+                    for r in batch::records(bytes).unwrap_or_default() {
+                        records += 1;
+                        self.apply(r.key, r.value);
+                    }
+                }
+            }
+            glommio::yield_if_needed().await;
+        }
+        self.loaded.set(true);
+        tracing::debug!(
+            records,
+            groups = self.groups.borrow().len(),
+            "group coordinator loaded"
+        );
+    }
+
+    fn apply(&self, key: Option<&[u8]>, value: Option<&[u8]>) {
+        let Some(key) = key.and_then(|k| rec::decode_key(k).ok()) else {
+            return;
+        };
+        let mut groups = self.groups.borrow_mut();
+        match key {
+            RecordKey::Offset {
+                group,
+                topic,
+                partition,
+            } => match value.map(rec::decode_offset_value) {
+                Some(Ok(v)) => {
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(group));
+                    g.offsets.insert(
+                        (topic, partition),
+                        Committed {
+                            offset: v.offset,
+                            leader_epoch: v.leader_epoch,
+                            metadata: v.metadata,
+                            commit_timestamp_ms: v.commit_timestamp_ms,
+                        },
+                    );
+                }
+                Some(Err(_)) => {}
+                None => {
+                    if let Some(g) = groups.get_mut(&group) {
+                        g.offsets.remove(&(topic, partition));
+                    }
+                }
+            },
+            RecordKey::GroupMetadata { group } => match value.map(rec::decode_group_value) {
+                Some(Ok(v)) => {
+                    let g = groups
+                        .entry(group.clone())
+                        .or_insert_with(|| Group::new(group));
+                    g.generation = g.generation.max(v.generation);
+                    g.protocol_type = Some(v.protocol_type);
+                }
+                Some(Err(_)) => {}
+                None => {
+                    groups.remove(&group);
+                }
+            },
+        }
+    }
+
+    /// Serves one operation. `log_of` finds this shard's `__consumer_offsets` partition.
+    pub async fn handle(
+        &self,
+        op: GroupOp,
+        log_of: impl Fn(i32) -> Option<Rc<PartitionLog>>,
+    ) -> GroupAnswer {
+        if !self.loaded.get() {
+            return not_available(op);
+        }
+        let now = Instant::now();
+        match op {
+            GroupOp::Join(req) => {
+                if req.group.is_empty() {
+                    return GroupAnswer::Join(JoinAnswer::error(
+                        GroupError::InvalidGroupId,
+                        req.member_id,
+                    ));
+                }
+                let (tx, rx) = oneshot::channel();
+                {
+                    let mut groups = self.groups.borrow_mut();
+                    let g = groups
+                        .entry(req.group.clone())
+                        .or_insert_with(|| Group::new(req.group.clone()));
+                    g.join(req, now, self.config.initial_rebalance_delay, tx);
+                }
+                let answer = rx.await.unwrap_or_else(|_| {
+                    JoinAnswer::error(GroupError::RebalanceInProgress, String::new())
+                });
+                GroupAnswer::Join(answer)
+            }
+            GroupOp::Sync(req) => {
+                let group = req.group.clone();
+                let (tx, rx) = oneshot::channel();
+                let stable = {
+                    let mut groups = self.groups.borrow_mut();
+                    match groups.get_mut(&req.group) {
+                        Some(g) => g.sync(req, now, tx),
+                        None => {
+                            let _ = tx.send(SyncAnswer::error(GroupError::UnknownMemberId));
+                            false
+                        }
+                    }
+                };
+                if stable {
+                    // Kafka stores the group (with its assignments) as it becomes stable.
+                    if let Err(e) = self.persist_group(&group, &log_of).await {
+                        tracing::warn!(group = %group, error = %e, "storing group metadata");
+                    }
+                }
+                GroupAnswer::Sync(
+                    rx.await
+                        .unwrap_or_else(|_| SyncAnswer::error(GroupError::RebalanceInProgress)),
+                )
+            }
+            GroupOp::Heartbeat(req) => {
+                let mut groups = self.groups.borrow_mut();
+                GroupAnswer::Done(match groups.get_mut(&req.group) {
+                    Some(g) => g.heartbeat(&req, now),
+                    None => Err(GroupError::UnknownMemberId),
+                })
+            }
+            GroupOp::Leave { group, members } => {
+                let mut groups = self.groups.borrow_mut();
+                GroupAnswer::Leave(match groups.get_mut(&group) {
+                    Some(g) => Ok(g.leave(&members, now)),
+                    None => Err(GroupError::UnknownMemberId),
+                })
+            }
+            GroupOp::Commit(req) => GroupAnswer::Commit(self.commit(req, &log_of).await),
+            GroupOp::FetchOffsets { group, topics } => {
+                let groups = self.groups.borrow();
+                let Some(g) = groups.get(&group) else {
+                    // Unknown group: every asked partition has no committed offset.
+                    let out = topics
+                        .unwrap_or_default()
+                        .into_iter()
+                        .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p, None)))
+                        .collect();
+                    return GroupAnswer::Offsets(Ok(out));
+                };
+                let out = match topics {
+                    None => g
+                        .offsets
+                        .iter()
+                        .map(|((t, p), c)| (t.clone(), *p, Some(c.clone())))
+                        .collect(),
+                    Some(list) => list
+                        .into_iter()
+                        .flat_map(|(t, ps)| {
+                            ps.into_iter()
+                                .map(|p| (t.clone(), p, g.offsets.get(&(t.clone(), p)).cloned()))
+                                .collect::<Vec<_>>()
+                        })
+                        .collect(),
+                };
+                GroupAnswer::Offsets(Ok(out))
+            }
+            GroupOp::Describe { group } => {
+                let groups = self.groups.borrow();
+                GroupAnswer::Described(match groups.get(&group) {
+                    Some(g) => g.describe(),
+                    None => GroupDescription {
+                        group,
+                        state: GroupState::Dead.name(),
+                        protocol_type: String::new(),
+                        protocol: String::new(),
+                        members: Vec::new(),
+                    },
+                })
+            }
+            GroupOp::List => {
+                let groups = self.groups.borrow();
+                GroupAnswer::Listed(
+                    groups
+                        .values()
+                        .map(|g| GroupListing {
+                            group: g.id.clone(),
+                            protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                            state: g.state.name(),
+                        })
+                        .collect(),
+                )
+            }
+            GroupOp::Delete { group } => GroupAnswer::Done(self.delete(&group, &log_of).await),
+            GroupOp::DeleteOffsets { group, partitions } => {
+                GroupAnswer::OffsetsDeleted(self.delete_offsets(&group, partitions, &log_of).await)
+            }
+        }
+    }
+
+    /// Runs the timers of every group: session expiry, join-phase timeouts.
+    pub fn tick(&self) {
+        let now = Instant::now();
+        for g in self.groups.borrow_mut().values_mut() {
+            g.tick(now);
+        }
+    }
+
+    async fn commit(
+        &self,
+        req: CommitRequest,
+        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+    ) -> Vec<Result<(), GroupError>> {
+        let n = req.offsets.len();
+        let check = {
+            let mut groups = self.groups.borrow_mut();
+            let g = groups
+                .entry(req.group.clone())
+                .or_insert_with(|| Group::new(req.group.clone()));
+            g.check_commit(&req)
+        };
+        if let Err(e) = check {
+            return vec![Err(e); n];
+        }
+        let ts = now_ms();
+        let mut results = vec![Ok(()); n];
+        let mut keys = Vec::with_capacity(n);
+        let mut values = Vec::with_capacity(n);
+        for (i, (topic, partition, offset, epoch, metadata)) in req.offsets.iter().enumerate() {
+            if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                results[i] = Err(GroupError::OffsetMetadataTooLarge);
+                continue;
+            }
+            keys.push((
+                i,
+                rec::encode_key(&RecordKey::Offset {
+                    group: req.group.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                }),
+            ));
+            values.push(Some(rec::encode_offset_value(&OffsetValue {
+                offset: *offset,
+                leader_epoch: *epoch,
+                metadata: metadata.clone(),
+                commit_timestamp_ms: ts,
+                expire_timestamp_ms: -1,
+            })));
+        }
+        if keys.is_empty() {
+            return results;
+        }
+        let records: Vec<(Vec<u8>, Option<Vec<u8>>)> =
+            keys.iter().map(|(_, k)| k.clone()).zip(values).collect();
+        if let Err(e) = self.append(&req.group, &records, log_of).await {
+            for (i, _) in &keys {
+                results[*i] = Err(e.clone());
+            }
+            return results;
+        }
+        let mut groups = self.groups.borrow_mut();
+        let g = groups
+            .entry(req.group.clone())
+            .or_insert_with(|| Group::new(req.group.clone()));
+        for (i, _) in &keys {
+            let (topic, partition, offset, epoch, metadata) = &req.offsets[*i];
+            g.offsets.insert(
+                (topic.clone(), *partition),
+                Committed {
+                    offset: *offset,
+                    leader_epoch: *epoch,
+                    metadata: metadata.clone(),
+                    commit_timestamp_ms: ts,
+                },
+            );
+        }
+        results
+    }
+
+    async fn delete(
+        &self,
+        group: &str,
+        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+    ) -> Result<(), GroupError> {
+        let tombstones = {
+            let groups = self.groups.borrow();
+            let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
+            if !g.is_empty() {
+                return Err(GroupError::GroupNotEmpty);
+            }
+            let mut t: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
+                .offsets
+                .keys()
+                .map(|(topic, partition)| {
+                    (
+                        rec::encode_key(&RecordKey::Offset {
+                            group: group.to_string(),
+                            topic: topic.clone(),
+                            partition: *partition,
+                        }),
+                        None,
+                    )
+                })
+                .collect();
+            t.push((
+                rec::encode_key(&RecordKey::GroupMetadata {
+                    group: group.to_string(),
+                }),
+                None,
+            ));
+            t
+        };
+        self.append(group, &tombstones, log_of).await?;
+        let mut groups = self.groups.borrow_mut();
+        if groups.get(group).map(|g| g.is_empty()).unwrap_or(false) {
+            groups.remove(group);
+        }
+        Ok(())
+    }
+
+    async fn delete_offsets(
+        &self,
+        group: &str,
+        partitions: Vec<(String, i32)>,
+        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let (results, tombstones) = {
+            let groups = self.groups.borrow();
+            let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
+            let subscribed = g.subscribed_topics();
+            let mut results = Vec::with_capacity(partitions.len());
+            let mut tombstones = Vec::new();
+            for (topic, partition) in &partitions {
+                if subscribed.iter().any(|t| t == topic) {
+                    results.push(Err(GroupError::GroupSubscribedToTopic));
+                } else {
+                    results.push(Ok(()));
+                    if g.offsets.contains_key(&(topic.clone(), *partition)) {
+                        tombstones.push((
+                            rec::encode_key(&RecordKey::Offset {
+                                group: group.to_string(),
+                                topic: topic.clone(),
+                                partition: *partition,
+                            }),
+                            None,
+                        ));
+                    }
+                }
+            }
+            (results, tombstones)
+        };
+        if !tombstones.is_empty() {
+            self.append(group, &tombstones, log_of).await?;
+            let mut groups = self.groups.borrow_mut();
+            if let Some(g) = groups.get_mut(group) {
+                for ((topic, partition), r) in partitions.iter().zip(&results) {
+                    if r.is_ok() {
+                        g.offsets.remove(&(topic.clone(), *partition));
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    async fn persist_group(
+        &self,
+        group: &str,
+        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+    ) -> Result<(), GroupError> {
+        let value = {
+            let mut groups = self.groups.borrow_mut();
+            let Some(g) = groups.get_mut(group) else {
+                return Ok(());
+            };
+            g.dirty = false;
+            let protocol = g.protocol.clone();
+            GroupValue {
+                protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                generation: g.generation,
+                protocol: protocol.clone(),
+                leader: g.leader.clone(),
+                current_state_timestamp_ms: now_ms(),
+                members: g
+                    .members
+                    .values()
+                    .map(|m| MemberValue {
+                        member_id: m.id.clone(),
+                        group_instance_id: m.instance_id.clone(),
+                        client_id: m.client_id.clone(),
+                        client_host: m.client_host.clone(),
+                        rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+                        session_timeout_ms: m.session_timeout.as_millis() as i32,
+                        subscription: m
+                            .protocols
+                            .iter()
+                            .find(|p| Some(&p.name) == protocol.as_ref())
+                            .map(|p| p.metadata.clone())
+                            .unwrap_or_default(),
+                        assignment: m.assignment.clone(),
+                    })
+                    .collect(),
+            }
+        };
+        let record = (
+            rec::encode_key(&RecordKey::GroupMetadata {
+                group: group.to_string(),
+            }),
+            Some(rec::encode_group_value(&value)),
+        );
+        self.append(group, &[record], log_of).await
+    }
+
+    /// Appends (key, value-or-tombstone) records to the group's partition and waits until
+    /// they are durable.
+    async fn append(
+        &self,
+        group: &str,
+        records: &[(Vec<u8>, Option<Vec<u8>>)],
+        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+    ) -> Result<(), GroupError> {
+        let partition = self.offsets_partition(group);
+        let log = log_of(partition).ok_or(GroupError::CoordinatorNotAvailable)?;
+        let mut b = BatchBuilder::new(now_ms());
+        for (k, v) in records {
+            b.push(&Record {
+                key: Some(k),
+                value: v.as_deref(),
+                headers: &[],
+                timestamp_delta: 0,
+            });
+        }
+        let bytes = b.build();
+        let ticket = log
+            .append(&bytes, 0)
+            .map_err(|e| GroupError::Storage(e.to_string()))?;
+        log.wait(ticket, AckLevel::All)
+            .await
+            .map_err(|e| GroupError::Storage(e.to_string()))
+    }
+}
+
+fn not_available(op: GroupOp) -> GroupAnswer {
+    let e = GroupError::CoordinatorNotAvailable;
+    match op {
+        GroupOp::Join(r) => GroupAnswer::Join(JoinAnswer::error(e, r.member_id)),
+        GroupOp::Sync(_) => GroupAnswer::Sync(SyncAnswer::error(e)),
+        GroupOp::Heartbeat(_) | GroupOp::Delete { .. } => GroupAnswer::Done(Err(e)),
+        GroupOp::Leave { .. } => GroupAnswer::Leave(Err(e)),
+        GroupOp::Commit(r) => GroupAnswer::Commit(vec![Err(e); r.offsets.len()]),
+        GroupOp::FetchOffsets { .. } => GroupAnswer::Offsets(Err(e)),
+        GroupOp::Describe { group } => GroupAnswer::Described(GroupDescription {
+            group,
+            state: GroupState::Dead.name(),
+            protocol_type: String::new(),
+            protocol: String::new(),
+            members: Vec::new(),
+        }),
+        GroupOp::List => GroupAnswer::Listed(Vec::new()),
+        GroupOp::DeleteOffsets { .. } => GroupAnswer::OffsetsDeleted(Err(e)),
+    }
+}
+
+/// The `__consumer_offsets` partition of this coordinator's shard, as a topic-partition.
+pub fn offsets_tp(partition: i32) -> TopicPartition {
+    TopicPartition {
+        topic: OFFSETS_TOPIC.into(),
+        partition,
+    }
+}

@@ -1,0 +1,946 @@
+//! One consumer group's state machine (the classic protocol, as Kafka's GroupCoordinator).
+//!
+//! ```text
+//!   Empty ──join──▶ PreparingRebalance ──all joined / timeout──▶ CompletingRebalance
+//!     ▲                 ▲        ▲                                   │ leader's SyncGroup
+//!     │ last member     │ join,  │ leave, session expiry,            ▼
+//!     └── leaves ───────┘ leave  └──────────────────────────────── Stable
+//! ```
+//!
+//! All methods are synchronous: they change the state and complete the waiting JoinGroup
+//! / SyncGroup answers through their oneshot channels, so the coordinator never holds a
+//! borrow across an `.await`. Time comes in as an argument (deterministic in tests).
+//!
+//! Invariants: `generation` only grows; every member in `members` has a unique id; in
+//! `CompletingRebalance` and `Stable` the group has a leader that is a member and a
+//! selected protocol every member supports; a JoinGroup answer is sent exactly once per
+//! waiting join (a new join from the same member answers the old one first).
+//!
+//! Not here: persistence and timers (the coordinator drives both), assignment (the
+//! leader computes it on the client, as the protocol intends).
+
+use super::types::*;
+use bytes::Bytes;
+use futures::channel::oneshot;
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupState {
+    Empty,
+    PreparingRebalance,
+    CompletingRebalance,
+    Stable,
+    Dead,
+}
+
+impl GroupState {
+    pub fn name(self) -> &'static str {
+        match self {
+            GroupState::Empty => "Empty",
+            GroupState::PreparingRebalance => "PreparingRebalance",
+            GroupState::CompletingRebalance => "CompletingRebalance",
+            GroupState::Stable => "Stable",
+            GroupState::Dead => "Dead",
+        }
+    }
+}
+
+pub struct Member {
+    pub id: String,
+    pub instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout: Duration,
+    pub rebalance_timeout: Duration,
+    pub protocols: Vec<Protocol>,
+    pub assignment: Bytes,
+    pub last_heartbeat: Instant,
+    join_waiter: Option<oneshot::Sender<JoinAnswer>>,
+    sync_waiter: Option<oneshot::Sender<SyncAnswer>>,
+}
+
+impl Member {
+    fn metadata_for(&self, protocol: &str) -> Bytes {
+        self.protocols
+            .iter()
+            .find(|p| p.name == protocol)
+            .map(|p| p.metadata.clone())
+            .unwrap_or_default()
+    }
+}
+
+pub struct Group {
+    pub id: String,
+    pub state: GroupState,
+    pub protocol_type: Option<String>,
+    pub protocol: Option<String>,
+    pub generation: i32,
+    pub leader: Option<String>,
+    pub members: BTreeMap<String, Member>,
+    /// Member ids handed out with MEMBER_ID_REQUIRED, not yet joined (KIP-394), with when.
+    pub pending: HashMap<String, Instant>,
+    /// group.instance.id → member id (static membership).
+    pub instances: HashMap<String, String>,
+    pub offsets: BTreeMap<(String, i32), Committed>,
+    /// PreparingRebalance: when the join phase ends whoever has rejoined.
+    rebalance_deadline: Option<Instant>,
+    /// PreparingRebalance from Empty: joins are collected at least until then
+    /// (Kafka's group.initial.rebalance.delay.ms).
+    join_not_before: Option<Instant>,
+    /// Changes since the last persisted snapshot of the group's metadata.
+    pub dirty: bool,
+}
+
+/// Kafka's defaults for what a member may ask for.
+pub const SESSION_TIMEOUT_MS_MIN: i32 = 1_000;
+pub const SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
+
+impl Group {
+    pub fn new(id: String) -> Group {
+        Group {
+            id,
+            state: GroupState::Empty,
+            protocol_type: None,
+            protocol: None,
+            generation: 0,
+            leader: None,
+            members: BTreeMap::new(),
+            pending: HashMap::new(),
+            instances: HashMap::new(),
+            offsets: BTreeMap::new(),
+            rebalance_deadline: None,
+            join_not_before: None,
+            dirty: false,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn new_member_id(client_id: &str) -> String {
+        format!("{client_id}-{}", uuid::Uuid::new_v4())
+    }
+
+    /// Handles a JoinGroup. The answer arrives on `reply`, at once for errors and
+    /// KIP-394's MEMBER_ID_REQUIRED, otherwise when the join phase completes.
+    pub fn join(
+        &mut self,
+        req: JoinRequest,
+        now: Instant,
+        initial_delay: Duration,
+        reply: oneshot::Sender<JoinAnswer>,
+    ) {
+        if req.session_timeout_ms < SESSION_TIMEOUT_MS_MIN
+            || req.session_timeout_ms > SESSION_TIMEOUT_MS_MAX
+        {
+            let _ = reply.send(JoinAnswer::error(
+                GroupError::InvalidSessionTimeout,
+                req.member_id,
+            ));
+            return;
+        }
+        if req.protocols.is_empty() || req.protocol_type.is_empty() {
+            let _ = reply.send(JoinAnswer::error(
+                GroupError::InconsistentGroupProtocol,
+                req.member_id,
+            ));
+            return;
+        }
+        if !self.is_empty() {
+            let same_type = self.protocol_type.as_deref() == Some(req.protocol_type.as_str());
+            let common = self.protocol_in_common_with(&req.protocols, Some(&req.member_id));
+            if !same_type || !common {
+                let _ = reply.send(JoinAnswer::error(
+                    GroupError::InconsistentGroupProtocol,
+                    req.member_id,
+                ));
+                return;
+            }
+        }
+        let mut member_id = req.member_id.clone();
+        if member_id.is_empty() {
+            if let Some(instance) = &req.group_instance_id {
+                // Static member: a restart takes over its old identity without waiting for
+                // the session to expire.
+                member_id = Self::new_member_id(&req.client_id);
+                if let Some(old) = self.instances.insert(instance.clone(), member_id.clone()) {
+                    if let Some(mut m) = self.members.remove(&old) {
+                        m.id = member_id.clone();
+                        if let Some(w) = m.join_waiter.take() {
+                            let _ = w
+                                .send(JoinAnswer::error(GroupError::FencedInstanceId, old.clone()));
+                        }
+                        if let Some(w) = m.sync_waiter.take() {
+                            let _ = w.send(SyncAnswer::error(GroupError::FencedInstanceId));
+                        }
+                        self.members.insert(member_id.clone(), m);
+                        if self.leader.as_deref() == Some(old.as_str()) {
+                            self.leader = Some(member_id.clone());
+                        }
+                        self.dirty = true;
+                    }
+                }
+            } else if req.require_known_member_id {
+                let id = Self::new_member_id(&req.client_id);
+                self.pending.insert(id.clone(), now);
+                let _ = reply.send(JoinAnswer::error(GroupError::MemberIdRequired, id));
+                return;
+            } else {
+                member_id = Self::new_member_id(&req.client_id);
+            }
+        } else if !self.members.contains_key(&member_id)
+            && self.pending.remove(&member_id).is_none()
+        {
+            let _ = reply.send(JoinAnswer::error(GroupError::UnknownMemberId, member_id));
+            return;
+        }
+        if let Some(instance) = &req.group_instance_id {
+            if let Some(owner) = self.instances.get(instance) {
+                if owner != &member_id {
+                    let _ = reply.send(JoinAnswer::error(GroupError::FencedInstanceId, member_id));
+                    return;
+                }
+            }
+            self.instances.insert(instance.clone(), member_id.clone());
+        }
+
+        let session_timeout =
+            Duration::from_millis(u64::try_from(req.session_timeout_ms).unwrap_or(0));
+        let rebalance_timeout = Duration::from_millis(
+            u64::try_from(req.rebalance_timeout_ms.max(req.session_timeout_ms)).unwrap_or(0),
+        );
+        let existing = self.members.remove(&member_id);
+        let protocols_changed = existing
+            .as_ref()
+            .map(|m| m.protocols != req.protocols)
+            .unwrap_or(true);
+        let mut member = existing.unwrap_or_else(|| Member {
+            id: member_id.clone(),
+            instance_id: req.group_instance_id.clone(),
+            client_id: req.client_id.clone(),
+            client_host: req.client_host.clone(),
+            session_timeout,
+            rebalance_timeout,
+            protocols: Vec::new(),
+            assignment: Bytes::new(),
+            last_heartbeat: now,
+            join_waiter: None,
+            sync_waiter: None,
+        });
+        if let Some(old) = member.join_waiter.take() {
+            // A member that joins again before its previous join was answered: the old
+            // request is superseded (the client has given up on it).
+            let _ = old.send(JoinAnswer::error(
+                GroupError::RebalanceInProgress,
+                member_id.clone(),
+            ));
+        }
+        member.protocols = req.protocols;
+        member.session_timeout = session_timeout;
+        member.rebalance_timeout = rebalance_timeout;
+        member.last_heartbeat = now;
+        member.join_waiter = Some(reply);
+        self.protocol_type = Some(req.protocol_type);
+        self.members.insert(member_id.clone(), member);
+        self.dirty = true;
+
+        match self.state {
+            GroupState::PreparingRebalance => {}
+            GroupState::Stable
+                if !protocols_changed && self.leader.as_deref() != Some(member_id.as_str()) =>
+            {
+                // A follower rejoining with unchanged metadata: answer with the current
+                // generation, no rebalance (as Kafka does).
+                let answer = self.join_answer_for(&member_id);
+                if let Some(m) = self.members.get_mut(&member_id) {
+                    if let Some(w) = m.join_waiter.take() {
+                        let _ = w.send(answer);
+                    }
+                }
+            }
+            GroupState::Empty => self.prepare_rebalance(now, Some(now + initial_delay)),
+            GroupState::CompletingRebalance | GroupState::Stable | GroupState::Dead => {
+                self.prepare_rebalance(now, None)
+            }
+        }
+        self.try_complete_join(now);
+    }
+
+    fn protocol_in_common_with(&self, protocols: &[Protocol], except: Option<&str>) -> bool {
+        protocols.iter().any(|p| {
+            self.members
+                .values()
+                .filter(|m| Some(m.id.as_str()) != except)
+                .all(|m| m.protocols.iter().any(|q| q.name == p.name))
+        })
+    }
+
+    fn prepare_rebalance(&mut self, now: Instant, not_before: Option<Instant>) {
+        if self.state == GroupState::CompletingRebalance {
+            // Members waiting for an assignment of the old generation must rejoin.
+            for m in self.members.values_mut() {
+                if let Some(w) = m.sync_waiter.take() {
+                    let _ = w.send(SyncAnswer::error(GroupError::RebalanceInProgress));
+                }
+            }
+        }
+        let timeout = self
+            .members
+            .values()
+            .map(|m| m.rebalance_timeout)
+            .max()
+            .unwrap_or(Duration::from_secs(5));
+        self.state = GroupState::PreparingRebalance;
+        self.rebalance_deadline = Some(now + timeout);
+        self.join_not_before = not_before;
+    }
+
+    /// Ends the join phase if every member has rejoined (and the initial delay passed), or
+    /// the rebalance timeout expired; members that did not rejoin are removed.
+    pub fn try_complete_join(&mut self, now: Instant) {
+        if self.state != GroupState::PreparingRebalance {
+            return;
+        }
+        let all_joined = self.members.values().all(|m| m.join_waiter.is_some());
+        let delay_over = self.join_not_before.map(|t| now >= t).unwrap_or(true);
+        let timed_out = self.rebalance_deadline.map(|t| now >= t).unwrap_or(false);
+        if !(timed_out || (all_joined && delay_over)) {
+            return;
+        }
+        let missing: Vec<String> = self
+            .members
+            .values()
+            .filter(|m| m.join_waiter.is_none())
+            .map(|m| m.id.clone())
+            .collect();
+        for id in missing {
+            self.remove_member(&id);
+        }
+        self.generation += 1;
+        self.rebalance_deadline = None;
+        self.join_not_before = None;
+        self.dirty = true;
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.protocol = None;
+            self.leader = None;
+            return;
+        }
+        self.protocol = self.select_protocol();
+        if self
+            .leader
+            .as_ref()
+            .map(|l| !self.members.contains_key(l))
+            .unwrap_or(true)
+        {
+            self.leader = self.members.keys().next().cloned();
+        }
+        self.state = GroupState::CompletingRebalance;
+        let ids: Vec<String> = self.members.keys().cloned().collect();
+        for id in ids {
+            let answer = self.join_answer_for(&id);
+            if let Some(w) = self.members.get_mut(&id).and_then(|m| m.join_waiter.take()) {
+                let _ = w.send(answer);
+            }
+        }
+    }
+
+    /// The protocol all members support with the most first-choice votes (Kafka's rule).
+    fn select_protocol(&self) -> Option<String> {
+        let candidates: Vec<&String> = self
+            .members
+            .values()
+            .next()?
+            .protocols
+            .iter()
+            .map(|p| &p.name)
+            .filter(|name| {
+                self.members
+                    .values()
+                    .all(|m| m.protocols.iter().any(|p| &&p.name == name))
+            })
+            .collect();
+        let mut votes: BTreeMap<&String, usize> = BTreeMap::new();
+        for m in self.members.values() {
+            if let Some(choice) = m
+                .protocols
+                .iter()
+                .map(|p| &p.name)
+                .find(|n| candidates.contains(n))
+            {
+                *votes.entry(choice).or_insert(0) += 1;
+            }
+        }
+        candidates
+            .iter()
+            .max_by_key(|c| votes.get(*c).copied().unwrap_or(0))
+            .map(|c| (*c).clone())
+    }
+
+    fn join_answer_for(&self, member_id: &str) -> JoinAnswer {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let is_leader = self.leader.as_deref() == Some(member_id);
+        JoinAnswer {
+            error: None,
+            generation: self.generation,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            leader: self.leader.clone().unwrap_or_default(),
+            member_id: member_id.to_string(),
+            members: if is_leader {
+                self.members
+                    .values()
+                    .map(|m| JoinMember {
+                        member_id: m.id.clone(),
+                        group_instance_id: m.instance_id.clone(),
+                        metadata: m.metadata_for(&protocol),
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
+        }
+    }
+
+    fn check_member(
+        &self,
+        member_id: &str,
+        instance: Option<&String>,
+        generation: i32,
+    ) -> Result<(), GroupError> {
+        if let Some(instance) = instance {
+            if let Some(owner) = self.instances.get(instance) {
+                if owner != member_id {
+                    return Err(GroupError::FencedInstanceId);
+                }
+            }
+        }
+        if !self.members.contains_key(member_id) {
+            return Err(GroupError::UnknownMemberId);
+        }
+        if generation != self.generation {
+            return Err(GroupError::IllegalGeneration);
+        }
+        Ok(())
+    }
+
+    /// Handles a SyncGroup. Returns true when the group became Stable (its metadata and
+    /// assignments should be persisted).
+    pub fn sync(
+        &mut self,
+        req: SyncRequest,
+        now: Instant,
+        reply: oneshot::Sender<SyncAnswer>,
+    ) -> bool {
+        if let Err(e) = self.check_member(
+            &req.member_id,
+            req.group_instance_id.as_ref(),
+            req.generation,
+        ) {
+            let _ = reply.send(SyncAnswer::error(e));
+            return false;
+        }
+        let type_ok = req
+            .protocol_type
+            .as_ref()
+            .map(|t| Some(t) == self.protocol_type.as_ref())
+            .unwrap_or(true);
+        let name_ok = req
+            .protocol_name
+            .as_ref()
+            .map(|n| Some(n) == self.protocol.as_ref())
+            .unwrap_or(true);
+        if !type_ok || !name_ok {
+            let _ = reply.send(SyncAnswer::error(GroupError::InconsistentGroupProtocol));
+            return false;
+        }
+        if let Some(m) = self.members.get_mut(&req.member_id) {
+            m.last_heartbeat = now;
+        }
+        match self.state {
+            GroupState::PreparingRebalance => {
+                let _ = reply.send(SyncAnswer::error(GroupError::RebalanceInProgress));
+                false
+            }
+            GroupState::Stable => {
+                let _ = reply.send(self.sync_answer_for(&req.member_id));
+                false
+            }
+            GroupState::Empty | GroupState::Dead => {
+                let _ = reply.send(SyncAnswer::error(GroupError::UnknownMemberId));
+                false
+            }
+            GroupState::CompletingRebalance => {
+                if let Some(m) = self.members.get_mut(&req.member_id) {
+                    m.sync_waiter = Some(reply);
+                }
+                if self.leader.as_deref() != Some(req.member_id.as_str()) {
+                    return false;
+                }
+                // The leader's assignment completes the rebalance for everyone.
+                for m in self.members.values_mut() {
+                    m.assignment = Bytes::new();
+                }
+                for (id, assignment) in req.assignments {
+                    if let Some(m) = self.members.get_mut(&id) {
+                        m.assignment = assignment;
+                    }
+                }
+                self.state = GroupState::Stable;
+                self.dirty = true;
+                let ids: Vec<String> = self.members.keys().cloned().collect();
+                for id in ids {
+                    let answer = self.sync_answer_for(&id);
+                    if let Some(w) = self.members.get_mut(&id).and_then(|m| m.sync_waiter.take()) {
+                        let _ = w.send(answer);
+                    }
+                }
+                true
+            }
+        }
+    }
+
+    fn sync_answer_for(&self, member_id: &str) -> SyncAnswer {
+        SyncAnswer {
+            error: None,
+            protocol_type: self.protocol_type.clone(),
+            protocol_name: self.protocol.clone(),
+            assignment: self
+                .members
+                .get(member_id)
+                .map(|m| m.assignment.clone())
+                .unwrap_or_default(),
+        }
+    }
+
+    pub fn heartbeat(&mut self, req: &HeartbeatRequest, now: Instant) -> Result<(), GroupError> {
+        if self.state == GroupState::Empty || self.state == GroupState::Dead {
+            return Err(GroupError::UnknownMemberId);
+        }
+        self.check_member(
+            &req.member_id,
+            req.group_instance_id.as_ref(),
+            req.generation,
+        )?;
+        if let Some(m) = self.members.get_mut(&req.member_id) {
+            m.last_heartbeat = now;
+        }
+        match self.state {
+            GroupState::PreparingRebalance => Err(GroupError::RebalanceInProgress),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks that a commit may be made by this member in this generation.
+    pub fn check_commit(&self, req: &CommitRequest) -> Result<(), GroupError> {
+        if req.generation < 0 && req.member_id.is_empty() {
+            // A commit from outside the group protocol: allowed while nobody is a member.
+            return if self.is_empty() {
+                Ok(())
+            } else {
+                Err(GroupError::UnknownMemberId)
+            };
+        }
+        self.check_member(
+            &req.member_id,
+            req.group_instance_id.as_ref(),
+            req.generation,
+        )?;
+        match self.state {
+            GroupState::PreparingRebalance | GroupState::CompletingRebalance => {
+                Err(GroupError::RebalanceInProgress)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    pub fn leave(
+        &mut self,
+        members: &[LeavingMember],
+        now: Instant,
+    ) -> Vec<Result<(), GroupError>> {
+        let mut results = Vec::with_capacity(members.len());
+        let mut left = false;
+        for l in members {
+            let id = if l.member_id.is_empty() {
+                l.group_instance_id
+                    .as_ref()
+                    .and_then(|i| self.instances.get(i).cloned())
+            } else {
+                Some(l.member_id.clone())
+            };
+            match id {
+                Some(id) if self.members.contains_key(&id) => {
+                    let fenced = l
+                        .group_instance_id
+                        .as_ref()
+                        .and_then(|i| self.instances.get(i))
+                        .is_some_and(|owner| owner != &id);
+                    if fenced {
+                        results.push(Err(GroupError::FencedInstanceId));
+                        continue;
+                    }
+                    self.remove_member(&id);
+                    left = true;
+                    results.push(Ok(()));
+                }
+                _ => results.push(Err(GroupError::UnknownMemberId)),
+            }
+        }
+        if left {
+            self.after_membership_change(now);
+        }
+        results
+    }
+
+    fn remove_member(&mut self, id: &str) {
+        if let Some(mut m) = self.members.remove(id) {
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinAnswer::error(
+                    GroupError::UnknownMemberId,
+                    id.to_string(),
+                ));
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncAnswer::error(GroupError::UnknownMemberId));
+            }
+            if let Some(instance) = &m.instance_id {
+                if self
+                    .instances
+                    .get(instance)
+                    .map(|o| o == id)
+                    .unwrap_or(false)
+                {
+                    self.instances.remove(instance);
+                }
+            }
+            if self.leader.as_deref() == Some(id) {
+                self.leader = None;
+            }
+            self.dirty = true;
+        }
+    }
+
+    fn after_membership_change(&mut self, now: Instant) {
+        match self.state {
+            GroupState::Stable | GroupState::CompletingRebalance => {
+                if self.members.is_empty() {
+                    self.state = GroupState::Empty;
+                    self.generation += 1;
+                    self.protocol = None;
+                    self.leader = None;
+                } else {
+                    self.prepare_rebalance(now, None);
+                }
+            }
+            GroupState::PreparingRebalance => self.try_complete_join(now),
+            GroupState::Empty | GroupState::Dead => {}
+        }
+    }
+
+    /// Timers: expire members whose session ran out, end join phases that timed out,
+    /// forget unclaimed KIP-394 member ids. Returns true if anything changed.
+    pub fn tick(&mut self, now: Instant) -> bool {
+        let before = (self.state, self.generation, self.members.len());
+        let expired: Vec<String> = self
+            .members
+            .values()
+            // A member waiting in a join is alive until the join phase ends.
+            .filter(|m| {
+                m.join_waiter.is_none() && now.duration_since(m.last_heartbeat) > m.session_timeout
+            })
+            .map(|m| m.id.clone())
+            .collect();
+        for id in &expired {
+            tracing::info!(group = %self.id, member = %id, "session expired; removing member");
+            self.remove_member(id);
+        }
+        if !expired.is_empty() {
+            self.after_membership_change(now);
+        }
+        self.try_complete_join(now);
+        self.pending.retain(|_, at| {
+            now.duration_since(*at)
+                < Duration::from_millis(SESSION_TIMEOUT_MS_MAX as u64).min(Duration::from_secs(300))
+        });
+        before != (self.state, self.generation, self.members.len())
+    }
+
+    pub fn describe(&self) -> GroupDescription {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let stable = matches!(self.state, GroupState::Stable);
+        GroupDescription {
+            group: self.id.clone(),
+            state: self.state.name(),
+            protocol_type: self.protocol_type.clone().unwrap_or_default(),
+            protocol: protocol.clone(),
+            members: self
+                .members
+                .values()
+                .map(|m| DescribedMember {
+                    member_id: m.id.clone(),
+                    group_instance_id: m.instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    metadata: m.metadata_for(&protocol),
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Bytes::new()
+                    },
+                })
+                .collect(),
+        }
+    }
+
+    /// Topics a member's consumer-protocol subscription names (for OffsetDelete).
+    pub fn subscribed_topics(&self) -> Vec<String> {
+        let protocol = self.protocol.clone().unwrap_or_default();
+        let mut out = Vec::new();
+        if self.protocol_type.as_deref() != Some("consumer") {
+            return out;
+        }
+        for m in self.members.values() {
+            out.extend(consumer_subscription_topics(&m.metadata_for(&protocol)));
+        }
+        out
+    }
+}
+
+/// The topics of a consumer-protocol subscription (`ConsumerProtocolSubscription`: int16
+/// version, then an array of int16-length strings). Malformed input yields what parsed.
+pub fn consumer_subscription_topics(bytes: &[u8]) -> Vec<String> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> Option<&'a [u8]> {
+        let (head, tail) = (b.get(..n)?, b.get(n..)?);
+        *b = tail;
+        Some(head)
+    }
+    let mut b = bytes;
+    let mut out = Vec::new();
+    let _version = take(&mut b, 2);
+    let Some(count) = take(&mut b, 4).map(|c| i32::from_be_bytes([c[0], c[1], c[2], c[3]])) else {
+        return out;
+    };
+    for _ in 0..count.max(0) {
+        let Some(len) = take(&mut b, 2).map(|l| i16::from_be_bytes([l[0], l[1]])) else {
+            break;
+        };
+        let Some(name) = take(&mut b, usize::try_from(len).unwrap_or(0)) else {
+            break;
+        };
+        out.push(String::from_utf8_lossy(name).into_owned());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn join_req(member: &str, protocols: &[&str]) -> JoinRequest {
+        JoinRequest {
+            group: "g".into(),
+            member_id: member.into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: protocols
+                .iter()
+                .map(|p| Protocol {
+                    name: (*p).into(),
+                    metadata: Bytes::from_static(b"meta"),
+                })
+                .collect(),
+            require_known_member_id: true,
+        }
+    }
+
+    fn join(g: &mut Group, req: JoinRequest, now: Instant) -> oneshot::Receiver<JoinAnswer> {
+        let (tx, rx) = oneshot::channel();
+        g.join(req, now, Duration::ZERO, tx);
+        rx
+    }
+
+    fn answer<T>(rx: &mut oneshot::Receiver<T>) -> Option<T> {
+        rx.try_recv().ok().flatten()
+    }
+
+    #[test]
+    fn two_step_join_then_rebalance_then_stable() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut rx = join(&mut g, join_req("", &["range"]), now);
+        let a = answer(&mut rx).expect("answered at once");
+        assert_eq!(a.error, Some(GroupError::MemberIdRequired));
+        let id = a.member_id;
+        let mut rx = join(&mut g, join_req(&id, &["range"]), now);
+        let a = answer(&mut rx).expect("single member completes the join");
+        assert_eq!(a.error, None);
+        assert_eq!(a.generation, 1);
+        assert_eq!(a.leader, id);
+        assert_eq!(a.members.len(), 1);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        let (tx, mut srx) = oneshot::channel();
+        let became_stable = g.sync(
+            SyncRequest {
+                group: "g".into(),
+                generation: 1,
+                member_id: id.clone(),
+                group_instance_id: None,
+                protocol_type: Some("consumer".into()),
+                protocol_name: Some("range".into()),
+                assignments: vec![(id.clone(), Bytes::from_static(b"assign"))],
+            },
+            now,
+            tx,
+        );
+        assert!(became_stable);
+        assert_eq!(
+            answer(&mut srx).expect("sync").assignment,
+            Bytes::from_static(b"assign")
+        );
+        assert_eq!(g.state, GroupState::Stable);
+        let hb = HeartbeatRequest {
+            group: "g".into(),
+            generation: 1,
+            member_id: id.clone(),
+            group_instance_id: None,
+        };
+        assert_eq!(g.heartbeat(&hb, now), Ok(()));
+        let stale = HeartbeatRequest {
+            generation: 0,
+            ..hb.clone()
+        };
+        assert_eq!(g.heartbeat(&stale, now), Err(GroupError::IllegalGeneration));
+        let unknown = HeartbeatRequest {
+            member_id: "nobody".into(),
+            ..hb
+        };
+        assert_eq!(g.heartbeat(&unknown, now), Err(GroupError::UnknownMemberId));
+    }
+
+    #[test]
+    fn second_member_triggers_rebalance_and_waits_for_the_first() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut r1 = join(&mut g, join_req("", &["range"]), now);
+        let m1 = answer(&mut r1).expect("id").member_id;
+        let mut r1 = join(&mut g, join_req(&m1, &["range"]), now);
+        assert_eq!(answer(&mut r1).expect("gen 1").generation, 1);
+        // m2 joins: PreparingRebalance until m1 rejoins.
+        let mut r2 = join(&mut g, join_req("", &["range"]), now);
+        let m2 = answer(&mut r2).expect("id").member_id;
+        let mut r2 = join(&mut g, join_req(&m2, &["range"]), now);
+        assert!(answer(&mut r2).is_none(), "waits for the other member");
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        let hb = HeartbeatRequest {
+            group: "g".into(),
+            generation: 1,
+            member_id: m1.clone(),
+            group_instance_id: None,
+        };
+        assert_eq!(g.heartbeat(&hb, now), Err(GroupError::RebalanceInProgress));
+        let mut r1 = join(&mut g, join_req(&m1, &["range"]), now);
+        let a1 = answer(&mut r1).expect("join completes");
+        let a2 = answer(&mut r2).expect("join completes");
+        assert_eq!(a1.generation, 2);
+        assert_eq!(a2.generation, 2);
+        assert_eq!(a1.leader, m1, "the leader stays the leader");
+        assert_eq!(a1.members.len(), 2);
+        assert!(a2.members.is_empty(), "followers get no member list");
+    }
+
+    #[test]
+    fn a_member_that_does_not_rejoin_is_dropped_at_the_rebalance_timeout() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut r1 = join(&mut g, join_req("", &["range"]), now);
+        let m1 = answer(&mut r1).expect("id").member_id;
+        let _r1 = join(&mut g, join_req(&m1, &["range"]), now);
+        let mut r2 = join(&mut g, join_req("", &["range"]), now);
+        let m2 = answer(&mut r2).expect("id").member_id;
+        let mut r2 = join(&mut g, join_req(&m2, &["range"]), now);
+        assert!(answer(&mut r2).is_none());
+        g.tick(now + Duration::from_secs(11));
+        let a2 = answer(&mut r2).expect("timed out join completes");
+        assert_eq!(a2.generation, 2);
+        assert_eq!(a2.leader, m2);
+        assert!(!g.members.contains_key(&m1));
+    }
+
+    #[test]
+    fn session_expiry_removes_a_silent_member() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut r1 = join(&mut g, join_req("", &["range"]), now);
+        let m1 = answer(&mut r1).expect("id").member_id;
+        let _ = join(&mut g, join_req(&m1, &["range"]), now);
+        assert_eq!(g.members.len(), 1);
+        g.tick(now + Duration::from_secs(5));
+        assert_eq!(g.members.len(), 1, "within the session timeout");
+        g.tick(now + Duration::from_secs(11));
+        assert!(g.members.is_empty());
+        assert_eq!(g.state, GroupState::Empty);
+    }
+
+    #[test]
+    fn inconsistent_protocols_are_refused() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut r1 = join(&mut g, join_req("", &["range"]), now);
+        let m1 = answer(&mut r1).expect("id").member_id;
+        let _ = join(&mut g, join_req(&m1, &["range"]), now);
+        let mut other = join_req("", &["roundrobin"]);
+        other.require_known_member_id = false;
+        let mut r = join(&mut g, other, now);
+        assert_eq!(
+            answer(&mut r).expect("refused").error,
+            Some(GroupError::InconsistentGroupProtocol)
+        );
+        let mut wrong_type = join_req("", &["range"]);
+        wrong_type.protocol_type = "connect".into();
+        let mut r = join(&mut g, wrong_type, now);
+        assert_eq!(
+            answer(&mut r).expect("refused").error,
+            Some(GroupError::InconsistentGroupProtocol)
+        );
+    }
+
+    #[test]
+    fn protocol_with_most_votes_among_common_ones() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut ids = Vec::new();
+        for prefs in [
+            &["cooperative-sticky", "range"][..],
+            &["range", "cooperative-sticky"],
+            &["range", "cooperative-sticky"],
+        ] {
+            let mut req = join_req("", prefs);
+            req.require_known_member_id = false;
+            let _ = join(&mut g, req.clone(), now);
+            ids.push(g.members.keys().cloned().collect::<Vec<_>>());
+        }
+        g.tick(now + Duration::from_secs(11));
+        assert_eq!(g.protocol.as_deref(), Some("range"));
+    }
+
+    #[test]
+    fn subscription_topics_parse_and_tolerate_garbage() {
+        let mut b = vec![0u8, 1, 0, 0, 0, 2];
+        for t in ["a", "bc"] {
+            b.extend_from_slice(&(t.len() as i16).to_be_bytes());
+            b.extend_from_slice(t.as_bytes());
+        }
+        assert_eq!(consumer_subscription_topics(&b), vec!["a", "bc"]);
+        for cut in 0..b.len() {
+            let _ = consumer_subscription_topics(&b[..cut]);
+        }
+        assert!(consumer_subscription_topics(&[0, 1, 0x7f, 0xff, 0xff, 0xff]).is_empty());
+    }
+}

@@ -1,0 +1,234 @@
+//! The domain form of group requests and their answers. The protocol edge decodes Kafka
+//! requests into these (validated, version differences resolved) and encodes the answers;
+//! the coordinator never sees wire types.
+
+use bytes::Bytes;
+
+/// Why a group operation failed; the edge maps each to its Kafka error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GroupError {
+    #[error("the group id is empty")]
+    InvalidGroupId,
+    #[error("session timeout outside the broker's allowed range")]
+    InvalidSessionTimeout,
+    #[error("unknown member id")]
+    UnknownMemberId,
+    #[error("the member must rejoin with the member id it was given")]
+    MemberIdRequired,
+    #[error("generation does not match the group's")]
+    IllegalGeneration,
+    #[error("protocol type or protocols inconsistent with the group")]
+    InconsistentGroupProtocol,
+    #[error("the group is rebalancing")]
+    RebalanceInProgress,
+    #[error("the group still has members")]
+    GroupNotEmpty,
+    #[error("the group does not exist")]
+    GroupIdNotFound,
+    #[error("the topic is still subscribed by a member")]
+    GroupSubscribedToTopic,
+    #[error("a newer instance with the same group.instance.id is active")]
+    FencedInstanceId,
+    #[error("the group coordinator is loading or unavailable")]
+    CoordinatorNotAvailable,
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error("offset metadata too large")]
+    OffsetMetadataTooLarge,
+    #[error("storing group state failed: {0}")]
+    Storage(String),
+}
+
+/// A protocol a member supports (e.g. "range", "cooperative-sticky") with its metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protocol {
+    pub name: String,
+    pub metadata: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinRequest {
+    pub group: String,
+    /// Empty for a first join.
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub session_timeout_ms: i32,
+    pub rebalance_timeout_ms: i32,
+    pub protocol_type: String,
+    pub protocols: Vec<Protocol>,
+    /// KIP-394 (JoinGroup v4+): a first join gets MEMBER_ID_REQUIRED and a member id.
+    pub require_known_member_id: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub metadata: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct JoinAnswer {
+    pub error: Option<GroupError>,
+    pub generation: i32,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub leader: String,
+    pub member_id: String,
+    /// Filled for the leader only.
+    pub members: Vec<JoinMember>,
+}
+
+impl JoinAnswer {
+    pub fn error(e: GroupError, member_id: String) -> JoinAnswer {
+        JoinAnswer {
+            error: Some(e),
+            generation: -1,
+            protocol_type: None,
+            protocol_name: None,
+            leader: String::new(),
+            member_id,
+            members: Vec::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncRequest {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    /// (member id, assignment), from the leader.
+    pub assignments: Vec<(String, Bytes)>,
+}
+
+#[derive(Debug, Clone)]
+pub struct SyncAnswer {
+    pub error: Option<GroupError>,
+    pub protocol_type: Option<String>,
+    pub protocol_name: Option<String>,
+    pub assignment: Bytes,
+}
+
+impl SyncAnswer {
+    pub fn error(e: GroupError) -> SyncAnswer {
+        SyncAnswer {
+            error: Some(e),
+            protocol_type: None,
+            protocol_name: None,
+            assignment: Bytes::new(),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct HeartbeatRequest {
+    pub group: String,
+    pub generation: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct LeavingMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+}
+
+#[derive(Debug, Clone)]
+pub struct CommitRequest {
+    pub group: String,
+    /// -1 for a commit from outside the group protocol (assign() consumers, admin).
+    pub generation: i32,
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    /// (topic, partition, offset, leader epoch, metadata)
+    pub offsets: Vec<(String, i32, i64, i32, String)>,
+}
+
+/// A committed offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub offset: i64,
+    pub leader_epoch: i32,
+    pub metadata: String,
+    pub commit_timestamp_ms: i64,
+}
+
+#[derive(Debug, Clone)]
+pub struct DescribedMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: Bytes,
+    pub assignment: Bytes,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupDescription {
+    pub group: String,
+    /// Kafka's state names: Empty, PreparingRebalance, CompletingRebalance, Stable, Dead.
+    pub state: &'static str,
+    pub protocol_type: String,
+    pub protocol: String,
+    pub members: Vec<DescribedMember>,
+}
+
+#[derive(Debug, Clone)]
+pub struct GroupListing {
+    pub group: String,
+    pub protocol_type: String,
+    pub state: &'static str,
+}
+
+/// One group operation, sent to the coordinator shard.
+#[derive(Debug, Clone)]
+pub enum GroupOp {
+    Join(JoinRequest),
+    Sync(SyncRequest),
+    Heartbeat(HeartbeatRequest),
+    Leave {
+        group: String,
+        members: Vec<LeavingMember>,
+    },
+    Commit(CommitRequest),
+    /// `None` topics: every committed offset of the group.
+    FetchOffsets {
+        group: String,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+    },
+    Describe {
+        group: String,
+    },
+    List,
+    Delete {
+        group: String,
+    },
+    DeleteOffsets {
+        group: String,
+        partitions: Vec<(String, i32)>,
+    },
+}
+
+#[derive(Debug, Clone)]
+pub enum GroupAnswer {
+    Join(JoinAnswer),
+    Sync(SyncAnswer),
+    Done(Result<(), GroupError>),
+    /// Per member, in request order.
+    Leave(Result<Vec<Result<(), GroupError>>, GroupError>),
+    /// Per offset, in request order.
+    Commit(Vec<Result<(), GroupError>>),
+    /// (topic, partition, committed) — `None` when nothing is committed.
+    Offsets(Result<Vec<(String, i32, Option<Committed>)>, GroupError>),
+    Described(GroupDescription),
+    Listed(Vec<GroupListing>),
+    /// Per partition, in request order.
+    OffsetsDeleted(Result<Vec<Result<(), GroupError>>, GroupError>),
+}
