@@ -84,6 +84,10 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "group.initial.rebalance.delay.ms")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// Segment size of __consumer_offsets partitions (Kafka's offsets.topic.segment.bytes).
+    #[arg(long)]
+    #[serde(alias = "offsets.topic.segment.bytes")]
+    pub offsets_topic_segment_bytes: Option<u64>,
 }
 
 impl ServeArgs {
@@ -114,6 +118,9 @@ impl ServeArgs {
             group_initial_rebalance_delay_ms: self
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms),
+            offsets_topic_segment_bytes: self
+                .offsets_topic_segment_bytes
+                .or(file.offsets_topic_segment_bytes),
         }
     }
 }
@@ -205,6 +212,7 @@ impl BrokerConfig {
             initial_rebalance_delay: std::time::Duration::from_millis(
                 a.group_initial_rebalance_delay_ms.unwrap_or(3000),
             ),
+            offsets_segment_bytes: a.offsets_topic_segment_bytes.unwrap_or(100 << 20).max(4096),
         };
         Ok(BrokerConfig {
             groups,

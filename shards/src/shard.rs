@@ -25,6 +25,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Group ticks (100 ms each) between two compaction checks of `__consumer_offsets`.
+const COMPACTION_CHECK_TICKS: u64 = 50;
+
 pub struct ShardConfig {
     pub data_dir: PathBuf,
     pub log: LogConfig,
@@ -327,7 +330,11 @@ impl Shard {
                 continue;
             }
             let dir = partition_dir(&self.config.data_dir, &topic, p);
-            let log = PartitionLog::open(dir, self.config.log.clone())
+            let mut config = self.config.log.clone();
+            if &*topic == OFFSETS_TOPIC {
+                config.segment_bytes = self.config.groups.offsets_segment_bytes;
+            }
+            let log = PartitionLog::open(dir, config)
                 .await
                 .map_err(|e| TopicError::Storage(e.to_string()))?;
             self.partitions.borrow_mut().insert(tp, log);
@@ -359,21 +366,37 @@ impl Shard {
         self.owner_of(OFFSETS_TOPIC, self.groups.offsets_partition(group))
     }
 
-    /// Replays this shard's `__consumer_offsets` partitions and starts the group timers.
-    pub async fn start_group_coordinator(self: &Rc<Self>) {
-        let logs: Vec<(i32, Rc<PartitionLog>)> = self
+    fn offsets_logs(&self) -> Vec<(i32, Rc<PartitionLog>)> {
+        let mut logs: Vec<(i32, Rc<PartitionLog>)> = self
             .partitions
             .borrow()
             .iter()
             .filter(|(tp, _)| &*tp.topic == OFFSETS_TOPIC)
             .map(|(tp, log)| (tp.partition, log.clone()))
             .collect();
-        self.groups.load(logs).await;
+        logs.sort_by_key(|(p, _)| *p);
+        logs
+    }
+
+    /// Replays this shard's `__consumer_offsets` partitions and starts the group timers
+    /// (session expiry every 100 ms, compaction checks every few seconds).
+    pub async fn start_group_coordinator(self: &Rc<Self>) {
+        self.groups.load(self.offsets_logs()).await;
         let shard = self.clone();
         glommio::spawn_local(async move {
+            let mut ticks = 0u64;
             loop {
                 glommio::timer::sleep(Duration::from_millis(100)).await;
                 shard.groups.tick();
+                ticks += 1;
+                if ticks % COMPACTION_CHECK_TICKS == 0 {
+                    let logs = shard.offsets_logs();
+                    let s = shard.clone();
+                    glommio::spawn_local(async move {
+                        s.groups.compact(logs).await;
+                    })
+                    .detach();
+                }
             }
         })
         .detach();

@@ -321,3 +321,44 @@ fn crash_image_with_preallocated_segment_recovers_every_acknowledged_batch() {
         log.close().await;
     });
 }
+
+#[test]
+fn deleting_old_segments_moves_the_log_start_and_survives_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p.clone(), small_config(8192))
+            .await
+            .expect("open");
+        for i in 0..40u32 {
+            append_acked(&log, &batch(i, 4, 400, 1000)).await;
+        }
+        let segments = log.segment_count();
+        assert!(segments > 3);
+        let deleted = log.delete_segments_before(100).await;
+        assert!(
+            deleted >= 1 && deleted < segments,
+            "only whole sealed segments below 100 go"
+        );
+        let start = log.log_start_offset();
+        assert!(start > 0 && start <= 100, "log start {start}");
+        assert!(matches!(
+            log.read(start - 1, 1024).await,
+            Err(ReadError::OffsetOutOfRange { .. })
+        ));
+        let r = log.read(start, 1024).await.expect("read at the new start");
+        assert_eq!(headers(&r.records)[0].base_offset, start);
+        // The active segment is never deleted, whatever the offset.
+        log.delete_segments_before(i64::MAX).await;
+        assert_eq!(log.segment_count(), 1);
+        assert_eq!(log.high_watermark(), 160);
+        log.close().await;
+        let log = PartitionLog::open(p, small_config(8192))
+            .await
+            .expect("reopen");
+        assert_eq!(log.high_watermark(), 160);
+        assert!(log.log_start_offset() > 100);
+        log.close().await;
+    });
+}

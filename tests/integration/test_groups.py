@@ -487,6 +487,12 @@ def test_killed_member_partitions_taken_over_nothing_lost(broker):
                    lambda: f"survivors to own all {P} partitions after the victim's session timeout:"
                            f"{describe_all(survivors)}")
         taken_over_after = time.monotonic() - killed_at
+        # Kafka drops a member only at session expiry (or LeaveGroup), not when its TCP
+        # connection closes: the takeover cannot come much before session.timeout.ms
+        # (minus the heartbeat interval, with slack for a loaded machine)
+        assert taken_over_after >= SESSION_MS / 1000 - 2.5, (
+            f"survivors took over {taken_over_after:.1f}s after SIGKILL, before the "
+            f"{SESSION_MS} ms session timeout could have expired")
         final = wait_stable(survivors, P, timeout=20)
         assert sorted(len(a) for a in final) == [3, 3], describe_all(survivors)
 
@@ -1099,3 +1105,41 @@ def test_find_coordinator_batched(broker):
     _, body = W.roundtrip(broker.bootstrap, find_coordinator_v2(8, "grp-fc-a"))
     c = parse_find_coordinator_v2(body)
     assert c["error_code"] == ERR_NONE and (c["node_id"], c["host"], c["port"]) == (node_id, host, port), c
+
+
+def test_offsets_topic_is_compacted_and_survives_restart(broker_factory):
+    """Thousands of commits on tiny __consumer_offsets segments: the coordinator compacts
+    (live state rewritten, old segments deleted), and after a restart every group still
+    resumes at its last committed offsets."""
+    import glob as _glob
+    import os as _os
+    from confluent_kafka import Consumer as _Consumer, TopicPartition as _TP
+    from confluent_kafka.admin import AdminClient as _Admin, NewTopic as _NewTopic
+
+    b = broker_factory.start(extra_args=["--offsets-topic-segment-bytes", "8192"])
+    topic = "compacted-commits"
+    admin = _Admin({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([_NewTopic(topic, 10, 1)])[topic].result(30)
+    c = _Consumer({"bootstrap.servers": b.bootstrap, "group.id": "churn", "enable.auto.commit": False})
+    last = {}
+    for i in range(1500):
+        offsets = [_TP(topic, p, i * 10 + p) for p in range(10)]
+        c.commit(offsets=offsets, asynchronous=False)
+        last = {tp.partition: tp.offset for tp in offsets}
+    c.close()
+
+    def offsets_segments() -> int:
+        return len(_glob.glob(_os.path.join(str(b.data_dir), "__consumer_offsets-*", "*.log")))
+
+    # Without compaction ~1 MB of commits on 8 KiB segments is > 100 segments.
+    deadline = time.time() + 20
+    while time.time() < deadline and offsets_segments() > 50 + 10:
+        time.sleep(0.5)
+    assert offsets_segments() <= 50 + 10, offsets_segments()
+
+    b.stop()
+    b.restart()
+    c = _Consumer({"bootstrap.servers": b.bootstrap, "group.id": "churn", "enable.auto.commit": False})
+    committed = c.committed([_TP(topic, p) for p in range(10)], timeout=30)
+    c.close()
+    assert {tp.partition: tp.offset for tp in committed} == last

@@ -14,8 +14,11 @@
 //! Invariants: a group is only touched on its coordinator shard; no `RefCell` borrow is
 //! held across an `.await`; an answer to a commit means its records are synced.
 //!
-//! Not here yet: compaction of `__consumer_offsets` and offset retention for empty groups
-//! (`offsets.retention.minutes`) — the retention/compaction work brings both.
+//! Compaction (`compact`) rewrites a partition's live state and drops the segments before
+//! it; the general log cleaner of the retention/compaction work will replace it with
+//! key-by-key compaction.
+//!
+//! Not here yet: offset retention for empty groups (`offsets.retention.minutes`).
 
 use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
 use super::state::{Group, GroupState};
@@ -34,11 +37,17 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 /// Kafka's `offset.metadata.max.bytes` default.
 pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
+/// Records per batch when a partition's state is rewritten by compaction.
+const SNAPSHOT_BATCH_RECORDS: usize = 500;
+
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
     pub offsets_partitions: i32,
     /// Kafka's `group.initial.rebalance.delay.ms`.
     pub initial_rebalance_delay: Duration,
+    /// Segment size of `__consumer_offsets` partitions (Kafka's
+    /// `offsets.topic.segment.bytes`, 100 MiB). Compaction frees whole segments.
+    pub offsets_segment_bytes: u64,
 }
 
 impl Default for GroupConfig {
@@ -46,7 +55,26 @@ impl Default for GroupConfig {
         GroupConfig {
             offsets_partitions: super::OFFSETS_TOPIC_PARTITIONS_DEFAULT,
             initial_rebalance_delay: Duration::from_millis(3000),
+            offsets_segment_bytes: 100 << 20,
         }
+    }
+}
+
+/// Counts a write of group state that is appended but not yet applied in memory; the
+/// compactor must not snapshot while one exists (it would miss that write and then
+/// delete the segment holding it).
+struct InFlight<'a>(&'a Cell<usize>);
+
+impl<'a> InFlight<'a> {
+    fn new(c: &'a Cell<usize>) -> Self {
+        c.set(c.get() + 1);
+        InFlight(c)
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
     }
 }
 
@@ -61,6 +89,8 @@ pub struct GroupCoordinator {
     config: GroupConfig,
     groups: RefCell<HashMap<String, Group>>,
     loaded: Cell<bool>,
+    in_flight: Cell<usize>,
+    compacting: Cell<bool>,
 }
 
 impl GroupCoordinator {
@@ -69,6 +99,8 @@ impl GroupCoordinator {
             config,
             groups: RefCell::new(HashMap::new()),
             loaded: Cell::new(false),
+            in_flight: Cell::new(0),
+            compacting: Cell::new(false),
         }
     }
 
@@ -424,6 +456,7 @@ impl GroupCoordinator {
         partitions: Vec<(String, i32)>,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let _in_flight = InFlight::new(&self.in_flight);
         let (results, tombstones) = {
             let groups = self.groups.borrow();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
@@ -509,6 +542,119 @@ impl GroupCoordinator {
             Some(rec::encode_group_value(&value)),
         );
         self.append(group, &[record], log_of).await
+    }
+
+    /// Compacts every owned `__consumer_offsets` partition that has grown past two
+    /// segments: the partition's current state (group metadata and committed offsets of
+    /// its groups, taken from memory) is appended as fresh records, and once they are
+    /// durable every sealed segment before them is deleted. The log keeps the latest value
+    /// of every key, as Kafka's compaction would; replay stays correct at every step
+    /// (later records win), so a crash anywhere leaves a valid log. Runs one partition at
+    /// a time and yields between them.
+    pub async fn compact(&self, logs: Vec<(i32, Rc<PartitionLog>)>) -> usize {
+        if self.compacting.replace(true) {
+            return 0;
+        }
+        let mut freed = 0;
+        for (partition, log) in logs {
+            if log.segment_count() <= 2 {
+                continue;
+            }
+            if self.in_flight.get() > 0 {
+                break; // a write is between its append and its memory update: next time
+            }
+            // Capture and append without an await in between, so no other write slips in.
+            let records = self.snapshot_records(partition);
+            let mut first: Option<i64> = None;
+            let mut last = None;
+            let mut ok = true;
+            for chunk in records.chunks(SNAPSHOT_BATCH_RECORDS) {
+                let mut b = BatchBuilder::new(now_ms());
+                for (k, v) in chunk {
+                    b.push(&Record {
+                        key: Some(k),
+                        value: Some(v),
+                        headers: &[],
+                        timestamp_delta: 0,
+                    });
+                }
+                match log.append(&b.build(), 0) {
+                    Ok(t) => {
+                        first.get_or_insert(t.base_offset);
+                        last = Some(t);
+                    }
+                    Err(e) => {
+                        tracing::warn!(partition, error = %e, "compacting __consumer_offsets");
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+            // With no state at all, everything before the end of the log is garbage.
+            let keep_from = first.unwrap_or_else(|| log.log_end_offset());
+            if let Some(t) = last {
+                if log.wait(t, AckLevel::All).await.is_err() {
+                    ok = false;
+                }
+            }
+            if ok {
+                let n = log.delete_segments_before(keep_from).await;
+                tracing::debug!(
+                    partition,
+                    records = records.len(),
+                    segments_deleted = n,
+                    "compacted __consumer_offsets"
+                );
+                freed += n;
+            }
+            glommio::yield_if_needed().await;
+        }
+        self.compacting.set(false);
+        freed
+    }
+
+    /// The live records of one offsets partition: for each of its groups, the group's
+    /// metadata and every committed offset.
+    fn snapshot_records(&self, partition: i32) -> Vec<(Vec<u8>, Vec<u8>)> {
+        let groups = self.groups.borrow();
+        let mut out = Vec::new();
+        for g in groups
+            .values()
+            .filter(|g| self.offsets_partition(&g.id) == partition)
+        {
+            if let Some(pt) = &g.protocol_type {
+                out.push((
+                    rec::encode_key(&RecordKey::GroupMetadata {
+                        group: g.id.clone(),
+                    }),
+                    rec::encode_group_value(&GroupValue {
+                        protocol_type: pt.clone(),
+                        generation: g.generation,
+                        protocol: g.protocol.clone(),
+                        leader: g.leader.clone(),
+                        current_state_timestamp_ms: now_ms(),
+                        members: Vec::new(),
+                    }),
+                ));
+            }
+            for ((topic, p), c) in &g.offsets {
+                out.push((
+                    rec::encode_key(&RecordKey::Offset {
+                        group: g.id.clone(),
+                        topic: topic.clone(),
+                        partition: *p,
+                    }),
+                    rec::encode_offset_value(&OffsetValue {
+                        offset: c.offset,
+                        leader_epoch: c.leader_epoch,
+                        metadata: c.metadata.clone(),
+                        commit_timestamp_ms: c.commit_timestamp_ms,
+                        expire_timestamp_ms: -1,
+                    }),
+                ));
+            }
+        }
+        out
     }
 
     /// Appends (key, value-or-tombstone) records to the group's partition and waits until

@@ -339,6 +339,51 @@ impl PartitionLog {
         self.state.borrow().segments.len()
     }
 
+    /// Deletes every sealed segment that lies wholly below `offset` and moves the log
+    /// start offset to the first segment left. The active segment is never deleted. The
+    /// files are unlinked; a reader that already holds one keeps reading it (an open file
+    /// outlives its name). Returns how many segments went.
+    ///
+    /// Crash safety: segments go from the front, one at a time, so a crash leaves a
+    /// contiguous log whose start is the first remaining segment — the log start offset
+    /// needs no checkpoint of its own.
+    pub async fn delete_segments_before(&self, offset: i64) -> usize {
+        let doomed: Vec<(i64, Rc<DmaFile>)> = {
+            let mut st = self.state.borrow_mut();
+            let bases: Vec<i64> = st.segments.keys().copied().collect();
+            let mut doomed = Vec::new();
+            for pair in bases.windows(2) {
+                let (base, next) = (pair[0], pair[1]);
+                if next > offset {
+                    break;
+                }
+                if let Some(seg) = st.segments.remove(&base) {
+                    doomed.push((base, seg.file));
+                }
+            }
+            if let Some(first) = st.segments.keys().next().copied() {
+                assert!(
+                    first >= st.log_start_offset,
+                    "the log start offset only grows"
+                );
+                st.log_start_offset = first;
+            }
+            doomed
+        };
+        for (base, _file) in &doomed {
+            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+                let path = segment::file_path(&self.dir, *base, suffix);
+                if let Err(e) = std::fs::remove_file(&path) {
+                    tracing::warn!(path = %path.display(), error = %e, "deleting a segment file");
+                }
+            }
+        }
+        if !doomed.is_empty() {
+            let _ = sync_dir(&self.dir).await;
+        }
+        doomed.len()
+    }
+
     /// Validates and queues `records` (one or more RecordBatch v2), assigning offsets.
     /// Nothing of the request is queued unless every batch is valid.
     pub fn append(&self, records: &[u8], leader_epoch: i32) -> Result<AppendTicket, AppendError> {
