@@ -88,6 +88,14 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "offsets.topic.segment.bytes")]
     pub offsets_topic_segment_bytes: Option<u64>,
+    /// How long an empty group keeps its committed offsets, minutes (Kafka's
+    /// offsets.retention.minutes, 10080).
+    #[arg(long)]
+    #[serde(alias = "offsets.retention.minutes")]
+    pub offsets_retention_minutes: Option<u64>,
+    /// The same in milliseconds, for finer control (wins over minutes).
+    #[arg(long)]
+    pub offsets_retention_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -121,6 +129,10 @@ impl ServeArgs {
             offsets_topic_segment_bytes: self
                 .offsets_topic_segment_bytes
                 .or(file.offsets_topic_segment_bytes),
+            offsets_retention_minutes: self
+                .offsets_retention_minutes
+                .or(file.offsets_retention_minutes),
+            offsets_retention_ms: self.offsets_retention_ms.or(file.offsets_retention_ms),
         }
     }
 }
@@ -213,6 +225,11 @@ impl BrokerConfig {
                 a.group_initial_rebalance_delay_ms.unwrap_or(3000),
             ),
             offsets_segment_bytes: a.offsets_topic_segment_bytes.unwrap_or(100 << 20).max(4096),
+            offsets_retention: match (a.offsets_retention_ms, a.offsets_retention_minutes) {
+                (Some(ms), _) => std::time::Duration::from_millis(ms),
+                (None, Some(min)) => std::time::Duration::from_secs(min.saturating_mul(60)),
+                (None, None) => std::time::Duration::from_secs(10080 * 60),
+            },
         };
         Ok(BrokerConfig {
             groups,

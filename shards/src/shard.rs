@@ -25,8 +25,9 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Group ticks (100 ms each) between two compaction checks of `__consumer_offsets`.
-const COMPACTION_CHECK_TICKS: u64 = 50;
+/// Group ticks (100 ms each) between two offset-retention and compaction checks of
+/// `__consumer_offsets`.
+const COMPACTION_CHECK_TICKS: u64 = 20;
 
 pub struct ShardConfig {
     pub data_dir: PathBuf,
@@ -393,6 +394,10 @@ impl Shard {
                     let logs = shard.offsets_logs();
                     let s = shard.clone();
                     glommio::spawn_local(async move {
+                        let s2 = s.clone();
+                        s.groups
+                            .expire_offsets(move |p| s2.partition(&offsets_tp(p)))
+                            .await;
                         s.groups.compact(logs).await;
                     })
                     .detach();

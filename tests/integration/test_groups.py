@@ -38,6 +38,7 @@ ERR_UNKNOWN_MEMBER_ID = 25
 ERR_REBALANCE_IN_PROGRESS = 27
 ERR_NON_EMPTY_GROUP = 68
 ERR_MEMBER_ID_REQUIRED = 79
+ERR_FENCED_INSTANCE_ID = 82
 ERR_GROUP_SUBSCRIBED_TO_TOPIC = 86
 
 SESSION_MS = 6000          # failure-detection test
@@ -866,8 +867,9 @@ def parse_join_group_v5(body: bytes) -> dict:
     return out
 
 
-def sync_group_v3(cid, group, generation, member_id, assignments: list[tuple[str, bytes]]) -> bytes:
-    body = (W.string(group) + W.i32(generation) + W.string(member_id) + W.string(None)
+def sync_group_v3(cid, group, generation, member_id, assignments: list[tuple[str, bytes]],
+                  instance_id: str | None = None) -> bytes:
+    body = (W.string(group) + W.i32(generation) + W.string(member_id) + W.string(instance_id)
             + W.array([W.string(m) + W.kbytes(a) for m, a in assignments]))
     return W.request(API_SYNC_GROUP, 3, cid, body)
 
@@ -879,9 +881,9 @@ def parse_sync_group_v3(body: bytes) -> dict:
     return out
 
 
-def heartbeat_v3(cid, group, generation, member_id) -> bytes:
+def heartbeat_v3(cid, group, generation, member_id, instance_id: str | None = None) -> bytes:
     return W.request(API_HEARTBEAT, 3, cid,
-                     W.string(group) + W.i32(generation) + W.string(member_id) + W.string(None))
+                     W.string(group) + W.i32(generation) + W.string(member_id) + W.string(instance_id))
 
 
 def parse_heartbeat_v3(body: bytes) -> int:
@@ -912,9 +914,10 @@ def parse_offset_commit_v7(body: bytes) -> dict[tuple[str, int], int]:
     return out
 
 
-def leave_group_v3(cid, group, member_ids: list[str]) -> bytes:
+def leave_group_v3(cid, group, member_ids: list[str], instance_ids: list[str | None] | None = None) -> bytes:
+    instance_ids = instance_ids or [None] * len(member_ids)
     return W.request(API_LEAVE_GROUP, 3, cid,
-                     W.string(group) + W.array([W.string(m) + W.string(None) for m in member_ids]))
+                     W.string(group) + W.array([W.string(m) + W.string(i) for m, i in zip(member_ids, instance_ids)]))
 
 
 def parse_leave_group_v3(body: bytes) -> dict:
@@ -1083,6 +1086,50 @@ def test_raw_group_errors(broker):
     broker.assert_alive()
 
 
+def test_raw_static_membership(broker):
+    """KIP-345 on the wire: a static member (group.instance.id) joins without the
+    KIP-394 step; when it comes back with no member id (a restart) it gets a new
+    member id in the same generation (no rebalance), and the old id is fenced
+    (FENCED_INSTANCE_ID, 82); LeaveGroup by instance id removes it."""
+    topic, group, inst = "g-static", "grp-static", "instance-1"
+    create_topic(broker.bootstrap, topic, 2)
+    meta = consumer_subscription([topic])
+    raw = Raw(broker.bootstrap)
+    try:
+        j = parse_join_group_v5(raw.call(join_group_v5, group, "", [("range", meta)], instance_id=inst,
+                                         timeout=30))
+        assert j["error_code"] == ERR_NONE, f"static JoinGroup (no MEMBER_ID_REQUIRED for static members): {j}"
+        m1, gen = j["member_id"], j["generation_id"]
+        assert m1 and j["leader"] == m1 and j["members"] == [(m1, inst, meta)], j
+        assignment = consumer_assignment({topic: [0, 1]})
+        s = parse_sync_group_v3(raw.call(sync_group_v3, group, gen, m1, [(m1, assignment)], instance_id=inst))
+        assert s["error_code"] == ERR_NONE and s["assignment"] == assignment, s
+        assert parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m1, inst)) == ERR_NONE
+
+        # the same instance comes back without its member id (process restarted)
+        j2 = parse_join_group_v5(raw.call(join_group_v5, group, "", [("range", meta)], instance_id=inst,
+                                          timeout=30))
+        assert j2["error_code"] == ERR_NONE, f"static rejoin: {j2}"
+        m2 = j2["member_id"]
+        assert m2 and m2 != m1, f"static rejoin must get a fresh member id: {j2}"
+        assert j2["generation_id"] == gen, f"static rejoin with unchanged metadata rebalanced: {j2}, was {gen}"
+        err = parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m1, inst))
+        assert err == ERR_FENCED_INSTANCE_ID, f"Heartbeat from the replaced member id: {err}"
+        s = parse_sync_group_v3(raw.call(sync_group_v3, group, gen, m2, [], instance_id=inst))
+        assert s["error_code"] == ERR_NONE and s["assignment"] == assignment, \
+            f"SyncGroup of the restarted static member should return its assignment: {s}"
+        assert parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m2, inst)) == ERR_NONE
+
+        # batch LeaveGroup by instance id only (what an admin's removeMembersFromConsumerGroup sends)
+        lv = parse_leave_group_v3(raw.call(leave_group_v3, group, [""], [inst]))
+        assert lv["error_code"] == ERR_NONE and [e for *_, e in lv["members"]] == [ERR_NONE], lv
+        err = parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m2, inst))
+        assert err in (ERR_UNKNOWN_MEMBER_ID, ERR_FENCED_INSTANCE_ID), f"Heartbeat after LeaveGroup: {err}"
+    finally:
+        raw.close()
+    broker.assert_alive()
+
+
 # ---------------------------------------------------------------------------
 # 9. FindCoordinator, batched (v4, KIP-699) and single (v2)
 # ---------------------------------------------------------------------------
@@ -1143,3 +1190,46 @@ def test_offsets_topic_is_compacted_and_survives_restart(broker_factory):
     committed = c.committed([_TP(topic, p) for p in range(10)], timeout=30)
     c.close()
     assert {tp.partition: tp.offset for tp in committed} == last
+
+
+def test_offsets_of_an_empty_group_expire_after_retention(broker_factory):
+    """offsets.retention: an empty group's old offsets expire (KIP-211); a group with
+    members keeps them however old they are."""
+    from confluent_kafka import Consumer as _Consumer, TopicPartition as _TP
+    from confluent_kafka.admin import AdminClient as _Admin, NewTopic as _NewTopic
+
+    b = broker_factory.start(extra_args=["--offsets-retention-ms", "3000",
+                                         "--group-initial-rebalance-delay-ms", "0"])
+    topic = "retained"
+    admin = _Admin({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([_NewTopic(topic, 2, 1)])[topic].result(30)
+
+    # "idle": committed once from outside the group protocol, then nobody is a member.
+    idle = _Consumer({"bootstrap.servers": b.bootstrap, "group.id": "idle", "enable.auto.commit": False})
+    idle.commit(offsets=[_TP(topic, 0, 5), _TP(topic, 1, 7)], asynchronous=False)
+    idle.close()
+    # "busy": a live member that keeps heartbeating.
+    busy = _Consumer({"bootstrap.servers": b.bootstrap, "group.id": "busy", "enable.auto.commit": False,
+                      "session.timeout.ms": 6000, "heartbeat.interval.ms": 500})
+    busy.subscribe([topic])
+    deadline = time.time() + 20
+    while not busy.assignment() and time.time() < deadline:
+        busy.poll(0.2)
+    assert busy.assignment(), "busy joined its group"
+    busy.commit(offsets=[_TP(topic, 0, 3)], asynchronous=False)
+
+    check = _Consumer({"bootstrap.servers": b.bootstrap, "group.id": "idle", "enable.auto.commit": False})
+    first = check.committed([_TP(topic, 0), _TP(topic, 1)], timeout=10)
+    assert [tp.offset for tp in first] == [5, 7]
+    deadline = time.time() + 20
+    while time.time() < deadline:
+        busy.poll(0.2)
+        now = check.committed([_TP(topic, 0), _TP(topic, 1)], timeout=10)
+        if all(tp.offset < 0 for tp in now):
+            break
+        time.sleep(0.3)
+    assert all(tp.offset < 0 for tp in now), now  # expired: no committed offset
+    check.close()
+    kept = busy.committed([_TP(topic, 0)], timeout=10)
+    busy.close()
+    assert kept[0].offset == 3

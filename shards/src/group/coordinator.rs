@@ -18,7 +18,9 @@
 //! it; the general log cleaner of the retention/compaction work will replace it with
 //! key-by-key compaction.
 //!
-//! Not here yet: offset retention for empty groups (`offsets.retention.minutes`).
+//! Offset retention (`expire_offsets`): a group Empty for `offsets.retention.minutes`
+//! loses the offsets not committed within that time (KIP-211). The Empty clock is
+//! monotonic and starts again at a restart, so a restart can only lengthen retention.
 
 use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
 use super::state::{Group, GroupState};
@@ -48,6 +50,9 @@ pub struct GroupConfig {
     /// Segment size of `__consumer_offsets` partitions (Kafka's
     /// `offsets.topic.segment.bytes`, 100 MiB). Compaction frees whole segments.
     pub offsets_segment_bytes: u64,
+    /// Committed offsets of a group that has been Empty this long, and that were not
+    /// committed within it, expire (Kafka's `offsets.retention.minutes`, 7 days).
+    pub offsets_retention: Duration,
 }
 
 impl Default for GroupConfig {
@@ -56,6 +61,7 @@ impl Default for GroupConfig {
             offsets_partitions: super::OFFSETS_TOPIC_PARTITIONS_DEFAULT,
             initial_rebalance_delay: Duration::from_millis(3000),
             offsets_segment_bytes: 100 << 20,
+            offsets_retention: Duration::from_secs(7 * 24 * 3600),
         }
     }
 }
@@ -542,6 +548,74 @@ impl GroupCoordinator {
             Some(rec::encode_group_value(&value)),
         );
         self.append(group, &[record], log_of).await
+    }
+
+    /// Expires the committed offsets of groups that have been Empty for the retention
+    /// period (and were not committed to within it), writing tombstones; a group left
+    /// with nothing is forgotten. Kafka's rule since 2.1 (KIP-211).
+    pub async fn expire_offsets(&self, log_of: impl Fn(i32) -> Option<Rc<PartitionLog>>) -> usize {
+        let retention = self.config.offsets_retention;
+        let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        let now = now_ms();
+        let expired: Vec<(String, Vec<(String, i32)>, bool)> = {
+            let groups = self.groups.borrow();
+            groups
+                .values()
+                .filter(|g| g.state == GroupState::Empty && g.empty_since.elapsed() >= retention)
+                .filter_map(|g| {
+                    let old: Vec<(String, i32)> = g
+                        .offsets
+                        .iter()
+                        .filter(|(_, c)| now.saturating_sub(c.commit_timestamp_ms) >= retention_ms)
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    let forget_group = old.len() == g.offsets.len();
+                    (!old.is_empty() || g.offsets.is_empty())
+                        .then(|| (g.id.clone(), old, forget_group))
+                })
+                .collect()
+        };
+        let mut count = 0;
+        for (group, keys, forget_group) in expired {
+            let _in_flight = InFlight::new(&self.in_flight);
+            let mut tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = keys
+                .iter()
+                .map(|(topic, partition)| {
+                    (
+                        rec::encode_key(&RecordKey::Offset {
+                            group: group.clone(),
+                            topic: topic.clone(),
+                            partition: *partition,
+                        }),
+                        None,
+                    )
+                })
+                .collect();
+            if forget_group {
+                tombstones.push((
+                    rec::encode_key(&RecordKey::GroupMetadata {
+                        group: group.clone(),
+                    }),
+                    None,
+                ));
+            }
+            if let Err(e) = self.append(&group, &tombstones, &log_of).await {
+                tracing::warn!(group = %group, error = %e, "expiring offsets");
+                continue;
+            }
+            let mut groups = self.groups.borrow_mut();
+            if let Some(g) = groups.get_mut(&group) {
+                for k in &keys {
+                    g.offsets.remove(k);
+                }
+                count += keys.len();
+                if forget_group && g.state == GroupState::Empty && g.offsets.is_empty() {
+                    groups.remove(&group);
+                }
+            }
+            tracing::info!(group = %group, offsets = keys.len(), "expired committed offsets of an empty group");
+        }
+        count
     }
 
     /// Compacts every owned `__consumer_offsets` partition that has grown past two

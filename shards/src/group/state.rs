@@ -90,6 +90,8 @@ pub struct Group {
     join_not_before: Option<Instant>,
     /// Changes since the last persisted snapshot of the group's metadata.
     pub dirty: bool,
+    /// When the group last became Empty (offset retention counts from here).
+    pub empty_since: Instant,
 }
 
 /// Kafka's defaults for what a member may ask for.
@@ -112,6 +114,7 @@ impl Group {
             rebalance_deadline: None,
             join_not_before: None,
             dirty: false,
+            empty_since: Instant::now(),
         }
     }
 
@@ -324,6 +327,7 @@ impl Group {
         self.dirty = true;
         if self.members.is_empty() {
             self.state = GroupState::Empty;
+            self.empty_since = Instant::now();
             self.protocol = None;
             self.leader = None;
             return;
@@ -628,6 +632,7 @@ impl Group {
             GroupState::Stable | GroupState::CompletingRebalance => {
                 if self.members.is_empty() {
                     self.state = GroupState::Empty;
+                    self.empty_since = Instant::now();
                     self.generation += 1;
                     self.protocol = None;
                     self.leader = None;
