@@ -936,6 +936,85 @@ mod tests {
     }
 
     #[test]
+    fn a_restarted_static_member_takes_its_place_without_a_rebalance() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut ids = Vec::new();
+        for instance in ["a", "b"] {
+            let mut req = join_req("", &["range"]);
+            req.group_instance_id = Some(instance.into());
+            let (tx, rx) = oneshot::channel();
+            // An initial delay lets both join the first generation.
+            g.join(req, now, Duration::from_secs(1), tx);
+            ids.push((instance, rx));
+        }
+        g.tick(now + Duration::from_secs(1));
+        assert_eq!(g.members.len(), 2);
+        let leader = g.leader.clone().expect("leader");
+        let (tx, _srx) = oneshot::channel();
+        let assignments = g
+            .members
+            .keys()
+            .map(|id| (id.clone(), Bytes::from(id.clone())))
+            .collect();
+        g.sync(
+            SyncRequest {
+                group: "g".into(),
+                generation: g.generation,
+                member_id: leader.clone(),
+                group_instance_id: None,
+                protocol_type: None,
+                protocol_name: None,
+                assignments,
+            },
+            now,
+            tx,
+        );
+        assert_eq!(g.state, GroupState::Stable);
+        let generation = g.generation;
+        let follower_instance = if g
+            .members
+            .get(&leader)
+            .and_then(|m| m.instance_id.clone())
+            .as_deref()
+            == Some("a")
+        {
+            "b"
+        } else {
+            "a"
+        };
+        let old_id = g
+            .instances
+            .get(follower_instance)
+            .cloned()
+            .expect("static member");
+        // The follower restarts: same group.instance.id, no member id.
+        let mut req = join_req("", &["range"]);
+        req.group_instance_id = Some(follower_instance.into());
+        let mut rx = join(&mut g, req, now);
+        let a = rx.try_recv().ok().flatten().expect("answered at once");
+        assert_eq!(a.error, None);
+        assert_eq!(a.generation, generation, "no rebalance");
+        assert_ne!(a.member_id, old_id, "a new member id replaces the old one");
+        assert_eq!(g.state, GroupState::Stable);
+        assert!(!g.members.contains_key(&old_id));
+        // The old incarnation is fenced.
+        let hb = HeartbeatRequest {
+            group: "g".into(),
+            generation,
+            member_id: old_id,
+            group_instance_id: Some(follower_instance.into()),
+        };
+        assert_eq!(g.heartbeat(&hb, now), Err(GroupError::FencedInstanceId));
+        for (_, mut rx) in ids {
+            assert!(
+                rx.try_recv().ok().flatten().is_some(),
+                "every first join was answered"
+            );
+        }
+    }
+
+    #[test]
     fn subscription_topics_parse_and_tolerate_garbage() {
         let mut b = vec![0u8, 1, 0, 0, 0, 2];
         for t in ["a", "bc"] {
