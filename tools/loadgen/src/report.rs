@@ -273,60 +273,10 @@ pub fn summary_text(
     s
 }
 
-/// HdrHistogram's `outputPercentileDistribution` text, values scaled from µs to ms
-/// (the Java tool's `outputValueUnitScalingRatio` = 1000), 5 ticks per half distance.
+/// HdrHistogram's `outputPercentileDistribution` text in milliseconds: the same writer
+/// the broker's `/histograms` uses, so both outputs plot identically.
 pub fn hgrm(h: &Histogram<u64>) -> String {
-    const TICKS_PER_HALF_DISTANCE: u32 = 5;
-    let digits = usize::from(h.sigfig());
-    let mut s = String::new();
-    let _ = writeln!(
-        s,
-        "{:>12} {:>14} {:>10} {:>14}\n",
-        "Value", "Percentile", "TotalCount", "1/(1-Percentile)"
-    );
-    if !h.is_empty() {
-        for v in h.iter_quantiles(TICKS_PER_HALF_DISTANCE) {
-            let value = v.value_iterated_to() as f64 / US_PER_MS;
-            let q = v.quantile_iterated_to();
-            let count: u64 = h.count_between(0, v.value_iterated_to());
-            if q < 1.0 {
-                let _ = writeln!(
-                    s,
-                    "{value:>12.digits$} {q:>2.12} {count:>10} {:>14.2}",
-                    1.0 / (1.0 - q)
-                );
-            } else {
-                let _ = writeln!(s, "{value:>12.digits$} {q:>2.12} {count:>10}");
-            }
-        }
-    }
-    let mean = if h.is_empty() {
-        0.0
-    } else {
-        h.mean() / US_PER_MS
-    };
-    let stdev = if h.is_empty() {
-        0.0
-    } else {
-        h.stdev() / US_PER_MS
-    };
-    let _ = writeln!(
-        s,
-        "#[Mean    = {mean:>12.digits$}, StdDeviation   = {stdev:>12.digits$}]"
-    );
-    let _ = writeln!(
-        s,
-        "#[Max     = {:>12.digits$}, Total count    = {:>12}]",
-        h.max() as f64 / US_PER_MS,
-        h.len()
-    );
-    let _ = writeln!(
-        s,
-        "#[Buckets = {:>12}, SubBuckets     = {:>12}]",
-        h.buckets(),
-        h.distinct_values()
-    );
-    s
+    shards::hgrm::percentile_distribution(h)
 }
 
 #[cfg(test)]
