@@ -669,7 +669,7 @@ mod tests {
             expire_timestamp_ms: 99,
             ..offset_value()
         };
-        let decoded = decode_offset_value(&encode_offset_value(&v)).unwrap();
+        let decoded = decode_offset_value(&encode_offset_value(&v)).expect("test data decodes");
         assert_eq!(decoded.expire_timestamp_ms, -1);
         assert_eq!(decoded.offset, v.offset);
     }
@@ -780,7 +780,7 @@ mod tests {
     #[test]
     fn group_value_older_versions_decode() {
         for version in 0..=3i16 {
-            let g = decode_group_value(&group_bytes(version)).unwrap();
+            let g = decode_group_value(&group_bytes(version)).expect("test data decodes");
             assert_eq!(g.protocol_type, "consumer");
             assert_eq!(g.generation, 9);
             assert_eq!(g.protocol, None);
