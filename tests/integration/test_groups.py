@@ -13,7 +13,6 @@ fast (6 s is Kafka's default group.min.session.timeout.ms).
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -1086,47 +1085,107 @@ def test_raw_group_errors(broker):
     broker.assert_alive()
 
 
+def _recv(raw: "Raw", what: str, timeout: float = 20.0) -> bytes:
+    try:
+        cid, body = W.recv_response(raw.sock, timeout)
+    except (W.Closed, TimeoutError) as e:
+        raise AssertionError(f"{what}: no response ({e})")
+    assert cid == raw.cid, f"{what}: correlation id {cid} != {raw.cid}"
+    return body
+
+
+def _send(raw: "Raw", build, *args, **kw) -> None:
+    raw.cid += 1
+    raw.sock.sendall(build(raw.cid, *args, **kw))
+
+
 def test_raw_static_membership(broker):
-    """KIP-345 on the wire: a static member (group.instance.id) joins without the
-    KIP-394 step; when it comes back with no member id (a restart) it gets a new
-    member id in the same generation (no rebalance), and the old id is fenced
-    (FENCED_INSTANCE_ID, 82); LeaveGroup by instance id removes it."""
-    topic, group, inst = "g-static", "grp-static", "instance-1"
+    """KIP-345 on the wire. Static members (group.instance.id) join without the
+    KIP-394 step. When one comes back with no member id (a restart) while the
+    group is Stable and its metadata is unchanged, it gets a fresh member id in
+    the *same* generation (no rebalance; for the leader too, since Kafka 2.4's
+    updateStaticMemberAndRebalance) and SyncGroup returns its assignment; the
+    replaced member id is fenced (FENCED_INSTANCE_ID, 82). LeaveGroup v3 by
+    instance id removes a static member."""
+    topic, group = "g-static", "grp-static"
     create_topic(broker.bootstrap, topic, 2)
     meta = consumer_subscription([topic])
-    raw = Raw(broker.bootstrap)
+    socks: list[Raw] = []
+
+    def raw() -> Raw:
+        r = Raw(broker.bootstrap)
+        socks.append(r)
+        return r
+
+    def join(r, inst, member="", timeout=30.0):
+        return parse_join_group_v5(r.call(join_group_v5, group, member, [("range", meta)], instance_id=inst,
+                                          session_ms=10_000, rebalance_ms=10_000, timeout=timeout))
+
     try:
-        j = parse_join_group_v5(raw.call(join_group_v5, group, "", [("range", meta)], instance_id=inst,
-                                         timeout=30))
-        assert j["error_code"] == ERR_NONE, f"static JoinGroup (no MEMBER_ID_REQUIRED for static members): {j}"
-        m1, gen = j["member_id"], j["generation_id"]
-        assert m1 and j["leader"] == m1 and j["members"] == [(m1, inst, meta)], j
-        assignment = consumer_assignment({topic: [0, 1]})
-        s = parse_sync_group_v3(raw.call(sync_group_v3, group, gen, m1, [(m1, assignment)], instance_id=inst))
-        assert s["error_code"] == ERR_NONE and s["assignment"] == assignment, s
-        assert parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m1, inst)) == ERR_NONE
+        a, b = raw(), raw()
+        ja = join(a, "inst-a")
+        assert ja["error_code"] == ERR_NONE, f"static JoinGroup (no MEMBER_ID_REQUIRED for static members): {ja}"
+        ma, gen1 = ja["member_id"], ja["generation_id"]
+        assert ma and ja["leader"] == ma and ja["members"] == [(ma, "inst-a", meta)], ja
+        s = parse_sync_group_v3(a.call(sync_group_v3, group, gen1, ma,
+                                       [(ma, consumer_assignment({topic: [0, 1]}))], instance_id="inst-a"))
+        assert s["error_code"] == ERR_NONE, s
 
-        # the same instance comes back without its member id (process restarted)
-        j2 = parse_join_group_v5(raw.call(join_group_v5, group, "", [("range", meta)], instance_id=inst,
-                                          timeout=30))
-        assert j2["error_code"] == ERR_NONE, f"static rejoin: {j2}"
-        m2 = j2["member_id"]
-        assert m2 and m2 != m1, f"static rejoin must get a fresh member id: {j2}"
-        assert j2["generation_id"] == gen, f"static rejoin with unchanged metadata rebalanced: {j2}, was {gen}"
-        err = parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m1, inst))
-        assert err == ERR_FENCED_INSTANCE_ID, f"Heartbeat from the replaced member id: {err}"
-        s = parse_sync_group_v3(raw.call(sync_group_v3, group, gen, m2, [], instance_id=inst))
-        assert s["error_code"] == ERR_NONE and s["assignment"] == assignment, \
-            f"SyncGroup of the restarted static member should return its assignment: {s}"
-        assert parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m2, inst)) == ERR_NONE
+        # a second static member: A learns of the rebalance through its heartbeat and rejoins
+        _send(b, join_group_v5, group, "", [("range", meta)], instance_id="inst-b",
+              session_ms=10_000, rebalance_ms=10_000)
+        wait_until(lambda: parse_heartbeat_v3(a.call(heartbeat_v3, group, gen1, ma, "inst-a"))
+                   == ERR_REBALANCE_IN_PROGRESS, 10, "REBALANCE_IN_PROGRESS for A after B joined")
+        ja = join(a, "inst-a", ma)
+        jb = parse_join_group_v5(_recv(b, "B's JoinGroup"))
+        assert ja["error_code"] == ERR_NONE and jb["error_code"] == ERR_NONE, (ja, jb)
+        gen2, mb = ja["generation_id"], jb["member_id"]
+        assert jb["generation_id"] == gen2 > gen1 and ja["leader"] == jb["leader"] in (ma, mb), (ja, jb)
+        ids = {"inst-a": ma, "inst-b": mb}
+        socket_of = {"inst-a": a, "inst-b": b}
+        leader_inst = "inst-a" if ja["leader"] == ma else "inst-b"
+        follower_inst = "inst-b" if leader_inst == "inst-a" else "inst-a"
+        asg = {"inst-a": consumer_assignment({topic: [0]}), "inst-b": consumer_assignment({topic: [1]})}
+        f_sock, l_sock = socket_of[follower_inst], socket_of[leader_inst]
+        _send(f_sock, sync_group_v3, group, gen2, ids[follower_inst], [], instance_id=follower_inst)
+        sl = parse_sync_group_v3(l_sock.call(sync_group_v3, group, gen2, ids[leader_inst],
+                                             [(ids[i], asg[i]) for i in asg], instance_id=leader_inst))
+        sf = parse_sync_group_v3(_recv(f_sock, "follower's SyncGroup"))
+        assert sl == {"throttle": sl["throttle"], "error_code": ERR_NONE, "assignment": asg[leader_inst]}, sl
+        assert sf == {"throttle": sf["throttle"], "error_code": ERR_NONE, "assignment": asg[follower_inst]}, sf
 
-        # batch LeaveGroup by instance id only (what an admin's removeMembersFromConsumerGroup sends)
-        lv = parse_leave_group_v3(raw.call(leave_group_v3, group, [""], [inst]))
-        assert lv["error_code"] == ERR_NONE and [e for *_, e in lv["members"]] == [ERR_NONE], lv
-        err = parse_heartbeat_v3(raw.call(heartbeat_v3, group, gen, m2, inst))
+        # restarts: the follower first, then the leader
+        for inst in (follower_inst, leader_inst):
+            role = "follower" if inst == follower_inst else "leader"
+            fresh = raw()
+            try:
+                j = join(fresh, inst, timeout=6.0)
+            except AssertionError as e:
+                raise AssertionError(f"static {role} rejoining with an empty member id got no JoinGroup "
+                                     f"answer within 6 s: the broker started a rebalance ({e})")
+            assert j["error_code"] == ERR_NONE, f"static {role} rejoin: {j}"
+            new_id = j["member_id"]
+            assert new_id and new_id != ids[inst], f"static {role} rejoin must get a fresh member id: {j}"
+            assert j["generation_id"] == gen2, (
+                f"static {role} rejoin with unchanged metadata moved the group from generation "
+                f"{gen2} to {j['generation_id']} (Kafka: no rebalance): {j}")
+            s = parse_sync_group_v3(fresh.call(sync_group_v3, group, gen2, new_id, [], instance_id=inst))
+            assert s["error_code"] == ERR_NONE and s["assignment"] == asg[inst], \
+                f"SyncGroup of the restarted static {role} should return its assignment: {s}"
+            err = parse_heartbeat_v3(fresh.call(heartbeat_v3, group, gen2, ids[inst], inst))
+            assert err == ERR_FENCED_INSTANCE_ID, f"Heartbeat from the replaced {role} member id: {err}"
+            assert parse_heartbeat_v3(fresh.call(heartbeat_v3, group, gen2, new_id, inst)) == ERR_NONE
+            ids[inst] = new_id
+            socket_of[inst] = fresh
+
+        # batch LeaveGroup by instance id only (what removeMembersFromConsumerGroup sends)
+        lv = parse_leave_group_v3(a.call(leave_group_v3, group, ["", ""], ["inst-a", "inst-b"]))
+        assert lv["error_code"] == ERR_NONE and [e for *_, e in lv["members"]] == [ERR_NONE, ERR_NONE], lv
+        err = parse_heartbeat_v3(a.call(heartbeat_v3, group, gen2, ids["inst-a"], "inst-a"))
         assert err in (ERR_UNKNOWN_MEMBER_ID, ERR_FENCED_INSTANCE_ID), f"Heartbeat after LeaveGroup: {err}"
     finally:
-        raw.close()
+        for r in socks:
+            r.close()
     broker.assert_alive()
 
 

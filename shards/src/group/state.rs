@@ -163,6 +163,7 @@ impl Group {
             }
         }
         let mut member_id = req.member_id.clone();
+        let mut static_rejoin = false;
         if member_id.is_empty() {
             if let Some(instance) = &req.group_instance_id {
                 // Static member: a restart takes over its old identity without waiting for
@@ -183,6 +184,7 @@ impl Group {
                             self.leader = Some(member_id.clone());
                         }
                         self.dirty = true;
+                        static_rejoin = true;
                     }
                 }
             } else if req.require_known_member_id {
@@ -249,14 +251,16 @@ impl Group {
         self.members.insert(member_id.clone(), member);
         self.dirty = true;
 
+        let is_leader = self.leader.as_deref() == Some(member_id.as_str());
         match self.state {
             GroupState::PreparingRebalance => {}
-            GroupState::Stable
-                if !protocols_changed && self.leader.as_deref() != Some(member_id.as_str()) =>
-            {
-                // A follower rejoining with unchanged metadata: answer with the current
-                // generation, no rebalance (as Kafka does).
-                let answer = self.join_answer_for(&member_id);
+            GroupState::Stable if !protocols_changed && (!is_leader || static_rejoin) => {
+                // A follower rejoining with unchanged metadata, or a restarted static
+                // member (KIP-345, even the leader): answer with the current generation,
+                // no rebalance, as Kafka does. A static leader is told to skip computing
+                // an assignment (KIP-814): the group keeps the one it has.
+                let mut answer = self.join_answer_for(&member_id);
+                answer.skip_assignment = static_rejoin && is_leader;
                 if let Some(m) = self.members.get_mut(&member_id) {
                     if let Some(w) = m.join_waiter.take() {
                         let _ = w.send(answer);
@@ -388,6 +392,7 @@ impl Group {
         let is_leader = self.leader.as_deref() == Some(member_id);
         JoinAnswer {
             error: None,
+            skip_assignment: false,
             generation: self.generation,
             protocol_type: self.protocol_type.clone(),
             protocol_name: self.protocol.clone(),

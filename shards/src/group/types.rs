@@ -72,6 +72,8 @@ pub struct JoinMember {
 #[derive(Debug, Clone)]
 pub struct JoinAnswer {
     pub error: Option<GroupError>,
+    /// KIP-814: the (static) leader rejoined a stable group and must not reassign.
+    pub skip_assignment: bool,
     pub generation: i32,
     pub protocol_type: Option<String>,
     pub protocol_name: Option<String>,
@@ -85,6 +87,7 @@ impl JoinAnswer {
     pub fn error(e: GroupError, member_id: String) -> JoinAnswer {
         JoinAnswer {
             error: Some(e),
+            skip_assignment: false,
             generation: -1,
             protocol_type: None,
             protocol_name: None,

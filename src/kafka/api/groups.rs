@@ -137,6 +137,9 @@ pub async fn join_group(
     body.error_code = code(&answer.error);
     error_code::count(ApiKey::JoinGroup, body.error_code);
     body.generation_id = answer.generation;
+    if v >= 9 {
+        body.skip_assignment = answer.skip_assignment;
+    }
     if v >= 7 {
         body.protocol_type = answer.protocol_type.map(sb);
     }
