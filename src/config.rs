@@ -224,7 +224,11 @@ impl BrokerConfig {
             initial_rebalance_delay: std::time::Duration::from_millis(
                 a.group_initial_rebalance_delay_ms.unwrap_or(3000),
             ),
-            offsets_segment_bytes: a.offsets_topic_segment_bytes.unwrap_or(100 << 20).max(4096),
+            // Index positions are 32-bit, as for every segment.
+            offsets_segment_bytes: a
+                .offsets_topic_segment_bytes
+                .unwrap_or(100 << 20)
+                .clamp(4096, u64::from(u32::MAX)),
             offsets_retention: match (a.offsets_retention_ms, a.offsets_retention_minutes) {
                 (Some(ms), _) => std::time::Duration::from_millis(ms),
                 (None, Some(min)) => std::time::Duration::from_secs(min.saturating_mul(60)),

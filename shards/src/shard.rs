@@ -220,34 +220,37 @@ impl Shard {
             Acks::Leader => Some(AckLevel::Leader),
             Acks::All => Some(AckLevel::All),
         };
-        let deadline = glommio::timer::sleep(Duration::from_millis(timeout_ms.max(1)));
+        // Each partition times out on its own: one slow partition must not turn the
+        // others' results (acknowledged, or refused for good) into a retriable timeout.
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
         let waits = futures::future::join_all(tickets.into_iter().map(|r| async move {
             let (log, ticket) = r?;
             if let Some(level) = level {
-                log.wait(ticket, level).await?;
+                let timer =
+                    glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+                let waited = futures_lite::future::or(
+                    async { Some(log.wait(ticket, level).await) },
+                    async {
+                        timer.await;
+                        None
+                    },
+                )
+                .await;
+                match waited {
+                    Some(r) => r?,
+                    None => return Err(PartitionError::Timeout),
+                }
             }
             Ok(ProduceAck {
                 base_offset: ticket.base_offset,
                 log_start_offset: log.log_start_offset(),
             })
         }));
-        let n = inputs.len();
-        match futures_lite::future::or(async { Some(waits.await) }, async {
-            deadline.await;
-            None
-        })
-        .await
-        {
-            Some(results) => results
-                .into_iter()
-                .map(|result| ProduceOutput { result })
-                .collect(),
-            None => (0..n)
-                .map(|_| ProduceOutput {
-                    result: Err(PartitionError::Timeout),
-                })
-                .collect(),
-        }
+        waits
+            .await
+            .into_iter()
+            .map(|result| ProduceOutput { result })
+            .collect()
     }
 
     async fn fetch(&self, inputs: Vec<FetchInput>) -> Vec<FetchOutput> {

@@ -362,3 +362,42 @@ fn deleting_old_segments_moves_the_log_start_and_survives_restart() {
         log.close().await;
     });
 }
+
+/// A compressed batch may claim up to 2^31 records (its records are not walked), so a
+/// few of them move offsets by more than a 32-bit relative index entry can hold: the log
+/// must roll instead of panicking, and recover the same way.
+#[test]
+fn huge_record_counts_roll_segments_instead_of_overflowing_the_index() {
+    fn fake_compressed(count: i32) -> Vec<u8> {
+        let mut b = batch(1, 1, 10, 1000);
+        b[21..23].copy_from_slice(&1i16.to_be_bytes()); // gzip
+        b[23..27].copy_from_slice(&(count - 1).to_be_bytes()); // last offset delta
+        b[57..61].copy_from_slice(&count.to_be_bytes()); // record count
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let mut config = small_config(1 << 20);
+        config.index_interval_bytes = 1;
+        let log = PartitionLog::open(p.clone(), config.clone())
+            .await
+            .expect("open");
+        for _ in 0..4 {
+            append_acked(&log, &fake_compressed(i32::MAX)).await;
+        }
+        let end = 4 * i64::from(i32::MAX);
+        assert_eq!(log.high_watermark(), end);
+        assert!(
+            log.segment_count() >= 2,
+            "rolled before relative offsets overflowed"
+        );
+        log.close().await;
+        let log = PartitionLog::open(p, config).await.expect("recover");
+        assert_eq!(log.high_watermark(), end);
+        log.close().await;
+    });
+}

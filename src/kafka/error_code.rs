@@ -84,6 +84,7 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
         GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
         GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
+        GroupError::CommitTooLarge => ResponseError::InvalidCommitOffsetSize,
         // A failed write of group state: retriable, the client finds the coordinator again.
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
     }

@@ -41,6 +41,29 @@ pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
 
 /// Records per batch when a partition's state is rewritten by compaction.
 const SNAPSHOT_BATCH_RECORDS: usize = 500;
+/// Bytes of keys and values per snapshot batch: well under `message.max.bytes`, so a
+/// snapshot batch is never refused as too large.
+const SNAPSHOT_BATCH_BYTES: usize = 256 * 1024;
+
+/// Splits snapshot records into batches bounded by count and by bytes.
+fn snapshot_chunks(records: &[(Vec<u8>, Vec<u8>)]) -> Vec<&[(Vec<u8>, Vec<u8>)]> {
+    let mut out = Vec::new();
+    let (mut start, mut bytes) = (0usize, 0usize);
+    for (i, (k, v)) in records.iter().enumerate() {
+        let len = k.len() + v.len() + 32;
+        if i > start && (i - start >= SNAPSHOT_BATCH_RECORDS || bytes + len > SNAPSHOT_BATCH_BYTES)
+        {
+            out.push(&records[start..i]);
+            start = i;
+            bytes = 0;
+        }
+        bytes += len;
+    }
+    if start < records.len() {
+        out.push(&records[start..]);
+    }
+    out
+}
 
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -199,7 +222,13 @@ impl GroupCoordinator {
                 }
                 Some(Err(_)) => {}
                 None => {
-                    groups.remove(&group);
+                    // Offsets live on independently of the group record (as in Kafka):
+                    // a group tombstone forgets the group only when none are left.
+                    if groups.get(&group).is_some_and(|g| g.offsets.is_empty()) {
+                        groups.remove(&group);
+                    } else if let Some(g) = groups.get_mut(&group) {
+                        g.protocol_type = None;
+                    }
                 }
             },
         }
@@ -349,6 +378,7 @@ impl GroupCoordinator {
         req: CommitRequest,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Vec<Result<(), GroupError>> {
+        let _in_flight = InFlight::new(&self.in_flight);
         let n = req.offsets.len();
         let check = {
             let mut groups = self.groups.borrow_mut();
@@ -420,6 +450,7 @@ impl GroupCoordinator {
         group: &str,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Result<(), GroupError> {
+        let _in_flight = InFlight::new(&self.in_flight);
         let tombstones = {
             let groups = self.groups.borrow();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
@@ -507,6 +538,7 @@ impl GroupCoordinator {
         group: &str,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Result<(), GroupError> {
+        let _in_flight = InFlight::new(&self.in_flight);
         let value = {
             let mut groups = self.groups.borrow_mut();
             let Some(g) = groups.get_mut(group) else {
@@ -557,30 +589,41 @@ impl GroupCoordinator {
         let retention = self.config.offsets_retention;
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let now = now_ms();
-        let expired: Vec<(String, Vec<(String, i32)>, bool)> = {
-            let groups = self.groups.borrow();
-            groups
-                .values()
-                .filter(|g| g.state == GroupState::Empty && g.empty_since.elapsed() >= retention)
-                .filter_map(|g| {
-                    let old: Vec<(String, i32)> = g
-                        .offsets
-                        .iter()
-                        .filter(|(_, c)| now.saturating_sub(c.commit_timestamp_ms) >= retention_ms)
-                        .map(|(k, _)| k.clone())
-                        .collect();
-                    let forget_group = old.len() == g.offsets.len();
-                    (!old.is_empty() || g.offsets.is_empty())
-                        .then(|| (g.id.clone(), old, forget_group))
-                })
-                .collect()
-        };
+        let candidates: Vec<String> = self
+            .groups
+            .borrow()
+            .values()
+            .filter(|g| g.state == GroupState::Empty && g.empty_since.elapsed() >= retention)
+            .map(|g| g.id.clone())
+            .collect();
         let mut count = 0;
-        for (group, keys, forget_group) in expired {
+        for group in candidates {
             let _in_flight = InFlight::new(&self.in_flight);
-            let mut tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = keys
+            // Re-evaluated right before the append (no await in between), so a commit
+            // acknowledged meanwhile is never tombstoned from a stale list.
+            let (expired, forget_group) = {
+                let groups = self.groups.borrow();
+                let Some(g) = groups.get(&group) else {
+                    continue;
+                };
+                if g.state != GroupState::Empty || g.empty_since.elapsed() < retention {
+                    continue;
+                }
+                let expired: Vec<((String, i32), i64)> = g
+                    .offsets
+                    .iter()
+                    .filter(|(_, c)| now.saturating_sub(c.commit_timestamp_ms) >= retention_ms)
+                    .map(|(k, c)| (k.clone(), c.commit_timestamp_ms))
+                    .collect();
+                let forget = expired.len() == g.offsets.len();
+                (expired, forget)
+            };
+            if expired.is_empty() && !forget_group {
+                continue;
+            }
+            let mut tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = expired
                 .iter()
-                .map(|(topic, partition)| {
+                .map(|((topic, partition), _)| {
                     (
                         rec::encode_key(&RecordKey::Offset {
                             group: group.clone(),
@@ -605,15 +648,21 @@ impl GroupCoordinator {
             }
             let mut groups = self.groups.borrow_mut();
             if let Some(g) = groups.get_mut(&group) {
-                for k in &keys {
-                    g.offsets.remove(k);
+                for (k, stamp) in &expired {
+                    // Only what was tombstoned: a newer commit of the same key stays.
+                    if g.offsets
+                        .get(k)
+                        .is_some_and(|c| c.commit_timestamp_ms == *stamp)
+                    {
+                        g.offsets.remove(k);
+                        count += 1;
+                    }
                 }
-                count += keys.len();
                 if forget_group && g.state == GroupState::Empty && g.offsets.is_empty() {
                     groups.remove(&group);
                 }
             }
-            tracing::info!(group = %group, offsets = keys.len(), "expired committed offsets of an empty group");
+            tracing::info!(group = %group, offsets = expired.len(), "expired committed offsets of an empty group");
         }
         count
     }
@@ -642,7 +691,7 @@ impl GroupCoordinator {
             let mut first: Option<i64> = None;
             let mut last = None;
             let mut ok = true;
-            for chunk in records.chunks(SNAPSHOT_BATCH_RECORDS) {
+            for chunk in snapshot_chunks(&records) {
                 let mut b = BatchBuilder::new(now_ms());
                 for (k, v) in chunk {
                     b.push(&Record {
@@ -751,9 +800,13 @@ impl GroupCoordinator {
             });
         }
         let bytes = b.build();
-        let ticket = log
-            .append(&bytes, 0)
-            .map_err(|e| GroupError::Storage(e.to_string()))?;
+        let ticket = log.append(&bytes, 0).map_err(|e| match e {
+            // Not retriable: the same commit will never fit (Kafka's INVALID_COMMIT_OFFSET_SIZE).
+            crate::log::AppendError::InvalidBatch(crate::log::batch::BatchError::TooLarge {
+                ..
+            }) => GroupError::CommitTooLarge,
+            other => GroupError::Storage(other.to_string()),
+        })?;
         log.wait(ticket, AckLevel::All)
             .await
             .map_err(|e| GroupError::Storage(e.to_string()))

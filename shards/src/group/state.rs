@@ -558,9 +558,10 @@ impl Group {
             req.generation,
         )?;
         match self.state {
-            GroupState::PreparingRebalance | GroupState::CompletingRebalance => {
-                Err(GroupError::RebalanceInProgress)
-            }
+            // As Kafka: a member may still commit what it processed while the group
+            // prepares a rebalance (clients commit in onJoinPrepare); only between the
+            // join phase and the new assignment is its generation not settled.
+            GroupState::CompletingRebalance => Err(GroupError::RebalanceInProgress),
             _ => Ok(()),
         }
     }

@@ -35,6 +35,8 @@ pub enum GroupError {
     UnknownTopicOrPartition,
     #[error("offset metadata too large")]
     OffsetMetadataTooLarge,
+    #[error("the commit is larger than a record batch may be")]
+    CommitTooLarge,
     #[error("storing group state failed: {0}")]
     Storage(String),
 }

@@ -586,7 +586,7 @@ impl PartitionLog {
         // Find the position of the batch containing `offset` (a short header scan from
         // the index entry: at most `index_interval_bytes` plus one batch).
         let mut found: Option<(u64, usize)> = None;
-        let (_, end) = file_scan::scan(file, start, size, false, |h, pos, _| {
+        let (_, how) = file_scan::scan(file, start, size, false, |h, pos, _| {
             if h.last_offset() >= offset {
                 found = Some((pos, h.total_len()));
                 return false;
@@ -595,8 +595,15 @@ impl PartitionLog {
         })
         .await
         .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
-        let _ = end;
         let Some((pos, first_len)) = found else {
+            if let file_scan::ScanEnd::Invalid { reason, .. } = how {
+                // Bytes inside the written log that are not a batch: never answer "no
+                // data" (the consumer would refetch the same offset forever).
+                return Err(ReadError::Corrupt {
+                    offset,
+                    source: reason,
+                });
+            }
             return Ok(Bytes::new());
         };
         let want = (max_bytes.max(first_len) as u64).min(size - pos) as usize;
@@ -706,7 +713,9 @@ impl PartitionLog {
                     writer.time_index.sync().await
                 };
                 if let Err(e) = seal.await {
-                    tracing::warn!(dir = %log.dir.display(), error = %e, "closing the active segment");
+                    // Nothing unsynced may be acknowledged as synced: fail the log.
+                    log.fail(storage_err(&log.dir, e));
+                    return;
                 }
                 let mut st = log.state.borrow_mut();
                 st.synced_offset = st.written_offset;
@@ -800,7 +809,10 @@ impl PartitionLog {
             let too_big = len > 0 && len + p.bytes.len() as u64 > self.config.segment_bytes;
             let too_old = len > 0
                 && writer.opened_at.elapsed() >= Duration::from_millis(self.config.segment_ms);
-            if too_big || too_old {
+            // Index entries hold offsets relative to the segment base in 32 bits (Kafka
+            // rolls at i32::MAX too): a batch that would leave that range starts a segment.
+            let too_far = len > 0 && p.next_offset - 1 - writer.base_offset > i64::from(i32::MAX);
+            if too_big || too_old || too_far {
                 self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
                     .await?;
                 self.roll(writer, p.base_offset).await?;

@@ -97,6 +97,9 @@ pub(crate) async fn recover_active(
         .map(|e| base + i64::from(e.relative_offset))
         .unwrap_or(base);
     for &(b, _, _, pos, len) in &scanned {
+        if b - base > i64::from(i32::MAX) || pos > u64::from(u32::MAX) {
+            break; // beyond what a 32-bit relative index entry can name (never written so)
+        }
         if bytes_since_index >= u64::from(config.index_interval_bytes)
             && b > last_index_offset
             && pos > 0
@@ -111,6 +114,9 @@ pub(crate) async fn recover_active(
         partition_log::PartitionLog::load_time_index(dir, base, next_offset).await?;
     let mut max_ts = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
     for &(b, _, ts, _, _) in &scanned {
+        if b - base > i64::from(i32::MAX) {
+            break;
+        }
         if ts > max_ts {
             time_index.append(ts, b);
             max_ts = ts;

@@ -199,7 +199,13 @@ pub async fn delete_topics(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesM
             .map(|n| (Some(n.0.to_string()), uuid::Uuid::nil()))
             .collect()
     };
-    let names: Vec<String> = named.iter().filter_map(|(n, _)| n.clone()).collect();
+    // The broker's internal topics cannot be deleted by clients.
+    let internal = |n: &str| n == shards::group::OFFSETS_TOPIC;
+    let names: Vec<String> = named
+        .iter()
+        .filter_map(|(n, _)| n.clone())
+        .filter(|n| !internal(n))
+        .collect();
     let results = if names.is_empty() {
         Vec::new()
     } else {
@@ -222,6 +228,13 @@ pub async fn delete_topics(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesM
             .map(|t| t.id)
             .unwrap_or(id);
         match name {
+            Some(n) if internal(&n) => {
+                out.name = Some(TopicName(StrBytes::from_string(n)));
+                out.error_code = ResponseError::InvalidTopicException.code();
+                out.error_message = Some(StrBytes::from_static_str(
+                    "internal topics cannot be deleted",
+                ));
+            }
             Some(n) => {
                 out.name = Some(TopicName(StrBytes::from_string(n)));
                 if let Some(Err(e)) = results.next() {

@@ -81,6 +81,10 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesM
                 _ if req.transactional_id.is_some() => {
                     Some(ResponseError::TransactionalIdAuthorizationFailed)
                 }
+                // Only the broker writes its internal topics (Kafka refuses the same).
+                _ if name == shards::group::OFFSETS_TOPIC => {
+                    Some(ResponseError::InvalidTopicException)
+                }
                 _ if validate_topic_name(name).is_err() => {
                     Some(ResponseError::InvalidTopicException)
                 }
