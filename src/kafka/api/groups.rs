@@ -365,10 +365,11 @@ async fn fetch_group_offsets(
     }
 }
 
+/// One topic's committed offsets: (partition, committed or none).
+type TopicOffsets = (String, Vec<(i32, Option<Committed>)>);
+
 /// Groups (topic, partition, committed) by topic, keeping first-seen order.
-fn by_topic(
-    rows: Vec<(String, i32, Option<Committed>)>,
-) -> Vec<(String, Vec<(i32, Option<Committed>)>)> {
+fn by_topic(rows: Vec<(String, i32, Option<Committed>)>) -> Vec<TopicOffsets> {
     let mut order: Vec<String> = Vec::new();
     let mut map: BTreeMap<String, Vec<(i32, Option<Committed>)>> = BTreeMap::new();
     for (t, p, c) in rows {
