@@ -494,18 +494,20 @@ impl GroupCoordinator {
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let _in_flight = InFlight::new(&self.in_flight);
-        let (results, tombstones) = {
+        let (results, tombstones, stamps) = {
             let groups = self.groups.borrow();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
             let subscribed = g.subscribed_topics();
             let mut results = Vec::with_capacity(partitions.len());
             let mut tombstones = Vec::new();
+            let mut stamps = Vec::new();
             for (topic, partition) in &partitions {
                 if subscribed.iter().any(|t| t == topic) {
                     results.push(Err(GroupError::GroupSubscribedToTopic));
                 } else {
                     results.push(Ok(()));
-                    if g.offsets.contains_key(&(topic.clone(), *partition)) {
+                    if let Some(c) = g.offsets.get(&(topic.clone(), *partition)) {
+                        stamps.push(((topic.clone(), *partition), c.commit_timestamp_ms));
                         tombstones.push((
                             rec::encode_key(&RecordKey::Offset {
                                 group: group.to_string(),
@@ -517,15 +519,19 @@ impl GroupCoordinator {
                     }
                 }
             }
-            (results, tombstones)
+            (results, tombstones, stamps)
         };
         if !tombstones.is_empty() {
             self.append(group, &tombstones, log_of).await?;
             let mut groups = self.groups.borrow_mut();
             if let Some(g) = groups.get_mut(group) {
-                for ((topic, partition), r) in partitions.iter().zip(&results) {
-                    if r.is_ok() {
-                        g.offsets.remove(&(topic.clone(), *partition));
+                for (key, stamp) in &stamps {
+                    // Only what was tombstoned: a commit made during the append stays.
+                    if g.offsets
+                        .get(key)
+                        .is_some_and(|c| c.commit_timestamp_ms == *stamp)
+                    {
+                        g.offsets.remove(key);
                     }
                 }
             }
