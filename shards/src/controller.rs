@@ -120,6 +120,26 @@ impl Controller {
         results
     }
 
+    /// The partitions `range` of `topic` grouped by owning shard: (shard, partitions),
+    /// shards without any left out — one mesh message per shard.
+    fn by_owner(
+        &self,
+        shard: &Shard,
+        topic: &str,
+        range: std::ops::Range<i32>,
+    ) -> impl Iterator<Item = (usize, Vec<i32>)> {
+        let mut per_shard: Vec<Vec<i32>> = vec![Vec::new(); self.config.shard_count];
+        for p in range {
+            if let Some(v) = per_shard.get_mut(shard.owner_of(topic, p)) {
+                v.push(p);
+            }
+        }
+        per_shard
+            .into_iter()
+            .enumerate()
+            .filter(|(_, ps)| !ps.is_empty())
+    }
+
     async fn open_everywhere(
         &self,
         shard: &Rc<Shard>,
@@ -128,25 +148,15 @@ impl Controller {
         to: i32,
     ) -> Result<(), TopicError> {
         let topic: Arc<str> = topic.into();
-        let mut per_shard: Vec<Vec<i32>> = vec![Vec::new(); self.config.shard_count];
-        for p in from..to {
-            if let Some(v) = per_shard.get_mut(shard.owner_of(&topic, p)) {
-                v.push(p);
-            }
-        }
-        let calls = per_shard
-            .into_iter()
-            .enumerate()
-            .filter(|(_, ps)| !ps.is_empty())
-            .map(|(target, ps)| {
-                let (tx, rx) = oneshot::channel();
-                let msg = ShardMessage::OpenPartitions {
-                    topic: topic.clone(),
-                    partitions: ps,
-                    reply: tx,
-                };
-                shard.call(target, msg, rx)
-            });
+        let calls = self.by_owner(shard, &topic, from..to).map(|(target, ps)| {
+            let (tx, rx) = oneshot::channel();
+            let msg = ShardMessage::OpenPartitions {
+                topic: topic.clone(),
+                partitions: ps,
+                reply: tx,
+            };
+            shard.call(target, msg, rx)
+        });
         for r in futures::future::join_all(calls).await {
             match r {
                 Some(Ok(())) => {}
@@ -182,16 +192,8 @@ impl Controller {
         }
         for t in removed {
             let topic: Arc<str> = t.name.as_str().into();
-            let mut per_shard: Vec<Vec<i32>> = vec![Vec::new(); self.config.shard_count];
-            for p in 0..t.partitions {
-                if let Some(v) = per_shard.get_mut(shard.owner_of(&topic, p)) {
-                    v.push(p);
-                }
-            }
-            let calls = per_shard
-                .into_iter()
-                .enumerate()
-                .filter(|(_, ps)| !ps.is_empty())
+            let calls = self
+                .by_owner(shard, &topic, 0..t.partitions)
                 .map(|(target, ps)| {
                     let (tx, rx) = oneshot::channel();
                     let msg = ShardMessage::DropPartitions {
