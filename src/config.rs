@@ -3,14 +3,17 @@
 //! TOML keys are the flag names (`data-dir = "..."`); Kafka's own dotted names are
 //! accepted as aliases where the meaning is the same (`num.partitions`,
 //! `auto.create.topics.enable`, `message.max.bytes`, `socket.request.max.bytes`,
-//! `log.segment.bytes`, `log.flush.interval.ms`). Unknown keys are an error, so a typo
-//! never silently falls back to a default.
+//! `log.segment.bytes`, `log.flush.interval.ms`, `log.retention.ms`, ...). Unknown keys
+//! are an error, so a typo never silently falls back to a default. Every topic config
+//! has a broker-wide default, settable by its topic key with `--topic-default` and
+//! validated by the same code as a topic override.
 
 use crate::limits;
 use anyhow::{bail, Context};
 use clap::Args;
 use serde::Deserialize;
 use shards::group::coordinator::GroupConfig;
+use shards::housekeeping::HousekeepingConfig;
 use shards::log::{Durability, LogConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -96,6 +99,41 @@ pub struct ServeArgs {
     /// The same in milliseconds, for finer control (wins over minutes).
     #[arg(long)]
     pub offsets_retention_ms: Option<u64>,
+    /// Age after which a segment is deleted, ms; -1 keeps data forever (Kafka's
+    /// log.retention.ms; a topic's retention.ms overrides it).
+    #[arg(long, allow_negative_numbers = true)]
+    #[serde(alias = "log.retention.ms")]
+    pub retention_ms: Option<i64>,
+    /// Largest log of one partition before old segments are deleted; -1: unlimited
+    /// (Kafka's log.retention.bytes).
+    #[arg(long, allow_negative_numbers = true)]
+    #[serde(alias = "log.retention.bytes")]
+    pub retention_bytes: Option<i64>,
+    /// A broker-wide default for any topic config, by its topic key:
+    /// `--topic-default cleanup.policy=compact` (repeatable).
+    #[arg(long = "topic-default", value_name = "KEY=VALUE")]
+    #[serde(default)]
+    pub topic_default: Vec<String>,
+    /// How often each shard looks for segments to delete and logs to compact, ms
+    /// (Kafka's log.retention.check.interval.ms).
+    #[arg(long)]
+    #[serde(alias = "log.retention.check.interval.ms")]
+    pub retention_check_interval_ms: Option<u64>,
+    /// Memory for the compaction key map of one shard, bytes (Kafka's
+    /// log.cleaner.dedupe.buffer.size); a larger dirty log is compacted in passes.
+    #[arg(long)]
+    #[serde(alias = "log.cleaner.dedupe.buffer.size")]
+    pub cleaner_dedupe_buffer_bytes: Option<u64>,
+    /// How often each shard looks for logs to compact, ms (Kafka's log.cleaner.backoff.ms).
+    #[arg(long)]
+    #[serde(alias = "log.cleaner.backoff.ms")]
+    pub cleaner_backoff_ms: Option<u64>,
+    /// Refuse produces while the data directory's filesystem is fuller than this, percent.
+    #[arg(long)]
+    pub disk_fill_max_percent: Option<f64>,
+    /// Refuse produces while all partition logs together hold more than this, bytes.
+    #[arg(long)]
+    pub disk_budget_bytes: Option<u64>,
 }
 
 impl ServeArgs {
@@ -133,6 +171,23 @@ impl ServeArgs {
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes),
             offsets_retention_ms: self.offsets_retention_ms.or(file.offsets_retention_ms),
+            retention_ms: self.retention_ms.or(file.retention_ms),
+            retention_bytes: self.retention_bytes.or(file.retention_bytes),
+            // The file's defaults first, so a flag for the same key wins.
+            topic_default: file
+                .topic_default
+                .into_iter()
+                .chain(self.topic_default)
+                .collect(),
+            retention_check_interval_ms: self
+                .retention_check_interval_ms
+                .or(file.retention_check_interval_ms),
+            cleaner_dedupe_buffer_bytes: self
+                .cleaner_dedupe_buffer_bytes
+                .or(file.cleaner_dedupe_buffer_bytes),
+            cleaner_backoff_ms: self.cleaner_backoff_ms.or(file.cleaner_backoff_ms),
+            disk_fill_max_percent: self.disk_fill_max_percent.or(file.disk_fill_max_percent),
+            disk_budget_bytes: self.disk_budget_bytes.or(file.disk_budget_bytes),
         }
     }
 }
@@ -153,6 +208,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub log: LogConfig,
     pub groups: GroupConfig,
+    pub housekeeping: HousekeepingConfig,
+    pub retention_check_interval_ms: u64,
 }
 
 impl BrokerConfig {
@@ -235,7 +292,46 @@ impl BrokerConfig {
                 (None, None) => std::time::Duration::from_secs(10080 * 60),
             },
         };
+        let mut log = LogConfig {
+            segment_bytes,
+            segment_ms: a.segment_ms.unwrap_or(defaults.segment_ms),
+            max_batch_bytes: message_max_bytes,
+            durability,
+            flush_interval_ms: a.flush_interval_ms.unwrap_or(defaults.flush_interval_ms),
+            ..defaults
+        };
+        let dedicated = [
+            ("retention.ms", a.retention_ms.map(|v| v.to_string())),
+            ("retention.bytes", a.retention_bytes.map(|v| v.to_string())),
+        ];
+        for (key, value) in dedicated.iter().filter_map(|(k, v)| v.as_ref().map(|v| (*k, v.as_str()))) {
+            shards::topic_config::set(&mut log, key, value).map_err(|e| anyhow::anyhow!("{e}"))?;
+        }
+        for item in &a.topic_default {
+            let (key, value) = item
+                .split_once('=')
+                .with_context(|| format!("--topic-default {item:?} is not KEY=VALUE"))?;
+            shards::topic_config::set(&mut log, key.trim(), value.trim())
+                .map_err(|e| anyhow::anyhow!("--topic-default: {e}"))?;
+        }
+        let retention_check_interval_ms = a.retention_check_interval_ms.unwrap_or(300_000).max(10);
+        let disk_fill_max_percent = a.disk_fill_max_percent.unwrap_or(95.0);
+        if !(1.0..=100.0).contains(&disk_fill_max_percent) {
+            bail!("disk-fill-max-percent must be between 1 and 100");
+        }
+        let housekeeping = HousekeepingConfig {
+            check_interval: std::time::Duration::from_millis(retention_check_interval_ms),
+            cleaner_backoff: std::time::Duration::from_millis(a.cleaner_backoff_ms.unwrap_or(15_000).max(10)),
+            cleaner_buffer_bytes: a
+                .cleaner_dedupe_buffer_bytes
+                .unwrap_or(16 << 20)
+                .clamp(1 << 10, 1 << 34) as usize,
+            disk_fill_max_ratio: disk_fill_max_percent / 100.0,
+            disk_budget_bytes: a.disk_budget_bytes,
+        };
         Ok(BrokerConfig {
+            housekeeping,
+            retention_check_interval_ms,
             groups,
             listen,
             advertise_host,
@@ -250,14 +346,7 @@ impl BrokerConfig {
             auto_create_topics: a.auto_create_topics.unwrap_or(true),
             num_partitions,
             socket_request_max_bytes,
-            log: LogConfig {
-                segment_bytes,
-                segment_ms: a.segment_ms.unwrap_or(defaults.segment_ms),
-                max_batch_bytes: message_max_bytes,
-                durability,
-                flush_interval_ms: a.flush_interval_ms.unwrap_or(defaults.flush_interval_ms),
-                ..defaults
-            },
+            log,
         })
     }
 }

@@ -104,6 +104,7 @@ pub fn run(
         log: config.log.clone(),
         shard_count: config.shards,
         groups: config.groups.clone(),
+        housekeeping: config.housekeeping.clone(),
     });
     let n = config.shards;
     let cpus = std::thread::available_parallelism()
@@ -233,6 +234,7 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(2)).await;
     }
     shard.start_group_coordinator().await;
+    shards::housekeeping::start(&shard);
     life.groups_loaded.fetch_add(1, Ordering::AcqRel);
     if !barrier(&life.groups_loaded, n, &life).await {
         return Ok(());

@@ -10,6 +10,7 @@
 use crate::mesh::*;
 use crate::metadata::{validate_topic_name, MetadataStore, TopicMeta};
 use crate::shard::{Shard, ShardConfig};
+use crate::topic_config;
 use futures::channel::oneshot;
 use glommio::sync::Semaphore;
 use std::collections::BTreeMap;
@@ -58,6 +59,14 @@ impl Controller {
                 let r = self.create_partitions(shard, topics, validate_only).await;
                 let _ = reply.send(r);
             }
+            ControllerRequest::AlterTopicConfigs {
+                changes,
+                validate_only,
+                reply,
+            } => {
+                let r = self.alter_configs(shard, changes, validate_only).await;
+                let _ = reply.send(r);
+            }
         }
     }
 
@@ -90,6 +99,14 @@ impl Controller {
                         t.partitions
                     )));
                 }
+                let overrides = t.configs.iter().cloned().collect::<BTreeMap<_, _>>();
+                if overrides.len() != t.configs.len() {
+                    return Err(TopicError::InvalidConfig(
+                        "a config key is named more than once".into(),
+                    ));
+                }
+                topic_config::resolve(&self.config.log, &overrides)
+                    .map_err(|e| TopicError::InvalidConfig(e.message))?;
                 Ok(())
             })();
             if r.is_ok() && !validate_only {
@@ -249,5 +266,130 @@ impl Controller {
             }
         }
         results
+    }
+
+    /// AlterConfigs / IncrementalAlterConfigs on topics: each change is validated whole
+    /// (every override resolves against the broker defaults) before anything is stored;
+    /// then the owning shards re-resolve their partitions' configs.
+    async fn alter_configs(
+        &self,
+        shard: &Rc<Shard>,
+        changes: Vec<TopicConfigChange>,
+        validate_only: bool,
+    ) -> Vec<Result<(), TopicError>> {
+        let mut next = (*self.metadata.snapshot()).clone();
+        let mut results = Vec::with_capacity(changes.len());
+        let mut altered: Vec<String> = Vec::new();
+        for change in &changes {
+            let r = (|| {
+                let t = next.topics.get(&change.topic).ok_or(TopicError::Unknown)?;
+                let overrides = apply_ops(&self.config.log, &t.configs, &change.ops)
+                    .map_err(|e| TopicError::InvalidConfig(e.message))?;
+                topic_config::resolve(&self.config.log, &overrides)
+                    .map_err(|e| TopicError::InvalidConfig(e.message))?;
+                Ok(overrides)
+            })();
+            match r {
+                Ok(overrides) if !validate_only => {
+                    if let Some(t) = next.topics.get_mut(&change.topic) {
+                        t.configs = overrides;
+                        altered.push(change.topic.clone());
+                    }
+                    results.push(Ok(()));
+                }
+                Ok(_) => results.push(Ok(())),
+                Err(e) => results.push(Err(e)),
+            }
+        }
+        if altered.is_empty() {
+            return results;
+        }
+        if let Err(e) = self.persist(next).await {
+            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
+        }
+        for name in altered {
+            let topic: Arc<str> = name.as_str().into();
+            let calls = (0..self.config.shard_count).map(|target| {
+                let (tx, rx) = oneshot::channel();
+                let msg = ShardMessage::ApplyTopicConfig {
+                    topic: topic.clone(),
+                    reply: tx,
+                };
+                shard.call(target, msg, rx)
+            });
+            futures::future::join_all(calls).await;
+        }
+        results
+    }
+}
+
+/// The overrides that result from `ops` on `current`. List operations (append,
+/// subtract) start from the effective value, the broker default when not overridden.
+fn apply_ops(
+    broker: &crate::log::LogConfig,
+    current: &BTreeMap<String, String>,
+    ops: &ConfigOps,
+) -> Result<BTreeMap<String, String>, topic_config::ConfigError> {
+    let refuse = |key: &str, message: String| topic_config::ConfigError {
+        key: key.to_string(),
+        message,
+    };
+    match ops {
+        ConfigOps::Replace(pairs) => {
+            let map: BTreeMap<String, String> = pairs.iter().cloned().collect();
+            if map.len() != pairs.len() {
+                return Err(refuse("", "a config key is named more than once".into()));
+            }
+            Ok(map)
+        }
+        ConfigOps::Incremental(list) => {
+            let mut map = current.clone();
+            for op in list {
+                match op {
+                    ConfigOp::Set(k, v) => {
+                        map.insert(k.clone(), v.clone());
+                    }
+                    ConfigOp::Delete(k) => {
+                        if topic_config::def(k).is_none() {
+                            return Err(refuse(k, format!("Unknown topic config name: {k}")));
+                        }
+                        map.remove(k);
+                    }
+                    ConfigOp::Append(k, v) | ConfigOp::Subtract(k, v) => {
+                        let def = topic_config::def(k)
+                            .ok_or_else(|| refuse(k, format!("Unknown topic config name: {k}")))?;
+                        if def.config_type != topic_config::ConfigType::List {
+                            return Err(refuse(
+                                k,
+                                format!("Config value append/subtract is not allowed for config key: {k}"),
+                            ));
+                        }
+                        let effective = match map.get(k) {
+                            Some(v) => v.clone(),
+                            None => topic_config::get(broker, k).unwrap_or_default(),
+                        };
+                        let mut items: Vec<String> = effective
+                            .split(',')
+                            .map(|s| s.trim().to_string())
+                            .filter(|s| !s.is_empty())
+                            .collect();
+                        for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                            if matches!(op, ConfigOp::Append(..)) {
+                                if !items.iter().any(|i| i == item) {
+                                    items.push(item.to_string());
+                                }
+                            } else {
+                                items.retain(|i| i != item);
+                            }
+                        }
+                        if items.is_empty() {
+                            return Err(refuse(k, format!("Invalid value for configuration {k}: the list may not be empty")));
+                        }
+                        map.insert(k.clone(), items.join(","));
+                    }
+                }
+            }
+            Ok(map)
+        }
     }
 }

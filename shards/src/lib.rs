@@ -14,6 +14,8 @@
 //!   readers on every core, persisted in the data directory.
 //! - [`mesh`]: the cross-core request/reply messages.
 //! - [`shard`]: the per-core partition table.
+//! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
+//! - [`topic_config`]: the topic configuration keys, their validation and description.
 //!
 //! Errors are typed per layer (`thiserror`); Kafka error codes exist only in the broker's
 //! protocol edge, never here.
@@ -21,9 +23,11 @@
 pub mod controller;
 pub mod group;
 pub mod hgrm;
+pub mod housekeeping;
 pub mod log;
 pub mod mesh;
 pub mod metadata;
 pub mod metrics;
 pub mod routing;
 pub mod shard;
+pub mod topic_config;

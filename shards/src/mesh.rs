@@ -57,6 +57,12 @@ pub enum PartitionError {
     Timeout,
     #[error("the shard is shutting down")]
     ShuttingDown,
+    /// The disk budget is exhausted; produce is refused until retention frees space.
+    #[error("produce refused: {0}")]
+    DiskFull(Arc<str>),
+    /// `acks=all` with `min.insync.replicas` above the one replica a single node has.
+    #[error("min.insync.replicas is {0}, but this single-node partition has one in-sync replica")]
+    NotEnoughReplicas(i32),
 }
 
 pub struct ProduceInput {
@@ -139,6 +145,38 @@ pub enum ControllerRequest {
         validate_only: bool,
         reply: Reply<Vec<Result<(), TopicError>>>,
     },
+    /// Replaces (AlterConfigs) or edits (IncrementalAlterConfigs) topics' overrides.
+    AlterTopicConfigs {
+        changes: Vec<TopicConfigChange>,
+        validate_only: bool,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+}
+
+/// One topic's configuration change.
+#[derive(Debug, Clone)]
+pub struct TopicConfigChange {
+    pub topic: String,
+    pub ops: ConfigOps,
+}
+
+#[derive(Debug, Clone)]
+pub enum ConfigOps {
+    /// AlterConfigs: these overrides replace all the topic's overrides.
+    Replace(Vec<(String, String)>),
+    /// IncrementalAlterConfigs: applied in order to the current overrides.
+    Incremental(Vec<ConfigOp>),
+}
+
+#[derive(Debug, Clone)]
+pub enum ConfigOp {
+    Set(String, String),
+    /// Back to the broker default.
+    Delete(String),
+    /// Add items to a list key (`cleanup.policy`).
+    Append(String, String),
+    /// Remove items from a list key.
+    Subtract(String, String),
 }
 
 /// What actually travels on the mesh: a message and when it was sent (for the mesh
@@ -181,6 +219,21 @@ pub enum ShardMessage {
         partitions: Vec<i32>,
         reply: Reply<()>,
     },
+    /// The topic's configuration changed in the metadata: re-resolve it for the
+    /// partitions this shard owns.
+    ApplyTopicConfig {
+        topic: Arc<str>,
+        reply: Reply<()>,
+    },
+    /// DeleteRecords: (partition, offset; -1 the high watermark) → the new log start.
+    DeleteRecords {
+        partitions: Vec<(TopicPartition, i64)>,
+        reply: Reply<Vec<Result<i64, PartitionError>>>,
+    },
+    /// A shard's periodic report of the bytes its logs hold (to shard 0; no reply).
+    DiskUsage { shard: usize, bytes: u64 },
+    /// Shard 0's verdict for every shard: refuse produces (with why), or accept again.
+    DiskPressure { refuse: Option<Arc<str>> },
     Controller(ControllerRequest),
     /// A consumer-group operation, sent to the group's coordinator shard (or, for List,
     /// to every shard).

@@ -11,6 +11,7 @@
 use crate::controller::Controller;
 use crate::group::coordinator::{offsets_tp, GroupConfig, GroupCoordinator};
 use crate::group::OFFSETS_TOPIC;
+use crate::housekeeping::DiskBudget;
 use crate::log::{AckLevel, LogConfig, PartitionLog};
 use crate::mesh::*;
 use crate::metadata::{partition_dir, MetadataStore};
@@ -25,15 +26,16 @@ use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Group ticks (100 ms each) between two offset-retention and compaction checks of
-/// `__consumer_offsets`.
-const COMPACTION_CHECK_TICKS: u64 = 20;
+/// Group ticks (100 ms each) between two offset-retention checks. (`__consumer_offsets`
+/// is compacted by the log cleaner like any compacted topic.)
+const OFFSET_EXPIRY_CHECK_TICKS: u64 = 20;
 
 pub struct ShardConfig {
     pub data_dir: PathBuf,
     pub log: LogConfig,
     pub shard_count: usize,
     pub groups: GroupConfig,
+    pub housekeeping: crate::housekeeping::HousekeepingConfig,
 }
 
 pub struct Shard {
@@ -45,6 +47,10 @@ pub struct Shard {
     admin_lock: Semaphore,
     controller: Option<Controller>,
     pub groups: GroupCoordinator,
+    /// Why produces are refused (shard 0's disk verdict), if they are.
+    produce_refused: RefCell<Option<Arc<str>>>,
+    /// Shard 0 only: every shard's last disk report.
+    disk_budget: RefCell<DiskBudget>,
 }
 
 impl Shard {
@@ -58,6 +64,8 @@ impl Shard {
             id,
             controller: (id == 0).then(|| Controller::new(metadata.clone(), config.clone())),
             groups: GroupCoordinator::new(config.groups.clone()),
+            disk_budget: RefCell::new(DiskBudget::new(config.shard_count)),
+            produce_refused: RefCell::new(None),
             config,
             metadata,
             partitions: RefCell::new(HashMap::new()),
@@ -99,6 +107,48 @@ impl Shard {
             return None;
         }
         rx.await.ok()
+    }
+
+    /// Sends `msg` to `target` without waiting for an answer (handled inline when it is
+    /// this shard). A full or closed channel drops it: callers send only reports that the
+    /// next period repeats.
+    pub async fn tell(self: &Rc<Self>, target: ShardId, msg: ShardMessage) {
+        if target == self.id {
+            glommio::spawn_local(self.clone().handle(msg)).detach();
+        } else {
+            let _ = self
+                .senders
+                .send_to(
+                    target,
+                    Envelope {
+                        sent_at: Instant::now(),
+                        msg,
+                    },
+                )
+                .await;
+        }
+    }
+
+    /// Every open partition of this shard.
+    pub fn logs(&self) -> Vec<(TopicPartition, Rc<PartitionLog>)> {
+        let mut logs: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(tp, l)| (tp.clone(), l.clone()))
+            .collect();
+        logs.sort_by(|a, b| (&a.0.topic, a.0.partition).cmp(&(&b.0.topic, b.0.partition)));
+        logs
+    }
+
+    /// Bytes held by this shard's partition logs.
+    pub fn log_bytes(&self) -> u64 {
+        self.partitions.borrow().values().map(|l| l.size_bytes()).sum()
+    }
+
+    /// Why produces are refused right now, if they are.
+    pub fn produce_refused(&self) -> Option<Arc<str>> {
+        self.produce_refused.borrow().clone()
     }
 
     /// Opens this shard's partitions of every known topic (start-up).
@@ -170,6 +220,42 @@ impl Shard {
                 self.drop_partitions(topic, partitions).await;
                 let _ = reply.send(());
             }
+            ShardMessage::ApplyTopicConfig { topic, reply } => {
+                self.apply_topic_config(&topic);
+                let _ = reply.send(());
+            }
+            ShardMessage::DeleteRecords { partitions, reply } => {
+                let mut out = Vec::with_capacity(partitions.len());
+                for (tp, offset) in partitions {
+                    out.push(match self.partition(&tp) {
+                        None => Err(PartitionError::UnknownTopicOrPartition),
+                        Some(log) => log.delete_records(offset).await.map_err(PartitionError::from),
+                    });
+                }
+                let _ = reply.send(out);
+            }
+            ShardMessage::DiskUsage { shard, bytes } => {
+                let verdict = self.disk_budget.borrow_mut().report(
+                    shard,
+                    bytes,
+                    &self.config.housekeeping,
+                    &self.config.data_dir,
+                );
+                if let Some(verdict) = verdict {
+                    match &verdict {
+                        Some(why) => tracing::warn!(reason = %why, "refusing produce requests until retention frees space"),
+                        None => tracing::info!("disk usage is back under its limits; accepting produce requests"),
+                    }
+                    let refuse: Option<Arc<str>> = verdict.map(Into::into);
+                    for target in 0..self.config.shard_count {
+                        self.tell(target, ShardMessage::DiskPressure { refuse: refuse.clone() })
+                            .await;
+                    }
+                }
+            }
+            ShardMessage::DiskPressure { refuse } => {
+                *self.produce_refused.borrow_mut() = refuse;
+            }
             ShardMessage::Controller(req) => match &self.controller {
                 Some(c) => c.handle(&self, req).await,
                 None => tracing::error!(
@@ -204,10 +290,18 @@ impl Shard {
         // Append everything first (offsets assigned in arrival order), then wait for all
         // acknowledgements together so one sync can serve them.
         let mut tickets = Vec::with_capacity(inputs.len());
+        let refused = self.produce_refused();
         for input in &inputs {
             debug_assert_eq!(self.owner_of(&input.tp.topic, input.tp.partition), self.id);
             let r = match self.partition(&input.tp) {
                 None => Err(PartitionError::UnknownTopicOrPartition),
+                // Refused before anything is queued: no partial writes near a full disk.
+                Some(_) if refused.is_some() => Err(PartitionError::DiskFull(
+                    refused.clone().unwrap_or_else(|| "disk budget exhausted".into()),
+                )),
+                Some(log) if acks == Acks::All && log.min_insync_replicas() > 1 => Err(
+                    PartitionError::NotEnoughReplicas(log.min_insync_replicas()),
+                ),
                 Some(log) => log
                     .append(&input.records, 0)
                     .map(|t| (log, t))
@@ -334,16 +428,48 @@ impl Shard {
                 continue;
             }
             let dir = partition_dir(&self.config.data_dir, &topic, p);
-            let mut config = self.config.log.clone();
-            if &*topic == OFFSETS_TOPIC {
-                config.segment_bytes = self.config.groups.offsets_segment_bytes;
-            }
+            let config = self.topic_log_config(&topic);
             let log = PartitionLog::open(dir, config)
                 .await
                 .map_err(|e| TopicError::Storage(e.to_string()))?;
             self.partitions.borrow_mut().insert(tp, log);
         }
         Ok(())
+    }
+
+    /// The settings of `topic`'s partitions: the broker defaults with the topic's stored
+    /// overrides. Overrides were validated before they were stored; should one no longer
+    /// resolve (a data directory from another version), the defaults apply and we say so.
+    pub fn topic_log_config(&self, topic: &str) -> LogConfig {
+        let meta = self.metadata.snapshot();
+        let mut config = match meta.topic(topic) {
+            None => self.config.log.clone(),
+            Some(t) => crate::topic_config::resolve(&self.config.log, &t.configs)
+                .unwrap_or_else(|e| {
+                    tracing::warn!(topic, error = %e, "stored topic config does not resolve; using broker defaults");
+                    self.config.log.clone()
+                }),
+        };
+        if topic == OFFSETS_TOPIC {
+            // The group coordinator's state is the latest record per key: compacted,
+            // never deleted by age.
+            config.segment_bytes = self.config.groups.offsets_segment_bytes;
+            config.cleanup = crate::log::config::CleanupPolicy {
+                delete: false,
+                compact: true,
+            };
+        }
+        config
+    }
+
+    /// Re-resolves the config of `topic`'s partitions on this shard (after AlterConfigs).
+    fn apply_topic_config(&self, topic: &str) {
+        let config = self.topic_log_config(topic);
+        for (tp, log) in self.partitions.borrow().iter() {
+            if &*tp.topic == topic {
+                log.set_config(config.clone());
+            }
+        }
     }
 
     async fn drop_partitions(&self, topic: Arc<str>, partitions: Vec<i32>) {
@@ -383,7 +509,7 @@ impl Shard {
     }
 
     /// Replays this shard's `__consumer_offsets` partitions and starts the group timers
-    /// (session expiry every 100 ms, compaction checks every few seconds).
+    /// (session expiry every 100 ms, offset expiry every few seconds).
     pub async fn start_group_coordinator(self: &Rc<Self>) {
         self.groups.load(self.offsets_logs()).await;
         let shard = self.clone();
@@ -393,15 +519,13 @@ impl Shard {
                 glommio::timer::sleep(Duration::from_millis(100)).await;
                 shard.groups.tick();
                 ticks += 1;
-                if ticks % COMPACTION_CHECK_TICKS == 0 {
-                    let logs = shard.offsets_logs();
+                if ticks % OFFSET_EXPIRY_CHECK_TICKS == 0 {
                     let s = shard.clone();
                     glommio::spawn_local(async move {
                         let s2 = s.clone();
                         s.groups
                             .expire_offsets(move |p| s2.partition(&offsets_tp(p)))
                             .await;
-                        s.groups.compact(logs).await;
                     })
                     .detach();
                 }

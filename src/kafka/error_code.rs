@@ -44,6 +44,9 @@ pub fn partition(e: &PartitionError) -> ResponseError {
         },
         PartitionError::Timeout => ResponseError::RequestTimedOut,
         PartitionError::ShuttingDown => ResponseError::NotLeaderOrFollower,
+        // Retriable: producers back off and retry until retention frees space.
+        PartitionError::DiskFull(_) => ResponseError::KafkaStorageError,
+        PartitionError::NotEnoughReplicas(_) => ResponseError::NotEnoughReplicas,
     }
 }
 

@@ -14,9 +14,9 @@
 //! Invariants: a group is only touched on its coordinator shard; no `RefCell` borrow is
 //! held across an `.await`; an answer to a commit means its records are synced.
 //!
-//! Compaction (`compact`) rewrites a partition's live state and drops the segments before
-//! it; the general log cleaner of the retention/compaction work will replace it with
-//! key-by-key compaction.
+//! `__consumer_offsets` is a compacted topic: the log cleaner keeps the latest record of
+//! every key (group metadata, each committed offset) and drops tombstones after
+//! `delete.retention.ms`, so replay from the log start stays complete and short.
 //!
 //! Offset retention (`expire_offsets`): a group Empty for `offsets.retention.minutes`
 //! loses the offsets not committed within that time (KIP-211). The Empty clock is
@@ -38,32 +38,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// Kafka's `offset.metadata.max.bytes` default.
 pub const OFFSET_METADATA_MAX_BYTES: usize = 4096;
-
-/// Records per batch when a partition's state is rewritten by compaction.
-const SNAPSHOT_BATCH_RECORDS: usize = 500;
-/// Bytes of keys and values per snapshot batch: well under `message.max.bytes`, so a
-/// snapshot batch is never refused as too large.
-const SNAPSHOT_BATCH_BYTES: usize = 256 * 1024;
-
-/// Splits snapshot records into batches bounded by count and by bytes.
-fn snapshot_chunks(records: &[(Vec<u8>, Vec<u8>)]) -> Vec<&[(Vec<u8>, Vec<u8>)]> {
-    let mut out = Vec::new();
-    let (mut start, mut bytes) = (0usize, 0usize);
-    for (i, (k, v)) in records.iter().enumerate() {
-        let len = k.len() + v.len() + 32;
-        if i > start && (i - start >= SNAPSHOT_BATCH_RECORDS || bytes + len > SNAPSHOT_BATCH_BYTES)
-        {
-            out.push(&records[start..i]);
-            start = i;
-            bytes = 0;
-        }
-        bytes += len;
-    }
-    if start < records.len() {
-        out.push(&records[start..]);
-    }
-    out
-}
 
 #[derive(Debug, Clone)]
 pub struct GroupConfig {
@@ -89,24 +63,6 @@ impl Default for GroupConfig {
     }
 }
 
-/// Counts a write of group state that is appended but not yet applied in memory; the
-/// compactor must not snapshot while one exists (it would miss that write and then
-/// delete the segment holding it).
-struct InFlight<'a>(&'a Cell<usize>);
-
-impl<'a> InFlight<'a> {
-    fn new(c: &'a Cell<usize>) -> Self {
-        c.set(c.get() + 1);
-        InFlight(c)
-    }
-}
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -118,8 +74,6 @@ pub struct GroupCoordinator {
     config: GroupConfig,
     groups: RefCell<HashMap<String, Group>>,
     loaded: Cell<bool>,
-    in_flight: Cell<usize>,
-    compacting: Cell<bool>,
 }
 
 impl GroupCoordinator {
@@ -128,8 +82,6 @@ impl GroupCoordinator {
             config,
             groups: RefCell::new(HashMap::new()),
             loaded: Cell::new(false),
-            in_flight: Cell::new(0),
-            compacting: Cell::new(false),
         }
     }
 
@@ -378,7 +330,6 @@ impl GroupCoordinator {
         req: CommitRequest,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Vec<Result<(), GroupError>> {
-        let _in_flight = InFlight::new(&self.in_flight);
         let n = req.offsets.len();
         let check = {
             let mut groups = self.groups.borrow_mut();
@@ -450,7 +401,6 @@ impl GroupCoordinator {
         group: &str,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Result<(), GroupError> {
-        let _in_flight = InFlight::new(&self.in_flight);
         let tombstones = {
             let groups = self.groups.borrow();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
@@ -493,7 +443,6 @@ impl GroupCoordinator {
         partitions: Vec<(String, i32)>,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
-        let _in_flight = InFlight::new(&self.in_flight);
         let (results, tombstones, stamps) = {
             let groups = self.groups.borrow();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
@@ -544,7 +493,6 @@ impl GroupCoordinator {
         group: &str,
         log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
     ) -> Result<(), GroupError> {
-        let _in_flight = InFlight::new(&self.in_flight);
         let value = {
             let mut groups = self.groups.borrow_mut();
             let Some(g) = groups.get_mut(group) else {
@@ -604,7 +552,6 @@ impl GroupCoordinator {
             .collect();
         let mut count = 0;
         for group in candidates {
-            let _in_flight = InFlight::new(&self.in_flight);
             // Re-evaluated right before the append (no await in between), so a commit
             // acknowledged meanwhile is never tombstoned from a stale list.
             let (expired, forget_group) = {
@@ -671,119 +618,6 @@ impl GroupCoordinator {
             tracing::info!(group = %group, offsets = expired.len(), "expired committed offsets of an empty group");
         }
         count
-    }
-
-    /// Compacts every owned `__consumer_offsets` partition that has grown past two
-    /// segments: the partition's current state (group metadata and committed offsets of
-    /// its groups, taken from memory) is appended as fresh records, and once they are
-    /// durable every sealed segment before them is deleted. The log keeps the latest value
-    /// of every key, as Kafka's compaction would; replay stays correct at every step
-    /// (later records win), so a crash anywhere leaves a valid log. Runs one partition at
-    /// a time and yields between them.
-    pub async fn compact(&self, logs: Vec<(i32, Rc<PartitionLog>)>) -> usize {
-        if self.compacting.replace(true) {
-            return 0;
-        }
-        let mut freed = 0;
-        for (partition, log) in logs {
-            if log.segment_count() <= 2 {
-                continue;
-            }
-            if self.in_flight.get() > 0 {
-                break; // a write is between its append and its memory update: next time
-            }
-            // Capture and append without an await in between, so no other write slips in.
-            let records = self.snapshot_records(partition);
-            let mut first: Option<i64> = None;
-            let mut last = None;
-            let mut ok = true;
-            for chunk in snapshot_chunks(&records) {
-                let mut b = BatchBuilder::new(now_ms());
-                for (k, v) in chunk {
-                    b.push(&Record {
-                        key: Some(k),
-                        value: Some(v),
-                        headers: &[],
-                        timestamp_delta: 0,
-                    });
-                }
-                match log.append(&b.build(), 0) {
-                    Ok(t) => {
-                        first.get_or_insert(t.base_offset);
-                        last = Some(t);
-                    }
-                    Err(e) => {
-                        tracing::warn!(partition, error = %e, "compacting __consumer_offsets");
-                        ok = false;
-                        break;
-                    }
-                }
-            }
-            // With no state at all, everything before the end of the log is garbage.
-            let keep_from = first.unwrap_or_else(|| log.log_end_offset());
-            if let Some(t) = last {
-                if log.wait(t, AckLevel::All).await.is_err() {
-                    ok = false;
-                }
-            }
-            if ok {
-                let n = log.delete_segments_before(keep_from).await;
-                tracing::debug!(
-                    partition,
-                    records = records.len(),
-                    segments_deleted = n,
-                    "compacted __consumer_offsets"
-                );
-                freed += n;
-            }
-            glommio::yield_if_needed().await;
-        }
-        self.compacting.set(false);
-        freed
-    }
-
-    /// The live records of one offsets partition: for each of its groups, the group's
-    /// metadata and every committed offset.
-    fn snapshot_records(&self, partition: i32) -> Vec<(Vec<u8>, Vec<u8>)> {
-        let groups = self.groups.borrow();
-        let mut out = Vec::new();
-        for g in groups
-            .values()
-            .filter(|g| self.offsets_partition(&g.id) == partition)
-        {
-            if let Some(pt) = &g.protocol_type {
-                out.push((
-                    rec::encode_key(&RecordKey::GroupMetadata {
-                        group: g.id.clone(),
-                    }),
-                    rec::encode_group_value(&GroupValue {
-                        protocol_type: pt.clone(),
-                        generation: g.generation,
-                        protocol: g.protocol.clone(),
-                        leader: g.leader.clone(),
-                        current_state_timestamp_ms: now_ms(),
-                        members: Vec::new(),
-                    }),
-                ));
-            }
-            for ((topic, p), c) in &g.offsets {
-                out.push((
-                    rec::encode_key(&RecordKey::Offset {
-                        group: g.id.clone(),
-                        topic: topic.clone(),
-                        partition: *p,
-                    }),
-                    rec::encode_offset_value(&OffsetValue {
-                        offset: c.offset,
-                        leader_epoch: c.leader_epoch,
-                        metadata: c.metadata.clone(),
-                        commit_timestamp_ms: c.commit_timestamp_ms,
-                        expire_timestamp_ms: -1,
-                    }),
-                ));
-            }
-        }
-        out
     }
 
     /// Appends (key, value-or-tombstone) records to the group's partition and waits until

@@ -39,7 +39,7 @@ const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
 /// The CRC covers everything from `attributes` to the end of the batch. `baseOffset`,
 /// `batchLength`, `partitionLeaderEpoch` and `magic` lie in front of it so that a broker
 /// can assign offsets and stamp the leader epoch without recomputing it.
-const CRC_START: usize = 21;
+pub(crate) const CRC_START: usize = 21;
 
 /// Byte ranges of the two fields the broker rewrites in place.
 const BASE_OFFSET_RANGE: Range<usize> = 0..8;
@@ -482,17 +482,23 @@ impl Iterator for BatchIter<'_> {
 
 /// A bounds-checked big-endian reader. Every read returns `None` instead of reading past
 /// the end, which is how "bound everything by the bytes present" is enforced.
-struct Cursor<'a> {
+/// Crate-visible so that [`crate::log::compaction`] parses records with the same rules.
+pub(crate) struct Cursor<'a> {
     rest: &'a [u8],
 }
 
 impl<'a> Cursor<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Cursor { rest: buf }
     }
 
-    fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rest.is_empty()
+    }
+
+    /// The bytes not read yet (to slice out exactly what a sequence of reads consumed).
+    pub(crate) fn remaining(&self) -> &'a [u8] {
+        self.rest
     }
 
     fn array<const N: usize>(&mut self) -> Option<[u8; N]> {
@@ -501,7 +507,7 @@ impl<'a> Cursor<'a> {
         Some(*head)
     }
 
-    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
+    pub(crate) fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
         let (head, rest) = self.rest.split_at_checked(n)?;
         self.rest = rest;
         Some(head)
@@ -511,7 +517,7 @@ impl<'a> Cursor<'a> {
         self.array::<1>().map(u8::from_be_bytes)
     }
 
-    fn i8(&mut self) -> Option<i8> {
+    pub(crate) fn i8(&mut self) -> Option<i8> {
         self.array::<1>().map(i8::from_be_bytes)
     }
 
@@ -523,7 +529,7 @@ impl<'a> Cursor<'a> {
         self.array::<4>().map(i32::from_be_bytes)
     }
 
-    fn u32(&mut self) -> Option<u32> {
+    pub(crate) fn u32(&mut self) -> Option<u32> {
         self.array::<4>().map(u32::from_be_bytes)
     }
 
@@ -548,21 +554,21 @@ impl<'a> Cursor<'a> {
     }
 
     /// Zigzag varint (Kafka `varint`, an i32), at most 5 bytes.
-    fn varint(&mut self) -> Option<i32> {
+    pub(crate) fn varint(&mut self) -> Option<i32> {
         // Truncation to 32 bits is intentional: it mirrors Kafka's int arithmetic.
         let raw = self.uvarint(5)? as u32;
         Some(((raw >> 1) as i32) ^ -((raw & 1) as i32))
     }
 
     /// Zigzag varlong (Kafka `varlong`, an i64), at most 10 bytes.
-    fn varlong(&mut self) -> Option<i64> {
+    pub(crate) fn varlong(&mut self) -> Option<i64> {
         let raw = self.uvarint(10)?;
         Some(((raw >> 1) as i64) ^ -((raw & 1) as i64))
     }
 
     /// A varint length followed by that many bytes; -1 means null. Returns `Some(None)`
     /// for null and `None` for a length below -1 or past the end.
-    fn nullable_bytes(&mut self) -> Option<Option<&'a [u8]>> {
+    pub(crate) fn nullable_bytes(&mut self) -> Option<Option<&'a [u8]>> {
         let len = self.varint()?;
         if len == -1 {
             return Some(None);

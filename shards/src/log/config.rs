@@ -1,5 +1,8 @@
-//! Settings of one partition log, resolved from the broker defaults (and, later,
-//! per-topic overrides) before the log is opened.
+//! Settings of one partition log: the broker-wide defaults with the topic's overrides
+//! applied (see `crate::topic_config`, which names, parses and validates every key).
+//!
+//! A `LogConfig` is a plain value. A partition holds its current copy and takes a new
+//! one whole when the topic's configuration is altered; nothing reads half of an update.
 
 /// When an acknowledged produce is also on stable storage.
 ///
@@ -29,7 +32,37 @@ impl Durability {
     }
 }
 
-#[derive(Debug, Clone)]
+/// Which of the two cleanup policies a topic uses (`cleanup.policy`); both may be on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    /// Delete whole old segments by time and size (`delete`).
+    pub delete: bool,
+    /// Keep only the last record per key in the cleanable part of the log (`compact`).
+    pub compact: bool,
+}
+
+/// Whose clock stamps the records (`message.timestamp.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TimestampType {
+    /// The producer's timestamps are kept (checked against the allowed difference).
+    CreateTime,
+    /// The broker stamps each batch with its own clock at append.
+    LogAppendTime,
+}
+
+/// The codec batches are stored with (`compression.type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CompressionType {
+    /// Stored as the producer sent them.
+    Producer,
+    Uncompressed,
+    Gzip,
+    Snappy,
+    Lz4,
+    Zstd,
+}
+
+#[derive(Debug, Clone, PartialEq)]
 pub struct LogConfig {
     /// Roll to a new segment once the active one would grow past this (`segment.bytes`).
     pub segment_bytes: u64,
@@ -44,8 +77,40 @@ pub struct LogConfig {
     pub durability: Durability,
     /// Background `fdatasync` period when nothing else asks for one.
     pub flush_interval_ms: u64,
+    /// Roll once the active segment's offset index holds this many bytes
+    /// (`segment.index.bytes`).
+    pub segment_index_bytes: u32,
+    /// Delete sealed segments whose newest record is older than this; -1: never
+    /// (`retention.ms`).
+    pub retention_ms: i64,
+    /// Delete the oldest sealed segments while the log is larger than this; -1: never
+    /// (`retention.bytes`).
+    pub retention_bytes: i64,
+    pub cleanup: CleanupPolicy,
+    /// How long tombstones survive compaction (`delete.retention.ms`).
+    pub delete_retention_ms: i64,
+    /// Records younger than this are never compacted (`min.compaction.lag.ms`).
+    pub min_compaction_lag_ms: i64,
+    /// A record older than this is compacted even below the dirty ratio
+    /// (`max.compaction.lag.ms`).
+    pub max_compaction_lag_ms: i64,
+    /// Compact once dirty bytes / cleanable bytes reach this (`min.cleanable.dirty.ratio`).
+    pub min_cleanable_dirty_ratio: f64,
+    pub timestamp_type: TimestampType,
+    /// Largest allowed distance between a CreateTime timestamp and the broker's clock
+    /// (`message.timestamp.difference.max.ms`).
+    pub timestamp_difference_max_ms: i64,
+    pub compression: CompressionType,
+    /// Replicas that must acknowledge `acks=all` (`min.insync.replicas`); a single node
+    /// has one, so a larger value refuses `acks=all` with NOT_ENOUGH_REPLICAS.
+    pub min_insync_replicas: i32,
+    /// Deleted segment files stay (renamed `.deleted`) this long before they are
+    /// unlinked (`file.delete.delay.ms`).
+    pub file_delete_delay_ms: i64,
 }
 
+/// The defaults are Kafka's own, so a topic described without overrides reads as it
+/// would on Apache Kafka.
 impl Default for LogConfig {
     fn default() -> Self {
         LogConfig {
@@ -56,6 +121,22 @@ impl Default for LogConfig {
             tail_cache_bytes: 2 << 20,
             durability: Durability::AckAll,
             flush_interval_ms: 1000,
+            segment_index_bytes: 10 << 20,
+            retention_ms: 7 * 24 * 3600 * 1000,
+            retention_bytes: -1,
+            cleanup: CleanupPolicy {
+                delete: true,
+                compact: false,
+            },
+            delete_retention_ms: 24 * 3600 * 1000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ratio: 0.5,
+            timestamp_type: TimestampType::CreateTime,
+            timestamp_difference_max_ms: i64::MAX,
+            compression: CompressionType::Producer,
+            min_insync_replicas: 1,
+            file_delete_delay_ms: 60_000,
         }
     }
 }

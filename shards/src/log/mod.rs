@@ -22,12 +22,15 @@
 pub mod aligned_appender;
 pub mod batch;
 pub mod batch_builder;
+pub mod checkpoint;
+pub mod compaction;
 pub mod config;
 pub mod error;
 pub mod file_scan;
 pub mod offset_index;
 pub mod partition_log;
 pub mod recovery;
+pub mod retention;
 pub mod segment;
 pub mod tail_cache;
 pub mod time_index;

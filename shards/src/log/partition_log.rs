@@ -20,8 +20,9 @@
 //! are contiguous from `written_offset` to `next_offset`; readers never see offsets at or
 //! past `written_offset`; no `RefCell` borrow is held across an `.await`.
 //!
-//! Not here: retention, compaction, replication (they build on `log_start_offset`,
-//! `leader_epoch` and the high watermark).
+//! Retention and DeleteRecords move `log_start_offset` (see `retention`); compaction
+//! swaps sealed segments for cleaned copies (see `compaction`). Not here: replication
+//! (it builds on `leader_epoch` and the high watermark).
 
 use super::aligned_appender::AlignedAppender;
 use super::batch::{self, batches, BatchHeader};
@@ -49,6 +50,9 @@ const FLUSH_ROUND_BYTES_MAX: usize = 8 << 20;
 /// blocking and io_uring hands it to a kernel worker thread (kernel-notes.md,
 /// "Preallocation"). Sealing truncates the unused tail.
 const PREALLOCATE_STEP_BYTES: u64 = 64 << 20;
+
+/// Suffix added to a deleted segment's files until they are unlinked.
+const DELETED_SUFFIX: &str = ".deleted";
 
 /// Where an append stands once queued; the caller waits on it per its `acks`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,6 +103,16 @@ struct LogState {
     closed: bool,
 }
 
+/// What the cleaner sees of one sealed segment.
+pub(crate) struct SealedSegment {
+    pub base_offset: i64,
+    /// Base of the segment after it: every offset of this one is below.
+    pub next_base: i64,
+    pub file: Rc<DmaFile>,
+    pub size: u64,
+    pub max_timestamp_ms: i64,
+}
+
 /// The flusher's own state: the active segment's three appenders.
 pub(crate) struct ActiveWriter {
     base_offset: i64,
@@ -115,7 +129,9 @@ pub(crate) struct ActiveWriter {
 
 pub struct PartitionLog {
     dir: PathBuf,
-    config: LogConfig,
+    /// Replaced whole when the topic's configuration changes (`set_config`); borrowed
+    /// only briefly, never across an `.await`.
+    config: RefCell<LogConfig>,
     state: RefCell<LogState>,
     /// Fired whenever written/synced offsets move, on failure and on close.
     progress: Event,
@@ -125,6 +141,17 @@ pub struct PartitionLog {
     sync_work: Event,
     /// `fdatasync`s of the active segment issued by the syncer (group-commit metric).
     syncs: std::cell::Cell<u64>,
+    /// Holders of [`SegmentHold`]: while non-zero, no segment is deleted.
+    held: std::cell::Cell<usize>,
+}
+
+/// Keeps a log's segments from being deleted while it lives (see `hold_segments`).
+pub(crate) struct SegmentHold<'a>(&'a std::cell::Cell<usize>);
+
+impl Drop for SegmentHold<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
 }
 
 fn storage_err(path: &Path, e: impl std::fmt::Display) -> StorageError {
@@ -202,14 +229,19 @@ impl PartitionLog {
         // Directory creation is a rare metadata operation; std's call is fine here.
         std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
         ensure_io_probe(&dir).await?;
+        // Finish (or undo) a compaction swap a crash interrupted before listing segments.
+        super::compaction::cleaner::recover_swaps(&dir)?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(&dir).map_err(|e| storage_err(&dir, e))? {
             let entry = entry.map_err(|e| storage_err(&dir, e))?;
-            if let Some(base) = entry
-                .file_name()
-                .to_str()
-                .and_then(segment::parse_log_file_name)
-            {
+            let name = entry.file_name();
+            let name = name.to_str().unwrap_or_default();
+            if name.ends_with(DELETED_SUFFIX) {
+                // Deleted before a restart but not yet unlinked: nobody reads it now.
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
+            if let Some(base) = segment::parse_log_file_name(name) {
                 bases.push(base);
             }
         }
@@ -230,9 +262,11 @@ impl PartitionLog {
             super::recovery::recover_active(&dir, last_base, &config).await?;
         let active_file = active_segment.file.clone();
         segments.insert(last_base, active_segment);
-        let log_start_offset = *bases.first().unwrap_or(&0);
+        // DeleteRecords may have moved the start inside the first segment.
+        let checkpoint = super::checkpoint::read(&dir, super::retention::LOG_START_CHECKPOINT)?.unwrap_or(i64::MIN);
+        let log_start_offset = (*bases.first().unwrap_or(&0)).max(checkpoint).min(next_offset);
         let log = Rc::new(PartitionLog {
-            config: config.clone(),
+            config: RefCell::new(config.clone()),
             state: RefCell::new(LogState {
                 log_start_offset,
                 next_offset,
@@ -251,6 +285,7 @@ impl PartitionLog {
             work: Event::new(),
             sync_work: Event::new(),
             syncs: std::cell::Cell::new(0),
+            held: std::cell::Cell::new(0),
             dir,
         });
         glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
@@ -312,6 +347,22 @@ impl PartitionLog {
         &self.dir
     }
 
+    /// A copy of the log's current settings.
+    pub fn config(&self) -> LogConfig {
+        self.config.borrow().clone()
+    }
+
+    /// `min.insync.replicas` of the topic.
+    pub fn min_insync_replicas(&self) -> i32 {
+        self.config.borrow().min_insync_replicas
+    }
+
+    /// Takes new settings (an altered topic config). Appends, rolls, retention and
+    /// compaction use them from their next decision on; the tail cache keeps its size.
+    pub fn set_config(&self, config: LogConfig) {
+        *self.config.borrow_mut() = config;
+    }
+
     pub fn log_start_offset(&self) -> i64 {
         self.state.borrow().log_start_offset
     }
@@ -340,14 +391,20 @@ impl PartitionLog {
     }
 
     /// Deletes every sealed segment that lies wholly below `offset` and moves the log
-    /// start offset to the first segment left. The active segment is never deleted. The
-    /// files are unlinked; a reader that already holds one keeps reading it (an open file
-    /// outlives its name). Returns how many segments went.
+    /// start offset up to the first segment left (it never moves back). The active
+    /// segment is never deleted. Returns how many segments went.
     ///
-    /// Crash safety: segments go from the front, one at a time, so a crash leaves a
-    /// contiguous log whose start is the first remaining segment — the log start offset
-    /// needs no checkpoint of its own.
+    /// The files are renamed `*.deleted` at once and unlinked `file.delete.delay.ms`
+    /// later; a reader that already holds a segment keeps reading it either way (an open
+    /// file outlives its name), so a deletion never fails a fetch in flight.
+    ///
+    /// Crash safety: segments go from the front, so a crash leaves a contiguous log
+    /// whose start is the first remaining segment (or the checkpoint, if later);
+    /// leftover `*.deleted` files are removed at the next open.
     pub async fn delete_segments_before(&self, offset: i64) -> usize {
+        if self.held.get() > 0 {
+            return 0;
+        }
         let doomed: Vec<(i64, Rc<DmaFile>)> = {
             let mut st = self.state.borrow_mut();
             let bases: Vec<i64> = st.segments.keys().copied().collect();
@@ -362,26 +419,176 @@ impl PartitionLog {
                 }
             }
             if let Some(first) = st.segments.keys().next().copied() {
-                assert!(
-                    first >= st.log_start_offset,
-                    "the log start offset only grows"
-                );
-                st.log_start_offset = first;
+                st.log_start_offset = st.log_start_offset.max(first);
             }
+            assert!(
+                st.log_start_offset <= st.next_offset,
+                "the log start never passes the log end"
+            );
             doomed
         };
+        if doomed.is_empty() {
+            return 0;
+        }
+        let mut renamed = Vec::with_capacity(doomed.len() * 3);
         for (base, _file) in &doomed {
             for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
                 let path = segment::file_path(&self.dir, *base, suffix);
-                if let Err(e) = std::fs::remove_file(&path) {
-                    tracing::warn!(path = %path.display(), error = %e, "deleting a segment file");
+                let gone = path.with_extension(format!("{suffix}{DELETED_SUFFIX}"));
+                match std::fs::rename(&path, &gone) {
+                    Ok(()) => renamed.push(gone),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => {
+                        tracing::warn!(path = %path.display(), error = %e, "deleting a segment file")
+                    }
                 }
             }
         }
-        if !doomed.is_empty() {
-            let _ = sync_dir(&self.dir).await;
+        let _ = sync_dir(&self.dir).await;
+        let delay = self.config.borrow().file_delete_delay_ms.max(0) as u64;
+        let unlink = move || {
+            for path in renamed {
+                match std::fs::remove_file(&path) {
+                    // The whole partition was deleted meanwhile.
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                        tracing::warn!(path = %path.display(), error = %e, "unlinking a deleted segment file")
+                    }
+                    _ => {}
+                }
+            }
+        };
+        if delay == 0 {
+            unlink();
+        } else {
+            glommio::spawn_local(async move {
+                glommio::timer::sleep(Duration::from_millis(delay)).await;
+                unlink();
+            })
+            .detach();
         }
+        tracing::debug!(dir = %self.dir.display(), segments = doomed.len(), "deleted segments");
         doomed.len()
+    }
+
+    /// Sizes and newest timestamps of the segments, oldest first (the last is active).
+    pub fn segment_stats(&self) -> Vec<super::retention::SegmentStat> {
+        self.state
+            .borrow()
+            .segments
+            .values()
+            .map(|s| super::retention::SegmentStat {
+                base_offset: s.base_offset,
+                size: s.size,
+                max_timestamp_ms: s.max_timestamp_ms,
+            })
+            .collect()
+    }
+
+    /// The sealed segments (all but the active one), oldest first, for the cleaner.
+    pub(crate) fn sealed_segments(&self) -> Vec<SealedSegment> {
+        let st = self.state.borrow();
+        let bases: Vec<i64> = st.segments.keys().copied().collect();
+        bases
+            .windows(2)
+            .filter_map(|pair| {
+                let seg = st.segments.get(&pair[0])?;
+                Some(SealedSegment {
+                    base_offset: seg.base_offset,
+                    next_base: pair[1],
+                    file: seg.file.clone(),
+                    size: seg.size,
+                    max_timestamp_ms: seg.max_timestamp_ms,
+                })
+            })
+            .collect()
+    }
+
+    /// Puts the cleaned copy `seg` in place of the sealed segments `replaced` (base
+    /// offset and the file the cleaner read, oldest first; `seg` has the first's base),
+    /// if they are all still there with those files. Synchronous: a reader sees the old
+    /// segments or the new one, never a mix, and readers already holding an old file
+    /// keep it.
+    pub(crate) fn swap_segments(&self, replaced: &[(i64, Rc<DmaFile>)], seg: Segment) -> bool {
+        let mut st = self.state.borrow_mut();
+        let active_base = st.segments.keys().next_back().copied();
+        let intact = replaced.iter().all(|(base, file)| {
+            Some(*base) != active_base
+                && st.segments.get(base).is_some_and(|s| Rc::ptr_eq(&s.file, file))
+        });
+        if !intact || replaced.first().map(|(b, _)| *b) != Some(seg.base_offset) {
+            return false;
+        }
+        for (base, _) in replaced {
+            st.segments.remove(base);
+        }
+        st.segments.insert(seg.base_offset, seg);
+        true
+    }
+
+    /// Holds the sealed segments against deletion until the guard drops (the cleaner
+    /// holds it while it rewrites them). Deletions asked for meanwhile happen at the
+    /// next retention round; the log start offset still moves at once.
+    pub(crate) fn hold_segments(&self) -> SegmentHold<'_> {
+        self.held.set(self.held.get() + 1);
+        SegmentHold(&self.held)
+    }
+
+    /// Bytes of all segments.
+    pub fn size_bytes(&self) -> u64 {
+        self.state.borrow().segments.values().map(|s| s.size).sum()
+    }
+
+    /// Applies `retention.ms` and `retention.bytes` (when `cleanup.policy` includes
+    /// delete) as of `now_ms`, and deletes segments left below the log start offset.
+    /// Returns how many segments went.
+    pub async fn enforce_retention(&self, now_ms: i64) -> usize {
+        let config = self.config();
+        let stats = self.segment_stats();
+        // Segments wholly below the log start (DeleteRecords) go whatever the policy.
+        let below_start = self.log_start_offset();
+        let cut = if config.cleanup.delete {
+            super::retention::retention_cut(&stats, config.retention_ms, config.retention_bytes, now_ms)
+                .unwrap_or(i64::MIN)
+        } else {
+            i64::MIN
+        };
+        self.delete_segments_before(cut.max(below_start)).await
+    }
+
+    /// DeleteRecords: moves the log start offset to `offset` (-1: the high watermark),
+    /// persists it, and deletes the segments wholly below it. Returns the new log start.
+    pub async fn delete_records(&self, offset: i64) -> Result<i64, ReadError> {
+        let (lso, hw) = {
+            let st = self.state.borrow();
+            if let Some(f) = &st.failure {
+                return Err(ReadError::Storage(f.clone()));
+            }
+            (st.log_start_offset, st.written_offset)
+        };
+        let target = if offset == -1 { hw } else { offset };
+        if target < 0 || target > hw {
+            return Err(ReadError::OffsetOutOfRange {
+                offset,
+                log_start_offset: lso,
+                high_watermark: hw,
+            });
+        }
+        if target <= lso {
+            return Ok(lso);
+        }
+        let dir = self.dir.clone();
+        glommio::executor()
+            .spawn_blocking(move || {
+                super::checkpoint::write(&dir, super::retention::LOG_START_CHECKPOINT, target)
+            })
+            .await
+            .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
+        {
+            let mut st = self.state.borrow_mut();
+            st.log_start_offset = st.log_start_offset.max(target);
+        }
+        self.delete_segments_before(target).await;
+        Ok(self.log_start_offset())
     }
 
     /// Validates and queues `records` (one or more RecordBatch v2), assigning offsets.
@@ -392,7 +599,7 @@ impl PartitionLog {
         for item in batches(records) {
             let (_, range) = item?;
             let bytes = records.get(range).ok_or(AppendError::Empty)?;
-            let header = batch::validate(bytes, self.config.max_batch_bytes)?;
+            let header = batch::validate(bytes, self.config.borrow().max_batch_bytes)?;
             offsets += i64::from(header.last_offset_delta) + 1;
             count += 1;
         }
@@ -444,7 +651,7 @@ impl PartitionLog {
 
     fn needs_sync(&self, level: AckLevel) -> bool {
         matches!(
-            (self.config.durability, level),
+            (self.config.borrow().durability, level),
             (Durability::Always, _) | (Durability::AckAll, AckLevel::All)
         )
     }
@@ -733,7 +940,7 @@ impl PartitionLog {
     /// when it was issued. It runs beside the flusher, so writes — and acks=1 produces —
     /// never wait behind a sync.
     async fn syncer(log: Rc<PartitionLog>) {
-        let interval = Duration::from_millis(log.config.flush_interval_ms.max(1));
+        let interval = Duration::from_millis(log.config.borrow().flush_interval_ms.max(1));
         let mut last_sync = Instant::now();
         loop {
             let (file, target) = loop {
@@ -804,15 +1011,21 @@ impl PartitionLog {
         let mut new_index: Vec<(i64, u32)> = Vec::new();
         let mut new_time: Vec<(i64, i64)> = Vec::new();
         let mut pushed_upto = self.state.borrow().written_offset;
+        let config = self.config();
         for p in &batch_list {
             let len = writer.log.logical_len();
-            let too_big = len > 0 && len + p.bytes.len() as u64 > self.config.segment_bytes;
+            let too_big = len > 0 && len + p.bytes.len() as u64 > config.segment_bytes;
             let too_old = len > 0
-                && writer.opened_at.elapsed() >= Duration::from_millis(self.config.segment_ms);
+                && writer.opened_at.elapsed() >= Duration::from_millis(config.segment_ms);
             // Index entries hold offsets relative to the segment base in 32 bits (Kafka
             // rolls at i32::MAX too): a batch that would leave that range starts a segment.
             let too_far = len > 0 && p.next_offset - 1 - writer.base_offset > i64::from(i32::MAX);
-            if too_big || too_old || too_far {
+            // Kafka rolls when the offset index is full (`segment.index.bytes`); a batch
+            // may add one entry.
+            let index_full = len > 0
+                && writer.index.logical_len() + offset_index::ENTRY_BYTES as u64
+                    > u64::from(config.segment_index_bytes);
+            if too_big || too_old || too_far || index_full {
                 self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
                     .await?;
                 self.roll(writer, p.base_offset).await?;
@@ -820,7 +1033,7 @@ impl PartitionLog {
             let mut pos = writer.log.logical_len();
             for item in batches(&p.bytes) {
                 let Ok((h, range)) = item else { break };
-                if writer.bytes_since_index >= u64::from(self.config.index_interval_bytes)
+                if writer.bytes_since_index >= u64::from(config.index_interval_bytes)
                     && h.base_offset > writer.last_index_offset
                     && pos > 0
                 {
@@ -892,7 +1105,7 @@ impl PartitionLog {
         let needed = writer.log.logical_len().div_ceil(4096) * 4096;
         if needed > writer.preallocated {
             let target = (needed + PREALLOCATE_STEP_BYTES)
-                .min(self.config.segment_bytes.div_ceil(4096) * 4096)
+                .min(self.config.borrow().segment_bytes.div_ceil(4096) * 4096)
                 .max(needed);
             // Best effort: a filesystem without fallocate still takes the writes.
             match writer.log.file().pre_allocate(target, false).await {

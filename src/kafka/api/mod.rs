@@ -7,6 +7,8 @@
 
 pub mod admin;
 pub mod api_versions;
+pub mod configs;
+pub mod delete_records;
 pub mod fan_out;
 pub mod fetch;
 pub mod groups;
@@ -56,6 +58,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::ListGroups, 0, 4),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
+    (ApiKey::DescribeConfigs, 1, 4),
+    (ApiKey::AlterConfigs, 0, 2),
+    (ApiKey::IncrementalAlterConfigs, 0, 1),
+    (ApiKey::DeleteRecords, 0, 2),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -109,6 +115,12 @@ pub async fn handle(
         ApiKey::ListGroups => groups::list_groups(ctx, &mut frame).await.map(Some),
         ApiKey::DeleteGroups => groups::delete_groups(ctx, &mut frame).await.map(Some),
         ApiKey::OffsetDelete => groups::offset_delete(ctx, &mut frame).await.map(Some),
+        ApiKey::DescribeConfigs => configs::describe_configs(ctx, &mut frame).await.map(Some),
+        ApiKey::AlterConfigs => configs::alter_configs(ctx, &mut frame).await.map(Some),
+        ApiKey::IncrementalAlterConfigs => configs::incremental_alter_configs(ctx, &mut frame)
+            .await
+            .map(Some),
+        ApiKey::DeleteRecords => delete_records::handle(ctx, &mut frame).await.map(Some),
         other => Err(FrameError::UnsupportedVersion {
             api: other,
             version: frame.api_version,

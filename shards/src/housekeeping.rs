@@ -1,0 +1,248 @@
+//! Background work of one shard: retention, compaction and the disk budget.
+//!
+//! Each shard runs its housekeeping in its own low-priority glommio task queue, so the
+//! scheduler gives produce and fetch the core whenever they have work (the queue's
+//! shares are 1% of the default queue's); the tasks yield between partitions and inside
+//! long passes. Nothing here holds a partition lock: retention deletes sealed segments
+//! (never the active one) and compaction swaps a sealed segment for its cleaned copy in
+//! one synchronous step, so appends and reads go on throughout.
+//!
+//! Disk budget: every shard reports the bytes of its logs to shard 0 over the mesh once a
+//! second. Shard 0 adds them up, looks at the data directory's filesystem (`statvfs`),
+//! and when either limit is crossed tells every shard to refuse produces (the edge
+//! answers KAFKA_STORAGE_ERROR, which producers retry). When retention brings usage back
+//! under the limits, shard 0 lifts the refusal the same way. Refusing happens before an
+//! append is queued, so nothing acknowledged is ever lost to a full disk.
+
+use crate::log::compaction::cleaner;
+use crate::mesh::ShardMessage;
+use crate::routing::ShardId;
+use crate::shard::Shard;
+use glommio::{Latency, Shares};
+use std::path::Path;
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How often shards report their disk use to shard 0.
+pub const DISK_REPORT_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Shares of the housekeeping task queue; glommio's default queue has 1000.
+const HOUSEKEEPING_SHARES: usize = 10;
+
+#[derive(Debug, Clone)]
+pub struct HousekeepingConfig {
+    /// Between two retention rounds (`log.retention.check.interval.ms`).
+    pub check_interval: Duration,
+    /// Between two compaction rounds (`log.cleaner.backoff.ms`).
+    pub cleaner_backoff: Duration,
+    /// Memory for one compaction pass's key map (`log.cleaner.dedupe.buffer.size`).
+    pub cleaner_buffer_bytes: usize,
+    /// Refuse produces above this fill ratio of the data directory's filesystem.
+    pub disk_fill_max_ratio: f64,
+    /// Refuse produces while all logs together hold more than this.
+    pub disk_budget_bytes: Option<u64>,
+}
+
+impl Default for HousekeepingConfig {
+    fn default() -> Self {
+        HousekeepingConfig {
+            check_interval: Duration::from_secs(300),
+            cleaner_backoff: Duration::from_secs(15),
+            cleaner_buffer_bytes: 16 << 20,
+            disk_fill_max_ratio: 0.95,
+            disk_budget_bytes: None,
+        }
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Starts this shard's retention/compaction loop and disk reporter.
+pub fn start(shard: &Rc<Shard>) {
+    let queue = glommio::executor().create_task_queue(
+        Shares::Static(HOUSEKEEPING_SHARES),
+        Latency::NotImportant,
+        "housekeeping",
+    );
+    let s = shard.clone();
+    let spawned = glommio::spawn_local_into(
+        async move {
+            let hk = &s.config.housekeeping;
+            let tick = hk.cleaner_backoff.min(hk.check_interval);
+            let mut last_retention = std::time::Instant::now();
+            loop {
+                glommio::timer::sleep(tick).await;
+                if last_retention.elapsed() >= hk.check_interval {
+                    last_retention = std::time::Instant::now();
+                    retention_round(&s).await;
+                }
+                compaction_round(&s).await;
+            }
+        },
+        queue,
+    );
+    match spawned {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(e) => tracing::error!(error = %e, "starting housekeeping"),
+    }
+    let s = shard.clone();
+    let reporter = glommio::spawn_local_into(
+        async move {
+            loop {
+                glommio::timer::sleep(DISK_REPORT_INTERVAL).await;
+                let bytes = s.log_bytes();
+                s.tell(
+                    0,
+                    ShardMessage::DiskUsage {
+                        shard: s.id,
+                        bytes,
+                    },
+                )
+                .await;
+            }
+        },
+        queue,
+    );
+    match reporter {
+        Ok(task) => {
+            task.detach();
+        }
+        Err(e) => tracing::error!(error = %e, "starting the disk reporter"),
+    }
+}
+
+/// Retention for each of this shard's partitions.
+pub async fn retention_round(shard: &Rc<Shard>) {
+    let now = now_ms();
+    for (tp, log) in shard.logs() {
+        let deleted = log.enforce_retention(now).await;
+        if deleted > 0 {
+            tracing::info!(topic = %tp.topic, partition = tp.partition, segments = deleted, log_start = log.log_start_offset(), "retention deleted segments");
+        }
+        glommio::yield_if_needed().await;
+    }
+}
+
+/// A compaction pass for each of this shard's compacted partitions that is due.
+pub async fn compaction_round(shard: &Rc<Shard>) {
+    let now = now_ms();
+    for (tp, log) in shard.logs() {
+        match cleaner::clean_if_due(&log, shard.config.housekeeping.cleaner_buffer_bytes, now).await {
+            Ok(Some(stats)) => {
+                tracing::info!(topic = %tp.topic, partition = tp.partition, ?stats, "compacted")
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "compaction failed; the log is unchanged")
+            }
+        }
+        glommio::yield_if_needed().await;
+    }
+}
+
+/// Shard 0's view of the disk: the last report of every shard and whether produces are
+/// being refused.
+#[derive(Debug)]
+pub struct DiskBudget {
+    usage: Vec<u64>,
+    refusing: Option<String>,
+}
+
+impl DiskBudget {
+    pub fn new(shards: usize) -> DiskBudget {
+        DiskBudget {
+            usage: vec![0; shards],
+            refusing: None,
+        }
+    }
+
+    /// Records one shard's report; returns the new verdict when it changed
+    /// (`Some(None)`: lift the refusal).
+    pub fn report(
+        &mut self,
+        shard: ShardId,
+        bytes: u64,
+        config: &HousekeepingConfig,
+        data_dir: &Path,
+    ) -> Option<Option<String>> {
+        if let Some(slot) = self.usage.get_mut(shard) {
+            *slot = bytes;
+        }
+        let total: u64 = self.usage.iter().sum();
+        let verdict = verdict(total, filesystem_fill(data_dir), config);
+        if verdict.is_some() == self.refusing.is_some() {
+            return None;
+        }
+        self.refusing = verdict.clone();
+        Some(verdict)
+    }
+}
+
+/// Why produces must be refused, if they must.
+pub fn verdict(total_log_bytes: u64, fill: Option<f64>, config: &HousekeepingConfig) -> Option<String> {
+    if let Some(budget) = config.disk_budget_bytes {
+        if total_log_bytes > budget {
+            return Some(format!(
+                "partition logs hold {total_log_bytes} bytes, over the disk budget of {budget}"
+            ));
+        }
+    }
+    match fill {
+        Some(f) if f > config.disk_fill_max_ratio => Some(format!(
+            "the data directory's filesystem is {:.1}% full (limit {:.1}%)",
+            f * 100.0,
+            config.disk_fill_max_ratio * 100.0
+        )),
+        _ => None,
+    }
+}
+
+/// Used share of the filesystem holding `dir` (as `df` counts it: blocks not free to
+/// unprivileged users are used).
+pub fn filesystem_fill(dir: &Path) -> Option<f64> {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    let total = st.blocks() as f64;
+    if total <= 0.0 {
+        return None;
+    }
+    let avail = st.blocks_available() as f64;
+    Some(((total - avail) / total).clamp(0.0, 1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verdict_follows_budget_and_fill() {
+        let mut c = HousekeepingConfig::default();
+        assert!(verdict(10, Some(0.5), &c).is_none());
+        assert!(verdict(10, Some(0.96), &c).is_some());
+        c.disk_budget_bytes = Some(100);
+        assert!(verdict(100, Some(0.1), &c).is_none());
+        assert!(verdict(101, Some(0.1), &c).is_some());
+        assert!(verdict(101, None, &c).is_some());
+    }
+
+    #[test]
+    fn budget_reports_only_changes() {
+        let c = HousekeepingConfig {
+            disk_budget_bytes: Some(100),
+            disk_fill_max_ratio: 1.0,
+            ..Default::default()
+        };
+        let dir = std::env::temp_dir();
+        let mut b = DiskBudget::new(2);
+        assert_eq!(b.report(0, 60, &c, &dir), None);
+        assert!(matches!(b.report(1, 60, &c, &dir), Some(Some(_))));
+        assert_eq!(b.report(1, 50, &c, &dir), None);
+        assert_eq!(b.report(0, 10, &c, &dir), Some(None));
+    }
+}

@@ -1,0 +1,598 @@
+//! The log cleaner: one compaction pass over one partition.
+//!
+//! A pass, as Kafka's cleaner does it:
+//! 1. **Choose.** The *cleanable* log is the sealed segments up to the first one holding
+//!    a record younger than `min.compaction.lag.ms` (the active segment never). Its
+//!    *dirty* part starts at the cleaner checkpoint (`cleaner-offset-checkpoint`, the
+//!    first offset not yet compacted). The pass runs when dirty bytes / cleanable bytes
+//!    reach `min.cleanable.dirty.ratio`, or when the first dirty segment is older than
+//!    `max.compaction.lag.ms`.
+//! 2. **Map.** Walk the dirty part and record, per key, the latest offset
+//!    ([`OffsetMap`], bounded by the cleaner's memory). When the map is full the pass
+//!    ends its map there (`map_end`); the rest waits for the next pass.
+//! 3. **Rewrite.** Every cleanable segment that starts below `map_end` is copied,
+//!    keeping a record if it is at or past `map_end`, or if it is its key's latest
+//!    offset (keys not in the map are older than the map and kept). Tombstones whose
+//!    batch is older than `delete.retention.ms` and records without a key are dropped.
+//!    Batches are filtered record by record whatever their codec ([`batch_filter`]).
+//!    A segment in which nothing changes is left alone.
+//! 4. **Swap.** The copy is written as `<base>.{log,index,timeindex}.cleaned`, synced,
+//!    renamed to `.swap` (log last), and then renamed over the originals (log last).
+//!    [`recover_swaps`], run when a log opens, deletes `.cleaned` files and completes a
+//!    swap whose `.log.swap` exists (all three files were synced before the first
+//!    rename to `.swap`), or deletes index `.swap` files whose log never got there.
+//!    So a crash at any point leaves either the old segment or the cleaned one.
+//! 5. **Checkpoint** `map_end` as the new first dirty offset.
+//!
+//! Offsets never change: a cleaned segment keeps its base offset and every kept batch
+//! its base offset and last offset delta. Memory is bounded by the key map, one scan
+//! chunk, one decompressed batch and one output chunk ([`OUTPUT_CHUNK_BYTES`]).
+
+use super::batch_filter::{filter_batch, for_each_record, Filtered};
+use super::offset_map::OffsetMap;
+use crate::log::batch::BatchHeader;
+use crate::log::checkpoint;
+use crate::log::error::StorageError;
+use crate::log::file_scan::{self, ScanEnd};
+use crate::log::offset_index::{self, IndexEntry, OffsetIndex};
+use crate::log::partition_log::{PartitionLog, SealedSegment};
+use crate::log::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::log::time_index::{self, TimeEntry, TimeIndex};
+use glommio::io::OpenOptions;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+const CLEANED: &str = ".cleaned";
+const SWAP: &str = ".swap";
+
+/// Output buffered before it is written to the cleaned file.
+pub const OUTPUT_CHUNK_BYTES: usize = 4 << 20;
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CleanStats {
+    pub segments_rewritten: usize,
+    pub bytes_before: u64,
+    pub bytes_after: u64,
+    pub records_removed: u64,
+    pub first_dirty: i64,
+    /// The new first dirty offset (the checkpoint written).
+    pub map_end: i64,
+}
+
+/// Where a test wants a pass to stop as if the process died there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// After the `.cleaned` files of the first rewritten segment are written and synced.
+    AfterCleaned,
+    /// After the first segment's files are renamed to `.swap`.
+    AfterSwapFiles,
+    /// After the first segment's index files are renamed over the originals, before its log.
+    MidSwap,
+}
+
+fn err(path: &Path, e: impl std::fmt::Display) -> StorageError {
+    StorageError::new(path.display(), e)
+}
+
+fn suffixed(path: &Path, suffix: &str) -> PathBuf {
+    let mut s = path.as_os_str().to_os_string();
+    s.push(suffix);
+    PathBuf::from(s)
+}
+
+/// Runs a pass if one is due. `Ok(None)` when nothing was due.
+pub async fn clean_if_due(
+    log: &PartitionLog,
+    memory_bytes: usize,
+    now_ms: i64,
+) -> Result<Option<CleanStats>, StorageError> {
+    clean(log, memory_bytes, now_ms, false, None).await
+}
+
+/// One pass. `force` skips the dirty-ratio check (tests, and `__consumer_offsets`
+/// callers that want it now); `crash` stops early as a crash would.
+pub async fn clean(
+    log: &PartitionLog,
+    memory_bytes: usize,
+    now_ms: i64,
+    force: bool,
+    crash: Option<CrashPoint>,
+) -> Result<Option<CleanStats>, StorageError> {
+    let config = log.config();
+    if !config.cleanup.compact {
+        return Ok(None);
+    }
+    let dir = log.dir().to_path_buf();
+    let lag_cut = now_ms.saturating_sub(config.min_compaction_lag_ms);
+    let cleanable: Vec<SealedSegment> = log
+        .sealed_segments()
+        .into_iter()
+        .take_while(|s| s.max_timestamp_ms <= lag_cut)
+        .collect();
+    let Some(last) = cleanable.last() else {
+        return Ok(None);
+    };
+    let cleanable_end = last.next_base;
+    let first_dirty = read_checkpoint(&dir)?
+        .unwrap_or(0)
+        .max(log.log_start_offset());
+    if first_dirty >= cleanable_end {
+        return Ok(None);
+    }
+    let dirty_bytes: u64 = cleanable
+        .iter()
+        .filter(|s| s.next_base > first_dirty)
+        .map(|s| s.size)
+        .sum();
+    let total_bytes: u64 = cleanable.iter().map(|s| s.size).sum();
+    let first_dirty_segment = cleanable.iter().find(|s| s.next_base > first_dirty);
+    let overdue = first_dirty_segment.is_some_and(|s| {
+        s.max_timestamp_ms < now_ms.saturating_sub(config.max_compaction_lag_ms)
+    });
+    let ratio = dirty_bytes as f64 / total_bytes.max(1) as f64;
+    if !force && dirty_bytes > 0 && ratio < config.min_cleanable_dirty_ratio && !overdue {
+        return Ok(None);
+    }
+
+    // 2. Map the dirty part.
+    let mut map = OffsetMap::with_memory(memory_bytes);
+    let mut map_end = cleanable_end;
+    'segments: for seg in cleanable.iter().filter(|s| s.next_base > first_dirty) {
+        let mut full_at: Option<i64> = None;
+        let mut failure = None;
+        let (_, end) = file_scan::scan(&seg.file, 0, seg.size, false, |h, _, bytes| {
+            if h.last_offset() < first_dirty || h.is_control() {
+                return true;
+            }
+            let count = usize::try_from(h.record_count).unwrap_or(0);
+            if !map.is_empty() && !map.has_room_for(count) {
+                full_at = Some(h.base_offset);
+                return false;
+            }
+            if let Err(e) = for_each_record(bytes, |r| {
+                if let Some(k) = r.key {
+                    map.put(k, r.offset);
+                }
+            }) {
+                failure = Some(e);
+                return false;
+            }
+            true
+        })
+        .await
+        .map_err(|e| err(&dir, e))?;
+        if let Some(e) = failure {
+            return Err(err(&dir, format!("segment {}: {e}", seg.base_offset)));
+        }
+        if let ScanEnd::Invalid { position, reason } = end {
+            return Err(err(&dir, format!("segment {} at {position}: {reason}", seg.base_offset)));
+        }
+        if let Some(at) = full_at {
+            map_end = at;
+            break 'segments;
+        }
+        glommio::yield_if_needed().await;
+    }
+
+    // 3-4. Rewrite and swap every cleanable segment that starts below the map's end.
+    let delete_horizon = now_ms.saturating_sub(config.delete_retention_ms);
+    let mut stats = CleanStats {
+        first_dirty,
+        map_end,
+        ..Default::default()
+    };
+    let keep = |h: &BatchHeader, offset: i64, key: Option<&[u8]>, tombstone: bool| {
+        if offset >= map_end {
+            return true;
+        }
+        let Some(key) = key else {
+            return false; // a compacted log has no use for records without a key
+        };
+        let latest = map.get(key).is_none_or(|m| offset >= m);
+        latest && !(tombstone && h.max_timestamp < delete_horizon)
+    };
+    let to_clean: Vec<&SealedSegment> = cleanable.iter().filter(|s| s.base_offset < map_end).collect();
+    // While the pass works, deletions of these segments wait (retention runs in this
+    // same task; DeleteRecords defers its segment deletion to the next round).
+    let _guard = log.hold_segments();
+    for group in group_by_size(&to_clean, config.segment_bytes) {
+        let outcome = rewrite_group(&dir, &group, config.index_interval_bytes, &keep, crash).await?;
+        if let Some(out) = outcome {
+            stats.segments_rewritten += group.len();
+            stats.bytes_before += group.iter().map(|s| s.size).sum::<u64>();
+            stats.bytes_after += out.size;
+            stats.records_removed += out.removed;
+            if crash.is_some() {
+                return Ok(Some(stats));
+            }
+            let files: Vec<_> = group.iter().map(|s| (s.base_offset, s.file.clone())).collect();
+            let swapped = log.swap_segments(&files, out.segment);
+            assert!(swapped, "segments held by the cleaner are still in the log");
+        }
+        glommio::yield_if_needed().await;
+    }
+    let d = dir.clone();
+    glommio::executor()
+        .spawn_blocking(move || write_checkpoint(&d, map_end))
+        .await
+        .map_err(|e| err(&dir, e))?;
+    Ok(Some(stats))
+}
+
+struct Rewritten {
+    segment: Segment,
+    size: u64,
+    removed: u64,
+}
+
+/// A file written in chunks from the blocking pool (the cleaned copies are written with
+/// ordinary buffered I/O and synced once: they are not on any latency path).
+struct BlockingWriter {
+    file: Option<std::fs::File>,
+    path: PathBuf,
+}
+
+impl BlockingWriter {
+    async fn create(path: PathBuf) -> Result<BlockingWriter, StorageError> {
+        let p = path.clone();
+        let file = glommio::executor()
+            .spawn_blocking(move || std::fs::File::create(&p))
+            .await
+            .map_err(|e| err(&path, e))?;
+        Ok(BlockingWriter {
+            file: Some(file),
+            path,
+        })
+    }
+
+    async fn write(&mut self, chunk: Vec<u8>) -> Result<(), StorageError> {
+        let Some(mut file) = self.file.take() else {
+            return Err(err(&self.path, "writer already failed"));
+        };
+        let file = glommio::executor()
+            .spawn_blocking(move || file.write_all(&chunk).map(|()| file))
+            .await
+            .map_err(|e| err(&self.path, e))?;
+        self.file = Some(file);
+        Ok(())
+    }
+
+    async fn sync(mut self) -> Result<(), StorageError> {
+        let Some(file) = self.file.take() else {
+            return Err(err(&self.path, "writer already failed"));
+        };
+        glommio::executor()
+            .spawn_blocking(move || file.sync_all())
+            .await
+            .map_err(|e| err(&self.path, e))
+    }
+}
+
+/// Consecutive segments whose sizes add up to at most `segment_bytes` (and whose
+/// offsets fit the 32-bit relative offsets of one index) form one group: the cleaner
+/// writes each group as one segment, so compaction also merges small segments.
+fn group_by_size<'a>(segments: &[&'a SealedSegment], segment_bytes: u64) -> Vec<Vec<&'a SealedSegment>> {
+    let mut groups: Vec<Vec<&SealedSegment>> = Vec::new();
+    let mut size = 0u64;
+    for seg in segments {
+        let fits = groups.last().and_then(|g| g.first()).is_some_and(|first| {
+            size + seg.size <= segment_bytes
+                && seg.next_base - 1 - first.base_offset <= i64::from(i32::MAX)
+        });
+        match groups.last_mut() {
+            Some(g) if fits => {
+                g.push(seg);
+                size += seg.size;
+            }
+            _ => {
+                groups.push(vec![seg]);
+                size = seg.size;
+            }
+        }
+    }
+    groups
+}
+
+/// Writes the cleaned copy of `group` as one segment named by its first base offset and
+/// swaps it in on disk (see the module doc). `None` when the group is one segment in
+/// which every batch is kept as it is (nothing written).
+async fn rewrite_group(
+    dir: &Path,
+    group: &[&SealedSegment],
+    index_interval_bytes: u32,
+    keep: &impl Fn(&BatchHeader, i64, Option<&[u8]>, bool) -> bool,
+    crash: Option<CrashPoint>,
+) -> Result<Option<Rewritten>, StorageError> {
+    let (Some(first), Some(last)) = (group.first(), group.last()) else {
+        return Ok(None);
+    };
+    let base = first.base_offset;
+    let log_path = segment::file_path(dir, base, LOG_SUFFIX);
+    let index_path = segment::file_path(dir, base, INDEX_SUFFIX);
+    let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
+    let covers_path = covers_file(dir, base);
+    let mut writer: Option<BlockingWriter> = None;
+    let mut out: Vec<u8> = Vec::new();
+    let mut written: u64 = 0; // bytes of the cleaned log so far (flushed + buffered)
+    let mut index = OffsetIndex::new(base);
+    let mut time = TimeIndex::new(base);
+    let mut bytes_since_index: u64 = 0;
+    let mut max_ts = i64::MIN;
+    let mut removed: u64 = 0;
+    let mut changed = group.len() > 1;
+    for seg in group {
+        let mut pos: u64 = 0;
+        while pos < seg.size {
+            let mut resume = None;
+            let mut failure = None;
+            let (_, end) = file_scan::scan(&seg.file, pos, seg.size, false, |h, at, bytes| {
+                let mut dropped = 0u64;
+                let filtered = if h.is_control() {
+                    Ok(Filtered::Unchanged)
+                } else {
+                    filter_batch(bytes, |r| {
+                        let k = keep(h, r.offset, r.key, r.is_tombstone);
+                        dropped += u64::from(!k);
+                        k
+                    })
+                };
+                let kept: Option<&[u8]> = match &filtered {
+                    Ok(Filtered::Unchanged) => Some(bytes),
+                    Ok(Filtered::Empty) => None,
+                    Ok(Filtered::Rewritten(v)) => Some(v.as_slice()),
+                    Err(e) => {
+                        failure = Some(format!("segment {} batch at {at}: {e}", seg.base_offset));
+                        return false;
+                    }
+                };
+                removed += dropped;
+                changed |= !matches!(filtered, Ok(Filtered::Unchanged));
+                if let Some(b) = kept {
+                    if bytes_since_index >= u64::from(index_interval_bytes) && written > 0 {
+                        index.append(h.base_offset, written as u32);
+                        bytes_since_index = 0;
+                    }
+                    // The kept batch's own max timestamp (a rewrite may lower it).
+                    let ts = BatchHeader::parse(b).map_or(h.max_timestamp, |k| k.max_timestamp);
+                    if ts > max_ts {
+                        max_ts = ts;
+                        time.append(ts, h.base_offset);
+                    }
+                    out.extend_from_slice(b);
+                    written += b.len() as u64;
+                    bytes_since_index += b.len() as u64;
+                }
+                if out.len() >= OUTPUT_CHUNK_BYTES {
+                    resume = Some(at + h.total_len() as u64);
+                    return false;
+                }
+                true
+            })
+            .await
+            .map_err(|e| err(dir, e))?;
+            if let Some(f) = failure {
+                return Err(err(&log_path, f));
+            }
+            if let ScanEnd::Invalid { position, reason } = end {
+                return Err(err(&log_path, format!("segment {} at {position}: {reason}", seg.base_offset)));
+            }
+            if resume.is_some() {
+                let w = match &mut writer {
+                    Some(w) => w,
+                    None => writer.insert(BlockingWriter::create(suffixed(&log_path, CLEANED)).await?),
+                };
+                w.write(std::mem::take(&mut out)).await?;
+            }
+            match resume {
+                Some(next) => pos = next,
+                None => break,
+            }
+            glommio::yield_if_needed().await;
+        }
+    }
+    if !changed {
+        if writer.is_some() {
+            let _ = std::fs::remove_file(suffixed(&log_path, CLEANED));
+        }
+        return Ok(None);
+    }
+    let mut log_writer = match writer {
+        Some(w) => w,
+        None => BlockingWriter::create(suffixed(&log_path, CLEANED)).await?,
+    };
+    if !out.is_empty() {
+        log_writer.write(std::mem::take(&mut out)).await?;
+    }
+    log_writer.sync().await?;
+    for (path, bytes) in [
+        (&index_path, encode_index(&index)),
+        (&time_path, encode_time_index(&time)),
+        (&covers_path, format!("{}\n", last.next_base).into_bytes()),
+    ] {
+        let mut w = BlockingWriter::create(suffixed(path, CLEANED)).await?;
+        w.write(bytes).await?;
+        w.sync().await?;
+    }
+    let result = Rewritten {
+        segment: Segment {
+            base_offset: base,
+            file: first.file.clone(),
+            size: written,
+            index,
+            time_index: time,
+            // The group's newest timestamp: retention ages the segment as before, even
+            // if the newest records were the ones removed.
+            max_timestamp_ms: group.iter().map(|s| s.max_timestamp_ms).max().unwrap_or(i64::MIN),
+        },
+        size: written,
+        removed,
+    };
+    if crash == Some(CrashPoint::AfterCleaned) {
+        return Ok(Some(result));
+    }
+    // `.cleaned` → `.swap`, the log last: a `.log.swap` means the swap is committed.
+    // Then the other members go, and the swap files replace the first member's.
+    let d = dir.to_path_buf();
+    let swap_set = [covers_path.clone(), index_path.clone(), time_path.clone(), log_path.clone()];
+    let others: Vec<i64> = group.iter().skip(1).map(|s| s.base_offset).collect();
+    let stop = crash;
+    glommio::executor()
+        .spawn_blocking(move || -> std::io::Result<()> {
+            for p in &swap_set {
+                std::fs::rename(suffixed(p, CLEANED), suffixed(p, SWAP))?;
+            }
+            std::fs::File::open(&d)?.sync_all()?;
+            if stop == Some(CrashPoint::AfterSwapFiles) {
+                return Ok(());
+            }
+            complete_swap(&d, base, &others, stop == Some(CrashPoint::MidSwap))
+        })
+        .await
+        .map_err(|e| err(dir, e))?;
+    if crash.is_some() {
+        return Ok(Some(result));
+    }
+    let file = OpenOptions::new()
+        .read(true)
+        .dma_open(&log_path)
+        .await
+        .map_err(|e| err(&log_path, e))?;
+    let mut result = result;
+    result.segment.file = Rc::new(file);
+    Ok(Some(result))
+}
+
+/// The file naming the end (exclusive next base offset) of the segments a swap at
+/// `base` replaces.
+fn covers_file(dir: &Path, base: i64) -> PathBuf {
+    dir.join(format!("{base:020}.covers"))
+}
+
+/// The committed part of a swap at `base`: delete the replaced segments after the first,
+/// rename the swap files over the first's (log last), drop the covers file. With
+/// `stop_before_log` (tests), stops as a crash would just before the log's rename.
+fn complete_swap(dir: &Path, base: i64, others: &[i64], stop_before_log: bool) -> std::io::Result<()> {
+    for other in others {
+        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+            match std::fs::remove_file(segment::file_path(dir, *other, suffix)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+        let target = segment::file_path(dir, base, suffix);
+        let from = suffixed(&target, SWAP);
+        if from.exists() {
+            std::fs::rename(&from, &target)?;
+        }
+    }
+    if stop_before_log {
+        return Ok(());
+    }
+    let target = segment::file_path(dir, base, LOG_SUFFIX);
+    std::fs::rename(suffixed(&target, SWAP), &target)?;
+    let covers = suffixed(&covers_file(dir, base), SWAP);
+    match std::fs::remove_file(&covers) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+        _ => {}
+    }
+    std::fs::File::open(dir)?.sync_all()
+}
+
+fn encode_index(index: &OffsetIndex) -> Vec<u8> {
+    let mut out = Vec::with_capacity(index.len() * offset_index::ENTRY_BYTES);
+    for e in index.entries() {
+        offset_index::encode_entry(
+            IndexEntry {
+                relative_offset: e.relative_offset,
+                position: e.position,
+            },
+            &mut out,
+        );
+    }
+    out
+}
+
+fn encode_time_index(index: &TimeIndex) -> Vec<u8> {
+    let mut out = Vec::with_capacity(index.len() * time_index::ENTRY_BYTES);
+    for e in index.entries() {
+        time_index::encode_entry(
+            TimeEntry {
+                timestamp_ms: e.timestamp_ms,
+                relative_offset: e.relative_offset,
+            },
+            &mut out,
+        );
+    }
+    out
+}
+
+/// Completes or undoes a swap interrupted by a crash (see the module doc). Runs before a
+/// partition's segments are listed.
+pub fn recover_swaps(dir: &Path) -> Result<(), StorageError> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(err(dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| err(dir, e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            names.push(name.to_string());
+        }
+    }
+    let mut touched = false;
+    for name in names.iter().filter(|n| n.ends_with(CLEANED)) {
+        let _ = std::fs::remove_file(dir.join(name));
+        touched = true;
+    }
+    // Complete every swap whose log reached `.swap`: the segments it covers are
+    // deleted and its files renamed into place (either may have partly happened).
+    for name in names.iter().filter(|n| n.ends_with(SWAP)) {
+        let Some(stem) = name.strip_suffix(SWAP) else { continue };
+        let Some(base) = stem.strip_suffix(&format!(".{LOG_SUFFIX}")).and_then(|b| b.parse::<i64>().ok()) else {
+            continue;
+        };
+        let covers = suffixed(&covers_file(dir, base), SWAP);
+        let end = match std::fs::read_to_string(&covers) {
+            Ok(text) => text.trim().parse::<i64>().map_err(|e| err(&covers, e))?,
+            Err(_) => base + 1, // no covers file: the swap replaces only its own segment
+        };
+        let others: Vec<i64> = names
+            .iter()
+            .filter_map(|n| segment::parse_log_file_name(n))
+            .filter(|b| *b > base && *b < end)
+            .collect();
+        complete_swap(dir, base, &others, false).map_err(|e| err(dir, e))?;
+        tracing::info!(dir = %dir.display(), segment = base, replaced = others.len() + 1, "completed a compaction swap interrupted by a crash");
+        touched = true;
+    }
+    // Index `.swap` files without a log `.swap`: the swap never began; the originals stand.
+    for name in names.iter().filter(|n| n.ends_with(SWAP)) {
+        let path = dir.join(name);
+        if path.exists() {
+            let _ = std::fs::remove_file(&path);
+            touched = true;
+        }
+    }
+    if touched {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| err(dir, e))?;
+    }
+    Ok(())
+}
+
+/// The first offset not yet compacted, if a pass has run.
+pub fn read_checkpoint(dir: &Path) -> Result<Option<i64>, StorageError> {
+    checkpoint::read(dir, CLEANER_CHECKPOINT)
+}
+
+fn write_checkpoint(dir: &Path, offset: i64) -> std::io::Result<()> {
+    checkpoint::write(dir, CLEANER_CHECKPOINT, offset)
+}

@@ -1,0 +1,450 @@
+//! Topic configuration: the keys a topic may override, how each is parsed, validated,
+//! applied to a [`LogConfig`] and described back to clients.
+//!
+//! One table, [`DEFS`], is the whole vocabulary. Every key in it is applied by
+//! [`set`] and shown by [`get`]; a key not in it is refused with `INVALID_CONFIG`, so a
+//! typo never silently does nothing. The broker-wide value of a key is its
+//! `broker_name` synonym (`retention.ms` ↔ `log.retention.ms`), the same pairing
+//! Kafka's DescribeConfigs reports.
+//!
+//! Invariants: [`resolve`] either applies every override or returns the first error and
+//! applies none (callers persist only configs that resolve); `get(&c, k)` parses back
+//! with `set` to the same value for every key in `DEFS`.
+
+use crate::log::config::{CleanupPolicy, CompressionType, LogConfig, TimestampType};
+use std::collections::BTreeMap;
+
+/// Kafka's `ConfigType` codes (DescribeConfigs v3+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigType {
+    Boolean = 1,
+    String = 2,
+    Int = 3,
+    Long = 5,
+    Double = 6,
+    List = 7,
+}
+
+/// Kafka's `ConfigSource` codes (DescribeConfigs v1+).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigSource {
+    TopicConfig = 1,
+    StaticBrokerConfig = 4,
+    DefaultConfig = 5,
+}
+
+/// One topic-level key.
+#[derive(Debug)]
+pub struct ConfigDef {
+    pub name: &'static str,
+    /// The broker-wide key that supplies the default (Kafka's synonym).
+    pub broker_name: &'static str,
+    pub config_type: ConfigType,
+    pub doc: &'static str,
+}
+
+macro_rules! def {
+    ($name:literal, $broker:literal, $ty:ident, $doc:literal) => {
+        ConfigDef {
+            name: $name,
+            broker_name: $broker,
+            config_type: ConfigType::$ty,
+            doc: $doc,
+        }
+    };
+}
+
+pub const DEFS: &[ConfigDef] = &[
+    def!("cleanup.policy", "log.cleanup.policy", List,
+        "delete (remove old segments), compact (keep the last record per key), or both"),
+    def!("compression.type", "compression.type", String,
+        "codec batches are stored with: producer, uncompressed, gzip, snappy, lz4 or zstd"),
+    def!("delete.retention.ms", "log.cleaner.delete.retention.ms", Long,
+        "how long a tombstone survives compaction"),
+    def!("file.delete.delay.ms", "log.segment.delete.delay.ms", Long,
+        "how long a deleted segment's files stay before they are unlinked"),
+    def!("index.interval.bytes", "log.index.interval.bytes", Int,
+        "log bytes between two sparse offset-index entries"),
+    def!("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", Long,
+        "a record older than this is compacted even below the dirty ratio"),
+    def!("max.message.bytes", "message.max.bytes", Int,
+        "largest record batch accepted"),
+    def!("message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms", Long,
+        "largest distance between a CreateTime timestamp and the broker clock"),
+    def!("message.timestamp.type", "log.message.timestamp.type", String,
+        "CreateTime (producer's clock) or LogAppendTime (broker's clock)"),
+    def!("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", Double,
+        "dirty share of the cleanable log at which compaction starts"),
+    def!("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", Long,
+        "records younger than this are never compacted"),
+    def!("min.insync.replicas", "min.insync.replicas", Int,
+        "replicas that must acknowledge acks=all (a single node has one)"),
+    def!("retention.bytes", "log.retention.bytes", Long,
+        "largest size of a partition's log before old segments are deleted; -1: unlimited"),
+    def!("retention.ms", "log.retention.ms", Long,
+        "age after which a segment is deleted; -1: unlimited"),
+    def!("segment.bytes", "log.segment.bytes", Int,
+        "size at which the active segment rolls"),
+    def!("segment.index.bytes", "log.index.size.max.bytes", Int,
+        "offset-index size at which the active segment rolls"),
+    def!("segment.ms", "log.roll.ms", Long,
+        "age at which the active segment rolls"),
+];
+
+/// Smallest `segment.bytes`: one direct-I/O block (Kafka allows 14, but every segment
+/// here is written in 4 KiB blocks).
+pub const SEGMENT_BYTES_MIN: i64 = 4096;
+
+/// A refused key or value; the edge answers INVALID_CONFIG with this message.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ConfigError {
+    pub key: String,
+    pub message: String,
+}
+
+fn invalid(key: &str, value: &str, why: impl std::fmt::Display) -> ConfigError {
+    ConfigError {
+        key: key.to_string(),
+        message: format!("Invalid value {value} for configuration {key}: {why}"),
+    }
+}
+
+pub fn def(name: &str) -> Option<&'static ConfigDef> {
+    DEFS.iter().find(|d| d.name == name)
+}
+
+/// The topic key whose broker-wide synonym is `broker_name`.
+pub fn def_by_broker_name(broker_name: &str) -> Option<&'static ConfigDef> {
+    DEFS.iter().find(|d| d.broker_name == broker_name)
+}
+
+fn long_in(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
+    let v: i64 = value
+        .trim()
+        .parse()
+        .map_err(|_| invalid(key, value, "not a number"))?;
+    if v < min || v > max {
+        let range = if max == i64::MAX {
+            format!("value must be at least {min}")
+        } else {
+            format!("value must be between {min} and {max}")
+        };
+        return Err(invalid(key, value, range));
+    }
+    Ok(v)
+}
+
+fn int_in(key: &str, value: &str, min: i64) -> Result<i64, ConfigError> {
+    long_in(key, value, min, i64::from(i32::MAX))
+}
+
+fn parse_cleanup(key: &str, value: &str) -> Result<CleanupPolicy, ConfigError> {
+    let mut policy = CleanupPolicy {
+        delete: false,
+        compact: false,
+    };
+    for item in value.split(',').map(str::trim) {
+        match item {
+            "delete" => policy.delete = true,
+            "compact" => policy.compact = true,
+            other => {
+                return Err(invalid(
+                    key,
+                    value,
+                    format!("'{other}' is not one of delete, compact"),
+                ))
+            }
+        }
+    }
+    Ok(policy)
+}
+
+/// Applies one key to `config`. Unknown keys and bad values are errors and leave
+/// `config` unchanged.
+pub fn set(config: &mut LogConfig, key: &str, value: &str) -> Result<(), ConfigError> {
+    let c = config;
+    match key {
+        "cleanup.policy" => c.cleanup = parse_cleanup(key, value)?,
+        "compression.type" => {
+            c.compression = match value.trim() {
+                "producer" => CompressionType::Producer,
+                "uncompressed" => CompressionType::Uncompressed,
+                "gzip" => CompressionType::Gzip,
+                "snappy" => CompressionType::Snappy,
+                "lz4" => CompressionType::Lz4,
+                "zstd" => CompressionType::Zstd,
+                _ => {
+                    return Err(invalid(
+                        key,
+                        value,
+                        "not one of producer, uncompressed, gzip, snappy, lz4, zstd",
+                    ))
+                }
+            }
+        }
+        "delete.retention.ms" => c.delete_retention_ms = long_in(key, value, 0, i64::MAX)?,
+        "file.delete.delay.ms" => c.file_delete_delay_ms = long_in(key, value, 0, i64::MAX)?,
+        "index.interval.bytes" => c.index_interval_bytes = int_in(key, value, 0)? as u32,
+        "max.compaction.lag.ms" => c.max_compaction_lag_ms = long_in(key, value, 1, i64::MAX)?,
+        "max.message.bytes" => c.max_batch_bytes = int_in(key, value, 0)? as usize,
+        "message.timestamp.difference.max.ms" => {
+            c.timestamp_difference_max_ms = long_in(key, value, 0, i64::MAX)?
+        }
+        "message.timestamp.type" => {
+            c.timestamp_type = match value.trim() {
+                "CreateTime" => TimestampType::CreateTime,
+                "LogAppendTime" => TimestampType::LogAppendTime,
+                _ => return Err(invalid(key, value, "not one of CreateTime, LogAppendTime")),
+            }
+        }
+        "min.cleanable.dirty.ratio" => {
+            let v: f64 = value
+                .trim()
+                .parse()
+                .map_err(|_| invalid(key, value, "not a number"))?;
+            if !(0.0..=1.0).contains(&v) {
+                return Err(invalid(key, value, "value must be between 0 and 1"));
+            }
+            c.min_cleanable_dirty_ratio = v;
+        }
+        "min.compaction.lag.ms" => c.min_compaction_lag_ms = long_in(key, value, 0, i64::MAX)?,
+        "min.insync.replicas" => c.min_insync_replicas = int_in(key, value, 1)? as i32,
+        "retention.bytes" => c.retention_bytes = long_in(key, value, -1, i64::MAX)?,
+        "retention.ms" => c.retention_ms = long_in(key, value, -1, i64::MAX)?,
+        "segment.bytes" => c.segment_bytes = int_in(key, value, SEGMENT_BYTES_MIN)? as u64,
+        "segment.index.bytes" => c.segment_index_bytes = int_in(key, value, 8)? as u32,
+        "segment.ms" => c.segment_ms = long_in(key, value, 1, i64::MAX)? as u64,
+        _ => {
+            return Err(ConfigError {
+                key: key.to_string(),
+                message: format!("Unknown topic config name: {key}"),
+            })
+        }
+    }
+    Ok(())
+}
+
+/// The value of `key` in `config`, as DescribeConfigs shows it; `None` for unknown keys.
+pub fn get(c: &LogConfig, key: &str) -> Option<String> {
+    Some(match key {
+        "cleanup.policy" => match (c.cleanup.delete, c.cleanup.compact) {
+            (true, true) => "compact,delete".into(),
+            (false, true) => "compact".into(),
+            (true, false) => "delete".into(),
+            (false, false) => String::new(),
+        },
+        "compression.type" => match c.compression {
+            CompressionType::Producer => "producer",
+            CompressionType::Uncompressed => "uncompressed",
+            CompressionType::Gzip => "gzip",
+            CompressionType::Snappy => "snappy",
+            CompressionType::Lz4 => "lz4",
+            CompressionType::Zstd => "zstd",
+        }
+        .into(),
+        "delete.retention.ms" => c.delete_retention_ms.to_string(),
+        "file.delete.delay.ms" => c.file_delete_delay_ms.to_string(),
+        "index.interval.bytes" => c.index_interval_bytes.to_string(),
+        "max.compaction.lag.ms" => c.max_compaction_lag_ms.to_string(),
+        "max.message.bytes" => c.max_batch_bytes.to_string(),
+        "message.timestamp.difference.max.ms" => c.timestamp_difference_max_ms.to_string(),
+        "message.timestamp.type" => match c.timestamp_type {
+            TimestampType::CreateTime => "CreateTime",
+            TimestampType::LogAppendTime => "LogAppendTime",
+        }
+        .into(),
+        "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio.to_string(),
+        "min.compaction.lag.ms" => c.min_compaction_lag_ms.to_string(),
+        "min.insync.replicas" => c.min_insync_replicas.to_string(),
+        "retention.bytes" => c.retention_bytes.to_string(),
+        "retention.ms" => c.retention_ms.to_string(),
+        "segment.bytes" => c.segment_bytes.to_string(),
+        "segment.index.bytes" => c.segment_index_bytes.to_string(),
+        "segment.ms" => c.segment_ms.to_string(),
+        _ => return None,
+    })
+}
+
+/// Checks that hold between keys (Kafka's own cross-checks).
+fn check_combination(c: &LogConfig) -> Result<(), ConfigError> {
+    if c.min_compaction_lag_ms > c.max_compaction_lag_ms {
+        return Err(ConfigError {
+            key: "min.compaction.lag.ms".into(),
+            message: format!(
+                "conflict topic config setting min.compaction.lag.ms ({}) > max.compaction.lag.ms ({})",
+                c.min_compaction_lag_ms, c.max_compaction_lag_ms
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// `defaults` with every override applied: all or nothing.
+pub fn resolve(
+    defaults: &LogConfig,
+    overrides: &BTreeMap<String, String>,
+) -> Result<LogConfig, ConfigError> {
+    let mut c = defaults.clone();
+    for (k, v) in overrides {
+        set(&mut c, k, v)?;
+    }
+    check_combination(&c)?;
+    Ok(c)
+}
+
+/// One described key (DescribeConfigs), with its synonyms strongest first.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Described {
+    pub name: String,
+    pub value: String,
+    pub source: ConfigSource,
+    pub config_type: ConfigType,
+    pub doc: &'static str,
+    /// (name, value, source): the topic override, then the broker value, then Kafka's
+    /// default.
+    pub synonyms: Vec<(String, String, ConfigSource)>,
+}
+
+/// Where the broker-wide value of `d` comes from: set at start-up or Kafka's default.
+fn broker_source(broker: &LogConfig, d: &ConfigDef) -> ConfigSource {
+    if get(broker, d.name) == get(&LogConfig::default(), d.name) {
+        ConfigSource::DefaultConfig
+    } else {
+        ConfigSource::StaticBrokerConfig
+    }
+}
+
+fn broker_synonyms(broker: &LogConfig, d: &ConfigDef) -> Vec<(String, String, ConfigSource)> {
+    let mut out = Vec::with_capacity(2);
+    let value = get(broker, d.name).unwrap_or_default();
+    if broker_source(broker, d) == ConfigSource::StaticBrokerConfig {
+        out.push((
+            d.broker_name.to_string(),
+            value,
+            ConfigSource::StaticBrokerConfig,
+        ));
+    }
+    out.push((
+        d.broker_name.to_string(),
+        get(&LogConfig::default(), d.name).unwrap_or_default(),
+        ConfigSource::DefaultConfig,
+    ));
+    out
+}
+
+/// Every topic key of a topic with `overrides` on a broker with defaults `broker`.
+/// `overrides` are assumed valid (they were resolved before they were stored).
+pub fn describe_topic(broker: &LogConfig, overrides: &BTreeMap<String, String>) -> Vec<Described> {
+    let effective = resolve(broker, overrides).unwrap_or_else(|_| broker.clone());
+    DEFS.iter()
+        .map(|d| {
+            let mut synonyms = Vec::with_capacity(3);
+            let source = if let Some(v) = overrides.get(d.name) {
+                synonyms.push((d.name.to_string(), v.clone(), ConfigSource::TopicConfig));
+                ConfigSource::TopicConfig
+            } else {
+                broker_source(broker, d)
+            };
+            synonyms.extend(broker_synonyms(broker, d));
+            Described {
+                name: d.name.to_string(),
+                value: get(&effective, d.name).unwrap_or_default(),
+                source,
+                config_type: d.config_type,
+                doc: d.doc,
+                synonyms,
+            }
+        })
+        .collect()
+}
+
+/// The broker-wide keys (the topic defaults under their broker names).
+pub fn describe_broker(broker: &LogConfig) -> Vec<Described> {
+    DEFS.iter()
+        .map(|d| Described {
+            name: d.broker_name.to_string(),
+            value: get(broker, d.name).unwrap_or_default(),
+            source: broker_source(broker, d),
+            config_type: d.config_type,
+            doc: d.doc,
+            synonyms: broker_synonyms(broker, d),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_key_round_trips_through_get_and_set() {
+        let base = LogConfig::default();
+        for d in DEFS {
+            let shown = get(&base, d.name).expect("every defined key is shown");
+            let mut c = base.clone();
+            set(&mut c, d.name, &shown).unwrap_or_else(|e| panic!("{}: {e}", d.name));
+            assert_eq!(c, base, "{} round-trips", d.name);
+            assert!(def_by_broker_name(d.broker_name).is_some());
+        }
+    }
+
+    #[test]
+    fn overrides_apply_and_bad_ones_change_nothing() {
+        let base = LogConfig::default();
+        let mut o = BTreeMap::new();
+        o.insert("retention.ms".to_string(), "1000".to_string());
+        o.insert("cleanup.policy".to_string(), "compact, delete".to_string());
+        let c = resolve(&base, &o).expect("valid");
+        assert_eq!(c.retention_ms, 1000);
+        assert!(c.cleanup.compact && c.cleanup.delete);
+        assert_eq!(get(&c, "cleanup.policy").as_deref(), Some("compact,delete"));
+
+        for (k, v) in [
+            ("retention.ms", "-2"),
+            ("retention.ms", "soon"),
+            ("segment.bytes", "100"),
+            ("segment.bytes", "99999999999"),
+            ("cleanup.policy", "forever"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("message.timestamp.type", "createtime"),
+            ("compression.type", "brotli"),
+            ("min.insync.replicas", "0"),
+            ("no.such.key", "1"),
+        ] {
+            let mut bad = o.clone();
+            bad.insert(k.to_string(), v.to_string());
+            let e = resolve(&base, &bad).expect_err(&format!("{k}={v} is refused"));
+            assert_eq!(e.key, k);
+        }
+        let mut lag = BTreeMap::new();
+        lag.insert("min.compaction.lag.ms".to_string(), "10".to_string());
+        lag.insert("max.compaction.lag.ms".to_string(), "5".to_string());
+        assert!(resolve(&base, &lag).is_err());
+    }
+
+    #[test]
+    fn describe_reports_sources_and_synonyms() {
+        let mut broker = LogConfig::default();
+        broker.retention_ms = 5000;
+        let mut o = BTreeMap::new();
+        o.insert("segment.bytes".to_string(), "65536".to_string());
+        let all = describe_topic(&broker, &o);
+        assert_eq!(all.len(), DEFS.len());
+        let find = |n: &str| all.iter().find(|d| d.name == n).cloned().expect(n);
+        let seg = find("segment.bytes");
+        assert_eq!(seg.value, "65536");
+        assert_eq!(seg.source, ConfigSource::TopicConfig);
+        assert_eq!(seg.synonyms.len(), 2);
+        let ret = find("retention.ms");
+        assert_eq!(ret.value, "5000");
+        assert_eq!(ret.source, ConfigSource::StaticBrokerConfig);
+        assert_eq!(ret.synonyms[0].0, "log.retention.ms");
+        assert_eq!(ret.synonyms[1].1, "604800000");
+        let comp = find("compression.type");
+        assert_eq!(comp.source, ConfigSource::DefaultConfig);
+        assert_eq!(comp.value, "producer");
+        let b = describe_broker(&broker);
+        assert!(b.iter().any(|d| d.name == "log.retention.ms" && d.value == "5000"));
+    }
+}

@@ -1,0 +1,357 @@
+//! DescribeConfigs (v1–v4), AlterConfigs (v0–v2), IncrementalAlterConfigs (v0–v1).
+//!
+//! Topic configs are the keys of `shards::topic_config`; their values resolve from the
+//! broker-wide defaults and the topic's stored overrides. Changes go to the controller,
+//! which validates every change whole — one bad key or value refuses that resource with
+//! INVALID_CONFIG and changes nothing of it — persists, and has the owning shards apply
+//! the new settings.
+//!
+//! Broker configs (resource type BROKER, named by this node's id or "" for the cluster
+//! default) are described read-only: they are set at start-up. Altering them is
+//! INVALID_REQUEST, as Kafka answers for configs it cannot change dynamically.
+
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use bytes::BytesMut;
+use futures::channel::oneshot;
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::{
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, ApiKey, DescribeConfigsRequest, DescribeConfigsResponse,
+    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use shards::mesh::{
+    ConfigOp, ConfigOps, ControllerRequest, ShardMessage, TopicConfigChange, TopicError,
+};
+use shards::topic_config::{self, ConfigSource, ConfigType, Described};
+use std::collections::HashMap;
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+const CONTROLLER_SHARD: usize = 0;
+
+fn s(text: impl Into<String>) -> StrBytes {
+    StrBytes::from_string(text.into())
+}
+
+/// Broker settings outside the topic-default table, shown read-only.
+fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
+    let c = &ctx.config;
+    let entry = |name: &str, value: String, config_type: ConfigType, doc: &'static str| Described {
+        name: name.to_string(),
+        value,
+        source: ConfigSource::StaticBrokerConfig,
+        config_type,
+        doc,
+        synonyms: Vec::new(),
+    };
+    vec![
+        entry("node.id", c.node_id.to_string(), ConfigType::Int, "this node's id"),
+        entry("broker.id", c.node_id.to_string(), ConfigType::Int, "this node's id"),
+        entry(
+            "log.dirs",
+            c.data_dir.display().to_string(),
+            ConfigType::String,
+            "the data directory",
+        ),
+        entry(
+            "listeners",
+            format!("PLAINTEXT://{}", c.listen),
+            ConfigType::List,
+            "where the broker accepts connections",
+        ),
+        entry(
+            "advertised.listeners",
+            format!("PLAINTEXT://{}:{}", c.advertise_host, c.advertise_port),
+            ConfigType::List,
+            "the address clients are told to use",
+        ),
+        entry(
+            "num.partitions",
+            c.num_partitions.to_string(),
+            ConfigType::Int,
+            "partitions of an auto-created topic",
+        ),
+        entry(
+            "auto.create.topics.enable",
+            c.auto_create_topics.to_string(),
+            ConfigType::Boolean,
+            "create unknown topics on metadata requests",
+        ),
+        entry(
+            "socket.request.max.bytes",
+            c.socket_request_max_bytes.to_string(),
+            ConfigType::Int,
+            "largest request accepted",
+        ),
+        entry(
+            "offsets.topic.num.partitions",
+            c.groups.offsets_partitions.to_string(),
+            ConfigType::Int,
+            "partitions of __consumer_offsets",
+        ),
+        entry(
+            "log.retention.check.interval.ms",
+            c.retention_check_interval_ms.to_string(),
+            ConfigType::Long,
+            "how often retention and compaction look for work",
+        ),
+    ]
+}
+
+fn encode_entry(d: &Described, read_only: bool, req: &DescribeConfigsRequest, version: i16) -> DescribeConfigsResourceResult {
+    let mut out = DescribeConfigsResourceResult::default();
+    out.name = s(d.name.clone());
+    out.value = Some(s(d.value.clone()));
+    out.read_only = read_only;
+    out.config_source = d.source as i8;
+    out.is_sensitive = false;
+    if req.include_synonyms {
+        out.synonyms = d
+            .synonyms
+            .iter()
+            .map(|(name, value, source)| {
+                let mut syn = DescribeConfigsSynonym::default();
+                syn.name = s(name.clone());
+                syn.value = Some(s(value.clone()));
+                syn.source = *source as i8;
+                syn
+            })
+            .collect();
+    }
+    // Fields of v3+ only: setting them on older versions fails the encode.
+    if version >= 3 {
+        out.config_type = d.config_type as i8;
+        if req.include_documentation {
+            out.documentation = Some(s(d.doc));
+        }
+    }
+    out
+}
+
+pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: DescribeConfigsRequest = decode_body(frame)?;
+    let meta = ctx.shard.metadata.snapshot();
+    let broker_defaults = &ctx.shard.config.log;
+    let mut body = DescribeConfigsResponse::default();
+    for res in &req.resources {
+        let mut out = DescribeConfigsResult::default();
+        out.resource_type = res.resource_type;
+        out.resource_name = res.resource_name.clone();
+        let name = res.resource_name.as_str();
+        let described: Result<(Vec<Described>, bool), (ResponseError, String)> =
+            match res.resource_type {
+                RESOURCE_TOPIC => match meta.topic(name) {
+                    Some(t) => Ok((topic_config::describe_topic(broker_defaults, &t.configs), false)),
+                    None => Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {name} does not exist"),
+                    )),
+                },
+                RESOURCE_BROKER if name.is_empty() || name == ctx.config.node_id.to_string() => {
+                    let mut all = topic_config::describe_broker(broker_defaults);
+                    all.extend(static_broker_configs(ctx));
+                    Ok((all, true))
+                }
+                RESOURCE_BROKER => Err((
+                    ResponseError::InvalidRequest,
+                    format!("broker {name} is not this node ({})", ctx.config.node_id),
+                )),
+                other => Err((
+                    ResponseError::InvalidRequest,
+                    format!("resource type {other} is not supported"),
+                )),
+            };
+        match described {
+            Ok((all, read_only)) => {
+                out.configs = all
+                    .iter()
+                    .filter(|d| match &res.configuration_keys {
+                        Some(keys) => keys.iter().any(|k| k.as_str() == d.name),
+                        None => true,
+                    })
+                    .map(|d| encode_entry(d, read_only, &req, frame.api_version))
+                    .collect();
+            }
+            Err((code, message)) => {
+                out.error_code = code.code();
+                out.error_message = Some(s(message));
+            }
+        }
+        error_code::count(ApiKey::DescribeConfigs, out.error_code);
+        body.results.push(out);
+    }
+    encode_response(
+        ApiKey::DescribeConfigs,
+        frame.api_version,
+        frame.header.correlation_id,
+        &body,
+    )
+}
+
+/// One resource of an alter request, checked at the edge: a topic change for the
+/// controller, or the error to answer.
+type Checked = Result<TopicConfigChange, (ResponseError, String)>;
+
+fn check_resource(ctx: &Ctx, resource_type: i8, name: &str, duplicate: bool, ops: Result<ConfigOps, String>) -> Checked {
+    if duplicate {
+        return Err((
+            ResponseError::InvalidRequest,
+            format!("resource {name} is named more than once"),
+        ));
+    }
+    match resource_type {
+        RESOURCE_TOPIC => {
+            let ops = ops.map_err(|m| (ResponseError::InvalidRequest, m))?;
+            Ok(TopicConfigChange {
+                topic: name.to_string(),
+                ops,
+            })
+        }
+        RESOURCE_BROKER => Err((
+            ResponseError::InvalidRequest,
+            format!(
+                "broker configs of node {} are static: set them at start-up (serve --topic-default, or the config file)",
+                ctx.config.node_id
+            ),
+        )),
+        other => Err((
+            ResponseError::InvalidRequest,
+            format!("resource type {other} is not supported"),
+        )),
+    }
+}
+
+/// Sends the checked changes to the controller; returns one outcome per resource.
+async fn alter(ctx: &Ctx, checked: Vec<Checked>, validate_only: bool) -> Vec<Result<(), (ResponseError, String)>> {
+    let changes: Vec<TopicConfigChange> = checked.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+    let mut answers = if changes.is_empty() {
+        Vec::new()
+    } else {
+        let n = changes.len();
+        let (tx, rx) = oneshot::channel();
+        let msg = ShardMessage::Controller(ControllerRequest::AlterTopicConfigs {
+            changes,
+            validate_only,
+            reply: tx,
+        });
+        ctx.shard
+            .call(CONTROLLER_SHARD, msg, rx)
+            .await
+            .unwrap_or_else(|| (0..n).map(|_| Err(TopicError::Storage("the controller is unavailable".into()))).collect())
+    }
+    .into_iter();
+    checked
+        .into_iter()
+        .map(|c| match c {
+            Err(e) => Err(e),
+            Ok(_) => match answers.next() {
+                Some(Ok(())) => Ok(()),
+                Some(Err(e)) => Err((error_code::topic(&e), e.to_string())),
+                None => Err((ResponseError::UnknownServerError, "no controller answer".into())),
+            },
+        })
+        .collect()
+}
+
+fn duplicates<'a>(names: impl Iterator<Item = (i8, &'a str)>) -> HashMap<(i8, String), usize> {
+    let mut seen = HashMap::new();
+    for (t, n) in names {
+        *seen.entry((t, n.to_string())).or_insert(0) += 1;
+    }
+    seen
+}
+
+pub async fn alter_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: AlterConfigsRequest = decode_body(frame)?;
+    let seen = duplicates(req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())));
+    let checked = req
+        .resources
+        .iter()
+        .map(|r| {
+            let dup = seen.get(&(r.resource_type, r.resource_name.to_string())).copied().unwrap_or(0) > 1;
+            // AlterConfigs replaces the whole override set; a null value is "not set".
+            let pairs = r
+                .configs
+                .iter()
+                .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
+                .collect();
+            check_resource(ctx, r.resource_type, r.resource_name.as_str(), dup, Ok(ConfigOps::Replace(pairs)))
+        })
+        .collect();
+    let outcomes = alter(ctx, checked, req.validate_only).await;
+    let mut body = AlterConfigsResponse::default();
+    for (r, outcome) in req.resources.iter().zip(outcomes) {
+        let mut out = alter_configs_response::AlterConfigsResourceResponse::default();
+        out.resource_type = r.resource_type;
+        out.resource_name = r.resource_name.clone();
+        if let Err((code, message)) = outcome {
+            out.error_code = code.code();
+            out.error_message = Some(s(message));
+        }
+        error_code::count(ApiKey::AlterConfigs, out.error_code);
+        body.responses.push(out);
+    }
+    encode_response(ApiKey::AlterConfigs, frame.api_version, frame.header.correlation_id, &body)
+}
+
+pub async fn incremental_alter_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: IncrementalAlterConfigsRequest = decode_body(frame)?;
+    let seen = duplicates(req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())));
+    let checked = req
+        .resources
+        .iter()
+        .map(|r| {
+            let dup = seen.get(&(r.resource_type, r.resource_name.to_string())).copied().unwrap_or(0) > 1;
+            let ops: Result<Vec<ConfigOp>, String> = r
+                .configs
+                .iter()
+                .map(|c| {
+                    let name = c.name.to_string();
+                    let value = c.value.as_ref().map(|v| v.to_string());
+                    match (c.config_operation, value) {
+                        (0, Some(v)) => Ok(ConfigOp::Set(name, v)),
+                        (1, _) => Ok(ConfigOp::Delete(name)),
+                        (2, Some(v)) => Ok(ConfigOp::Append(name, v)),
+                        (3, Some(v)) => Ok(ConfigOp::Subtract(name, v)),
+                        (0 | 2 | 3, None) => Err(format!("Null value not supported for: {name}")),
+                        (op, _) => Err(format!("unknown config operation {op} for {name}")),
+                    }
+                })
+                .collect();
+            let mut keys: Vec<&str> = r.configs.iter().map(|c| c.name.as_str()).collect();
+            keys.sort_unstable();
+            let repeated = keys.windows(2).any(|w| w[0] == w[1]);
+            let ops = if repeated {
+                Err("a config key is named more than once".to_string())
+            } else {
+                ops.map(ConfigOps::Incremental)
+            };
+            check_resource(ctx, r.resource_type, r.resource_name.as_str(), dup, ops)
+        })
+        .collect();
+    let outcomes = alter(ctx, checked, req.validate_only).await;
+    let mut body = IncrementalAlterConfigsResponse::default();
+    for (r, outcome) in req.resources.iter().zip(outcomes) {
+        let mut out = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
+        out.resource_type = r.resource_type;
+        out.resource_name = r.resource_name.clone();
+        if let Err((code, message)) = outcome {
+            out.error_code = code.code();
+            out.error_message = Some(s(message));
+        }
+        error_code::count(ApiKey::IncrementalAlterConfigs, out.error_code);
+        body.responses.push(out);
+    }
+    encode_response(
+        ApiKey::IncrementalAlterConfigs,
+        frame.api_version,
+        frame.header.correlation_id,
+        &body,
+    )
+}
