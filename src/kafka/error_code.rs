@@ -36,6 +36,7 @@ pub fn partition(e: &PartitionError) -> ResponseError {
             AppendError::Storage(_) => ResponseError::KafkaStorageError,
             // The partition is moving or closing: clients refresh metadata and retry.
             AppendError::Closed => ResponseError::NotLeaderOrFollower,
+            AppendError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
         },
         PartitionError::Read(r) => match r {
             ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,

@@ -32,6 +32,10 @@ pub enum AppendError {
     Storage(#[from] StorageError),
     #[error("the partition is closing")]
     Closed,
+    /// A create-time timestamp too far from the broker's clock
+    /// (`message.timestamp.difference.max.ms`).
+    #[error("{0}")]
+    InvalidTimestamp(String),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

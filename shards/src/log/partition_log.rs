@@ -26,7 +26,8 @@
 
 use super::aligned_appender::AlignedAppender;
 use super::batch::{self, batches, BatchHeader};
-use super::config::{Durability, LogConfig};
+use super::compaction::batch_filter;
+use super::config::{CompressionType, Durability, LogConfig, TimestampType};
 use super::error::{AppendError, ReadError, StorageError};
 use super::file_scan;
 use super::offset_index::{self, OffsetIndex};
@@ -518,10 +519,17 @@ impl PartitionLog {
         if !intact || replaced.first().map(|(b, _)| *b) != Some(seg.base_offset) {
             return false;
         }
+        let last = replaced.last().map_or(seg.base_offset, |(b, _)| *b);
+        let end = st.segments.range(last + 1..).next().map(|(b, _)| *b);
         for (base, _) in replaced {
             st.segments.remove(base);
         }
         st.segments.insert(seg.base_offset, seg);
+        // Cached copies of the replaced batches must not outlive them: a reader would
+        // see records compaction removed.
+        if let Some(end) = end {
+            st.tail.evict_below(end);
+        }
         true
     }
 
@@ -594,18 +602,31 @@ impl PartitionLog {
     /// Validates and queues `records` (one or more RecordBatch v2), assigning offsets.
     /// Nothing of the request is queued unless every batch is valid.
     pub fn append(&self, records: &[u8], leader_epoch: i32) -> Result<AppendTicket, AppendError> {
+        let config = self.config.borrow();
         let mut offsets = 0i64;
         let mut count = 0usize;
+        let mut reshape = false;
         for item in batches(records) {
             let (_, range) = item?;
             let bytes = records.get(range).ok_or(AppendError::Empty)?;
-            let header = batch::validate(bytes, self.config.borrow().max_batch_bytes)?;
+            let header = batch::validate(bytes, config.max_batch_bytes)?;
             offsets += i64::from(header.last_offset_delta) + 1;
             count += 1;
+            reshape |= check_topic_rules(&config, &header, bytes)?;
         }
         if count == 0 {
             return Err(AppendError::Empty);
         }
+        // The topic wants another codec, or the broker's clock: rebuild the request's
+        // batches (a cold path; topics with default settings never take it).
+        let reshaped;
+        let records = if reshape || config.timestamp_type == TimestampType::LogAppendTime {
+            reshaped = reshape_batches(&config, records)?;
+            &reshaped[..]
+        } else {
+            records
+        };
+        drop(config);
         let mut st = self.state.borrow_mut();
         if let Some(f) = &st.failure {
             return Err(AppendError::Storage(f.clone()));
@@ -1248,6 +1269,76 @@ pub(super) fn new_writer(
         opened_at: Instant::now(),
         preallocated: 0,
     }
+}
+
+/// The codec `compression.type` asks for, if it is not "whatever the producer sent".
+fn target_codec(config: &LogConfig) -> Option<batch::Compression> {
+    match config.compression {
+        CompressionType::Producer => None,
+        CompressionType::Uncompressed => Some(batch::Compression::None),
+        CompressionType::Gzip => Some(batch::Compression::Gzip),
+        CompressionType::Snappy => Some(batch::Compression::Snappy),
+        CompressionType::Lz4 => Some(batch::Compression::Lz4),
+        CompressionType::Zstd => Some(batch::Compression::Zstd),
+    }
+}
+
+/// Checks one validated batch against the topic's rules (Kafka's own checks): a
+/// compacted topic takes only keyed records; create-time timestamps must lie within
+/// `message.timestamp.difference.max.ms` of the broker clock. Returns whether the
+/// batch must be re-encoded for `compression.type`.
+fn check_topic_rules(
+    config: &LogConfig,
+    header: &BatchHeader,
+    bytes: &[u8],
+) -> Result<bool, AppendError> {
+    if config.timestamp_type == TimestampType::CreateTime
+        && config.timestamp_difference_max_ms < i64::MAX
+    {
+        let now = crate::housekeeping::now_ms();
+        for ts in [header.base_timestamp, header.max_timestamp] {
+            if ts.saturating_sub(now).abs() > config.timestamp_difference_max_ms {
+                return Err(AppendError::InvalidTimestamp(format!(
+                    "timestamp {ts} of a record is more than {} ms from the broker's clock {now}",
+                    config.timestamp_difference_max_ms
+                )));
+            }
+        }
+    }
+    if config.cleanup.compact && !header.is_control() {
+        let mut keyless = false;
+        batch_filter::for_each_record(bytes, |r| keyless |= r.key.is_none())?;
+        if keyless {
+            return Err(AppendError::InvalidBatch(batch::BatchError::InvalidRecord(
+                "Compacted topic cannot accept message without key",
+            )));
+        }
+    }
+    Ok(target_codec(config).is_some_and(|c| header.compression() != Ok(c)))
+}
+
+/// The request's batches re-encoded per the topic: in the `compression.type` codec,
+/// stamped with log-append time.
+fn reshape_batches(config: &LogConfig, records: &[u8]) -> Result<Vec<u8>, AppendError> {
+    let mut out = Vec::with_capacity(records.len());
+    let now = crate::housekeeping::now_ms();
+    for item in batches(records) {
+        let (header, range) = item?;
+        let bytes = records.get(range).ok_or(AppendError::Empty)?;
+        let start = out.len();
+        match target_codec(config) {
+            Some(c) if header.compression() != Ok(c) => {
+                out.extend_from_slice(&batch_filter::recompress(bytes, c)?)
+            }
+            _ => out.extend_from_slice(bytes),
+        }
+        if config.timestamp_type == TimestampType::LogAppendTime {
+            if let Some(b) = out.get_mut(start..) {
+                batch_filter::stamp_log_append_time(b, now);
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub(crate) use ActiveWriter as Writer;

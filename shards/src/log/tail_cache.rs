@@ -49,6 +49,18 @@ impl TailCache {
         }
     }
 
+    /// Drops every entry holding an offset below `offset` (their batches were replaced
+    /// on disk, by compaction). The rest stays contiguous.
+    pub fn evict_below(&mut self, offset: i64) {
+        while let Some(front) = self.entries.front() {
+            if front.base_offset >= offset {
+                break;
+            }
+            self.bytes -= front.bytes.len();
+            self.entries.pop_front();
+        }
+    }
+
     pub fn clear(&mut self) {
         self.entries.clear();
         self.bytes = 0;

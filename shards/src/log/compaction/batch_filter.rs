@@ -63,6 +63,9 @@ const BATCH_LENGTH_RANGE: Range<usize> = 8..12;
 const CRC_RANGE: Range<usize> = 17..21;
 const MAX_TIMESTAMP_RANGE: Range<usize> = 35..43;
 const RECORD_COUNT_RANGE: Range<usize> = 57..61;
+const ATTRIBUTES_RANGE: Range<usize> = 21..23;
+/// Attribute bit 3: the batch carries log-append time.
+const LOG_APPEND_TIME_BIT: i16 = 0x08;
 
 // Codec failures are reported as `InvalidRecord`: `BatchError` is matched exhaustively at
 // the protocol edge, which maps `InvalidRecord` to Kafka's INVALID_RECORD.
@@ -160,6 +163,52 @@ pub fn filter_batch(
     let crc = crc32c::crc32c(out.get(CRC_START..).unwrap_or_default());
     put(&mut out, CRC_RANGE, &crc.to_be_bytes());
     Ok(Filtered::Rewritten(out))
+}
+
+/// The same batch with its records section in `target`'s codec (`compression.type` of a
+/// topic that is not `producer`). Snappy is written with the xerial framing the Java
+/// client writes. Records are copied byte for byte; only the codec bits of the
+/// attributes, `batchLength`, the CRC and the records section change.
+pub fn recompress(batch: &[u8], target: Compression) -> Result<Vec<u8>, BatchError> {
+    let opened = open(batch, MAX_DECOMPRESSED_BYTES)?;
+    walk(&opened.header, &opened.records, |_| {})?;
+    let codec = match target {
+        Compression::None => Codec::None,
+        Compression::Gzip => Codec::Gzip,
+        Compression::Snappy => Codec::SnappyXerial,
+        Compression::Lz4 => Codec::Lz4,
+        Compression::Zstd => Codec::Zstd,
+    };
+    let original_header = batch.get(..BATCH_HEADER_LEN).ok_or(BatchError::TooShort)?;
+    let mut out = Vec::with_capacity(batch.len());
+    out.extend_from_slice(original_header);
+    compress(codec, &opened.records, &mut out)?;
+    let batch_length = out
+        .len()
+        .checked_sub(LOG_OVERHEAD)
+        .and_then(|len| i32::try_from(len).ok())
+        .ok_or(RECOMPRESS_FAILED)?;
+    let attributes = (opened.header.attributes & !0x07) | target as i16;
+    put(&mut out, BATCH_LENGTH_RANGE, &batch_length.to_be_bytes());
+    put(&mut out, ATTRIBUTES_RANGE, &attributes.to_be_bytes());
+    let crc = crc32c::crc32c(out.get(CRC_START..).unwrap_or_default());
+    put(&mut out, CRC_RANGE, &crc.to_be_bytes());
+    Ok(out)
+}
+
+/// Stamps a batch with log-append time `now_ms` (`message.timestamp.type=LogAppendTime`):
+/// sets the timestamp-type attribute and `maxTimestamp`, and recomputes the CRC, as
+/// Kafka's broker does. Records keep their create-time deltas; readers take every
+/// record's timestamp from `maxTimestamp`. `batch` must be one whole validated batch.
+pub fn stamp_log_append_time(batch: &mut [u8], now_ms: i64) {
+    let Ok(header) = BatchHeader::parse(batch) else {
+        return;
+    };
+    let attributes = header.attributes | LOG_APPEND_TIME_BIT;
+    put(batch, ATTRIBUTES_RANGE, &attributes.to_be_bytes());
+    put(batch, MAX_TIMESTAMP_RANGE, &now_ms.to_be_bytes());
+    let crc = crc32c::crc32c(batch.get(CRC_START..).unwrap_or_default());
+    put(batch, CRC_RANGE, &crc.to_be_bytes());
 }
 
 /// A records-section codec, with the snappy framing that must be reproduced on rewrite.
