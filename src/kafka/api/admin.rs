@@ -11,7 +11,7 @@ use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame
 use bytes::BytesMut;
 use futures::channel::oneshot;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::CreatableTopicResult;
+use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,
@@ -154,11 +154,34 @@ pub async fn create_topics(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesM
                 if let Some(tm) = meta.topic(&t.name.0) {
                     out.topic_id = tm.id;
                     out.num_partitions = tm.partitions;
-                } else if let Some(p) = plan {
+                } else if let Some(p) = &plan {
                     out.num_partitions = p.partitions; // validate_only
                 }
                 out.replication_factor = 1;
-                out.configs = Some(Vec::new());
+                // KIP-525 (v5+): the topic's resulting configs, as DescribeConfigs shows them.
+                if frame.api_version >= 5 {
+                    let overrides = match &plan {
+                        Some(p) => p.configs.iter().cloned().collect(),
+                        None => meta
+                            .topic(&t.name.0)
+                            .map(|m| m.configs.clone())
+                            .unwrap_or_default(),
+                    };
+                    let described =
+                        shards::topic_config::describe_topic(&ctx.shard.config.log, &overrides);
+                    out.configs = Some(
+                        described
+                            .into_iter()
+                            .map(|d| {
+                                let mut c = CreatableTopicConfigs::default();
+                                c.name = StrBytes::from_string(d.name);
+                                c.value = Some(StrBytes::from_string(d.value));
+                                c.config_source = d.source as i8;
+                                c
+                            })
+                            .collect(),
+                    );
+                }
             }
             Err(e) => {
                 out.error_code = error_code::topic(&e).code();
