@@ -159,3 +159,73 @@ def _kafka_python_entries(described) -> dict:
     {"topic": {name: {config: {"value": ..., ...}}}}."""
     (configs,) = described["topic"].values()
     return {name: c["value"] for name, c in configs.items()}
+
+
+# ---------------------------------------------------------------------------
+# hostile and odd requests, by hand (kwire): a clear error code, never a crash
+# ---------------------------------------------------------------------------
+
+import kwire as W  # noqa: E402
+
+DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DELETE_RECORDS = 32, 33, 44, 21
+ERR_INVALID_REQUEST, ERR_INVALID_CONFIG, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC = 42, 40, 1, 3
+
+
+def _alter_results(body: bytes) -> list[tuple[int, str | None, str]]:
+    r = W.Reader(body)
+    r.i32()  # throttle
+    out = []
+    for _ in range(r.i32()):
+        code, message = r.i16(), r.string()
+        r.i8()
+        out.append((code, message, r.string()))
+    return out
+
+
+def test_raw_describe_configs_of_an_unknown_resource_type(broker):
+    body = W.array([W.i8(99) + W.string("x") + W.i32(-1)]) + W.i8(0)
+    _, resp = W.roundtrip(broker.bootstrap, W.request(DESCRIBE_CONFIGS, 1, 7, body))
+    r = W.Reader(resp)
+    r.i32()
+    assert r.i32() == 1
+    assert r.i16() == ERR_INVALID_REQUEST
+    broker.assert_alive()
+
+
+def test_raw_incremental_alter_with_unknown_operation_and_huge_value(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("raw-cfg", 1, 1)])["raw-cfg"].result(TIMEOUT)
+    bad_op = W.i8(2) + W.string("raw-cfg") + W.array([W.string("retention.ms") + W.i8(9) + W.string("1")])
+    huge = W.i8(2) + W.string("raw-cfg") + W.array([W.string("retention.ms") + W.i8(0) + W.string("9" * 30_000)])
+    missing = W.i8(2) + W.string("raw-missing") + W.array([W.string("retention.ms") + W.i8(0) + W.string("1")])
+    body = W.array([bad_op]) + W.i8(0)
+    _, resp = W.roundtrip(broker.bootstrap, W.request(INCREMENTAL_ALTER_CONFIGS, 0, 8, body))
+    assert [c for c, _, _ in _alter_results(resp)] == [ERR_INVALID_REQUEST]
+    body = W.array([huge]) + W.i8(0)
+    _, resp = W.roundtrip(broker.bootstrap, W.request(INCREMENTAL_ALTER_CONFIGS, 0, 9, body))
+    ((code, message, name),) = _alter_results(resp)
+    assert code == ERR_INVALID_CONFIG and name == "raw-cfg" and message
+    # AlterConfigs v0 on a missing topic, and a resource named twice.
+    plain = W.i8(2) + W.string("raw-missing") + W.array([W.string("retention.ms") + W.string("1")])
+    twice = W.i8(2) + W.string("raw-cfg") + W.array([])
+    body = W.array([plain, twice, twice]) + W.i8(0)
+    _, resp = W.roundtrip(broker.bootstrap, W.request(ALTER_CONFIGS, 0, 10, body))
+    assert [c for c, _, _ in _alter_results(resp)] == [ERR_UNKNOWN_TOPIC, ERR_INVALID_REQUEST, ERR_INVALID_REQUEST]
+    assert describe_topic(admin, "raw-cfg")["retention.ms"].value == "604800000"  # unchanged
+    # A truncated DescribeConfigs body closes that connection only.
+    frame = W.request(DESCRIBE_CONFIGS, 1, 11, W.array([W.i8(2) + W.string("raw-cfg")])[:-3])
+    W.send_and_expect_close(broker.bootstrap, frame)
+    broker.assert_alive()
+
+
+def test_raw_delete_records_edge_offsets(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("raw-del", 1, 1)])["raw-del"].result(TIMEOUT)
+    parts = W.array([W.i32(0) + W.i64(-7), W.i32(5) + W.i64(0), W.i32(0) + W.i64(-1)])
+    body = W.array([W.string("raw-del") + parts]) + W.i32(5000)
+    _, resp = W.roundtrip(broker.bootstrap, W.request(DELETE_RECORDS, 0, 12, body))
+    r = W.Reader(resp)
+    r.i32()
+    assert r.i32() == 1 and r.string() == "raw-del"
+    got = [(r.i32(), r.i64(), r.i16()) for _ in range(r.i32())]
+    assert got == [(0, -1, ERR_OFFSET_OUT_OF_RANGE), (5, -1, ERR_UNKNOWN_TOPIC), (0, 0, 0)]
