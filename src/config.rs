@@ -304,7 +304,10 @@ impl BrokerConfig {
             ("retention.ms", a.retention_ms.map(|v| v.to_string())),
             ("retention.bytes", a.retention_bytes.map(|v| v.to_string())),
         ];
-        for (key, value) in dedicated.iter().filter_map(|(k, v)| v.as_ref().map(|v| (*k, v.as_str()))) {
+        for (key, value) in dedicated
+            .iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| (*k, v.as_str())))
+        {
             shards::topic_config::set(&mut log, key, value).map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         for item in &a.topic_default {
@@ -321,7 +324,9 @@ impl BrokerConfig {
         }
         let housekeeping = HousekeepingConfig {
             check_interval: std::time::Duration::from_millis(retention_check_interval_ms),
-            cleaner_backoff: std::time::Duration::from_millis(a.cleaner_backoff_ms.unwrap_or(15_000).max(10)),
+            cleaner_backoff: std::time::Duration::from_millis(
+                a.cleaner_backoff_ms.unwrap_or(15_000).max(10),
+            ),
             cleaner_buffer_bytes: a
                 .cleaner_dedupe_buffer_bytes
                 .unwrap_or(16 << 20)

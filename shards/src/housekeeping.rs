@@ -98,14 +98,8 @@ pub fn start(shard: &Rc<Shard>) {
             loop {
                 glommio::timer::sleep(DISK_REPORT_INTERVAL).await;
                 let bytes = s.log_bytes();
-                s.tell(
-                    0,
-                    ShardMessage::DiskUsage {
-                        shard: s.id,
-                        bytes,
-                    },
-                )
-                .await;
+                s.tell(0, ShardMessage::DiskUsage { shard: s.id, bytes })
+                    .await;
             }
         },
         queue,
@@ -134,7 +128,8 @@ pub async fn retention_round(shard: &Rc<Shard>) {
 pub async fn compaction_round(shard: &Rc<Shard>) {
     let now = now_ms();
     for (tp, log) in shard.logs() {
-        match cleaner::clean_if_due(&log, shard.config.housekeeping.cleaner_buffer_bytes, now).await {
+        match cleaner::clean_if_due(&log, shard.config.housekeeping.cleaner_buffer_bytes, now).await
+        {
             Ok(Some(stats)) => {
                 tracing::info!(topic = %tp.topic, partition = tp.partition, ?stats, "compacted")
             }
@@ -186,7 +181,11 @@ impl DiskBudget {
 }
 
 /// Why produces must be refused, if they must.
-pub fn verdict(total_log_bytes: u64, fill: Option<f64>, config: &HousekeepingConfig) -> Option<String> {
+pub fn verdict(
+    total_log_bytes: u64,
+    fill: Option<f64>,
+    config: &HousekeepingConfig,
+) -> Option<String> {
     if let Some(budget) = config.disk_budget_bytes {
         if total_log_bytes > budget {
             return Some(format!(

@@ -231,9 +231,14 @@ pub enum ShardMessage {
         reply: Reply<Vec<Result<i64, PartitionError>>>,
     },
     /// A shard's periodic report of the bytes its logs hold (to shard 0; no reply).
-    DiskUsage { shard: usize, bytes: u64 },
+    DiskUsage {
+        shard: usize,
+        bytes: u64,
+    },
     /// Shard 0's verdict for every shard: refuse produces (with why), or accept again.
-    DiskPressure { refuse: Option<Arc<str>> },
+    DiskPressure {
+        refuse: Option<Arc<str>>,
+    },
     Controller(ControllerRequest),
     /// A consumer-group operation, sent to the group's coordinator shard (or, for List,
     /// to every shard).

@@ -90,43 +90,24 @@ impl Shard {
         msg: ShardMessage,
         rx: oneshot::Receiver<T>,
     ) -> Option<T> {
-        if target == self.id {
-            glommio::spawn_local(self.clone().handle(msg)).detach();
-        } else if self
-            .senders
-            .send_to(
-                target,
-                Envelope {
-                    sent_at: Instant::now(),
-                    msg,
-                },
-            )
-            .await
-            .is_err()
-        {
+        if !self.tell(target, msg).await {
             return None;
         }
         rx.await.ok()
     }
 
-    /// Sends `msg` to `target` without waiting for an answer (handled inline when it is
-    /// this shard). A full or closed channel drops it: callers send only reports that the
-    /// next period repeats.
-    pub async fn tell(self: &Rc<Self>, target: ShardId, msg: ShardMessage) {
+    /// Sends `msg` to `target` (handled inline when it is this shard) without waiting
+    /// for an answer; `false` when the target is gone (shutdown).
+    pub async fn tell(self: &Rc<Self>, target: ShardId, msg: ShardMessage) -> bool {
         if target == self.id {
             glommio::spawn_local(self.clone().handle(msg)).detach();
-        } else {
-            let _ = self
-                .senders
-                .send_to(
-                    target,
-                    Envelope {
-                        sent_at: Instant::now(),
-                        msg,
-                    },
-                )
-                .await;
+            return true;
         }
+        let envelope = Envelope {
+            sent_at: Instant::now(),
+            msg,
+        };
+        self.senders.send_to(target, envelope).await.is_ok()
     }
 
     /// Every open partition of this shard.
@@ -143,7 +124,11 @@ impl Shard {
 
     /// Bytes held by this shard's partition logs.
     pub fn log_bytes(&self) -> u64 {
-        self.partitions.borrow().values().map(|l| l.size_bytes()).sum()
+        self.partitions
+            .borrow()
+            .values()
+            .map(|l| l.size_bytes())
+            .sum()
     }
 
     /// Why produces are refused right now, if they are.
@@ -229,7 +214,10 @@ impl Shard {
                 for (tp, offset) in partitions {
                     out.push(match self.partition(&tp) {
                         None => Err(PartitionError::UnknownTopicOrPartition),
-                        Some(log) => log.delete_records(offset).await.map_err(PartitionError::from),
+                        Some(log) => log
+                            .delete_records(offset)
+                            .await
+                            .map_err(PartitionError::from),
                     });
                 }
                 let _ = reply.send(out);
@@ -243,13 +231,22 @@ impl Shard {
                 );
                 if let Some(verdict) = verdict {
                     match &verdict {
-                        Some(why) => tracing::warn!(reason = %why, "refusing produce requests until retention frees space"),
-                        None => tracing::info!("disk usage is back under its limits; accepting produce requests"),
+                        Some(why) => {
+                            tracing::warn!(reason = %why, "refusing produce requests until retention frees space")
+                        }
+                        None => tracing::info!(
+                            "disk usage is back under its limits; accepting produce requests"
+                        ),
                     }
                     let refuse: Option<Arc<str>> = verdict.map(Into::into);
                     for target in 0..self.config.shard_count {
-                        self.tell(target, ShardMessage::DiskPressure { refuse: refuse.clone() })
-                            .await;
+                        self.tell(
+                            target,
+                            ShardMessage::DiskPressure {
+                                refuse: refuse.clone(),
+                            },
+                        )
+                        .await;
                     }
                 }
             }
@@ -297,11 +294,13 @@ impl Shard {
                 None => Err(PartitionError::UnknownTopicOrPartition),
                 // Refused before anything is queued: no partial writes near a full disk.
                 Some(_) if refused.is_some() => Err(PartitionError::DiskFull(
-                    refused.clone().unwrap_or_else(|| "disk budget exhausted".into()),
+                    refused
+                        .clone()
+                        .unwrap_or_else(|| "disk budget exhausted".into()),
                 )),
-                Some(log) if acks == Acks::All && log.min_insync_replicas() > 1 => Err(
-                    PartitionError::NotEnoughReplicas(log.min_insync_replicas()),
-                ),
+                Some(log) if acks == Acks::All && log.min_insync_replicas() > 1 => {
+                    Err(PartitionError::NotEnoughReplicas(log.min_insync_replicas()))
+                }
                 Some(log) => log
                     .append(&input.records, 0)
                     .map(|t| (log, t))

@@ -55,40 +55,108 @@ macro_rules! def {
 }
 
 pub const DEFS: &[ConfigDef] = &[
-    def!("cleanup.policy", "log.cleanup.policy", List,
-        "delete (remove old segments), compact (keep the last record per key), or both"),
-    def!("compression.type", "compression.type", String,
-        "codec batches are stored with: producer, uncompressed, gzip, snappy, lz4 or zstd"),
-    def!("delete.retention.ms", "log.cleaner.delete.retention.ms", Long,
-        "how long a tombstone survives compaction"),
-    def!("file.delete.delay.ms", "log.segment.delete.delay.ms", Long,
-        "how long a deleted segment's files stay before they are unlinked"),
-    def!("index.interval.bytes", "log.index.interval.bytes", Int,
-        "log bytes between two sparse offset-index entries"),
-    def!("max.compaction.lag.ms", "log.cleaner.max.compaction.lag.ms", Long,
-        "a record older than this is compacted even below the dirty ratio"),
-    def!("max.message.bytes", "message.max.bytes", Int,
-        "largest record batch accepted"),
-    def!("message.timestamp.difference.max.ms", "log.message.timestamp.difference.max.ms", Long,
-        "largest distance between a CreateTime timestamp and the broker clock"),
-    def!("message.timestamp.type", "log.message.timestamp.type", String,
-        "CreateTime (producer's clock) or LogAppendTime (broker's clock)"),
-    def!("min.cleanable.dirty.ratio", "log.cleaner.min.cleanable.ratio", Double,
-        "dirty share of the cleanable log at which compaction starts"),
-    def!("min.compaction.lag.ms", "log.cleaner.min.compaction.lag.ms", Long,
-        "records younger than this are never compacted"),
-    def!("min.insync.replicas", "min.insync.replicas", Int,
-        "replicas that must acknowledge acks=all (a single node has one)"),
-    def!("retention.bytes", "log.retention.bytes", Long,
-        "largest size of a partition's log before old segments are deleted; -1: unlimited"),
-    def!("retention.ms", "log.retention.ms", Long,
-        "age after which a segment is deleted; -1: unlimited"),
-    def!("segment.bytes", "log.segment.bytes", Int,
-        "size at which the active segment rolls"),
-    def!("segment.index.bytes", "log.index.size.max.bytes", Int,
-        "offset-index size at which the active segment rolls"),
-    def!("segment.ms", "log.roll.ms", Long,
-        "age at which the active segment rolls"),
+    def!(
+        "cleanup.policy",
+        "log.cleanup.policy",
+        List,
+        "delete (remove old segments), compact (keep the last record per key), or both"
+    ),
+    def!(
+        "compression.type",
+        "compression.type",
+        String,
+        "codec batches are stored with: producer, uncompressed, gzip, snappy, lz4 or zstd"
+    ),
+    def!(
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        Long,
+        "how long a tombstone survives compaction"
+    ),
+    def!(
+        "file.delete.delay.ms",
+        "log.segment.delete.delay.ms",
+        Long,
+        "how long a deleted segment's files stay before they are unlinked"
+    ),
+    def!(
+        "index.interval.bytes",
+        "log.index.interval.bytes",
+        Int,
+        "log bytes between two sparse offset-index entries"
+    ),
+    def!(
+        "max.compaction.lag.ms",
+        "log.cleaner.max.compaction.lag.ms",
+        Long,
+        "a record older than this is compacted even below the dirty ratio"
+    ),
+    def!(
+        "max.message.bytes",
+        "message.max.bytes",
+        Int,
+        "largest record batch accepted"
+    ),
+    def!(
+        "message.timestamp.difference.max.ms",
+        "log.message.timestamp.difference.max.ms",
+        Long,
+        "largest distance between a CreateTime timestamp and the broker clock"
+    ),
+    def!(
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        String,
+        "CreateTime (producer's clock) or LogAppendTime (broker's clock)"
+    ),
+    def!(
+        "min.cleanable.dirty.ratio",
+        "log.cleaner.min.cleanable.ratio",
+        Double,
+        "dirty share of the cleanable log at which compaction starts"
+    ),
+    def!(
+        "min.compaction.lag.ms",
+        "log.cleaner.min.compaction.lag.ms",
+        Long,
+        "records younger than this are never compacted"
+    ),
+    def!(
+        "min.insync.replicas",
+        "min.insync.replicas",
+        Int,
+        "replicas that must acknowledge acks=all (a single node has one)"
+    ),
+    def!(
+        "retention.bytes",
+        "log.retention.bytes",
+        Long,
+        "largest size of a partition's log before old segments are deleted; -1: unlimited"
+    ),
+    def!(
+        "retention.ms",
+        "log.retention.ms",
+        Long,
+        "age after which a segment is deleted; -1: unlimited"
+    ),
+    def!(
+        "segment.bytes",
+        "log.segment.bytes",
+        Int,
+        "size at which the active segment rolls"
+    ),
+    def!(
+        "segment.index.bytes",
+        "log.index.size.max.bytes",
+        Int,
+        "offset-index size at which the active segment rolls"
+    ),
+    def!(
+        "segment.ms",
+        "log.roll.ms",
+        Long,
+        "age at which the active segment rolls"
+    ),
 ];
 
 /// Smallest `segment.bytes`: one direct-I/O block (Kafka allows 14, but every segment
@@ -445,6 +513,8 @@ mod tests {
         assert_eq!(comp.source, ConfigSource::DefaultConfig);
         assert_eq!(comp.value, "producer");
         let b = describe_broker(&broker);
-        assert!(b.iter().any(|d| d.name == "log.retention.ms" && d.value == "5000"));
+        assert!(b
+            .iter()
+            .any(|d| d.name == "log.retention.ms" && d.value == "5000"));
     }
 }

@@ -13,9 +13,11 @@ use std::path::Path;
 pub fn read(dir: &Path, name: &str) -> Result<Option<i64>, StorageError> {
     let path = dir.join(name);
     match std::fs::read_to_string(&path) {
-        Ok(text) => text.trim().parse::<i64>().map(Some).map_err(|e| {
-            StorageError::new(path.display(), format!("bad checkpoint file: {e}"))
-        }),
+        Ok(text) => text
+            .trim()
+            .parse::<i64>()
+            .map(Some)
+            .map_err(|e| StorageError::new(path.display(), format!("bad checkpoint file: {e}"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StorageError::new(path.display(), e)),
     }

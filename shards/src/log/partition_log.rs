@@ -264,8 +264,11 @@ impl PartitionLog {
         let active_file = active_segment.file.clone();
         segments.insert(last_base, active_segment);
         // DeleteRecords may have moved the start inside the first segment.
-        let checkpoint = super::checkpoint::read(&dir, super::retention::LOG_START_CHECKPOINT)?.unwrap_or(i64::MIN);
-        let log_start_offset = (*bases.first().unwrap_or(&0)).max(checkpoint).min(next_offset);
+        let checkpoint = super::checkpoint::read(&dir, super::retention::LOG_START_CHECKPOINT)?
+            .unwrap_or(i64::MIN);
+        let log_start_offset = (*bases.first().unwrap_or(&0))
+            .max(checkpoint)
+            .min(next_offset);
         let log = Rc::new(PartitionLog {
             config: RefCell::new(config.clone()),
             state: RefCell::new(LogState {
@@ -514,7 +517,10 @@ impl PartitionLog {
         let active_base = st.segments.keys().next_back().copied();
         let intact = replaced.iter().all(|(base, file)| {
             Some(*base) != active_base
-                && st.segments.get(base).is_some_and(|s| Rc::ptr_eq(&s.file, file))
+                && st
+                    .segments
+                    .get(base)
+                    .is_some_and(|s| Rc::ptr_eq(&s.file, file))
         });
         if !intact || replaced.first().map(|(b, _)| *b) != Some(seg.base_offset) {
             return false;
@@ -555,8 +561,13 @@ impl PartitionLog {
         // Segments wholly below the log start (DeleteRecords) go whatever the policy.
         let below_start = self.log_start_offset();
         let cut = if config.cleanup.delete {
-            super::retention::retention_cut(&stats, config.retention_ms, config.retention_bytes, now_ms)
-                .unwrap_or(i64::MIN)
+            super::retention::retention_cut(
+                &stats,
+                config.retention_ms,
+                config.retention_bytes,
+                now_ms,
+            )
+            .unwrap_or(i64::MIN)
         } else {
             i64::MIN
         };
@@ -1036,8 +1047,8 @@ impl PartitionLog {
         for p in &batch_list {
             let len = writer.log.logical_len();
             let too_big = len > 0 && len + p.bytes.len() as u64 > config.segment_bytes;
-            let too_old = len > 0
-                && writer.opened_at.elapsed() >= Duration::from_millis(config.segment_ms);
+            let too_old =
+                len > 0 && writer.opened_at.elapsed() >= Duration::from_millis(config.segment_ms);
             // Index entries hold offsets relative to the segment base in 32 bits (Kafka
             // rolls at i32::MAX too): a batch that would leave that range starts a segment.
             let too_far = len > 0 && p.next_offset - 1 - writer.base_offset > i64::from(i32::MAX);

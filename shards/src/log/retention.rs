@@ -36,7 +36,8 @@ pub fn retention_cut(
     let mut total: u64 = segments.iter().map(|s| s.size).sum();
     let mut cut = 0usize;
     for seg in sealed {
-        let expired = retention_ms >= 0 && seg.max_timestamp_ms < now_ms.saturating_sub(retention_ms);
+        let expired =
+            retention_ms >= 0 && seg.max_timestamp_ms < now_ms.saturating_sub(retention_ms);
         // Kafka deletes a segment for size only if the log is still at least
         // `retention.bytes` without it.
         let oversized = retention_bytes >= 0
@@ -51,7 +52,11 @@ pub fn retention_cut(
     if cut == 0 {
         return None;
     }
-    Some(sealed.get(cut).map_or(active.base_offset, |s| s.base_offset))
+    Some(
+        sealed
+            .get(cut)
+            .map_or(active.base_offset, |s| s.base_offset),
+    )
 }
 
 #[cfg(test)]

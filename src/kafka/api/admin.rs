@@ -11,7 +11,9 @@ use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame
 use bytes::BytesMut;
 use futures::channel::oneshot;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
-use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{
     ApiKey, CreatePartitionsRequest, CreatePartitionsResponse, CreateTopicsRequest,

@@ -29,7 +29,7 @@ use shards::mesh::{
     ConfigOp, ConfigOps, ControllerRequest, ShardMessage, TopicConfigChange, TopicError,
 };
 use shards::topic_config::{self, ConfigSource, ConfigType, Described};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
@@ -51,8 +51,18 @@ fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
         synonyms: Vec::new(),
     };
     vec![
-        entry("node.id", c.node_id.to_string(), ConfigType::Int, "this node's id"),
-        entry("broker.id", c.node_id.to_string(), ConfigType::Int, "this node's id"),
+        entry(
+            "node.id",
+            c.node_id.to_string(),
+            ConfigType::Int,
+            "this node's id",
+        ),
+        entry(
+            "broker.id",
+            c.node_id.to_string(),
+            ConfigType::Int,
+            "this node's id",
+        ),
         entry(
             "log.dirs",
             c.data_dir.display().to_string(),
@@ -104,7 +114,12 @@ fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
     ]
 }
 
-fn encode_entry(d: &Described, read_only: bool, req: &DescribeConfigsRequest, version: i16) -> DescribeConfigsResourceResult {
+fn encode_entry(
+    d: &Described,
+    read_only: bool,
+    req: &DescribeConfigsRequest,
+    version: i16,
+) -> DescribeConfigsResourceResult {
     let mut out = DescribeConfigsResourceResult::default();
     out.name = s(d.name.clone());
     out.value = Some(s(d.value.clone()));
@@ -147,7 +162,10 @@ pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Byt
         let described: Result<(Vec<Described>, bool), (ResponseError, String)> =
             match res.resource_type {
                 RESOURCE_TOPIC => match meta.topic(name) {
-                    Some(t) => Ok((topic_config::describe_topic(broker_defaults, &t.configs), false)),
+                    Some(t) => Ok((
+                        topic_config::describe_topic(broker_defaults, &t.configs),
+                        false,
+                    )),
                     None => Err((
                         ResponseError::UnknownTopicOrPartition,
                         format!("topic {name} does not exist"),
@@ -198,7 +216,13 @@ pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Byt
 /// controller, or the error to answer.
 type Checked = Result<TopicConfigChange, (ResponseError, String)>;
 
-fn check_resource(ctx: &Ctx, resource_type: i8, name: &str, duplicate: bool, ops: Result<ConfigOps, String>) -> Checked {
+fn check_resource(
+    ctx: &Ctx,
+    resource_type: i8,
+    name: &str,
+    duplicate: bool,
+    ops: Result<ConfigOps, String>,
+) -> Checked {
     if duplicate {
         return Err((
             ResponseError::InvalidRequest,
@@ -228,8 +252,15 @@ fn check_resource(ctx: &Ctx, resource_type: i8, name: &str, duplicate: bool, ops
 }
 
 /// Sends the checked changes to the controller; returns one outcome per resource.
-async fn alter(ctx: &Ctx, checked: Vec<Checked>, validate_only: bool) -> Vec<Result<(), (ResponseError, String)>> {
-    let changes: Vec<TopicConfigChange> = checked.iter().filter_map(|c| c.as_ref().ok().cloned()).collect();
+async fn alter(
+    ctx: &Ctx,
+    checked: Vec<Checked>,
+    validate_only: bool,
+) -> Vec<Result<(), (ResponseError, String)>> {
+    let changes: Vec<TopicConfigChange> = checked
+        .iter()
+        .filter_map(|c| c.as_ref().ok().cloned())
+        .collect();
     let mut answers = if changes.is_empty() {
         Vec::new()
     } else {
@@ -243,7 +274,11 @@ async fn alter(ctx: &Ctx, checked: Vec<Checked>, validate_only: bool) -> Vec<Res
         ctx.shard
             .call(CONTROLLER_SHARD, msg, rx)
             .await
-            .unwrap_or_else(|| (0..n).map(|_| Err(TopicError::Storage("the controller is unavailable".into()))).collect())
+            .unwrap_or_else(|| {
+                (0..n)
+                    .map(|_| Err(TopicError::Storage("the controller is unavailable".into())))
+                    .collect()
+            })
     }
     .into_iter();
     checked
@@ -253,61 +288,116 @@ async fn alter(ctx: &Ctx, checked: Vec<Checked>, validate_only: bool) -> Vec<Res
             Ok(_) => match answers.next() {
                 Some(Ok(())) => Ok(()),
                 Some(Err(e)) => Err((error_code::topic(&e), e.to_string())),
-                None => Err((ResponseError::UnknownServerError, "no controller answer".into())),
+                None => Err((
+                    ResponseError::UnknownServerError,
+                    "no controller answer".into(),
+                )),
             },
         })
         .collect()
 }
 
-fn duplicates<'a>(names: impl Iterator<Item = (i8, &'a str)>) -> HashMap<(i8, String), usize> {
+/// The resources named more than once in one request (Kafka refuses each of them).
+fn named_twice<'a>(names: impl Iterator<Item = (i8, &'a str)>) -> HashSet<(i8, String)> {
     let mut seen = HashMap::new();
     for (t, n) in names {
-        *seen.entry((t, n.to_string())).or_insert(0) += 1;
+        *seen.entry((t, n.to_string())).or_insert(0usize) += 1;
     }
-    seen
+    seen.into_iter()
+        .filter(|(_, n)| *n > 1)
+        .map(|(k, _)| k)
+        .collect()
+}
+
+/// One response entry per resource: its type, name and outcome.
+fn outcomes<'a>(
+    resources: impl Iterator<Item = (i8, &'a StrBytes)>,
+    outcomes: Vec<Result<(), (ResponseError, String)>>,
+    api: ApiKey,
+) -> Vec<(i8, StrBytes, i16, Option<StrBytes>)> {
+    resources
+        .zip(outcomes)
+        .map(|((t, name), outcome)| {
+            let (code, message) = match outcome {
+                Ok(()) => (0, None),
+                Err((code, message)) => (code.code(), Some(s(message))),
+            };
+            error_code::count(api, code);
+            (t, name.clone(), code, message)
+        })
+        .collect()
 }
 
 pub async fn alter_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
     let req: AlterConfigsRequest = decode_body(frame)?;
-    let seen = duplicates(req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())));
+    let twice = named_twice(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     let checked = req
         .resources
         .iter()
         .map(|r| {
-            let dup = seen.get(&(r.resource_type, r.resource_name.to_string())).copied().unwrap_or(0) > 1;
+            let dup = twice.contains(&(r.resource_type, r.resource_name.to_string()));
             // AlterConfigs replaces the whole override set; a null value is "not set".
             let pairs = r
                 .configs
                 .iter()
-                .filter_map(|c| c.value.as_ref().map(|v| (c.name.to_string(), v.to_string())))
+                .filter_map(|c| {
+                    c.value
+                        .as_ref()
+                        .map(|v| (c.name.to_string(), v.to_string()))
+                })
                 .collect();
-            check_resource(ctx, r.resource_type, r.resource_name.as_str(), dup, Ok(ConfigOps::Replace(pairs)))
+            check_resource(
+                ctx,
+                r.resource_type,
+                r.resource_name.as_str(),
+                dup,
+                Ok(ConfigOps::Replace(pairs)),
+            )
         })
         .collect();
-    let outcomes = alter(ctx, checked, req.validate_only).await;
+    let outcomes_of = alter(ctx, checked, req.validate_only).await;
     let mut body = AlterConfigsResponse::default();
-    for (r, outcome) in req.resources.iter().zip(outcomes) {
+    let resources = req
+        .resources
+        .iter()
+        .map(|r| (r.resource_type, &r.resource_name));
+    for (t, name, code, message) in outcomes(resources, outcomes_of, ApiKey::AlterConfigs) {
         let mut out = alter_configs_response::AlterConfigsResourceResponse::default();
-        out.resource_type = r.resource_type;
-        out.resource_name = r.resource_name.clone();
-        if let Err((code, message)) = outcome {
-            out.error_code = code.code();
-            out.error_message = Some(s(message));
-        }
-        error_code::count(ApiKey::AlterConfigs, out.error_code);
+        (
+            out.resource_type,
+            out.resource_name,
+            out.error_code,
+            out.error_message,
+        ) = (t, name, code, message);
         body.responses.push(out);
     }
-    encode_response(ApiKey::AlterConfigs, frame.api_version, frame.header.correlation_id, &body)
+    encode_response(
+        ApiKey::AlterConfigs,
+        frame.api_version,
+        frame.header.correlation_id,
+        &body,
+    )
 }
 
-pub async fn incremental_alter_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+pub async fn incremental_alter_configs(
+    ctx: &Ctx,
+    frame: &mut RequestFrame,
+) -> Result<BytesMut, FrameError> {
     let req: IncrementalAlterConfigsRequest = decode_body(frame)?;
-    let seen = duplicates(req.resources.iter().map(|r| (r.resource_type, r.resource_name.as_str())));
+    let twice = named_twice(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, r.resource_name.as_str())),
+    );
     let checked = req
         .resources
         .iter()
         .map(|r| {
-            let dup = seen.get(&(r.resource_type, r.resource_name.to_string())).copied().unwrap_or(0) > 1;
+            let dup = twice.contains(&(r.resource_type, r.resource_name.to_string()));
             let ops: Result<Vec<ConfigOp>, String> = r
                 .configs
                 .iter()
@@ -335,17 +425,22 @@ pub async fn incremental_alter_configs(ctx: &Ctx, frame: &mut RequestFrame) -> R
             check_resource(ctx, r.resource_type, r.resource_name.as_str(), dup, ops)
         })
         .collect();
-    let outcomes = alter(ctx, checked, req.validate_only).await;
+    let outcomes_of = alter(ctx, checked, req.validate_only).await;
     let mut body = IncrementalAlterConfigsResponse::default();
-    for (r, outcome) in req.resources.iter().zip(outcomes) {
+    let resources = req
+        .resources
+        .iter()
+        .map(|r| (r.resource_type, &r.resource_name));
+    for (t, name, code, message) in
+        outcomes(resources, outcomes_of, ApiKey::IncrementalAlterConfigs)
+    {
         let mut out = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-        out.resource_type = r.resource_type;
-        out.resource_name = r.resource_name.clone();
-        if let Err((code, message)) = outcome {
-            out.error_code = code.code();
-            out.error_message = Some(s(message));
-        }
-        error_code::count(ApiKey::IncrementalAlterConfigs, out.error_code);
+        (
+            out.resource_type,
+            out.resource_name,
+            out.error_code,
+            out.error_message,
+        ) = (t, name, code, message);
         body.responses.push(out);
     }
     encode_response(

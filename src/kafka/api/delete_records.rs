@@ -51,9 +51,8 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
         slots.push(parts);
     }
     let answers = per_shard
-        .call(&ctx.shard, |partitions, reply| ShardMessage::DeleteRecords {
-            partitions,
-            reply,
+        .call(&ctx.shard, |partitions, reply| {
+            ShardMessage::DeleteRecords { partitions, reply }
         })
         .await;
     for ((ti, pi), answer) in answers {

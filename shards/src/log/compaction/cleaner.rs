@@ -129,9 +129,8 @@ pub async fn clean(
         .sum();
     let total_bytes: u64 = cleanable.iter().map(|s| s.size).sum();
     let first_dirty_segment = cleanable.iter().find(|s| s.next_base > first_dirty);
-    let overdue = first_dirty_segment.is_some_and(|s| {
-        s.max_timestamp_ms < now_ms.saturating_sub(config.max_compaction_lag_ms)
-    });
+    let overdue = first_dirty_segment
+        .is_some_and(|s| s.max_timestamp_ms < now_ms.saturating_sub(config.max_compaction_lag_ms));
     let ratio = dirty_bytes as f64 / total_bytes.max(1) as f64;
     if !force && dirty_bytes > 0 && ratio < config.min_cleanable_dirty_ratio && !overdue {
         return Ok(None);
@@ -168,7 +167,10 @@ pub async fn clean(
             return Err(err(&dir, format!("segment {}: {e}", seg.base_offset)));
         }
         if let ScanEnd::Invalid { position, reason } = end {
-            return Err(err(&dir, format!("segment {} at {position}: {reason}", seg.base_offset)));
+            return Err(err(
+                &dir,
+                format!("segment {} at {position}: {reason}", seg.base_offset),
+            ));
         }
         if let Some(at) = full_at {
             map_end = at;
@@ -194,12 +196,16 @@ pub async fn clean(
         let latest = map.get(key).is_none_or(|m| offset >= m);
         latest && !(tombstone && h.max_timestamp < delete_horizon)
     };
-    let to_clean: Vec<&SealedSegment> = cleanable.iter().filter(|s| s.base_offset < map_end).collect();
+    let to_clean: Vec<&SealedSegment> = cleanable
+        .iter()
+        .filter(|s| s.base_offset < map_end)
+        .collect();
     // While the pass works, deletions of these segments wait (retention runs in this
     // same task; DeleteRecords defers its segment deletion to the next round).
     let _guard = log.hold_segments();
     for group in group_by_size(&to_clean, config.segment_bytes) {
-        let outcome = rewrite_group(&dir, &group, config.index_interval_bytes, &keep, crash).await?;
+        let outcome =
+            rewrite_group(&dir, &group, config.index_interval_bytes, &keep, crash).await?;
         if let Some(out) = outcome {
             stats.segments_rewritten += group.len();
             stats.bytes_before += group.iter().map(|s| s.size).sum::<u64>();
@@ -208,7 +214,10 @@ pub async fn clean(
             if crash.is_some() {
                 return Ok(Some(stats));
             }
-            let files: Vec<_> = group.iter().map(|s| (s.base_offset, s.file.clone())).collect();
+            let files: Vec<_> = group
+                .iter()
+                .map(|s| (s.base_offset, s.file.clone()))
+                .collect();
             let swapped = log.swap_segments(&files, out.segment);
             assert!(swapped, "segments held by the cleaner are still in the log");
         }
@@ -274,7 +283,10 @@ impl BlockingWriter {
 /// Consecutive segments whose sizes add up to at most `segment_bytes` (and whose
 /// offsets fit the 32-bit relative offsets of one index) form one group: the cleaner
 /// writes each group as one segment, so compaction also merges small segments.
-fn group_by_size<'a>(segments: &[&'a SealedSegment], segment_bytes: u64) -> Vec<Vec<&'a SealedSegment>> {
+fn group_by_size<'a>(
+    segments: &[&'a SealedSegment],
+    segment_bytes: u64,
+) -> Vec<Vec<&'a SealedSegment>> {
     let mut groups: Vec<Vec<&SealedSegment>> = Vec::new();
     let mut size = 0u64;
     for seg in segments {
@@ -377,12 +389,17 @@ async fn rewrite_group(
                 return Err(err(&log_path, f));
             }
             if let ScanEnd::Invalid { position, reason } = end {
-                return Err(err(&log_path, format!("segment {} at {position}: {reason}", seg.base_offset)));
+                return Err(err(
+                    &log_path,
+                    format!("segment {} at {position}: {reason}", seg.base_offset),
+                ));
             }
             if resume.is_some() {
                 let w = match &mut writer {
                     Some(w) => w,
-                    None => writer.insert(BlockingWriter::create(suffixed(&log_path, CLEANED)).await?),
+                    None => {
+                        writer.insert(BlockingWriter::create(suffixed(&log_path, CLEANED)).await?)
+                    }
                 };
                 w.write(std::mem::take(&mut out)).await?;
             }
@@ -425,7 +442,11 @@ async fn rewrite_group(
             time_index: time,
             // The group's newest timestamp: retention ages the segment as before, even
             // if the newest records were the ones removed.
-            max_timestamp_ms: group.iter().map(|s| s.max_timestamp_ms).max().unwrap_or(i64::MIN),
+            max_timestamp_ms: group
+                .iter()
+                .map(|s| s.max_timestamp_ms)
+                .max()
+                .unwrap_or(i64::MIN),
         },
         size: written,
         removed,
@@ -436,7 +457,12 @@ async fn rewrite_group(
     // `.cleaned` → `.swap`, the log last: a `.log.swap` means the swap is committed.
     // Then the other members go, and the swap files replace the first member's.
     let d = dir.to_path_buf();
-    let swap_set = [covers_path.clone(), index_path.clone(), time_path.clone(), log_path.clone()];
+    let swap_set = [
+        covers_path.clone(),
+        index_path.clone(),
+        time_path.clone(),
+        log_path.clone(),
+    ];
     let others: Vec<i64> = group.iter().skip(1).map(|s| s.base_offset).collect();
     let stop = crash;
     glommio::executor()
@@ -474,7 +500,12 @@ fn covers_file(dir: &Path, base: i64) -> PathBuf {
 /// The committed part of a swap at `base`: delete the replaced segments after the first,
 /// rename the swap files over the first's (log last), drop the covers file. With
 /// `stop_before_log` (tests), stops as a crash would just before the log's rename.
-fn complete_swap(dir: &Path, base: i64, others: &[i64], stop_before_log: bool) -> std::io::Result<()> {
+fn complete_swap(
+    dir: &Path,
+    base: i64,
+    others: &[i64],
+    stop_before_log: bool,
+) -> std::io::Result<()> {
     for other in others {
         for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
             match std::fs::remove_file(segment::file_path(dir, *other, suffix)) {
@@ -554,8 +585,13 @@ pub fn recover_swaps(dir: &Path) -> Result<(), StorageError> {
     // Complete every swap whose log reached `.swap`: the segments it covers are
     // deleted and its files renamed into place (either may have partly happened).
     for name in names.iter().filter(|n| n.ends_with(SWAP)) {
-        let Some(stem) = name.strip_suffix(SWAP) else { continue };
-        let Some(base) = stem.strip_suffix(&format!(".{LOG_SUFFIX}")).and_then(|b| b.parse::<i64>().ok()) else {
+        let Some(stem) = name.strip_suffix(SWAP) else {
+            continue;
+        };
+        let Some(base) = stem
+            .strip_suffix(&format!(".{LOG_SUFFIX}"))
+            .and_then(|b| b.parse::<i64>().ok())
+        else {
             continue;
         };
         let covers = suffixed(&covers_file(dir, base), SWAP);
