@@ -333,6 +333,7 @@ async fn rewrite_group(
     let mut time = TimeIndex::new(base);
     let mut bytes_since_index: u64 = 0;
     let mut max_ts = i64::MIN;
+    let mut last_kept_base = base;
     let mut removed: u64 = 0;
     let mut changed = group.len() > 1;
     for seg in group {
@@ -363,6 +364,7 @@ async fn rewrite_group(
                 removed += dropped;
                 changed |= !matches!(filtered, Ok(Filtered::Unchanged));
                 if let Some(b) = kept {
+                    last_kept_base = h.base_offset;
                     if bytes_since_index >= u64::from(index_interval_bytes) && written > 0 {
                         index.append(h.base_offset, written as u32);
                         bytes_since_index = 0;
@@ -415,6 +417,13 @@ async fn rewrite_group(
             let _ = std::fs::remove_file(suffixed(&log_path, CLEANED));
         }
         return Ok(None);
+    }
+    // The group's newest timestamp goes into the time index even if its record was
+    // removed: retention ages the cleaned segment as it aged the originals, before and
+    // after a restart (the in-memory value below is the same).
+    let group_max = group.iter().map(|s| s.max_timestamp_ms).max().unwrap_or(i64::MIN);
+    if group_max > max_ts {
+        time.append(group_max, last_kept_base);
     }
     let mut log_writer = match writer {
         Some(w) => w,
