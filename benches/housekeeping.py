@@ -4,7 +4,8 @@
 Two runs on the same broker settings and the same offered load:
 
 * ``off``: the measured topic ``fg`` and a background topic ``bg`` keep everything
-  (cleanup.policy=delete, no size limit): no deletion, no compaction ever runs.
+  (cleanup.policy=delete, no size limit): no deletion, no compaction ever runs. Both
+  have 4 MiB segments as in ``on``, so segment rolls are the same in both runs.
 * ``on``: ``fg`` has 4 MiB segments and retention.bytes of 16 MiB per partition, so
   retention deletes a segment of every partition every few seconds; ``bg`` is compacted
   (4 MiB segments, min.cleanable.dirty.ratio 0.1, 2000 keys), so the cleaner rewrites
@@ -68,8 +69,13 @@ def main() -> int:
     ap.add_argument("--bg-rate", type=int, default=10000, help="background keyed producer, msg/s")
     ap.add_argument("--duration", default="30s")
     ap.add_argument("--shards", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--only", choices=["retention", "compaction"],
+                    help="in the 'on' run, enable only this one (to tell their costs apart)")
+    ap.add_argument("--broker-arg", action="append", default=[],
+                    help="extra broker flag for both runs, e.g. --broker-arg=--cleaner-io-max-bytes-per-second=0")
     args = ap.parse_args()
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-housekeeping"
+    stamp = (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-housekeeping"
+             + (f"-{args.only}-only" if args.only else ""))
     out = H.ROOT / "benches" / "results" / stamp
     out.mkdir(parents=True, exist_ok=True)
     subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog", "-p", "corelog-load"],
@@ -80,11 +86,16 @@ def main() -> int:
     seconds = float(args.duration.rstrip("s"))
     runs = {}
     for mode in ("off", "on"):
-        fg_cfg = {} if mode == "off" else {"segment.bytes": str(4 * MIB), "retention.bytes": str(16 * MIB)}
-        bg_cfg = {} if mode == "off" else {"cleanup.policy": "compact", "segment.bytes": str(4 * MIB),
-                                           "min.cleanable.dirty.ratio": "0.1"}
+        # Same segment size in both runs, so both roll equally often: the only
+        # difference is deletion and compaction.
+        seg = {"segment.bytes": str(4 * MIB)}
+        retention = mode == "on" and args.only != "compaction"
+        compaction = mode == "on" and args.only != "retention"
+        fg_cfg = {**seg, "retention.bytes": str(16 * MIB)} if retention else seg
+        bg_cfg = ({**seg, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
+                  if compaction else seg)
         broker = H.Broker(work, args.shards, ["--retention-check-interval-ms", "1000",
-                                              "--cleaner-backoff-ms", "1000"])
+                                              "--cleaner-backoff-ms", "1000", *args.broker_arg])
         try:
             create_topics(broker.bootstrap, {"fg": fg_cfg, "bg": bg_cfg})
             bg_cmd = [str(H.LOAD), "produce", "--bootstrap", broker.bootstrap, "--topic", "bg",

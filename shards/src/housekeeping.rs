@@ -37,6 +37,9 @@ pub struct HousekeepingConfig {
     pub cleaner_backoff: Duration,
     /// Memory for one compaction pass's key map (`log.cleaner.dedupe.buffer.size`).
     pub cleaner_buffer_bytes: usize,
+    /// The cleaner's reads plus writes per second on one shard
+    /// (`log.cleaner.io.max.bytes.per.second`); `None`: unlimited.
+    pub cleaner_io_bytes_per_second: Option<u64>,
     /// Refuse produces above this fill ratio of the data directory's filesystem.
     pub disk_fill_max_ratio: f64,
     /// Refuse produces while all logs together hold more than this.
@@ -49,6 +52,7 @@ impl Default for HousekeepingConfig {
             check_interval: Duration::from_secs(300),
             cleaner_backoff: Duration::from_secs(15),
             cleaner_buffer_bytes: 16 << 20,
+            cleaner_io_bytes_per_second: None,
             disk_fill_max_ratio: 0.95,
             disk_budget_bytes: None,
         }
@@ -64,6 +68,7 @@ pub fn now_ms() -> i64 {
 
 /// Starts this shard's retention/compaction loop and disk reporter.
 pub fn start(shard: &Rc<Shard>) {
+    cleaner::set_io_limit(shard.config.housekeeping.cleaner_io_bytes_per_second);
     let queue = glommio::executor().create_task_queue(
         Shares::Static(HOUSEKEEPING_SHARES),
         Latency::NotImportant,

@@ -48,7 +48,52 @@ const CLEANED: &str = ".cleaned";
 const SWAP: &str = ".swap";
 
 /// Output buffered before it is written to the cleaned file.
-pub const OUTPUT_CHUNK_BYTES: usize = 4 << 20;
+pub const OUTPUT_CHUNK_BYTES: usize = 1 << 20;
+
+/// Input one scan step handles before the pass yields, writes out and is throttled: the
+/// longest the cleaner keeps the core without a break is the time to filter this much.
+const INPUT_STEP_BYTES: u64 = 1 << 20;
+
+thread_local! {
+    /// This shard's cleaner I/O budget, shared by every pass on the shard.
+    static THROTTLE: std::cell::RefCell<Throttle> = std::cell::RefCell::new(Throttle::default());
+}
+
+/// Limits the cleaner's reads plus writes on this shard to `bytes_per_second` (Kafka's
+/// `log.cleaner.io.max.bytes.per.second`); `None`: unlimited.
+pub fn set_io_limit(bytes_per_second: Option<u64>) {
+    THROTTLE.with(|t| t.borrow_mut().rate = bytes_per_second.map(|r| r.max(1) as f64));
+}
+
+/// A byte-rate limit over a window that restarts after idle time, so a cleaner that was
+/// idle gets at most one second of burst.
+#[derive(Debug, Default)]
+struct Throttle {
+    rate: Option<f64>,
+    window: Option<(std::time::Instant, f64)>,
+}
+
+/// Accounts `bytes` of cleaner I/O and sleeps as long as the rate requires.
+async fn throttle(bytes: u64) {
+    let pause = THROTTLE.with(|t| {
+        let mut t = t.borrow_mut();
+        let rate = t.rate?;
+        let now = std::time::Instant::now();
+        let (start, done) = match t.window {
+            Some((start, done)) if now.duration_since(start).as_secs_f64() < done / rate + 1.0 => {
+                (start, done)
+            }
+            _ => (now, 0.0),
+        };
+        let done = done + bytes as f64;
+        t.window = Some((start, done));
+        let due = std::time::Duration::from_secs_f64(done / rate);
+        due.checked_sub(now.duration_since(start))
+    });
+    if let Some(pause) = pause {
+        glommio::timer::sleep(pause).await;
+    }
+}
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -140,43 +185,55 @@ pub async fn clean(
     let mut map = OffsetMap::with_memory(memory_bytes);
     let mut map_end = cleanable_end;
     'segments: for seg in cleanable.iter().filter(|s| s.next_base > first_dirty) {
-        let mut full_at: Option<i64> = None;
-        let mut failure = None;
-        let (_, end) = file_scan::scan(&seg.file, 0, seg.size, false, |h, _, bytes| {
-            if h.last_offset() < first_dirty || h.is_control() {
-                return true;
-            }
-            let count = usize::try_from(h.record_count).unwrap_or(0);
-            if !map.is_empty() && !map.has_room_for(count) {
-                full_at = Some(h.base_offset);
-                return false;
-            }
-            if let Err(e) = for_each_record(bytes, |r| {
-                if let Some(k) = r.key {
-                    map.put(k, r.offset);
+        let mut pos = 0u64;
+        while pos < seg.size {
+            let mut full_at: Option<i64> = None;
+            let mut failure = None;
+            let mut resume = None;
+            let step_end = pos + INPUT_STEP_BYTES;
+            let (_, end) = file_scan::scan(&seg.file, pos, seg.size, false, |h, at, bytes| {
+                if at >= step_end {
+                    resume = Some(at);
+                    return false;
                 }
-            }) {
-                failure = Some(e);
-                return false;
+                if h.last_offset() < first_dirty || h.is_control() {
+                    return true;
+                }
+                let count = usize::try_from(h.record_count).unwrap_or(0);
+                if !map.is_empty() && !map.has_room_for(count) {
+                    full_at = Some(h.base_offset);
+                    return false;
+                }
+                if let Err(e) = for_each_record(bytes, |r| {
+                    if let Some(k) = r.key {
+                        map.put(k, r.offset);
+                    }
+                }) {
+                    failure = Some(e);
+                    return false;
+                }
+                true
+            })
+            .await
+            .map_err(|e| err(&dir, e))?;
+            if let Some(e) = failure {
+                return Err(err(&dir, format!("segment {}: {e}", seg.base_offset)));
             }
-            true
-        })
-        .await
-        .map_err(|e| err(&dir, e))?;
-        if let Some(e) = failure {
-            return Err(err(&dir, format!("segment {}: {e}", seg.base_offset)));
+            if let ScanEnd::Invalid { position, reason } = end {
+                return Err(err(
+                    &dir,
+                    format!("segment {} at {position}: {reason}", seg.base_offset),
+                ));
+            }
+            if let Some(at) = full_at {
+                map_end = at;
+                break 'segments;
+            }
+            let next = resume.unwrap_or(seg.size);
+            throttle(next - pos).await;
+            pos = next;
+            glommio::yield_if_needed().await;
         }
-        if let ScanEnd::Invalid { position, reason } = end {
-            return Err(err(
-                &dir,
-                format!("segment {} at {position}: {reason}", seg.base_offset),
-            ));
-        }
-        if let Some(at) = full_at {
-            map_end = at;
-            break 'segments;
-        }
-        glommio::yield_if_needed().await;
     }
 
     // 3-4. Rewrite and swap every cleanable segment that starts below the map's end.
@@ -242,6 +299,23 @@ struct Rewritten {
 struct BlockingWriter {
     file: Option<std::fs::File>,
     path: PathBuf,
+    /// Bytes written so far (the offset of the next chunk).
+    written: u64,
+}
+
+/// Starts writeback of a chunk just written (`sync_file_range(SYNC_FILE_RANGE_WRITE)`),
+/// without waiting for it: the cleaned file goes to the disk as it is produced instead of
+/// in one burst at the final `fsync`, a burst that would queue ahead of the produce
+/// path's `fdatasync`s (kernel-notes.md, "Retention and compaction"). Best effort.
+fn start_writeback(file: &std::fs::File, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    let (Ok(offset), Ok(len)) = (i64::try_from(offset), i64::try_from(len)) else {
+        return;
+    };
+    // SAFETY: a plain syscall on an open descriptor we own; no memory is passed.
+    let _ = unsafe {
+        libc::sync_file_range(file.as_raw_fd(), offset, len, libc::SYNC_FILE_RANGE_WRITE)
+    };
 }
 
 impl BlockingWriter {
@@ -254,6 +328,7 @@ impl BlockingWriter {
         Ok(BlockingWriter {
             file: Some(file),
             path,
+            written: 0,
         })
     }
 
@@ -261,10 +336,17 @@ impl BlockingWriter {
         let Some(mut file) = self.file.take() else {
             return Err(err(&self.path, "writer already failed"));
         };
+        let offset = self.written;
+        let len = chunk.len();
         let file = glommio::executor()
-            .spawn_blocking(move || file.write_all(&chunk).map(|()| file))
+            .spawn_blocking(move || {
+                file.write_all(&chunk)?;
+                start_writeback(&file, offset, len as u64);
+                Ok::<_, std::io::Error>(file)
+            })
             .await
             .map_err(|e| err(&self.path, e))?;
+        self.written += len as u64;
         self.file = Some(file);
         Ok(())
     }
@@ -341,7 +423,12 @@ async fn rewrite_group(
         while pos < seg.size {
             let mut resume = None;
             let mut failure = None;
+            let step_end = pos + INPUT_STEP_BYTES;
             let (_, end) = file_scan::scan(&seg.file, pos, seg.size, false, |h, at, bytes| {
+                if at >= step_end {
+                    resume = Some(at);
+                    return false;
+                }
                 let mut dropped = 0u64;
                 let filtered = if h.is_control() {
                     Ok(Filtered::Unchanged)
@@ -379,10 +466,6 @@ async fn rewrite_group(
                     written += b.len() as u64;
                     bytes_since_index += b.len() as u64;
                 }
-                if out.len() >= OUTPUT_CHUNK_BYTES {
-                    resume = Some(at + h.total_len() as u64);
-                    return false;
-                }
                 true
             })
             .await
@@ -396,18 +479,24 @@ async fn rewrite_group(
                     format!("segment {} at {position}: {reason}", seg.base_offset),
                 ));
             }
-            if resume.is_some() {
+            let flushed = if resume.is_some() && out.len() >= OUTPUT_CHUNK_BYTES {
                 let w = match &mut writer {
                     Some(w) => w,
                     None => {
                         writer.insert(BlockingWriter::create(suffixed(&log_path, CLEANED)).await?)
                     }
                 };
+                let n = out.len() as u64;
                 w.write(std::mem::take(&mut out)).await?;
-            }
-            match resume {
-                Some(next) => pos = next,
-                None => break,
+                n
+            } else {
+                0
+            };
+            let next = resume.unwrap_or(seg.size);
+            throttle(next - pos + flushed).await;
+            pos = next;
+            if resume.is_none() {
+                break;
             }
             glommio::yield_if_needed().await;
         }
