@@ -144,6 +144,9 @@ pub struct PartitionLog {
     syncs: std::cell::Cell<u64>,
     /// Holders of [`SegmentHold`]: while non-zero, no segment is deleted.
     held: std::cell::Cell<usize>,
+    /// The cleaner's note of the oldest tombstone it kept (batch timestamp); `i64::MIN`
+    /// when unknown (since open), `i64::MAX` when there is none.
+    oldest_kept_tombstone_ms: std::cell::Cell<i64>,
 }
 
 /// Keeps a log's segments from being deleted while it lives (see `hold_segments`).
@@ -290,6 +293,7 @@ impl PartitionLog {
             sync_work: Event::new(),
             syncs: std::cell::Cell::new(0),
             held: std::cell::Cell::new(0),
+            oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
             dir,
         });
         glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
@@ -537,6 +541,14 @@ impl PartitionLog {
             st.tail.evict_below(end);
         }
         true
+    }
+
+    pub(crate) fn oldest_kept_tombstone_ms(&self) -> i64 {
+        self.oldest_kept_tombstone_ms.get()
+    }
+
+    pub(crate) fn set_oldest_kept_tombstone_ms(&self, ms: i64) {
+        self.oldest_kept_tombstone_ms.set(ms);
     }
 
     /// Holds the sealed segments against deletion until the guard drops (the cleaner

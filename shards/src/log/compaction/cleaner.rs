@@ -22,7 +22,11 @@
 //!    swap whose `.log.swap` exists (all three files were synced before the first
 //!    rename to `.swap`), or deletes index `.swap` files whose log never got there.
 //!    So a crash at any point leaves either the old segment or the cleaned one.
-//! 5. **Checkpoint** `map_end` as the new first dirty offset.
+//! 5. **Checkpoint** `map_end` as the new first dirty offset, and remember the oldest
+//!    tombstone kept: once it passes `delete.retention.ms`, a pass runs even without new
+//!    dirty data (a log that stopped receiving writes still loses its expired
+//!    tombstones). That hint lives in memory; after a restart it is unknown, so each
+//!    compacted log gets one such pass.
 //!
 //! Offsets never change: a cleaned segment keeps its base offset and every kept batch
 //! its base offset and last offset delta. Memory is bounded by the key map, one scan
@@ -152,7 +156,7 @@ pub async fn clean(
     }
     let dir = log.dir().to_path_buf();
     let lag_cut = now_ms.saturating_sub(config.min_compaction_lag_ms);
-    let cleanable: Vec<SealedSegment> = log
+    let mut cleanable: Vec<SealedSegment> = log
         .sealed_segments()
         .into_iter()
         .take_while(|s| s.max_timestamp_ms <= lag_cut)
@@ -164,7 +168,11 @@ pub async fn clean(
     let first_dirty = read_checkpoint(&dir)?
         .unwrap_or(0)
         .max(log.log_start_offset());
-    if first_dirty >= cleanable_end {
+    // Tombstones already in the clean part expire with time alone: a pass is due when
+    // the oldest one kept may have passed `delete.retention.ms`, new data or not.
+    let delete_horizon = now_ms.saturating_sub(config.delete_retention_ms);
+    let tombstones_due = log.oldest_kept_tombstone_ms() < delete_horizon;
+    if first_dirty >= cleanable_end && !tombstones_due {
         return Ok(None);
     }
     let dirty_bytes: u64 = cleanable
@@ -177,7 +185,12 @@ pub async fn clean(
     let overdue = first_dirty_segment
         .is_some_and(|s| s.max_timestamp_ms < now_ms.saturating_sub(config.max_compaction_lag_ms));
     let ratio = dirty_bytes as f64 / total_bytes.max(1) as f64;
-    if !force && dirty_bytes > 0 && ratio < config.min_cleanable_dirty_ratio && !overdue {
+    if !force
+        && !tombstones_due
+        && dirty_bytes > 0
+        && ratio < config.min_cleanable_dirty_ratio
+        && !overdue
+    {
         return Ok(None);
     }
 
@@ -237,12 +250,12 @@ pub async fn clean(
     }
 
     // 3-4. Rewrite and swap every cleanable segment that starts below the map's end.
-    let delete_horizon = now_ms.saturating_sub(config.delete_retention_ms);
     let mut stats = CleanStats {
         first_dirty,
         map_end,
         ..Default::default()
     };
+    let oldest_tombstone = std::cell::Cell::new(i64::MAX);
     let keep = |h: &BatchHeader, offset: i64, key: Option<&[u8]>, tombstone: bool| {
         if offset >= map_end {
             return true;
@@ -251,38 +264,63 @@ pub async fn clean(
             return false; // a compacted log has no use for records without a key
         };
         let latest = map.get(key).is_none_or(|m| offset >= m);
-        latest && !(tombstone && h.max_timestamp < delete_horizon)
+        let kept = latest && !(tombstone && h.max_timestamp < delete_horizon);
+        if kept && tombstone {
+            oldest_tombstone.set(oldest_tombstone.get().min(h.max_timestamp));
+        }
+        kept
     };
-    let to_clean: Vec<&SealedSegment> = cleanable
-        .iter()
-        .filter(|s| s.base_offset < map_end)
-        .collect();
     // While the pass works, deletions of these segments wait (retention runs in this
     // same task; DeleteRecords defers its segment deletion to the next round).
     let _guard = log.hold_segments();
-    for group in group_by_size(&to_clean, config.segment_bytes) {
-        let outcome =
-            rewrite_group(&dir, &group, config.index_interval_bytes, &keep, crash).await?;
-        if let Some(out) = outcome {
-            stats.segments_rewritten += group.len();
-            stats.bytes_before += group.iter().map(|s| s.size).sum::<u64>();
-            stats.bytes_after += out.size;
-            stats.records_removed += out.removed;
-            if crash.is_some() {
-                return Ok(Some(stats));
+    // Groups are sized by the segments as they are before cleaning, so a first round
+    // can leave a run of small (even empty) cleaned segments; a second round merges
+    // those. Filtering is idempotent: what the first round kept, the second keeps.
+    let mut tombstones_seen = i64::MAX;
+    for round in 0..2 {
+        oldest_tombstone.set(i64::MAX);
+        let current = if round == 0 {
+            std::mem::take(&mut cleanable)
+        } else {
+            log.sealed_segments()
+        };
+        let to_clean: Vec<&SealedSegment> =
+            current.iter().filter(|s| s.base_offset < map_end).collect();
+        for group in group_by_size(&to_clean, config.segment_bytes) {
+            if round == 1 && group.len() < 2 {
+                continue;
             }
-            let files: Vec<_> = group
-                .iter()
-                .map(|s| (s.base_offset, s.file.clone()))
-                .collect();
-            let swapped = log.swap_segments(&files, out.segment);
-            assert!(swapped, "segments held by the cleaner are still in the log");
+            let outcome =
+                rewrite_group(&dir, &group, config.index_interval_bytes, &keep, crash).await?;
+            if let Some(out) = outcome {
+                stats.segments_rewritten += group.len();
+                stats.bytes_before += group.iter().map(|s| s.size).sum::<u64>();
+                stats.bytes_after += out.size;
+                stats.records_removed += out.removed;
+                if crash.is_some() {
+                    return Ok(Some(stats));
+                }
+                let files: Vec<_> = group
+                    .iter()
+                    .map(|s| (s.base_offset, s.file.clone()))
+                    .collect();
+                let swapped = log.swap_segments(&files, out.segment);
+                assert!(swapped, "segments held by the cleaner are still in the log");
+            }
+            glommio::yield_if_needed().await;
         }
-        glommio::yield_if_needed().await;
+        if round == 0 {
+            tombstones_seen = oldest_tombstone.get();
+        }
     }
+    oldest_tombstone.set(tombstones_seen);
+    log.set_oldest_kept_tombstone_ms(oldest_tombstone.get());
+    // A tombstone-only pass (nothing dirty) never moves the checkpoint back.
+    let checkpoint = map_end.max(first_dirty);
+    stats.map_end = checkpoint;
     let d = dir.clone();
     glommio::executor()
-        .spawn_blocking(move || write_checkpoint(&d, map_end))
+        .spawn_blocking(move || write_checkpoint(&d, checkpoint))
         .await
         .map_err(|e| err(&dir, e))?;
     Ok(Some(stats))
@@ -510,7 +548,11 @@ async fn rewrite_group(
     // The group's newest timestamp goes into the time index even if its record was
     // removed: retention ages the cleaned segment as it aged the originals, before and
     // after a restart (the in-memory value below is the same).
-    let group_max = group.iter().map(|s| s.max_timestamp_ms).max().unwrap_or(i64::MIN);
+    let group_max = group
+        .iter()
+        .map(|s| s.max_timestamp_ms)
+        .max()
+        .unwrap_or(i64::MIN);
     if group_max > max_ts {
         time.append(group_max, last_kept_base);
     }
