@@ -92,6 +92,7 @@ impl MetadataStore {
     /// Loads the persisted metadata, or starts empty with a new cluster id.
     pub fn load(data_dir: &Path) -> std::io::Result<MetadataStore> {
         std::fs::create_dir_all(data_dir)?;
+        remove_deleted_leftovers(data_dir);
         let path = data_dir.join(METADATA_FILE);
         let meta = match std::fs::read(&path) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
@@ -143,6 +144,40 @@ fn persist(data_dir: &Path, meta: &ClusterMetadata) -> std::io::Result<()> {
     drop(f);
     std::fs::rename(&tmp, data_dir.join(METADATA_FILE))?;
     std::fs::File::open(data_dir)?.sync_all()
+}
+
+/// Suffix of a deleted partition's directory until it is removed.
+pub const DELETED_DIR_SUFFIX: &str = "-delete";
+
+/// The name a deleted partition's directory is renamed to before it is removed:
+/// `<topic>-<partition>.<uuid>-delete`, unique so that a topic created again under the
+/// same name never meets it. ('.' then 32 hex digits cannot end a valid partition
+/// directory name.)
+pub fn deleted_dir_name(dir: &Path) -> PathBuf {
+    let mut name = dir.as_os_str().to_os_string();
+    name.push(format!(
+        ".{}{DELETED_DIR_SUFFIX}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    PathBuf::from(name)
+}
+
+/// Removes directories of deleted partitions that a crash left behind. Start-up only.
+pub fn remove_deleted_leftovers(data_dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(data_dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if name
+            .to_str()
+            .is_some_and(|n| n.ends_with(DELETED_DIR_SUFFIX) && n.contains('.'))
+        {
+            if let Err(e) = std::fs::remove_dir_all(entry.path()) {
+                tracing::warn!(path = %entry.path().display(), error = %e, "removing a deleted partition's directory");
+            }
+        }
+    }
 }
 
 /// The directory of one partition: `<data-dir>/<topic>-<partition>`.

@@ -482,11 +482,23 @@ impl Shard {
             if let Some(log) = removed {
                 log.close().await;
             }
-            // Readers still holding the log keep their open files; unlinking is safe.
+            // The directory is first renamed away (as Kafka does), so that background
+            // work still holding the old path, or a topic created again under the same
+            // name, can never touch the other's files; then it is removed. Readers still
+            // holding the log keep their open files.
             let dir = partition_dir(&self.config.data_dir, &topic, p);
-            let _ = glommio::executor()
-                .spawn_blocking(move || std::fs::remove_dir_all(dir))
+            let doomed = crate::metadata::deleted_dir_name(&dir);
+            let removal = glommio::executor()
+                .spawn_blocking(move || {
+                    std::fs::rename(&dir, &doomed)?;
+                    std::fs::remove_dir_all(&doomed)
+                })
                 .await;
+            if let Err(e) = removal {
+                if e.kind() != std::io::ErrorKind::NotFound {
+                    tracing::warn!(topic = %topic, partition = p, error = %e, "removing a deleted partition's directory; retried at the next start");
+                }
+            }
         }
     }
 

@@ -262,3 +262,34 @@ def test_disk_budget_refuses_produce_and_resumes_after_retention(broker_factory)
         ConfigEntry("retention.bytes", "50000", incremental_operation=AlterConfigOpType.SET)])
     admin.incremental_alter_configs([res])[res].result(TIMEOUT)
     wait_for(lambda: not refused(), what="produce to resume")
+
+
+def test_delete_records_on_a_compact_only_topic_is_a_policy_violation(broker_factory):
+    b = broker_factory.start(extra_args=FAST)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    create(admin, "compact-only", {"cleanup.policy": "compact"})
+    create(admin, "compact-delete", {"cleanup.policy": "compact,delete"})
+    for topic in ("compact-only", "compact-delete"):
+        produce(b.bootstrap, topic, [(b"k%d" % i, b"v", None) for i in range(10)])
+    (fut,) = admin.delete_records([TopicPartition("compact-only", 0, 5)]).values()
+    with pytest.raises(KafkaException) as e:
+        fut.result(TIMEOUT)
+    assert e.value.args[0].code() == KafkaError.POLICY_VIOLATION, e.value
+    (fut,) = admin.delete_records([TopicPartition("compact-delete", 0, 5)]).values()
+    assert fut.result(TIMEOUT).low_watermark == 5
+
+
+def test_a_batch_too_large_once_stored_uncompressed_is_refused(broker_factory):
+    b = broker_factory.start(extra_args=FAST)
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    create(admin, "stored-plain", {"compression.type": "uncompressed", "max.message.bytes": "4096"})
+    p = Producer({"bootstrap.servers": b.bootstrap, "compression.type": "zstd",
+                  "message.send.max.retries": 0, "message.max.bytes": 1_000_000})
+    errors = []
+    # Compresses to far below 4 KiB, is 64 KiB stored uncompressed.
+    p.produce("stored-plain", value=b"z" * 65536, on_delivery=lambda err, msg: errors.append(err))
+    p.produce("stored-plain", value=b"small", on_delivery=lambda err, msg: errors.append(err))
+    p.flush(TIMEOUT)
+    codes = sorted(e.code() if e else 0 for e in errors)
+    assert KafkaError.MSG_SIZE_TOO_LARGE in codes, errors
+    assert watermarks(b.bootstrap, "stored-plain")[1] <= 1

@@ -144,6 +144,8 @@ pub struct PartitionLog {
     syncs: std::cell::Cell<u64>,
     /// Holders of [`SegmentHold`]: while non-zero, no segment is deleted.
     held: std::cell::Cell<usize>,
+    /// Serialises moves of the log start offset (DeleteRecords) and their checkpoints.
+    start_moves: glommio::sync::Semaphore,
     /// The cleaner's note of the oldest tombstone it kept (batch timestamp); `i64::MIN`
     /// when unknown (since open), `i64::MAX` when there is none.
     oldest_kept_tombstone_ms: std::cell::Cell<i64>,
@@ -269,6 +271,13 @@ impl PartitionLog {
         // DeleteRecords may have moved the start inside the first segment.
         let checkpoint = super::checkpoint::read(&dir, super::retention::LOG_START_CHECKPOINT)?
             .unwrap_or(i64::MIN);
+        if checkpoint > next_offset {
+            // The start was moved past what survived a power loss (DeleteRecords of
+            // written but unsynced offsets). Offsets from the recovered end will be
+            // assigned again to new records: the checkpoint must not hide them later.
+            super::checkpoint::write(&dir, super::retention::LOG_START_CHECKPOINT, next_offset)
+                .map_err(|e| storage_err(&dir, e))?;
+        }
         let log_start_offset = (*bases.first().unwrap_or(&0))
             .max(checkpoint)
             .min(next_offset);
@@ -294,6 +303,7 @@ impl PartitionLog {
             syncs: std::cell::Cell::new(0),
             held: std::cell::Cell::new(0),
             oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
+            start_moves: glommio::sync::Semaphore::new(1),
             dir,
         });
         glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
@@ -360,6 +370,12 @@ impl PartitionLog {
         self.config.borrow().clone()
     }
 
+    /// Whether the log is closing or closed (its topic is being deleted, or shutdown):
+    /// background work must not touch its files any more.
+    pub fn is_closing(&self) -> bool {
+        self.state.borrow().closing
+    }
+
     /// `min.insync.replicas` of the topic.
     pub fn min_insync_replicas(&self) -> i32 {
         self.config.borrow().min_insync_replicas
@@ -410,7 +426,7 @@ impl PartitionLog {
     /// whose start is the first remaining segment (or the checkpoint, if later);
     /// leftover `*.deleted` files are removed at the next open.
     pub async fn delete_segments_before(&self, offset: i64) -> usize {
-        if self.held.get() > 0 {
+        if self.held.get() > 0 || self.state.borrow().closing {
             return 0;
         }
         let doomed: Vec<(i64, Rc<DmaFile>)> = {
@@ -589,10 +605,19 @@ impl PartitionLog {
     /// DeleteRecords: moves the log start offset to `offset` (-1: the high watermark),
     /// persists it, and deletes the segments wholly below it. Returns the new log start.
     pub async fn delete_records(&self, offset: i64) -> Result<i64, ReadError> {
+        // One move of the start at a time: two requests racing could otherwise leave the
+        // smaller offset in the checkpoint while memory holds the larger.
+        let _one_at_a_time = self.start_moves.acquire_permit(1).await;
         let (lso, hw) = {
             let st = self.state.borrow();
             if let Some(f) = &st.failure {
                 return Err(ReadError::Storage(f.clone()));
+            }
+            if st.closing {
+                return Err(ReadError::Storage(storage_err(
+                    &self.dir,
+                    "the log is closing",
+                )));
             }
             (st.log_start_offset, st.written_offset)
         };
@@ -894,11 +919,17 @@ impl PartitionLog {
                 .collect()
         };
         let hw = self.high_watermark();
+        // Records below the log start are gone for consumers (DeleteRecords may stop
+        // inside a segment; held segments may outlive their deletion a little).
+        let lso = self.log_start_offset();
         for (file, pos, size) in candidates {
             let mut hit = None;
             file_scan::scan(&file, pos, size, false, |h, _, bytes| {
                 if h.base_offset >= hw {
                     return false;
+                }
+                if h.last_offset() < lso {
+                    return true;
                 }
                 if h.max_timestamp >= timestamp_ms {
                     hit = Some(
@@ -911,8 +942,8 @@ impl PartitionLog {
             })
             .await
             .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
-            if hit.is_some() {
-                return Ok(hit);
+            if let Some((offset, ts)) = hit {
+                return Ok(Some((offset.max(lso), ts)));
             }
         }
         Ok(None)
@@ -1320,7 +1351,7 @@ fn check_topic_rules(
     {
         let now = crate::housekeeping::now_ms();
         for ts in [header.base_timestamp, header.max_timestamp] {
-            if ts.saturating_sub(now).abs() > config.timestamp_difference_max_ms {
+            if ts.abs_diff(now) > config.timestamp_difference_max_ms.unsigned_abs() {
                 return Err(AppendError::InvalidTimestamp(format!(
                     "timestamp {ts} of a record is more than {} ms from the broker's clock {now}",
                     config.timestamp_difference_max_ms
@@ -1351,7 +1382,16 @@ fn reshape_batches(config: &LogConfig, records: &[u8]) -> Result<Vec<u8>, Append
         let start = out.len();
         match target_codec(config) {
             Some(c) if header.compression() != Ok(c) => {
-                out.extend_from_slice(&batch_filter::recompress(bytes, c)?)
+                let recoded = batch_filter::recompress(bytes, c)?;
+                // Kafka checks the batch as stored: a batch that only fits compressed
+                // is too large for a topic that stores it uncompressed.
+                if recoded.len() > config.max_batch_bytes {
+                    return Err(AppendError::InvalidBatch(batch::BatchError::TooLarge {
+                        size: recoded.len(),
+                        max: config.max_batch_bytes,
+                    }));
+                }
+                out.extend_from_slice(&recoded)
             }
             _ => out.extend_from_slice(bytes),
         }

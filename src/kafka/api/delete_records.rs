@@ -4,7 +4,8 @@
 //! deletion survives a restart; whole segments below it are deleted at once (or at the
 //! next retention round while the cleaner holds them). An offset past the high
 //! watermark is OFFSET_OUT_OF_RANGE; -1 means the high watermark. The internal topic
-//! is refused, as Kafka refuses it.
+//! is refused, as Kafka refuses it, and so is a topic whose only cleanup policy is
+//! compact (POLICY_VIOLATION).
 
 use super::fan_out::PerShard;
 use super::Ctx;
@@ -27,6 +28,11 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.name.0.as_str();
         let topic: Arc<str> = name.into();
+        // Kafka refuses DeleteRecords on a topic that is only compacted.
+        let compact_only = meta.topic(name).is_some_and(|m| {
+            shards::topic_config::resolve(&ctx.shard.config.log, &m.configs)
+                .is_ok_and(|c| c.cleanup.compact && !c.cleanup.delete)
+        });
         let mut parts = Vec::with_capacity(t.partitions.len());
         for (pi, p) in t.partitions.iter().enumerate() {
             let mut out = DeleteRecordsPartitionResult::default();
@@ -36,6 +42,8 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
                 out.error_code = ResponseError::InvalidTopicException.code();
             } else if !meta.has_partition(name, p.partition_index) {
                 out.error_code = ResponseError::UnknownTopicOrPartition.code();
+            } else if compact_only {
+                out.error_code = ResponseError::PolicyViolation.code();
             } else if p.offset < -1 {
                 out.error_code = ResponseError::OffsetOutOfRange.code();
             } else {

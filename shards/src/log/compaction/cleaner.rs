@@ -151,10 +151,14 @@ pub async fn clean(
     crash: Option<CrashPoint>,
 ) -> Result<Option<CleanStats>, StorageError> {
     let config = log.config();
-    if !config.cleanup.compact {
+    if !config.cleanup.compact || log.is_closing() {
         return Ok(None);
     }
     let dir = log.dir().to_path_buf();
+    // From the first look at the segments to the last swap, none of them is deleted:
+    // retention runs in this same task, and DeleteRecords defers its deletions to the
+    // next retention round while the hold lasts.
+    let _hold = log.hold_segments();
     let lag_cut = now_ms.saturating_sub(config.min_compaction_lag_ms);
     let mut cleanable: Vec<SealedSegment> = log
         .sealed_segments()
@@ -217,20 +221,25 @@ pub async fn clean(
                     full_at = Some(h.base_offset);
                     return false;
                 }
-                if let Err(e) = for_each_record(bytes, |r| {
-                    if let Some(k) = r.key {
-                        map.put(k, r.offset);
+                // A batch whose records cannot be read (its compressed payload is bad)
+                // maps no key; the rewrite keeps it as it is.
+                let mut keys = Vec::new();
+                match for_each_record(bytes, |r| keys.push((r.key.map(<[u8]>::to_vec), r.offset))) {
+                    Ok(()) => {
+                        for (key, offset) in keys {
+                            if let Some(k) = key {
+                                map.put(&k, offset);
+                            }
+                        }
                     }
-                }) {
-                    failure = Some(e);
-                    return false;
+                    Err(e) => failure = Some(e),
                 }
                 true
             })
             .await
             .map_err(|e| err(&dir, e))?;
             if let Some(e) = failure {
-                return Err(err(&dir, format!("segment {}: {e}", seg.base_offset)));
+                tracing::warn!(dir = %dir.display(), segment = seg.base_offset, error = %e, "a batch with unreadable records is kept as it is");
             }
             if let ScanEnd::Invalid { position, reason } = end {
                 return Err(err(
@@ -270,9 +279,6 @@ pub async fn clean(
         }
         kept
     };
-    // While the pass works, deletions of these segments wait (retention runs in this
-    // same task; DeleteRecords defers its segment deletion to the next round).
-    let _guard = log.hold_segments();
     // Groups are sized by the segments as they are before cleaning, so a first round
     // can leave a run of small (even empty) cleaned segments; a second round merges
     // those. Filtering is idempotent: what the first round kept, the second keeps.
@@ -290,6 +296,10 @@ pub async fn clean(
             if round == 1 && group.len() < 2 {
                 continue;
             }
+            if log.is_closing() {
+                // Deleted (or shutting down) meanwhile: its directory is not ours now.
+                return Err(err(&dir, "the log was closed during compaction"));
+            }
             let outcome =
                 rewrite_group(&dir, &group, config.index_interval_bytes, &keep, crash).await?;
             if let Some(out) = outcome {
@@ -304,8 +314,10 @@ pub async fn clean(
                     .iter()
                     .map(|s| (s.base_offset, s.file.clone()))
                     .collect();
-                let swapped = log.swap_segments(&files, out.segment);
-                assert!(swapped, "segments held by the cleaner are still in the log");
+                if !log.swap_segments(&files, out.segment) {
+                    // Only a closed (deleted) log lets held segments go: stop here.
+                    return Err(err(&dir, "the log was closed during compaction"));
+                }
             }
             glommio::yield_if_needed().await;
         }
@@ -482,12 +494,15 @@ async fn rewrite_group(
                     Ok(Filtered::Empty) => None,
                     Ok(Filtered::Rewritten(v)) => Some(v.as_slice()),
                     Err(e) => {
+                        // Unreadable records (a bad compressed payload that passed the
+                        // produce-time CRC check): keep the batch rather than fail every
+                        // pass of this log from now on.
                         failure = Some(format!("segment {} batch at {at}: {e}", seg.base_offset));
-                        return false;
+                        Some(bytes)
                     }
                 };
                 removed += dropped;
-                changed |= !matches!(filtered, Ok(Filtered::Unchanged));
+                changed |= matches!(filtered, Ok(Filtered::Empty | Filtered::Rewritten(_)));
                 if let Some(b) = kept {
                     last_kept_base = h.base_offset;
                     if bytes_since_index >= u64::from(index_interval_bytes) && written > 0 {
@@ -509,7 +524,7 @@ async fn rewrite_group(
             .await
             .map_err(|e| err(dir, e))?;
             if let Some(f) = failure {
-                return Err(err(&log_path, f));
+                tracing::warn!(dir = %dir.display(), error = %f, "a batch with unreadable records is kept as it is");
             }
             if let ScanEnd::Invalid { position, reason } = end {
                 return Err(err(
@@ -607,9 +622,14 @@ async fn rewrite_group(
     let stop = crash;
     glommio::executor()
         .spawn_blocking(move || -> std::io::Result<()> {
-            for p in &swap_set {
+            // Everything but the log first, made durable, then the log (the commit
+            // point): a durable `.log.swap` implies durable companions.
+            let [covers, index, time, log_file] = &swap_set;
+            for p in [covers, index, time] {
                 std::fs::rename(suffixed(p, CLEANED), suffixed(p, SWAP))?;
             }
+            std::fs::File::open(&d)?.sync_all()?;
+            std::fs::rename(suffixed(log_file, CLEANED), suffixed(log_file, SWAP))?;
             std::fs::File::open(&d)?.sync_all()?;
             if stop == Some(CrashPoint::AfterSwapFiles) {
                 return Ok(());
