@@ -112,6 +112,7 @@ pub(crate) struct SealedSegment {
     pub file: Rc<DmaFile>,
     pub size: u64,
     pub max_timestamp_ms: i64,
+    pub cleaned_at_ms: Option<i64>,
 }
 
 /// The flusher's own state: the active segment's three appenders.
@@ -146,8 +147,8 @@ pub struct PartitionLog {
     held: std::cell::Cell<usize>,
     /// Serialises moves of the log start offset (DeleteRecords) and their checkpoints.
     start_moves: glommio::sync::Semaphore,
-    /// The cleaner's note of the oldest tombstone it kept (batch timestamp); `i64::MIN`
-    /// when unknown (since open), `i64::MAX` when there is none.
+    /// The cleaner's note of the earliest first-cleaned time of a segment where it kept a
+    /// tombstone; `i64::MIN` when unknown (since open), `i64::MAX` when there is none.
     oldest_kept_tombstone_ms: std::cell::Cell<i64>,
 }
 
@@ -321,6 +322,10 @@ impl PartitionLog {
         let index = Self::load_index(dir, base, size).await?;
         let time_index = Self::load_time_index(dir, base, next_base).await?;
         let max_timestamp_ms = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
+        let cleaned_at_path = segment::file_path(dir, base, segment::CLEANED_AT_SUFFIX);
+        let cleaned_at_ms = std::fs::read_to_string(&cleaned_at_path)
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok());
         Ok(Segment {
             base_offset: base,
             file: Rc::new(file),
@@ -328,6 +333,7 @@ impl PartitionLog {
             index,
             time_index,
             max_timestamp_ms,
+            cleaned_at_ms,
         })
     }
 
@@ -456,7 +462,12 @@ impl PartitionLog {
         }
         let mut renamed = Vec::with_capacity(doomed.len() * 3);
         for (base, _file) in &doomed {
-            for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            for suffix in [
+                LOG_SUFFIX,
+                INDEX_SUFFIX,
+                TIME_INDEX_SUFFIX,
+                segment::CLEANED_AT_SUFFIX,
+            ] {
                 let path = segment::file_path(&self.dir, *base, suffix);
                 let gone = path.with_extension(format!("{suffix}{DELETED_SUFFIX}"));
                 match std::fs::rename(&path, &gone) {
@@ -522,6 +533,7 @@ impl PartitionLog {
                     file: seg.file.clone(),
                     size: seg.size,
                     max_timestamp_ms: seg.max_timestamp_ms,
+                    cleaned_at_ms: seg.cleaned_at_ms,
                 })
             })
             .collect()
@@ -557,6 +569,14 @@ impl PartitionLog {
             st.tail.evict_below(end);
         }
         true
+    }
+
+    /// Records that the cleaner has read the sealed segment at `base` (its first pass over
+    /// it, which left it unchanged) at `at_ms`; the sidecar file is already durable.
+    pub(crate) fn mark_cleaned(&self, base: i64, at_ms: i64) {
+        if let Some(seg) = self.state.borrow_mut().segments.get_mut(&base) {
+            seg.cleaned_at_ms.get_or_insert(at_ms);
+        }
     }
 
     pub(crate) fn oldest_kept_tombstone_ms(&self) -> i64 {
@@ -1273,6 +1293,7 @@ pub(super) async fn create_active(
         index: OffsetIndex::new(base),
         time_index: TimeIndex::new(base),
         max_timestamp_ms: i64::MIN,
+        cleaned_at_ms: None,
     };
     let writer = ActiveWriter {
         base_offset: base,

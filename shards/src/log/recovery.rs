@@ -155,6 +155,7 @@ pub(crate) async fn recover_active(
         index,
         time_index,
         max_timestamp_ms: max_ts,
+        cleaned_at_ms: None, // the active segment is never cleaned
     };
     let writer = partition_log::new_writer(
         base,

@@ -15,6 +15,9 @@ use std::rc::Rc;
 pub const LOG_SUFFIX: &str = "log";
 pub const INDEX_SUFFIX: &str = "index";
 pub const TIME_INDEX_SUFFIX: &str = "timeindex";
+/// When the cleaner first wrote the segment (ms since the epoch, decimal): tombstones in it
+/// may go `delete.retention.ms` after that (Kafka's delete horizon, KIP-534).
+pub const CLEANED_AT_SUFFIX: &str = "cleanedat";
 
 pub fn file_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
     assert!(base_offset >= 0, "segment base offsets are never negative");
@@ -39,6 +42,8 @@ pub struct Segment {
     pub time_index: TimeIndex,
     /// Largest batch max-timestamp in the segment (`i64::MIN` when empty).
     pub max_timestamp_ms: i64,
+    /// When the cleaner first wrote this segment; `None` if it never has.
+    pub cleaned_at_ms: Option<i64>,
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@
 //!    ends its map there (`map_end`); the rest waits for the next pass.
 //! 3. **Rewrite.** Every cleanable segment that starts below `map_end` is copied,
 //!    keeping a record if it is at or past `map_end`, or if it is its key's latest
-//!    offset (keys not in the map are older than the map and kept). Tombstones whose
-//!    batch is older than `delete.retention.ms` and records without a key are dropped.
+//!    offset (keys not in the map are older than the map and kept). Tombstones in a
+//!    segment the cleaner first wrote more than `delete.retention.ms` ago (its
+//!    `.cleanedat` sidecar: Kafka's delete horizon) and records without a key are dropped.
 //!    Batches are filtered record by record whatever their codec ([`batch_filter`]).
 //!    A segment in which nothing changes is left alone.
 //! 4. **Swap.** The copy is written as `<base>.{log,index,timeindex}.cleaned`, synced,
@@ -40,7 +41,9 @@ use crate::log::error::StorageError;
 use crate::log::file_scan::{self, ScanEnd};
 use crate::log::offset_index::{self, IndexEntry, OffsetIndex};
 use crate::log::partition_log::{PartitionLog, SealedSegment};
-use crate::log::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::log::segment::{
+    self, Segment, CLEANED_AT_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+};
 use crate::log::time_index::{self, TimeEntry, TimeIndex};
 use glommio::io::OpenOptions;
 use std::io::Write;
@@ -265,7 +268,15 @@ pub async fn clean(
         ..Default::default()
     };
     let oldest_tombstone = std::cell::Cell::new(i64::MAX);
-    let keep = |h: &BatchHeader, offset: i64, key: Option<&[u8]>, tombstone: bool| {
+    // A tombstone goes once `delete.retention.ms` has passed since the cleaner first
+    // wrote (or read) the segment holding it (Kafka's delete horizon), not by its own
+    // timestamp: a consumer catching up gets that long to see every delete, whatever
+    // clock the producer stamped it with.
+    let keep = |_h: &BatchHeader,
+                offset: i64,
+                key: Option<&[u8]>,
+                tombstone: bool,
+                cleaned_at: Option<i64>| {
         if offset >= map_end {
             return true;
         }
@@ -273,9 +284,11 @@ pub async fn clean(
             return false; // a compacted log has no use for records without a key
         };
         let latest = map.get(key).is_none_or(|m| offset >= m);
-        let kept = latest && !(tombstone && h.max_timestamp < delete_horizon);
+        let expired = cleaned_at.is_some_and(|c| c < delete_horizon);
+        let kept = latest && !(tombstone && expired);
         if kept && tombstone {
-            oldest_tombstone.set(oldest_tombstone.get().min(h.max_timestamp));
+            let since = cleaned_at.unwrap_or(now_ms);
+            oldest_tombstone.set(oldest_tombstone.get().min(since));
         }
         kept
     };
@@ -300,8 +313,27 @@ pub async fn clean(
                 // Deleted (or shutting down) meanwhile: its directory is not ours now.
                 return Err(err(&dir, "the log was closed during compaction"));
             }
-            let outcome =
-                rewrite_group(&dir, &group, config.index_interval_bytes, &keep, crash).await?;
+            let outcome = rewrite_group(
+                &dir,
+                &group,
+                config.index_interval_bytes,
+                now_ms,
+                &keep,
+                crash,
+            )
+            .await?;
+            if outcome.is_none() {
+                // Read, nothing to change: its delete horizon starts now all the same.
+                for seg in group.iter().filter(|s| s.cleaned_at_ms.is_none()) {
+                    let path = segment::file_path(&dir, seg.base_offset, CLEANED_AT_SUFFIX);
+                    let (p, d) = (path.clone(), dir.clone());
+                    glommio::executor()
+                        .spawn_blocking(move || write_small_file(&d, &p, now_ms))
+                        .await
+                        .map_err(|e| err(&path, e))?;
+                    log.mark_cleaned(seg.base_offset, now_ms);
+                }
+            }
             if let Some(out) = outcome {
                 stats.segments_rewritten += group.len();
                 stats.bytes_before += group.iter().map(|s| s.size).sum::<u64>();
@@ -447,7 +479,8 @@ async fn rewrite_group(
     dir: &Path,
     group: &[&SealedSegment],
     index_interval_bytes: u32,
-    keep: &impl Fn(&BatchHeader, i64, Option<&[u8]>, bool) -> bool,
+    now_ms: i64,
+    keep: &impl Fn(&BatchHeader, i64, Option<&[u8]>, bool, Option<i64>) -> bool,
     crash: Option<CrashPoint>,
 ) -> Result<Option<Rewritten>, StorageError> {
     let (Some(first), Some(last)) = (group.first(), group.last()) else {
@@ -458,6 +491,15 @@ async fn rewrite_group(
     let index_path = segment::file_path(dir, base, INDEX_SUFFIX);
     let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
     let covers_path = covers_file(dir, base);
+    let cleaned_at_path = segment::file_path(dir, base, CLEANED_AT_SUFFIX);
+    // The merged segment's delete horizon starts at the latest first-cleaning of its
+    // members (now, if any is new): tombstones may wait longer, never less.
+    let cleaned_at = group
+        .iter()
+        .map(|s| s.cleaned_at_ms)
+        .collect::<Option<Vec<i64>>>()
+        .and_then(|v| v.into_iter().max())
+        .unwrap_or(now_ms);
     let mut writer: Option<BlockingWriter> = None;
     let mut out: Vec<u8> = Vec::new();
     let mut written: u64 = 0; // bytes of the cleaned log so far (flushed + buffered)
@@ -484,7 +526,7 @@ async fn rewrite_group(
                     Ok(Filtered::Unchanged)
                 } else {
                     filter_batch(bytes, |r| {
-                        let k = keep(h, r.offset, r.key, r.is_tombstone);
+                        let k = keep(h, r.offset, r.key, r.is_tombstone, seg.cleaned_at_ms);
                         dropped += u64::from(!k);
                         k
                     })
@@ -583,6 +625,7 @@ async fn rewrite_group(
         (&index_path, encode_index(&index)),
         (&time_path, encode_time_index(&time)),
         (&covers_path, format!("{}\n", last.next_base).into_bytes()),
+        (&cleaned_at_path, format!("{cleaned_at}\n").into_bytes()),
     ] {
         let mut w = BlockingWriter::create(suffixed(path, CLEANED)).await?;
         w.write(bytes).await?;
@@ -602,6 +645,7 @@ async fn rewrite_group(
                 .map(|s| s.max_timestamp_ms)
                 .max()
                 .unwrap_or(i64::MIN),
+            cleaned_at_ms: Some(cleaned_at),
         },
         size: written,
         removed,
@@ -614,6 +658,7 @@ async fn rewrite_group(
     let d = dir.to_path_buf();
     let swap_set = [
         covers_path.clone(),
+        cleaned_at_path.clone(),
         index_path.clone(),
         time_path.clone(),
         log_path.clone(),
@@ -624,8 +669,8 @@ async fn rewrite_group(
         .spawn_blocking(move || -> std::io::Result<()> {
             // Everything but the log first, made durable, then the log (the commit
             // point): a durable `.log.swap` implies durable companions.
-            let [covers, index, time, log_file] = &swap_set;
-            for p in [covers, index, time] {
+            let [covers, cleaned_at, index, time, log_file] = &swap_set;
+            for p in [covers, cleaned_at, index, time] {
                 std::fs::rename(suffixed(p, CLEANED), suffixed(p, SWAP))?;
             }
             std::fs::File::open(&d)?.sync_all()?;
@@ -667,14 +712,19 @@ fn complete_swap(
     stop_before_log: bool,
 ) -> std::io::Result<()> {
     for other in others {
-        for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, LOG_SUFFIX] {
+        for suffix in [
+            INDEX_SUFFIX,
+            TIME_INDEX_SUFFIX,
+            CLEANED_AT_SUFFIX,
+            LOG_SUFFIX,
+        ] {
             match std::fs::remove_file(segment::file_path(dir, *other, suffix)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
         }
     }
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, CLEANED_AT_SUFFIX] {
         let target = segment::file_path(dir, base, suffix);
         let from = suffixed(&target, SWAP);
         if from.exists() {
@@ -782,6 +832,17 @@ pub fn recover_swaps(dir: &Path) -> Result<(), StorageError> {
             .map_err(|e| err(dir, e))?;
     }
     Ok(())
+}
+
+/// Writes `value` to `path` atomically (temporary file, fsync, rename, directory fsync).
+fn write_small_file(dir: &Path, path: &Path, value: i64) -> std::io::Result<()> {
+    let tmp = suffixed(path, ".tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(format!("{value}\n").as_bytes())?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, path)?;
+    std::fs::File::open(dir)?.sync_all()
 }
 
 /// The first offset not yet compacted, if a pass has run.
