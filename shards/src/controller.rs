@@ -285,8 +285,18 @@ impl Controller {
                 let t = next.topics.get(&change.topic).ok_or(TopicError::Unknown)?;
                 let overrides = apply_ops(&self.config.log, &t.configs, &change.ops)
                     .map_err(|e| TopicError::InvalidConfig(e.message))?;
-                topic_config::resolve(&self.config.log, &overrides)
+                let resolved = topic_config::resolve(&self.config.log, &overrides)
                     .map_err(|e| TopicError::InvalidConfig(e.message))?;
+                // The group coordinator's state is the latest record per key: the
+                // offsets topic is compacted and nothing else (the shard enforces it).
+                if change.topic == crate::group::OFFSETS_TOPIC
+                    && (resolved.cleanup.delete || !resolved.cleanup.compact)
+                {
+                    return Err(TopicError::InvalidConfig(format!(
+                        "cleanup.policy of {} must be compact",
+                        crate::group::OFFSETS_TOPIC
+                    )));
+                }
                 Ok(overrides)
             })();
             match r {

@@ -229,3 +229,32 @@ def test_raw_delete_records_edge_offsets(broker):
     assert r.i32() == 1 and r.string() == "raw-del"
     got = [(r.i32(), r.i64(), r.i16()) for _ in range(r.i32())]
     assert got == [(0, -1, ERR_OFFSET_OUT_OF_RANGE), (5, -1, ERR_UNKNOWN_TOPIC), (0, 0, 0)]
+
+
+def test_raw_describe_configs_names_a_resource_once(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic("raw-once", 1, 1)])["raw-once"].result(TIMEOUT)
+    one = W.i8(2) + W.string("raw-once") + W.i32(-1)
+    body = W.array([one] * 3) + W.i8(1)
+    _, resp = W.roundtrip(broker.bootstrap, W.request(DESCRIBE_CONFIGS, 1, 13, body))
+    r = W.Reader(resp)
+    r.i32()
+    codes = []
+    for _ in range(r.i32()):
+        code, _msg, _type, _name = r.i16(), r.string(), r.i8(), r.string()
+        codes.append(code)
+        for _ in range(r.i32()):  # configs: name, value, read_only, source, sensitive, synonyms
+            r.string(), r.string(), r.i8(), r.i8(), r.i8()
+            for _ in range(r.i32()):
+                r.string(), r.string(), r.i8()
+    assert codes == [0, ERR_INVALID_REQUEST, ERR_INVALID_REQUEST]
+
+
+def test_offsets_topic_stays_compacted(broker):
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    res = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets", incremental_configs=[
+        ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET)])
+    with pytest.raises(KafkaException) as e:
+        admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+    assert e.value.args[0].name() == "INVALID_CONFIG", e.value
+    assert describe_topic(admin, "__consumer_offsets")["cleanup.policy"].value == "compact"

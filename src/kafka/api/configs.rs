@@ -154,13 +154,21 @@ pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Byt
     let meta = ctx.shard.metadata.snapshot();
     let broker_defaults = &ctx.shard.config.log;
     let mut body = DescribeConfigsResponse::default();
+    // A resource named twice is described once: the others get INVALID_REQUEST, so a
+    // small request cannot ask for an enormous answer.
+    let mut described_already = HashSet::new();
     for res in &req.resources {
         let mut out = DescribeConfigsResult::default();
         out.resource_type = res.resource_type;
         out.resource_name = res.resource_name.clone();
         let name = res.resource_name.as_str();
+        let first = described_already.insert((res.resource_type, name.to_string()));
         let described: Result<(Vec<Described>, bool), (ResponseError, String)> =
             match res.resource_type {
+                _ if !first => Err((
+                    ResponseError::InvalidRequest,
+                    format!("resource {name} is named more than once"),
+                )),
                 RESOURCE_TOPIC => match meta.topic(name) {
                     Some(t) => Ok((
                         topic_config::describe_topic(broker_defaults, &t.configs),
