@@ -21,15 +21,32 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{ControllerRequest, NewTopic, ShardMessage, TopicError};
+use shards::mesh::{ControllerRequest, NewTopic, Reply, ShardMessage, TopicError};
 use std::collections::HashSet;
 
 const CONTROLLER_SHARD: usize = 0;
 
-fn unavailable(n: usize) -> Vec<Result<(), TopicError>> {
-    (0..n)
-        .map(|_| Err(TopicError::Storage("the controller is unavailable".into())))
-        .collect()
+/// Sends a topic change about `n` topics to the controller (shard 0) and returns one
+/// outcome per topic; every one is a storage error if the controller cannot be reached
+/// (shutdown). The one way the edge asks for a metadata change.
+pub async fn ask_controller(
+    ctx: &Ctx,
+    n: usize,
+    request: impl FnOnce(Reply<Vec<Result<(), TopicError>>>) -> ControllerRequest,
+) -> Vec<Result<(), TopicError>> {
+    if n == 0 {
+        return Vec::new();
+    }
+    let (tx, rx) = oneshot::channel();
+    let msg = ShardMessage::Controller(request(tx));
+    ctx.shard
+        .call(CONTROLLER_SHARD, msg, rx)
+        .await
+        .unwrap_or_else(|| {
+            (0..n)
+                .map(|_| Err(TopicError::Storage("the controller is unavailable".into())))
+                .collect()
+        })
 }
 
 pub async fn create_via_controller(
@@ -44,17 +61,12 @@ async fn create_or_validate(
     topics: Vec<NewTopic>,
     validate_only: bool,
 ) -> Vec<Result<(), TopicError>> {
-    let n = topics.len();
-    let (tx, rx) = oneshot::channel();
-    let msg = ShardMessage::Controller(ControllerRequest::CreateTopics {
+    ask_controller(ctx, topics.len(), |reply| ControllerRequest::CreateTopics {
         topics,
         validate_only,
-        reply: tx,
-    });
-    ctx.shard
-        .call(CONTROLLER_SHARD, msg, rx)
-        .await
-        .unwrap_or_else(|| unavailable(n))
+        reply,
+    })
+    .await
 }
 
 fn message(e: &TopicError) -> Option<StrBytes> {
@@ -231,19 +243,11 @@ pub async fn delete_topics(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesM
         .filter_map(|(n, _)| n.clone())
         .filter(|n| !internal(n))
         .collect();
-    let results = if names.is_empty() {
-        Vec::new()
-    } else {
-        let (tx, rx) = oneshot::channel();
-        let msg = ShardMessage::Controller(ControllerRequest::DeleteTopics {
-            names: names.clone(),
-            reply: tx,
-        });
-        ctx.shard
-            .call(CONTROLLER_SHARD, msg, rx)
-            .await
-            .unwrap_or_else(|| unavailable(names.len()))
-    };
+    let results = ask_controller(ctx, names.len(), |reply| ControllerRequest::DeleteTopics {
+        names: names.clone(),
+        reply,
+    })
+    .await;
     let mut results = results.into_iter();
     let mut body = DeleteTopicsResponse::default();
     for (name, id) in named {
@@ -305,21 +309,14 @@ pub async fn create_partitions(
             asks.push((t.name.0.to_string(), t.count));
         }
     }
-    let results = if asks.is_empty() {
-        Vec::new()
-    } else {
-        let n = asks.len();
-        let (tx, rx) = oneshot::channel();
-        let msg = ShardMessage::Controller(ControllerRequest::CreatePartitions {
+    let results = ask_controller(ctx, asks.len(), |reply| {
+        ControllerRequest::CreatePartitions {
             topics: asks,
             validate_only: req.validate_only,
-            reply: tx,
-        });
-        ctx.shard
-            .call(CONTROLLER_SHARD, msg, rx)
-            .await
-            .unwrap_or_else(|| unavailable(n))
-    };
+            reply,
+        }
+    })
+    .await;
     let mut results = results.into_iter();
     let mut body = CreatePartitionsResponse::default();
     for (t, p) in req.topics.iter().zip(pre) {

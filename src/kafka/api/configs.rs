@@ -14,7 +14,6 @@ use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
-use futures::channel::oneshot;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -25,15 +24,12 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{
-    ConfigOp, ConfigOps, ControllerRequest, ShardMessage, TopicConfigChange, TopicError,
-};
+use shards::mesh::{ConfigOp, ConfigOps, ControllerRequest, TopicConfigChange};
 use shards::topic_config::{self, ConfigSource, ConfigType, Described};
 use std::collections::{HashMap, HashSet};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
-const CONTROLLER_SHARD: usize = 0;
 
 fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
@@ -269,25 +265,14 @@ async fn alter(
         .iter()
         .filter_map(|c| c.as_ref().ok().cloned())
         .collect();
-    let mut answers = if changes.is_empty() {
-        Vec::new()
-    } else {
-        let n = changes.len();
-        let (tx, rx) = oneshot::channel();
-        let msg = ShardMessage::Controller(ControllerRequest::AlterTopicConfigs {
+    let mut answers = super::admin::ask_controller(ctx, changes.len(), |reply| {
+        ControllerRequest::AlterTopicConfigs {
             changes,
             validate_only,
-            reply: tx,
-        });
-        ctx.shard
-            .call(CONTROLLER_SHARD, msg, rx)
-            .await
-            .unwrap_or_else(|| {
-                (0..n)
-                    .map(|_| Err(TopicError::Storage("the controller is unavailable".into())))
-                    .collect()
-            })
-    }
+            reply,
+        }
+    })
+    .await
     .into_iter();
     checked
         .into_iter()
