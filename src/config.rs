@@ -144,6 +144,16 @@ pub struct ServeArgs {
     /// Refuse produces while all partition logs together hold more than this, bytes.
     #[arg(long)]
     pub disk_budget_bytes: Option<u64>,
+    /// How long a partition remembers an idle idempotent producer (its sequences, for
+    /// duplicate detection), ms (Kafka's producer.id.expiration.ms, 1 day).
+    #[arg(long)]
+    #[serde(alias = "producer.id.expiration.ms")]
+    pub producer_id_expiration_ms: Option<u64>,
+    /// How often idle producers are looked for, ms (Kafka's
+    /// producer.id.expiration.check.interval.ms, 10 minutes).
+    #[arg(long)]
+    #[serde(alias = "producer.id.expiration.check.interval.ms")]
+    pub producer_id_expiration_check_interval_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -201,6 +211,12 @@ impl ServeArgs {
                 .or(file.cleaner_io_max_bytes_per_second),
             disk_fill_max_percent: self.disk_fill_max_percent.or(file.disk_fill_max_percent),
             disk_budget_bytes: self.disk_budget_bytes.or(file.disk_budget_bytes),
+            producer_id_expiration_ms: self
+                .producer_id_expiration_ms
+                .or(file.producer_id_expiration_ms),
+            producer_id_expiration_check_interval_ms: self
+                .producer_id_expiration_check_interval_ms
+                .or(file.producer_id_expiration_check_interval_ms),
         }
     }
 }
@@ -351,6 +367,15 @@ impl BrokerConfig {
             },
             disk_fill_max_ratio: disk_fill_max_percent / 100.0,
             disk_budget_bytes: a.disk_budget_bytes,
+            producer_id_expiration_ms: a
+                .producer_id_expiration_ms
+                .unwrap_or(86_400_000)
+                .clamp(1, i64::MAX as u64) as i64,
+            producer_id_expiration_check_interval: std::time::Duration::from_millis(
+                a.producer_id_expiration_check_interval_ms
+                    .unwrap_or(600_000)
+                    .max(10),
+            ),
         };
         Ok(BrokerConfig {
             housekeeping,

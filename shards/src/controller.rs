@@ -67,7 +67,21 @@ impl Controller {
                 let r = self.alter_configs(shard, changes, validate_only).await;
                 let _ = reply.send(r);
             }
+            ControllerRequest::AllocateProducerIds { reply } => {
+                let _ = reply.send(self.allocate_producer_ids().await);
+            }
         }
+    }
+
+    /// The next block of producer ids; the new high mark is persisted first.
+    async fn allocate_producer_ids(&self) -> Result<i64, TopicError> {
+        let mut next = (*self.metadata.snapshot()).clone();
+        let start = next.next_producer_id;
+        next.next_producer_id = start
+            .checked_add(PRODUCER_ID_BLOCK)
+            .ok_or_else(|| TopicError::Storage("producer ids exhausted".into()))?;
+        self.persist(next).await?;
+        Ok(start)
     }
 
     async fn persist(&self, next: crate::metadata::ClusterMetadata) -> Result<(), TopicError> {

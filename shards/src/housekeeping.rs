@@ -1,4 +1,5 @@
-//! Background work of one shard: retention, compaction and the disk budget.
+//! Background work of one shard: retention, compaction, the disk budget and the expiry of
+//! idle idempotent producers.
 //!
 //! Each shard runs its housekeeping in its own low-priority glommio task queue, so the
 //! scheduler gives produce and fetch the core whenever they have work (the queue's
@@ -44,6 +45,11 @@ pub struct HousekeepingConfig {
     pub disk_fill_max_ratio: f64,
     /// Refuse produces while all logs together hold more than this.
     pub disk_budget_bytes: Option<u64>,
+    /// Idle time after which a partition forgets an idempotent producer
+    /// (`producer.id.expiration.ms`).
+    pub producer_id_expiration_ms: i64,
+    /// Between two producer expiry rounds (`producer.id.expiration.check.interval.ms`).
+    pub producer_id_expiration_check_interval: Duration,
 }
 
 impl Default for HousekeepingConfig {
@@ -55,6 +61,8 @@ impl Default for HousekeepingConfig {
             cleaner_io_bytes_per_second: None,
             disk_fill_max_ratio: 0.95,
             disk_budget_bytes: None,
+            producer_id_expiration_ms: 86_400_000,
+            producer_id_expiration_check_interval: Duration::from_secs(600),
         }
     }
 }
@@ -78,13 +86,21 @@ pub fn start(shard: &Rc<Shard>) {
     let spawned = glommio::spawn_local_into(
         async move {
             let hk = &s.config.housekeeping;
-            let tick = hk.cleaner_backoff.min(hk.check_interval);
+            let tick = hk
+                .cleaner_backoff
+                .min(hk.check_interval)
+                .min(hk.producer_id_expiration_check_interval);
             let mut last_retention = std::time::Instant::now();
+            let mut last_expiry = std::time::Instant::now();
             loop {
                 glommio::timer::sleep(tick).await;
                 if last_retention.elapsed() >= hk.check_interval {
                     last_retention = std::time::Instant::now();
                     retention_round(&s).await;
+                }
+                if last_expiry.elapsed() >= hk.producer_id_expiration_check_interval {
+                    last_expiry = std::time::Instant::now();
+                    producer_expiry_round(&s).await;
                 }
                 compaction_round(&s).await;
             }
@@ -124,6 +140,19 @@ pub async fn retention_round(shard: &Rc<Shard>) {
         let deleted = log.enforce_retention(now).await;
         if deleted > 0 {
             tracing::info!(topic = %tp.topic, partition = tp.partition, segments = deleted, log_start = log.log_start_offset(), "retention deleted segments");
+        }
+        glommio::yield_if_needed().await;
+    }
+}
+
+/// Forgets idle idempotent producers in each of this shard's partitions.
+pub async fn producer_expiry_round(shard: &Rc<Shard>) {
+    let now = now_ms();
+    let expiration = shard.config.housekeeping.producer_id_expiration_ms;
+    for (tp, log) in shard.logs() {
+        let expired = log.expire_producers(now, expiration);
+        if expired > 0 {
+            tracing::debug!(topic = %tp.topic, partition = tp.partition, expired, "expired idle producer ids");
         }
         glommio::yield_if_needed().await;
     }

@@ -151,7 +151,15 @@ pub enum ControllerRequest {
         validate_only: bool,
         reply: Reply<Vec<Result<(), TopicError>>>,
     },
+    /// Hands out the next block of producer ids, `[start, start + PRODUCER_ID_BLOCK)`,
+    /// persisted before the reply so no id is ever given out twice.
+    AllocateProducerIds {
+        reply: Reply<Result<i64, TopicError>>,
+    },
 }
+
+/// Producer ids a shard takes from the controller at a time (Kafka's block size).
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
 
 /// One topic's configuration change.
 #[derive(Debug, Clone)]

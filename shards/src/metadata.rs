@@ -33,6 +33,10 @@ pub struct TopicMeta {
 pub struct ClusterMetadata {
     pub cluster_id: String,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// First producer id not yet handed out in a block (see `ControllerRequest::
+    /// AllocateProducerIds`): ids below it are never given out again, across restarts.
+    #[serde(default)]
+    pub next_producer_id: i64,
 }
 
 impl ClusterMetadata {
@@ -105,6 +109,7 @@ impl MetadataStore {
                 let meta = ClusterMetadata {
                     cluster_id: uuid::Uuid::new_v4().simple().to_string(),
                     topics: BTreeMap::new(),
+                    next_producer_id: 0,
                 };
                 persist(data_dir, &meta)?;
                 meta

@@ -12,6 +12,9 @@
 /// A shard (core) index, `0..shard_count`.
 pub type ShardId = usize;
 
+/// The shard that runs the controller (the single writer of cluster metadata).
+pub const CONTROLLER_SHARD: ShardId = 0;
+
 /// The shard that owns `partition` of `topic` when the broker runs `shard_count` shards.
 pub fn shard_of(topic: &str, partition: i32, shard_count: usize) -> ShardId {
     assert!(shard_count > 0, "a broker has at least one shard");

@@ -51,6 +51,10 @@ pub struct Shard {
     produce_refused: RefCell<Option<Arc<str>>>,
     /// Shard 0 only: every shard's last disk report.
     disk_budget: RefCell<DiskBudget>,
+    /// Producer ids this shard may hand out without asking the controller: `[next, end)`.
+    producer_ids: RefCell<std::ops::Range<i64>>,
+    /// One refill of `producer_ids` at a time.
+    producer_id_refill: Semaphore,
 }
 
 impl Shard {
@@ -62,7 +66,8 @@ impl Shard {
     ) -> Rc<Shard> {
         Rc::new(Shard {
             id,
-            controller: (id == 0).then(|| Controller::new(metadata.clone(), config.clone())),
+            controller: (id == crate::routing::CONTROLLER_SHARD)
+                .then(|| Controller::new(metadata.clone(), config.clone())),
             groups: GroupCoordinator::new(config.groups.clone()),
             disk_budget: RefCell::new(DiskBudget::new(config.shard_count)),
             produce_refused: RefCell::new(None),
@@ -71,7 +76,33 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             senders,
             admin_lock: Semaphore::new(1),
+            producer_ids: RefCell::new(0..0),
+            producer_id_refill: Semaphore::new(1),
         })
+    }
+
+    /// A producer id never handed out before (by any shard, in any run of the broker),
+    /// from this shard's block; a new block comes from the controller when it runs out.
+    pub async fn allocate_producer_id(self: &Rc<Self>) -> Result<i64, TopicError> {
+        loop {
+            if let Some(id) = self.producer_ids.borrow_mut().next() {
+                return Ok(id);
+            }
+            let _refill = self.producer_id_refill.acquire_permit(1).await;
+            if !self.producer_ids.borrow().is_empty() {
+                continue; // another request refilled it while this one waited
+            }
+            let (tx, rx) = oneshot::channel();
+            let msg =
+                ShardMessage::Controller(ControllerRequest::AllocateProducerIds { reply: tx });
+            let start = self
+                .call(crate::routing::CONTROLLER_SHARD, msg, rx)
+                .await
+                .unwrap_or_else(|| {
+                    Err(TopicError::Storage("the controller is unavailable".into()))
+                })?;
+            *self.producer_ids.borrow_mut() = start..start + PRODUCER_ID_BLOCK;
+        }
     }
 
     pub fn shard_count(&self) -> usize {

@@ -9,6 +9,7 @@ use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use shards::group::types::GroupError;
 use shards::log::batch::BatchError;
+use shards::log::producer_state::SequenceError;
 use shards::log::{AppendError, ReadError};
 use shards::mesh::{PartitionError, TopicError};
 
@@ -37,6 +38,12 @@ pub fn partition(e: &PartitionError) -> ResponseError {
             // The partition is moving or closing: clients refresh metadata and retry.
             AppendError::Closed => ResponseError::NotLeaderOrFollower,
             AppendError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
+            AppendError::Sequence(SequenceError::OutOfOrder { .. }) => {
+                ResponseError::OutOfOrderSequenceNumber
+            }
+            AppendError::Sequence(SequenceError::StaleEpoch { .. }) => {
+                ResponseError::InvalidProducerEpoch
+            }
         },
         PartitionError::Read(r) => match r {
             ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,

@@ -2,6 +2,7 @@
 //! error codes in one place; nothing here knows those codes.
 
 use super::batch::BatchError;
+use super::producer_state::SequenceError;
 use std::sync::Arc;
 
 /// An I/O failure of the log's files. It is sticky: once a write or sync fails the
@@ -36,6 +37,9 @@ pub enum AppendError {
     /// (`message.timestamp.difference.max.ms`).
     #[error("{0}")]
     InvalidTimestamp(String),
+    /// An idempotent producer's batch that breaks its sequence or epoch.
+    #[error(transparent)]
+    Sequence(#[from] SequenceError),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

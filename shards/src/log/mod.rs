@@ -9,6 +9,7 @@
 //! 00000000000000000000.index      sparse offset index: (relative offset u32, position u32)
 //! 00000000000000000000.timeindex  time index: (max timestamp i64, relative offset u32)
 //! 00000000000000004711.log        next segment, named by its base offset (20 digits)
+//! 00000000000000004711.snapshot   idempotent producers' state below offset 4711
 //! ...
 //! ```
 //!
@@ -29,6 +30,8 @@ pub mod error;
 pub mod file_scan;
 pub mod offset_index;
 pub mod partition_log;
+pub mod producer_snapshot;
+pub mod producer_state;
 pub mod recovery;
 pub mod retention;
 pub mod segment;

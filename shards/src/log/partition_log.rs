@@ -31,6 +31,8 @@ use super::config::{CompressionType, Durability, LogConfig, TimestampType};
 use super::error::{AppendError, ReadError, StorageError};
 use super::file_scan;
 use super::offset_index::{self, OffsetIndex};
+use super::producer_snapshot;
+use super::producer_state::{ProducerBatch, ProducerState, SequenceCheck};
 use super::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use super::tail_cache::{trim_to_whole_batches, CachedBatches, TailCache};
 use super::time_index::{self, TimeIndex};
@@ -150,6 +152,9 @@ pub struct PartitionLog {
     /// The cleaner's note of the earliest first-cleaned time of a segment where it kept a
     /// tombstone; `i64::MIN` when unknown (since open), `i64::MAX` when there is none.
     oldest_kept_tombstone_ms: std::cell::Cell<i64>,
+    /// Idempotent producers' epochs and last batches; changed only by `append`, in offset
+    /// order, and never borrowed across an `.await`.
+    producers: RefCell<ProducerState>,
 }
 
 /// Keeps a log's segments from being deleted while it lives (see `hold_segments`).
@@ -282,6 +287,7 @@ impl PartitionLog {
         let log_start_offset = (*bases.first().unwrap_or(&0))
             .max(checkpoint)
             .min(next_offset);
+        let producers = rebuild_producers(&dir, &segments, next_offset).await?;
         let log = Rc::new(PartitionLog {
             config: RefCell::new(config.clone()),
             state: RefCell::new(LogState {
@@ -305,6 +311,7 @@ impl PartitionLog {
             held: std::cell::Cell::new(0),
             oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
             start_moves: glommio::sync::Semaphore::new(1),
+            producers: RefCell::new(producers),
             dir,
         });
         glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
@@ -674,6 +681,7 @@ impl PartitionLog {
         let mut offsets = 0i64;
         let mut count = 0usize;
         let mut reshape = false;
+        let mut producer = None;
         for item in batches(records) {
             let (_, range) = item?;
             let bytes = records.get(range).ok_or(AppendError::Empty)?;
@@ -681,9 +689,29 @@ impl PartitionLog {
             offsets += i64::from(header.last_offset_delta) + 1;
             count += 1;
             reshape |= check_topic_rules(&config, &header, bytes)?;
+            producer = producer.or(ProducerBatch::from_header(&header));
         }
         if count == 0 {
             return Err(AppendError::Empty);
+        }
+        // Sequences are checked per batch and the produce path sends one batch per
+        // partition (as Kafka requires of v3+); a producer's batch among others would have
+        // no single answer for a retry.
+        if producer.is_some() && count > 1 {
+            return Err(AppendError::InvalidBatch(batch::BatchError::InvalidRecord(
+                "an idempotent producer's batch must be the only one in its request",
+            )));
+        }
+        if let Some(p) = &producer {
+            // A retry of a batch already given offsets is answered with them; nothing is
+            // written again. Checked before any state changes, so a refused batch leaves
+            // none behind.
+            if let SequenceCheck::Duplicate(original) = self.producers.borrow().check(p)? {
+                return Ok(AppendTicket {
+                    base_offset: original.first_offset,
+                    next_offset: original.next_offset,
+                });
+            }
         }
         // The topic wants another codec, or the broker's clock: rebuild the request's
         // batches (a cold path; topics with default settings never take it).
@@ -725,6 +753,11 @@ impl PartitionLog {
             "offsets assigned match the validated batches"
         );
         st.next_offset = next;
+        if let Some(p) = &producer {
+            self.producers
+                .borrow_mut()
+                .record(p, base_offset, next, crate::housekeeping::now_ms());
+        }
         st.pending.push_back(Pending {
             base_offset,
             next_offset: next,
@@ -1019,6 +1052,9 @@ impl PartitionLog {
                     log.fail(storage_err(&log.dir, e));
                     return;
                 }
+                // A clean stop leaves nothing to replay at the next open.
+                let end = log.state.borrow().written_offset;
+                log.snapshot_producers(end).await;
                 let mut st = log.state.borrow_mut();
                 st.synced_offset = st.written_offset;
                 st.closed = true;
@@ -1269,8 +1305,78 @@ impl PartitionLog {
         drop(st);
         *writer = w;
         tracing::debug!(dir = %dir.display(), base = new_base, "rolled segment");
+        // Everything below `new_base` is now synced in sealed segments: a crash replays
+        // producer state from here at most.
+        self.snapshot_producers(new_base).await;
         Ok(())
     }
+
+    /// Writes the producer state as the snapshot at `offset` (see `producer_snapshot`).
+    /// A failure is logged, not fatal: the next open replays from an older snapshot.
+    async fn snapshot_producers(&self, offset: i64) {
+        let bytes = producer_snapshot::encode(&self.producers.borrow());
+        let dir = self.dir.clone();
+        let written = glommio::executor()
+            .spawn_blocking(move || producer_snapshot::write(&dir, offset, &bytes))
+            .await;
+        if let Err(e) = written {
+            tracing::warn!(dir = %self.dir.display(), offset, error = %e, "producer snapshot not written");
+        }
+    }
+
+    /// Forgets idle producers (`producer.id.expiration.ms`) and those whose batches were all
+    /// deleted; returns how many.
+    pub fn expire_producers(&self, now_ms: i64, expiration_ms: i64) -> usize {
+        let start = self.log_start_offset();
+        self.producers
+            .borrow_mut()
+            .expire(now_ms, expiration_ms, start)
+    }
+
+    /// Producers this partition remembers.
+    pub fn producer_count(&self) -> usize {
+        self.producers.borrow().len()
+    }
+}
+
+/// Rebuilds the idempotent-producer state at open: the newest usable snapshot, then the
+/// producer batches written after it. Without a snapshot only the active segment is
+/// replayed (a log from before snapshots has no older history worth a full scan).
+async fn rebuild_producers(
+    dir: &Path,
+    segments: &BTreeMap<i64, Segment>,
+    next_offset: i64,
+) -> Result<ProducerState, StorageError> {
+    let (mut state, at) = producer_snapshot::load(dir, next_offset);
+    let from = at.unwrap_or_else(|| segments.keys().next_back().copied().unwrap_or(0));
+    if from >= next_offset {
+        return Ok(state);
+    }
+    let now = crate::housekeeping::now_ms();
+    let bases: Vec<i64> = segments.keys().copied().collect();
+    let mut replayed = 0usize;
+    for (i, base) in bases.iter().enumerate() {
+        let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+        let Some(seg) = segments.get(base) else {
+            continue;
+        };
+        if next_base <= from {
+            continue;
+        }
+        file_scan::scan(&seg.file, 0, seg.size, false, |h, _, _| {
+            if h.base_offset >= from {
+                if let Some(b) = ProducerBatch::from_header(h) {
+                    state.record(&b, h.base_offset, h.last_offset() + 1, now);
+                    replayed += 1;
+                }
+            }
+            true
+        })
+        .await
+        .map_err(|e| storage_err(dir, e))?;
+    }
+    tracing::debug!(dir = %dir.display(), from, replayed, producers = state.len(), "producer state rebuilt");
+    Ok(state)
 }
 
 /// Creates the files of a new, empty active segment and syncs the directory so the

@@ -22,9 +22,8 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use shards::mesh::{ControllerRequest, NewTopic, Reply, ShardMessage, TopicError};
+use shards::routing::CONTROLLER_SHARD;
 use std::collections::HashSet;
-
-const CONTROLLER_SHARD: usize = 0;
 
 /// Sends a topic change about `n` topics to the controller (shard 0) and returns one
 /// outcome per topic; every one is a storage error if the controller cannot be reached

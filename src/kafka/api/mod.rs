@@ -12,6 +12,7 @@ pub mod delete_records;
 pub mod fan_out;
 pub mod fetch;
 pub mod groups;
+pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
@@ -62,6 +63,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::AlterConfigs, 0, 2),
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
+    (ApiKey::InitProducerId, 0, 4),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -121,6 +123,7 @@ pub async fn handle(
             .await
             .map(Some),
         ApiKey::DeleteRecords => delete_records::handle(ctx, &mut frame).await.map(Some),
+        ApiKey::InitProducerId => init_producer_id::handle(ctx, &mut frame).await.map(Some),
         other => Err(FrameError::UnsupportedVersion {
             api: other,
             version: frame.api_version,

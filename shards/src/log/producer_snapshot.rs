@@ -1,0 +1,297 @@
+//! Producer-state snapshot files: `<offset>.snapshot` in the partition directory, the
+//! idempotent-producer state (see `producer_state`) covering every batch below `offset`.
+//!
+//! Written when a segment rolls (offset = the new segment's base) and on a clean close
+//! (offset = the log end), as Kafka does. At open the newest snapshot at or below the
+//! recovered log end is loaded, the batches it remembers at or past its offset are dropped
+//! (a snapshot taken at a roll may already list batches still waiting to be written), and
+//! the log from that offset on is replayed. So after a clean stop nothing is replayed, and
+//! after a crash at most the batches written since the last roll are.
+//!
+//! Format (big-endian): `magic "CLPS"`, `version u16 = 1`, `crc32c u32` of everything after
+//! it, `count u32`, then per producer: `producer_id i64, epoch i16, last_seen_ms i64,
+//! batches u8`, and per batch `first_seq i32, last_seq i32, first_offset i64,
+//! next_offset i64`. A file that fails any check is ignored (the next older one is used),
+//! never trusted in part.
+//!
+//! Invariant: a snapshot file is complete or absent — written to a temporary name, synced,
+//! then renamed; only the [`SNAPSHOTS_KEPT`] newest are kept.
+
+use super::producer_state::{BatchMeta, ProducerEntry, ProducerState, BATCHES_PER_PRODUCER};
+use std::collections::VecDeque;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+pub const SNAPSHOT_SUFFIX: &str = "snapshot";
+const MAGIC: &[u8; 4] = b"CLPS";
+const VERSION: u16 = 1;
+const HEADER_LEN: usize = 4 + 2 + 4;
+const ENTRY_LEN: usize = 8 + 2 + 8 + 1;
+const BATCH_LEN: usize = 4 + 4 + 8 + 8;
+/// Snapshots kept per partition: the newest, and one before it in case the newest is
+/// beyond a crash's recovered end.
+pub const SNAPSHOTS_KEPT: usize = 2;
+
+pub fn path(dir: &Path, offset: i64) -> PathBuf {
+    dir.join(format!("{offset:020}.{SNAPSHOT_SUFFIX}"))
+}
+
+/// Offsets of the snapshot files in `dir`, ascending.
+pub fn list(dir: &Path) -> std::io::Result<Vec<i64>> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(stem) = name
+            .to_str()
+            .and_then(|n| n.strip_suffix(SNAPSHOT_SUFFIX))
+            .and_then(|n| n.strip_suffix('.'))
+        else {
+            continue;
+        };
+        if stem.len() == 20 && stem.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(offset) = stem.parse() {
+                out.push(offset);
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
+
+pub fn encode(state: &ProducerState) -> Vec<u8> {
+    let mut body = Vec::with_capacity(4 + state.len() * (ENTRY_LEN + 2 * BATCH_LEN));
+    body.extend_from_slice(&(state.len() as u32).to_be_bytes());
+    for (pid, e) in state.entries() {
+        debug_assert!(e.batches.len() <= BATCHES_PER_PRODUCER);
+        body.extend_from_slice(&pid.to_be_bytes());
+        body.extend_from_slice(&e.epoch.to_be_bytes());
+        body.extend_from_slice(&e.last_seen_ms.to_be_bytes());
+        body.push(e.batches.len() as u8);
+        for b in &e.batches {
+            body.extend_from_slice(&b.first_seq.to_be_bytes());
+            body.extend_from_slice(&b.last_seq.to_be_bytes());
+            body.extend_from_slice(&b.first_offset.to_be_bytes());
+            body.extend_from_slice(&b.next_offset.to_be_bytes());
+        }
+    }
+    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
+    out.extend_from_slice(MAGIC);
+    out.extend_from_slice(&VERSION.to_be_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SnapshotError {
+    #[error("not a producer snapshot (bad magic or version)")]
+    Header,
+    #[error("checksum mismatch")]
+    Checksum,
+    #[error("truncated or malformed body")]
+    Malformed,
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take<const N: usize>(&mut self) -> Result<[u8; N], SnapshotError> {
+        let head = self.0.get(..N).ok_or(SnapshotError::Malformed)?;
+        let out: [u8; N] = head.try_into().map_err(|_| SnapshotError::Malformed)?;
+        self.0 = self.0.get(N..).unwrap_or_default();
+        Ok(out)
+    }
+    fn i64(&mut self) -> Result<i64, SnapshotError> {
+        self.take().map(i64::from_be_bytes)
+    }
+    fn i32(&mut self) -> Result<i32, SnapshotError> {
+        self.take().map(i32::from_be_bytes)
+    }
+}
+
+pub fn decode(bytes: &[u8]) -> Result<ProducerState, SnapshotError> {
+    if bytes.get(..4) != Some(&MAGIC[..]) || bytes.get(4..6) != Some(&VERSION.to_be_bytes()[..]) {
+        return Err(SnapshotError::Header);
+    }
+    let crc = bytes
+        .get(6..10)
+        .and_then(|b| <[u8; 4]>::try_from(b).ok())
+        .map(u32::from_be_bytes)
+        .ok_or(SnapshotError::Header)?;
+    let body = bytes.get(HEADER_LEN..).unwrap_or_default();
+    if crc32c::crc32c(body) != crc {
+        return Err(SnapshotError::Checksum);
+    }
+    let mut r = Reader(body);
+    let count = u32::from_be_bytes(r.take()?) as usize;
+    // The count is checked against the bytes present before anything is sized from it.
+    if count > r.0.len() / ENTRY_LEN {
+        return Err(SnapshotError::Malformed);
+    }
+    let mut state = ProducerState::new();
+    for _ in 0..count {
+        let pid = r.i64()?;
+        let epoch = i16::from_be_bytes(r.take()?);
+        let last_seen_ms = r.i64()?;
+        let [n] = r.take::<1>()?;
+        if usize::from(n) > BATCHES_PER_PRODUCER {
+            return Err(SnapshotError::Malformed);
+        }
+        let mut batches = VecDeque::with_capacity(usize::from(n));
+        for _ in 0..n {
+            let meta = BatchMeta {
+                first_seq: r.i32()?,
+                last_seq: r.i32()?,
+                first_offset: r.i64()?,
+                next_offset: r.i64()?,
+            };
+            if meta.first_offset >= meta.next_offset
+                || batches
+                    .back()
+                    .is_some_and(|b: &BatchMeta| b.next_offset > meta.first_offset)
+            {
+                return Err(SnapshotError::Malformed);
+            }
+            batches.push_back(meta);
+        }
+        state.restore(
+            pid,
+            ProducerEntry {
+                epoch,
+                batches,
+                last_seen_ms,
+            },
+        );
+    }
+    if !r.0.is_empty() {
+        return Err(SnapshotError::Malformed);
+    }
+    Ok(state)
+}
+
+/// Writes `bytes` as the snapshot at `offset` and removes all but the newest
+/// [`SNAPSHOTS_KEPT`]. Blocking; run it off the reactor.
+pub fn write(dir: &Path, offset: i64, bytes: &[u8]) -> std::io::Result<()> {
+    let final_path = path(dir, offset);
+    let tmp = final_path.with_extension("snapshot.tmp");
+    let mut f = std::fs::File::create(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    drop(f);
+    std::fs::rename(&tmp, &final_path)?;
+    std::fs::File::open(dir)?.sync_all()?;
+    let all = list(dir)?;
+    for old in all.iter().rev().skip(SNAPSHOTS_KEPT) {
+        let _ = std::fs::remove_file(path(dir, *old));
+    }
+    Ok(())
+}
+
+/// Loads the newest readable snapshot at or below `log_end`, removing those past it (they
+/// describe batches a crash lost). Returns the state with the batches at or past the
+/// snapshot's offset dropped, and that offset (where replay starts); an empty state and
+/// `None` when there is no usable snapshot.
+pub fn load(dir: &Path, log_end: i64) -> (ProducerState, Option<i64>) {
+    let offsets = list(dir).unwrap_or_default();
+    for &offset in offsets.iter().rev() {
+        let p = path(dir, offset);
+        if offset > log_end {
+            let _ = std::fs::remove_file(&p);
+            continue;
+        }
+        match std::fs::read(&p)
+            .map_err(|e| e.to_string())
+            .and_then(|b| decode(&b).map_err(|e| e.to_string()))
+        {
+            Ok(mut state) => {
+                state.forget_batches_from(offset);
+                return (state, Some(offset));
+            }
+            Err(e) => {
+                tracing::warn!(path = %p.display(), error = %e, "ignoring unreadable producer snapshot");
+            }
+        }
+    }
+    (ProducerState::new(), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::producer_state::ProducerBatch;
+
+    fn sample() -> ProducerState {
+        let mut s = ProducerState::new();
+        for pid in 0..20i64 {
+            for i in 0..7 {
+                let b = ProducerBatch {
+                    producer_id: pid,
+                    epoch: (pid % 3) as i16,
+                    first_seq: i * 2,
+                    last_seq: i * 2 + 1,
+                };
+                let first = pid * 1000 + i64::from(i) * 2;
+                s.record(&b, first, first + 2, 1_700_000_000_000 + pid);
+            }
+        }
+        s
+    }
+
+    #[test]
+    fn round_trips() {
+        let s = sample();
+        let back = decode(&encode(&s)).expect("decodes");
+        assert_eq!(back.len(), s.len());
+        for (pid, e) in s.entries() {
+            assert_eq!(back.get(pid), Some(e));
+        }
+        assert!(decode(&encode(&ProducerState::new()))
+            .expect("empty")
+            .is_empty());
+    }
+
+    #[test]
+    fn any_damage_is_detected() {
+        let bytes = encode(&sample());
+        for cut in [0, 3, 9, 10, 11, bytes.len() - 1] {
+            assert!(decode(&bytes[..cut]).is_err(), "truncated at {cut}");
+        }
+        for at in [0, 5, 7, 12, bytes.len() / 2, bytes.len() - 1] {
+            let mut bad = bytes.clone();
+            bad[at] ^= 0x40;
+            assert!(decode(&bad).is_err(), "flipped byte {at}");
+        }
+        // A huge count with a valid checksum must not allocate or read out of bounds.
+        let mut body = u32::MAX.to_be_bytes().to_vec();
+        body.extend_from_slice(&[0u8; 5]);
+        let mut hostile = MAGIC.to_vec();
+        hostile.extend_from_slice(&VERSION.to_be_bytes());
+        hostile.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        hostile.extend_from_slice(&body);
+        assert_eq!(decode(&hostile).err(), Some(SnapshotError::Malformed));
+    }
+
+    #[test]
+    fn load_prefers_the_newest_usable_snapshot_at_or_below_the_end() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let s = sample();
+        write(dir.path(), 100, &encode(&s)).expect("write");
+        write(dir.path(), 5_000, &encode(&s)).expect("write");
+        // Past the recovered end: removed. Below it: loaded, batches past it dropped.
+        let (state, at) = load(dir.path(), 4_999);
+        assert_eq!(at, Some(100));
+        assert_eq!(list(dir.path()).expect("list"), vec![100]);
+        assert!(state
+            .entries()
+            .all(|(_, e)| e.batches.iter().all(|b| b.first_offset < 100)));
+        assert_eq!(state.len(), s.len(), "entries stay even without batches");
+        // A damaged newest one falls back to the older.
+        write(dir.path(), 200, b"garbage").expect("write");
+        assert_eq!(load(dir.path(), 1_000).1, Some(100));
+        // Only the newest SNAPSHOTS_KEPT stay.
+        for o in [300, 400, 500] {
+            write(dir.path(), o, &encode(&s)).expect("write");
+        }
+        assert_eq!(list(dir.path()).expect("list"), vec![400, 500]);
+    }
+}

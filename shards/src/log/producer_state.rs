@@ -1,0 +1,484 @@
+//! Idempotent-producer state of one partition: for every producer id that wrote to it, the
+//! producer's epoch and its last [`BATCHES_PER_PRODUCER`] batches (sequence range and the
+//! offsets they were given).
+//!
+//! This is what lets a producer retry safely (Kafka's `ProducerStateManager`): a batch whose
+//! sequences match one of the remembered batches of the same epoch is a retry of a batch
+//! already in the log, and is answered with that batch's offsets instead of being written
+//! again. Five batches because a Kafka client pipelines up to five requests per connection
+//! when idempotence is on (PITFALLS: remembering only the last one is not enough).
+//!
+//! Rules (Kafka's, `ProducerAppendInfo.checkProducerEpoch` / `checkSequence`):
+//! - an epoch below the producer's current one is fenced (INVALID_PRODUCER_EPOCH);
+//! - a new, higher epoch must start at sequence 0;
+//! - within an epoch each batch starts right after the last one, the sequence wrapping
+//!   from `i32::MAX` to 0; anything else is OUT_OF_ORDER_SEQUENCE_NUMBER;
+//! - a producer the partition does not know (never seen, expired, or its batches lost in a
+//!   crash) may start at any sequence: its history is gone, so nothing can be checked.
+//!
+//! The state changes only in [`ProducerState::record`], called by the log when it assigns
+//! offsets, synchronously and in offset order; a duplicate of a batch still waiting to be
+//! written is answered with that batch's (future) offsets, and the caller waits for it like
+//! the original did. Invariants: an entry holds at most `BATCHES_PER_PRODUCER` batches,
+//! oldest first, all of the entry's epoch, with increasing offsets.
+//!
+//! Memory is bounded: at most [`PRODUCERS_PER_PARTITION_MAX`] producers per partition;
+//! past it the longest-idle eighth is forgotten (their retries then count as new writes,
+//! which is what Kafka does for expired producers too).
+
+use super::batch::BatchHeader;
+use std::collections::{HashMap, VecDeque};
+
+/// How many batches per producer a retry is recognised against (Kafka's
+/// `NUM_BATCHES_TO_RETAIN`, matching `max.in.flight.requests.per.connection` ≤ 5).
+pub const BATCHES_PER_PRODUCER: usize = 5;
+
+/// Producers remembered per partition before the longest idle are forgotten.
+pub const PRODUCERS_PER_PARTITION_MAX: usize = 50_000;
+
+/// `producerId` of a batch written without idempotence.
+pub const NO_PRODUCER_ID: i64 = -1;
+
+/// The sequence and producer fields of one batch, read from its header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProducerBatch {
+    pub producer_id: i64,
+    pub epoch: i16,
+    pub first_seq: i32,
+    pub last_seq: i32,
+}
+
+impl ProducerBatch {
+    /// `None` for a batch without a producer id (not idempotent).
+    pub fn from_header(h: &BatchHeader) -> Option<ProducerBatch> {
+        if h.producer_id <= NO_PRODUCER_ID {
+            return None;
+        }
+        Some(ProducerBatch {
+            producer_id: h.producer_id,
+            epoch: h.producer_epoch,
+            first_seq: h.base_sequence,
+            last_seq: increment_sequence(h.base_sequence, h.last_offset_delta),
+        })
+    }
+}
+
+/// `seq + by`, wrapping past `i32::MAX` to 0 as Kafka's sequences do
+/// (`DefaultRecordBatch.incrementSequence`).
+pub fn increment_sequence(seq: i32, by: i32) -> i32 {
+    let next = i64::from(seq) + i64::from(by.max(0));
+    if next > i64::from(i32::MAX) {
+        (next - i64::from(i32::MAX) - 1) as i32
+    } else {
+        next as i32
+    }
+}
+
+/// Whether `next` is the sequence right after `last`.
+pub fn in_sequence(last: i32, next: i32) -> bool {
+    i64::from(next) == i64::from(last) + 1 || (next == 0 && last == i32::MAX)
+}
+
+/// One remembered batch: its sequence range and where it went in the log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchMeta {
+    pub first_seq: i32,
+    pub last_seq: i32,
+    pub first_offset: i64,
+    /// One past the batch's last offset.
+    pub next_offset: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProducerEntry {
+    pub epoch: i16,
+    /// Oldest first; empty when the batches were lost (then any sequence is accepted).
+    pub batches: VecDeque<BatchMeta>,
+    /// Broker clock of the producer's last write here (ms since the epoch): drives expiry.
+    pub last_seen_ms: i64,
+}
+
+/// What to do with a batch that passed the sequence checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SequenceCheck {
+    /// A new batch: assign offsets and [`ProducerState::record`] it.
+    Append,
+    /// A retry of a remembered batch: answer with its offsets, write nothing.
+    Duplicate(BatchMeta),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SequenceError {
+    #[error("producer {producer_id} epoch {epoch} is older than its current epoch {current}")]
+    StaleEpoch {
+        producer_id: i64,
+        epoch: i16,
+        current: i16,
+    },
+    #[error(
+        "out of order sequence for producer {producer_id} (epoch {epoch}): \
+         expected {expected}, got {got}"
+    )]
+    OutOfOrder {
+        producer_id: i64,
+        epoch: i16,
+        expected: i64,
+        got: i32,
+    },
+}
+
+#[derive(Debug, Default)]
+pub struct ProducerState {
+    producers: HashMap<i64, ProducerEntry>,
+}
+
+impl ProducerState {
+    pub fn new() -> ProducerState {
+        ProducerState::default()
+    }
+
+    pub fn len(&self) -> usize {
+        self.producers.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.producers.is_empty()
+    }
+
+    pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
+        self.producers.get(&producer_id)
+    }
+
+    pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
+        self.producers.iter().map(|(id, e)| (*id, e))
+    }
+
+    /// Checks `batch` against the producer's history without changing anything.
+    pub fn check(&self, batch: &ProducerBatch) -> Result<SequenceCheck, SequenceError> {
+        let Some(entry) = self.producers.get(&batch.producer_id) else {
+            return Ok(SequenceCheck::Append);
+        };
+        if batch.epoch == entry.epoch {
+            if let Some(dup) = entry
+                .batches
+                .iter()
+                .find(|b| b.first_seq == batch.first_seq && b.last_seq == batch.last_seq)
+            {
+                return Ok(SequenceCheck::Duplicate(*dup));
+            }
+        }
+        if batch.epoch < entry.epoch {
+            return Err(SequenceError::StaleEpoch {
+                producer_id: batch.producer_id,
+                epoch: batch.epoch,
+                current: entry.epoch,
+            });
+        }
+        if batch.epoch > entry.epoch {
+            // A bumped epoch restarts the sequence.
+            if batch.first_seq != 0 {
+                return Err(SequenceError::OutOfOrder {
+                    producer_id: batch.producer_id,
+                    epoch: batch.epoch,
+                    expected: 0,
+                    got: batch.first_seq,
+                });
+            }
+            return Ok(SequenceCheck::Append);
+        }
+        match entry.batches.back() {
+            None => Ok(SequenceCheck::Append),
+            Some(last) if in_sequence(last.last_seq, batch.first_seq) => Ok(SequenceCheck::Append),
+            Some(last) => Err(SequenceError::OutOfOrder {
+                producer_id: batch.producer_id,
+                epoch: batch.epoch,
+                expected: (i64::from(last.last_seq) + 1) % (i64::from(i32::MAX) + 1),
+                got: batch.first_seq,
+            }),
+        }
+    }
+
+    /// Remembers that `batch` was given offsets `[first_offset, next_offset)`.
+    pub fn record(
+        &mut self,
+        batch: &ProducerBatch,
+        first_offset: i64,
+        next_offset: i64,
+        now_ms: i64,
+    ) {
+        debug_assert!(first_offset < next_offset);
+        if !self.producers.contains_key(&batch.producer_id)
+            && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
+        {
+            self.forget_longest_idle(PRODUCERS_PER_PARTITION_MAX / 8);
+        }
+        let entry = self
+            .producers
+            .entry(batch.producer_id)
+            .or_insert_with(|| ProducerEntry {
+                epoch: batch.epoch,
+                batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
+                last_seen_ms: now_ms,
+            });
+        if entry.epoch != batch.epoch {
+            entry.epoch = batch.epoch;
+            entry.batches.clear();
+        }
+        debug_assert!(entry
+            .batches
+            .back()
+            .map_or(true, |b| b.next_offset <= first_offset));
+        if entry.batches.len() == BATCHES_PER_PRODUCER {
+            entry.batches.pop_front();
+        }
+        entry.batches.push_back(BatchMeta {
+            first_seq: batch.first_seq,
+            last_seq: batch.last_seq,
+            first_offset,
+            next_offset,
+        });
+        entry.last_seen_ms = entry.last_seen_ms.max(now_ms);
+    }
+
+    /// Puts back an entry read from a snapshot.
+    pub fn restore(&mut self, producer_id: i64, entry: ProducerEntry) {
+        debug_assert!(entry.batches.len() <= BATCHES_PER_PRODUCER);
+        self.producers.insert(producer_id, entry);
+    }
+
+    /// Forgets the batches at or past `offset` (they are replayed from the log, or were
+    /// lost with it). Entries stay, with their epoch, even when no batch is left.
+    pub fn forget_batches_from(&mut self, offset: i64) {
+        for entry in self.producers.values_mut() {
+            entry.batches.retain(|b| b.first_offset < offset);
+        }
+    }
+
+    /// Forgets producers idle for `expiration_ms` or more, and those whose every batch lies
+    /// below the log start (deleted by retention; Kafka's `truncateHead`). Returns how many.
+    pub fn expire(&mut self, now_ms: i64, expiration_ms: i64, log_start_offset: i64) -> usize {
+        let before = self.producers.len();
+        self.producers.retain(|_, e| {
+            let idle = now_ms.saturating_sub(e.last_seen_ms) >= expiration_ms;
+            let deleted = e
+                .batches
+                .back()
+                .is_some_and(|b| b.next_offset <= log_start_offset);
+            !idle && !deleted
+        });
+        before - self.producers.len()
+    }
+
+    fn forget_longest_idle(&mut self, count: usize) {
+        let mut seen: Vec<(i64, i64)> = self
+            .producers
+            .iter()
+            .map(|(id, e)| (e.last_seen_ms, *id))
+            .collect();
+        let count = count.clamp(1, seen.len().max(1));
+        if seen.len() > count {
+            seen.select_nth_unstable(count - 1);
+        }
+        for (_, id) in seen.into_iter().take(count) {
+            self.producers.remove(&id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(pid: i64, epoch: i16, first: i32, count: i32) -> ProducerBatch {
+        ProducerBatch {
+            producer_id: pid,
+            epoch,
+            first_seq: first,
+            last_seq: increment_sequence(first, count - 1),
+        }
+    }
+
+    /// Checks and records like the log does; returns the offsets given or found.
+    fn append(
+        s: &mut ProducerState,
+        next: &mut i64,
+        b: ProducerBatch,
+    ) -> Result<(i64, bool), SequenceError> {
+        match s.check(&b)? {
+            SequenceCheck::Duplicate(m) => Ok((m.first_offset, true)),
+            SequenceCheck::Append => {
+                let first = *next;
+                *next += (i64::from(b.last_seq) - i64::from(b.first_seq)).rem_euclid(1 << 31) + 1;
+                s.record(&b, first, *next, 0);
+                Ok((first, false))
+            }
+        }
+    }
+
+    #[test]
+    fn sequences_wrap_at_i32_max() {
+        assert_eq!(increment_sequence(i32::MAX, 1), 0);
+        assert_eq!(increment_sequence(i32::MAX - 1, 3), 1);
+        assert_eq!(increment_sequence(5, 0), 5);
+        assert!(in_sequence(i32::MAX, 0));
+        assert!(in_sequence(41, 42));
+        assert!(!in_sequence(41, 43));
+        assert!(!in_sequence(i32::MAX, i32::MIN));
+    }
+
+    #[test]
+    fn retries_of_the_last_five_batches_get_their_original_offsets() {
+        let mut s = ProducerState::new();
+        let mut next = 100;
+        let mut firsts = Vec::new();
+        for i in 0..7 {
+            let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).unwrap();
+            assert!(!dup);
+            firsts.push(off);
+        }
+        for i in 2..7 {
+            let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).unwrap();
+            assert!(dup, "batch {i} is remembered");
+            assert_eq!(off, firsts[i as usize]);
+        }
+        // The sixth-newest is forgotten: its retry is out of order, not written twice.
+        assert!(matches!(
+            s.check(&batch(7, 0, 10, 10)),
+            Err(SequenceError::OutOfOrder { expected: 70, .. })
+        ));
+        assert_eq!(next, 170, "no retry wrote anything");
+    }
+
+    #[test]
+    fn gaps_and_partial_overlaps_are_out_of_order() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        append(&mut s, &mut next, batch(1, 0, 0, 5)).unwrap();
+        assert!(matches!(
+            s.check(&batch(1, 0, 6, 1)),
+            Err(SequenceError::OutOfOrder {
+                expected: 5,
+                got: 6,
+                ..
+            })
+        ));
+        assert!(
+            s.check(&batch(1, 0, 2, 3)).is_err(),
+            "overlap that is no retry"
+        );
+        assert_eq!(s.check(&batch(1, 0, 5, 1)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn stale_epochs_are_fenced_and_new_epochs_start_at_zero() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        append(&mut s, &mut next, batch(3, 2, 0, 1)).unwrap();
+        assert!(matches!(
+            s.check(&batch(3, 1, 1, 1)),
+            Err(SequenceError::StaleEpoch { current: 2, .. })
+        ));
+        assert!(matches!(
+            s.check(&batch(3, 3, 5, 1)),
+            Err(SequenceError::OutOfOrder { expected: 0, .. })
+        ));
+        append(&mut s, &mut next, batch(3, 3, 0, 1)).unwrap();
+        assert!(
+            s.check(&batch(3, 2, 1, 1)).is_err(),
+            "the old epoch is fenced now"
+        );
+        assert_eq!(s.get(3).map(|e| e.batches.len()), Some(1));
+    }
+
+    #[test]
+    fn unknown_producers_and_lost_batches_accept_any_sequence() {
+        let mut s = ProducerState::new();
+        assert_eq!(s.check(&batch(9, 0, 1234, 1)), Ok(SequenceCheck::Append));
+        s.record(&batch(9, 0, 1234, 1), 10, 11, 0);
+        s.forget_batches_from(10);
+        assert_eq!(s.check(&batch(9, 0, 77, 1)), Ok(SequenceCheck::Append));
+        assert!(
+            s.check(&batch(9, -1, 0, 1)).is_err(),
+            "the epoch is still known"
+        );
+    }
+
+    #[test]
+    fn wrap_around_continues_the_sequence() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        append(&mut s, &mut next, batch(5, 0, i32::MAX - 1, 2)).unwrap();
+        assert_eq!(s.check(&batch(5, 0, 0, 3)), Ok(SequenceCheck::Append));
+        append(&mut s, &mut next, batch(5, 0, 0, 3)).unwrap();
+        let (off, dup) = append(&mut s, &mut next, batch(5, 0, i32::MAX - 1, 2)).unwrap();
+        assert!(dup);
+        assert_eq!(off, 0);
+        // A batch that itself wraps.
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        let wrapping = batch(6, 0, i32::MAX, 4);
+        assert_eq!(wrapping.last_seq, 2);
+        append(&mut s, &mut next, wrapping).unwrap();
+        assert_eq!(s.check(&batch(6, 0, 3, 1)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn expiry_forgets_idle_producers_only() {
+        let mut s = ProducerState::new();
+        s.record(&batch(1, 0, 0, 1), 0, 1, 1_000);
+        s.record(&batch(2, 0, 0, 1), 1, 2, 5_000);
+        assert_eq!(s.expire(5_999, 5_000, 0), 0, "not idle long enough");
+        assert_eq!(s.expire(6_000, 5_000, 0), 1);
+        assert!(s.get(1).is_none() && s.get(2).is_some());
+        assert_eq!(s.expire(6_000, 5_000, 2), 1, "all its batches were deleted");
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn the_producer_table_is_bounded() {
+        let mut s = ProducerState::new();
+        for pid in 0..(PRODUCERS_PER_PARTITION_MAX as i64 + 10) {
+            s.record(&batch(pid, 0, 0, 1), pid, pid + 1, pid);
+        }
+        assert!(s.len() <= PRODUCERS_PER_PARTITION_MAX);
+        assert!(s.get(0).is_none(), "the longest idle went first");
+        assert!(s.get(PRODUCERS_PER_PARTITION_MAX as i64 + 9).is_some());
+    }
+
+    mod model {
+        use super::*;
+        use proptest::prelude::*;
+
+        proptest! {
+            /// Any interleaving of sends and retries (of the last five batches) leaves each
+            /// sequence written exactly once, in order, and retries answered with the
+            /// offsets of the first write.
+            #[test]
+            fn retries_never_duplicate(ops in proptest::collection::vec((0u8..4, 1i32..4), 1..200)) {
+                let mut s = ProducerState::new();
+                let mut next = 0i64;
+                let mut sent: Vec<(ProducerBatch, i64)> = Vec::new();
+                let mut seq = i32::MAX - 20; // cross the wrap on the way
+                let mut written = 0i64;
+                for (op, count) in ops {
+                    if op == 0 && !sent.is_empty() {
+                        let back = (count as usize).min(sent.len());
+                        let (b, off) = sent[sent.len() - back];
+                        let (got, dup) = append(&mut s, &mut next, b).unwrap();
+                        prop_assert!(dup);
+                        prop_assert_eq!(got, off);
+                    } else {
+                        let b = batch(1, 0, seq, count);
+                        let (off, dup) = append(&mut s, &mut next, b).unwrap();
+                        prop_assert!(!dup);
+                        prop_assert_eq!(off, written);
+                        written += i64::from(count);
+                        seq = increment_sequence(seq, count);
+                        sent.push((b, off));
+                    }
+                    prop_assert_eq!(next, written);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! InitProducerId (v0–v4): gives an idempotent producer its id and epoch.
+//!
+//! Without a transactional id Kafka always hands out a fresh producer id with epoch 0,
+//! whatever id and epoch the request carries (v3+ carry them for transactional
+//! producers). Ids come from the shard's block (`Shard::allocate_producer_id`), which the
+//! controller persisted before handing it out, so an id is never reused, even across a
+//! restart; a producer that re-initialises after an error gets a new id and its old
+//! sequences no longer matter.
+//!
+//! Transactions are not implemented: a transactional id is refused with
+//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED (fatal for the client, with a clear meaning: this
+//! broker authorises no transactional id), the code the produce path also uses; an empty
+//! one is INVALID_REQUEST, as Kafka answers.
+
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use bytes::BytesMut;
+use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
+use kafka_protocol::ResponseError;
+
+pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: InitProducerIdRequest = decode_body(frame)?;
+    let mut body = InitProducerIdResponse::default();
+    body.producer_id = ProducerId(-1);
+    body.producer_epoch = -1;
+    let outcome = match req.transactional_id.as_ref().map(|t| t.0.as_str()) {
+        Some("") => Err(ResponseError::InvalidRequest),
+        Some(_) => Err(ResponseError::TransactionalIdAuthorizationFailed),
+        None => ctx.shard.allocate_producer_id().await.map_err(|e| {
+            tracing::warn!(error = %e, "no producer id could be allocated");
+            // Retriable: the client asks again.
+            ResponseError::CoordinatorNotAvailable
+        }),
+    };
+    match outcome {
+        Ok(id) => {
+            body.producer_id = ProducerId(id);
+            body.producer_epoch = 0;
+        }
+        Err(e) => body.error_code = e.code(),
+    }
+    error_code::count(ApiKey::InitProducerId, body.error_code);
+    encode_response(
+        ApiKey::InitProducerId,
+        frame.api_version,
+        frame.header.correlation_id,
+        &body,
+    )
+}
