@@ -108,6 +108,8 @@ pub struct MetricsSnapshot {
     /// Connections closed for bad input (malformed or oversized frames, unknown APIs).
     pub connections_rejected: u64,
     pub connections_accepted: u64,
+    /// Idempotent producers' retries answered with the original offsets (not written).
+    pub duplicate_batches: u64,
 }
 
 impl MetricsSnapshot {
@@ -128,6 +130,7 @@ impl MetricsSnapshot {
         }
         self.connections_rejected += other.connections_rejected;
         self.connections_accepted += other.connections_accepted;
+        self.duplicate_batches += other.duplicate_batches;
     }
 
     pub fn merged(snapshots: &[MetricsSnapshot]) -> MetricsSnapshot {
@@ -144,6 +147,7 @@ struct Recorder {
     stages: BTreeMap<Stage, Histogram<u64>>,
     connections_rejected: u64,
     connections_accepted: u64,
+    duplicate_batches: u64,
 }
 
 thread_local! {
@@ -152,6 +156,7 @@ thread_local! {
         stages: Stage::ALL.iter().map(|s| (*s, new_histogram())).collect(),
         connections_rejected: 0,
         connections_accepted: 0,
+        duplicate_batches: 0,
     });
 }
 
@@ -194,6 +199,10 @@ pub fn record_connection_rejected() {
     RECORDER.with(|r| r.borrow_mut().connections_rejected += 1);
 }
 
+pub fn record_duplicate_batch() {
+    RECORDER.with(|r| r.borrow_mut().duplicate_batches += 1);
+}
+
 /// A copy of this shard's metrics.
 pub fn snapshot(shard: usize) -> MetricsSnapshot {
     RECORDER.with(|r| {
@@ -204,6 +213,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             stages: r.stages.clone(),
             connections_rejected: r.connections_rejected,
             connections_accepted: r.connections_accepted,
+            duplicate_batches: r.duplicate_batches,
         }
     })
 }

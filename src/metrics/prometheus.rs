@@ -102,6 +102,7 @@ impl Collector for Snapshots {
         let mut stages = Vec::new();
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
+        let mut duplicates = Vec::new();
         for s in &self.0 {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
@@ -133,7 +134,11 @@ impl Collector for Snapshots {
                 vec![("shard".to_string(), shard.clone())],
                 s.connections_accepted,
             ));
-            rejected.push((vec![("shard".to_string(), shard)], s.connections_rejected));
+            rejected.push((
+                vec![("shard".to_string(), shard.clone())],
+                s.connections_rejected,
+            ));
+            duplicates.push((vec![("shard".to_string(), shard)], s.duplicate_batches));
         }
         counter(
             &mut encoder,
@@ -182,6 +187,12 @@ impl Collector for Snapshots {
             "corelog_connections_rejected",
             "Connections closed for bad input (malformed or oversized frames, unknown APIs).",
             &rejected,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_idempotent_duplicate_batches",
+            "Retried batches of idempotent producers answered with their original offsets instead of being written again.",
+            &duplicates,
         )?;
         Ok(())
     }

@@ -94,8 +94,10 @@ class Broker:
     """
 
     def __init__(self, workdir: Path, shards: int = 2, extra_args: list[str] | None = None,
-                 name: str = "broker"):
+                 name: str = "broker", advertise: str | None = None):
         self.name = name
+        # What Metadata tells clients to connect to (a test's proxy in front, for one).
+        self.advertise = advertise
         self.workdir = workdir
         self.data_dir = workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -119,7 +121,7 @@ class Broker:
         return [
             str(corelog_bin()), "serve",
             "--listen", self.bootstrap,
-            "--advertise", self.bootstrap,
+            "--advertise", self.advertise or self.bootstrap,
             "--data-dir", str(self.data_dir),
             "--shards", str(self.shards),
             "--http", self.http,
@@ -273,10 +275,12 @@ class BrokerPool:
         self.workdirs: list[Path] = []
         self.failed = False
 
-    def start(self, shards: int = 2, extra_args: list[str] | None = None, name: str | None = None) -> Broker:
+    def start(self, shards: int = 2, extra_args: list[str] | None = None, name: str | None = None,
+              advertise: str | None = None) -> Broker:
         wd = Path(tempfile.mkdtemp(prefix="corelog-it-"))
         self.workdirs.append(wd)
-        b = Broker(wd, shards=shards, extra_args=extra_args, name=name or f"broker{len(self.brokers)}")
+        b = Broker(wd, shards=shards, extra_args=extra_args, name=name or f"broker{len(self.brokers)}",
+                   advertise=advertise)
         self.brokers.append(b)
         b.start()
         return b

@@ -252,8 +252,10 @@ def encode_record(offset_delta: int, ts_delta: int, key: bytes | None, value: by
     return varint(len(body)) + body
 
 
-def record_batch(records: list[tuple], base_timestamp: int, base_offset: int = 0) -> bytes:
-    """records: [(key, value, headers, timestamp)] -> uncompressed RecordBatch v2 (magic 2)."""
+def record_batch(records: list[tuple], base_timestamp: int, base_offset: int = 0,
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """records: [(key, value, headers, timestamp)] -> uncompressed RecordBatch v2 (magic 2).
+    The producer fields default to "not idempotent"."""
     recs = b"".join(encode_record(i, ts - base_timestamp, k, v, h) for i, (k, v, h, ts) in enumerate(records))
     max_ts = max(ts for *_, ts in records)
     after_crc = (
@@ -261,9 +263,9 @@ def record_batch(records: list[tuple], base_timestamp: int, base_offset: int = 0
         + i32(len(records) - 1)      # lastOffsetDelta
         + i64(base_timestamp)        # baseTimestamp
         + i64(max_ts)                # maxTimestamp
-        + i64(-1)                    # producerId
-        + i16(-1)                    # producerEpoch
-        + i32(-1)                    # baseSequence
+        + i64(producer_id)           # producerId
+        + i16(producer_epoch)        # producerEpoch
+        + i32(base_sequence)         # baseSequence
         + i32(len(records))          # records count
         + recs
     )

@@ -707,6 +707,7 @@ impl PartitionLog {
             // written again. Checked before any state changes, so a refused batch leaves
             // none behind.
             if let SequenceCheck::Duplicate(original) = self.producers.borrow().check(p)? {
+                crate::metrics::record_duplicate_batch();
                 return Ok(AppendTicket {
                     base_offset: original.first_offset,
                     next_offset: original.next_offset,
