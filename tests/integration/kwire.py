@@ -253,13 +253,14 @@ def encode_record(offset_delta: int, ts_delta: int, key: bytes | None, value: by
 
 
 def record_batch(records: list[tuple], base_timestamp: int, base_offset: int = 0,
-                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1) -> bytes:
+                 producer_id: int = -1, producer_epoch: int = -1, base_sequence: int = -1,
+                 attributes: int = 0) -> bytes:
     """records: [(key, value, headers, timestamp)] -> uncompressed RecordBatch v2 (magic 2).
     The producer fields default to "not idempotent"."""
     recs = b"".join(encode_record(i, ts - base_timestamp, k, v, h) for i, (k, v, h, ts) in enumerate(records))
     max_ts = max(ts for *_, ts in records)
     after_crc = (
-        i16(0)                       # attributes: no compression, CreateTime, not transactional
+        i16(attributes)              # attributes: 0 = no compression, CreateTime, not transactional
         + i32(len(records) - 1)      # lastOffsetDelta
         + i64(base_timestamp)        # baseTimestamp
         + i64(max_ts)                # maxTimestamp

@@ -126,6 +126,23 @@ def test_duplicate_batch_returns_the_original_offset(broker):
         p.close()
 
 
+def test_transactional_and_control_batches_are_refused(broker):
+    topic = "idem-txn"
+    create_topic(broker.bootstrap, topic, 1)
+    _, pid, epoch = init_producer_id(broker.bootstrap)
+    p = RawProducer(broker.bootstrap, topic)
+    try:
+        now = int(time.time() * 1000)
+        for attributes in (0x10, 0x20, 0x30):  # transactional, control, both
+            b = W.record_batch([(None, b"x", [], now)], now, producer_id=pid, producer_epoch=epoch,
+                               base_sequence=0, attributes=attributes)
+            assert p.send(b)[0] == ERR_INVALID_RECORD, f"attributes {attributes:#x}"
+        assert end_offset(broker.bootstrap, topic) == 0
+        assert p.send(idem_batch(pid, epoch, 0, 1)) == (ERR_NONE, 0)
+    finally:
+        p.close()
+
+
 def test_sequence_wraps_at_2_pow_31(broker):
     topic = "idem-wrap"
     create_topic(broker.bootstrap, topic, 1)

@@ -21,7 +21,9 @@ use std::sync::Arc;
 
 /// Produce v3+ carries exactly one RecordBatch v2 per partition (Kafka's
 /// `ProduceRequest.validateRecords`): none, several, or another magic is INVALID_RECORD.
-/// Deeper validation (CRC, sizes, records) happens on the owning shard.
+/// So are control batches (only the broker writes transaction markers, as Kafka says) and
+/// transactional batches (transactions are not implemented: no marker would ever end
+/// them). Deeper validation (CRC, sizes, records) happens on the owning shard.
 fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
     use shards::log::batch::{BatchHeader, CURRENT_MAGIC, LOG_OVERHEAD};
     let magic_at = LOG_OVERHEAD + 4;
@@ -31,6 +33,9 @@ fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
         Some(_) => {}
     }
     let header = BatchHeader::parse(records).map_err(|_| ResponseError::CorruptMessage)?;
+    if header.is_control() || header.is_transactional() {
+        return Err(ResponseError::InvalidRecord);
+    }
     match header.total_len().cmp(&records.len()) {
         std::cmp::Ordering::Less => Err(ResponseError::InvalidRecord),
         std::cmp::Ordering::Greater => Err(ResponseError::CorruptMessage),
