@@ -133,6 +133,10 @@ pub struct Flags {
     /// Seed for key choice.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Produce as an idempotent producer: an InitProducerId per producer, sequence
+    /// numbers per partition (Kafka's enable.idempotence; needs --acks all).
+    #[arg(long)]
+    pub idempotent: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -265,6 +269,9 @@ impl Config {
         }
         if f.connect_timeout.is_zero() {
             bail!("--connect-timeout must be positive");
+        }
+        if f.idempotent && f.acks != -1 {
+            bail!("--idempotent needs --acks all (as Kafka's enable.idempotence does)");
         }
         let stop = match (f.messages, f.duration) {
             (Some(_), Some(_)) => bail!("give --messages or --duration, not both"),

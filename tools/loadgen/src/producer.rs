@@ -93,12 +93,31 @@ pub async fn run(ctx: Rc<ExecCtx>, id: usize, quota: Option<u64>) -> Result<()> 
         ready: Vec::new(),
         ctx: ctx.clone(),
     };
+    if f.idempotent {
+        let (id, epoch) = init_producer_id(&ctx).await?;
+        for acc in &mut p.accs {
+            acc.builder.set_producer(id, epoch);
+        }
+    }
     let result = p.run_loop(quota).await;
     // Whatever stopped us, send what is batched and wait for every answer, so the
     // summary includes every message that was acknowledged.
     let flushed = p.flush_all().await;
     let _ = p.gate.close().await;
     result.and(flushed)
+}
+
+/// Asks the leader of partition 0 for a producer id (InitProducerId v1, no transactional
+/// id), as an idempotent Kafka producer does once at start.
+async fn init_producer_id(ctx: &ExecCtx) -> Result<(i64, i16)> {
+    use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse};
+    let conn = ctx.cluster.conn(ctx.cluster.leader(0)).await?;
+    let mut req = InitProducerIdRequest::default();
+    req.transactional_id = None; // the codec's default is Some("")
+    req.transaction_timeout_ms = 60_000;
+    let resp: InitProducerIdResponse = conn.request(ApiKey::InitProducerId, 1, &req).await?;
+    protocol::check(resp.error_code, "InitProducerId")?;
+    Ok((resp.producer_id.0, resp.producer_epoch))
 }
 
 impl Producer {

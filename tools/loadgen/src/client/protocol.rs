@@ -37,6 +37,7 @@ pub const OUR_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Metadata, 1, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 2, 7),
+    (ApiKey::InitProducerId, 0, 1),
 ];
 
 /// ApiVersions is sent before anything is known about the broker: v3 first, and v0 if

@@ -46,6 +46,11 @@ pub struct BatchBuilder {
     capacity: usize,
     count: i32,
     base_timestamp_ms: i64,
+    /// Idempotent producer id and epoch; -1 for a plain producer.
+    producer_id: i64,
+    producer_epoch: i16,
+    /// Sequence of the next batch's first record (this partition's stream).
+    next_sequence: i32,
 }
 
 impl BatchBuilder {
@@ -57,7 +62,18 @@ impl BatchBuilder {
             capacity: capacity + BATCH_HEADER_BYTES,
             count: 0,
             base_timestamp_ms: 0,
+            producer_id: -1,
+            producer_epoch: -1,
+            next_sequence: 0,
         }
+    }
+
+    /// Makes every batch from now on carry `producer_id`/`epoch` and consecutive
+    /// sequence numbers, starting at 0 (wrapping at `i32::MAX` as Kafka's do).
+    pub fn set_producer(&mut self, producer_id: i64, epoch: i16) {
+        self.producer_id = producer_id;
+        self.producer_epoch = epoch;
+        self.next_sequence = 0;
     }
 
     pub fn is_empty(&self) -> bool {
@@ -165,9 +181,17 @@ impl BatchBuilder {
         h[23..27].copy_from_slice(&(self.count - 1).to_be_bytes());
         h[27..35].copy_from_slice(&self.base_timestamp_ms.to_be_bytes());
         h[35..43].copy_from_slice(&self.base_timestamp_ms.to_be_bytes());
-        h[43..51].copy_from_slice(&(-1i64).to_be_bytes()); // no producer id
-        h[51..53].copy_from_slice(&(-1i16).to_be_bytes());
-        h[53..57].copy_from_slice(&(-1i32).to_be_bytes());
+        h[43..51].copy_from_slice(&self.producer_id.to_be_bytes());
+        h[51..53].copy_from_slice(&self.producer_epoch.to_be_bytes());
+        let sequence = if self.producer_id >= 0 {
+            let s = self.next_sequence;
+            // i32 sequences wrap to 0 after i32::MAX.
+            self.next_sequence = ((i64::from(s) + i64::from(self.count)) % (1i64 << 31)) as i32;
+            s
+        } else {
+            -1
+        };
+        h[53..57].copy_from_slice(&sequence.to_be_bytes());
         h[57..61].copy_from_slice(&self.count.to_be_bytes());
         let crc = crc32c::crc32c(&self.buf[ATTRIBUTES_OFFSET..]);
         self.buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
@@ -385,6 +409,29 @@ mod tests {
             assert_eq!(v.len(), 100);
             assert_eq!(u64::from_be_bytes(v[..8].try_into().unwrap()), 1003);
         }
+    }
+
+    #[test]
+    fn idempotent_batches_carry_consecutive_sequences() {
+        let mut b = BatchBuilder::new(Compression::None, 4096);
+        b.set_producer(42, 3);
+        let mut seqs = vec![];
+        for count in [3, 2, 1] {
+            for i in 0..count {
+                b.append(None, i, &[0; 8], 16);
+            }
+            let mut bytes = b.finish().unwrap();
+            let sets = RecordBatchDecoder::decode_all(&mut bytes).unwrap();
+            let r = &sets[0].records[0];
+            assert_eq!((r.producer_id, r.producer_epoch), (42, 3));
+            seqs.push(r.sequence);
+        }
+        assert_eq!(seqs, vec![0, 3, 5]);
+        b.next_sequence = i32::MAX;
+        b.append(None, 0, &[0; 8], 16);
+        b.append(None, 0, &[0; 8], 16);
+        b.finish().unwrap();
+        assert_eq!(b.next_sequence, 1, "sequences wrap at i32::MAX");
     }
 
     #[test]
