@@ -1300,10 +1300,11 @@ impl PartitionLog {
         seal.await.map_err(|e| storage_err(dir, e))?;
         let fresh = create_active(dir, new_base).await?;
         let (seg, w) = fresh;
-        let mut st = self.state.borrow_mut();
-        st.active_file = seg.file.clone();
-        st.segments.insert(new_base, seg);
-        drop(st);
+        {
+            let mut st = self.state.borrow_mut();
+            st.active_file = seg.file.clone();
+            st.segments.insert(new_base, seg);
+        }
         *writer = w;
         tracing::debug!(dir = %dir.display(), base = new_base, "rolled segment");
         // Everything below `new_base` is now synced in sealed segments: a crash replays
