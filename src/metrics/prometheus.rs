@@ -102,6 +102,7 @@ impl Collector for Snapshots {
         let mut stages = Vec::new();
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
+        let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         for s in &self.0 {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
@@ -133,7 +134,11 @@ impl Collector for Snapshots {
                 vec![("shard".to_string(), shard.clone())],
                 s.connections_accepted,
             ));
-            rejected.push((vec![("shard".to_string(), shard)], s.connections_rejected));
+            let by_shard = vec![("shard".to_string(), shard)];
+            refused_ip.push((by_shard.clone(), s.limits.connections_refused_per_ip));
+            accept_waits.push((by_shard.clone(), s.limits.accept_waits));
+            memory_waits.push((by_shard.clone(), s.limits.request_memory_waits));
+            rejected.push((by_shard, s.connections_rejected));
         }
         counter(
             &mut encoder,
@@ -182,6 +187,24 @@ impl Collector for Snapshots {
             "corelog_connections_rejected",
             "Connections closed for bad input (malformed or oversized frames, unknown APIs).",
             &rejected,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_connections_refused_per_ip",
+            "New connections closed because their IP was at max.connections.per.ip.",
+            &refused_ip,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_connection_limit_waits",
+            "Times an acceptor stopped accepting until a slot of max.connections freed.",
+            &accept_waits,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_request_memory_waits",
+            "Request frames whose reader waited for queued.max.request.bytes.",
+            &memory_waits,
         )?;
         Ok(())
     }

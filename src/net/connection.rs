@@ -6,6 +6,10 @@
 //! `INFLIGHT_REQUESTS_PER_CONNECTION_MAX` requests in flight (decoded while earlier
 //! ones are being served), yet responses leave in the order Kafka requires. When the
 //! bound is reached the reader stops reading — back-pressure through TCP, not an error.
+//! (The bound is `--max-inflight-requests-per-connection`, default
+//! `INFLIGHT_REQUESTS_PER_CONNECTION_MAX`.) Before a frame's body is read, the reader
+//! takes the frame's bytes from the shard's request memory (`request_memory.rs`); the
+//! handler task holds them until the request has been handled.
 //!
 //! Bad input closes only this connection, with a log line: a frame whose size is
 //! negative, zero or above `socket.request.max.bytes`, an unknown API key, an
@@ -16,7 +20,7 @@
 
 use crate::kafka::api::{self, Ctx};
 use crate::kafka::frame::{self, FrameError};
-use crate::limits::INFLIGHT_REQUESTS_PER_CONNECTION_MAX;
+use crate::net::request_memory::RequestMemory;
 use bytes::{Bytes, BytesMut};
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
@@ -49,12 +53,14 @@ pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     shutdown: Rc<crate::server::ShutdownSignal>,
+    memory: Rc<RequestMemory>,
 ) {
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.split();
-    let (tx, rx) = local_channel::new_bounded::<Pending>(INFLIGHT_REQUESTS_PER_CONNECTION_MAX);
+    let inflight_max = ctx.config.limits.max_inflight_requests_per_connection;
+    let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
     let write_task = glommio::spawn_local(write_loop(writer, rx, peer));
-    let reason = read_loop(ctx, peer, reader, tx, &shutdown).await;
+    let reason = read_loop(ctx, peer, reader, tx, &shutdown, &memory).await;
     match &reason {
         CloseReason::Eof | CloseReason::Shutdown => {
             tracing::debug!(%peer, %reason, "connection closed")
@@ -75,6 +81,7 @@ async fn read_loop(
     mut reader: impl AsyncRead + Unpin,
     tx: local_channel::LocalSender<Pending>,
     shutdown: &crate::server::ShutdownSignal,
+    memory: &RequestMemory,
 ) -> CloseReason {
     let max = ctx.config.socket_request_max_bytes;
     loop {
@@ -99,6 +106,20 @@ async fn read_loop(
         if size <= 0 || size as usize > max {
             return CloseReason::BadSize(i64::from(size), max);
         }
+        // The frame's memory before its body: when the shard's budget is spent, this
+        // connection reads nothing more until a permit frees (back-pressure).
+        let mut waited = false;
+        let permit = futures_lite::future::or(memory.acquire(size as usize, &mut waited), async {
+            shutdown.wait().await;
+            None
+        })
+        .await;
+        let Some(memory_permit) = permit else {
+            return CloseReason::Shutdown;
+        };
+        if waited {
+            metrics::record_limit(|c| c.request_memory_waits += 1);
+        }
         let frame = match read_body(&mut reader, size as usize).await {
             Ok(f) => f,
             Err(e) => return e,
@@ -112,6 +133,8 @@ async fn read_loop(
         let api_key = request.api_key as i16;
         let bytes_in = size as usize + 4;
         let task = glommio::spawn_local(async move {
+            // Held until the request has been handled (its frame is dropped by then).
+            let _memory_permit = memory_permit;
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
             let result = api::handle(&c, request, peer).await;
             let bytes_out = match &result {
