@@ -449,18 +449,6 @@ impl Shard {
         budget.apply(self.partitions.borrow().values().map(|l| &**l));
     }
 
-    /// Bytes held by this shard's tail caches (at most `tail_cache_shard_bytes`).
-    pub fn tail_cache_held_bytes(&self) -> usize {
-        let held = self
-            .partitions
-            .borrow()
-            .values()
-            .map(|l| l.tail_cache_held_bytes())
-            .sum::<usize>();
-        debug_assert!(held as u64 <= self.config.tail_cache_shard_bytes);
-        held
-    }
-
     /// The settings of `topic`'s partitions: the broker defaults with the topic's stored
     /// overrides. Overrides were validated before they were stored; should one no longer
     /// resolve (a data directory from another version), the defaults apply and we say so.

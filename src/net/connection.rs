@@ -108,18 +108,20 @@ async fn read_loop(
         }
         // The frame's memory before its body: when the shard's budget is spent, this
         // connection reads nothing more until a permit frees (back-pressure).
-        let mut waited = false;
-        let permit = futures_lite::future::or(memory.acquire(size as usize, &mut waited), async {
-            shutdown.wait().await;
-            None
-        })
-        .await;
+        let permit = match memory.try_acquire(size as usize) {
+            Some(p) => Some(p),
+            None => {
+                metrics::record_limit(|c| c.request_memory_waits += 1);
+                futures_lite::future::or(memory.acquire(size as usize), async {
+                    shutdown.wait().await;
+                    None
+                })
+                .await
+            }
+        };
         let Some(memory_permit) = permit else {
             return CloseReason::Shutdown;
         };
-        if waited {
-            metrics::record_limit(|c| c.request_memory_waits += 1);
-        }
         let frame = match read_body(&mut reader, size as usize).await {
             Ok(f) => f,
             Err(e) => return e,

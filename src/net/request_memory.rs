@@ -56,15 +56,20 @@ impl RequestMemory {
         units
     }
 
-    /// Waits until `frame_bytes` (clamped to the budget) are free and takes them.
-    /// `waited` is set when the permit was not free at once. `None` only if the
-    /// semaphore was closed, which this module never does.
-    pub async fn acquire(&self, frame_bytes: usize, waited: &mut bool) -> Option<RequestMemoryPermit> {
+    /// Takes `frame_bytes` (clamped to the budget) if they are free now and nobody is
+    /// waiting before us.
+    pub fn try_acquire(&self, frame_bytes: usize) -> Option<RequestMemoryPermit> {
         let units = self.units(frame_bytes);
-        if let Ok(p) = self.semaphore.try_acquire_static_permit(units) {
-            return Some(RequestMemoryPermit { _permit: p });
-        }
-        *waited = true;
+        self.semaphore
+            .try_acquire_static_permit(units)
+            .ok()
+            .map(|p| RequestMemoryPermit { _permit: p })
+    }
+
+    /// Waits until `frame_bytes` (clamped to the budget) are free and takes them.
+    /// `None` only if the semaphore was closed, which this module never does.
+    pub async fn acquire(&self, frame_bytes: usize) -> Option<RequestMemoryPermit> {
+        let units = self.units(frame_bytes);
         let p = self.semaphore.acquire_static_permit(units).await.ok()?;
         Some(RequestMemoryPermit { _permit: p })
     }
@@ -89,16 +94,13 @@ mod tests {
     fn permits_bound_the_bytes_and_waiters_resume_on_release() {
         glommio::LocalExecutor::default().run(async {
             let m = Rc::new(RequestMemory::new(100));
-            let mut waited = false;
-            let a = m.acquire(60, &mut waited).await.expect("a");
-            assert!(!waited);
+            let a = m.try_acquire(60).expect("a");
+            assert!(m.try_acquire(50).is_none());
             assert_eq!(m.available_bytes(), 40);
             let got = Rc::new(Cell::new(false));
             let (m2, got2) = (m.clone(), got.clone());
             let b = glommio::spawn_local(async move {
-                let mut waited = false;
-                let p = m2.acquire(50, &mut waited).await;
-                assert!(waited);
+                let p = m2.acquire(50).await;
                 got2.set(true);
                 p
             });
@@ -117,8 +119,7 @@ mod tests {
     fn a_frame_larger_than_the_budget_takes_all_of_it() {
         glommio::LocalExecutor::default().run(async {
             let m = RequestMemory::new(100);
-            let mut waited = false;
-            let big = m.acquire(1 << 30, &mut waited).await.expect("big");
+            let big = m.acquire(1 << 30).await.expect("big");
             assert_eq!(m.available_bytes(), 0);
             drop(big);
             assert_eq!(m.available_bytes(), m.budget_bytes());
