@@ -174,6 +174,10 @@ pub struct ServeArgs {
     /// Tail-cache bytes of all partitions of one shard together. Default 512 MiB.
     #[arg(long)]
     pub tail_cache_shard_bytes: Option<u64>,
+    /// Longest a request frame's body may take to arrive once its memory is granted;
+    /// a slower connection is closed. Default 60000.
+    #[arg(long)]
+    pub request_body_timeout_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -243,6 +247,7 @@ impl ServeArgs {
                 .max_inflight_requests_per_connection
                 .or(file.max_inflight_requests_per_connection),
             tail_cache_shard_bytes: self.tail_cache_shard_bytes.or(file.tail_cache_shard_bytes),
+            request_body_timeout_ms: self.request_body_timeout_ms.or(file.request_body_timeout_ms),
         }
     }
 }
@@ -276,6 +281,7 @@ pub struct LimitsConfig {
     pub queued_max_request_bytes: u64,
     pub max_inflight_requests_per_connection: usize,
     pub tail_cache_shard_bytes: u64,
+    pub request_body_timeout: std::time::Duration,
 }
 
 impl LimitsConfig {
@@ -313,6 +319,11 @@ impl LimitsConfig {
             tail_cache_shard_bytes: a
                 .tail_cache_shard_bytes
                 .unwrap_or(limits::TAIL_CACHE_SHARD_BYTES_DEFAULT),
+            request_body_timeout: std::time::Duration::from_millis(
+                a.request_body_timeout_ms
+                    .unwrap_or(limits::REQUEST_BODY_TIMEOUT_MS_DEFAULT)
+                    .max(100),
+            ),
         })
     }
 }

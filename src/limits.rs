@@ -24,6 +24,14 @@ pub const INFLIGHT_REQUESTS_PER_CONNECTION_MIN: usize = 5;
 /// others; `net/request_memory.rs` explains a smaller setting.
 pub const QUEUED_MAX_REQUEST_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
 
+/// Default of `--request-body-timeout-ms`: longest a frame's body may take to arrive
+/// once its memory is granted. Without it a client that declares a large frame and
+/// trickles the body holds request memory, and stalls every reader queued behind it,
+/// for as long as it likes. Kafka clients give up on a request after
+/// `request.timeout.ms` (30 s by default), so a slower body is useless to them anyway;
+/// 60 s still lets a 100 MiB frame arrive at under 2 MB/s.
+pub const REQUEST_BODY_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+
 /// Default of `--tail-cache-shard-bytes`: the tail caches of all partitions of one shard
 /// together (each partition also keeps to `LogConfig::tail_cache_bytes`, 2 MiB), so
 /// thousands of partitions on a core cannot hold gigabytes of cached batches.

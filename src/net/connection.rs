@@ -9,7 +9,9 @@
 //! (The bound is `--max-inflight-requests-per-connection`, default
 //! `INFLIGHT_REQUESTS_PER_CONNECTION_MAX`.) Before a frame's body is read, the reader
 //! takes the frame's bytes from the shard's request memory (`request_memory.rs`); the
-//! handler task holds them until the request has been handled.
+//! handler task holds them until the request has been handled. A body that does not
+//! arrive within `--request-body-timeout-ms` closes the connection, so a slow sender
+//! cannot hold that memory indefinitely.
 //!
 //! Bad input closes only this connection, with a log line: a frame whose size is
 //! negative, zero or above `socket.request.max.bytes`, an unknown API key, an
@@ -44,6 +46,8 @@ enum CloseReason {
     Frame(#[from] FrameError),
     #[error("broker shutting down")]
     Shutdown,
+    #[error("a {0}-byte frame's body did not arrive within {1:?}")]
+    SlowBody(usize, std::time::Duration),
 }
 
 type Pending = JoinHandle<Result<Option<BytesMut>, FrameError>>;
@@ -122,7 +126,14 @@ async fn read_loop(
         let Some(memory_permit) = permit else {
             return CloseReason::Shutdown;
         };
-        let frame = match read_body(&mut reader, size as usize).await {
+        // The body must arrive in time: its memory may be what other readers wait for.
+        let timeout = ctx.config.limits.request_body_timeout;
+        let body = futures_lite::future::or(read_body(&mut reader, size as usize), async {
+            glommio::timer::sleep(timeout).await;
+            Err(CloseReason::SlowBody(size as usize, timeout))
+        })
+        .await;
+        let frame = match body {
             Ok(f) => f,
             Err(e) => return e,
         };

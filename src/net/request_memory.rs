@@ -21,9 +21,9 @@
 //! serves waiters in arrival order, so a large frame is not starved by small ones.
 //!
 //! Not here: response memory (responses are bounded by the in-flight bound per
-//! connection and by the fetch limits in `limits.rs`) and slow-sender reaping: a client
-//! that declares a large frame and trickles its body holds its permit until it finishes
-//! or disconnects, as in Kafka.
+//! connection and by the fetch limits in `limits.rs`). A client that declares a large
+//! frame and trickles its body holds its permit until the connection's body timeout
+//! (`--request-body-timeout-ms`, `connection.rs`) closes it.
 
 use glommio::sync::{Semaphore, StaticPermit};
 use std::rc::Rc;

@@ -8,7 +8,8 @@
   and logged at a bounded rate.
 - --queued-max-request-bytes: many connections declaring huge frames and sending part
   of them do not grow the broker's memory beyond the budget; once they go, normal
-  clients are served.
+  clients are served. A body slower than --request-body-timeout-ms is closed, and the
+  readers waiting for its memory go on.
 - A frame above --socket-request-max-bytes closes that connection only; a batch above
   --message-max-bytes is refused with MESSAGE_TOO_LARGE.
 """
@@ -324,6 +325,25 @@ def test_request_memory_stays_bounded_under_huge_partial_frames(broker_factory):
         except (TimeoutError, W.Closed):
             assert time.monotonic() < deadline, "not served after the hogs closed"
     confluent_produce(b.bootstrap, "after-hogs")
+    b.assert_alive()
+
+
+def test_slow_body_is_closed_and_frees_memory_for_waiting_readers(broker_factory):
+    # One shard, so the hog and the waiting client share the request memory.
+    b = broker_factory(shards=1, extra_args=["--queued-max-request-bytes", str(QUEUED_BYTES),
+                                             "--request-body-timeout-ms", "1500"])
+    with W.connect(b.bootstrap) as hog, W.connect(b.bootstrap) as client:
+        hog.sendall(struct.pack(">i", HOG_FRAME) + b"\0" * 1024)  # takes the whole budget
+        time.sleep(0.3)
+        started = time.monotonic()
+        client.sendall(W.api_versions_v0(7))
+        with pytest.raises(TimeoutError):
+            W.recv_response(client, 0.5)  # waits behind the hog's memory
+        W.wait_closed(hog, 5)  # the body timeout closes the hog...
+        got, body = W.recv_response(client, 5)  # ...and the waiting reader goes on
+        assert got == 7 and W.parse_api_versions_v0(body)[0] == ERR_NONE
+        assert time.monotonic() - started < 5
+    assert metric_sum(b, "corelog_request_memory_waits") >= 1
     b.assert_alive()
 
 
