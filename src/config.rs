@@ -247,7 +247,9 @@ impl ServeArgs {
                 .max_inflight_requests_per_connection
                 .or(file.max_inflight_requests_per_connection),
             tail_cache_shard_bytes: self.tail_cache_shard_bytes.or(file.tail_cache_shard_bytes),
-            request_body_timeout_ms: self.request_body_timeout_ms.or(file.request_body_timeout_ms),
+            request_body_timeout_ms: self
+                .request_body_timeout_ms
+                .or(file.request_body_timeout_ms),
         }
     }
 }
@@ -533,18 +535,34 @@ mod tests {
         assert_eq!(c.connections.total_max, 40, "the flag wins");
         assert_eq!(c.connections.per_ip_max, Some(5));
         assert_eq!(
-            c.connections.per_ip_overrides.get(&"127.0.0.2".parse().expect("ip")),
+            c.connections
+                .per_ip_overrides
+                .get(&"127.0.0.2".parse().expect("ip")),
             Some(&7)
         );
         assert_eq!(c.queued_max_request_bytes, 4 << 20);
-        let d = BrokerConfig::resolve(ServeArgs::default()).expect("defaults").limits;
+        let d = BrokerConfig::resolve(ServeArgs::default())
+            .expect("defaults")
+            .limits;
         assert!(d.connections.total_max >= 64);
-        assert_eq!(d.connections.per_ip_max, None, "per IP is unlimited by default");
+        assert_eq!(
+            d.connections.per_ip_max, None,
+            "per IP is unlimited by default"
+        );
         assert_eq!(d.max_inflight_requests_per_connection, 16);
         for bad in [
-            ServeArgs { max_connections: Some(0), ..Default::default() },
-            ServeArgs { max_inflight_requests_per_connection: Some(4), ..Default::default() },
-            ServeArgs { queued_max_request_bytes: Some(1000), ..Default::default() },
+            ServeArgs {
+                max_connections: Some(0),
+                ..Default::default()
+            },
+            ServeArgs {
+                max_inflight_requests_per_connection: Some(4),
+                ..Default::default()
+            },
+            ServeArgs {
+                queued_max_request_bytes: Some(1000),
+                ..Default::default()
+            },
             ServeArgs {
                 max_connections_per_ip_overrides: Some("somehost:3".into()),
                 ..Default::default()

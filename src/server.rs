@@ -95,9 +95,8 @@ pub fn run(
     crate::kernel::raise_nofile(config.limits.connections.total_max);
     // One set of connection counts for the whole broker: connections arrive on every
     // shard (net/connection_limits.rs).
-    let connection_limits = crate::net::connection_limits::ConnectionLimits::new(
-        &config.limits.connections,
-    );
+    let connection_limits =
+        crate::net::connection_limits::ConnectionLimits::new(&config.limits.connections);
     let metadata = Arc::new(MetadataStore::load(&config.data_dir).with_context(|| {
         format!(
             "loading cluster metadata from {}",

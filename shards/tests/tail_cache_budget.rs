@@ -55,7 +55,10 @@ fn many_partitions_stay_within_the_shard_budget() {
                 assert!(held(&logs) as u64 <= SHARD_BYTES);
                 assert!(log.tail_cache_held_bytes() <= budget.share(logs.len()));
             }
-            assert!(log.tail_cache_held_bytes() > 0, "the newest batches are cached");
+            assert!(
+                log.tail_cache_held_bytes() > 0,
+                "the newest batches are cached"
+            );
         }
         let all_open = held(&logs);
         assert!(all_open as u64 <= SHARD_BYTES, "{all_open} > {SHARD_BYTES}");

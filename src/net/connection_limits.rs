@@ -129,8 +129,8 @@ impl PerIp {
 impl ConnectionLimits {
     pub fn new(config: &ConnectionLimitsConfig) -> Arc<ConnectionLimits> {
         assert!(config.total_max >= MAX_CONNECTIONS_MIN);
-        let per_ip = (config.per_ip_max.is_some() || !config.per_ip_overrides.is_empty())
-            .then(|| PerIp {
+        let per_ip =
+            (config.per_ip_max.is_some() || !config.per_ip_overrides.is_empty()).then(|| PerIp {
                 default_max: config.per_ip_max,
                 overrides: config.per_ip_overrides.clone(),
                 open: Mutex::new(HashMap::new()),
@@ -206,9 +206,10 @@ impl ConnectionLimits {
             if let Some(p) = self.try_acquire() {
                 return p;
             }
-            futures_lite::future::or(freed, glommio::timer::sleep(
-                Duration::from_millis(SLOT_RECHECK_MS),
-            ))
+            futures_lite::future::or(
+                freed,
+                glommio::timer::sleep(Duration::from_millis(SLOT_RECHECK_MS)),
+            )
             .await;
         }
     }
@@ -381,7 +382,10 @@ mod tests {
         assert_eq!(l.admit_ip(a).err(), Some(PerIpExceeded { ip: a, limit: 2 }));
         let bs: Vec<_> = (0..4).map(|_| l.admit_ip(b).expect("override")).collect();
         assert!(l.admit_ip(b).is_err());
-        assert!(l.admit_ip(ip("::1")).is_err(), "an override of 0 refuses all");
+        assert!(
+            l.admit_ip(ip("::1")).is_err(),
+            "an override of 0 refuses all"
+        );
         assert_eq!(l.ip_count(ip("::1")), 0, "refusals leave no entry");
         drop(p1);
         assert_eq!(l.ip_count(a), 1);
@@ -393,12 +397,17 @@ mod tests {
     #[test]
     fn per_ip_unlimited_by_default_is_not_counted() {
         let l = limits(10, None, "10.0.0.1:1");
-        let held: Vec<_> = (0..50).map(|_| l.admit_ip(ip("10.0.0.2")).expect("ok")).collect();
+        let held: Vec<_> = (0..50)
+            .map(|_| l.admit_ip(ip("10.0.0.2")).expect("ok"))
+            .collect();
         assert_eq!(l.ip_count(ip("10.0.0.2")), 0);
         assert!(l.admit_ip(ip("10.0.0.1")).is_ok());
         drop(held);
         let none = limits(10, None, "");
-        assert!(none.per_ip.is_none(), "no per-IP state without a per-IP limit");
+        assert!(
+            none.per_ip.is_none(),
+            "no per-IP state without a per-IP limit"
+        );
     }
 
     #[test]

@@ -69,11 +69,12 @@ pub async fn accept_loop(
             None => {
                 shards::metrics::record_limit(|c| c.accept_waits += 1);
                 tracing::debug!(%peer, max_connections = limits.total_max(), "max-connections reached: not accepting until a connection closes");
-                let waited = futures_lite::future::or(async { Some(limits.acquire().await) }, async {
-                    shutdown.wait().await;
-                    None
-                })
-                .await;
+                let waited =
+                    futures_lite::future::or(async { Some(limits.acquire().await) }, async {
+                        shutdown.wait().await;
+                        None
+                    })
+                    .await;
                 match waited {
                     Some(slot) => slot,
                     None => break,
