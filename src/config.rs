@@ -9,6 +9,9 @@
 //! validated by the same code as a topic override.
 
 use crate::limits;
+use crate::net::connection_limits::{
+    default_max_connections, parse_overrides, ConnectionLimitsConfig, MAX_CONNECTIONS_MIN,
+};
 use anyhow::{bail, Context};
 use clap::Args;
 use serde::Deserialize;
@@ -154,6 +157,37 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "producer.id.expiration.check.interval.ms")]
     pub producer_id_expiration_check_interval_ms: Option<u64>,
+    /// Most client connections open at once, broker-wide; beyond it acceptors wait for
+    /// a slot and new clients wait in the listen backlog (Kafka's max.connections).
+    /// Default: half the process's RLIMIT_NOFILE.
+    #[arg(long)]
+    #[serde(alias = "max.connections")]
+    pub max_connections: Option<usize>,
+    /// Most connections from one client IP; more are closed at once (Kafka's
+    /// max.connections.per.ip). Default: unlimited.
+    #[arg(long)]
+    #[serde(alias = "max.connections.per.ip")]
+    pub max_connections_per_ip: Option<usize>,
+    /// Per-IP limits for given addresses, `IP:COUNT,IP:COUNT` (Kafka's
+    /// max.connections.per.ip.overrides; IP literals only).
+    #[arg(long)]
+    #[serde(alias = "max.connections.per.ip.overrides")]
+    pub max_connections_per_ip_overrides: Option<String>,
+    /// Request frame bytes one shard holds at once; readers wait beyond it (Kafka's
+    /// queued.max.request.bytes, per shard here). Default 256 MiB.
+    #[arg(long)]
+    #[serde(alias = "queued.max.request.bytes")]
+    pub queued_max_request_bytes: Option<u64>,
+    /// Requests read ahead on one connection before it stops reading (at least 5).
+    #[arg(long)]
+    pub max_inflight_requests_per_connection: Option<usize>,
+    /// Tail-cache bytes of all partitions of one shard together. Default 512 MiB.
+    #[arg(long)]
+    pub tail_cache_shard_bytes: Option<u64>,
+    /// Longest a request frame's body may take to arrive once its memory is granted;
+    /// a slower connection is closed. Default 60000.
+    #[arg(long)]
+    pub request_body_timeout_ms: Option<u64>,
 }
 
 impl ServeArgs {
@@ -217,6 +251,21 @@ impl ServeArgs {
             producer_id_expiration_check_interval_ms: self
                 .producer_id_expiration_check_interval_ms
                 .or(file.producer_id_expiration_check_interval_ms),
+            max_connections: self.max_connections.or(file.max_connections),
+            max_connections_per_ip: self.max_connections_per_ip.or(file.max_connections_per_ip),
+            max_connections_per_ip_overrides: self
+                .max_connections_per_ip_overrides
+                .or(file.max_connections_per_ip_overrides),
+            queued_max_request_bytes: self
+                .queued_max_request_bytes
+                .or(file.queued_max_request_bytes),
+            max_inflight_requests_per_connection: self
+                .max_inflight_requests_per_connection
+                .or(file.max_inflight_requests_per_connection),
+            tail_cache_shard_bytes: self.tail_cache_shard_bytes.or(file.tail_cache_shard_bytes),
+            request_body_timeout_ms: self
+                .request_body_timeout_ms
+                .or(file.request_body_timeout_ms),
         }
     }
 }
@@ -239,6 +288,62 @@ pub struct BrokerConfig {
     pub groups: GroupConfig,
     pub housekeeping: HousekeepingConfig,
     pub retention_check_interval_ms: u64,
+    pub limits: LimitsConfig,
+}
+
+/// Connection and memory limits (README "Limits"; `net/connection_limits.rs`,
+/// `net/request_memory.rs`, `shards/src/log/tail_cache.rs`).
+#[derive(Debug, Clone)]
+pub struct LimitsConfig {
+    pub connections: ConnectionLimitsConfig,
+    pub queued_max_request_bytes: u64,
+    pub max_inflight_requests_per_connection: usize,
+    pub tail_cache_shard_bytes: u64,
+    pub request_body_timeout: std::time::Duration,
+}
+
+impl LimitsConfig {
+    fn resolve(a: &ServeArgs) -> anyhow::Result<LimitsConfig> {
+        let total_max = match a.max_connections {
+            Some(n) if n < MAX_CONNECTIONS_MIN => bail!("max-connections must be at least 1"),
+            Some(n) => n,
+            None => default_max_connections(),
+        };
+        let per_ip_overrides = match &a.max_connections_per_ip_overrides {
+            Some(text) => parse_overrides(text)
+                .map_err(|e| anyhow::anyhow!("max-connections-per-ip-overrides: {e}"))?,
+            None => Default::default(),
+        };
+        let queued_max_request_bytes = a
+            .queued_max_request_bytes
+            .unwrap_or(limits::QUEUED_MAX_REQUEST_BYTES_DEFAULT);
+        if queued_max_request_bytes < 64 << 10 {
+            bail!("queued-max-request-bytes must be at least 65536");
+        }
+        let inflight = a
+            .max_inflight_requests_per_connection
+            .unwrap_or(limits::INFLIGHT_REQUESTS_PER_CONNECTION_MAX);
+        if !(limits::INFLIGHT_REQUESTS_PER_CONNECTION_MIN..=1024).contains(&inflight) {
+            bail!("max-inflight-requests-per-connection must be between 5 and 1024");
+        }
+        Ok(LimitsConfig {
+            connections: ConnectionLimitsConfig {
+                total_max,
+                per_ip_max: a.max_connections_per_ip,
+                per_ip_overrides,
+            },
+            queued_max_request_bytes,
+            max_inflight_requests_per_connection: inflight,
+            tail_cache_shard_bytes: a
+                .tail_cache_shard_bytes
+                .unwrap_or(limits::TAIL_CACHE_SHARD_BYTES_DEFAULT),
+            request_body_timeout: std::time::Duration::from_millis(
+                a.request_body_timeout_ms
+                    .unwrap_or(limits::REQUEST_BODY_TIMEOUT_MS_DEFAULT)
+                    .max(100),
+            ),
+        })
+    }
 }
 
 impl BrokerConfig {
@@ -253,6 +358,7 @@ impl BrokerConfig {
             None => ServeArgs::default(),
         };
         let a = flags.over(file);
+        let limits_config = LimitsConfig::resolve(&a)?;
         let listen = a
             .listen
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
@@ -395,6 +501,7 @@ impl BrokerConfig {
             num_partitions,
             socket_request_max_bytes,
             log,
+            limits: limits_config,
         })
     }
 }
@@ -431,6 +538,63 @@ mod tests {
         assert_eq!(c.num_partitions, 3);
         assert_eq!(c.shards, 1);
         assert!(!c.auto_create_topics);
+    }
+
+    #[test]
+    fn limits_from_flags_and_kafka_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "\"max.connections\" = 50\n\"max.connections.per.ip\" = 5\n\
+             \"max.connections.per.ip.overrides\" = \"127.0.0.2:7\"\n\
+             \"queued.max.request.bytes\" = 4194304\n",
+        )
+        .expect("write");
+        let flags = ServeArgs {
+            config: Some(path),
+            max_connections: Some(40),
+            ..Default::default()
+        };
+        let c = BrokerConfig::resolve(flags).expect("resolve").limits;
+        assert_eq!(c.connections.total_max, 40, "the flag wins");
+        assert_eq!(c.connections.per_ip_max, Some(5));
+        assert_eq!(
+            c.connections
+                .per_ip_overrides
+                .get(&"127.0.0.2".parse().expect("ip")),
+            Some(&7)
+        );
+        assert_eq!(c.queued_max_request_bytes, 4 << 20);
+        let d = BrokerConfig::resolve(ServeArgs::default())
+            .expect("defaults")
+            .limits;
+        assert!(d.connections.total_max >= 64);
+        assert_eq!(
+            d.connections.per_ip_max, None,
+            "per IP is unlimited by default"
+        );
+        assert_eq!(d.max_inflight_requests_per_connection, 16);
+        for bad in [
+            ServeArgs {
+                max_connections: Some(0),
+                ..Default::default()
+            },
+            ServeArgs {
+                max_inflight_requests_per_connection: Some(4),
+                ..Default::default()
+            },
+            ServeArgs {
+                queued_max_request_bytes: Some(1000),
+                ..Default::default()
+            },
+            ServeArgs {
+                max_connections_per_ip_overrides: Some("somehost:3".into()),
+                ..Default::default()
+            },
+        ] {
+            assert!(BrokerConfig::resolve(bad).is_err());
+        }
     }
 
     #[test]

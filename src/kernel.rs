@@ -32,3 +32,26 @@ pub fn check_and_raise_memlock(shards: usize) {
         Err(e) => tracing::warn!(error = %e, "could not read RLIMIT_MEMLOCK"),
     }
 }
+
+/// Raises the soft RLIMIT_NOFILE to the hard limit: every connection and every open
+/// segment file is a descriptor, and the default total connection limit is half of it
+/// (`net/connection_limits.rs`). Warns when the connection limit does not fit.
+pub fn raise_nofile(max_connections: usize) {
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) => {
+            if soft < hard {
+                if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+                    tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE");
+                }
+            }
+            if (max_connections as u64).saturating_add(1024) > hard {
+                tracing::warn!(
+                    nofile = hard,
+                    max_connections,
+                    "max-connections leaves fewer than 1024 file descriptors for logs; raise RLIMIT_NOFILE (ulimit -n) or lower max-connections"
+                );
+            }
+        }
+        Err(e) => tracing::warn!(error = %e, "could not read RLIMIT_NOFILE"),
+    }
+}

@@ -8,10 +8,34 @@ pub const SOCKET_REQUEST_MAX_BYTES: usize = 100 * 1024 * 1024;
 /// Kafka's `message.max.bytes` default: the largest record batch accepted.
 pub const MESSAGE_MAX_BYTES: usize = 1_048_588;
 
-/// Requests read ahead on one connection while earlier ones are still being served.
-/// Kafka clients pipeline up to `max.in.flight.requests.per.connection` (5 by default);
-/// beyond this the connection stops reading (back-pressure), it is not refused.
+/// Requests read ahead on one connection while earlier ones are still being served
+/// (the default of `--max-inflight-requests-per-connection`). Kafka clients pipeline up
+/// to `max.in.flight.requests.per.connection` (5 by default); beyond this the
+/// connection stops reading (back-pressure), it is not refused.
 pub const INFLIGHT_REQUESTS_PER_CONNECTION_MAX: usize = 16;
+
+/// The least `--max-inflight-requests-per-connection` accepts: below the clients'
+/// default pipelining depth every connection would stall on its own requests.
+pub const INFLIGHT_REQUESTS_PER_CONNECTION_MIN: usize = 5;
+
+/// Default of `--queued-max-request-bytes`: request frame bytes one shard holds at once
+/// (Kafka's `queued.max.request.bytes`, unlimited there; per shard here). Above
+/// `SOCKET_REQUEST_MAX_BYTES`, so by default the largest frame fits with room for
+/// others; `net/request_memory.rs` explains a smaller setting.
+pub const QUEUED_MAX_REQUEST_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
+
+/// Default of `--request-body-timeout-ms`: longest a frame's body may take to arrive
+/// once its memory is granted. Without it a client that declares a large frame and
+/// trickles the body holds request memory, and stalls every reader queued behind it,
+/// for as long as it likes. Kafka clients give up on a request after
+/// `request.timeout.ms` (30 s by default), so a slower body is useless to them anyway;
+/// 60 s still lets a 100 MiB frame arrive at under 2 MB/s.
+pub const REQUEST_BODY_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+
+/// Default of `--tail-cache-shard-bytes`: the tail caches of all partitions of one shard
+/// together (each partition also keeps to `LogConfig::tail_cache_bytes`, 2 MiB), so
+/// thousands of partitions on a core cannot hold gigabytes of cached batches.
+pub const TAIL_CACHE_SHARD_BYTES_DEFAULT: u64 = 512 * 1024 * 1024;
 
 /// Smallest frame that can hold a request header v1 (api key, version, correlation id,
 /// client id length).
@@ -35,7 +59,8 @@ pub const FETCH_RESPONSE_BYTES_MAX: usize = 64 * 1024 * 1024;
 
 const _: () = assert!(FETCH_PARTITION_BYTES_MAX <= FETCH_RESPONSE_BYTES_MAX);
 const _: () = assert!(MESSAGE_MAX_BYTES < SOCKET_REQUEST_MAX_BYTES);
+const _: () = assert!(QUEUED_MAX_REQUEST_BYTES_DEFAULT >= SOCKET_REQUEST_MAX_BYTES as u64);
 const _: () = assert!(
-    INFLIGHT_REQUESTS_PER_CONNECTION_MAX >= 5,
+    INFLIGHT_REQUESTS_PER_CONNECTION_MAX >= INFLIGHT_REQUESTS_PER_CONNECTION_MIN,
     "Kafka clients pipeline 5 by default"
 );

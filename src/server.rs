@@ -92,6 +92,11 @@ pub fn run(
     // Shard 0 takes the receiving end of the HTTP endpoint's metrics queries.
     let metrics_queries = Arc::new(std::sync::Mutex::new(Some(metrics_queries)));
     crate::kernel::check_and_raise_memlock(config.shards);
+    crate::kernel::raise_nofile(config.limits.connections.total_max);
+    // One set of connection counts for the whole broker: connections arrive on every
+    // shard (net/connection_limits.rs).
+    let connection_limits =
+        crate::net::connection_limits::ConnectionLimits::new(&config.limits.connections);
     let metadata = Arc::new(MetadataStore::load(&config.data_dir).with_context(|| {
         format!(
             "loading cluster metadata from {}",
@@ -105,6 +110,7 @@ pub fn run(
         shard_count: config.shards,
         groups: config.groups.clone(),
         housekeeping: config.housekeeping.clone(),
+        tail_cache_shard_bytes: config.limits.tail_cache_shard_bytes,
     });
     let n = config.shards;
     let cpus = std::thread::available_parallelism()
@@ -134,10 +140,18 @@ pub fn run(
                     life.clone(),
                     metrics_queries.clone(),
                 );
+                let connection_limits = connection_limits.clone();
                 async move {
-                    let result =
-                        shard_main(mesh, config, shard_config, metadata, life.clone(), queries)
-                            .await;
+                    let result = shard_main(
+                        mesh,
+                        config,
+                        shard_config,
+                        metadata,
+                        life.clone(),
+                        queries,
+                        connection_limits,
+                    )
+                    .await;
                     if let Err(e) = &result {
                         tracing::error!(error = %format!("{e:#}"), "shard failed");
                         life.failed.store(true, Ordering::Release);
@@ -175,6 +189,7 @@ async fn shard_main(
     metrics_queries: Arc<
         std::sync::Mutex<Option<futures::channel::mpsc::Receiver<crate::metrics::MetricsQuery>>>,
     >,
+    connection_limits: Arc<crate::net::connection_limits::ConnectionLimits>,
 ) -> anyhow::Result<()> {
     let n = config.shards;
     let (senders, mut receivers) = mesh
@@ -262,7 +277,7 @@ async fn shard_main(
     if id == 0 {
         tracing::info!(listen = %config.listen, shards = n, data_dir = %config.data_dir.display(), "corelog is serving");
     }
-    crate::net::listener::accept_loop(ctx, listener, shutdown).await;
+    crate::net::listener::accept_loop(ctx, listener, shutdown, connection_limits).await;
 
     life.drained.fetch_add(1, Ordering::AcqRel);
     barrier(&life.drained, n, &life).await;

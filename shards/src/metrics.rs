@@ -110,6 +110,31 @@ pub struct MetricsSnapshot {
     pub connections_accepted: u64,
     /// Idempotent producers' retries answered with the original offsets (not written).
     pub duplicate_batches: u64,
+    pub limits: LimitCounters,
+}
+
+/// How often the connection and memory limits were hit (README "Limits").
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitCounters {
+    /// New connections closed because their IP was at `max.connections.per.ip`.
+    pub connections_refused_per_ip: u64,
+    /// Times an acceptor held a new connection waiting for a slot of `max.connections`.
+    pub accept_waits: u64,
+    /// Request frames whose reader waited for `queued.max.request.bytes`.
+    pub request_memory_waits: u64,
+}
+
+impl LimitCounters {
+    fn merge(&mut self, o: &LimitCounters) {
+        self.connections_refused_per_ip += o.connections_refused_per_ip;
+        self.accept_waits += o.accept_waits;
+        self.request_memory_waits += o.request_memory_waits;
+    }
+}
+
+/// Counts one hit of a limit on this shard.
+pub fn record_limit(f: impl FnOnce(&mut LimitCounters)) {
+    RECORDER.with(|r| f(&mut r.borrow_mut().limits));
 }
 
 impl MetricsSnapshot {
@@ -131,6 +156,7 @@ impl MetricsSnapshot {
         self.connections_rejected += other.connections_rejected;
         self.connections_accepted += other.connections_accepted;
         self.duplicate_batches += other.duplicate_batches;
+        self.limits.merge(&other.limits);
     }
 
     pub fn merged(snapshots: &[MetricsSnapshot]) -> MetricsSnapshot {
@@ -148,6 +174,7 @@ struct Recorder {
     connections_rejected: u64,
     connections_accepted: u64,
     duplicate_batches: u64,
+    limits: LimitCounters,
 }
 
 thread_local! {
@@ -157,6 +184,11 @@ thread_local! {
         connections_rejected: 0,
         connections_accepted: 0,
         duplicate_batches: 0,
+        limits: LimitCounters {
+            connections_refused_per_ip: 0,
+            accept_waits: 0,
+            request_memory_waits: 0,
+        },
     });
 }
 
@@ -214,6 +246,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             connections_rejected: r.connections_rejected,
             connections_accepted: r.connections_accepted,
             duplicate_batches: r.duplicate_batches,
+            limits: r.limits,
         }
     })
 }

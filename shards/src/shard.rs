@@ -36,6 +36,8 @@ pub struct ShardConfig {
     pub shard_count: usize,
     pub groups: GroupConfig,
     pub housekeeping: crate::housekeeping::HousekeepingConfig,
+    /// All tail caches of this shard together (`log/tail_cache_budget.rs`).
+    pub tail_cache_shard_bytes: u64,
 }
 
 pub struct Shard {
@@ -463,8 +465,19 @@ impl Shard {
                 .await
                 .map_err(|e| TopicError::Storage(e.to_string()))?;
             self.partitions.borrow_mut().insert(tp, log);
+            // At once, before the new partition can cache anything.
+            self.share_tail_cache();
         }
         Ok(())
+    }
+
+    /// Shares the shard's tail-cache budget among the open partitions.
+    fn share_tail_cache(&self) {
+        let budget = crate::log::tail_cache_budget::TailCacheBudget {
+            shard_bytes: self.config.tail_cache_shard_bytes,
+            partition_max_bytes: self.config.log.tail_cache_bytes,
+        };
+        budget.apply(self.partitions.borrow().values().map(|l| &**l));
     }
 
     /// The settings of `topic`'s partitions: the broker defaults with the topic's stored
@@ -510,6 +523,7 @@ impl Shard {
                 partition: p,
             };
             let removed = self.partitions.borrow_mut().remove(&tp);
+            self.share_tail_cache();
             if let Some(log) = removed {
                 log.close().await;
             }

@@ -103,6 +103,7 @@ impl Collector for Snapshots {
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
         let mut duplicates = Vec::new();
+        let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         for s in &self.0 {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
@@ -138,7 +139,11 @@ impl Collector for Snapshots {
                 vec![("shard".to_string(), shard.clone())],
                 s.connections_rejected,
             ));
-            duplicates.push((vec![("shard".to_string(), shard)], s.duplicate_batches));
+            let by_shard = vec![("shard".to_string(), shard)];
+            duplicates.push((by_shard.clone(), s.duplicate_batches));
+            refused_ip.push((by_shard.clone(), s.limits.connections_refused_per_ip));
+            accept_waits.push((by_shard.clone(), s.limits.accept_waits));
+            memory_waits.push((by_shard, s.limits.request_memory_waits));
         }
         counter(
             &mut encoder,
@@ -193,6 +198,24 @@ impl Collector for Snapshots {
             "corelog_idempotent_duplicate_batches",
             "Retried batches of idempotent producers answered with their original offsets instead of being written again.",
             &duplicates,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_connections_refused_per_ip",
+            "New connections closed because their IP was at max.connections.per.ip.",
+            &refused_ip,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_connection_limit_waits",
+            "Times an acceptor stopped accepting until a slot of max.connections freed.",
+            &accept_waits,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_request_memory_waits",
+            "Request frames whose reader waited for queued.max.request.bytes.",
+            &memory_waits,
         )?;
         Ok(())
     }

@@ -6,6 +6,12 @@
 //! `INFLIGHT_REQUESTS_PER_CONNECTION_MAX` requests in flight (decoded while earlier
 //! ones are being served), yet responses leave in the order Kafka requires. When the
 //! bound is reached the reader stops reading — back-pressure through TCP, not an error.
+//! (The bound is `--max-inflight-requests-per-connection`, default
+//! `INFLIGHT_REQUESTS_PER_CONNECTION_MAX`.) Before a frame's body is read, the reader
+//! takes the frame's bytes from the shard's request memory (`request_memory.rs`); the
+//! handler task holds them until the request has been handled. A body that does not
+//! arrive within `--request-body-timeout-ms` closes the connection, so a slow sender
+//! cannot hold that memory indefinitely.
 //!
 //! Bad input closes only this connection, with a log line: a frame whose size is
 //! negative, zero or above `socket.request.max.bytes`, an unknown API key, an
@@ -16,7 +22,7 @@
 
 use crate::kafka::api::{self, Ctx};
 use crate::kafka::frame::{self, FrameError};
-use crate::limits::INFLIGHT_REQUESTS_PER_CONNECTION_MAX;
+use crate::net::request_memory::RequestMemory;
 use bytes::{Bytes, BytesMut};
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
@@ -40,6 +46,8 @@ enum CloseReason {
     Frame(#[from] FrameError),
     #[error("broker shutting down")]
     Shutdown,
+    #[error("a {0}-byte frame's body did not arrive within {1:?}")]
+    SlowBody(usize, std::time::Duration),
 }
 
 type Pending = JoinHandle<Result<Option<BytesMut>, FrameError>>;
@@ -49,12 +57,14 @@ pub async fn serve(
     stream: TcpStream,
     peer: SocketAddr,
     shutdown: Rc<crate::server::ShutdownSignal>,
+    memory: Rc<RequestMemory>,
 ) {
     let _ = stream.set_nodelay(true);
     let (reader, writer) = stream.split();
-    let (tx, rx) = local_channel::new_bounded::<Pending>(INFLIGHT_REQUESTS_PER_CONNECTION_MAX);
+    let inflight_max = ctx.config.limits.max_inflight_requests_per_connection;
+    let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
     let write_task = glommio::spawn_local(write_loop(writer, rx, peer));
-    let reason = read_loop(ctx, peer, reader, tx, &shutdown).await;
+    let reason = read_loop(ctx, peer, reader, tx, &shutdown, &memory).await;
     match &reason {
         CloseReason::Eof | CloseReason::Shutdown => {
             tracing::debug!(%peer, %reason, "connection closed")
@@ -75,6 +85,7 @@ async fn read_loop(
     mut reader: impl AsyncRead + Unpin,
     tx: local_channel::LocalSender<Pending>,
     shutdown: &crate::server::ShutdownSignal,
+    memory: &RequestMemory,
 ) -> CloseReason {
     let max = ctx.config.socket_request_max_bytes;
     loop {
@@ -99,7 +110,30 @@ async fn read_loop(
         if size <= 0 || size as usize > max {
             return CloseReason::BadSize(i64::from(size), max);
         }
-        let frame = match read_body(&mut reader, size as usize).await {
+        // The frame's memory before its body: when the shard's budget is spent, this
+        // connection reads nothing more until a permit frees (back-pressure).
+        let permit = match memory.try_acquire(size as usize) {
+            Some(p) => Some(p),
+            None => {
+                metrics::record_limit(|c| c.request_memory_waits += 1);
+                futures_lite::future::or(memory.acquire(size as usize), async {
+                    shutdown.wait().await;
+                    None
+                })
+                .await
+            }
+        };
+        let Some(memory_permit) = permit else {
+            return CloseReason::Shutdown;
+        };
+        // The body must arrive in time: its memory may be what other readers wait for.
+        let timeout = ctx.config.limits.request_body_timeout;
+        let body = futures_lite::future::or(read_body(&mut reader, size as usize), async {
+            glommio::timer::sleep(timeout).await;
+            Err(CloseReason::SlowBody(size as usize, timeout))
+        })
+        .await;
+        let frame = match body {
             Ok(f) => f,
             Err(e) => return e,
         };
@@ -112,6 +146,8 @@ async fn read_loop(
         let api_key = request.api_key as i16;
         let bytes_in = size as usize + 4;
         let task = glommio::spawn_local(async move {
+            // Held until the request has been handled (its frame is dropped by then).
+            let _memory_permit = memory_permit;
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
             let result = api::handle(&c, request, peer).await;
             let bytes_out = match &result {

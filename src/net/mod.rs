@@ -1,5 +1,7 @@
-//! The network side of a shard: the SO_REUSEPORT listener and the per-connection
-//! request pipeline.
+//! The network side of a shard: the SO_REUSEPORT listener, the per-connection request
+//! pipeline, and the limits on connections and on request memory.
 
 pub mod connection;
+pub mod connection_limits;
 pub mod listener;
+pub mod request_memory;

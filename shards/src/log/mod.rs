@@ -36,6 +36,7 @@ pub mod recovery;
 pub mod retention;
 pub mod segment;
 pub mod tail_cache;
+pub mod tail_cache_budget;
 pub mod time_index;
 
 pub use config::{Durability, LogConfig};

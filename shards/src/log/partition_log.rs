@@ -400,6 +400,17 @@ impl PartitionLog {
         *self.config.borrow_mut() = config;
     }
 
+    /// Sets this partition's share of the shard's tail-cache budget; a smaller share
+    /// evicts at once (see `tail_cache.rs` for the invariant).
+    pub fn set_tail_cache_budget(&self, bytes: usize) {
+        self.state.borrow_mut().tail.set_budget(bytes);
+    }
+
+    /// Bytes this partition's tail cache holds now.
+    pub fn tail_cache_held_bytes(&self) -> usize {
+        self.state.borrow().tail.held_bytes()
+    }
+
     pub fn log_start_offset(&self) -> i64 {
         self.state.borrow().log_start_offset
     }
