@@ -144,6 +144,14 @@ pub struct ServeArgs {
     /// Refuse produces while all partition logs together hold more than this, bytes.
     #[arg(long)]
     pub disk_budget_bytes: Option<u64>,
+    /// Samples in a client quota's rate window (Kafka's quota.window.num).
+    #[arg(long)]
+    #[serde(alias = "quota.window.num")]
+    pub quota_window_num: Option<usize>,
+    /// Length of one quota sample, seconds (Kafka's quota.window.size.seconds).
+    #[arg(long)]
+    #[serde(alias = "quota.window.size.seconds")]
+    pub quota_window_size_seconds: Option<u64>,
 }
 
 impl ServeArgs {
@@ -201,6 +209,10 @@ impl ServeArgs {
                 .or(file.cleaner_io_max_bytes_per_second),
             disk_fill_max_percent: self.disk_fill_max_percent.or(file.disk_fill_max_percent),
             disk_budget_bytes: self.disk_budget_bytes.or(file.disk_budget_bytes),
+            quota_window_num: self.quota_window_num.or(file.quota_window_num),
+            quota_window_size_seconds: self
+                .quota_window_size_seconds
+                .or(file.quota_window_size_seconds),
         }
     }
 }
@@ -223,6 +235,7 @@ pub struct BrokerConfig {
     pub groups: GroupConfig,
     pub housekeeping: HousekeepingConfig,
     pub retention_check_interval_ms: u64,
+    pub quota: crate::quota::QuotaConfig,
 }
 
 impl BrokerConfig {
@@ -352,7 +365,23 @@ impl BrokerConfig {
             disk_fill_max_ratio: disk_fill_max_percent / 100.0,
             disk_budget_bytes: a.disk_budget_bytes,
         };
+        let quota_defaults = crate::quota::QuotaConfig::default();
+        let quota_samples = a.quota_window_num.unwrap_or(quota_defaults.samples);
+        if !(2..=3600).contains(&quota_samples) {
+            bail!("quota-window-num must be between 2 and 3600");
+        }
+        let quota_window_s = a
+            .quota_window_size_seconds
+            .unwrap_or(quota_defaults.window_ms / 1000);
+        if !(1..=3600).contains(&quota_window_s) {
+            bail!("quota-window-size-seconds must be between 1 and 3600");
+        }
+        let quota = crate::quota::QuotaConfig {
+            samples: quota_samples,
+            window_ms: quota_window_s * 1000,
+        };
         Ok(BrokerConfig {
+            quota,
             housekeeping,
             retention_check_interval_ms,
             groups,
@@ -418,5 +447,32 @@ mod tests {
             ..Default::default()
         };
         assert!(BrokerConfig::resolve(flags).is_err());
+    }
+
+    #[test]
+    fn quota_window_from_file_alias_and_flag() {
+        let c = BrokerConfig::resolve(ServeArgs::default()).expect("defaults resolve");
+        assert_eq!(c.quota, crate::quota::QuotaConfig::default());
+        assert_eq!(c.quota.samples, 30);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "\"quota.window.num\" = 11\nquota-window-size-seconds = 2\n",
+        )
+        .expect("write");
+        let flags = ServeArgs {
+            config: Some(path),
+            quota_window_num: Some(5),
+            ..Default::default()
+        };
+        let c = BrokerConfig::resolve(flags).expect("resolve");
+        assert_eq!(c.quota.samples, 5);
+        assert_eq!(c.quota.window_ms, 2000);
+        let bad = ServeArgs {
+            quota_window_num: Some(1),
+            ..Default::default()
+        };
+        assert!(BrokerConfig::resolve(bad).is_err());
     }
 }

@@ -151,6 +151,11 @@ pub enum ControllerRequest {
         validate_only: bool,
         reply: Reply<Vec<Result<(), TopicError>>>,
     },
+    /// AlterClientQuotas: entries already validated at the edge; one result each.
+    AlterClientQuotas {
+        alterations: Vec<crate::client_quota::QuotaAlteration>,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
 }
 
 /// One topic's configuration change.
@@ -253,4 +258,7 @@ pub enum ShardMessage {
     Shutdown {
         reply: Reply<()>,
     },
+    /// A shard's bytes per quota sensor in its last completed window (to every other
+    /// shard, once a window; no reply).
+    QuotaUsage(Arc<crate::client_quota::UsageReport>),
 }

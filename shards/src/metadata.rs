@@ -33,6 +33,9 @@ pub struct TopicMeta {
 pub struct ClusterMetadata {
     pub cluster_id: String,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// Client quota overrides (AlterClientQuotas); absent in files written before them.
+    #[serde(default)]
+    pub client_quotas: crate::client_quota::ClientQuotas,
 }
 
 impl ClusterMetadata {
@@ -105,6 +108,7 @@ impl MetadataStore {
                 let meta = ClusterMetadata {
                     cluster_id: uuid::Uuid::new_v4().simple().to_string(),
                     topics: BTreeMap::new(),
+                    client_quotas: Default::default(),
                 };
                 persist(data_dir, &meta)?;
                 meta

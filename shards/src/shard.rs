@@ -51,6 +51,8 @@ pub struct Shard {
     produce_refused: RefCell<Option<Arc<str>>>,
     /// Shard 0 only: every shard's last disk report.
     disk_budget: RefCell<DiskBudget>,
+    /// Other shards' quota usage reports, drained by the broker's quota manager.
+    pub quota_usage: crate::client_quota::UsageInbox,
 }
 
 impl Shard {
@@ -60,6 +62,7 @@ impl Shard {
         metadata: Arc<MetadataStore>,
         senders: Senders<Envelope>,
     ) -> Rc<Shard> {
+        let config_shards = config.shard_count;
         Rc::new(Shard {
             id,
             controller: (id == 0).then(|| Controller::new(metadata.clone(), config.clone())),
@@ -71,6 +74,7 @@ impl Shard {
             partitions: RefCell::new(HashMap::new()),
             senders,
             admin_lock: Semaphore::new(1),
+            quota_usage: crate::client_quota::UsageInbox::new(config_shards),
         })
     }
 
@@ -275,6 +279,7 @@ impl Shard {
                 self.close_all().await;
                 let _ = reply.send(());
             }
+            ShardMessage::QuotaUsage(report) => self.quota_usage.push(report),
         }
     }
 

@@ -77,6 +77,7 @@ async fn read_loop(
     shutdown: &crate::server::ShutdownSignal,
 ) -> CloseReason {
     let max = ctx.config.socket_request_max_bytes;
+    let throttle = Rc::new(crate::quota::ConnectionThrottle::default());
     loop {
         let mut size_buf = [0u8; 4];
         let read = futures_lite::future::or(
@@ -107,13 +108,30 @@ async fn read_loop(
             Ok(r) => r,
             Err(e) => return CloseReason::Frame(e),
         };
+        // A quota throttle (KIP-219): the response that set it has been sent; this
+        // connection's next request waits it out, unread frames back up in TCP.
+        let held = futures_lite::future::or(
+            async {
+                throttle.hold().await;
+                true
+            },
+            async {
+                shutdown.wait().await;
+                false
+            },
+        )
+        .await;
+        if !held {
+            return CloseReason::Shutdown;
+        }
         let c = ctx.clone();
+        let conn_throttle = throttle.clone();
         let received = Instant::now();
         let api_key = request.api_key as i16;
         let bytes_in = size as usize + 4;
         let task = glommio::spawn_local(async move {
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let result = api::handle(&c, request, peer).await;
+            let result = api::handle(&c, request, peer, &conn_throttle).await;
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,

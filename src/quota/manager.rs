@@ -1,0 +1,332 @@
+//! Per-shard quota sensors and throttle decisions.
+//!
+//! Owner: one `QuotaManager` per shard (in the handlers' `Ctx`), touched only by that
+//! shard's thread: no lock, no atomics. A request's bytes are recorded in the sensor of
+//! the quota that applies to its client (see `entity`), and the throttle time is
+//! Kafka's `(rate − quota) / quota × window`, capped at `samples × window`.
+//!
+//! **Cross-shard accounting.** A client's connections may sit on several shards. Once
+//! per window, a little after it closes, every shard sends every other shard its bytes
+//! per active sensor in that window (`ShardMessage::QuotaUsage`, one message per peer
+//! per second, nothing when idle). A shard's measured rate is its own samples plus the
+//! reported ones, so it sees the client's total with at most about one window of lag
+//! for the remote part. Chosen over forwarding every record to an "owner" shard (a mesh
+//! hop on every request) and over shared atomics (cross-core cache traffic on the hot
+//! path). The lag lets a client spread over k shards overshoot by at most about
+//! (k−1) windows' worth of quota at the start of a burst; the throttle formula then
+//! pays it back, so the long-run rate is still the quota.
+//!
+//! Resolution of the applicable quota is cached per client id and recomputed when the
+//! metadata snapshot changes (kept alive by the cache, so a pointer comparison is
+//! sound). Without any quota configured, a request costs one `is_empty` check.
+//!
+//! Bounds: at most `SENSORS_MAX` sensors and `RESOLVED_CACHE_MAX` cached client ids
+//! per shard; sensors idle for a whole span are dropped at the next tick.
+
+use super::entity::{self, ANONYMOUS_USER};
+use shards::client_quota::{QuotaKind, UsageReport};
+use shards::metadata::ClusterMetadata;
+use shards::shard::Shard;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::sampled_rate::SampledRate;
+
+/// Sensors per kind per shard. A client id per connection attempt would otherwise grow
+/// the map without bound; past this, new sensors are not created (unthrottled, logged).
+pub const SENSORS_MAX: usize = 100_000;
+/// Client ids whose resolution is cached; the cache is cleared when full.
+pub const RESOLVED_CACHE_MAX: usize = 10_000;
+/// How long after a window closes the shards exchange it (lets late requests land).
+const EXCHANGE_DELAY_MS: u64 = 20;
+
+/// The window settings (`--quota-window-num`, `--quota-window-size-seconds`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QuotaConfig {
+    pub samples: usize,
+    pub window_ms: u64,
+}
+
+impl Default for QuotaConfig {
+    fn default() -> Self {
+        // The seeds' "30 one-second buckets"; Kafka's default is 11.
+        QuotaConfig {
+            samples: 30,
+            window_ms: 1000,
+        }
+    }
+}
+
+/// The process-wide origin of quota time: every shard numbers windows from it.
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+fn now_ms(at: Instant) -> u64 {
+    u64::try_from(at.saturating_duration_since(epoch()).as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The quotas that apply to one client id.
+#[derive(Debug, Default)]
+struct Resolved {
+    produce: Option<(Arc<str>, f64)>,
+    fetch: Option<(Arc<str>, f64)>,
+}
+
+struct Cache {
+    snapshot: Option<Arc<ClusterMetadata>>,
+    by_client: HashMap<Box<str>, Rc<Resolved>>,
+}
+
+/// Throttle counters for the metrics endpoint.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct ThrottleStats {
+    pub produce_throttled: u64,
+    pub produce_throttle_ms: u64,
+    pub fetch_throttled: u64,
+    pub fetch_throttle_ms: u64,
+}
+
+pub struct QuotaManager {
+    config: QuotaConfig,
+    shard: Rc<Shard>,
+    produce: RefCell<HashMap<Arc<str>, SampledRate>>,
+    fetch: RefCell<HashMap<Arc<str>, SampledRate>>,
+    cache: RefCell<Cache>,
+    stats: Cell<ThrottleStats>,
+    full_warned: Cell<bool>,
+}
+
+impl QuotaManager {
+    pub fn new(config: QuotaConfig, shard: Rc<Shard>) -> QuotaManager {
+        assert!(config.samples >= 1);
+        assert!(config.window_ms >= 1);
+        let _ = epoch();
+        QuotaManager {
+            config,
+            shard,
+            produce: RefCell::new(HashMap::new()),
+            fetch: RefCell::new(HashMap::new()),
+            cache: RefCell::new(Cache {
+                snapshot: None,
+                by_client: HashMap::new(),
+            }),
+            stats: Cell::new(ThrottleStats::default()),
+            full_warned: Cell::new(false),
+        }
+    }
+
+    fn max_throttle_ms(&self) -> u64 {
+        self.config.window_ms.saturating_mul(self.config.samples as u64)
+    }
+
+    pub fn stats(&self) -> ThrottleStats {
+        self.stats.get()
+    }
+
+    fn sensors(&self, kind: QuotaKind) -> &RefCell<HashMap<Arc<str>, SampledRate>> {
+        match kind {
+            QuotaKind::Produce => &self.produce,
+            QuotaKind::Fetch => &self.fetch,
+        }
+    }
+
+    fn resolved(&self, meta: &Arc<ClusterMetadata>, client_id: &str) -> Rc<Resolved> {
+        let mut cache = self.cache.borrow_mut();
+        let fresh = cache
+            .snapshot
+            .as_ref()
+            .is_some_and(|s| Arc::ptr_eq(s, meta));
+        if !fresh || cache.by_client.len() >= RESOLVED_CACHE_MAX {
+            cache.snapshot = Some(meta.clone());
+            cache.by_client.clear();
+        }
+        if let Some(r) = cache.by_client.get(client_id) {
+            return r.clone();
+        }
+        let q = &meta.client_quotas;
+        let get = |key| {
+            entity::resolve(q, key, ANONYMOUS_USER, client_id)
+                .map(|a| (Arc::<str>::from(a.sensor), a.quota))
+        };
+        let r = Rc::new(Resolved {
+            produce: get(entity::PRODUCER_BYTE_RATE),
+            fetch: get(entity::CONSUMER_BYTE_RATE),
+        });
+        cache.by_client.insert(client_id.into(), r.clone());
+        r
+    }
+
+    /// Records `bytes` of `kind` for `client_id` and returns how long the client is to
+    /// be throttled (zero when it has no quota or is within it).
+    pub fn record(&self, kind: QuotaKind, client_id: &str, bytes: u64) -> Duration {
+        let meta = self.shard.metadata.snapshot();
+        if meta.client_quotas.entries.is_empty() {
+            return Duration::ZERO;
+        }
+        self.apply_remote();
+        let resolved = self.resolved(&meta, client_id);
+        let Some((sensor, quota)) = (match kind {
+            QuotaKind::Produce => &resolved.produce,
+            QuotaKind::Fetch => &resolved.fetch,
+        }) else {
+            return Duration::ZERO;
+        };
+        let now = now_ms(Instant::now());
+        let mut sensors = self.sensors(kind).borrow_mut();
+        if !sensors.contains_key(&**sensor) {
+            if sensors.len() >= SENSORS_MAX {
+                if !self.full_warned.replace(true) {
+                    tracing::warn!(max = SENSORS_MAX, "quota sensor table full: new clients are not throttled");
+                }
+                return Duration::ZERO;
+            }
+            sensors.insert(
+                sensor.clone(),
+                SampledRate::new(self.config.samples, self.config.window_ms, now),
+            );
+        }
+        let Some(rate) = sensors.get_mut(&**sensor) else {
+            return Duration::ZERO;
+        };
+        rate.record_local(bytes, now);
+        let ms = rate.throttle_ms(*quota, now, self.max_throttle_ms());
+        if ms > 0 {
+            let mut s = self.stats.get();
+            match kind {
+                QuotaKind::Produce => {
+                    s.produce_throttled += 1;
+                    s.produce_throttle_ms += ms;
+                }
+                QuotaKind::Fetch => {
+                    s.fetch_throttled += 1;
+                    s.fetch_throttle_ms += ms;
+                }
+            }
+            self.stats.set(s);
+        }
+        Duration::from_millis(ms)
+    }
+
+    /// Records a request's bytes for the connection's client and, when over quota,
+    /// extends the connection's hold; returns the `throttle_time_ms` for the response.
+    pub fn charge(
+        &self,
+        kind: QuotaKind,
+        client_id: Option<&str>,
+        bytes: u64,
+        connection: &ConnectionThrottle,
+    ) -> i32 {
+        let d = self.record(kind, client_id.unwrap_or(""), bytes);
+        connection.throttle(d);
+        i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
+    }
+
+    /// Adds the other shards' reports that arrived since the last look.
+    fn apply_remote(&self) {
+        if self.shard.quota_usage.is_empty() {
+            return;
+        }
+        let now = now_ms(Instant::now());
+        for report in self.shard.quota_usage.drain() {
+            for (kind, sensor, bytes) in &report.entries {
+                let mut sensors = self.sensors(*kind).borrow_mut();
+                if !sensors.contains_key(&**sensor) && sensors.len() < SENSORS_MAX {
+                    sensors.insert(
+                        sensor.clone(),
+                        SampledRate::new(self.config.samples, self.config.window_ms, now),
+                    );
+                }
+                if let Some(rate) = sensors.get_mut(&**sensor) {
+                    rate.record_remote(*bytes, report.window, now);
+                }
+            }
+        }
+    }
+
+    /// This shard's bytes per sensor in window `window`; drops sensors idle for a span.
+    fn collect(&self, window: u64, now: u64) -> Vec<(QuotaKind, Arc<str>, u64)> {
+        let mut out = Vec::new();
+        for kind in [QuotaKind::Produce, QuotaKind::Fetch] {
+            let mut sensors = self.sensors(kind).borrow_mut();
+            sensors.retain(|_, r| !r.idle(now));
+            for (name, rate) in sensors.iter() {
+                let bytes = rate.local_in(window);
+                if bytes > 0 {
+                    out.push((kind, name.clone(), bytes));
+                }
+            }
+        }
+        out
+    }
+
+    /// The once-a-window exchange with the other shards; runs for the shard's life.
+    pub async fn run_exchange(self: Rc<Self>) {
+        let w = self.config.window_ms;
+        loop {
+            let now = now_ms(Instant::now());
+            let next_boundary = (now / w + 1) * w;
+            glommio::timer::sleep(Duration::from_millis(
+                next_boundary - now + EXCHANGE_DELAY_MS.min(w / 2),
+            ))
+            .await;
+            let now = now_ms(Instant::now());
+            let closed = (now / w).saturating_sub(1);
+            self.apply_remote();
+            let entries = self.collect(closed, now);
+            if entries.is_empty() || self.shard.shard_count() < 2 {
+                continue;
+            }
+            let report = Arc::new(UsageReport {
+                from_shard: self.shard.id,
+                window: closed,
+                entries,
+            });
+            for target in (0..self.shard.shard_count()).filter(|t| *t != self.shard.id) {
+                let msg = shards::mesh::ShardMessage::QuotaUsage(report.clone());
+                if !self.shard.tell(target, msg).await {
+                    return; // shutting down
+                }
+            }
+        }
+    }
+}
+
+/// A connection's throttle: Kafka's channel mute (KIP-219). The handler that finds the
+/// client over its quota extends it; the connection's reader waits it out before
+/// handing the next request to a handler.
+#[derive(Debug, Default)]
+pub struct ConnectionThrottle {
+    muted_until: Cell<Option<Instant>>,
+}
+
+impl ConnectionThrottle {
+    /// Holds this connection's next requests for `d` from now (never shortens a hold).
+    pub fn throttle(&self, d: Duration) {
+        if d.is_zero() {
+            return;
+        }
+        let until = Instant::now() + d;
+        let next = match self.muted_until.get() {
+            Some(t) if t > until => t,
+            _ => until,
+        };
+        self.muted_until.set(Some(next));
+    }
+
+    /// Waits until the hold (if any) is over.
+    pub async fn hold(&self) {
+        while let Some(until) = self.muted_until.get() {
+            let now = Instant::now();
+            if until <= now {
+                self.muted_until.set(None);
+                return;
+            }
+            glommio::timer::sleep(until - now).await;
+        }
+    }
+}
