@@ -125,13 +125,19 @@ async fn read_loop(
             return CloseReason::Shutdown;
         }
         let c = ctx.clone();
-        let conn_throttle = throttle.clone();
         let received = Instant::now();
         let api_key = request.api_key as i16;
         let bytes_in = size as usize + 4;
+        let quota = crate::quota::admit(
+            &ctx.quotas,
+            request.api_key,
+            request.header.client_id.as_deref(),
+            bytes_in,
+            &throttle,
+        );
         let task = glommio::spawn_local(async move {
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let result = api::handle(&c, request, peer, &conn_throttle).await;
+            let result = api::handle(&c, request, peer, &quota).await;
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,

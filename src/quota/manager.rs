@@ -296,6 +296,40 @@ impl QuotaManager {
     }
 }
 
+/// What a handler learns of the quota decision made for its request when the
+/// connection read it.
+#[derive(Debug)]
+pub struct RequestQuota {
+    /// The connection's hold, for handlers that charge after the work (Fetch).
+    pub connection: Rc<ConnectionThrottle>,
+    /// The throttle already decided at read time (Produce), for the response.
+    pub throttle_time_ms: i32,
+}
+
+/// Charges a request whose cost is known when it is read (Produce: its size) before
+/// its handler is started. Deciding here, in request order, is what makes the hold
+/// work for pipelined requests: librdkafka keeps many produce requests in flight, and
+/// if each handler charged itself they would all be dispatched before the first one
+/// had set the hold, letting bursts through (seen as ±20 % over 10 s).
+pub fn admit(
+    quotas: &QuotaManager,
+    api_key: kafka_protocol::messages::ApiKey,
+    client_id: Option<&str>,
+    frame_bytes: usize,
+    connection: &Rc<ConnectionThrottle>,
+) -> RequestQuota {
+    let throttle_time_ms = match api_key {
+        kafka_protocol::messages::ApiKey::Produce => {
+            quotas.charge(QuotaKind::Produce, client_id, frame_bytes as u64, connection)
+        }
+        _ => 0,
+    };
+    RequestQuota {
+        connection: connection.clone(),
+        throttle_time_ms,
+    }
+}
+
 /// A connection's throttle: Kafka's channel mute (KIP-219). The handler that finds the
 /// client over its quota extends it; the connection's reader waits it out before
 /// handing the next request to a handler.

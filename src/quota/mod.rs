@@ -15,4 +15,4 @@ pub mod entity;
 pub mod manager;
 pub mod sampled_rate;
 
-pub use manager::{ConnectionThrottle, QuotaConfig, QuotaManager};
+pub use manager::{admit, ConnectionThrottle, QuotaConfig, QuotaManager, RequestQuota};

@@ -198,8 +198,9 @@ def test_consumer_byte_rate_holds_a_consumer(broker_factory):
     b = broker_factory.start()
     quota = 512 * 1024
     create_topic(b.bootstrap, "quota-fetch")
+    # Small batches: a fetch returns whole batches, so they set its granularity.
     p = Producer({"bootstrap.servers": b.bootstrap, "client.id": "loader", "acks": 1,
-                  "linger.ms": 5})
+                  "linger.ms": 5, "batch.size": 32768})
     for _ in range(1000):  # ~10 MiB
         while True:
             try:
@@ -216,6 +217,7 @@ def test_consumer_byte_rate_holds_a_consumer(broker_factory):
         "bootstrap.servers": b.bootstrap, "client.id": "slowconsumer", "group.id": "g-quota",
         "auto.offset.reset": "earliest", "enable.auto.commit": False,
         "fetch.max.bytes": 65536, "max.partition.fetch.bytes": 65536,
+        "message.max.bytes": 65536,
         "queued.max.messages.kbytes": 256,
         "throttle_cb": lambda ev: throttles.append(ev.throttle_time * 1000.0),
     })

@@ -78,12 +78,13 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
 
 /// Serves one request. `Ok(None)` means no response is sent (produce with acks=0).
 /// `Err` closes the connection (after the responses before it are written).
-/// `throttle` is the connection's quota hold, extended by handlers that throttle.
+/// `quota` is the quota decision made when the request was read, and the
+/// connection's hold for handlers that charge after their work.
 pub async fn handle(
     ctx: &Ctx,
     mut frame: RequestFrame,
     peer: std::net::SocketAddr,
-    throttle: &crate::quota::ConnectionThrottle,
+    quota: &crate::quota::RequestQuota,
 ) -> Result<Option<BytesMut>, FrameError> {
     let Some((min, max)) = supported_range(frame.api_key) else {
         return Err(FrameError::UnsupportedVersion {
@@ -103,8 +104,8 @@ pub async fn handle(
     match frame.api_key {
         ApiKey::ApiVersions => api_versions::handle(&mut frame).map(Some),
         ApiKey::Metadata => metadata::handle(ctx, &mut frame).await.map(Some),
-        ApiKey::Produce => produce::handle(ctx, &mut frame, throttle).await,
-        ApiKey::Fetch => fetch::handle(ctx, &mut frame, throttle).await.map(Some),
+        ApiKey::Produce => produce::handle(ctx, &mut frame, quota).await,
+        ApiKey::Fetch => fetch::handle(ctx, &mut frame, &quota.connection).await.map(Some),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &mut frame).await.map(Some),
         ApiKey::CreateTopics => admin::create_topics(ctx, &mut frame).await.map(Some),
         ApiKey::DeleteTopics => admin::delete_topics(ctx, &mut frame).await.map(Some),

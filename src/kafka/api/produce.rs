@@ -41,10 +41,8 @@ fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
 pub async fn handle(
     ctx: &Ctx,
     frame: &mut RequestFrame,
-    throttle: &crate::quota::ConnectionThrottle,
+    quota: &crate::quota::RequestQuota,
 ) -> Result<Option<BytesMut>, FrameError> {
-    // The producer quota counts the request's size (Kafka: the request's bytes).
-    let request_bytes = frame.body.len() as u64;
     let req: ProduceRequest = decode_body(frame)?;
     let acks = Acks::from_wire(req.acks);
     let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
@@ -148,17 +146,12 @@ pub async fn handle(
     for p in slots.iter().flatten() {
         error_code::count(ApiKey::Produce, p.error_code);
     }
-    let throttle_time_ms = ctx.quotas.charge(
-        shards::client_quota::QuotaKind::Produce,
-        frame.header.client_id.as_deref(),
-        request_bytes,
-        throttle,
-    );
     if req.acks == 0 {
-        return Ok(None); // the hold still applies: the connection's next read waits
+        return Ok(None); // the quota hold still applies: the next read waits
     }
     let mut body = ProduceResponse::default();
-    body.throttle_time_ms = throttle_time_ms;
+    // Charged when the connection read the request (its whole size, as Kafka).
+    body.throttle_time_ms = quota.throttle_time_ms;
     for (t, parts) in req.topic_data.iter().zip(slots) {
         let mut tr = TopicProduceResponse::default();
         tr.name = t.name.clone();
