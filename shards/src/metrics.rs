@@ -108,6 +108,37 @@ pub struct MetricsSnapshot {
     /// Connections closed for bad input (malformed or oversized frames, unknown APIs).
     pub connections_rejected: u64,
     pub connections_accepted: u64,
+    /// Client quota throttling on this shard.
+    pub quota: QuotaMetrics,
+}
+
+/// Client quota throttle counts, per quota kind (`QuotaKind` order: produce, fetch).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuotaMetrics {
+    pub throttled: [u64; 2],
+    pub throttle_ms: [u64; 2],
+}
+
+impl QuotaMetrics {
+    fn merge(&mut self, other: &QuotaMetrics) {
+        for i in 0..2 {
+            self.throttled[i] += other.throttled[i];
+            self.throttle_ms[i] += other.throttle_ms[i];
+        }
+    }
+}
+
+/// A response that throttled its client for `ms` under quota `kind`.
+pub fn record_quota_throttle(kind: crate::client_quota::QuotaKind, ms: u64) {
+    let i = match kind {
+        crate::client_quota::QuotaKind::Produce => 0,
+        crate::client_quota::QuotaKind::Fetch => 1,
+    };
+    RECORDER.with(|r| {
+        let q = &mut r.borrow_mut().quota;
+        q.throttled[i] += 1;
+        q.throttle_ms[i] += ms;
+    });
 }
 
 impl MetricsSnapshot {
@@ -128,6 +159,7 @@ impl MetricsSnapshot {
         }
         self.connections_rejected += other.connections_rejected;
         self.connections_accepted += other.connections_accepted;
+        self.quota.merge(&other.quota);
     }
 
     pub fn merged(snapshots: &[MetricsSnapshot]) -> MetricsSnapshot {
@@ -144,6 +176,7 @@ struct Recorder {
     stages: BTreeMap<Stage, Histogram<u64>>,
     connections_rejected: u64,
     connections_accepted: u64,
+    quota: QuotaMetrics,
 }
 
 thread_local! {
@@ -152,6 +185,7 @@ thread_local! {
         stages: Stage::ALL.iter().map(|s| (*s, new_histogram())).collect(),
         connections_rejected: 0,
         connections_accepted: 0,
+        quota: QuotaMetrics::default(),
     });
 }
 
@@ -204,6 +238,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             stages: r.stages.clone(),
             connections_rejected: r.connections_rejected,
             connections_accepted: r.connections_accepted,
+            quota: r.quota,
         }
     })
 }

@@ -102,6 +102,7 @@ impl Collector for Snapshots {
         let mut stages = Vec::new();
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
+        let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
         for s in &self.0 {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
@@ -133,8 +134,28 @@ impl Collector for Snapshots {
                 vec![("shard".to_string(), shard.clone())],
                 s.connections_accepted,
             ));
+            for (i, kind) in ["produce", "fetch"].iter().enumerate() {
+                let labels = vec![
+                    ("quota".to_string(), kind.to_string()),
+                    ("shard".to_string(), shard.clone()),
+                ];
+                throttled.push((labels.clone(), s.quota.throttled.get(i).copied().unwrap_or(0)));
+                throttle_ms.push((labels, s.quota.throttle_ms.get(i).copied().unwrap_or(0)));
+            }
             rejected.push((vec![("shard".to_string(), shard)], s.connections_rejected));
         }
+        counter(
+            &mut encoder,
+            "corelog_quota_throttled_responses",
+            "Responses that throttled their client (throttle_time_ms > 0), by quota and shard.",
+            &throttled,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_quota_throttle_milliseconds",
+            "Throttle time given to clients, by quota and shard.",
+            &throttle_ms,
+        )?;
         counter(
             &mut encoder,
             "corelog_requests",

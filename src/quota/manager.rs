@@ -82,22 +82,12 @@ struct Cache {
     by_client: HashMap<Box<str>, Rc<Resolved>>,
 }
 
-/// Throttle counters for the metrics endpoint.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct ThrottleStats {
-    pub produce_throttled: u64,
-    pub produce_throttle_ms: u64,
-    pub fetch_throttled: u64,
-    pub fetch_throttle_ms: u64,
-}
-
 pub struct QuotaManager {
     config: QuotaConfig,
     shard: Rc<Shard>,
     produce: RefCell<HashMap<Arc<str>, SampledRate>>,
     fetch: RefCell<HashMap<Arc<str>, SampledRate>>,
     cache: RefCell<Cache>,
-    stats: Cell<ThrottleStats>,
     full_warned: Cell<bool>,
 }
 
@@ -115,17 +105,12 @@ impl QuotaManager {
                 snapshot: None,
                 by_client: HashMap::new(),
             }),
-            stats: Cell::new(ThrottleStats::default()),
             full_warned: Cell::new(false),
         }
     }
 
     fn max_throttle_ms(&self) -> u64 {
         self.config.window_ms.saturating_mul(self.config.samples as u64)
-    }
-
-    pub fn stats(&self) -> ThrottleStats {
-        self.stats.get()
     }
 
     fn sensors(&self, kind: QuotaKind) -> &RefCell<HashMap<Arc<str>, SampledRate>> {
@@ -196,18 +181,7 @@ impl QuotaManager {
         rate.record_local(bytes, now);
         let ms = rate.throttle_ms(*quota, now, self.max_throttle_ms());
         if ms > 0 {
-            let mut s = self.stats.get();
-            match kind {
-                QuotaKind::Produce => {
-                    s.produce_throttled += 1;
-                    s.produce_throttle_ms += ms;
-                }
-                QuotaKind::Fetch => {
-                    s.fetch_throttled += 1;
-                    s.fetch_throttle_ms += ms;
-                }
-            }
-            self.stats.set(s);
+            shards::metrics::record_quota_throttle(kind, ms);
         }
         Duration::from_millis(ms)
     }

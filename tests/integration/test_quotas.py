@@ -412,3 +412,48 @@ def _hostile_broker(factory):
     if "b" not in _HOSTILE or not _HOSTILE["b"].is_running():
         _HOSTILE["b"] = factory.start(name="hostile")
     return _HOSTILE["b"]
+
+
+# ---------------------------------------------------------------------------
+# cross-shard: one client id on connections spread over both shards
+# ---------------------------------------------------------------------------
+
+def test_client_spread_over_shards_is_held_overall(broker_factory):
+    """Six connections with one client id (the kernel spreads them over the two
+    shards with SO_REUSEPORT): their total is held to the quota, not quota × shards."""
+    b = broker_factory.start(shards=2)
+    quota = 256 * 1024
+    create_topic(b.bootstrap, "quota-spread")
+    set_quota(b.bootstrap, [("client-id", "spread")], "producer_byte_rate", quota)
+    start = time.monotonic()
+    stop_at = start + 8.0
+    acked = []
+    lock = threading.Lock()
+
+    def worker(i):
+        with kwire.connect(b.bootstrap) as s:
+            cid = 0
+            while time.monotonic() < stop_at:
+                cid += 1
+                produce_throttle_ms(s, cid, "quota-spread", 16 * 1024, "spread")
+                with lock:
+                    acked.append((time.monotonic(), 16 * 1024))
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    w0, w1 = start + 3.0, start + 8.0
+    rate = _bytes_between(acked, w0, w1) / (w1 - w0)
+    import urllib.request
+    text = urllib.request.urlopen(f"http://{b.http}/metrics", timeout=10).read().decode()
+    shards_throttling = sorted(
+        line.split('shard="')[1].split('"')[0] for line in text.splitlines()
+        if line.startswith("corelog_quota_throttled_responses_total")
+        and 'quota="produce"' in line and not line.endswith(" 0"))
+    print(f"spread client: {rate / 1024:.0f} KiB/s over 6 connections; "
+          f"shards throttling: {shards_throttling}")
+    assert shards_throttling, "no throttle recorded in the metrics"
+    assert rate <= 1.3 * quota, rate / 1024
+    assert rate >= 0.5 * quota, rate / 1024
