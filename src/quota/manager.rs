@@ -20,8 +20,12 @@
 //! metadata snapshot changes (kept alive by the cache, so a pointer comparison is
 //! sound). Without any quota configured, a request costs one `is_empty` check.
 //!
-//! Bounds: at most `SENSORS_MAX` sensors and `RESOLVED_CACHE_MAX` cached client ids
-//! per shard; sensors idle for a whole span are dropped at the next tick.
+//! Bounds (client ids are up to 32 KiB each and a hostile client may send a new one on
+//! every request): per shard and kind at most `SENSORS_MAX` sensors holding at most
+//! `SENSOR_NAME_BYTES_MAX` of names; past that, new clients are not measured (logged
+//! once). The resolution cache is cleared when it holds `RESOLVED_CACHE_MAX` client
+//! ids or `RESOLVED_CACHE_BYTES_MAX` of them. Sensors idle for a whole span are dropped
+//! at the next tick.
 
 use super::entity::{self, ANONYMOUS_USER};
 use shards::client_quota::{QuotaKind, UsageReport};
@@ -35,11 +39,15 @@ use std::time::{Duration, Instant};
 
 use super::sampled_rate::SampledRate;
 
-/// Sensors per kind per shard. A client id per connection attempt would otherwise grow
-/// the map without bound; past this, new sensors are not created (unthrottled, logged).
-pub const SENSORS_MAX: usize = 100_000;
+/// Sensors per kind per shard; past this, new sensors are not created (unthrottled,
+/// logged). Each costs `samples × 24` bytes plus its name.
+pub const SENSORS_MAX: usize = 20_000;
+/// Bytes of sensor names per kind per shard.
+pub const SENSOR_NAME_BYTES_MAX: usize = 8 << 20;
 /// Client ids whose resolution is cached; the cache is cleared when full.
 pub const RESOLVED_CACHE_MAX: usize = 10_000;
+/// Bytes of client ids in the resolution cache.
+pub const RESOLVED_CACHE_BYTES_MAX: usize = 4 << 20;
 /// How long after a window closes the shards exchange it (lets late requests land).
 const EXCHANGE_DELAY_MS: u64 = 20;
 
@@ -80,13 +88,52 @@ struct Resolved {
 struct Cache {
     snapshot: Option<Arc<ClusterMetadata>>,
     by_client: HashMap<Box<str>, Rc<Resolved>>,
+    bytes: usize,
+}
+
+/// One kind's sensors, bounded in count and name bytes.
+#[derive(Default)]
+struct Sensors {
+    rates: HashMap<Arc<str>, SampledRate>,
+    name_bytes: usize,
+}
+
+impl Sensors {
+    /// The sensor `name`, created if there is room; `None` when the table is full.
+    fn get_or_create(&mut self, name: &Arc<str>, config: QuotaConfig, now: u64) -> Option<&mut SampledRate> {
+        if !self.rates.contains_key(&**name) {
+            if self.rates.len() >= SENSORS_MAX
+                || self.name_bytes.saturating_add(name.len()) > SENSOR_NAME_BYTES_MAX
+            {
+                return None;
+            }
+            self.name_bytes += name.len();
+            self.rates.insert(
+                name.clone(),
+                SampledRate::new(config.samples, config.window_ms, now),
+            );
+        }
+        self.rates.get_mut(&**name)
+    }
+
+    fn expire(&mut self, now: u64) {
+        let mut freed = 0usize;
+        self.rates.retain(|name, r| {
+            let keep = !r.idle(now);
+            if !keep {
+                freed += name.len();
+            }
+            keep
+        });
+        self.name_bytes = self.name_bytes.saturating_sub(freed);
+    }
 }
 
 pub struct QuotaManager {
     config: QuotaConfig,
     shard: Rc<Shard>,
-    produce: RefCell<HashMap<Arc<str>, SampledRate>>,
-    fetch: RefCell<HashMap<Arc<str>, SampledRate>>,
+    produce: RefCell<Sensors>,
+    fetch: RefCell<Sensors>,
     cache: RefCell<Cache>,
     full_warned: Cell<bool>,
 }
@@ -99,11 +146,12 @@ impl QuotaManager {
         QuotaManager {
             config,
             shard,
-            produce: RefCell::new(HashMap::new()),
-            fetch: RefCell::new(HashMap::new()),
+            produce: RefCell::new(Sensors::default()),
+            fetch: RefCell::new(Sensors::default()),
             cache: RefCell::new(Cache {
                 snapshot: None,
                 by_client: HashMap::new(),
+                bytes: 0,
             }),
             full_warned: Cell::new(false),
         }
@@ -113,7 +161,7 @@ impl QuotaManager {
         self.config.window_ms.saturating_mul(self.config.samples as u64)
     }
 
-    fn sensors(&self, kind: QuotaKind) -> &RefCell<HashMap<Arc<str>, SampledRate>> {
+    fn sensors(&self, kind: QuotaKind) -> &RefCell<Sensors> {
         match kind {
             QuotaKind::Produce => &self.produce,
             QuotaKind::Fetch => &self.fetch,
@@ -126,9 +174,13 @@ impl QuotaManager {
             .snapshot
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, meta));
-        if !fresh || cache.by_client.len() >= RESOLVED_CACHE_MAX {
+        if !fresh
+            || cache.by_client.len() >= RESOLVED_CACHE_MAX
+            || cache.bytes > RESOLVED_CACHE_BYTES_MAX
+        {
             cache.snapshot = Some(meta.clone());
             cache.by_client.clear();
+            cache.bytes = 0;
         }
         if let Some(r) = cache.by_client.get(client_id) {
             return r.clone();
@@ -142,6 +194,7 @@ impl QuotaManager {
             produce: get(entity::PRODUCER_BYTE_RATE),
             fetch: get(entity::CONSUMER_BYTE_RATE),
         });
+        cache.bytes += client_id.len();
         cache.by_client.insert(client_id.into(), r.clone());
         r
     }
@@ -163,19 +216,13 @@ impl QuotaManager {
         };
         let now = now_ms(Instant::now());
         let mut sensors = self.sensors(kind).borrow_mut();
-        if !sensors.contains_key(&**sensor) {
-            if sensors.len() >= SENSORS_MAX {
-                if !self.full_warned.replace(true) {
-                    tracing::warn!(max = SENSORS_MAX, "quota sensor table full: new clients are not throttled");
-                }
-                return Duration::ZERO;
+        let Some(rate) = sensors.get_or_create(sensor, self.config, now) else {
+            if !self.full_warned.replace(true) {
+                tracing::warn!(
+                    max = SENSORS_MAX,
+                    "quota sensor table full: new clients are not throttled"
+                );
             }
-            sensors.insert(
-                sensor.clone(),
-                SampledRate::new(self.config.samples, self.config.window_ms, now),
-            );
-        }
-        let Some(rate) = sensors.get_mut(&**sensor) else {
             return Duration::ZERO;
         };
         rate.record_local(bytes, now);
@@ -209,13 +256,7 @@ impl QuotaManager {
         for report in self.shard.quota_usage.drain() {
             for (kind, sensor, bytes) in &report.entries {
                 let mut sensors = self.sensors(*kind).borrow_mut();
-                if !sensors.contains_key(&**sensor) && sensors.len() < SENSORS_MAX {
-                    sensors.insert(
-                        sensor.clone(),
-                        SampledRate::new(self.config.samples, self.config.window_ms, now),
-                    );
-                }
-                if let Some(rate) = sensors.get_mut(&**sensor) {
+                if let Some(rate) = sensors.get_or_create(sensor, self.config, now) {
                     rate.record_remote(*bytes, report.window, now);
                 }
             }
@@ -227,8 +268,8 @@ impl QuotaManager {
         let mut out = Vec::new();
         for kind in [QuotaKind::Produce, QuotaKind::Fetch] {
             let mut sensors = self.sensors(kind).borrow_mut();
-            sensors.retain(|_, r| !r.idle(now));
-            for (name, rate) in sensors.iter() {
+            sensors.expire(now);
+            for (name, rate) in sensors.rates.iter() {
                 let bytes = rate.local_in(window);
                 if bytes > 0 {
                     out.push((kind, name.clone(), bytes));
@@ -336,5 +377,41 @@ impl ConnectionThrottle {
             }
             glommio::timer::sleep(until - now).await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sensor_table_is_bounded_and_expires() {
+        let config = QuotaConfig { samples: 3, window_ms: 1000 };
+        let mut s = Sensors::default();
+        let big: Arc<str> = "x".repeat(SENSOR_NAME_BYTES_MAX / 2 + 1).into();
+        assert!(s.get_or_create(&big, config, 0).is_some());
+        let big2: Arc<str> = "y".repeat(SENSOR_NAME_BYTES_MAX / 2 + 1).into();
+        assert!(s.get_or_create(&big2, config, 0).is_none(), "name bytes are capped");
+        assert!(s.get_or_create(&big, config, 0).is_some(), "an existing sensor is found");
+        s.expire(3_000);
+        assert!(s.rates.is_empty());
+        assert_eq!(s.name_bytes, 0);
+        assert!(s.get_or_create(&big2, config, 3_000).is_some());
+        for i in 0..SENSORS_MAX {
+            let name: Arc<str> = i.to_string().into();
+            s.get_or_create(&name, config, 3_000);
+        }
+        assert_eq!(s.rates.len(), SENSORS_MAX);
+    }
+
+    #[test]
+    fn connection_hold_only_grows() {
+        let t = ConnectionThrottle::default();
+        t.throttle(Duration::from_secs(5));
+        let first = t.muted_until.get();
+        t.throttle(Duration::from_millis(1));
+        assert_eq!(t.muted_until.get(), first);
+        t.throttle(Duration::ZERO);
+        assert_eq!(t.muted_until.get(), first);
     }
 }

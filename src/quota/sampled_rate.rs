@@ -154,7 +154,7 @@ impl SampledRate {
     /// zero when within the quota, at most `max_ms`.
     pub fn throttle_ms(&self, quota: f64, now_ms: u64, max_ms: u64) -> u64 {
         let m = self.measure(now_ms);
-        if !(quota > 0.0) || m.bytes_per_second <= quota {
+        if quota.is_nan() || quota <= 0.0 || m.bytes_per_second <= quota {
             return 0;
         }
         let t = (m.bytes_per_second - quota) / quota * m.elapsed_ms as f64;

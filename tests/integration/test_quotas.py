@@ -269,6 +269,8 @@ def test_alter_describe_round_trip_and_persistence(broker_factory):
     ])
     assert [e["error_code"] for e in res] == [0, 0, 0, 0], res
     assert res[1]["entity"] == [("client-id", None)]
+    assert all(e["error_message"] is None for e in res), "success must be a null message"
+    assert describe(bs, [])["error_message"] is None
 
     # validate_only changes nothing
     res = alter(bs, [([("client-id", "ghost")], [("producer_byte_rate", 1.0, False)])],
@@ -457,3 +459,46 @@ def test_client_spread_over_shards_is_held_overall(broker_factory):
     assert shards_throttling, "no throttle recorded in the metrics"
     assert rate <= 1.3 * quota, rate / 1024
     assert rate >= 0.5 * quota, rate / 1024
+
+
+def test_flexible_v1_describe_and_alter(broker):
+    """v1 of both APIs is flexible (compact strings, tagged fields, header v2)."""
+    from kwire import compact_string, uvarint
+
+    def compact_array(items):
+        return uvarint(len(items) + 1) + b"".join(items)
+
+    alter_body = compact_array([
+        compact_array([compact_string("client-id") + compact_string("flex") + uvarint(0)])
+        + compact_array([compact_string("producer_byte_rate") + f64(4096.0) + i8(0) + uvarint(0)])
+        + uvarint(0)
+    ]) + i8(0) + uvarint(0)
+    _, resp = kwire.roundtrip(broker.bootstrap, kwire.request(
+        API_ALTER_CLIENT_QUOTAS, 1, 3, alter_body, header_v2=True))
+    r = kwire.Reader(resp)
+    assert r.uvarint() == 0  # response header tagged fields
+    r.i32()
+    assert r.uvarint() == 2  # one entry
+    assert r.i16() == 0
+
+    describe_body = compact_array([
+        compact_string("client-id") + i8(0) + compact_string("flex") + uvarint(0)
+    ]) + i8(1) + uvarint(0)
+    _, resp = kwire.roundtrip(broker.bootstrap, kwire.request(
+        API_DESCRIBE_CLIENT_QUOTAS, 1, 4, describe_body, header_v2=True))
+    r = kwire.Reader(resp)
+    assert r.uvarint() == 0
+    r.i32()
+    assert r.i16() == 0
+    assert r.uvarint() == 0  # null error message
+    assert r.uvarint() == 2  # one entry
+    assert r.uvarint() == 2  # one entity component
+    n = r.uvarint() - 1
+    assert r.take(n) == b"client-id"
+    n = r.uvarint() - 1
+    assert r.take(n) == b"flex"
+    r.uvarint()
+    assert r.uvarint() == 2  # one value
+    n = r.uvarint() - 1
+    assert r.take(n) == b"producer_byte_rate"
+    assert struct.unpack(">d", r.take(8))[0] == 4096.0

@@ -127,6 +127,8 @@ pub fn describe(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameEr
             body.entries = None;
         }
         Ok(f) => {
+            // The codec's default is an empty string; success is a null message.
+            body.error_message = None;
             let meta = ctx.shard.metadata.snapshot();
             let mut entries = Vec::new();
             for entry in meta.client_quotas.entries.iter().filter(|_| !f.ip) {
@@ -236,6 +238,7 @@ pub async fn alter(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fram
     let mut body = AlterClientQuotasResponse::default();
     for (entry, outcome) in req.entries.iter().zip(outcomes) {
         let mut out = alter_client_quotas_response::EntryData::default();
+        out.error_message = None; // the codec's default is "", success is null
         for e in &entry.entity {
             let mut d = alter_client_quotas_response::EntityData::default();
             d.entity_type = e.entity_type.clone();
