@@ -7,6 +7,11 @@
 //! ones are being served), yet responses leave in the order Kafka requires. When the
 //! bound is reached the reader stops reading — back-pressure through TCP, not an error.
 //!
+//! Client quotas (`crate::quota`): a Produce is charged when it is read, in request
+//! order, before its handler starts; a client over its quota gets its response at once
+//! with `throttle_time_ms`, and the reader holds this connection's next request until
+//! the throttle time has passed (Kafka's KIP-219 channel mute).
+//!
 //! Bad input closes only this connection, with a log line: a frame whose size is
 //! negative, zero or above `socket.request.max.bytes`, an unknown API key, an
 //! unsupported version (other than ApiVersions, which gets KIP-511's answer), or a body
