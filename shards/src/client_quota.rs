@@ -112,14 +112,36 @@ impl ClientQuotas {
     }
 }
 
-/// Which byte-rate quota a sensor measures.
+/// Which quota a sensor measures: produce or fetch bytes, or request handling time
+/// (microseconds, for `request_percentage`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum QuotaKind {
     Produce,
     Fetch,
+    Request,
 }
 
-/// One shard's bytes per active sensor in one completed one-second window, sent to
+impl QuotaKind {
+    pub const ALL: [QuotaKind; 3] = [QuotaKind::Produce, QuotaKind::Fetch, QuotaKind::Request];
+
+    pub fn index(self) -> usize {
+        match self {
+            QuotaKind::Produce => 0,
+            QuotaKind::Fetch => 1,
+            QuotaKind::Request => 2,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            QuotaKind::Produce => "produce",
+            QuotaKind::Fetch => "fetch",
+            QuotaKind::Request => "request",
+        }
+    }
+}
+
+/// One shard's bytes (µs for `Request`) per active sensor in one completed window, sent to
 /// every other shard once a window (no reply). `sensor` is the resolved quota entity's
 /// sensor name, the same string on every shard.
 #[derive(Debug, Clone)]

@@ -112,32 +112,35 @@ pub struct MetricsSnapshot {
     pub quota: QuotaMetrics,
 }
 
-/// Client quota throttle counts, per quota kind (`QuotaKind` order: produce, fetch).
+/// Client quota throttle counts, per quota kind (indexed by `QuotaKind::index`).
 #[derive(Clone, Copy, Debug, Default)]
 pub struct QuotaMetrics {
-    pub throttled: [u64; 2],
-    pub throttle_ms: [u64; 2],
+    pub throttled: [u64; 3],
+    pub throttle_ms: [u64; 3],
 }
 
 impl QuotaMetrics {
     fn merge(&mut self, other: &QuotaMetrics) {
-        for i in 0..2 {
-            self.throttled[i] += other.throttled[i];
-            self.throttle_ms[i] += other.throttle_ms[i];
+        for (a, b) in self.throttled.iter_mut().zip(other.throttled) {
+            *a += b;
+        }
+        for (a, b) in self.throttle_ms.iter_mut().zip(other.throttle_ms) {
+            *a += b;
         }
     }
 }
 
 /// A response that throttled its client for `ms` under quota `kind`.
 pub fn record_quota_throttle(kind: crate::client_quota::QuotaKind, ms: u64) {
-    let i = match kind {
-        crate::client_quota::QuotaKind::Produce => 0,
-        crate::client_quota::QuotaKind::Fetch => 1,
-    };
+    let i = kind.index();
     RECORDER.with(|r| {
         let q = &mut r.borrow_mut().quota;
-        q.throttled[i] += 1;
-        q.throttle_ms[i] += ms;
+        if let Some(n) = q.throttled.get_mut(i) {
+            *n += 1;
+        }
+        if let Some(t) = q.throttle_ms.get_mut(i) {
+            *t += ms;
+        }
     });
 }
 

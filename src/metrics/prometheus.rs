@@ -134,9 +134,10 @@ impl Collector for Snapshots {
                 vec![("shard".to_string(), shard.clone())],
                 s.connections_accepted,
             ));
-            for (i, kind) in ["produce", "fetch"].iter().enumerate() {
+            for kind in shards::client_quota::QuotaKind::ALL {
+                let i = kind.index();
                 let labels = vec![
-                    ("quota".to_string(), kind.to_string()),
+                    ("quota".to_string(), kind.name().to_string()),
                     ("shard".to_string(), shard.clone()),
                 ];
                 throttled.push((labels.clone(), s.quota.throttled.get(i).copied().unwrap_or(0)));

@@ -140,9 +140,12 @@ async fn read_loop(
             bytes_in,
             &throttle,
         );
+        let client_id = request.header.client_id.clone();
         let task = glommio::spawn_local(async move {
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let result = api::handle(&c, request, peer, &quota).await;
+            let handling = api::handle(&c, request, peer, &quota);
+            let result =
+                crate::quota::timed(&c.quotas, client_id.as_deref(), &quota, handling).await;
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,

@@ -83,6 +83,8 @@ fn now_ms(at: Instant) -> u64 {
 struct Resolved {
     produce: Option<(Arc<str>, f64)>,
     fetch: Option<(Arc<str>, f64)>,
+    /// In µs of handling time per second (`request_percentage` × 10 000).
+    request: Option<(Arc<str>, f64)>,
 }
 
 struct Cache {
@@ -134,6 +136,7 @@ pub struct QuotaManager {
     shard: Rc<Shard>,
     produce: RefCell<Sensors>,
     fetch: RefCell<Sensors>,
+    request: RefCell<Sensors>,
     cache: RefCell<Cache>,
     full_warned: Cell<bool>,
 }
@@ -148,6 +151,7 @@ impl QuotaManager {
             shard,
             produce: RefCell::new(Sensors::default()),
             fetch: RefCell::new(Sensors::default()),
+            request: RefCell::new(Sensors::default()),
             cache: RefCell::new(Cache {
                 snapshot: None,
                 by_client: HashMap::new(),
@@ -165,6 +169,7 @@ impl QuotaManager {
         match kind {
             QuotaKind::Produce => &self.produce,
             QuotaKind::Fetch => &self.fetch,
+            QuotaKind::Request => &self.request,
         }
     }
 
@@ -193,6 +198,8 @@ impl QuotaManager {
         let r = Rc::new(Resolved {
             produce: get(entity::PRODUCER_BYTE_RATE),
             fetch: get(entity::CONSUMER_BYTE_RATE),
+            // Percent of one core: 1 % is 10 ms of handling time per second.
+            request: get(entity::REQUEST_PERCENTAGE).map(|(s, pct)| (s, pct * 10_000.0)),
         });
         cache.bytes += client_id.len();
         cache.by_client.insert(client_id.into(), r.clone());
@@ -211,6 +218,7 @@ impl QuotaManager {
         let Some((sensor, quota)) = (match kind {
             QuotaKind::Produce => &resolved.produce,
             QuotaKind::Fetch => &resolved.fetch,
+            QuotaKind::Request => &resolved.request,
         }) else {
             return Duration::ZERO;
         };
@@ -266,7 +274,7 @@ impl QuotaManager {
     /// This shard's bytes per sensor in window `window`; drops sensors idle for a span.
     fn collect(&self, window: u64, now: u64) -> Vec<(QuotaKind, Arc<str>, u64)> {
         let mut out = Vec::new();
-        for kind in [QuotaKind::Produce, QuotaKind::Fetch] {
+        for kind in QuotaKind::ALL {
             let mut sensors = self.sensors(kind).borrow_mut();
             sensors.expire(now);
             for (name, rate) in sensors.rates.iter() {
@@ -309,6 +317,42 @@ impl QuotaManager {
             }
         }
     }
+}
+
+/// Charges the time a request's handler spent on the core (the sum of its polls, not
+/// its waits) against the client's `request_percentage`, extending the connection's
+/// hold when over. Kafka measures request-handler and network thread time; on a shard
+/// that is the handler's time on the core. The response has already been built, so
+/// only the hold enforces this quota (Produce and Fetch report their byte-rate throttle).
+pub fn charge_request_time(
+    quotas: &QuotaManager,
+    client_id: Option<&str>,
+    spent: Duration,
+    connection: &ConnectionThrottle,
+) {
+    let us = u64::try_from(spent.as_micros()).unwrap_or(u64::MAX);
+    quotas.charge(QuotaKind::Request, client_id, us, connection);
+}
+
+/// Runs a request's handler, timing its polls, then charges that time
+/// (`charge_request_time`).
+pub async fn timed<T>(
+    quotas: &QuotaManager,
+    client_id: Option<&str>,
+    quota: &RequestQuota,
+    handler: impl std::future::Future<Output = T>,
+) -> T {
+    let mut handler = std::pin::pin!(handler);
+    let mut spent = Duration::ZERO;
+    let out = futures::future::poll_fn(|cx| {
+        let started = Instant::now();
+        let r = handler.as_mut().poll(cx);
+        spent += started.elapsed();
+        r
+    })
+    .await;
+    charge_request_time(quotas, client_id, spent, &quota.connection);
+    out
 }
 
 /// What a handler learns of the quota decision made for its request when the

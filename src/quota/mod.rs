@@ -8,11 +8,14 @@
 //!
 //! Configuration lives in the cluster metadata (`ClientQuotas`), written only by the
 //! controller through AlterClientQuotas and read lock-free by every shard.
-//! `request_percentage` and `controller_mutation_rate` are accepted and stored (as
-//! Kafka does) but not enforced.
+//! `request_percentage` (percent of one core's time spent handling the client's
+//! requests) is enforced by holding the connection only; `controller_mutation_rate` is
+//! accepted and stored (as Kafka does) but not enforced.
 
 pub mod entity;
 pub mod manager;
 pub mod sampled_rate;
 
-pub use manager::{admit, ConnectionThrottle, QuotaConfig, QuotaManager, RequestQuota};
+pub use manager::{
+    admit, charge_request_time, timed, ConnectionThrottle, QuotaConfig, QuotaManager, RequestQuota,
+};

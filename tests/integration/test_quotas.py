@@ -502,3 +502,33 @@ def test_flexible_v1_describe_and_alter(broker):
     n = r.uvarint() - 1
     assert r.take(n) == b"producer_byte_rate"
     assert struct.unpack(">d", r.take(8))[0] == 4096.0
+
+
+def test_request_percentage_holds_a_busy_client(broker_factory):
+    """request_percentage=1 (10 ms of a core per second) slows a client hammering
+    Metadata; an unquoted client on the same broker is not held."""
+    b = broker_factory.start()
+    set_quota(b.bootstrap, [("client-id", "busy")], "request_percentage", 1.0)
+
+    def hammer(client_id, seconds):
+        done = 0
+        with kwire.connect(b.bootstrap) as s:
+            stop = time.monotonic() + seconds
+            while time.monotonic() < stop:
+                body = kwire.i32(-1)  # Metadata v1: all topics
+                s.sendall(kwire.request(kwire.API_METADATA, 1, done, body, client_id=client_id))
+                kwire.recv_response(s, timeout=40)
+                done += 1
+        return done
+
+    hammer("busy", 1.5)  # its first window's allowance
+    busy = hammer("busy", 3.0)
+    free = hammer("free", 3.0)
+    import urllib.request
+    text = urllib.request.urlopen(f"http://{b.http}/metrics", timeout=10).read().decode()
+    throttled = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                    if line.startswith("corelog_quota_throttled_responses_total")
+                    and 'quota="request"' in line)
+    print(f"metadata requests in 3 s: busy {busy}, free {free}; request throttles {throttled}")
+    assert throttled > 0
+    assert busy * 3 < free, (busy, free)
