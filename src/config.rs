@@ -188,6 +188,14 @@ pub struct ServeArgs {
     /// a slower connection is closed. Default 60000.
     #[arg(long)]
     pub request_body_timeout_ms: Option<u64>,
+    /// Samples in a client quota's rate window (Kafka's quota.window.num).
+    #[arg(long)]
+    #[serde(alias = "quota.window.num")]
+    pub quota_window_num: Option<usize>,
+    /// Length of one quota sample, seconds (Kafka's quota.window.size.seconds).
+    #[arg(long)]
+    #[serde(alias = "quota.window.size.seconds")]
+    pub quota_window_size_seconds: Option<u64>,
 }
 
 impl ServeArgs {
@@ -266,6 +274,10 @@ impl ServeArgs {
             request_body_timeout_ms: self
                 .request_body_timeout_ms
                 .or(file.request_body_timeout_ms),
+            quota_window_num: self.quota_window_num.or(file.quota_window_num),
+            quota_window_size_seconds: self
+                .quota_window_size_seconds
+                .or(file.quota_window_size_seconds),
         }
     }
 }
@@ -289,6 +301,7 @@ pub struct BrokerConfig {
     pub housekeeping: HousekeepingConfig,
     pub retention_check_interval_ms: u64,
     pub limits: LimitsConfig,
+    pub quota: crate::quota::QuotaConfig,
 }
 
 /// Connection and memory limits (README "Limits"; `net/connection_limits.rs`,
@@ -483,7 +496,23 @@ impl BrokerConfig {
                     .max(10),
             ),
         };
+        let quota_defaults = crate::quota::QuotaConfig::default();
+        let quota_samples = a.quota_window_num.unwrap_or(quota_defaults.samples);
+        if !(2..=3600).contains(&quota_samples) {
+            bail!("quota-window-num must be between 2 and 3600");
+        }
+        let quota_window_s = a
+            .quota_window_size_seconds
+            .unwrap_or(quota_defaults.window_ms / 1000);
+        if !(1..=3600).contains(&quota_window_s) {
+            bail!("quota-window-size-seconds must be between 1 and 3600");
+        }
+        let quota = crate::quota::QuotaConfig {
+            samples: quota_samples,
+            window_ms: quota_window_s * 1000,
+        };
         Ok(BrokerConfig {
+            quota,
             housekeeping,
             retention_check_interval_ms,
             groups,
@@ -607,5 +636,32 @@ mod tests {
             ..Default::default()
         };
         assert!(BrokerConfig::resolve(flags).is_err());
+    }
+
+    #[test]
+    fn quota_window_from_file_alias_and_flag() {
+        let c = BrokerConfig::resolve(ServeArgs::default()).expect("defaults resolve");
+        assert_eq!(c.quota, crate::quota::QuotaConfig::default());
+        assert_eq!(c.quota.samples, 30);
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "\"quota.window.num\" = 11\nquota-window-size-seconds = 2\n",
+        )
+        .expect("write");
+        let flags = ServeArgs {
+            config: Some(path),
+            quota_window_num: Some(5),
+            ..Default::default()
+        };
+        let c = BrokerConfig::resolve(flags).expect("resolve");
+        assert_eq!(c.quota.samples, 5);
+        assert_eq!(c.quota.window_ms, 2000);
+        let bad = ServeArgs {
+            quota_window_num: Some(1),
+            ..Default::default()
+        };
+        assert!(BrokerConfig::resolve(bad).is_err());
     }
 }

@@ -14,4 +14,5 @@ pub mod kernel;
 pub mod limits;
 pub mod metrics;
 pub mod net;
+pub mod quota;
 pub mod server;

@@ -257,9 +257,12 @@ async fn shard_main(
 
     let listener = TcpListener::bind(config.listen)
         .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;
+    let quotas = Rc::new(crate::quota::QuotaManager::new(config.quota, shard.clone()));
+    glommio::spawn_local(quotas.clone().run_exchange()).detach();
     let ctx = Rc::new(Ctx {
         shard: shard.clone(),
         config: config.clone(),
+        quotas,
     });
     let shutdown = Rc::new(ShutdownSignal::default());
     {

@@ -70,6 +70,10 @@ impl Controller {
             ControllerRequest::AllocateProducerIds { reply } => {
                 let _ = reply.send(self.allocate_producer_ids().await);
             }
+            ControllerRequest::AlterClientQuotas { alterations, reply } => {
+                let r = self.alter_client_quotas(alterations).await;
+                let _ = reply.send(r);
+            }
         }
     }
 
@@ -344,6 +348,28 @@ impl Controller {
             futures::future::join_all(calls).await;
         }
         results
+    }
+}
+
+impl Controller {
+    /// AlterClientQuotas: applies every (edge-validated) alteration to one new
+    /// snapshot, persisted once. Every shard sees the change at its next request
+    /// through its metadata snapshot; nothing needs to be told.
+    async fn alter_client_quotas(
+        &self,
+        alterations: Vec<crate::client_quota::QuotaAlteration>,
+    ) -> Vec<Result<(), TopicError>> {
+        if alterations.is_empty() {
+            return Vec::new();
+        }
+        let mut next = (*self.metadata.snapshot()).clone();
+        for alt in &alterations {
+            next.client_quotas.apply(alt);
+        }
+        match self.persist(next).await {
+            Ok(()) => alterations.iter().map(|_| Ok(())).collect(),
+            Err(e) => alterations.iter().map(|_| Err(e.clone())).collect(),
+        }
     }
 }
 

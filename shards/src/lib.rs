@@ -20,6 +20,7 @@
 //! Errors are typed per layer (`thiserror`); Kafka error codes exist only in the broker's
 //! protocol edge, never here.
 
+pub mod client_quota;
 pub mod controller;
 pub mod group;
 pub mod hgrm;

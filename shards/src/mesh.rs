@@ -156,6 +156,11 @@ pub enum ControllerRequest {
     AllocateProducerIds {
         reply: Reply<Result<i64, TopicError>>,
     },
+    /// AlterClientQuotas: entries already validated at the edge; one result each.
+    AlterClientQuotas {
+        alterations: Vec<crate::client_quota::QuotaAlteration>,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
 }
 
 /// Producer ids a shard takes from the controller at a time (Kafka's block size).
@@ -261,4 +266,7 @@ pub enum ShardMessage {
     Shutdown {
         reply: Reply<()>,
     },
+    /// A shard's bytes per quota sensor in its last completed window (to every other
+    /// shard, once a window; no reply).
+    QuotaUsage(Arc<crate::client_quota::UsageReport>),
 }

@@ -37,6 +37,9 @@ pub struct ClusterMetadata {
     /// AllocateProducerIds`): ids below it are never given out again, across restarts.
     #[serde(default)]
     pub next_producer_id: i64,
+    /// Client quota overrides (AlterClientQuotas); absent in files written before them.
+    #[serde(default)]
+    pub client_quotas: crate::client_quota::ClientQuotas,
 }
 
 impl ClusterMetadata {
@@ -110,6 +113,7 @@ impl MetadataStore {
                     cluster_id: uuid::Uuid::new_v4().simple().to_string(),
                     topics: BTreeMap::new(),
                     next_producer_id: 0,
+                    client_quotas: Default::default(),
                 };
                 persist(data_dir, &meta)?;
                 meta

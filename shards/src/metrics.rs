@@ -111,6 +111,8 @@ pub struct MetricsSnapshot {
     /// Idempotent producers' retries answered with the original offsets (not written).
     pub duplicate_batches: u64,
     pub limits: LimitCounters,
+    /// Client quota throttling on this shard.
+    pub quota: QuotaMetrics,
 }
 
 /// How often the connection and memory limits were hit (README "Limits").
@@ -137,6 +139,38 @@ pub fn record_limit(f: impl FnOnce(&mut LimitCounters)) {
     RECORDER.with(|r| f(&mut r.borrow_mut().limits));
 }
 
+/// Client quota throttle counts, per quota kind (indexed by `QuotaKind::index`).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct QuotaMetrics {
+    pub throttled: [u64; 3],
+    pub throttle_ms: [u64; 3],
+}
+
+impl QuotaMetrics {
+    fn merge(&mut self, other: &QuotaMetrics) {
+        for (a, b) in self.throttled.iter_mut().zip(other.throttled) {
+            *a += b;
+        }
+        for (a, b) in self.throttle_ms.iter_mut().zip(other.throttle_ms) {
+            *a += b;
+        }
+    }
+}
+
+/// A response that throttled its client for `ms` under quota `kind`.
+pub fn record_quota_throttle(kind: crate::client_quota::QuotaKind, ms: u64) {
+    let i = kind.index();
+    RECORDER.with(|r| {
+        let q = &mut r.borrow_mut().quota;
+        if let Some(n) = q.throttled.get_mut(i) {
+            *n += 1;
+        }
+        if let Some(t) = q.throttle_ms.get_mut(i) {
+            *t += ms;
+        }
+    });
+}
+
 impl MetricsSnapshot {
     pub fn merge(&mut self, other: &MetricsSnapshot) {
         self.shards.extend_from_slice(&other.shards);
@@ -157,6 +191,7 @@ impl MetricsSnapshot {
         self.connections_accepted += other.connections_accepted;
         self.duplicate_batches += other.duplicate_batches;
         self.limits.merge(&other.limits);
+        self.quota.merge(&other.quota);
     }
 
     pub fn merged(snapshots: &[MetricsSnapshot]) -> MetricsSnapshot {
@@ -175,6 +210,7 @@ struct Recorder {
     connections_accepted: u64,
     duplicate_batches: u64,
     limits: LimitCounters,
+    quota: QuotaMetrics,
 }
 
 thread_local! {
@@ -189,6 +225,7 @@ thread_local! {
             accept_waits: 0,
             request_memory_waits: 0,
         },
+        quota: QuotaMetrics::default(),
     });
 }
 
@@ -247,6 +284,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             connections_accepted: r.connections_accepted,
             duplicate_batches: r.duplicate_batches,
             limits: r.limits,
+            quota: r.quota,
         }
     })
 }

@@ -57,6 +57,8 @@ pub struct Shard {
     producer_ids: RefCell<std::ops::Range<i64>>,
     /// One refill of `producer_ids` at a time.
     producer_id_refill: Semaphore,
+    /// Other shards' quota usage reports, drained by the broker's quota manager.
+    pub quota_usage: crate::client_quota::UsageInbox,
 }
 
 impl Shard {
@@ -66,6 +68,7 @@ impl Shard {
         metadata: Arc<MetadataStore>,
         senders: Senders<Envelope>,
     ) -> Rc<Shard> {
+        let config_shards = config.shard_count;
         Rc::new(Shard {
             id,
             controller: (id == crate::routing::CONTROLLER_SHARD)
@@ -80,6 +83,7 @@ impl Shard {
             admin_lock: Semaphore::new(1),
             producer_ids: RefCell::new(0..0),
             producer_id_refill: Semaphore::new(1),
+            quota_usage: crate::client_quota::UsageInbox::new(config_shards),
         })
     }
 
@@ -308,6 +312,7 @@ impl Shard {
                 self.close_all().await;
                 let _ = reply.send(());
             }
+            ShardMessage::QuotaUsage(report) => self.quota_usage.push(report),
         }
     }
 

@@ -100,3 +100,19 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
     }
 }
+
+pub fn quota(e: &crate::quota::entity::QuotaError) -> ResponseError {
+    use crate::quota::entity::QuotaError;
+    match e {
+        QuotaError::EmptyEntity
+        | QuotaError::UnknownEntityType(_)
+        | QuotaError::DuplicateEntityType(_)
+        | QuotaError::UnsupportedEntityType(_)
+        | QuotaError::DuplicateEntity
+        | QuotaError::UnknownKey(_)
+        | QuotaError::DuplicateKey(_)
+        | QuotaError::InvalidValue { .. }
+        | QuotaError::InvalidFilter(_) => ResponseError::InvalidRequest,
+        QuotaError::Storage(_) => ResponseError::UnknownServerError,
+    }
+}

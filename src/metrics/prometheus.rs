@@ -104,6 +104,7 @@ impl Collector for Snapshots {
         let mut rejected = Vec::new();
         let mut duplicates = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
+        let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
         for s in &self.0 {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
@@ -139,12 +140,36 @@ impl Collector for Snapshots {
                 vec![("shard".to_string(), shard.clone())],
                 s.connections_rejected,
             ));
-            let by_shard = vec![("shard".to_string(), shard)];
+            let by_shard = vec![("shard".to_string(), shard.clone())];
             duplicates.push((by_shard.clone(), s.duplicate_batches));
             refused_ip.push((by_shard.clone(), s.limits.connections_refused_per_ip));
             accept_waits.push((by_shard.clone(), s.limits.accept_waits));
             memory_waits.push((by_shard, s.limits.request_memory_waits));
+            for kind in shards::client_quota::QuotaKind::ALL {
+                let i = kind.index();
+                let labels = vec![
+                    ("quota".to_string(), kind.name().to_string()),
+                    ("shard".to_string(), shard.clone()),
+                ];
+                throttled.push((
+                    labels.clone(),
+                    s.quota.throttled.get(i).copied().unwrap_or(0),
+                ));
+                throttle_ms.push((labels, s.quota.throttle_ms.get(i).copied().unwrap_or(0)));
+            }
         }
+        counter(
+            &mut encoder,
+            "corelog_quota_throttled_responses",
+            "Responses that throttled their client (throttle_time_ms > 0), by quota and shard.",
+            &throttled,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_quota_throttle_milliseconds",
+            "Throttle time given to clients, by quota and shard.",
+            &throttle_ms,
+        )?;
         counter(
             &mut encoder,
             "corelog_requests",

@@ -13,6 +13,11 @@
 //! arrive within `--request-body-timeout-ms` closes the connection, so a slow sender
 //! cannot hold that memory indefinitely.
 //!
+//! Client quotas (`crate::quota`): a Produce is charged when it is read, in request
+//! order, before its handler starts; a client over its quota gets its response at once
+//! with `throttle_time_ms`, and the reader holds this connection's next request until
+//! the throttle time has passed (Kafka's KIP-219 channel mute).
+//!
 //! Bad input closes only this connection, with a log line: a frame whose size is
 //! negative, zero or above `socket.request.max.bytes`, an unknown API key, an
 //! unsupported version (other than ApiVersions, which gets KIP-511's answer), or a body
@@ -88,6 +93,7 @@ async fn read_loop(
     memory: &RequestMemory,
 ) -> CloseReason {
     let max = ctx.config.socket_request_max_bytes;
+    let throttle = Rc::new(crate::quota::ConnectionThrottle::default());
     loop {
         let mut size_buf = [0u8; 4];
         let read = futures_lite::future::or(
@@ -141,15 +147,41 @@ async fn read_loop(
             Ok(r) => r,
             Err(e) => return CloseReason::Frame(e),
         };
+        // A quota throttle (KIP-219): the response that set it has been sent; this
+        // connection's next request waits it out, unread frames back up in TCP.
+        let held = futures_lite::future::or(
+            async {
+                throttle.hold().await;
+                true
+            },
+            async {
+                shutdown.wait().await;
+                false
+            },
+        )
+        .await;
+        if !held {
+            return CloseReason::Shutdown;
+        }
         let c = ctx.clone();
         let received = Instant::now();
         let api_key = request.api_key as i16;
         let bytes_in = size as usize + 4;
+        let quota = crate::quota::admit(
+            &ctx.quotas,
+            request.api_key,
+            request.header.client_id.as_deref(),
+            bytes_in,
+            &throttle,
+        );
+        let client_id = request.header.client_id.clone();
         let task = glommio::spawn_local(async move {
             // Held until the request has been handled (its frame is dropped by then).
             let _memory_permit = memory_permit;
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let result = api::handle(&c, request, peer).await;
+            let handling = api::handle(&c, request, peer, &quota);
+            let result =
+                crate::quota::timed(&c.quotas, client_id.as_deref(), &quota, handling).await;
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,

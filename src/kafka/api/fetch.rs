@@ -32,7 +32,11 @@ struct Wanted {
     max_bytes: usize,
 }
 
-pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+pub async fn handle(
+    ctx: &Ctx,
+    frame: &mut RequestFrame,
+    throttle: &crate::quota::ConnectionThrottle,
+) -> Result<BytesMut, FrameError> {
     let req: FetchRequest = decode_body(frame)?;
     let max_wait_ms = u64::try_from(req.max_wait_ms)
         .unwrap_or(0)
@@ -146,6 +150,26 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
         tr.topic_id = t.topic_id;
         tr.partitions = parts;
         body.responses.push(tr);
+    }
+    // The consumer quota counts the response's size (Kafka does the same). The data
+    // is sent even when this response puts the client over: the hold that follows
+    // pays it back (no second empty response).
+    if !ctx
+        .shard
+        .metadata
+        .snapshot()
+        .client_quotas
+        .entries
+        .is_empty()
+    {
+        use kafka_protocol::protocol::Encodable;
+        let response_bytes = body.compute_size(frame.api_version).unwrap_or(used) as u64;
+        body.throttle_time_ms = ctx.quotas.charge(
+            shards::client_quota::QuotaKind::Fetch,
+            frame.header.client_id.as_deref(),
+            response_bytes,
+            throttle,
+        );
     }
     encode_response(
         ApiKey::Fetch,

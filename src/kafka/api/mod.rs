@@ -7,6 +7,7 @@
 
 pub mod admin;
 pub mod api_versions;
+pub mod client_quotas;
 pub mod configs;
 pub mod delete_records;
 pub mod fan_out;
@@ -29,6 +30,8 @@ use std::sync::Arc;
 pub struct Ctx {
     pub shard: Rc<Shard>,
     pub config: Arc<BrokerConfig>,
+    /// This shard's client quota sensors.
+    pub quotas: Rc<crate::quota::QuotaManager>,
 }
 
 /// Exactly what corelog implements, advertised by ApiVersions. Ranges are what
@@ -64,6 +67,8 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::IncrementalAlterConfigs, 0, 1),
     (ApiKey::DeleteRecords, 0, 2),
     (ApiKey::InitProducerId, 0, 4),
+    (ApiKey::DescribeClientQuotas, 0, 1),
+    (ApiKey::AlterClientQuotas, 0, 1),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -75,10 +80,13 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
 
 /// Serves one request. `Ok(None)` means no response is sent (produce with acks=0).
 /// `Err` closes the connection (after the responses before it are written).
+/// `quota` is the quota decision made when the request was read, and the
+/// connection's hold for handlers that charge after their work.
 pub async fn handle(
     ctx: &Ctx,
     mut frame: RequestFrame,
     peer: std::net::SocketAddr,
+    quota: &crate::quota::RequestQuota,
 ) -> Result<Option<BytesMut>, FrameError> {
     let Some((min, max)) = supported_range(frame.api_key) else {
         return Err(FrameError::UnsupportedVersion {
@@ -98,8 +106,10 @@ pub async fn handle(
     match frame.api_key {
         ApiKey::ApiVersions => api_versions::handle(&mut frame).map(Some),
         ApiKey::Metadata => metadata::handle(ctx, &mut frame).await.map(Some),
-        ApiKey::Produce => produce::handle(ctx, &mut frame).await,
-        ApiKey::Fetch => fetch::handle(ctx, &mut frame).await.map(Some),
+        ApiKey::Produce => produce::handle(ctx, &mut frame, quota).await,
+        ApiKey::Fetch => fetch::handle(ctx, &mut frame, &quota.connection)
+            .await
+            .map(Some),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &mut frame).await.map(Some),
         ApiKey::CreateTopics => admin::create_topics(ctx, &mut frame).await.map(Some),
         ApiKey::DeleteTopics => admin::delete_topics(ctx, &mut frame).await.map(Some),
@@ -124,6 +134,8 @@ pub async fn handle(
             .map(Some),
         ApiKey::DeleteRecords => delete_records::handle(ctx, &mut frame).await.map(Some),
         ApiKey::InitProducerId => init_producer_id::handle(ctx, &mut frame).await.map(Some),
+        ApiKey::DescribeClientQuotas => client_quotas::describe(ctx, &mut frame).map(Some),
+        ApiKey::AlterClientQuotas => client_quotas::alter(ctx, &mut frame).await.map(Some),
         other => Err(FrameError::UnsupportedVersion {
             api: other,
             version: frame.api_version,

@@ -43,7 +43,11 @@ fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
     }
 }
 
-pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesMut>, FrameError> {
+pub async fn handle(
+    ctx: &Ctx,
+    frame: &mut RequestFrame,
+    quota: &crate::quota::RequestQuota,
+) -> Result<Option<BytesMut>, FrameError> {
     let req: ProduceRequest = decode_body(frame)?;
     let acks = Acks::from_wire(req.acks);
     let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
@@ -148,9 +152,11 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Option<BytesM
         error_code::count(ApiKey::Produce, p.error_code);
     }
     if req.acks == 0 {
-        return Ok(None);
+        return Ok(None); // the quota hold still applies: the next read waits
     }
     let mut body = ProduceResponse::default();
+    // Charged when the connection read the request (its whole size, as Kafka).
+    body.throttle_time_ms = quota.throttle_time_ms;
     for (t, parts) in req.topic_data.iter().zip(slots) {
         let mut tr = TopicProduceResponse::default();
         tr.name = t.name.clone();
