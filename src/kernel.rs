@@ -37,21 +37,34 @@ pub fn check_and_raise_memlock(shards: usize) {
 /// segment file is a descriptor, and the default total connection limit is half of it
 /// (`net/connection_limits.rs`). Warns when the connection limit does not fit.
 pub fn raise_nofile(max_connections: usize) {
-    match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, hard)) => {
-            if soft < hard {
-                if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+    match (getrlimit(Resource::RLIMIT_NOFILE), nofile_ceiling()) {
+        (Ok((soft, hard)), Some(target)) => {
+            if soft < target {
+                if let Err(e) = setrlimit(Resource::RLIMIT_NOFILE, target, hard) {
                     tracing::warn!(error = %e, "could not raise RLIMIT_NOFILE");
                 }
             }
-            if (max_connections as u64).saturating_add(1024) > hard {
+            let now = getrlimit(Resource::RLIMIT_NOFILE).map_or(soft, |(s, _)| s);
+            if (max_connections as u64).saturating_add(1024) > now {
                 tracing::warn!(
-                    nofile = hard,
+                    nofile = now,
                     max_connections,
                     "max-connections leaves fewer than 1024 file descriptors for logs; raise RLIMIT_NOFILE (ulimit -n) or lower max-connections"
                 );
             }
         }
-        Err(e) => tracing::warn!(error = %e, "could not read RLIMIT_NOFILE"),
+        (Err(e), _) => tracing::warn!(error = %e, "could not read RLIMIT_NOFILE"),
+        (Ok(_), None) => {}
     }
+}
+
+/// The most descriptors this process can have: the hard RLIMIT_NOFILE, but no more than
+/// `fs.nr_open` (an unlimited hard limit cannot be set as the soft one beyond it).
+pub fn nofile_ceiling() -> Option<u64> {
+    let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE).ok()?;
+    let nr_open = std::fs::read_to_string("/proc/sys/fs/nr_open")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .unwrap_or(1 << 20);
+    Some(hard.min(nr_open))
 }

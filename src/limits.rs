@@ -32,6 +32,12 @@ pub const QUEUED_MAX_REQUEST_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
 /// 60 s still lets a 100 MiB frame arrive at under 2 MB/s.
 pub const REQUEST_BODY_TIMEOUT_MS_DEFAULT: u64 = 60_000;
 
+/// Longest a request body may go without a single byte arriving, once its memory is
+/// granted (capped by the body timeout). A client that declares a large frame and sends
+/// nothing holds memory other readers may be queued for: it is closed after this, not
+/// after the whole body timeout. 10 s of silence mid-frame is no live Kafka client.
+pub const REQUEST_BODY_STALL_MS: u64 = 10_000;
+
 /// Default of `--tail-cache-shard-bytes`: the tail caches of all partitions of one shard
 /// together (each partition also keeps to `LogConfig::tail_cache_bytes`, 2 MiB), so
 /// thousands of partitions on a core cannot hold gigabytes of cached batches.

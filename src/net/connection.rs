@@ -53,6 +53,8 @@ enum CloseReason {
     Shutdown,
     #[error("a {0}-byte frame's body did not arrive within {1:?}")]
     SlowBody(usize, std::time::Duration),
+    #[error("no byte of a {0}-byte frame's body arrived for {1:?}")]
+    StalledBody(usize, std::time::Duration),
 }
 
 type Pending = JoinHandle<Result<Option<BytesMut>, FrameError>>;
@@ -132,12 +134,14 @@ async fn read_loop(
         let Some(memory_permit) = permit else {
             return CloseReason::Shutdown;
         };
-        // The body must arrive in time: its memory may be what other readers wait for.
+        // The body must arrive in time and keep arriving: its memory may be what other
+        // readers wait for.
         let timeout = ctx.config.limits.request_body_timeout;
-        let body = futures_lite::future::or(read_body(&mut reader, size as usize), async {
-            glommio::timer::sleep(timeout).await;
-            Err(CloseReason::SlowBody(size as usize, timeout))
-        })
+        let progress = std::cell::Cell::new(0usize);
+        let body = futures_lite::future::or(
+            read_body(&mut reader, size as usize, &progress),
+            body_watchdog(&progress, size as usize, timeout),
+        )
         .await;
         let frame = match body {
             Ok(f) => f,
@@ -201,6 +205,7 @@ async fn read_loop(
 async fn read_body(
     reader: &mut (impl AsyncRead + Unpin),
     size: usize,
+    progress: &std::cell::Cell<usize>,
 ) -> Result<Bytes, CloseReason> {
     const STEP: usize = 64 * 1024;
     let mut buf = BytesMut::with_capacity(size.min(STEP));
@@ -211,15 +216,44 @@ async fn read_body(
         let Some(target) = buf.get_mut(start..) else {
             return Err(CloseReason::BadSize(size as i64, size));
         };
-        match reader.read_exact(target).await {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                return Err(CloseReason::Eof)
+        // Partial reads, so the watchdog sees every byte that arrives.
+        let mut filled = 0;
+        while let Some(rest) = target.get_mut(filled..).filter(|r| !r.is_empty()) {
+            match reader.read(rest).await {
+                Ok(0) => return Err(CloseReason::Eof),
+                Ok(n) => {
+                    filled += n;
+                    progress.set(progress.get() + n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(CloseReason::Io(e)),
             }
-            Err(e) => return Err(CloseReason::Io(e)),
         }
     }
     Ok(buf.freeze())
+}
+
+/// Ends a body read that takes longer than `timeout` in all, or that goes
+/// `REQUEST_BODY_STALL_MS` without a byte (one timer per frame, not per read).
+async fn body_watchdog(
+    progress: &std::cell::Cell<usize>,
+    size: usize,
+    timeout: std::time::Duration,
+) -> Result<Bytes, CloseReason> {
+    let stall = std::time::Duration::from_millis(crate::limits::REQUEST_BODY_STALL_MS).min(timeout);
+    let deadline = Instant::now() + timeout;
+    let mut seen = progress.get();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(CloseReason::SlowBody(size, timeout));
+        }
+        glommio::timer::sleep(stall.min(deadline - now)).await;
+        if progress.get() == seen && Instant::now() < deadline {
+            return Err(CloseReason::StalledBody(size, stall));
+        }
+        seen = progress.get();
+    }
 }
 
 async fn write_loop(

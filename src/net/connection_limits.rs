@@ -64,16 +64,9 @@ pub struct ConnectionLimitsConfig {
 /// limit to it (`kernel::raise_nofile`), which an unprivileged process may always do.
 /// An unlimited hard limit counts as `NOFILE_ASSUMED_MAX`.
 pub fn default_max_connections() -> usize {
-    let nofile = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-        .map(|(_, hard)| hard)
-        .unwrap_or(1024)
-        .min(NOFILE_ASSUMED_MAX);
+    let nofile = crate::kernel::nofile_ceiling().unwrap_or(1024);
     usize::try_from(nofile / 2).unwrap_or(usize::MAX).max(64)
 }
-
-/// What an unlimited RLIMIT_NOFILE counts as when deriving the default total
-/// (Linux's default `fs.nr_open`).
-const NOFILE_ASSUMED_MAX: u64 = 1 << 20;
 
 /// Parses Kafka's `max.connections.per.ip.overrides`: `ip:count,ip:count`. Only IP
 /// literals (IPv6 too: the count follows the last colon); Kafka also accepts host
@@ -86,8 +79,10 @@ pub fn parse_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
             .ok_or_else(|| format!("{item:?} is not IP:COUNT"))?;
         let ip = ip.trim().trim_matches(|c| c == '[' || c == ']');
         let ip: IpAddr = ip
-            .parse()
-            .map_err(|_| format!("{ip:?} is not an IP address (host names are not accepted)"))?;
+            .parse::<IpAddr>()
+            .map_err(|_| format!("{ip:?} is not an IP address (host names are not accepted)"))?
+            // Peers are compared in canonical form (an IPv4-mapped IPv6 address is IPv4).
+            .to_canonical();
         let count: usize = count
             .trim()
             .parse()

@@ -126,7 +126,7 @@ def test_duplicate_batch_returns_the_original_offset(broker):
         p.close()
 
 
-def test_transactional_and_control_batches_are_refused(broker):
+def test_transactional_control_and_unsequenced_batches_are_refused(broker):
     topic = "idem-txn"
     create_topic(broker.bootstrap, topic, 1)
     _, pid, epoch = init_producer_id(broker.bootstrap)
@@ -137,6 +137,8 @@ def test_transactional_and_control_batches_are_refused(broker):
             b = W.record_batch([(None, b"x", [], now)], now, producer_id=pid, producer_epoch=epoch,
                                base_sequence=0, attributes=attributes)
             assert p.send(b)[0] == ERR_INVALID_RECORD, f"attributes {attributes:#x}"
+        # A producer's batch without a sequence (Kafka's LogValidator refuses it too).
+        assert p.send(idem_batch(pid, epoch, -5, 1))[0] == ERR_INVALID_RECORD
         assert end_offset(broker.bootstrap, topic) == 0
         assert p.send(idem_batch(pid, epoch, 0, 1)) == (ERR_NONE, 0)
     finally:

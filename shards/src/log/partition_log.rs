@@ -714,6 +714,12 @@ impl PartitionLog {
             )));
         }
         if let Some(p) = &producer {
+            // Kafka's LogValidator: a producer's batch has a sequence.
+            if p.first_seq < 0 {
+                return Err(AppendError::InvalidBatch(batch::BatchError::InvalidRecord(
+                    "an idempotent producer's batch has a negative base sequence",
+                )));
+            }
             // A retry of a batch already given offsets is answered with them; nothing is
             // written again. Checked before any state changes, so a refused batch leaves
             // none behind.
@@ -766,9 +772,14 @@ impl PartitionLog {
         );
         st.next_offset = next;
         if let Some(p) = &producer {
-            self.producers
-                .borrow_mut()
-                .record(p, base_offset, next, crate::housekeeping::now_ms());
+            let written = st.written_offset;
+            self.producers.borrow_mut().record(
+                p,
+                base_offset,
+                next,
+                crate::housekeeping::now_ms(),
+                written,
+            );
         }
         st.pending.push_back(Pending {
             base_offset,
@@ -1353,19 +1364,28 @@ impl PartitionLog {
 }
 
 /// Rebuilds the idempotent-producer state at open: the newest usable snapshot, then the
-/// producer batches written after it. Without a snapshot only the active segment is
-/// replayed (a log from before snapshots has no older history worth a full scan).
+/// producer batches written after it. Without a snapshot the last two segments are
+/// replayed: enough for a crash before the first roll's snapshot was written, and a log
+/// from before snapshots existed has no older history worth a full scan.
 async fn rebuild_producers(
     dir: &Path,
     segments: &BTreeMap<i64, Segment>,
     next_offset: i64,
 ) -> Result<ProducerState, StorageError> {
-    let (mut state, at) = producer_snapshot::load(dir, next_offset);
-    let from = at.unwrap_or_else(|| segments.keys().next_back().copied().unwrap_or(0));
+    let now = crate::housekeeping::now_ms();
+    let (mut state, at) = producer_snapshot::load(dir, next_offset, now);
+    let from = at.unwrap_or_else(|| {
+        segments
+            .keys()
+            .rev()
+            .nth(1)
+            .or(segments.keys().next_back())
+            .copied()
+            .unwrap_or(0)
+    });
     if from >= next_offset {
         return Ok(state);
     }
-    let now = crate::housekeeping::now_ms();
     let bases: Vec<i64> = segments.keys().copied().collect();
     let mut replayed = 0usize;
     for (i, base) in bases.iter().enumerate() {
@@ -1379,7 +1399,7 @@ async fn rebuild_producers(
         file_scan::scan(&seg.file, 0, seg.size, false, |h, _, _| {
             if h.base_offset >= from {
                 if let Some(b) = ProducerBatch::from_header(h) {
-                    state.record(&b, h.base_offset, h.last_offset() + 1, now);
+                    state.record(&b, h.base_offset, h.last_offset() + 1, now, i64::MAX);
                     replayed += 1;
                 }
             }

@@ -17,7 +17,7 @@
 //! Invariant: a snapshot file is complete or absent — written to a temporary name, synced,
 //! then renamed; only the [`SNAPSHOTS_KEPT`] newest are kept.
 
-use super::producer_state::{BatchMeta, ProducerEntry, ProducerState, BATCHES_PER_PRODUCER};
+use super::producer_state::{BatchMeta, ProducerEntry, ProducerState, BATCHES_RETAINED};
 use std::collections::VecDeque;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -62,7 +62,7 @@ pub fn encode(state: &ProducerState) -> Vec<u8> {
     let mut body = Vec::with_capacity(4 + state.len() * (ENTRY_LEN + 2 * BATCH_LEN));
     body.extend_from_slice(&(state.len() as u32).to_be_bytes());
     for (pid, e) in state.entries() {
-        debug_assert!(e.batches.len() <= BATCHES_PER_PRODUCER);
+        debug_assert!(e.batches.len() <= BATCHES_RETAINED);
         body.extend_from_slice(&pid.to_be_bytes());
         body.extend_from_slice(&e.epoch.to_be_bytes());
         body.extend_from_slice(&e.last_seen_ms.to_be_bytes());
@@ -109,7 +109,7 @@ impl Reader<'_> {
     }
 }
 
-pub fn decode(bytes: &[u8]) -> Result<ProducerState, SnapshotError> {
+pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError> {
     if bytes.get(..4) != Some(&MAGIC[..]) || bytes.get(4..6) != Some(&VERSION.to_be_bytes()[..]) {
         return Err(SnapshotError::Header);
     }
@@ -134,7 +134,7 @@ pub fn decode(bytes: &[u8]) -> Result<ProducerState, SnapshotError> {
         let epoch = i16::from_be_bytes(r.take()?);
         let last_seen_ms = r.i64()?;
         let [n] = r.take::<1>()?;
-        if usize::from(n) > BATCHES_PER_PRODUCER {
+        if usize::from(n) > BATCHES_RETAINED {
             return Err(SnapshotError::Malformed);
         }
         let mut batches = VecDeque::with_capacity(usize::from(n));
@@ -161,6 +161,7 @@ pub fn decode(bytes: &[u8]) -> Result<ProducerState, SnapshotError> {
                 batches,
                 last_seen_ms,
             },
+            now_ms,
         );
     }
     if !r.0.is_empty() {
@@ -191,7 +192,8 @@ pub fn write(dir: &Path, offset: i64, bytes: &[u8]) -> std::io::Result<()> {
 /// describe batches a crash lost). Returns the state with the batches at or past the
 /// snapshot's offset dropped, and that offset (where replay starts); an empty state and
 /// `None` when there is no usable snapshot.
-pub fn load(dir: &Path, log_end: i64) -> (ProducerState, Option<i64>) {
+pub fn load(dir: &Path, log_end: i64, now_ms: i64) -> (ProducerState, Option<i64>) {
+    remove_temporaries(dir);
     let offsets = list(dir).unwrap_or_default();
     for &offset in offsets.iter().rev() {
         let p = path(dir, offset);
@@ -201,7 +203,7 @@ pub fn load(dir: &Path, log_end: i64) -> (ProducerState, Option<i64>) {
         }
         match std::fs::read(&p)
             .map_err(|e| e.to_string())
-            .and_then(|b| decode(&b).map_err(|e| e.to_string()))
+            .and_then(|b| decode(&b, now_ms).map_err(|e| e.to_string()))
         {
             Ok(mut state) => {
                 state.forget_batches_from(offset);
@@ -213,6 +215,22 @@ pub fn load(dir: &Path, log_end: i64) -> (ProducerState, Option<i64>) {
         }
     }
     (ProducerState::new(), None)
+}
+
+/// A crash between writing a snapshot and renaming it leaves a `.snapshot.tmp`.
+fn remove_temporaries(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let tmp = entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.ends_with(".snapshot.tmp"));
+        if tmp {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -231,7 +249,7 @@ mod tests {
                     last_seq: i * 2 + 1,
                 };
                 let first = pid * 1000 + i64::from(i) * 2;
-                s.record(&b, first, first + 2, 1_700_000_000_000 + pid);
+                s.record(&b, first, first + 2, 1_700_000_000_000 + pid, i64::MAX);
             }
         }
         s
@@ -240,12 +258,12 @@ mod tests {
     #[test]
     fn round_trips() {
         let s = sample();
-        let back = decode(&encode(&s)).expect("decodes");
+        let back = decode(&encode(&s), i64::MAX).expect("decodes");
         assert_eq!(back.len(), s.len());
         for (pid, e) in s.entries() {
             assert_eq!(back.get(pid), Some(e));
         }
-        assert!(decode(&encode(&ProducerState::new()))
+        assert!(decode(&encode(&ProducerState::new()), 0)
             .expect("empty")
             .is_empty());
     }
@@ -254,12 +272,12 @@ mod tests {
     fn any_damage_is_detected() {
         let bytes = encode(&sample());
         for cut in [0, 3, 9, 10, 11, bytes.len() - 1] {
-            assert!(decode(&bytes[..cut]).is_err(), "truncated at {cut}");
+            assert!(decode(&bytes[..cut], 0).is_err(), "truncated at {cut}");
         }
         for at in [0, 5, 7, 12, bytes.len() / 2, bytes.len() - 1] {
             let mut bad = bytes.clone();
             bad[at] ^= 0x40;
-            assert!(decode(&bad).is_err(), "flipped byte {at}");
+            assert!(decode(&bad, 0).is_err(), "flipped byte {at}");
         }
         // A huge count with a valid checksum must not allocate or read out of bounds.
         let mut body = u32::MAX.to_be_bytes().to_vec();
@@ -268,7 +286,7 @@ mod tests {
         hostile.extend_from_slice(&VERSION.to_be_bytes());
         hostile.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
         hostile.extend_from_slice(&body);
-        assert_eq!(decode(&hostile).err(), Some(SnapshotError::Malformed));
+        assert_eq!(decode(&hostile, 0).err(), Some(SnapshotError::Malformed));
     }
 
     #[test]
@@ -278,7 +296,12 @@ mod tests {
         write(dir.path(), 100, &encode(&s)).expect("write");
         write(dir.path(), 5_000, &encode(&s)).expect("write");
         // Past the recovered end: removed. Below it: loaded, batches past it dropped.
-        let (state, at) = load(dir.path(), 4_999);
+        std::fs::write(dir.path().join("x.snapshot.tmp"), b"torn").expect("write");
+        let (state, at) = load(dir.path(), 4_999, i64::MAX);
+        assert!(
+            !dir.path().join("x.snapshot.tmp").exists(),
+            "temporaries removed"
+        );
         assert_eq!(at, Some(100));
         assert_eq!(list(dir.path()).expect("list"), vec![100]);
         assert!(state
@@ -287,7 +310,7 @@ mod tests {
         assert_eq!(state.len(), s.len(), "entries stay even without batches");
         // A damaged newest one falls back to the older.
         write(dir.path(), 200, b"garbage").expect("write");
-        assert_eq!(load(dir.path(), 1_000).1, Some(100));
+        assert_eq!(load(dir.path(), 1_000, i64::MAX).1, Some(100));
         // Only the newest SNAPSHOTS_KEPT stay.
         for o in [300, 400, 500] {
             write(dir.path(), o, &encode(&s)).expect("write");

@@ -1,12 +1,16 @@
 //! Idempotent-producer state of one partition: for every producer id that wrote to it, the
-//! producer's epoch and its last [`BATCHES_PER_PRODUCER`] batches (sequence range and the
+//! producer's epoch and its last [`BATCHES_RETAINED`] batches (sequence range and the
 //! offsets they were given).
 //!
 //! This is what lets a producer retry safely (Kafka's `ProducerStateManager`): a batch whose
 //! sequences match one of the remembered batches of the same epoch is a retry of a batch
 //! already in the log, and is answered with that batch's offsets instead of being written
-//! again. Five batches because a Kafka client pipelines up to five requests per connection
-//! when idempotence is on (PITFALLS: remembering only the last one is not enough).
+//! again. At least five batches because a Kafka client pipelines up to five requests per
+//! connection when idempotence is on (PITFALLS: remembering only the last one is not
+//! enough); twice that is kept, so that a snapshot taken while up to five batches wait to
+//! be written (`producer_snapshot`: those are dropped at load and replayed from the log)
+//! still holds the five before them — the retry window and the last sequence survive a
+//! crash. Retries of any retained batch are answered as duplicates.
 //!
 //! Rules (Kafka's, `ProducerAppendInfo.checkProducerEpoch` / `checkSequence`):
 //! - an epoch below the producer's current one is fenced (INVALID_PRODUCER_EPOCH);
@@ -19,12 +23,13 @@
 //! The state changes only in [`ProducerState::record`], called by the log when it assigns
 //! offsets, synchronously and in offset order; a duplicate of a batch still waiting to be
 //! written is answered with that batch's (future) offsets, and the caller waits for it like
-//! the original did. Invariants: an entry holds at most `BATCHES_PER_PRODUCER` batches,
+//! the original did. Invariants: an entry holds at most `BATCHES_RETAINED` batches,
 //! oldest first, all of the entry's epoch, with increasing offsets.
 //!
 //! Memory is bounded: at most [`PRODUCERS_PER_PARTITION_MAX`] producers per partition;
-//! past it the longest-idle eighth is forgotten (their retries then count as new writes,
-//! which is what Kafka does for expired producers too).
+//! past it the longest-idle eighth of those with nothing waiting to be written is
+//! forgotten (their retries then count as new writes, which is what Kafka does for
+//! expired producers too).
 
 use super::batch::BatchHeader;
 use std::collections::{HashMap, VecDeque};
@@ -32,6 +37,9 @@ use std::collections::{HashMap, VecDeque};
 /// How many batches per producer a retry is recognised against (Kafka's
 /// `NUM_BATCHES_TO_RETAIN`, matching `max.in.flight.requests.per.connection` ≤ 5).
 pub const BATCHES_PER_PRODUCER: usize = 5;
+
+/// Batches kept per producer: the retry window twice over (see the module doc).
+pub const BATCHES_RETAINED: usize = 2 * BATCHES_PER_PRODUCER;
 
 /// Producers remembered per partition before the longest idle are forgotten.
 pub const PRODUCERS_PER_PARTITION_MAX: usize = 50_000;
@@ -199,18 +207,21 @@ impl ProducerState {
     }
 
     /// Remembers that `batch` was given offsets `[first_offset, next_offset)`.
+    /// `written_offset` is the log's written end: producers with batches at or past it are
+    /// never forgotten to make room (their retries must still be recognised).
     pub fn record(
         &mut self,
         batch: &ProducerBatch,
         first_offset: i64,
         next_offset: i64,
         now_ms: i64,
+        written_offset: i64,
     ) {
         debug_assert!(first_offset < next_offset);
         if !self.producers.contains_key(&batch.producer_id)
             && self.producers.len() >= PRODUCERS_PER_PARTITION_MAX
         {
-            self.forget_longest_idle(PRODUCERS_PER_PARTITION_MAX / 8);
+            self.forget_longest_idle(PRODUCERS_PER_PARTITION_MAX / 8, written_offset);
         }
         let entry = self
             .producers
@@ -228,7 +239,7 @@ impl ProducerState {
             .batches
             .back()
             .map_or(true, |b| b.next_offset <= first_offset));
-        if entry.batches.len() == BATCHES_PER_PRODUCER {
+        if entry.batches.len() == BATCHES_RETAINED {
             entry.batches.pop_front();
         }
         entry.batches.push_back(BatchMeta {
@@ -240,9 +251,11 @@ impl ProducerState {
         entry.last_seen_ms = entry.last_seen_ms.max(now_ms);
     }
 
-    /// Puts back an entry read from a snapshot.
-    pub fn restore(&mut self, producer_id: i64, entry: ProducerEntry) {
-        debug_assert!(entry.batches.len() <= BATCHES_PER_PRODUCER);
+    /// Puts back an entry read from a snapshot. A last-seen time in the future (the clock
+    /// was stepped back) counts as now, so the entry still expires.
+    pub fn restore(&mut self, producer_id: i64, mut entry: ProducerEntry, now_ms: i64) {
+        debug_assert!(entry.batches.len() <= BATCHES_RETAINED);
+        entry.last_seen_ms = entry.last_seen_ms.min(now_ms);
         self.producers.insert(producer_id, entry);
     }
 
@@ -269,12 +282,19 @@ impl ProducerState {
         before - self.producers.len()
     }
 
-    fn forget_longest_idle(&mut self, count: usize) {
+    fn forget_longest_idle(&mut self, count: usize, written_offset: i64) {
         let mut seen: Vec<(i64, i64)> = self
             .producers
             .iter()
+            .filter(|(_, e)| {
+                // Nothing at or past the written end (`is_none_or` needs a newer MSRV).
+                !matches!(e.batches.back(), Some(b) if b.next_offset > written_offset)
+            })
             .map(|(id, e)| (e.last_seen_ms, *id))
             .collect();
+        if seen.is_empty() {
+            return; // every producer has a batch in flight: over the cap until written
+        }
         let count = count.clamp(1, seen.len().max(1));
         if seen.len() > count {
             seen.select_nth_unstable(count - 1);
@@ -309,7 +329,7 @@ mod tests {
             SequenceCheck::Append => {
                 let first = *next;
                 *next += (i64::from(b.last_seq) - i64::from(b.first_seq)).rem_euclid(1 << 31) + 1;
-                s.record(&b, first, *next, 0);
+                s.record(&b, first, *next, 0, i64::MAX);
                 Ok((first, false))
             }
         }
@@ -327,26 +347,27 @@ mod tests {
     }
 
     #[test]
-    fn retries_of_the_last_five_batches_get_their_original_offsets() {
+    fn retries_of_the_retained_batches_get_their_original_offsets() {
         let mut s = ProducerState::new();
         let mut next = 100;
         let mut firsts = Vec::new();
-        for i in 0..7 {
+        let n = BATCHES_RETAINED as i32 + 2;
+        for i in 0..n {
             let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).unwrap();
             assert!(!dup);
             firsts.push(off);
         }
-        for i in 2..7 {
+        for i in 2..n {
             let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).unwrap();
             assert!(dup, "batch {i} is remembered");
             assert_eq!(off, firsts[i as usize]);
         }
-        // The sixth-newest is forgotten: its retry is out of order, not written twice.
+        // Older than that is forgotten: its retry is out of order, not written twice.
         assert!(matches!(
             s.check(&batch(7, 0, 10, 10)),
-            Err(SequenceError::OutOfOrder { expected: 70, .. })
+            Err(SequenceError::OutOfOrder { expected, .. }) if expected == i64::from(n) * 10
         ));
-        assert_eq!(next, 170, "no retry wrote anything");
+        assert_eq!(next, 100 + i64::from(n) * 10, "no retry wrote anything");
     }
 
     #[test]
@@ -394,7 +415,7 @@ mod tests {
     fn unknown_producers_and_lost_batches_accept_any_sequence() {
         let mut s = ProducerState::new();
         assert_eq!(s.check(&batch(9, 0, 1234, 1)), Ok(SequenceCheck::Append));
-        s.record(&batch(9, 0, 1234, 1), 10, 11, 0);
+        s.record(&batch(9, 0, 1234, 1), 10, 11, 0, i64::MAX);
         s.forget_batches_from(10);
         assert_eq!(s.check(&batch(9, 0, 77, 1)), Ok(SequenceCheck::Append));
         assert!(
@@ -425,8 +446,8 @@ mod tests {
     #[test]
     fn expiry_forgets_idle_producers_only() {
         let mut s = ProducerState::new();
-        s.record(&batch(1, 0, 0, 1), 0, 1, 1_000);
-        s.record(&batch(2, 0, 0, 1), 1, 2, 5_000);
+        s.record(&batch(1, 0, 0, 1), 0, 1, 1_000, i64::MAX);
+        s.record(&batch(2, 0, 0, 1), 1, 2, 5_000, i64::MAX);
         assert_eq!(s.expire(5_999, 5_000, 0), 0, "not idle long enough");
         assert_eq!(s.expire(6_000, 5_000, 0), 1);
         assert!(s.get(1).is_none() && s.get(2).is_some());
@@ -435,10 +456,30 @@ mod tests {
     }
 
     #[test]
+    fn producers_with_batches_in_flight_are_never_evicted() {
+        let mut s = ProducerState::new();
+        let cap = PRODUCERS_PER_PARTITION_MAX as i64;
+        // Every producer's batch is still pending (written end 0): nobody is forgotten.
+        for pid in 0..cap + 3 {
+            s.record(&batch(pid, 0, 0, 1), pid, pid + 1, pid, 0);
+        }
+        assert_eq!(s.len(), PRODUCERS_PER_PARTITION_MAX + 3);
+        // Once written, the longest idle go.
+        s.record(
+            &batch(cap + 3, 0, 0, 1),
+            cap + 3,
+            cap + 4,
+            cap + 3,
+            i64::MAX,
+        );
+        assert!(s.len() <= PRODUCERS_PER_PARTITION_MAX);
+    }
+
+    #[test]
     fn the_producer_table_is_bounded() {
         let mut s = ProducerState::new();
         for pid in 0..(PRODUCERS_PER_PARTITION_MAX as i64 + 10) {
-            s.record(&batch(pid, 0, 0, 1), pid, pid + 1, pid);
+            s.record(&batch(pid, 0, 0, 1), pid, pid + 1, pid, i64::MAX);
         }
         assert!(s.len() <= PRODUCERS_PER_PARTITION_MAX);
         assert!(s.get(0).is_none(), "the longest idle went first");

@@ -283,7 +283,7 @@ pub async fn clean(
         let Some(key) = key else {
             return false; // a compacted log has no use for records without a key
         };
-        let latest = map.get(key).is_none_or(|m| offset >= m);
+        let latest = !matches!(map.get(key), Some(m) if offset < m);
         let expired = cleaned_at.is_some_and(|c| c < delete_horizon);
         let kept = latest && !(tombstone && expired);
         if kept && tombstone {
