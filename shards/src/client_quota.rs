@@ -45,6 +45,9 @@ pub struct QuotaEntry {
     pub values: BTreeMap<String, f64>,
 }
 
+/// Most quota entities the cluster keeps (each is persisted with the metadata).
+pub const QUOTA_ENTITIES_MAX: usize = 10_000;
+
 /// Every client quota override of the cluster.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct ClientQuotas {

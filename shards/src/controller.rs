@@ -366,6 +366,14 @@ impl Controller {
         for alt in &alterations {
             next.client_quotas.apply(alt);
         }
+        // Every later metadata change copies and rewrites all of them: bounded.
+        if next.client_quotas.entries.len() > crate::client_quota::QUOTA_ENTITIES_MAX {
+            let e = TopicError::InvalidConfig(format!(
+                "more than {} quota entities",
+                crate::client_quota::QUOTA_ENTITIES_MAX
+            ));
+            return alterations.iter().map(|_| Err(e.clone())).collect();
+        }
         match self.persist(next).await {
             Ok(()) => alterations.iter().map(|_| Ok(())).collect(),
             Err(e) => alterations.iter().map(|_| Err(e.clone())).collect(),

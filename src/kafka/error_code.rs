@@ -114,5 +114,6 @@ pub fn quota(e: &crate::quota::entity::QuotaError) -> ResponseError {
         | QuotaError::InvalidValue { .. }
         | QuotaError::InvalidFilter(_) => ResponseError::InvalidRequest,
         QuotaError::Storage(_) => ResponseError::UnknownServerError,
+        QuotaError::TooMany(_) => ResponseError::PolicyViolation,
     }
 }

@@ -118,6 +118,25 @@ async fn read_loop(
         if size <= 0 || size as usize > max {
             return CloseReason::BadSize(i64::from(size), max);
         }
+        // A quota throttle (KIP-219): the response that set it has been sent; this
+        // connection's next request waits it out before its body is read or takes any
+        // request memory — the body backs up in TCP, like Kafka's muted channel. (Checked
+        // after the size because the reader is usually already parked on the socket when
+        // a handler sets the hold.)
+        let held = futures_lite::future::or(
+            async {
+                throttle.hold().await;
+                true
+            },
+            async {
+                shutdown.wait().await;
+                false
+            },
+        )
+        .await;
+        if !held {
+            return CloseReason::Shutdown;
+        }
         // The frame's memory before its body: when the shard's budget is spent, this
         // connection reads nothing more until a permit frees (back-pressure).
         let permit = match memory.try_acquire(size as usize) {
@@ -151,22 +170,6 @@ async fn read_loop(
             Ok(r) => r,
             Err(e) => return CloseReason::Frame(e),
         };
-        // A quota throttle (KIP-219): the response that set it has been sent; this
-        // connection's next request waits it out, unread frames back up in TCP.
-        let held = futures_lite::future::or(
-            async {
-                throttle.hold().await;
-                true
-            },
-            async {
-                shutdown.wait().await;
-                false
-            },
-        )
-        .await;
-        if !held {
-            return CloseReason::Shutdown;
-        }
         let c = ctx.clone();
         let received = Instant::now();
         let api_key = request.api_key as i16;

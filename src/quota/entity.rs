@@ -121,6 +121,9 @@ pub enum QuotaError {
     InvalidFilter(String),
     #[error("storing the quotas failed: {0}")]
     Storage(String),
+    /// The cluster's bound on quota entities would be passed.
+    #[error("{0}")]
+    TooMany(String),
 }
 
 pub const ENTITY_USER: &str = "user";

@@ -93,15 +93,19 @@ struct Cache {
     bytes: usize,
 }
 
-/// One kind's sensors, bounded in count and name bytes.
+/// One kind's sensors, bounded in count and name bytes. Clients that find the table full
+/// share one overflow sensor: they are throttled together rather than not at all (a
+/// flood of made-up client ids must not switch quotas off for everyone after it).
 #[derive(Default)]
 struct Sensors {
     rates: HashMap<Arc<str>, SampledRate>,
     name_bytes: usize,
+    overflow: Option<SampledRate>,
 }
 
 impl Sensors {
-    /// The sensor `name`, created if there is room; `None` when the table is full.
+    /// The sensor `name`, created if there is room; the shared overflow sensor when the
+    /// table is full.
     fn get_or_create(
         &mut self,
         name: &Arc<str>,
@@ -112,7 +116,9 @@ impl Sensors {
             if self.rates.len() >= SENSORS_MAX
                 || self.name_bytes.saturating_add(name.len()) > SENSOR_NAME_BYTES_MAX
             {
-                return None;
+                return Some(self.overflow.get_or_insert_with(|| {
+                    SampledRate::new(config.samples, config.window_ms, now)
+                }));
             }
             self.name_bytes += name.len();
             self.rates.insert(
@@ -166,10 +172,17 @@ impl QuotaManager {
         }
     }
 
-    fn max_throttle_ms(&self) -> u64 {
-        self.config
-            .window_ms
-            .saturating_mul(self.config.samples as u64)
+    /// Byte-rate throttles are capped at the whole measurement span; the request-time
+    /// throttle at one window, as Kafka caps it (the client is not told of it, so a
+    /// long hold would only time its requests out).
+    fn max_throttle_ms(&self, kind: QuotaKind) -> u64 {
+        match kind {
+            QuotaKind::Request => self.config.window_ms,
+            QuotaKind::Produce | QuotaKind::Fetch => self
+                .config
+                .window_ms
+                .saturating_mul(self.config.samples as u64),
+        }
     }
 
     fn sensors(&self, kind: QuotaKind) -> &RefCell<Sensors> {
@@ -231,17 +244,18 @@ impl QuotaManager {
         };
         let now = now_ms(Instant::now());
         let mut sensors = self.sensors(kind).borrow_mut();
+        let full = sensors.rates.len() >= SENSORS_MAX;
+        if full && !self.full_warned.replace(true) {
+            tracing::warn!(
+                max = SENSORS_MAX,
+                "quota sensor table full: new clients share one overflow sensor"
+            );
+        }
         let Some(rate) = sensors.get_or_create(sensor, self.config, now) else {
-            if !self.full_warned.replace(true) {
-                tracing::warn!(
-                    max = SENSORS_MAX,
-                    "quota sensor table full: new clients are not throttled"
-                );
-            }
             return Duration::ZERO;
         };
         rate.record_local(bytes, now);
-        let ms = rate.throttle_ms(*quota, now, self.max_throttle_ms());
+        let ms = rate.throttle_ms(*quota, now, self.max_throttle_ms(kind));
         if ms > 0 {
             shards::metrics::record_quota_throttle(kind, ms);
         }

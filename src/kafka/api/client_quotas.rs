@@ -226,11 +226,11 @@ pub async fn alter(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fram
         .await;
         for (i, r) in slots.into_iter().zip(results) {
             if let (Some(slot), Err(e)) = (outcomes.get_mut(i), r) {
-                let msg = match e {
-                    TopicError::Storage(m) => m,
-                    other => other.to_string(),
-                };
-                *slot = Err(QuotaError::Storage(msg));
+                *slot = Err(match e {
+                    TopicError::Storage(m) => QuotaError::Storage(m),
+                    TopicError::InvalidConfig(m) => QuotaError::TooMany(m),
+                    other => QuotaError::Storage(other.to_string()),
+                });
             }
         }
     }
