@@ -96,6 +96,7 @@ async fn read_loop(
 ) -> CloseReason {
     let max = ctx.config.socket_request_max_bytes;
     let throttle = Rc::new(crate::quota::ConnectionThrottle::default());
+    let produce_order = Rc::new(crate::net::produce_order::ProduceOrder::default());
     loop {
         let mut size_buf = [0u8; 4];
         let read = futures_lite::future::or(
@@ -171,6 +172,7 @@ async fn read_loop(
             Err(e) => return CloseReason::Frame(e),
         };
         let c = ctx.clone();
+        let produce_order = produce_order.clone();
         let received = Instant::now();
         let api_key = request.api_key as i16;
         let bytes_in = size as usize + 4;
@@ -186,7 +188,7 @@ async fn read_loop(
             // Held until the request has been handled (its frame is dropped by then).
             let _memory_permit = memory_permit;
             metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let handling = api::handle(&c, request, peer, &quota);
+            let handling = api::handle(&c, request, peer, &quota, &produce_order);
             let result =
                 crate::quota::timed(&c.quotas, client_id.as_deref(), &quota, handling).await;
             let bytes_out = match &result {

@@ -39,21 +39,35 @@ impl<I> PerShard<I> {
         shard: &Rc<Shard>,
         make: impl Fn(Vec<I>, Reply<Vec<O>>) -> ShardMessage,
     ) -> Vec<(Slot, Option<O>)> {
-        let calls = self
-            .lists
-            .into_iter()
-            .enumerate()
-            .filter(|(_, l)| !l.is_empty())
-            .map(|(target, list)| {
-                let (slots, items): (Vec<Slot>, Vec<I>) = list.into_iter().unzip();
-                let (tx, rx) = oneshot::channel();
-                let msg = make(items, tx);
-                let shard = shard.clone();
-                async move { (slots, shard.call(target, msg, rx).await) }
-            });
+        self.call_in_turn(shard, make, ()).await
+    }
+
+    /// As [`call`](Self::call), but `turn` is dropped as soon as every message is queued
+    /// on its shard, before the answers are awaited (see `net::produce_order`).
+    pub async fn call_in_turn<O, T>(
+        self,
+        shard: &Rc<Shard>,
+        make: impl Fn(Vec<I>, Reply<Vec<O>>) -> ShardMessage,
+        turn: T,
+    ) -> Vec<(Slot, Option<O>)> {
+        let mut asked = Vec::new();
+        for (target, list) in self.lists.into_iter().enumerate() {
+            if list.is_empty() {
+                continue;
+            }
+            let (slots, items): (Vec<Slot>, Vec<I>) = list.into_iter().unzip();
+            let (tx, rx) = oneshot::channel();
+            let sent = shard.tell(target, make(items, tx)).await;
+            asked.push((slots, sent.then_some(rx)));
+        }
+        drop(turn);
         let mut out = Vec::new();
-        for (slots, answers) in futures::future::join_all(calls).await {
-            let mut answers = answers.unwrap_or_default().into_iter();
+        for (slots, rx) in asked {
+            let answers = match rx {
+                Some(rx) => rx.await.unwrap_or_default(),
+                None => Vec::new(),
+            };
+            let mut answers = answers.into_iter();
             for slot in slots {
                 out.push((slot, answers.next()));
             }

@@ -81,12 +81,14 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
 /// Serves one request. `Ok(None)` means no response is sent (produce with acks=0).
 /// `Err` closes the connection (after the responses before it are written).
 /// `quota` is the quota decision made when the request was read, and the
-/// connection's hold for handlers that charge after their work.
+/// connection's hold for handlers that charge after their work; `produce_order` keeps
+/// the connection's produce requests in the order it read them.
 pub async fn handle(
     ctx: &Ctx,
     mut frame: RequestFrame,
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
+    produce_order: &crate::net::produce_order::ProduceOrder,
 ) -> Result<Option<BytesMut>, FrameError> {
     let Some((min, max)) = supported_range(frame.api_key) else {
         return Err(FrameError::UnsupportedVersion {
@@ -106,7 +108,7 @@ pub async fn handle(
     match frame.api_key {
         ApiKey::ApiVersions => api_versions::handle(&mut frame).map(Some),
         ApiKey::Metadata => metadata::handle(ctx, &mut frame).await.map(Some),
-        ApiKey::Produce => produce::handle(ctx, &mut frame, quota).await,
+        ApiKey::Produce => produce::handle(ctx, &mut frame, quota, produce_order).await,
         ApiKey::Fetch => fetch::handle(ctx, &mut frame, &quota.connection)
             .await
             .map(Some),

@@ -47,7 +47,11 @@ pub async fn handle(
     ctx: &Ctx,
     frame: &mut RequestFrame,
     quota: &crate::quota::RequestQuota,
+    order: &crate::net::produce_order::ProduceOrder,
 ) -> Result<Option<BytesMut>, FrameError> {
+    // First, before any other wait: this request's turn among the connection's produce
+    // requests, so its batches reach their partitions before those of later requests.
+    let turn = order.turn().await;
     let req: ProduceRequest = decode_body(frame)?;
     let acks = Acks::from_wire(req.acks);
     let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
@@ -123,14 +127,13 @@ pub async fn handle(
     }
 
     if let Some(acks) = acks {
-        let answers = per_shard
-            .call(&ctx.shard, |partitions, reply| ShardMessage::Produce {
-                acks,
-                timeout_ms,
-                partitions,
-                reply,
-            })
-            .await;
+        let make = |partitions, reply| ShardMessage::Produce {
+            acks,
+            timeout_ms,
+            partitions,
+            reply,
+        };
+        let answers = per_shard.call_in_turn(&ctx.shard, make, turn).await;
         for ((ti, pi), answer) in answers {
             let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
                 continue;
