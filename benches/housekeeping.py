@@ -23,12 +23,10 @@ Writes benches/results/<stamp>-housekeeping/{summary.json,summary.md,*.json,*.hg
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -74,15 +72,7 @@ def main() -> int:
     ap.add_argument("--broker-arg", action="append", default=[],
                     help="extra broker flag for both runs, e.g. --broker-arg=--cleaner-io-max-bytes-per-second=0")
     args = ap.parse_args()
-    stamp = (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-housekeeping"
-             + (f"-{args.only}-only" if args.only else ""))
-    out = H.ROOT / "benches" / "results" / stamp
-    out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog", "-p", "corelog-load"],
-                   cwd=H.ROOT, check=True)
-    work = Path(tempfile.mkdtemp(prefix="corelog-hk-", dir=os.environ.get("TMPDIR", "/tmp")))
-    disk = H.fio(work, "write", "256M")
-    H.log(f"disk direct write: {disk} MB/s")
+    out, work, disk = H.prepare("housekeeping" + (f"-{args.only}-only" if args.only else ""))
     seconds = float(args.duration.rstrip("s"))
     runs = {}
     for mode in ("off", "on"):

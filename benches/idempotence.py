@@ -16,13 +16,10 @@ Writes benches/results/<stamp>-idempotence/{summary.json,summary.md,*.json,*.hgr
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -35,14 +32,7 @@ def main() -> int:
     ap.add_argument("--duration", default="10s")
     ap.add_argument("--shards", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-idempotence"
-    out = H.ROOT / "benches" / "results" / stamp
-    out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog", "-p", "corelog-load"],
-                   cwd=H.ROOT, check=True)
-    work = Path(tempfile.mkdtemp(prefix="corelog-idem-", dir=os.environ.get("TMPDIR", "/tmp")))
-    disk = H.fio(work, "write", "256M")
-    H.log(f"disk direct write: {disk} MB/s")
+    out, work, disk = H.prepare("idempotence")
     runs: dict[str, list[dict]] = {"plain": [], "idempotent": []}
     for rnd in range(args.rounds):
         for mode in ("plain", "idempotent"):

@@ -25,9 +25,16 @@ pub fn read(dir: &Path, name: &str) -> Result<Option<i64>, StorageError> {
 
 /// Replaces `dir/name` with `offset`. Blocking; run it off the reactor.
 pub fn write(dir: &Path, name: &str, offset: i64) -> std::io::Result<()> {
+    replace_file(dir, name, format!("{offset}\n").as_bytes())
+}
+
+/// Replaces `dir/name` with `bytes` atomically: a temporary `name.tmp` is written and
+/// synced, renamed over `name`, and the directory synced, so a crash leaves the old file
+/// or the new one, never a torn one. Blocking; run it off the reactor.
+pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(format!("{offset}\n").as_bytes())?;
+    f.write_all(bytes)?;
     f.sync_all()?;
     drop(f);
     std::fs::rename(&tmp, dir.join(name))?;

@@ -14,12 +14,11 @@
 //! next_offset i64`. A file that fails any check is ignored (the next older one is used),
 //! never trusted in part.
 //!
-//! Invariant: a snapshot file is complete or absent — written to a temporary name, synced,
-//! then renamed; only the [`SNAPSHOTS_KEPT`] newest are kept.
+//! Invariant: a snapshot file is complete or absent (`checkpoint::replace_file`: written
+//! to a temporary name, synced, then renamed); only the [`SNAPSHOTS_KEPT`] newest are kept.
 
 use super::producer_state::{BatchMeta, ProducerEntry, ProducerState, BATCHES_RETAINED};
 use std::collections::VecDeque;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT_SUFFIX: &str = "snapshot";
@@ -33,7 +32,11 @@ const BATCH_LEN: usize = 4 + 4 + 8 + 8;
 pub const SNAPSHOTS_KEPT: usize = 2;
 
 pub fn path(dir: &Path, offset: i64) -> PathBuf {
-    dir.join(format!("{offset:020}.{SNAPSHOT_SUFFIX}"))
+    dir.join(file_name(offset))
+}
+
+fn file_name(offset: i64) -> String {
+    format!("{offset:020}.{SNAPSHOT_SUFFIX}")
 }
 
 /// Offsets of the snapshot files in `dir`, ascending.
@@ -173,14 +176,7 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
 /// Writes `bytes` as the snapshot at `offset` and removes all but the newest
 /// [`SNAPSHOTS_KEPT`]. Blocking; run it off the reactor.
 pub fn write(dir: &Path, offset: i64, bytes: &[u8]) -> std::io::Result<()> {
-    let final_path = path(dir, offset);
-    let tmp = final_path.with_extension("snapshot.tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, &final_path)?;
-    std::fs::File::open(dir)?.sync_all()?;
+    super::checkpoint::replace_file(dir, &file_name(offset), bytes)?;
     let all = list(dir)?;
     for old in all.iter().rev().skip(SNAPSHOTS_KEPT) {
         let _ = std::fs::remove_file(path(dir, *old));

@@ -353,12 +353,12 @@ mod tests {
         let mut firsts = Vec::new();
         let n = BATCHES_RETAINED as i32 + 2;
         for i in 0..n {
-            let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).unwrap();
+            let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).expect("accepted");
             assert!(!dup);
             firsts.push(off);
         }
         for i in 2..n {
-            let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).unwrap();
+            let (off, dup) = append(&mut s, &mut next, batch(7, 0, i * 10, 10)).expect("accepted");
             assert!(dup, "batch {i} is remembered");
             assert_eq!(off, firsts[i as usize]);
         }
@@ -374,7 +374,7 @@ mod tests {
     fn gaps_and_partial_overlaps_are_out_of_order() {
         let mut s = ProducerState::new();
         let mut next = 0;
-        append(&mut s, &mut next, batch(1, 0, 0, 5)).unwrap();
+        append(&mut s, &mut next, batch(1, 0, 0, 5)).expect("accepted");
         assert!(matches!(
             s.check(&batch(1, 0, 6, 1)),
             Err(SequenceError::OutOfOrder {
@@ -394,7 +394,7 @@ mod tests {
     fn stale_epochs_are_fenced_and_new_epochs_start_at_zero() {
         let mut s = ProducerState::new();
         let mut next = 0;
-        append(&mut s, &mut next, batch(3, 2, 0, 1)).unwrap();
+        append(&mut s, &mut next, batch(3, 2, 0, 1)).expect("accepted");
         assert!(matches!(
             s.check(&batch(3, 1, 1, 1)),
             Err(SequenceError::StaleEpoch { current: 2, .. })
@@ -403,7 +403,7 @@ mod tests {
             s.check(&batch(3, 3, 5, 1)),
             Err(SequenceError::OutOfOrder { expected: 0, .. })
         ));
-        append(&mut s, &mut next, batch(3, 3, 0, 1)).unwrap();
+        append(&mut s, &mut next, batch(3, 3, 0, 1)).expect("accepted");
         assert!(
             s.check(&batch(3, 2, 1, 1)).is_err(),
             "the old epoch is fenced now"
@@ -428,10 +428,10 @@ mod tests {
     fn wrap_around_continues_the_sequence() {
         let mut s = ProducerState::new();
         let mut next = 0;
-        append(&mut s, &mut next, batch(5, 0, i32::MAX - 1, 2)).unwrap();
+        append(&mut s, &mut next, batch(5, 0, i32::MAX - 1, 2)).expect("accepted");
         assert_eq!(s.check(&batch(5, 0, 0, 3)), Ok(SequenceCheck::Append));
-        append(&mut s, &mut next, batch(5, 0, 0, 3)).unwrap();
-        let (off, dup) = append(&mut s, &mut next, batch(5, 0, i32::MAX - 1, 2)).unwrap();
+        append(&mut s, &mut next, batch(5, 0, 0, 3)).expect("accepted");
+        let (off, dup) = append(&mut s, &mut next, batch(5, 0, i32::MAX - 1, 2)).expect("accepted");
         assert!(dup);
         assert_eq!(off, 0);
         // A batch that itself wraps.
@@ -439,7 +439,7 @@ mod tests {
         let mut next = 0;
         let wrapping = batch(6, 0, i32::MAX, 4);
         assert_eq!(wrapping.last_seq, 2);
-        append(&mut s, &mut next, wrapping).unwrap();
+        append(&mut s, &mut next, wrapping).expect("accepted");
         assert_eq!(s.check(&batch(6, 0, 3, 1)), Ok(SequenceCheck::Append));
     }
 
@@ -505,12 +505,12 @@ mod tests {
                     if op == 0 && !sent.is_empty() {
                         let back = (count as usize).min(sent.len());
                         let (b, off) = sent[sent.len() - back];
-                        let (got, dup) = append(&mut s, &mut next, b).unwrap();
+                        let (got, dup) = append(&mut s, &mut next, b).expect("accepted");
                         prop_assert!(dup);
                         prop_assert_eq!(got, off);
                     } else {
                         let b = batch(1, 0, seq, count);
-                        let (off, dup) = append(&mut s, &mut next, b).unwrap();
+                        let (off, dup) = append(&mut s, &mut next, b).expect("accepted");
                         prop_assert!(!dup);
                         prop_assert_eq!(off, written);
                         written += i64::from(count);
