@@ -10,7 +10,7 @@ use kafka_protocol::ResponseError;
 use shards::group::types::GroupError;
 use shards::log::batch::BatchError;
 use shards::log::producer_state::SequenceError;
-use shards::log::{AppendError, ReadError};
+use shards::log::{AppendError, ReadError, RecordRule};
 use shards::mesh::{PartitionError, TopicError};
 
 pub fn batch(e: &BatchError) -> ResponseError {
@@ -37,7 +37,10 @@ pub fn partition(e: &PartitionError) -> ResponseError {
             AppendError::Storage(_) => ResponseError::KafkaStorageError,
             // The partition is moving or closing: clients refresh metadata and retry.
             AppendError::Closed => ResponseError::NotLeaderOrFollower,
-            AppendError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
+            AppendError::RecordsRejected(r) => match r.rule {
+                RecordRule::KeyRequired => ResponseError::InvalidRecord,
+                RecordRule::TimestampOutOfRange => ResponseError::InvalidTimestamp,
+            },
             AppendError::Sequence(SequenceError::OutOfOrder { .. }) => {
                 ResponseError::OutOfOrderSequenceNumber
             }

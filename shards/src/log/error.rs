@@ -33,13 +33,34 @@ pub enum AppendError {
     Storage(#[from] StorageError),
     #[error("the partition is closing")]
     Closed,
-    /// A create-time timestamp too far from the broker's clock
-    /// (`message.timestamp.difference.max.ms`).
-    #[error("{0}")]
-    InvalidTimestamp(String),
+    /// Records of a valid batch that break the topic's rules; the whole batch is refused
+    /// and each offending record is named by its index (Kafka's `record_errors`, KIP-467).
+    #[error("{}", .0.message)]
+    RecordsRejected(RejectedRecords),
     /// An idempotent producer's batch that breaks its sequence or epoch.
     #[error(transparent)]
     Sequence(#[from] SequenceError),
+}
+
+/// Which topic rule the rejected records break; it decides the Kafka error code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecordRule {
+    /// A record without a key in a compacted topic.
+    KeyRequired,
+    /// A create-time timestamp too far from the broker's clock
+    /// (`message.timestamp.difference.max.ms`).
+    TimestampOutOfRange,
+}
+
+/// The records of one batch that break `rule`. Invariant: `records` is not empty and
+/// its indices ascend, each below the batch's record count.
+#[derive(Debug, Clone)]
+pub struct RejectedRecords {
+    pub rule: RecordRule,
+    /// Summary for the partition's `error_message`.
+    pub message: Arc<str>,
+    /// (index of the record in its batch, why it was rejected).
+    pub records: Arc<[(i32, Arc<str>)]>,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -40,5 +40,5 @@ pub mod tail_cache_budget;
 pub mod time_index;
 
 pub use config::{Durability, LogConfig};
-pub use error::{AppendError, ReadError, StorageError};
+pub use error::{AppendError, ReadError, RecordRule, RejectedRecords, StorageError};
 pub use partition_log::{AckLevel, AppendTicket, PartitionLog, ReadOutcome};

@@ -28,7 +28,7 @@ use super::aligned_appender::AlignedAppender;
 use super::batch::{self, batches, BatchHeader};
 use super::compaction::batch_filter;
 use super::config::{CompressionType, Durability, LogConfig, TimestampType};
-use super::error::{AppendError, ReadError, StorageError};
+use super::error::{AppendError, ReadError, RecordRule, RejectedRecords, StorageError};
 use super::file_scan;
 use super::offset_index::{self, OffsetIndex};
 use super::producer_snapshot;
@@ -43,6 +43,7 @@ use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Most bytes one flusher round writes; a larger backlog takes several rounds.
@@ -1499,8 +1500,12 @@ fn target_codec(config: &LogConfig) -> Option<batch::Compression> {
 
 /// Checks one validated batch against the topic's rules (Kafka's own checks): a
 /// compacted topic takes only keyed records; create-time timestamps must lie within
-/// `message.timestamp.difference.max.ms` of the broker clock. Returns whether the
-/// batch must be re-encoded for `compression.type`.
+/// `message.timestamp.difference.max.ms` of the broker clock. A batch that breaks a rule
+/// is refused whole, naming each offending record (Kafka's `record_errors`). Returns
+/// whether the batch must be re-encoded for `compression.type`.
+///
+/// The timestamp rule reads the batch header first and walks the records only when the
+/// header's range breaks it, so the common case costs no record walk.
 fn check_topic_rules(
     config: &LogConfig,
     header: &BatchHeader,
@@ -1510,25 +1515,69 @@ fn check_topic_rules(
         && config.timestamp_difference_max_ms < i64::MAX
     {
         let now = crate::housekeeping::now_ms();
-        for ts in [header.base_timestamp, header.max_timestamp] {
-            if ts.abs_diff(now) > config.timestamp_difference_max_ms.unsigned_abs() {
-                return Err(AppendError::InvalidTimestamp(format!(
-                    "timestamp {ts} of a record is more than {} ms from the broker's clock {now}",
-                    config.timestamp_difference_max_ms
-                )));
-            }
+        let max_diff = config.timestamp_difference_max_ms.unsigned_abs();
+        let out_of_range = |ts: i64| ts.abs_diff(now) > max_diff;
+        if out_of_range(header.base_timestamp) || out_of_range(header.max_timestamp) {
+            let mut bad = Vec::new();
+            let mut index = 0i32;
+            batch_filter::for_each_record(bytes, |r| {
+                if out_of_range(r.timestamp_ms) {
+                    bad.push((
+                        index,
+                        format!(
+                            "Timestamp {} of message with offset {} is out of range. The \
+                             timestamp should be within [{}, {}]",
+                            r.timestamp_ms,
+                            r.offset,
+                            now.saturating_sub(config.timestamp_difference_max_ms),
+                            now.saturating_add(config.timestamp_difference_max_ms)
+                        )
+                        .into(),
+                    ));
+                }
+                index = index.saturating_add(1);
+            })?;
+            reject(RecordRule::TimestampOutOfRange, bad)?;
         }
     }
     if config.cleanup.compact && !header.is_control() {
-        let mut keyless = false;
-        batch_filter::for_each_record(bytes, |r| keyless |= r.key.is_none())?;
-        if keyless {
-            return Err(AppendError::InvalidBatch(batch::BatchError::InvalidRecord(
-                "Compacted topic cannot accept message without key",
-            )));
-        }
+        let mut bad = Vec::new();
+        let mut index = 0i32;
+        batch_filter::for_each_record(bytes, |r| {
+            if r.key.is_none() {
+                bad.push((
+                    index,
+                    "Compacted topic cannot accept message without key".into(),
+                ));
+            }
+            index = index.saturating_add(1);
+        })?;
+        reject(RecordRule::KeyRequired, bad)?;
     }
     Ok(target_codec(config).is_some_and(|c| header.compression() != Ok(c)))
+}
+
+/// `Err` naming `records` when there are any (the summary is Kafka's wording).
+fn reject(rule: RecordRule, records: Vec<(i32, Arc<str>)>) -> Result<(), AppendError> {
+    if records.is_empty() {
+        return Ok(());
+    }
+    let shown: Vec<String> = records
+        .iter()
+        .take(3)
+        .map(|(i, m)| format!("(batchIndex={i}, message={m})"))
+        .collect();
+    let message = format!(
+        "One or more records have been rejected due to {} record errors in total, and only \
+         showing the first three errors at most: [{}]",
+        records.len(),
+        shown.join(", ")
+    );
+    Err(AppendError::RecordsRejected(RejectedRecords {
+        rule,
+        message: message.into(),
+        records: records.into(),
+    }))
 }
 
 /// The request's batches re-encoded per the topic: in the `compression.type` codec,

@@ -1,6 +1,7 @@
 //! Fetch (v4–v12) for consumers: whole batches from the one containing the fetch offset,
-//! `partition_max_bytes` and `max_bytes` as soft limits (at least one whole batch is
-//! always returned, PITFALLS "fetch limits"), and a real long-poll on `max_wait_ms` /
+//! `partition_max_bytes` and `max_bytes` as limits that only the first batch of the first
+//! non-empty partition may exceed (KIP-74; at least one whole batch is always returned,
+//! PITFALLS "fetch limits"), and a real long-poll on `max_wait_ms` /
 //! `min_bytes`.
 //!
 //! Long-poll: read every partition (one message per owning shard); if fewer than
@@ -74,9 +75,12 @@ pub async fn handle(
                         partition: p.partition,
                     },
                     offset: p.fetch_offset,
+                    // No partition can contribute more than the whole response may
+                    // hold (KIP-74), so the shard never reads more than that.
                     max_bytes: usize::try_from(p.partition_max_bytes)
                         .unwrap_or(0)
-                        .clamp(1, FETCH_PARTITION_BYTES_MAX),
+                        .clamp(1, FETCH_PARTITION_BYTES_MAX)
+                        .min(max_bytes),
                 });
             }
             parts.push(out);
@@ -98,8 +102,9 @@ pub async fn handle(
         outputs = read_round(ctx, &wanted).await;
     }
 
-    // Fill slots in request order, keeping the response within max_bytes (soft: the
-    // first non-empty partition is always whole).
+    // Fill slots in request order, keeping the response within max_bytes (KIP-74): it is
+    // exceeded only by the first batch of the first non-empty partition, so a consumer
+    // can always make progress past a batch larger than its limit.
     let mut used = 0usize;
     for (w, o) in wanted.iter().zip(outputs) {
         let Some(slot) = slots.get_mut(w.slot.0).and_then(|t| t.get_mut(w.slot.1)) else {
@@ -111,7 +116,7 @@ pub async fn handle(
         match o.result {
             Ok(records) => {
                 let records = if used == 0 {
-                    records
+                    trim_to_whole_batches(records, max_bytes)
                 } else if used >= max_bytes {
                     Bytes::new()
                 } else {

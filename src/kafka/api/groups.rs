@@ -61,33 +61,70 @@ fn unavailable() -> GroupError {
     GroupError::CoordinatorNotAvailable
 }
 
+/// FindCoordinator's key types: 0 a group, 1 a transactional id. Transactions are not
+/// implemented, so a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the
+/// code InitProducerId and Produce give it too. It is fatal for librdkafka and the Java
+/// client alike, so a transactional producer fails at once with an error that says what
+/// is refused, instead of retrying the retriable COORDINATOR_NOT_AVAILABLE until its
+/// own timeout. Any other key type is INVALID_REQUEST, as Kafka answers.
+fn coordinator_key_error(key_type: i8) -> Option<ResponseError> {
+    match key_type {
+        0 => None,
+        1 => Some(ResponseError::TransactionalIdAuthorizationFailed),
+        _ => Some(ResponseError::InvalidRequest),
+    }
+}
+
+fn coordinator_message(e: ResponseError) -> String {
+    match e {
+        ResponseError::TransactionalIdAuthorizationFailed => {
+            "transactions are not supported by this broker".to_owned()
+        }
+        _ => "unknown coordinator key type".to_owned(),
+    }
+}
+
 pub async fn find_coordinator(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
     let req: FindCoordinatorRequest = decode_body(frame)?;
     let v = frame.api_version;
-    // key_type 0 is a group; 1 (transactions) is not served by this broker.
-    let error = if req.key_type == 0 {
-        0
-    } else {
-        ResponseError::CoordinatorNotAvailable.code()
+    let error = coordinator_key_error(req.key_type);
+    // Kafka's error answer names no coordinator.
+    let (node_id, host, port, code, message) = match error {
+        None => (
+            ctx.config.node_id,
+            sb(ctx.config.advertise_host.clone()),
+            ctx.config.advertise_port,
+            0,
+            None,
+        ),
+        Some(e) => (
+            -1,
+            sb(String::new()),
+            -1,
+            e.code(),
+            Some(sb(coordinator_message(e))),
+        ),
     };
     let mut body = FindCoordinatorResponse::default();
     if v >= 4 {
         for key in &req.coordinator_keys {
             let mut c = Coordinator::default();
             c.key = key.clone();
-            c.node_id = BrokerId(ctx.config.node_id);
-            c.host = sb(ctx.config.advertise_host.clone());
-            c.port = ctx.config.advertise_port;
-            c.error_code = error;
-            error_code::count(ApiKey::FindCoordinator, error);
+            c.node_id = BrokerId(node_id);
+            c.host = host.clone();
+            c.port = port;
+            c.error_code = code;
+            c.error_message = message.clone();
+            error_code::count(ApiKey::FindCoordinator, code);
             body.coordinators.push(c);
         }
     } else {
-        body.error_code = error;
-        error_code::count(ApiKey::FindCoordinator, error);
-        body.node_id = BrokerId(ctx.config.node_id);
-        body.host = sb(ctx.config.advertise_host.clone());
-        body.port = ctx.config.advertise_port;
+        body.error_code = code;
+        body.error_message = message;
+        error_code::count(ApiKey::FindCoordinator, code);
+        body.node_id = BrokerId(node_id);
+        body.host = host;
+        body.port = port;
     }
     encode_response(
         ApiKey::FindCoordinator,

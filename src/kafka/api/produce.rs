@@ -11,11 +11,14 @@ use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{Acks, NewTopic, ProduceInput, ShardMessage, TopicPartition};
+use shards::log::{AppendError, RejectedRecords};
+use shards::mesh::{Acks, NewTopic, PartitionError, ProduceInput, ShardMessage, TopicPartition};
 use shards::metadata::validate_topic_name;
 use std::sync::Arc;
 
@@ -41,6 +44,20 @@ fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
         std::cmp::Ordering::Greater => Err(ResponseError::CorruptMessage),
         std::cmp::Ordering::Equal => Ok(()),
     }
+}
+
+/// KIP-467: which records made the batch fail, so clients fail only those records
+/// and retry or report the rest of the batch as collateral.
+fn record_errors(r: &RejectedRecords) -> Vec<BatchIndexAndErrorMessage> {
+    r.records
+        .iter()
+        .map(|(index, message)| {
+            let mut e = BatchIndexAndErrorMessage::default();
+            e.batch_index = *index;
+            e.batch_index_error_message = Some(StrBytes::from_string(message.to_string()));
+            e
+        })
+        .collect()
 }
 
 pub async fn handle(
@@ -146,6 +163,9 @@ pub async fn handle(
                 Some(Err(e)) => {
                     slot.error_code = error_code::partition(&e).code();
                     slot.error_message = Some(StrBytes::from_string(e.to_string()));
+                    if let PartitionError::Append(AppendError::RecordsRejected(r)) = &e {
+                        slot.record_errors = record_errors(r);
+                    }
                 }
                 None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
             }
