@@ -1,0 +1,350 @@
+package dev.corelog.it;
+
+import java.io.IOException;
+import java.io.UncheckedIOException;
+import java.net.InetAddress;
+import java.net.ServerSocket;
+import java.net.URI;
+import java.net.http.HttpClient;
+import java.net.http.HttpRequest;
+import java.net.http.HttpResponse;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.stream.Stream;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AdminClientConfig;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+import org.junit.jupiter.api.extension.AfterAllCallback;
+import org.junit.jupiter.api.extension.BeforeAllCallback;
+import org.junit.jupiter.api.extension.ExtensionContext;
+import org.junit.jupiter.api.extension.TestExecutionExceptionHandler;
+
+/**
+ * One real corelog broker process on loopback, for one test class.
+ *
+ * <p>Register it as a static {@code @RegisterExtension} field: it starts before the class's
+ * first test and stops after its last; a failing test gets the tail of the broker's log
+ * attached to its exception (as a suppressed {@link BrokerLog}), so the surefire report
+ * shows what the broker said. It can also be used on its own with try-with-resources.
+ *
+ * <ul>
+ *   <li>Binary: system property {@code corelog.bin}, else env {@code CORELOG_BIN}, else
+ *       {@code target/release/corelog} of the repository that holds the working directory.
+ *   <li>Ports: the Kafka listener and the HTTP endpoint get free loopback ports chosen by the
+ *       kernel; a start that loses the race for one (or finds the binary being relinked)
+ *       is retried with fresh ports.
+ *   <li>Data: a fresh temporary directory, deleted by {@link #close()}.
+ *   <li>Log: {@code target/corelog-logs/<name>-<port>.log} (kept, it is build output).
+ *   <li>A JVM that exits without closing the broker kills it (shutdown hook).
+ * </ul>
+ */
+public final class CorelogBroker
+        implements AutoCloseable, BeforeAllCallback, AfterAllCallback, TestExecutionExceptionHandler {
+
+    private static final int START_ATTEMPTS_MAX = 6;
+    private static final Duration READY_TIMEOUT = Duration.ofSeconds(30);
+    private static final Duration STOP_TIMEOUT = Duration.ofSeconds(15);
+    private static final int LOG_TAIL_LINES = 80;
+
+    /** Brokers still running, killed by the shutdown hook if the JVM exits first. */
+    private static final Set<Process> LIVE = ConcurrentHashMap.newKeySet();
+
+    static {
+        Runtime.getRuntime().addShutdownHook(new Thread(() -> LIVE.forEach(Process::destroyForcibly),
+                "corelog-broker-reaper"));
+    }
+
+    private final String name;
+    private final List<String> extraArgs;
+    private Process process;
+    private Path dataDir;
+    private Path logFile;
+    private int kafkaPort;
+    private int httpPort;
+
+    /**
+     * @param name      used in the log file's name (the test class, typically)
+     * @param extraArgs flags added to {@code corelog serve} after the standard ones
+     */
+    public CorelogBroker(String name, String... extraArgs) {
+        this.name = name;
+        this.extraArgs = List.of(extraArgs);
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Life cycle
+    // ---------------------------------------------------------------------------------
+
+    /** Starts the broker and waits until /health answers "ok". Idempotent. */
+    public synchronized CorelogBroker start() throws IOException, InterruptedException {
+        if (process != null) {
+            return this;
+        }
+        Path bin = binary();
+        if (!Files.isExecutable(bin)) {
+            throw new IllegalStateException("corelog binary not found or not executable: " + bin
+                    + " (set -Dcorelog.bin=... or CORELOG_BIN)");
+        }
+        Path logDir = Paths.get("target", "corelog-logs").toAbsolutePath();
+        Files.createDirectories(logDir);
+        List<String> failures = new ArrayList<>();
+        for (int attempt = 1; attempt <= START_ATTEMPTS_MAX; attempt++) {
+            kafkaPort = freePort();
+            httpPort = freePort();
+            while (httpPort == kafkaPort) {
+                httpPort = freePort();
+            }
+            dataDir = Files.createTempDirectory("corelog-it-" + name + "-");
+            logFile = logDir.resolve(name + "-" + kafkaPort + ".log");
+            List<String> cmd = new ArrayList<>(List.of(bin.toString(), "serve",
+                    "--listen", "127.0.0.1:" + kafkaPort,
+                    "--advertise", "127.0.0.1:" + kafkaPort,
+                    "--data-dir", dataDir.toString(),
+                    "--shards", "2",
+                    "--http", "127.0.0.1:" + httpPort,
+                    "--log-level", "info",
+                    "--group-initial-rebalance-delay-ms", "0"));
+            cmd.addAll(extraArgs);
+            ProcessBuilder pb = new ProcessBuilder(cmd)
+                    .redirectErrorStream(true)
+                    .redirectOutput(logFile.toFile());
+            pb.environment().put("NO_COLOR", "1");
+            Process p;
+            try {
+                p = pb.start();
+            } catch (IOException e) {
+                // "Text file busy" or a missing file while the binary is being relinked.
+                failures.add("attempt " + attempt + ": exec failed: " + e.getMessage());
+                deleteRecursively(dataDir);
+                Thread.sleep(1000L * attempt);
+                continue;
+            }
+            LIVE.add(p);
+            if (awaitReady(p)) {
+                process = p;
+                return this;
+            }
+            failures.add("attempt " + attempt + ": not ready (alive=" + p.isAlive() + "):\n" + logTail(20));
+            kill(p);
+            deleteRecursively(dataDir);
+            Thread.sleep(500L * attempt);
+        }
+        throw new IllegalStateException("corelog did not start after " + START_ATTEMPTS_MAX
+                + " attempts:\n" + String.join("\n", failures));
+    }
+
+    private boolean awaitReady(Process p) throws InterruptedException {
+        HttpClient http = HttpClient.newBuilder().connectTimeout(Duration.ofSeconds(1)).build();
+        HttpRequest health = HttpRequest.newBuilder(URI.create("http://127.0.0.1:" + httpPort + "/health"))
+                .timeout(Duration.ofSeconds(2)).GET().build();
+        long deadline = System.nanoTime() + READY_TIMEOUT.toNanos();
+        while (System.nanoTime() < deadline) {
+            if (!p.isAlive()) {
+                return false;
+            }
+            try {
+                HttpResponse<String> r = http.send(health, HttpResponse.BodyHandlers.ofString());
+                // Alive after the answer: the answer was ours, not a stray process's on a reused port.
+                if (r.statusCode() == 200 && r.body().trim().equals("ok") && p.isAlive()) {
+                    return true;
+                }
+            } catch (IOException e) {
+                // not listening yet
+            }
+            Thread.sleep(100);
+        }
+        return false;
+    }
+
+    /** Stops the broker (SIGTERM, then SIGKILL) and deletes its data directory. */
+    @Override
+    public synchronized void close() {
+        if (process != null) {
+            kill(process);
+            process = null;
+        }
+        if (dataDir != null) {
+            deleteRecursively(dataDir);
+        }
+    }
+
+    private static void kill(Process p) {
+        p.destroy();
+        try {
+            if (!p.waitFor(STOP_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS)) {
+                p.destroyForcibly().waitFor(STOP_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+            }
+        } catch (InterruptedException e) {
+            p.destroyForcibly();
+            Thread.currentThread().interrupt();
+        }
+        LIVE.remove(p);
+    }
+
+    // ---------------------------------------------------------------------------------
+    // JUnit hooks
+    // ---------------------------------------------------------------------------------
+
+    @Override
+    public void beforeAll(ExtensionContext context) throws Exception {
+        start();
+    }
+
+    @Override
+    public void afterAll(ExtensionContext context) {
+        close();
+    }
+
+    @Override
+    public void handleTestExecutionException(ExtensionContext context, Throwable t) throws Throwable {
+        t.addSuppressed(new BrokerLog(logFile, alive(), logTail(LOG_TAIL_LINES)));
+        throw t;
+    }
+
+    /** Carries the broker's log tail into a failing test's report. */
+    public static final class BrokerLog extends Exception {
+        BrokerLog(Path file, boolean alive, String tail) {
+            super("corelog broker " + (alive ? "running" : "NOT RUNNING") + ", log " + file
+                    + ", last lines:\n" + tail, null, false, false);
+        }
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Accessors and clients
+    // ---------------------------------------------------------------------------------
+
+    public String bootstrap() {
+        return "127.0.0.1:" + kafkaPort;
+    }
+
+    public int port() {
+        return kafkaPort;
+    }
+
+    public Path dataDir() {
+        return dataDir;
+    }
+
+    public synchronized boolean alive() {
+        return process != null && process.isAlive();
+    }
+
+    /** The last {@code lines} lines of the broker's log, colour codes removed. */
+    public String logTail(int lines) {
+        List<String> all = logLines();
+        return String.join("\n", all.subList(Math.max(0, all.size() - lines), all.size()));
+    }
+
+    /** Every log line containing {@code needle} (case-insensitive). */
+    public List<String> logLinesContaining(String needle) {
+        String n = needle.toLowerCase();
+        return logLines().stream().filter(l -> l.toLowerCase().contains(n)).toList();
+    }
+
+    private List<String> logLines() {
+        if (logFile == null || !Files.exists(logFile)) {
+            return List.of();
+        }
+        try {
+            String text = new String(Files.readAllBytes(logFile), StandardCharsets.UTF_8);
+            return Arrays.asList(text.replaceAll("\u001B\\[[0-9;]*m", "").split("\n"));
+        } catch (IOException e) {
+            return List.of("(log unreadable: " + e + ")");
+        }
+    }
+
+    public Admin admin() {
+        Map<String, Object> c = new HashMap<>();
+        c.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+        c.put(AdminClientConfig.CLIENT_ID_CONFIG, name + "-admin");
+        c.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 30_000);
+        c.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, 15_000);
+        return Admin.create(c);
+    }
+
+    /** A producer with the Java client's defaults (acks=all, idempotence on) plus {@code overrides}. */
+    public KafkaProducer<byte[], byte[]> producer(Map<String, Object> overrides) {
+        Map<String, Object> c = new HashMap<>();
+        c.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+        c.put(ProducerConfig.KEY_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        c.put(ProducerConfig.VALUE_SERIALIZER_CLASS_CONFIG, ByteArraySerializer.class);
+        c.putAll(overrides);
+        return new KafkaProducer<>(c);
+    }
+
+    public KafkaConsumer<byte[], byte[]> consumer(Map<String, Object> overrides) {
+        Map<String, Object> c = new HashMap<>();
+        c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
+        c.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+        c.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class);
+        c.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        c.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, false);
+        c.putAll(overrides);
+        return new KafkaConsumer<>(c);
+    }
+
+    // ---------------------------------------------------------------------------------
+    // Helpers
+    // ---------------------------------------------------------------------------------
+
+    static Path binary() {
+        String prop = System.getProperty("corelog.bin");
+        if (prop != null && !prop.isBlank() && !prop.startsWith("${")) {
+            return Paths.get(prop).toAbsolutePath();
+        }
+        String env = System.getenv("CORELOG_BIN");
+        if (env != null && !env.isBlank()) {
+            return Paths.get(env).toAbsolutePath();
+        }
+        // The repository root: the nearest ancestor of the working directory (tests/java
+        // under surefire) holding Cargo.toml.
+        Path dir = Paths.get("").toAbsolutePath();
+        for (Path d = dir; d != null; d = d.getParent()) {
+            if (Files.exists(d.resolve("Cargo.toml"))) {
+                return d.resolve("target/release/corelog");
+            }
+        }
+        return dir.resolve("target/release/corelog");
+    }
+
+    private static int freePort() throws IOException {
+        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
+            s.setReuseAddress(true);
+            return s.getLocalPort();
+        }
+    }
+
+    private static void deleteRecursively(Path root) {
+        if (root == null || !Files.exists(root)) {
+            return;
+        }
+        try (Stream<Path> walk = Files.walk(root)) {
+            walk.sorted(Comparator.reverseOrder()).forEach(p -> {
+                try {
+                    Files.deleteIfExists(p);
+                } catch (IOException e) {
+                    throw new UncheckedIOException(e);
+                }
+            });
+        } catch (IOException | UncheckedIOException e) {
+            System.err.println("warning: could not delete " + root + ": " + e);
+        }
+    }
+}
