@@ -1,0 +1,314 @@
+// Package gotests drives a real corelog broker process with franz-go (kgo) and
+// its admin client (kadm). franz-go checks responses strictly, so these tests
+// catch protocol details that more lenient clients let through.
+//
+// Run: CORELOG_BIN=/path/to/corelog go test -count=1 ./...
+// Set CORELOG_KGO_DEBUG=1 to log every request franz-go sends to stderr.
+package gotests
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
+)
+
+// broker is one corelog process on loopback with its own data directory.
+type broker struct {
+	t       *testing.T
+	addr    string // host:port of the Kafka listener
+	port    int32
+	httpURL string
+	dataDir string
+	cmd     *exec.Cmd
+	logPath string
+	waitErr chan error
+	once    sync.Once
+}
+
+func brokerBin(t *testing.T) string {
+	bin := os.Getenv("CORELOG_BIN")
+	if bin == "" {
+		bin = "../../target/release/corelog"
+	}
+	abs, err := filepath.Abs(bin)
+	if err != nil {
+		t.Fatalf("CORELOG_BIN %q: %v", bin, err)
+	}
+	return abs
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("free port: %v", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startBroker starts corelog with 2 shards and waits for /health to answer
+// "ok". The process is stopped when the test ends; if the test failed, the
+// tail of its log is printed.
+func startBroker(t *testing.T, extraArgs ...string) *broker {
+	t.Helper()
+	bin := brokerBin(t)
+	var lastErr error
+	// The binary may be being relinked by a concurrent build: retry a few times.
+	for attempt := 0; attempt < 5; attempt++ {
+		b, err := tryStartBroker(t, bin, extraArgs)
+		if err == nil {
+			return b
+		}
+		lastErr = err
+		t.Logf("BROKER START FAILED, attempt %d (retrying): %v", attempt+1, err)
+		time.Sleep(time.Duration(attempt+1) * 500 * time.Millisecond)
+	}
+	t.Fatalf("broker did not start: %v", lastErr)
+	return nil
+}
+
+func tryStartBroker(t *testing.T, bin string, extraArgs []string) (*broker, error) {
+	dataDir, err := os.MkdirTemp("", "corelog-go-data-")
+	if err != nil {
+		return nil, err
+	}
+	dataDir, _ = filepath.EvalSymlinks(dataDir)
+	port := freePort(t)
+	httpPort := freePort(t)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	args := append([]string{
+		"serve",
+		"--listen", addr,
+		"--advertise", addr,
+		"--data-dir", dataDir,
+		"--shards", "2",
+		"--http", fmt.Sprintf("127.0.0.1:%d", httpPort),
+		"--log-level", "info",
+		"--group-initial-rebalance-delay-ms", "0",
+	}, extraArgs...)
+	logPath := filepath.Join(dataDir, "..", filepath.Base(dataDir)+".log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		os.RemoveAll(dataDir)
+		return nil, err
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout = logFile
+	cmd.Stderr = logFile
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		os.RemoveAll(dataDir)
+		os.Remove(logPath)
+		return nil, fmt.Errorf("exec %s: %w", bin, err)
+	}
+	b := &broker{
+		t:       t,
+		addr:    addr,
+		port:    int32(port),
+		httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort),
+		dataDir: dataDir,
+		cmd:     cmd,
+		logPath: logPath,
+		waitErr: make(chan error, 1),
+	}
+	go func() {
+		err := cmd.Wait()
+		logFile.Close()
+		b.waitErr <- err
+	}()
+
+	// A healthy start takes well under a second; corelog itself warns at 10 s.
+	deadline := time.Now().Add(15 * time.Second)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		select {
+		case err := <-b.waitErr:
+			tail := b.logTail(40)
+			os.RemoveAll(dataDir)
+			os.Remove(logPath)
+			return nil, fmt.Errorf("broker exited before ready (%v); log:\n%s", err, tail)
+		default:
+		}
+		resp, err := hc.Get(b.httpURL + "/health")
+		if err == nil {
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 && strings.TrimSpace(string(body)) == "ok" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			b.stop()
+			tail := b.logTail(40)
+			os.RemoveAll(dataDir)
+			os.Remove(logPath)
+			return nil, fmt.Errorf("broker not healthy after 15s (start-up hang; it was then stopped); log:\n%s", tail)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			t.Logf("broker log tail (%s):\n%s", logPath, b.logTail(80))
+		}
+		os.RemoveAll(dataDir)
+		os.Remove(logPath)
+	})
+	return b, nil
+}
+
+// stop sends SIGTERM, then SIGKILL if the broker has not exited after 10 s.
+func (b *broker) stop() {
+	b.once.Do(func() {
+		_ = b.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-b.waitErr:
+		case <-time.After(10 * time.Second):
+			_ = b.cmd.Process.Kill()
+			<-b.waitErr
+		}
+	})
+}
+
+func (b *broker) logTail(n int) string {
+	f, err := os.Open(b.logPath)
+	if err != nil {
+		return fmt.Sprintf("(no log: %v)", err)
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, ansi.ReplaceAllString(sc.Text(), ""))
+		if len(lines) > 4*n {
+			lines = lines[len(lines)-n:]
+		}
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// logContains reports the broker log lines containing substr.
+func (b *broker) logLines(substr string) []string {
+	data, err := os.ReadFile(b.logPath)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, l := range strings.Split(string(data), "\n") {
+		if l = ansi.ReplaceAllString(l, ""); strings.Contains(l, substr) {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// client returns a kgo client seeded with the broker, closed at test end.
+func (b *broker) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {
+	t.Helper()
+	base := []kgo.Opt{
+		kgo.SeedBrokers(b.addr),
+		kgo.RetryTimeout(20 * time.Second),
+	}
+	if os.Getenv("CORELOG_KGO_DEBUG") != "" {
+		base = append(base, kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelDebug, func() string {
+			return "[" + t.Name() + "] "
+		})))
+	}
+	cl, err := kgo.NewClient(append(base, opts...)...)
+	if err != nil {
+		t.Fatalf("kgo.NewClient: %v", err)
+	}
+	t.Cleanup(cl.Close)
+	return cl
+}
+
+func (b *broker) admin(t *testing.T, opts ...kgo.Opt) (*kadm.Client, *kgo.Client) {
+	cl := b.client(t, opts...)
+	return kadm.NewClient(cl), cl
+}
+
+func testCtx(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+// rawRequest sends req at version v on a fresh connection, bypassing
+// franz-go's ApiVersions gate, and returns the decoded response or why none
+// came (for example the broker closing the connection).
+func (b *broker) rawRequest(req kmsg.Request, v int16) (kmsg.Response, error) {
+	conn, err := net.DialTimeout("tcp", b.addr, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	_ = conn.SetDeadline(time.Now().Add(5 * time.Second))
+	req.SetVersion(v)
+	frame := kmsg.NewRequestFormatter(kmsg.FormatterClientID("corelog-go-raw")).AppendRequest(nil, req, 1)
+	if _, err := conn.Write(frame); err != nil {
+		return nil, fmt.Errorf("write: %w", err)
+	}
+	var size [4]byte
+	if _, err := io.ReadFull(conn, size[:]); err != nil {
+		return nil, fmt.Errorf("no response (%w)", err)
+	}
+	n := int(binary.BigEndian.Uint32(size[:]))
+	body := make([]byte, n)
+	if _, err := io.ReadFull(conn, body); err != nil {
+		return nil, fmt.Errorf("short response: %w", err)
+	}
+	body = body[4:] // correlation id
+	resp := req.ResponseKind()
+	resp.SetVersion(v)
+	if resp.IsFlexible() && req.Key() != 18 {
+		body = body[1:] // empty tagged fields of response header v1
+	}
+	if err := resp.ReadFrom(body); err != nil {
+		return nil, fmt.Errorf("undecodable response: %w", err)
+	}
+	return resp, nil
+}
+
+// explainMissing reports, for a request franz-go refused to send because the
+// broker's ApiVersions lacks it, what the broker does when it is sent anyway
+// and what it logged.
+func (b *broker) explainMissing(t *testing.T, req kmsg.Request, v int16) {
+	t.Helper()
+	resp, err := b.rawRequest(req, v)
+	name := kmsg.NameForKey(req.Key())
+	if err != nil {
+		t.Logf("%s (key %d) v%d sent raw: %v", name, req.Key(), v, err)
+	} else {
+		t.Logf("%s (key %d) v%d sent raw: answered %+v", name, req.Key(), v, resp)
+	}
+	time.Sleep(100 * time.Millisecond)
+	for _, l := range b.logLines(name) {
+		t.Logf("broker log: %s", l)
+	}
+}
