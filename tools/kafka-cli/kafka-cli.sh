@@ -27,10 +27,19 @@ fetch() {
     if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$sum" ]; then
         return 0
     fi
+    # Into a fresh folder that replaces the old one only once Maven has succeeded: a failed
+    # refresh (offline, say, after an unrelated edit of the pom) leaves the working jars.
+    local tmp="$libs.fetch.$$"
+    rm -rf "$tmp"
+    if ! mvn -B -q -Dmaven.repo.local="$repo/.cache/m2" -f "$repo/tests/java/pom.xml" \
+        dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$tmp" >&2; then
+        rm -rf "$tmp"
+        echo "kafka-cli: fetching Kafka's jars failed (any jars already in $libs are left as they were)" >&2
+        exit 1
+    fi
+    echo "$sum" >"$tmp/.pom.sha256"
     rm -rf "$libs"
-    mvn -B -q -Dmaven.repo.local="$repo/.cache/m2" -f "$repo/tests/java/pom.xml" \
-        dependency:copy-dependencies -DincludeScope=runtime -DoutputDirectory="$libs" >&2
-    echo "$sum" >"$stamp"
+    mv "$tmp" "$libs"
 }
 
 if [ "${1:-}" = "--fetch" ]; then
