@@ -422,7 +422,7 @@ def test_configs_topic_describe_alter_delete(kb):
                            "{DYNAMIC_TOPIC_CONFIG:max.message.bytes=2000000, DEFAULT_CONFIG:message.max.bytes=1048588}"], r.why()
 
     r = kafka("kafka-configs.sh", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-name", topic,
-              "--alter", "--add-config", "retention.ms=7200000,cleanup.policy=compact", broker=kb)
+              "--alter", "--add-config", "retention.ms=7200000,segment.ms=3600000", broker=kb)
     assert r.lines == [f"Completed updating config for topic {topic}."], r.why()
     r = kafka("kafka-configs.sh", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-name", topic,
               "--alter", "--delete-config", "max.message.bytes", broker=kb)
@@ -430,11 +430,11 @@ def test_configs_topic_describe_alter_delete(kb):
 
     r = describe()
     got = config_entries(r)
-    assert sorted(got) == ["cleanup.policy", "retention.ms"], r.why()
-    assert got["retention.ms"][0] == "7200000" and got["cleanup.policy"][0] == "compact", r.why()
+    assert sorted(got) == ["retention.ms", "segment.ms"], r.why()
+    assert got["retention.ms"][0] == "7200000" and got["segment.ms"][0] == "3600000", r.why()
     assert got["retention.ms"][1][0] == "DYNAMIC_TOPIC_CONFIG:retention.ms=7200000", r.why()
-    assert got["cleanup.policy"][1][0] == "DYNAMIC_TOPIC_CONFIG:cleanup.policy=compact", r.why()
-    assert [line.split("=")[0] for line in r.lines[1:]] == ["  cleanup.policy", "  retention.ms"], \
+    assert got["segment.ms"][1][0] == "DYNAMIC_TOPIC_CONFIG:segment.ms=3600000", r.why()
+    assert [line.split("=")[0] for line in r.lines[1:]] == ["  retention.ms", "  segment.ms"], \
         "entries are printed sorted by name" + r.why()
 
     # --all: the deleted override is back to the broker default
@@ -447,7 +447,7 @@ def test_configs_topic_describe_alter_delete(kb):
     # kafka-topics --describe shows the overrides too
     r = kafka("kafka-topics.sh", "--bootstrap-server", bs, "--describe", "--topic", topic, broker=kb)
     head, _ = describe_topic(r)
-    assert topic_configs(head) == {"cleanup.policy": "compact", "retention.ms": "7200000"}, r.why()
+    assert topic_configs(head) == {"retention.ms": "7200000", "segment.ms": "3600000"}, r.why()
 
     # a bad value is INVALID_CONFIG and changes nothing
     r = kafka("kafka-configs.sh", "--bootstrap-server", bs, "--entity-type", "topics", "--entity-name", topic,
@@ -522,6 +522,10 @@ def test_configs_dynamic_broker_config(fresh):
 
 def test_configs_client_quotas(fresh):
     bs = fresh.bootstrap
+    # the spelling README's "Quotas" paragraph shows
+    r = kafka("kafka-configs.sh", "--bootstrap-server", bs, "--alter", "--entity-type", "clients",
+              "--entity-name", "greedy", "--add-config", "producer_byte_rate=1048576", broker=fresh)
+    assert r.lines == ["Completed updating config for client greedy."], r.why()
     r = kafka("kafka-configs.sh", "--bootstrap-server", bs, "--entity-type", "clients", "--entity-name", "greedy",
               "--alter", "--add-config", "producer_byte_rate=1048576,consumer_byte_rate=2097152", broker=fresh)
     assert r.lines == ["Completed updating config for client greedy."], r.why()
