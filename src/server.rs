@@ -105,6 +105,7 @@ pub fn run(
     })?);
     let config = Arc::new(config);
     let shard_config = Arc::new(ShardConfig {
+        node_id: config.node_id,
         data_dir: config.data_dir.clone(),
         log: config.log.clone(),
         shard_count: config.shards,

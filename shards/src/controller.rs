@@ -70,6 +70,17 @@ impl Controller {
             ControllerRequest::AllocateProducerIds { reply } => {
                 let _ = reply.send(self.allocate_producer_ids().await);
             }
+            ControllerRequest::AlterBrokerConfigs {
+                resource,
+                ops,
+                validate_only,
+                reply,
+            } => {
+                let r = self
+                    .alter_broker_configs(shard, resource, ops, validate_only)
+                    .await;
+                let _ = reply.send(r);
+            }
             ControllerRequest::AlterClientQuotas { alterations, reply } => {
                 let r = self.alter_client_quotas(alterations).await;
                 let _ = reply.send(r);
@@ -103,6 +114,7 @@ impl Controller {
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
         let mut next = (*self.metadata.snapshot()).clone();
+        let defaults = self.broker_defaults(&next);
         let mut results = Vec::with_capacity(topics.len());
         let mut created = Vec::new();
         for t in &topics {
@@ -123,7 +135,7 @@ impl Controller {
                         "a config key is named more than once".into(),
                     ));
                 }
-                topic_config::resolve(&self.config.log, &overrides)
+                topic_config::resolve(&defaults, &overrides)
                     .map_err(|e| TopicError::InvalidConfig(e.message))?;
                 Ok(())
             })();
@@ -296,14 +308,15 @@ impl Controller {
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
         let mut next = (*self.metadata.snapshot()).clone();
+        let defaults = self.broker_defaults(&next);
         let mut results = Vec::with_capacity(changes.len());
         let mut altered: Vec<String> = Vec::new();
         for change in &changes {
             let r = (|| {
                 let t = next.topics.get(&change.topic).ok_or(TopicError::Unknown)?;
-                let overrides = apply_ops(&self.config.log, &t.configs, &change.ops)
+                let overrides = apply_ops(&defaults, &t.configs, &change.ops)
                     .map_err(|e| TopicError::InvalidConfig(e.message))?;
-                let resolved = topic_config::resolve(&self.config.log, &overrides)
+                let resolved = topic_config::resolve(&defaults, &overrides)
                     .map_err(|e| TopicError::InvalidConfig(e.message))?;
                 // The group coordinator's state is the latest record per key: the
                 // offsets topic is compacted and nothing else (the shard enforces it).
@@ -352,6 +365,88 @@ impl Controller {
 }
 
 impl Controller {
+    /// The defaults topics inherit under `meta`: the start-up config with the dynamic
+    /// broker configs applied.
+    fn broker_defaults(&self, meta: &crate::metadata::ClusterMetadata) -> crate::log::LogConfig {
+        meta.broker_defaults(&self.config.log, self.config.node_id)
+            .effective()
+    }
+
+    /// AlterConfigs / IncrementalAlterConfigs on a BROKER resource ("" the cluster-wide
+    /// default, or this node): the changed layer is validated whole, persisted, and then
+    /// every shard re-resolves its partitions' configs, so topics without an override of
+    /// a key take the new value at once (Kafka's dynamic `log.*` defaults).
+    async fn alter_broker_configs(
+        &self,
+        shard: &Rc<Shard>,
+        resource: String,
+        ops: ConfigOps,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        let mut next = (*self.metadata.snapshot()).clone();
+        let effective = self.broker_defaults(&next);
+        let invalid = |e: topic_config::ConfigError| TopicError::InvalidConfig(e.message);
+        // The layer and the ops under topic key names, so that apply_ops' list handling
+        // and checks apply unchanged; then back to broker names.
+        let to_topic = |broker_name: &str| {
+            topic_config::def_by_broker_name(broker_name)
+                .map(|d| d.name.to_string())
+                .ok_or_else(|| {
+                    TopicError::InvalidConfig(format!(
+                        "{broker_name} is not a dynamic broker config"
+                    ))
+                })
+        };
+        let current: BTreeMap<String, String> = next
+            .broker_configs
+            .get(&resource)
+            .into_iter()
+            .flatten()
+            .map(|(k, v)| Ok((to_topic(k)?, v.clone())))
+            .collect::<Result<_, TopicError>>()?;
+        let ops = match ops {
+            ConfigOps::Replace(pairs) => ConfigOps::Replace(
+                pairs
+                    .into_iter()
+                    .map(|(k, v)| Ok((to_topic(&k)?, v)))
+                    .collect::<Result<_, TopicError>>()?,
+            ),
+            ConfigOps::Incremental(list) => ConfigOps::Incremental(
+                list.into_iter()
+                    .map(|op| {
+                        Ok(match op {
+                            ConfigOp::Set(k, v) => ConfigOp::Set(to_topic(&k)?, v),
+                            ConfigOp::Delete(k) => ConfigOp::Delete(to_topic(&k)?),
+                            ConfigOp::Append(k, v) => ConfigOp::Append(to_topic(&k)?, v),
+                            ConfigOp::Subtract(k, v) => ConfigOp::Subtract(to_topic(&k)?, v),
+                        })
+                    })
+                    .collect::<Result<_, TopicError>>()?,
+            ),
+        };
+        let layer = apply_ops(&effective, &current, &ops).map_err(invalid)?;
+        let layer: BTreeMap<String, String> = layer
+            .into_iter()
+            .filter_map(|(k, v)| topic_config::def(&k).map(|d| (d.broker_name.to_string(), v)))
+            .collect();
+        topic_config::check_broker_layer(&layer).map_err(invalid)?;
+        if validate_only {
+            return Ok(());
+        }
+        if layer.is_empty() {
+            next.broker_configs.remove(&resource);
+        } else {
+            next.broker_configs.insert(resource, layer);
+        }
+        self.persist(next).await?;
+        let calls = (0..self.config.shard_count).map(|target| {
+            let (tx, rx) = oneshot::channel();
+            shard.call(target, ShardMessage::ApplyBrokerConfig { reply: tx }, rx)
+        });
+        futures::future::join_all(calls).await;
+        Ok(())
+    }
+
     /// AlterClientQuotas: applies every (edge-validated) alteration to one new
     /// snapshot, persisted once. Every shard sees the change at its next request
     /// through its metadata snapshot; nothing needs to be told.

@@ -249,6 +249,17 @@ pub fn filesystem_fill(dir: &Path) -> Option<f64> {
     Some(((total - avail) / total).clamp(0.0, 1.0))
 }
 
+/// (total, usable by unprivileged users) bytes of the filesystem holding `dir`
+/// (DescribeLogDirs v4).
+pub fn filesystem_space(dir: &Path) -> Option<(u64, u64)> {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    let block = st.fragment_size() as u64;
+    Some((
+        (st.blocks() as u64).saturating_mul(block),
+        (st.blocks_available() as u64).saturating_mul(block),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

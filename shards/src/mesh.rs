@@ -94,9 +94,28 @@ pub struct FetchOutput {
     pub result: Result<Bytes, PartitionError>,
 }
 
+/// ListOffsets' special timestamps (Kafka's `ListOffsetsRequest` constants).
+pub const LATEST_TIMESTAMP: i64 = -1;
+pub const EARLIEST_TIMESTAMP: i64 = -2;
+/// The record with the largest timestamp (v7+, KIP-734).
+pub const MAX_TIMESTAMP: i64 = -3;
+/// The first offset in local storage (v8+, KIP-1005).
+pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
+/// The last offset in tiered storage (v9+, KIP-1005).
+pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
+
 #[derive(Debug, Clone)]
 pub struct OffsetsOutput {
     pub result: Result<(i64, i64), PartitionError>,
+}
+
+/// What DescribePartitions answers for one partition.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionDescription {
+    /// Bytes of all its segments.
+    pub size_bytes: u64,
+    /// Empty unless producers were asked for.
+    pub producers: Vec<crate::log::producer_state::ActiveProducer>,
 }
 
 #[derive(Debug, Clone)]
@@ -155,6 +174,14 @@ pub enum ControllerRequest {
     /// persisted before the reply so no id is ever given out twice.
     AllocateProducerIds {
         reply: Reply<Result<i64, TopicError>>,
+    },
+    /// AlterConfigs / IncrementalAlterConfigs on a BROKER resource: `resource` is "" (the
+    /// cluster-wide default) or this node's id; `ops` name broker keys.
+    AlterBrokerConfigs {
+        resource: String,
+        ops: ConfigOps,
+        validate_only: bool,
+        reply: Reply<Result<(), TopicError>>,
     },
     /// AlterClientQuotas: entries already validated at the edge; one result each.
     AlterClientQuotas {
@@ -237,6 +264,18 @@ pub enum ShardMessage {
     ApplyTopicConfig {
         topic: Arc<str>,
         reply: Reply<()>,
+    },
+    /// The dynamic broker configs changed in the metadata: re-resolve every partition's
+    /// config on this shard.
+    ApplyBrokerConfig {
+        reply: Reply<()>,
+    },
+    /// DescribeLogDirs and DescribeProducers: each partition's size and, when asked, its
+    /// idempotent producers.
+    DescribePartitions {
+        partitions: Vec<TopicPartition>,
+        with_producers: bool,
+        reply: Reply<Vec<Result<PartitionDescription, PartitionError>>>,
     },
     /// DeleteRecords: (partition, offset; -1 the high watermark) → the new log start.
     DeleteRecords {

@@ -40,6 +40,32 @@ pub struct ClusterMetadata {
     /// Client quota overrides (AlterClientQuotas); absent in files written before them.
     #[serde(default)]
     pub client_quotas: crate::client_quota::ClientQuotas,
+    /// Dynamic broker configs (AlterConfigs / IncrementalAlterConfigs on BROKER
+    /// resources) by resource name: "" the cluster-wide default, "<id>" one node. Keys are
+    /// broker names (`log.retention.ms`), validated before they were stored.
+    #[serde(default)]
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+/// A layer with nothing set.
+static NO_CONFIGS: BTreeMap<String, String> = BTreeMap::new();
+
+impl ClusterMetadata {
+    /// The broker-wide defaults every topic of node `node_id` inherits, in layers.
+    pub fn broker_defaults<'a>(
+        &'a self,
+        static_config: &'a crate::log::LogConfig,
+        node_id: i32,
+    ) -> crate::topic_config::BrokerDefaults<'a> {
+        crate::topic_config::BrokerDefaults {
+            static_config,
+            cluster_default: self.broker_configs.get("").unwrap_or(&NO_CONFIGS),
+            node: self
+                .broker_configs
+                .get(&node_id.to_string())
+                .unwrap_or(&NO_CONFIGS),
+        }
+    }
 }
 
 impl ClusterMetadata {
@@ -114,6 +140,7 @@ impl MetadataStore {
                     topics: BTreeMap::new(),
                     next_producer_id: 0,
                     client_quotas: Default::default(),
+                    broker_configs: BTreeMap::new(),
                 };
                 persist(data_dir, &meta)?;
                 meta

@@ -31,6 +31,8 @@ use std::time::{Duration, Instant};
 const OFFSET_EXPIRY_CHECK_TICKS: u64 = 20;
 
 pub struct ShardConfig {
+    /// This broker's node id (its dynamic broker configs are stored under it).
+    pub node_id: i32,
     pub data_dir: PathBuf,
     pub log: LogConfig,
     pub shard_count: usize,
@@ -246,6 +248,33 @@ impl Shard {
                 self.apply_topic_config(&topic);
                 let _ = reply.send(());
             }
+            ShardMessage::ApplyBrokerConfig { reply } => {
+                self.apply_all_topic_configs();
+                let _ = reply.send(());
+            }
+            ShardMessage::DescribePartitions {
+                partitions,
+                with_producers,
+                reply,
+            } => {
+                let out = partitions
+                    .iter()
+                    .map(|tp| {
+                        let log = self
+                            .partition(tp)
+                            .ok_or(PartitionError::UnknownTopicOrPartition)?;
+                        Ok(PartitionDescription {
+                            size_bytes: log.size_bytes(),
+                            producers: if with_producers {
+                                log.active_producers()
+                            } else {
+                                Vec::new()
+                            },
+                        })
+                    })
+                    .collect();
+                let _ = reply.send(out);
+            }
             ShardMessage::DeleteRecords { partitions, reply } => {
                 let mut out = Vec::with_capacity(partitions.len());
                 for (tp, offset) in partitions {
@@ -430,6 +459,8 @@ impl Shard {
         futures::future::select_all(waits).await;
     }
 
+    /// ListOffsets: `timestamp` is a time in ms or one of the special values
+    /// `mesh::*_TIMESTAMP`; answers (offset, timestamp), -1 for "none".
     async fn list_offset(
         &self,
         tp: &TopicPartition,
@@ -438,9 +469,13 @@ impl Shard {
         let log = self
             .partition(tp)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
+        // Kafka's special timestamps; with no tiered storage the local log is the whole
+        // log, so "earliest local" is the log start and nothing is tiered.
         match timestamp {
-            -1 => Ok((log.high_watermark(), -1)),
-            -2 => Ok((log.log_start_offset(), -1)),
+            LATEST_TIMESTAMP => Ok((log.high_watermark(), -1)),
+            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((log.log_start_offset(), -1)),
+            MAX_TIMESTAMP => Ok(log.offset_of_max_timestamp().await?.unwrap_or((-1, -1))),
+            LATEST_TIERED_TIMESTAMP => Ok((-1, -1)),
             ts => Ok(log.offset_for_timestamp(ts).await?.unwrap_or((-1, -1))),
         }
     }
@@ -490,13 +525,15 @@ impl Shard {
     /// resolve (a data directory from another version), the defaults apply and we say so.
     pub fn topic_log_config(&self, topic: &str) -> LogConfig {
         let meta = self.metadata.snapshot();
+        let defaults = meta
+            .broker_defaults(&self.config.log, self.config.node_id)
+            .effective();
         let mut config = match meta.topic(topic) {
-            None => self.config.log.clone(),
-            Some(t) => crate::topic_config::resolve(&self.config.log, &t.configs)
-                .unwrap_or_else(|e| {
-                    tracing::warn!(topic, error = %e, "stored topic config does not resolve; using broker defaults");
-                    self.config.log.clone()
-                }),
+            None => defaults,
+            Some(t) => crate::topic_config::resolve(&defaults, &t.configs).unwrap_or_else(|e| {
+                tracing::warn!(topic, error = %e, "stored topic config does not resolve; using broker defaults");
+                defaults.clone()
+            }),
         };
         if topic == OFFSETS_TOPIC {
             // The group coordinator's state is the latest record per key: compacted,
@@ -508,6 +545,20 @@ impl Shard {
             };
         }
         config
+    }
+
+    /// Re-resolves the config of every partition on this shard (after a dynamic broker
+    /// config changed the defaults they inherit).
+    fn apply_all_topic_configs(&self) {
+        let topics: std::collections::BTreeSet<Arc<str>> = self
+            .partitions
+            .borrow()
+            .keys()
+            .map(|tp| tp.topic.clone())
+            .collect();
+        for topic in topics {
+            self.apply_topic_config(&topic);
+        }
     }
 
     /// Re-resolves the config of `topic`'s partitions on this shard (after AlterConfigs).

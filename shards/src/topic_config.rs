@@ -29,6 +29,10 @@ pub enum ConfigType {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConfigSource {
     TopicConfig = 1,
+    /// Set for this broker by IncrementalAlterConfigs / AlterConfigs on BROKER "<id>".
+    DynamicBrokerConfig = 2,
+    /// Set for every broker by IncrementalAlterConfigs / AlterConfigs on BROKER "".
+    DynamicDefaultBrokerConfig = 3,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
 }
@@ -78,6 +82,18 @@ pub const DEFS: &[ConfigDef] = &[
         "log.segment.delete.delay.ms",
         Long,
         "how long a deleted segment's files stay before they are unlinked"
+    ),
+    def!(
+        "flush.messages",
+        "log.flush.interval.messages",
+        Long,
+        "a produce leaving this many offsets unsynced waits for fdatasync before its ack (1: every produce); the default leaves it to the broker's --durability"
+    ),
+    def!(
+        "flush.ms",
+        "log.flush.interval.ms",
+        Long,
+        "unsynced data is synced at least this often (the background sync runs at the smaller of this and --flush-interval-ms)"
     ),
     def!(
         "index.interval.bytes",
@@ -253,6 +269,8 @@ pub fn set(config: &mut LogConfig, key: &str, value: &str) -> Result<(), ConfigE
         }
         "delete.retention.ms" => c.delete_retention_ms = long_in(key, value, 0, i64::MAX)?,
         "file.delete.delay.ms" => c.file_delete_delay_ms = long_in(key, value, 0, i64::MAX)?,
+        "flush.messages" => c.flush_messages = long_in(key, value, 1, i64::MAX)?,
+        "flush.ms" => c.flush_ms = long_in(key, value, 0, i64::MAX)?,
         "index.interval.bytes" => c.index_interval_bytes = int_in(key, value, 0)? as u32,
         "max.compaction.lag.ms" => c.max_compaction_lag_ms = long_in(key, value, 1, i64::MAX)?,
         "max.message.bytes" => c.max_batch_bytes = int_in(key, value, 0)? as usize,
@@ -313,6 +331,8 @@ pub fn get(c: &LogConfig, key: &str) -> Option<String> {
         .into(),
         "delete.retention.ms" => c.delete_retention_ms.to_string(),
         "file.delete.delay.ms" => c.file_delete_delay_ms.to_string(),
+        "flush.messages" => c.flush_messages.to_string(),
+        "flush.ms" => c.flush_ms.to_string(),
         "index.interval.bytes" => c.index_interval_bytes.to_string(),
         "max.compaction.lag.ms" => c.max_compaction_lag_ms.to_string(),
         "max.message.bytes" => c.max_batch_bytes.to_string(),
@@ -374,47 +394,113 @@ pub struct Described {
     pub synonyms: Vec<(String, String, ConfigSource)>,
 }
 
-/// Where the broker-wide value of `d` comes from: set at start-up or Kafka's default.
-fn broker_source(broker: &LogConfig, d: &ConfigDef) -> ConfigSource {
-    if get(broker, d.name) == get(&LogConfig::default(), d.name) {
-        ConfigSource::DefaultConfig
-    } else {
-        ConfigSource::StaticBrokerConfig
+/// The broker-wide value of every topic key, in layers from weakest to strongest:
+/// Kafka's default, the start-up config, the dynamic cluster-wide default (BROKER
+/// resource ""), this broker's dynamic config (BROKER resource "<id>"). The dynamic
+/// layers are keyed by broker name (`log.retention.ms`) and were validated before they
+/// were stored.
+#[derive(Debug, Clone, Copy)]
+pub struct BrokerDefaults<'a> {
+    pub static_config: &'a LogConfig,
+    pub cluster_default: &'a BTreeMap<String, String>,
+    pub node: &'a BTreeMap<String, String>,
+}
+
+impl BrokerDefaults<'_> {
+    /// The start-up config with both dynamic layers applied: what a topic without
+    /// overrides runs with. A stored value that no longer applies (a data directory from
+    /// another version) is skipped with a warning.
+    pub fn effective(&self) -> LogConfig {
+        let mut c = self.static_config.clone();
+        for layer in [self.cluster_default, self.node] {
+            for (name, value) in layer {
+                let applied = match def_by_broker_name(name) {
+                    Some(d) => set(&mut c, d.name, value),
+                    None => Err(ConfigError {
+                        key: name.clone(),
+                        message: format!("{name} is not a dynamic broker config"),
+                    }),
+                };
+                if let Err(e) = applied {
+                    tracing::warn!(key = %name, error = %e, "stored dynamic broker config ignored");
+                }
+            }
+        }
+        c
+    }
+
+    /// Where the broker-wide value of `d` comes from.
+    fn source(&self, d: &ConfigDef) -> ConfigSource {
+        if self.node.contains_key(d.broker_name) {
+            ConfigSource::DynamicBrokerConfig
+        } else if self.cluster_default.contains_key(d.broker_name) {
+            ConfigSource::DynamicDefaultBrokerConfig
+        } else if get(self.static_config, d.name) != get(&LogConfig::default(), d.name) {
+            ConfigSource::StaticBrokerConfig
+        } else {
+            ConfigSource::DefaultConfig
+        }
+    }
+
+    /// Every layer that sets `d`, strongest first, ending with Kafka's default.
+    fn synonyms(&self, d: &ConfigDef) -> Vec<(String, String, ConfigSource)> {
+        let mut out = Vec::with_capacity(4);
+        let name = d.broker_name.to_string();
+        if let Some(v) = self.node.get(d.broker_name) {
+            out.push((name.clone(), v.clone(), ConfigSource::DynamicBrokerConfig));
+        }
+        if let Some(v) = self.cluster_default.get(d.broker_name) {
+            out.push((
+                name.clone(),
+                v.clone(),
+                ConfigSource::DynamicDefaultBrokerConfig,
+            ));
+        }
+        let default = get(&LogConfig::default(), d.name).unwrap_or_default();
+        let configured = get(self.static_config, d.name).unwrap_or_default();
+        if configured != default {
+            out.push((name.clone(), configured, ConfigSource::StaticBrokerConfig));
+        }
+        out.push((name, default, ConfigSource::DefaultConfig));
+        out
     }
 }
 
-fn broker_synonyms(broker: &LogConfig, d: &ConfigDef) -> Vec<(String, String, ConfigSource)> {
-    let mut out = Vec::with_capacity(2);
-    let value = get(broker, d.name).unwrap_or_default();
-    if broker_source(broker, d) == ConfigSource::StaticBrokerConfig {
-        out.push((
-            d.broker_name.to_string(),
-            value,
-            ConfigSource::StaticBrokerConfig,
-        ));
+/// Checks a change to a dynamic broker layer: every key must be the broker name of a
+/// topic key and every value must parse. Returns the first refusal.
+pub fn check_broker_layer(layer: &BTreeMap<String, String>) -> Result<(), ConfigError> {
+    let mut c = LogConfig::default();
+    for (name, value) in layer {
+        let d = def_by_broker_name(name).ok_or_else(|| ConfigError {
+            key: name.clone(),
+            message: format!("{name} is not a dynamic broker config"),
+        })?;
+        set(&mut c, d.name, value).map_err(|e| ConfigError {
+            key: name.clone(),
+            message: e.message.replace(d.name, name),
+        })?;
     }
-    out.push((
-        d.broker_name.to_string(),
-        get(&LogConfig::default(), d.name).unwrap_or_default(),
-        ConfigSource::DefaultConfig,
-    ));
-    out
+    Ok(())
 }
 
 /// Every topic key of a topic with `overrides` on a broker with defaults `broker`.
 /// `overrides` are assumed valid (they were resolved before they were stored).
-pub fn describe_topic(broker: &LogConfig, overrides: &BTreeMap<String, String>) -> Vec<Described> {
-    let effective = resolve(broker, overrides).unwrap_or_else(|_| broker.clone());
+pub fn describe_topic(
+    broker: &BrokerDefaults<'_>,
+    overrides: &BTreeMap<String, String>,
+) -> Vec<Described> {
+    let defaults = broker.effective();
+    let effective = resolve(&defaults, overrides).unwrap_or_else(|_| defaults.clone());
     DEFS.iter()
         .map(|d| {
-            let mut synonyms = Vec::with_capacity(3);
+            let mut synonyms = Vec::with_capacity(4);
             let source = if let Some(v) = overrides.get(d.name) {
                 synonyms.push((d.name.to_string(), v.clone(), ConfigSource::TopicConfig));
                 ConfigSource::TopicConfig
             } else {
-                broker_source(broker, d)
+                broker.source(d)
             };
-            synonyms.extend(broker_synonyms(broker, d));
+            synonyms.extend(broker.synonyms(d));
             Described {
                 name: d.name.to_string(),
                 value: get(&effective, d.name).unwrap_or_default(),
@@ -427,16 +513,40 @@ pub fn describe_topic(broker: &LogConfig, overrides: &BTreeMap<String, String>) 
         .collect()
 }
 
-/// The broker-wide keys (the topic defaults under their broker names).
-pub fn describe_broker(broker: &LogConfig) -> Vec<Described> {
+/// The broker-wide keys (the topic defaults under their broker names), every one
+/// alterable dynamically.
+pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
+    let effective = broker.effective();
     DEFS.iter()
         .map(|d| Described {
             name: d.broker_name.to_string(),
-            value: get(broker, d.name).unwrap_or_default(),
-            source: broker_source(broker, d),
+            value: get(&effective, d.name).unwrap_or_default(),
+            source: broker.source(d),
             config_type: d.config_type,
             doc: d.doc,
-            synonyms: broker_synonyms(broker, d),
+            synonyms: broker.synonyms(d),
+        })
+        .collect()
+}
+
+/// The keys set in the cluster-wide dynamic layer only: what Kafka describes for the
+/// BROKER resource "".
+pub fn describe_cluster_default(broker: &BrokerDefaults<'_>) -> Vec<Described> {
+    DEFS.iter()
+        .filter_map(|d| {
+            let value = broker.cluster_default.get(d.broker_name)?;
+            Some(Described {
+                name: d.broker_name.to_string(),
+                value: value.clone(),
+                source: ConfigSource::DynamicDefaultBrokerConfig,
+                config_type: d.config_type,
+                doc: d.doc,
+                synonyms: vec![(
+                    d.broker_name.to_string(),
+                    value.clone(),
+                    ConfigSource::DynamicDefaultBrokerConfig,
+                )],
+            })
         })
         .collect()
 }
@@ -497,7 +607,13 @@ mod tests {
         broker.retention_ms = 5000;
         let mut o = BTreeMap::new();
         o.insert("segment.bytes".to_string(), "65536".to_string());
-        let all = describe_topic(&broker, &o);
+        let none = BTreeMap::new();
+        let layers = BrokerDefaults {
+            static_config: &broker,
+            cluster_default: &none,
+            node: &none,
+        };
+        let all = describe_topic(&layers, &o);
         assert_eq!(all.len(), DEFS.len());
         let find = |n: &str| all.iter().find(|d| d.name == n).cloned().expect(n);
         let seg = find("segment.bytes");
@@ -512,9 +628,61 @@ mod tests {
         let comp = find("compression.type");
         assert_eq!(comp.source, ConfigSource::DefaultConfig);
         assert_eq!(comp.value, "producer");
-        let b = describe_broker(&broker);
+        let b = describe_broker(&layers);
         assert!(b
             .iter()
             .any(|d| d.name == "log.retention.ms" && d.value == "5000"));
+    }
+
+    #[test]
+    fn dynamic_layers_override_the_static_config_in_order() {
+        let mut broker = LogConfig::default();
+        broker.retention_ms = 5000;
+        let mut cluster = BTreeMap::new();
+        cluster.insert("log.retention.ms".to_string(), "6000".to_string());
+        cluster.insert("log.segment.bytes".to_string(), "65536".to_string());
+        let mut node = BTreeMap::new();
+        node.insert("log.retention.ms".to_string(), "7000".to_string());
+        let layers = BrokerDefaults {
+            static_config: &broker,
+            cluster_default: &cluster,
+            node: &node,
+        };
+        let c = layers.effective();
+        assert_eq!((c.retention_ms, c.segment_bytes), (7000, 65536));
+        let b = describe_broker(&layers);
+        let ret = b
+            .iter()
+            .find(|d| d.name == "log.retention.ms")
+            .expect("described");
+        assert_eq!(ret.source, ConfigSource::DynamicBrokerConfig);
+        let sources: Vec<_> = ret.synonyms.iter().map(|s| (s.1.as_str(), s.2)).collect();
+        assert_eq!(
+            sources,
+            [
+                ("7000", ConfigSource::DynamicBrokerConfig),
+                ("6000", ConfigSource::DynamicDefaultBrokerConfig),
+                ("5000", ConfigSource::StaticBrokerConfig),
+                ("604800000", ConfigSource::DefaultConfig),
+            ]
+        );
+        let t = describe_topic(&layers, &BTreeMap::new());
+        let seg = t
+            .iter()
+            .find(|d| d.name == "segment.bytes")
+            .expect("described");
+        assert_eq!(seg.source, ConfigSource::DynamicDefaultBrokerConfig);
+        assert_eq!(describe_cluster_default(&layers).len(), 2);
+
+        let mut bad = BTreeMap::new();
+        bad.insert("log.retention.ms".to_string(), "soon".to_string());
+        assert!(check_broker_layer(&bad)
+            .unwrap_err()
+            .message
+            .contains("log.retention.ms"));
+        bad.clear();
+        bad.insert("num.partitions".to_string(), "3".to_string());
+        assert!(check_broker_layer(&bad).is_err());
+        assert!(check_broker_layer(&cluster).is_ok());
     }
 }

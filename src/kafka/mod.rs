@@ -6,5 +6,6 @@
 //! owning shard as `Bytes` slices of the request frame.
 
 pub mod api;
+pub mod authorized_operations;
 pub mod error_code;
 pub mod frame;

@@ -98,7 +98,7 @@ def test_invalid_configs_are_refused_and_change_nothing(broker, key, value):
     assert d["segment.ms"].source == ConfigSource.DEFAULT_CONFIG.value  # nothing applied
 
 
-def test_broker_configs_are_described_and_read_only(broker_factory):
+def test_broker_configs_are_described_with_their_sources(broker_factory):
     b = broker_factory.start(extra_args=["--retention-ms", "7200000",
                                          "--topic-default", "compression.type=lz4"])
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
@@ -106,9 +106,11 @@ def test_broker_configs_are_described_and_read_only(broker_factory):
     d = admin.describe_configs([res])[res].result(TIMEOUT)
     assert d["log.retention.ms"].value == "7200000"
     assert d["log.retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
-    assert d["log.retention.ms"].is_read_only
+    assert not d["log.retention.ms"].is_read_only  # dynamic, as in Kafka
+    assert d["log.dirs"].is_read_only
     assert d["compression.type"].value == "lz4"
     assert d["log.segment.bytes"].source == ConfigSource.DEFAULT_CONFIG.value
+    assert d["log.flush.interval.messages"].value == str(2**63 - 1)
     # A new topic inherits the broker-wide defaults.
     admin.create_topics([NewTopic("inherits", 1, 1)])["inherits"].result(TIMEOUT)
     t = describe_topic(admin, "inherits")
@@ -116,9 +118,129 @@ def test_broker_configs_are_described_and_read_only(broker_factory):
     assert t["retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
     assert t["compression.type"].value == "lz4"
 
-    alter = ConfigResource(ConfigResource.Type.BROKER, "0", set_config={"log.retention.ms": "1"})
+    # Static settings stay static (Kafka's INVALID_REQUEST), unknown keys are refused.
+    for key, code in (("log.dirs", "INVALID_REQUEST"), ("num.partitions", "INVALID_REQUEST"),
+                      ("log.retention.mss", "INVALID_CONFIG")):
+        alter = ConfigResource(ConfigResource.Type.BROKER, "0",
+                               incremental_configs=[ConfigEntry(key, "1", incremental_operation=AlterConfigOpType.SET)])
+        with pytest.raises(KafkaException) as e:
+            admin.incremental_alter_configs([alter])[alter].result(TIMEOUT)
+        assert e.value.args[0].name() == code, (key, e.value)
+    # Another node's id is not this broker (by hand: librdkafka would wait for node 7).
+    code, message = raw_incremental_alter(b.bootstrap, 4, "7", [("log.retention.ms", 0, "1")])
+    assert code == ERR_INVALID_REQUEST, message
+
+
+def test_dynamic_broker_configs_apply_to_topics_at_once_and_persist(broker_factory):
+    b = broker_factory.start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("dyn", 1, 1, config={"segment.bytes": "1048576"}),
+                         NewTopic("dyn-own", 1, 1, config={"retention.ms": "3600000"})])["dyn"].result(TIMEOUT)
+    time.sleep(0.5)
+
+    def alter(name, entries):
+        if name:
+            res = ConfigResource(ConfigResource.Type.BROKER, name, incremental_configs=[
+                ConfigEntry(k, v, incremental_operation=op) for k, v, op in entries])
+            admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+        else:  # librdkafka cannot name the cluster-wide default: by hand
+            code, message = raw_incremental_alter(b.bootstrap, 4, "", [(k, int(op.value), v) for k, v, op in entries])
+            assert code == 0, message
+
+    SET, DELETE = AlterConfigOpType.SET, AlterConfigOpType.DELETE
+    # The cluster-wide default, then this node's own (stronger) value.
+    alter("", [("log.retention.ms", "86400000", SET), ("log.cleanup.policy", "compact,delete", SET)])
+    t = describe_topic(admin, "dyn")
+    assert t["retention.ms"].value == "86400000"
+    assert t["retention.ms"].source == ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG.value
+    assert set(t["cleanup.policy"].value.split(",")) == {"compact", "delete"}
+    alter("0", [("log.retention.ms", "43200000", SET)])
+    t = describe_topic(admin, "dyn")
+    assert t["retention.ms"].value == "43200000"
+    assert t["retention.ms"].source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    # A topic's own override still wins.
+    assert describe_topic(admin, "dyn-own")["retention.ms"].value == "3600000"
+    # The "" resource describes just the cluster-wide layer.
+    assert raw_describe(b.bootstrap, 4, "") == {"log.retention.ms": ("86400000", 3),
+                                                "log.cleanup.policy": ("compact,delete", 3)}
+    # Bad values change nothing.
+    with pytest.raises(KafkaException) as e:
+        alter("0", [("log.segment.bytes", "12", SET)])
+    assert e.value.args[0].name() == "INVALID_CONFIG"
+
+    b.restart()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    t = describe_topic(admin, "dyn")
+    assert t["retention.ms"].value == "43200000"
+    alter("0", [("log.retention.ms", "", DELETE)])
+    assert describe_topic(admin, "dyn")["retention.ms"].value == "86400000"
+    alter("", [("log.retention.ms", "", DELETE), ("log.cleanup.policy", "", DELETE)])
+    t = describe_topic(admin, "dyn")
+    assert t["retention.ms"].value == "604800000"
+    assert t["retention.ms"].source == ConfigSource.DEFAULT_CONFIG.value
+
+
+def test_dynamic_segment_bytes_rolls_existing_partitions(broker_factory):
+    """The new default reaches the open partitions' logs, not just the descriptions."""
+    b = broker_factory.start()
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("rolls", 1, 1)])["rolls"].result(TIMEOUT)
+    res = ConfigResource(ConfigResource.Type.BROKER, "0", incremental_configs=[
+        ConfigEntry("log.segment.bytes", "65536", incremental_operation=AlterConfigOpType.SET)])
+    admin.incremental_alter_configs([res])[res].result(TIMEOUT)
+    from confluent_kafka import Producer
+    # Batches of about 10 KB, so that several fill each 64 KiB segment.
+    p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 5, "batch.size": 10_000})
+    for i in range(400):
+        p.produce("rolls", value=b"x" * 1000)
+    assert p.flush(TIMEOUT) == 0
+    segments = list((b.data_dir).glob("**/rolls-0/*.log"))
+    assert len(segments) >= 4, segments
+
+
+def test_flush_configs_are_accepted_and_applied(broker_factory):
+    b = broker_factory.start(extra_args=["--durability", "interval"])
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    admin.create_topics([NewTopic("flushed", 1, 1, config={"flush.messages": "1", "flush.ms": "10"})])[
+        "flushed"].result(TIMEOUT)
+    t = describe_topic(admin, "flushed")
+    assert t["flush.messages"].value == "1" and t["flush.ms"].value == "10"
+    assert t["flush.messages"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     with pytest.raises(KafkaException):
-        admin.alter_configs([alter])[alter].result(TIMEOUT)
+        admin.create_topics([NewTopic("bad-flush", 1, 1, config={"flush.messages": "0"})])[
+            "bad-flush"].result(TIMEOUT)
+    # flush.messages=1: every acknowledged produce waited for an fdatasync, even in
+    # interval mode (where nothing else waits for one): the sync count grows with them.
+    from confluent_kafka import Producer
+    import urllib.request
+
+    def syncs() -> float:
+        with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(
+                f"http://{b.http}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        total = 0.0
+        for line in text.splitlines():
+            if line.startswith("corelog_stage_latency_seconds_count") and 'stage="fsync"' in line:
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+    before = syncs()
+    p = Producer({"bootstrap.servers": b.bootstrap, "acks": 1, "linger.ms": 0})
+    for i in range(20):
+        p.produce("flushed", value=b"v")
+        assert p.flush(TIMEOUT) == 0
+    assert syncs() - before >= 20
+
+
+def test_group_configs_are_described_and_not_alterable(broker):
+    """GROUP is ConfigResource type 32 (Kafka 4); librdkafka has no such type, so by hand."""
+    configs = raw_describe(broker.bootstrap, 32, "some-group")
+    assert configs["consumer.session.timeout.ms"] == ("45000", 5)
+    assert configs["consumer.heartbeat.interval.ms"] == ("5000", 5)
+    assert configs["share.auto.offset.reset"] == ("latest", 5)
+    # IncrementalAlterConfigs on the group: INVALID_CONFIG, said why.
+    code, message = raw_incremental_alter(broker.bootstrap, 32, "some-group",
+                                          [("consumer.session.timeout.ms", 0, "50000")])
+    assert code == ERR_INVALID_CONFIG and "classic" in message
 
 
 def test_unknown_topic_describe_and_alter(broker):
@@ -169,6 +291,36 @@ import kwire as W  # noqa: E402
 
 DESCRIBE_CONFIGS, ALTER_CONFIGS, INCREMENTAL_ALTER_CONFIGS, DELETE_RECORDS = 32, 33, 44, 21
 ERR_INVALID_REQUEST, ERR_INVALID_CONFIG, ERR_OFFSET_OUT_OF_RANGE, ERR_UNKNOWN_TOPIC = 42, 40, 1, 3
+
+
+def raw_incremental_alter(bootstrap: str, rtype: int, name: str,
+                          ops: list[tuple[str, int, str | None]]) -> tuple[int, str | None]:
+    """IncrementalAlterConfigs v0 of one resource -> (error code, message)."""
+    entries = [W.string(k) + W.i8(op) + W.string(v) for k, op, v in ops]
+    body = W.array([W.i8(rtype) + W.string(name) + W.array(entries)]) + W.i8(0)
+    _, resp = W.roundtrip(bootstrap, W.request(INCREMENTAL_ALTER_CONFIGS, 0, 6, body))
+    [(code, message, answered)] = _alter_results(resp)
+    assert answered == name
+    return code, message
+
+
+def raw_describe(bootstrap: str, rtype: int, name: str) -> dict[str, tuple[str | None, int]]:
+    """DescribeConfigs v1 of one resource -> {key: (value, source)}."""
+    body = W.array([W.i8(rtype) + W.string(name) + W.i32(-1)]) + W.i8(0)
+    _, resp = W.roundtrip(bootstrap, W.request(DESCRIBE_CONFIGS, 1, 5, body))
+    r = W.Reader(resp)
+    r.i32()
+    assert r.i32() == 1
+    code, message, answered_type, answered = r.i16(), r.string(), r.i8(), r.string()
+    assert (code, answered_type, answered) == (0, rtype, name), message
+    configs = {}
+    for _ in range(r.i32()):
+        key, value, _read_only, source, _sensitive = r.string(), r.string(), r.i8(), r.i8(), r.i8()
+        for _ in range(r.i32()):
+            r.string(); r.string(); r.i8()
+        configs[key] = (value, source)
+    assert r.remaining() == 0
+    return configs
 
 
 def _alter_results(body: bytes) -> list[tuple[int, str | None, str]]:

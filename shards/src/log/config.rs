@@ -21,6 +21,14 @@ pub enum Durability {
     Interval,
 }
 
+impl LogConfig {
+    /// The syncer's period: unsynced data never waits longer than this for `fdatasync`.
+    pub fn sync_period_ms(&self) -> u64 {
+        let flush_ms = u64::try_from(self.flush_ms).unwrap_or(u64::MAX);
+        self.flush_interval_ms.min(flush_ms).max(1)
+    }
+}
+
 impl Durability {
     pub fn parse(text: &str) -> Option<Durability> {
         match text {
@@ -107,6 +115,14 @@ pub struct LogConfig {
     /// Deleted segment files stay (renamed `.deleted`) this long before they are
     /// unlinked (`file.delete.delay.ms`).
     pub file_delete_delay_ms: i64,
+    /// Kafka's `flush.messages`: a produce that leaves this many or more offsets unsynced
+    /// is acknowledged only after an `fdatasync` covering it, whatever `durability` says
+    /// (1: every produce waits for the sync). `i64::MAX`: `durability` alone decides.
+    pub flush_messages: i64,
+    /// Kafka's `flush.ms`: unsynced data is synced at least this often (the background
+    /// period is the smaller of this and `flush_interval_ms`). `i64::MAX`: no more often
+    /// than `flush_interval_ms`.
+    pub flush_ms: i64,
 }
 
 /// The defaults are Kafka's own, so a topic described without overrides reads as it
@@ -137,6 +153,8 @@ impl Default for LogConfig {
             compression: CompressionType::Producer,
             min_insync_replicas: 1,
             file_delete_delay_ms: 60_000,
+            flush_messages: i64::MAX,
+            flush_ms: i64::MAX,
         }
     }
 }

@@ -795,16 +795,25 @@ impl PartitionLog {
         })
     }
 
-    fn needs_sync(&self, level: AckLevel) -> bool {
-        matches!(
-            (self.config.borrow().durability, level),
+    /// Whether the produce that got `ticket` is acknowledged only once synced: by the
+    /// durability mode, or because it leaves `flush.messages` or more offsets unsynced
+    /// (offsets are dense, so offsets count messages).
+    fn needs_sync(&self, level: AckLevel, ticket: &AppendTicket) -> bool {
+        let config = self.config.borrow();
+        let by_mode = matches!(
+            (config.durability, level),
             (Durability::Always, _) | (Durability::AckAll, AckLevel::All)
-        )
+        );
+        by_mode
+            || ticket
+                .next_offset
+                .saturating_sub(self.state.borrow().synced_offset)
+                >= config.flush_messages
     }
 
     /// Waits until the appended batches are acknowledged at `level`.
     pub async fn wait(&self, ticket: AppendTicket, level: AckLevel) -> Result<(), AppendError> {
-        let sync = self.needs_sync(level);
+        let sync = self.needs_sync(level, &ticket);
         if sync {
             let mut st = self.state.borrow_mut();
             st.sync_wanted = st.sync_wanted.max(ticket.next_offset);
@@ -1009,21 +1018,92 @@ impl PartitionLog {
                     return true;
                 }
                 if h.max_timestamp >= timestamp_ms {
-                    hit = Some(
-                        batch::first_record_at_or_after(bytes, timestamp_ms)
-                            .unwrap_or((h.base_offset, h.max_timestamp)),
-                    );
+                    match first_record_at_or_after(bytes, timestamp_ms, lso) {
+                        Ok(None) => return true, // only records below the log start
+                        Ok(Some(found)) => hit = Some(found),
+                        // An unreadable batch: its first visible offset is the best answer.
+                        Err(_) => hit = Some((h.base_offset.max(lso), h.max_timestamp)),
+                    }
                     return false;
                 }
                 true
             })
             .await
             .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
-            if let Some((offset, ts)) = hit {
-                return Ok(Some((offset.max(lso), ts)));
+            if let Some(found) = hit {
+                return Ok(Some(found));
             }
         }
         Ok(None)
+    }
+
+    /// The offset and timestamp of the first record with the largest timestamp among the
+    /// records consumers can see (ListOffsets MAX_TIMESTAMP, KIP-734); `None` when there
+    /// are none. Segments know their largest timestamp, so this is the by-time lookup of
+    /// that timestamp; only when its records are out of sight (below the log start after
+    /// DeleteRecords, or not yet committed) are the visible batches scanned.
+    pub async fn offset_of_max_timestamp(&self) -> Result<Option<(i64, i64)>, ReadError> {
+        let max = {
+            let st = self.state.borrow();
+            st.segments
+                .values()
+                .filter(|s| s.size > 0)
+                .map(|s| s.max_timestamp_ms)
+                .max()
+        };
+        let Some(max) = max else { return Ok(None) };
+        if let Some(hit) = self.offset_for_timestamp(max).await? {
+            debug_assert!(hit.1 >= max, "a by-time hit is at or after its target");
+            return Ok(Some(hit));
+        }
+        self.scan_for_max_timestamp().await
+    }
+
+    /// [`Self::offset_of_max_timestamp`] by reading every visible batch.
+    async fn scan_for_max_timestamp(&self) -> Result<Option<(i64, i64)>, ReadError> {
+        let files: Vec<(Rc<DmaFile>, u64)> = {
+            let st = self.state.borrow();
+            st.segments
+                .values()
+                .filter(|s| s.size > 0)
+                .map(|s| (s.file.clone(), s.size))
+                .collect()
+        };
+        let hw = self.high_watermark();
+        let lso = self.log_start_offset();
+        let mut best: Option<(i64, i64)> = None;
+        for (file, size) in files {
+            file_scan::scan(&file, 0, size, false, |h, _, bytes| {
+                if h.base_offset >= hw {
+                    return false;
+                }
+                let whole = h.base_offset >= lso;
+                if h.last_offset() < lso || (whole && best.is_some_and(|b| h.max_timestamp <= b.1)) {
+                    return true;
+                }
+                // The batch's largest visible timestamp: its header's when it is all
+                // visible, else its visible records'.
+                let mut top: Option<(i64, i64)> = None;
+                let walked = batch_filter::for_each_record(bytes, |r| {
+                    if r.offset >= lso && top.is_none_or(|t| r.timestamp_ms > t.1) {
+                        top = Some((r.offset, r.timestamp_ms));
+                    }
+                });
+                let top = match walked {
+                    Ok(()) => top,
+                    Err(_) => Some((h.base_offset.max(lso), h.max_timestamp)),
+                };
+                if let Some(t) = top {
+                    if best.is_none_or(|b| t.1 > b.1) {
+                        best = Some(t);
+                    }
+                }
+                true
+            })
+            .await
+            .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
+        }
+        Ok(best)
     }
 
     /// Stops accepting appends, writes and syncs everything pending, trims the active
@@ -1095,10 +1175,11 @@ impl PartitionLog {
     /// when it was issued. It runs beside the flusher, so writes — and acks=1 produces —
     /// never wait behind a sync.
     async fn syncer(log: Rc<PartitionLog>) {
-        let interval = Duration::from_millis(log.config.borrow().flush_interval_ms.max(1));
         let mut last_sync = Instant::now();
         loop {
             let (file, target) = loop {
+                // Read each round: `flush.ms` may be altered while the log is open.
+                let interval = Duration::from_millis(log.config.borrow().sync_period_ms());
                 let listener = log.sync_work.listen();
                 {
                     let st = log.state.borrow();
@@ -1358,6 +1439,11 @@ impl PartitionLog {
             .expire(now_ms, expiration_ms, start)
     }
 
+    /// The idempotent producers this partition remembers (DescribeProducers).
+    pub fn active_producers(&self) -> Vec<super::producer_state::ActiveProducer> {
+        self.producers.borrow().active()
+    }
+
     /// Producers this partition remembers.
     pub fn producer_count(&self) -> usize {
         self.producers.borrow().len()
@@ -1555,6 +1641,23 @@ fn check_topic_rules(
         reject(RecordRule::KeyRequired, bad)?;
     }
     Ok(target_codec(config).is_some_and(|c| header.compression() != Ok(c)))
+}
+
+/// The first record of `batch` whose timestamp is at or after `target_ms` and whose
+/// offset is at least `from` (ListOffsets by time). Compressed batches are decompressed,
+/// so the answer is exact, as Kafka's; `Ok(None)` when no record qualifies.
+fn first_record_at_or_after(
+    batch: &[u8],
+    target_ms: i64,
+    from: i64,
+) -> Result<Option<(i64, i64)>, batch::BatchError> {
+    let mut hit = None;
+    batch_filter::for_each_record(batch, |r| {
+        if hit.is_none() && r.offset >= from && r.timestamp_ms >= target_ms {
+            hit = Some((r.offset, r.timestamp_ms));
+        }
+    })?;
+    Ok(hit)
 }
 
 /// `Err` naming `records` when there are any (the summary is Kafka's wording).

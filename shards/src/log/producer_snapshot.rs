@@ -8,11 +8,12 @@
 //! the log from that offset on is replayed. So after a clean stop nothing is replayed, and
 //! after a crash at most the batches written since the last roll are.
 //!
-//! Format (big-endian): `magic "CLPS"`, `version u16 = 1`, `crc32c u32` of everything after
+//! Format (big-endian): `magic "CLPS"`, `version u16 = 2`, `crc32c u32` of everything after
 //! it, `count u32`, then per producer: `producer_id i64, epoch i16, last_seen_ms i64,
-//! batches u8`, and per batch `first_seq i32, last_seq i32, first_offset i64,
+//! last_timestamp_ms i64, batches u8`, and per batch `first_seq i32, last_seq i32, first_offset i64,
 //! next_offset i64`. A file that fails any check is ignored (the next older one is used),
-//! never trusted in part.
+//! never trusted in part. Version 1 files (no `last_timestamp_ms`) are read too, with
+//! that timestamp unknown (-1).
 //!
 //! Invariant: a snapshot file is complete or absent (`checkpoint::replace_file`: written
 //! to a temporary name, synced, then renamed); only the [`SNAPSHOTS_KEPT`] newest are kept.
@@ -23,8 +24,11 @@ use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT_SUFFIX: &str = "snapshot";
 const MAGIC: &[u8; 4] = b"CLPS";
-const VERSION: u16 = 1;
+const VERSION: u16 = 2;
+/// The version before `last_timestamp_ms`, still read.
+const VERSION_1: u16 = 1;
 const HEADER_LEN: usize = 4 + 2 + 4;
+/// Smallest entry (version 1); version 2 adds 8 bytes.
 const ENTRY_LEN: usize = 8 + 2 + 8 + 1;
 const BATCH_LEN: usize = 4 + 4 + 8 + 8;
 /// Snapshots kept per partition: the newest, and one before it in case the newest is
@@ -69,6 +73,7 @@ pub fn encode(state: &ProducerState) -> Vec<u8> {
         body.extend_from_slice(&pid.to_be_bytes());
         body.extend_from_slice(&e.epoch.to_be_bytes());
         body.extend_from_slice(&e.last_seen_ms.to_be_bytes());
+        body.extend_from_slice(&e.last_timestamp_ms.to_be_bytes());
         body.push(e.batches.len() as u8);
         for b in &e.batches {
             body.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -113,9 +118,14 @@ impl Reader<'_> {
 }
 
 pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError> {
-    if bytes.get(..4) != Some(&MAGIC[..]) || bytes.get(4..6) != Some(&VERSION.to_be_bytes()[..]) {
+    let version = bytes
+        .get(4..6)
+        .and_then(|b| <[u8; 2]>::try_from(b).ok())
+        .map(u16::from_be_bytes);
+    if bytes.get(..4) != Some(&MAGIC[..]) || !matches!(version, Some(VERSION | VERSION_1)) {
         return Err(SnapshotError::Header);
     }
+    let has_last_timestamp = version == Some(VERSION);
     let crc = bytes
         .get(6..10)
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
@@ -136,6 +146,7 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
         let pid = r.i64()?;
         let epoch = i16::from_be_bytes(r.take()?);
         let last_seen_ms = r.i64()?;
+        let last_timestamp_ms = if has_last_timestamp { r.i64()? } else { -1 };
         let [n] = r.take::<1>()?;
         if usize::from(n) > BATCHES_RETAINED {
             return Err(SnapshotError::Malformed);
@@ -163,6 +174,7 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
                 epoch,
                 batches,
                 last_seen_ms,
+                last_timestamp_ms,
             },
             now_ms,
         );
@@ -243,6 +255,7 @@ mod tests {
                     epoch: (pid % 3) as i16,
                     first_seq: i * 2,
                     last_seq: i * 2 + 1,
+                    max_timestamp: 1_600_000_000_000 + i64::from(i),
                 };
                 let first = pid * 1000 + i64::from(i) * 2;
                 s.record(&b, first, first + 2, 1_700_000_000_000 + pid, i64::MAX);
@@ -262,6 +275,30 @@ mod tests {
         assert!(decode(&encode(&ProducerState::new()), 0)
             .expect("empty")
             .is_empty());
+    }
+
+    #[test]
+    fn version_1_files_are_read_without_the_last_timestamp() {
+        // One producer (id 7, epoch 2, last seen 1000) with one batch, as version 1 wrote it.
+        let mut body = 1u32.to_be_bytes().to_vec();
+        body.extend_from_slice(&7i64.to_be_bytes());
+        body.extend_from_slice(&2i16.to_be_bytes());
+        body.extend_from_slice(&1000i64.to_be_bytes());
+        body.push(1);
+        for v in [0i32, 4] {
+            body.extend_from_slice(&v.to_be_bytes());
+        }
+        for v in [10i64, 15] {
+            body.extend_from_slice(&v.to_be_bytes());
+        }
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&VERSION_1.to_be_bytes());
+        file.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        file.extend_from_slice(&body);
+        let state = decode(&file, i64::MAX).expect("a version 1 file decodes");
+        let e = state.get(7).expect("the producer");
+        assert_eq!((e.epoch, e.last_seen_ms, e.last_timestamp_ms), (2, 1000, -1));
+        assert_eq!(e.batches.back().map(|b| (b.last_seq, b.next_offset)), Some((4, 15)));
     }
 
     #[test]

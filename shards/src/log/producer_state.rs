@@ -54,6 +54,8 @@ pub struct ProducerBatch {
     pub epoch: i16,
     pub first_seq: i32,
     pub last_seq: i32,
+    /// The batch's largest record timestamp (what DescribeProducers reports).
+    pub max_timestamp: i64,
 }
 
 impl ProducerBatch {
@@ -67,6 +69,7 @@ impl ProducerBatch {
             epoch: h.producer_epoch,
             first_seq: h.base_sequence,
             last_seq: increment_sequence(h.base_sequence, h.last_offset_delta),
+            max_timestamp: h.max_timestamp,
         })
     }
 }
@@ -104,6 +107,9 @@ pub struct ProducerEntry {
     pub batches: VecDeque<BatchMeta>,
     /// Broker clock of the producer's last write here (ms since the epoch): drives expiry.
     pub last_seen_ms: i64,
+    /// Largest record timestamp of its newest batch (Kafka's `lastTimestamp`); -1 when
+    /// unknown (restored from a snapshot written before it was kept).
+    pub last_timestamp_ms: i64,
 }
 
 /// What to do with a batch that passed the sequence checks.
@@ -135,6 +141,17 @@ pub enum SequenceError {
     },
 }
 
+/// One producer as DescribeProducers reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ActiveProducer {
+    pub producer_id: i64,
+    pub epoch: i16,
+    /// Sequence of its last remembered record; -1 when no batch is remembered.
+    pub last_sequence: i32,
+    /// Largest record timestamp of its newest batch; -1 when unknown.
+    pub last_timestamp_ms: i64,
+}
+
 #[derive(Debug, Default)]
 pub struct ProducerState {
     producers: HashMap<i64, ProducerEntry>,
@@ -155,6 +172,22 @@ impl ProducerState {
 
     pub fn get(&self, producer_id: i64) -> Option<&ProducerEntry> {
         self.producers.get(&producer_id)
+    }
+
+    /// Every remembered producer, by id.
+    pub fn active(&self) -> Vec<ActiveProducer> {
+        let mut out: Vec<ActiveProducer> = self
+            .producers
+            .iter()
+            .map(|(id, e)| ActiveProducer {
+                producer_id: *id,
+                epoch: e.epoch,
+                last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
+                last_timestamp_ms: e.last_timestamp_ms,
+            })
+            .collect();
+        out.sort_unstable_by_key(|p| p.producer_id);
+        out
     }
 
     pub fn entries(&self) -> impl Iterator<Item = (i64, &ProducerEntry)> {
@@ -230,6 +263,7 @@ impl ProducerState {
                 epoch: batch.epoch,
                 batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
                 last_seen_ms: now_ms,
+                last_timestamp_ms: batch.max_timestamp,
             });
         if entry.epoch != batch.epoch {
             entry.epoch = batch.epoch;
@@ -249,6 +283,7 @@ impl ProducerState {
             next_offset,
         });
         entry.last_seen_ms = entry.last_seen_ms.max(now_ms);
+        entry.last_timestamp_ms = batch.max_timestamp;
     }
 
     /// Puts back an entry read from a snapshot. A last-seen time in the future (the clock
@@ -315,6 +350,7 @@ mod tests {
             epoch,
             first_seq: first,
             last_seq: increment_sequence(first, count - 1),
+            max_timestamp: 1_700_000_000_000,
         }
     }
 

@@ -180,8 +180,8 @@ pub async fn create_topics(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesM
                             .map(|m| m.configs.clone())
                             .unwrap_or_default(),
                     };
-                    let described =
-                        shards::topic_config::describe_topic(&ctx.shard.config.log, &overrides);
+                    let defaults = meta.broker_defaults(&ctx.shard.config.log, ctx.config.node_id);
+                    let described = shards::topic_config::describe_topic(&defaults, &overrides);
                     out.configs = Some(
                         described
                             .into_iter()

@@ -7,13 +7,26 @@
 //! the new settings.
 //!
 //! Broker configs (resource type BROKER, named by this node's id or "" for the cluster
-//! default) are described read-only: they are set at start-up. Altering them is
-//! INVALID_REQUEST, as Kafka answers for configs it cannot change dynamically.
+//! default): the broker-wide topic defaults (`log.retention.ms`, `log.segment.bytes`,
+//! `compression.type`, …, the synonyms of every topic key) are dynamic, as in Kafka:
+//! altering them stores a layer in the cluster metadata ("" for every broker, "<id>" for
+//! this one, the stronger) and every topic without its own override takes the new value
+//! at once. The other broker settings are described read-only; altering one is
+//! INVALID_REQUEST ("Cannot update these configs dynamically"), as Kafka answers, and an
+//! unknown broker key is INVALID_CONFIG (Kafka would store it and ignore it; here a typo
+//! never silently does nothing). Describing "" shows only the cluster-wide dynamic
+//! layer, as Kafka does.
+//!
+//! Group configs (resource type GROUP, Kafka 4's KIP-848/KIP-932 settings) are described
+//! at their defaults: they govern consumer and share groups, and every group here is a
+//! classic one, which takes its timeouts from its members. Altering them is
+//! INVALID_CONFIG, saying so.
 
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
+use futures::channel::oneshot;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
 };
@@ -24,12 +37,83 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{ConfigOp, ConfigOps, ControllerRequest, TopicConfigChange};
+use shards::mesh::{ConfigOp, ConfigOps, ControllerRequest, ShardMessage, TopicConfigChange};
+use shards::routing::CONTROLLER_SHARD;
 use shards::topic_config::{self, ConfigSource, ConfigType, Described};
 use std::collections::{HashMap, HashSet};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_GROUP: i8 = 32;
+
+/// Kafka 4's group configs (`GroupConfig`) with their defaults, which come from the
+/// broker's `group.*` settings: (name, broker synonym, type, default, doc).
+const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] = &[
+    (
+        "consumer.heartbeat.interval.ms",
+        Some("group.consumer.heartbeat.interval.ms"),
+        ConfigType::Int,
+        "5000",
+        "heartbeat interval of consumer-protocol groups (KIP-848; not run by corelog)",
+    ),
+    (
+        "consumer.session.timeout.ms",
+        Some("group.consumer.session.timeout.ms"),
+        ConfigType::Int,
+        "45000",
+        "session timeout of consumer-protocol groups (KIP-848; not run by corelog)",
+    ),
+    (
+        "share.auto.offset.reset",
+        None,
+        ConfigType::String,
+        "latest",
+        "where a share group starts (KIP-932; not run by corelog)",
+    ),
+    (
+        "share.heartbeat.interval.ms",
+        Some("group.share.heartbeat.interval.ms"),
+        ConfigType::Int,
+        "5000",
+        "heartbeat interval of share groups (KIP-932; not run by corelog)",
+    ),
+    (
+        "share.record.lock.duration.ms",
+        Some("group.share.record.lock.duration.ms"),
+        ConfigType::Int,
+        "30000",
+        "record lock duration of share groups (KIP-932; not run by corelog)",
+    ),
+    (
+        "share.session.timeout.ms",
+        Some("group.share.session.timeout.ms"),
+        ConfigType::Int,
+        "45000",
+        "session timeout of share groups (KIP-932; not run by corelog)",
+    ),
+];
+
+fn group_configs() -> Vec<Described> {
+    GROUP_CONFIGS
+        .iter()
+        .map(|(name, synonym, config_type, value, doc)| Described {
+            name: name.to_string(),
+            value: value.to_string(),
+            source: ConfigSource::DefaultConfig,
+            config_type: *config_type,
+            doc,
+            synonyms: synonym
+                .map(|b| {
+                    vec![(
+                        b.to_string(),
+                        value.to_string(),
+                        ConfigSource::DefaultConfig,
+                    )]
+                })
+                .unwrap_or_default(),
+        })
+        .collect()
+}
 
 fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
@@ -148,7 +232,7 @@ fn encode_entry(
 pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
     let req: DescribeConfigsRequest = decode_body(frame)?;
     let meta = ctx.shard.metadata.snapshot();
-    let broker_defaults = &ctx.shard.config.log;
+    let broker_defaults = meta.broker_defaults(&ctx.shard.config.log, ctx.config.node_id);
     let mut body = DescribeConfigsResponse::default();
     // A resource named twice is described once: the others get INVALID_REQUEST, so a
     // small request cannot ask for an enormous answer.
@@ -159,45 +243,59 @@ pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Byt
         out.resource_name = res.resource_name.clone();
         let name = res.resource_name.as_str();
         let first = described_already.insert((res.resource_type, name.to_string()));
-        let described: Result<(Vec<Described>, bool), (ResponseError, String)> =
+        // (entry, read-only) pairs.
+        let described: Result<Vec<(Described, bool)>, (ResponseError, String)> =
             match res.resource_type {
                 _ if !first => Err((
                     ResponseError::InvalidRequest,
                     format!("resource {name} is named more than once"),
                 )),
                 RESOURCE_TOPIC => match meta.topic(name) {
-                    Some(t) => Ok((
-                        topic_config::describe_topic(broker_defaults, &t.configs),
-                        false,
-                    )),
+                    Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
+                        .into_iter()
+                        .map(|d| (d, false))
+                        .collect()),
                     None => Err((
                         ResponseError::UnknownTopicOrPartition,
                         format!("topic {name} does not exist"),
                     )),
                 },
-                RESOURCE_BROKER if name.is_empty() || name == ctx.config.node_id.to_string() => {
-                    let mut all = topic_config::describe_broker(broker_defaults);
-                    all.extend(static_broker_configs(ctx));
-                    Ok((all, true))
+                RESOURCE_BROKER if name.is_empty() => {
+                    Ok(topic_config::describe_cluster_default(&broker_defaults)
+                        .into_iter()
+                        .map(|d| (d, false))
+                        .collect())
+                }
+                RESOURCE_BROKER if name == ctx.config.node_id.to_string() => {
+                    let dynamic = topic_config::describe_broker(&broker_defaults)
+                        .into_iter()
+                        .map(|d| (d, false));
+                    let fixed = static_broker_configs(ctx).into_iter().map(|d| (d, true));
+                    Ok(dynamic.chain(fixed).collect())
                 }
                 RESOURCE_BROKER => Err((
                     ResponseError::InvalidRequest,
                     format!("broker {name} is not this node ({})", ctx.config.node_id),
                 )),
+                RESOURCE_GROUP if name.is_empty() => Err((
+                    ResponseError::InvalidRequest,
+                    "group name must not be empty".to_string(),
+                )),
+                RESOURCE_GROUP => Ok(group_configs().into_iter().map(|d| (d, false)).collect()),
                 other => Err((
                     ResponseError::InvalidRequest,
                     format!("resource type {other} is not supported"),
                 )),
             };
         match described {
-            Ok((all, read_only)) => {
+            Ok(all) => {
                 out.configs = all
                     .iter()
-                    .filter(|d| match &res.configuration_keys {
+                    .filter(|(d, _)| match &res.configuration_keys {
                         Some(keys) => keys.iter().any(|k| k.as_str() == d.name),
                         None => true,
                     })
-                    .map(|d| encode_entry(d, read_only, &req, frame.api_version))
+                    .map(|(d, read_only)| encode_entry(d, *read_only, &req, frame.api_version))
                     .collect();
             }
             Err((code, message)) => {
@@ -216,9 +314,64 @@ pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Byt
     )
 }
 
-/// One resource of an alter request, checked at the edge: a topic change for the
-/// controller, or the error to answer.
-type Checked = Result<TopicConfigChange, (ResponseError, String)>;
+/// One resource of an alter request, checked at the edge.
+enum Change {
+    Topic(TopicConfigChange),
+    /// `resource` is "" or this node's id.
+    Broker {
+        resource: String,
+        ops: ConfigOps,
+    },
+}
+
+/// A change for the controller, or the error to answer.
+type Checked = Result<Change, (ResponseError, String)>;
+
+/// The keys a change to `ops` names.
+fn op_keys(ops: &ConfigOps) -> Vec<&str> {
+    match ops {
+        ConfigOps::Replace(pairs) => pairs.iter().map(|(k, _)| k.as_str()).collect(),
+        ConfigOps::Incremental(list) => list
+            .iter()
+            .map(|op| match op {
+                ConfigOp::Set(k, _)
+                | ConfigOp::Delete(k)
+                | ConfigOp::Append(k, _)
+                | ConfigOp::Subtract(k, _) => k.as_str(),
+            })
+            .collect(),
+    }
+}
+
+/// Sorts the keys of a broker change: static ones are INVALID_REQUEST (Kafka's wording),
+/// unknown ones INVALID_CONFIG; the dynamic ones go on.
+fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (ResponseError, String)> {
+    let keys = op_keys(ops);
+    let fixed: Vec<String> = static_broker_configs(ctx)
+        .into_iter()
+        .map(|d| d.name)
+        .filter(|n| keys.contains(&n.as_str()))
+        .collect();
+    if !fixed.is_empty() {
+        return Err((
+            ResponseError::InvalidRequest,
+            format!(
+                "Cannot update these configs dynamically: Set({})",
+                fixed.join(", ")
+            ),
+        ));
+    }
+    match keys
+        .iter()
+        .find(|k| topic_config::def_by_broker_name(k).is_none())
+    {
+        Some(k) => Err((
+            ResponseError::InvalidConfig,
+            format!("Unknown broker config name: {k}"),
+        )),
+        None => Ok(()),
+    }
+}
 
 fn check_resource(
     ctx: &Ctx,
@@ -233,20 +386,29 @@ fn check_resource(
             format!("resource {name} is named more than once"),
         ));
     }
+    let ops = ops.map_err(|m| (ResponseError::InvalidRequest, m))?;
     match resource_type {
-        RESOURCE_TOPIC => {
-            let ops = ops.map_err(|m| (ResponseError::InvalidRequest, m))?;
-            Ok(TopicConfigChange {
-                topic: name.to_string(),
+        RESOURCE_TOPIC => Ok(Change::Topic(TopicConfigChange {
+            topic: name.to_string(),
+            ops,
+        })),
+        RESOURCE_BROKER if name.is_empty() || name == ctx.config.node_id.to_string() => {
+            check_broker_keys(ctx, &ops)?;
+            Ok(Change::Broker {
+                resource: name.to_string(),
                 ops,
             })
         }
         RESOURCE_BROKER => Err((
             ResponseError::InvalidRequest,
             format!(
-                "broker configs of node {} are static: set them at start-up (serve --topic-default, or the config file)",
+                "Unexpected broker id, expected {} or empty string, but received {name}",
                 ctx.config.node_id
             ),
+        )),
+        RESOURCE_GROUP => Err((
+            ResponseError::InvalidConfig,
+            "group configs govern consumer and share groups (KIP-848, KIP-932); this broker runs classic groups only, which take their settings from their members".to_string(),
         )),
         other => Err((
             ResponseError::InvalidRequest,
@@ -255,7 +417,8 @@ fn check_resource(
     }
 }
 
-/// Sends the checked changes to the controller; returns one outcome per resource.
+/// Sends the checked changes to the controller (the topic changes together, each broker
+/// change on its own); returns one outcome per resource.
 async fn alter(
     ctx: &Ctx,
     checked: Vec<Checked>,
@@ -263,31 +426,55 @@ async fn alter(
 ) -> Vec<Result<(), (ResponseError, String)>> {
     let changes: Vec<TopicConfigChange> = checked
         .iter()
-        .filter_map(|c| c.as_ref().ok().cloned())
+        .filter_map(|c| match c {
+            Ok(Change::Topic(t)) => Some(t.clone()),
+            _ => None,
+        })
         .collect();
-    let mut answers = super::admin::ask_controller(ctx, changes.len(), |reply| {
-        ControllerRequest::AlterTopicConfigs {
-            changes,
-            validate_only,
-            reply,
-        }
-    })
-    .await
-    .into_iter();
-    checked
+    let mut answers = if changes.is_empty() {
+        Vec::new().into_iter()
+    } else {
+        super::admin::ask_controller(ctx, changes.len(), |reply| {
+            ControllerRequest::AlterTopicConfigs {
+                changes,
+                validate_only,
+                reply,
+            }
+        })
+        .await
         .into_iter()
-        .map(|c| match c {
+    };
+    let mut out = Vec::with_capacity(checked.len());
+    for c in checked {
+        let outcome = match c {
             Err(e) => Err(e),
-            Ok(_) => match answers.next() {
-                Some(Ok(())) => Ok(()),
-                Some(Err(e)) => Err((error_code::topic(&e), e.to_string())),
+            Ok(Change::Topic(_)) => match answers.next() {
+                Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
                 None => Err((
                     ResponseError::UnknownServerError,
                     "no controller answer".into(),
                 )),
             },
-        })
-        .collect()
+            Ok(Change::Broker { resource, ops }) => {
+                let (tx, rx) = oneshot::channel();
+                let msg = ShardMessage::Controller(ControllerRequest::AlterBrokerConfigs {
+                    resource,
+                    ops,
+                    validate_only,
+                    reply: tx,
+                });
+                match ctx.shard.call(CONTROLLER_SHARD, msg, rx).await {
+                    Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
+                    None => Err((
+                        ResponseError::UnknownServerError,
+                        "the controller is unavailable".into(),
+                    )),
+                }
+            }
+        };
+        out.push(outcome);
+    }
+    out
 }
 
 /// The resources named more than once in one request (Kafka refuses each of them).

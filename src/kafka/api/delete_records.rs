@@ -25,12 +25,15 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
     let meta = ctx.shard.metadata.snapshot();
     let mut slots: Vec<Vec<DeleteRecordsPartitionResult>> = Vec::with_capacity(req.topics.len());
     let mut per_shard = PerShard::new(ctx.shard.shard_count());
+    let defaults = meta
+        .broker_defaults(&ctx.shard.config.log, ctx.config.node_id)
+        .effective();
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.name.0.as_str();
         let topic: Arc<str> = name.into();
         // Kafka refuses DeleteRecords on a topic that is only compacted.
         let compact_only = meta.topic(name).is_some_and(|m| {
-            shards::topic_config::resolve(&ctx.shard.config.log, &m.configs)
+            shards::topic_config::resolve(&defaults, &m.configs)
                 .is_ok_and(|c| c.cleanup.compact && !c.cleanup.delete)
         });
         let mut parts = Vec::with_capacity(t.partitions.len());

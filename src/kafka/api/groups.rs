@@ -509,7 +509,10 @@ pub async fn describe_groups(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Byte
         let mut out = DescribedGroup::default();
         out.group_id = g.clone();
         if v >= 3 {
-            out.authorized_operations = i32::MIN;
+            out.authorized_operations = crate::kafka::authorized_operations::if_requested(
+                req.include_authorized_operations,
+                crate::kafka::authorized_operations::GROUP,
+            );
         }
         match call(
             ctx,
@@ -554,6 +557,9 @@ pub async fn describe_groups(ctx: &Ctx, frame: &mut RequestFrame) -> Result<Byte
     )
 }
 
+/// Kafka's name of the classic group protocol's type (ListGroups v5).
+const CLASSIC_GROUP_TYPE: &str = "classic";
+
 pub async fn list_groups(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
     let req: ListGroupsRequest = decode_body(frame)?;
     let v = frame.api_version;
@@ -573,12 +579,20 @@ pub async fn list_groups(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut
         .iter()
         .map(|x| s(x).to_ascii_lowercase())
         .collect();
+    // v5 (KIP-848) filters by group type; every group here is a classic one.
+    let classic_wanted = req.types_filter.is_empty()
+        || req
+            .types_filter
+            .iter()
+            .any(|t| t.as_str().eq_ignore_ascii_case(CLASSIC_GROUP_TYPE));
     let mut body = ListGroupsResponse::default();
     for answer in futures::future::join_all(calls).await {
         match answer {
             Some(GroupAnswer::Listed(groups)) => {
                 for g in groups {
-                    if !filter.is_empty() && !filter.contains(&g.state.to_ascii_lowercase()) {
+                    if !classic_wanted
+                        || (!filter.is_empty() && !filter.contains(&g.state.to_ascii_lowercase()))
+                    {
                         continue;
                     }
                     let mut out = ListedGroup::default();
@@ -586,6 +600,9 @@ pub async fn list_groups(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut
                     out.protocol_type = sb(g.protocol_type);
                     if v >= 4 {
                         out.group_state = sb(g.state);
+                    }
+                    if v >= 5 {
+                        out.group_type = sb(CLASSIC_GROUP_TYPE.to_string());
                     }
                     body.groups.push(out);
                 }

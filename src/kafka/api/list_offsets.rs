@@ -1,4 +1,10 @@
-//! ListOffsets (v1–v6): earliest (-2), latest (-1, the high watermark) and by timestamp.
+//! ListOffsets (v1–v10): earliest (-2), latest (-1, the high watermark), by timestamp,
+//! and from v7 the record with the largest timestamp (-3, KIP-734), from v8 the earliest
+//! local offset (-4) and from v9 the latest tiered one (-5, KIP-1005). With no tiered
+//! storage the local log is the whole log: -4 is the log start and nothing is tiered (-5
+//! answers offset -1, as Kafka does without remote storage). Every offset a single node
+//! has is committed, so read_committed (v2+) sees the same as read_uncommitted; v10's
+//! timeout is for remote storage and has nothing to wait on here.
 
 use super::fan_out::PerShard;
 use super::Ctx;
@@ -10,7 +16,7 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{ShardMessage, TopicPartition};
+use shards::mesh::{ShardMessage, TopicPartition, LATEST_TIERED_TIMESTAMP};
 use std::sync::Arc;
 
 pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
@@ -32,8 +38,8 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
             }
             if !meta.has_partition(name, p.partition_index) {
                 out.error_code = ResponseError::UnknownTopicOrPartition.code();
-            } else if p.timestamp < -2 {
-                // -3 (max timestamp, v7) and below are not part of the versions we serve.
+            } else if p.timestamp < LATEST_TIERED_TIMESTAMP {
+                // Special values Kafka added later (-6: earliest pending upload, v11).
                 out.error_code = ResponseError::UnsupportedVersion.code();
             } else {
                 let tp = TopicPartition {

@@ -7,6 +7,7 @@
 
 use super::admin::create_via_controller;
 use super::Ctx;
+use crate::kafka::authorized_operations::{self as ops, NOT_REQUESTED};
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
@@ -18,9 +19,6 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use shards::mesh::{NewTopic, TopicError};
 use shards::metadata::{validate_topic_name, ClusterMetadata, TopicMeta};
-
-/// Kafka's "authorized operations not requested" marker.
-const OPERATIONS_UNKNOWN: i32 = i32::MIN;
 
 pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
     let req: MetadataRequest = decode_body(frame)?;
@@ -38,11 +36,18 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
         ),
     };
 
+    // KIP-430: asked for by v8+ (the cluster's only up to v10; v11 moved it to
+    // DescribeCluster).
+    let topic_ops = ops::if_requested(req.include_topic_authorized_operations, ops::TOPIC);
+    let cluster_ops = ops::if_requested(
+        (8..=10).contains(&version) && req.include_cluster_authorized_operations,
+        ops::CLUSTER,
+    );
     let mut topics = Vec::new();
     match requested {
         None => {
             for t in meta.topics.values() {
-                topics.push(topic_entry(ctx, t, version));
+                topics.push(topic_entry(ctx, t, topic_ops));
             }
         }
         Some(list) => {
@@ -80,7 +85,7 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
                     None => meta.topic_by_id(id),
                 };
                 let entry = match (found, &name) {
-                    (Some(t), _) => topic_entry(ctx, t, version),
+                    (Some(t), _) => topic_entry(ctx, t, topic_ops),
                     (None, Some(n)) => {
                         let code = if validate_topic_name(n).is_err() {
                             ResponseError::InvalidTopicException
@@ -100,7 +105,7 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
     for t in &topics {
         error_code::count(ApiKey::Metadata, t.error_code);
     }
-    let body = response(ctx, &meta, topics);
+    let body = response(ctx, &meta, topics, cluster_ops);
     encode_response(
         ApiKey::Metadata,
         version,
@@ -113,6 +118,7 @@ fn response(
     ctx: &Ctx,
     meta: &ClusterMetadata,
     topics: Vec<MetadataResponseTopic>,
+    cluster_ops: i32,
 ) -> MetadataResponse {
     let mut broker = MetadataResponseBroker::default();
     broker.node_id = BrokerId(ctx.config.node_id);
@@ -123,17 +129,17 @@ fn response(
     r.cluster_id = Some(StrBytes::from_string(meta.cluster_id.clone()));
     r.controller_id = BrokerId(ctx.config.node_id);
     r.topics = topics;
-    r.cluster_authorized_operations = OPERATIONS_UNKNOWN;
+    r.cluster_authorized_operations = cluster_ops;
     r
 }
 
-fn topic_entry(ctx: &Ctx, t: &TopicMeta, _version: i16) -> MetadataResponseTopic {
+fn topic_entry(ctx: &Ctx, t: &TopicMeta, topic_ops: i32) -> MetadataResponseTopic {
     let node = BrokerId(ctx.config.node_id);
     let mut out = MetadataResponseTopic::default();
     out.name = Some(TopicName(StrBytes::from_string(t.name.clone())));
     out.topic_id = t.id;
     out.is_internal = t.name.starts_with("__");
-    out.topic_authorized_operations = OPERATIONS_UNKNOWN;
+    out.topic_authorized_operations = topic_ops;
     out.partitions = (0..t.partitions)
         .map(|p| {
             let mut mp = MetadataResponsePartition::default();
@@ -157,6 +163,6 @@ fn missing_topic(
     out.error_code = code.code();
     out.name = name.map(|n| TopicName(StrBytes::from_string(n.clone())));
     out.topic_id = id;
-    out.topic_authorized_operations = OPERATIONS_UNKNOWN;
+    out.topic_authorized_operations = NOT_REQUESTED;
     out
 }

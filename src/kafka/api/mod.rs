@@ -10,6 +10,9 @@ pub mod api_versions;
 pub mod client_quotas;
 pub mod configs;
 pub mod delete_records;
+pub mod describe_cluster;
+pub mod describe_partitions;
+pub mod describe_topic_partitions;
 pub mod fan_out;
 pub mod fetch;
 pub mod groups;
@@ -35,17 +38,17 @@ pub struct Ctx {
 }
 
 /// Exactly what corelog implements, advertised by ApiVersions. Ranges are what
-/// librdkafka 2.x, the Java 3.x/4.x clients and kafka-python use, limited to versions
-/// whose semantics are fully implemented: Produce from v3 and Fetch from v4 because
-/// only RecordBatch v2 is stored (no down-conversion); Fetch to v12 and Metadata to v12
-/// because v13+ addresses topics by id only; ListOffsets to v6 (v7 adds max-timestamp
-/// lookups, not implemented). Group APIs stop below the versions of the new consumer
-/// protocol (KIP-848: OffsetCommit/OffsetFetch v9) and of JoinGroup/ListGroups features
-/// not built (ListGroups v5 type filter).
+/// librdkafka 2.x, the Java 3.x/4.x clients, franz-go and kafka-python use, limited to
+/// versions whose semantics are fully implemented: Produce from v3 and Fetch from v4
+/// because only RecordBatch v2 is stored (no down-conversion); Fetch to v12 and Metadata
+/// to v12 because v13+ address topics by id only (clients fall back to v12 with names).
+/// Group APIs stop below the versions of the new consumer protocol (KIP-848:
+/// OffsetCommit/OffsetFetch v9); ListGroups v5 filters by type and every group here is
+/// classic. Transactions (AddPartitionsToTxn, EndTxn, …) are not served.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 12),
-    (ApiKey::ListOffsets, 1, 6),
+    (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
     (ApiKey::ApiVersions, 0, 3),
     (ApiKey::CreateTopics, 0, 7),
@@ -59,7 +62,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::OffsetCommit, 0, 8),
     (ApiKey::OffsetFetch, 0, 8),
     (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 4),
+    (ApiKey::ListGroups, 0, 5),
     (ApiKey::DeleteGroups, 0, 2),
     (ApiKey::OffsetDelete, 0, 0),
     (ApiKey::DescribeConfigs, 1, 4),
@@ -69,6 +72,10 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::InitProducerId, 0, 4),
     (ApiKey::DescribeClientQuotas, 0, 1),
     (ApiKey::AlterClientQuotas, 0, 1),
+    (ApiKey::DescribeLogDirs, 1, 4),
+    (ApiKey::DescribeCluster, 0, 2),
+    (ApiKey::DescribeProducers, 0, 0),
+    (ApiKey::DescribeTopicPartitions, 0, 0),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -138,6 +145,16 @@ pub async fn handle(
         ApiKey::InitProducerId => init_producer_id::handle(ctx, &mut frame).await.map(Some),
         ApiKey::DescribeClientQuotas => client_quotas::describe(ctx, &mut frame).map(Some),
         ApiKey::AlterClientQuotas => client_quotas::alter(ctx, &mut frame).await.map(Some),
+        ApiKey::DescribeLogDirs => describe_partitions::describe_log_dirs(ctx, &mut frame)
+            .await
+            .map(Some),
+        ApiKey::DescribeCluster => describe_cluster::handle(ctx, &mut frame).map(Some),
+        ApiKey::DescribeProducers => describe_partitions::describe_producers(ctx, &mut frame)
+            .await
+            .map(Some),
+        ApiKey::DescribeTopicPartitions => {
+            describe_topic_partitions::handle(ctx, &mut frame).map(Some)
+        }
         other => Err(FrameError::UnsupportedVersion {
             api: other,
             version: frame.api_version,

@@ -1,0 +1,71 @@
+//! DescribeCluster (v0–v2): the brokers clients may talk to and the controller.
+//!
+//! A single node is the whole cluster: it lists itself (never fenced, no rack) and names
+//! itself as controller, as a Kafka broker names a live broker, since clients never reach
+//! the KRaft controllers. Asking a broker for the controllers' endpoints (endpoint type 2,
+//! v1+) is UNSUPPORTED_ENDPOINT_TYPE, as Kafka answers; any other type INVALID_REQUEST.
+
+use super::Ctx;
+use crate::kafka::authorized_operations as ops;
+use crate::kafka::error_code;
+use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use bytes::BytesMut;
+use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
+use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+const ENDPOINT_BROKERS: i8 = 1;
+const ENDPOINT_CONTROLLERS: i8 = 2;
+
+pub fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+    let req: DescribeClusterRequest = decode_body(frame)?;
+    let version = frame.api_version;
+    // v0 has no endpoint type: it asks for brokers.
+    let endpoint_type = if version >= 1 {
+        req.endpoint_type
+    } else {
+        ENDPOINT_BROKERS
+    };
+    let mut body = DescribeClusterResponse::default();
+    if version >= 1 {
+        body.endpoint_type = endpoint_type;
+    }
+    body.cluster_id = StrBytes::from_string(ctx.shard.metadata.snapshot().cluster_id.clone());
+    body.cluster_authorized_operations =
+        ops::if_requested(req.include_cluster_authorized_operations, ops::CLUSTER);
+    match endpoint_type {
+        ENDPOINT_BROKERS => {
+            let mut broker = DescribeClusterBroker::default();
+            broker.broker_id = BrokerId(ctx.config.node_id);
+            broker.host = StrBytes::from_string(ctx.config.advertise_host.clone());
+            broker.port = ctx.config.advertise_port;
+            broker.rack = None;
+            body.brokers = vec![broker];
+            body.controller_id = BrokerId(ctx.config.node_id);
+        }
+        other => {
+            let (error, message) = if other == ENDPOINT_CONTROLLERS {
+                (
+                    ResponseError::UnsupportedEndpointType,
+                    "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER".to_string(),
+                )
+            } else {
+                (
+                    ResponseError::InvalidRequest,
+                    format!("unknown endpoint type {other}"),
+                )
+            };
+            body.error_code = error.code();
+            body.error_message = Some(StrBytes::from_string(message));
+            body.controller_id = BrokerId(-1);
+        }
+    }
+    error_code::count(ApiKey::DescribeCluster, body.error_code);
+    encode_response(
+        ApiKey::DescribeCluster,
+        version,
+        frame.header.correlation_id,
+        &body,
+    )
+}
