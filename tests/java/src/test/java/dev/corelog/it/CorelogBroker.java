@@ -32,7 +32,9 @@ import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.apache.kafka.common.serialization.ByteArraySerializer;
 import org.junit.jupiter.api.extension.AfterAllCallback;
+import org.junit.jupiter.api.extension.AfterEachCallback;
 import org.junit.jupiter.api.extension.BeforeAllCallback;
+import org.junit.jupiter.api.extension.BeforeEachCallback;
 import org.junit.jupiter.api.extension.ExtensionContext;
 import org.junit.jupiter.api.extension.TestExecutionExceptionHandler;
 
@@ -42,7 +44,11 @@ import org.junit.jupiter.api.extension.TestExecutionExceptionHandler;
  * <p>Register it as a static {@code @RegisterExtension} field: it starts before the class's
  * first test and stops after its last; a failing test gets the tail of the broker's log
  * attached to its exception (as a suppressed {@link BrokerLog}), so the surefire report
- * shows what the broker said. It can also be used on its own with try-with-resources.
+ * shows what the broker said. A test during which the broker logs a warning or an error
+ * fails with those lines: corelog warns when it closes a connection on a request it cannot
+ * serve (an unsupported version, a body it cannot decode), which a client may otherwise
+ * paper over by retrying or falling back. It can also be used on its own with
+ * try-with-resources.
  *
  * <ul>
  *   <li>Binary: system property {@code corelog.bin}, else env {@code CORELOG_BIN}, else
@@ -54,9 +60,16 @@ import org.junit.jupiter.api.extension.TestExecutionExceptionHandler;
  *   <li>Log: {@code target/corelog-logs/<name>-<port>.log} (kept, it is build output).
  *   <li>A JVM that exits without closing the broker kills it (shutdown hook).
  * </ul>
+ *
+ * <p>To check the tests' expectations against Apache Kafka itself, set
+ * {@code -Dcorelog.it.external=HOST:PORT} (and {@code -Dcorelog.it.external.logDir=DIR}, its
+ * {@code log.dirs}): no broker is started and every class talks to that one, which must be
+ * configured as the classes expect (node.id=1, num.partitions=4,
+ * offsets.topic.num.partitions=8, group.initial.rebalance.delay.ms=0).
  */
 public final class CorelogBroker
-        implements AutoCloseable, BeforeAllCallback, AfterAllCallback, TestExecutionExceptionHandler {
+        implements AutoCloseable, BeforeAllCallback, AfterAllCallback, BeforeEachCallback, AfterEachCallback,
+        TestExecutionExceptionHandler {
 
     private static final int START_ATTEMPTS_MAX = 6;
     private static final Duration READY_TIMEOUT = Duration.ofSeconds(30);
@@ -78,6 +91,10 @@ public final class CorelogBroker
     private Path logFile;
     private int kafkaPort;
     private int httpPort;
+    /** Log lines before the running test began. */
+    private int logMark;
+    /** Talking to a broker this class did not start (see the class comment). */
+    private boolean external;
 
     /**
      * @param name      used in the log file's name (the test class, typically)
@@ -94,7 +111,15 @@ public final class CorelogBroker
 
     /** Starts the broker and waits until /health answers "ok". Idempotent. */
     public synchronized CorelogBroker start() throws IOException, InterruptedException {
-        if (process != null) {
+        if (process != null || external) {
+            return this;
+        }
+        String ext = System.getProperty("corelog.it.external");
+        if (ext != null && !ext.isBlank()) {
+            external = true;
+            kafkaPort = Integer.parseInt(ext.substring(ext.lastIndexOf(':') + 1));
+            String dir = System.getProperty("corelog.it.external.logDir");
+            dataDir = dir == null ? null : Paths.get(dir);
             return this;
         }
         Path bin = binary();
@@ -180,7 +205,7 @@ public final class CorelogBroker
             kill(process);
             process = null;
         }
-        if (dataDir != null) {
+        if (dataDir != null && !external) {
             deleteRecursively(dataDir);
         }
     }
@@ -210,6 +235,23 @@ public final class CorelogBroker
     @Override
     public void afterAll(ExtensionContext context) {
         close();
+    }
+
+    @Override
+    public void beforeEach(ExtensionContext context) {
+        logMark = logLines().size();
+    }
+
+    @Override
+    public void afterEach(ExtensionContext context) {
+        List<String> lines = logLines();
+        List<String> bad = lines.subList(Math.min(logMark, lines.size()), lines.size()).stream()
+                .filter(l -> l.matches("^\\S+\\s+(WARN|ERROR)\\s.*"))
+                .toList();
+        if (!bad.isEmpty()) {
+            throw new AssertionError("the broker logged " + bad.size() + " warning(s)/error(s) during "
+                    + context.getDisplayName() + " (" + logFile + "):\n" + String.join("\n", bad));
+        }
     }
 
     @Override
@@ -243,7 +285,7 @@ public final class CorelogBroker
     }
 
     public synchronized boolean alive() {
-        return process != null && process.isAlive();
+        return external || (process != null && process.isAlive());
     }
 
     /** The last {@code lines} lines of the broker's log, colour codes removed. */

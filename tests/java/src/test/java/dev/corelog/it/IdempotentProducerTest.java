@@ -203,7 +203,7 @@ class IdempotentProducerTest {
 
     private static void createTopic(String topic, int partitions) throws Exception {
         try (Admin admin = broker.admin()) {
-            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get(30, TimeUnit.SECONDS);
+            Await.createTopic(admin, new NewTopic(topic, partitions, (short) 1));
         }
     }
 
