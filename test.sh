@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# Full test run: Rust unit/integration tests, then the Python end-to-end suite
-# (tests/integration) against the real release binary.
+# Full test run: Rust unit/integration tests, the Python end-to-end suite
+# (tests/integration, which also runs Apache Kafka's CLI tools), the Java client's tests
+# (tests/java) and the franz-go tests (tests/go), all against the real release binary.
+# Kafka's jars (Maven Central) and franz-go (the Go module proxy) are fetched into the
+# git-ignored .cache/, so a second run fetches nothing.
 #
 # Environment:
 #   CORELOG_BIN           broker binary for the Python suite
@@ -49,6 +52,24 @@ if ! command -v kcat >/dev/null 2>&1; then
 fi
 
 # ---------------------------------------------------------------------------
+# Java (Apache Kafka's client, CLI tools and broker) and Go (franz-go)
+# ---------------------------------------------------------------------------
+apt_install() {
+    [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1 || return 1
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq "$@" >/dev/null 2>&1 \
+        || { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq "$@" >/dev/null 2>&1; }
+}
+command -v java >/dev/null 2>&1 || { log "installing a JDK"; apt_install openjdk-17-jdk-headless; }
+command -v mvn >/dev/null 2>&1 || { log "installing Maven"; apt_install maven; }
+command -v go >/dev/null 2>&1 || { log "installing Go"; apt_install golang-go; }
+log "fetching Apache Kafka's jars (tests/java/pom.xml) into .cache/"
+tools/kafka-cli/kafka-cli.sh --fetch
+export GOMODCACHE="$PWD/.cache/go-mod" GOPATH="$PWD/.cache/go" GOFLAGS=-modcacherw
+log "fetching franz-go (tests/go/go.mod) into .cache/"
+(cd tests/go && go mod download)
+
+# ---------------------------------------------------------------------------
 # Rust
 # ---------------------------------------------------------------------------
 # The binaries first: corelog-load's integration tests and the Python suite run the real
@@ -71,3 +92,13 @@ log "pytest tests/integration (CORELOG_BIN=$CORELOG_BIN)"
 timeout --signal=INT --kill-after=60 "${IT_TIMEOUT_S:-1800}" \
     python3 -m pytest -q -ra -p no:cacheprovider -o faulthandler_timeout=300 \
     tests/integration ${PYTEST_ARGS:-}
+
+# ---------------------------------------------------------------------------
+# Apache Kafka's Java client and franz-go against the real broker
+# ---------------------------------------------------------------------------
+log "mvn test: the Java client (tests/java)"
+mvn -B -ntp -Dmaven.repo.local="$PWD/.cache/m2" -f tests/java/pom.xml test \
+    -Dcorelog.bin="$CORELOG_BIN"
+
+log "go test: franz-go (tests/go)"
+(cd tests/go && CORELOG_BIN="$CORELOG_BIN" go test -count=1 -timeout 600s ./...)

@@ -466,6 +466,19 @@ impl BrokerDefaults<'_> {
     }
 }
 
+/// A stored value as described: list items trimmed, in their order.
+fn stored(value: &str) -> String {
+    if value.contains(',') {
+        value
+            .split(',')
+            .map(str::trim)
+            .collect::<Vec<_>>()
+            .join(",")
+    } else {
+        value.trim().to_string()
+    }
+}
+
 /// Checks a change to a dynamic broker layer: every key must be the broker name of a
 /// topic key and every value must parse. Returns the first refusal.
 pub fn check_broker_layer(layer: &BTreeMap<String, String>) -> Result<(), ConfigError> {
@@ -501,9 +514,15 @@ pub fn describe_topic(
                 broker.source(d)
             };
             synonyms.extend(broker.synonyms(d));
+            // The value as it was set, where it was set: list items keep their order
+            // (`delete,compact` after an APPEND), as Kafka shows them.
+            let value = match synonyms.first() {
+                Some((_, v, src)) if *src != ConfigSource::DefaultConfig => stored(v),
+                _ => get(&effective, d.name).unwrap_or_default(),
+            };
             Described {
                 name: d.name.to_string(),
-                value: get(&effective, d.name).unwrap_or_default(),
+                value,
                 source,
                 config_type: d.config_type,
                 doc: d.doc,
@@ -518,13 +537,20 @@ pub fn describe_topic(
 pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
     let effective = broker.effective();
     DEFS.iter()
-        .map(|d| Described {
-            name: d.broker_name.to_string(),
-            value: get(&effective, d.name).unwrap_or_default(),
-            source: broker.source(d),
-            config_type: d.config_type,
-            doc: d.doc,
-            synonyms: broker.synonyms(d),
+        .map(|d| {
+            let synonyms = broker.synonyms(d);
+            let value = match synonyms.first() {
+                Some((_, v, src)) if *src != ConfigSource::DefaultConfig => stored(v),
+                _ => get(&effective, d.name).unwrap_or_default(),
+            };
+            Described {
+                name: d.broker_name.to_string(),
+                value,
+                source: broker.source(d),
+                config_type: d.config_type,
+                doc: d.doc,
+                synonyms,
+            }
         })
         .collect()
 }

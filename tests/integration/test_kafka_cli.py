@@ -879,6 +879,12 @@ def test_verifiable_producer_consumer_nothing_lost(kb, tmp_path):
             return last
 
         b.wait_for("group committed to the log end", lambda: committed() == ends, timeout=120)
+
+        def b_owns_all():
+            assigned = b.events("partitions_assigned")
+            return assigned and sorted(p["partition"] for p in assigned[-1]["partitions"]) == [0, 1, 2]
+        # a's leave is a rebalance b takes part in (on its next heartbeat) before it is stopped
+        b.wait_for("b assigned every partition after a left", b_owns_all, timeout=60)
         assert b.stop() in STOPPED, b.why()
     finally:
         for proc in procs:

@@ -1078,7 +1078,8 @@ impl PartitionLog {
                     return false;
                 }
                 let whole = h.base_offset >= lso;
-                if h.last_offset() < lso || (whole && best.is_some_and(|b| h.max_timestamp <= b.1)) {
+                if h.last_offset() < lso || (whole && best.is_some_and(|b| h.max_timestamp <= b.1))
+                {
                     return true;
                 }
                 // The batch's largest visible timestamp: its header's when it is all

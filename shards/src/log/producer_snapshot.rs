@@ -297,8 +297,14 @@ mod tests {
         file.extend_from_slice(&body);
         let state = decode(&file, i64::MAX).expect("a version 1 file decodes");
         let e = state.get(7).expect("the producer");
-        assert_eq!((e.epoch, e.last_seen_ms, e.last_timestamp_ms), (2, 1000, -1));
-        assert_eq!(e.batches.back().map(|b| (b.last_seq, b.next_offset)), Some((4, 15)));
+        assert_eq!(
+            (e.epoch, e.last_seen_ms, e.last_timestamp_ms),
+            (2, 1000, -1)
+        );
+        assert_eq!(
+            e.batches.back().map(|b| (b.last_seq, b.next_offset)),
+            Some((4, 15))
+        );
     }
 
     #[test]

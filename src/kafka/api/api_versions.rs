@@ -1,4 +1,5 @@
-//! ApiVersions (v0–v3): what this broker implements, and the KIP-511 fallback.
+//! ApiVersions (v0–v4; v4 only lets the supported-features minimum be 0): what this
+//! broker implements, and the KIP-511 fallback.
 //!
 //! A client that sends a newer ApiVersions than we know gets a v0-format response with
 //! UNSUPPORTED_VERSION and our ranges, so it can retry at a version we support (PITFALLS

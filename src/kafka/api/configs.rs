@@ -119,75 +119,99 @@ fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
 }
 
-/// Broker settings outside the topic-default table, shown read-only.
+/// Broker settings outside the topic-default table, shown read-only. Each is
+/// STATIC_BROKER_CONFIG when set at start-up to something other than Kafka's default
+/// (the addresses and the data directory always are), else DEFAULT_CONFIG, as Kafka
+/// reports them.
 fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
     let c = &ctx.config;
-    let entry = |name: &str, value: String, config_type: ConfigType, doc: &'static str| Described {
-        name: name.to_string(),
-        value,
-        source: ConfigSource::StaticBrokerConfig,
-        config_type,
-        doc,
-        synonyms: Vec::new(),
+    let entry = |name: &str,
+                 value: String,
+                 kafka_default: Option<&str>,
+                 config_type: ConfigType,
+                 doc: &'static str| {
+        let source = if kafka_default == Some(value.as_str()) {
+            ConfigSource::DefaultConfig
+        } else {
+            ConfigSource::StaticBrokerConfig
+        };
+        Described {
+            name: name.to_string(),
+            synonyms: vec![(name.to_string(), value.clone(), source)],
+            value,
+            source,
+            config_type,
+            doc,
+        }
     };
     vec![
         entry(
             "node.id",
             c.node_id.to_string(),
+            None,
             ConfigType::Int,
             "this node's id",
         ),
         entry(
             "broker.id",
             c.node_id.to_string(),
+            None,
             ConfigType::Int,
             "this node's id",
         ),
         entry(
             "log.dirs",
             c.data_dir.display().to_string(),
+            None,
             ConfigType::String,
             "the data directory",
         ),
         entry(
             "listeners",
             format!("PLAINTEXT://{}", c.listen),
+            None,
             ConfigType::List,
             "where the broker accepts connections",
         ),
         entry(
             "advertised.listeners",
             format!("PLAINTEXT://{}:{}", c.advertise_host, c.advertise_port),
+            None,
             ConfigType::List,
             "the address clients are told to use",
         ),
         entry(
             "num.partitions",
             c.num_partitions.to_string(),
+            Some("1"),
             ConfigType::Int,
             "partitions of an auto-created topic",
         ),
         entry(
             "auto.create.topics.enable",
             c.auto_create_topics.to_string(),
+            Some("true"),
             ConfigType::Boolean,
             "create unknown topics on metadata requests",
         ),
         entry(
             "socket.request.max.bytes",
             c.socket_request_max_bytes.to_string(),
+            Some("104857600"),
             ConfigType::Int,
             "largest request accepted",
         ),
         entry(
             "offsets.topic.num.partitions",
             c.groups.offsets_partitions.to_string(),
+            Some("50"),
             ConfigType::Int,
             "partitions of __consumer_offsets",
         ),
         entry(
             "log.retention.check.interval.ms",
             c.retention_check_interval_ms.to_string(),
+            Some("300000"),
             ConfigType::Long,
             "how often retention and compaction look for work",
         ),

@@ -80,6 +80,10 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
                 meta = ctx.shard.metadata.snapshot();
             }
             for (name, id) in list {
+                // A non-zero topic id names the topic whatever the name says: the Java
+                // client describes by id with an empty (not null) name, as Kafka allows.
+                let by_id = !id.is_nil();
+                let name = if by_id { None } else { name };
                 let found = match &name {
                     Some(n) => meta.topic(n),
                     None => meta.topic_by_id(id),

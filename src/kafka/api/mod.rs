@@ -20,6 +20,7 @@ pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
 pub mod produce;
+pub mod scram_credentials;
 
 use super::frame::{FrameError, RequestFrame};
 use crate::config::BrokerConfig;
@@ -50,7 +51,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Fetch, 4, 12),
     (ApiKey::ListOffsets, 1, 10),
     (ApiKey::Metadata, 0, 12),
-    (ApiKey::ApiVersions, 0, 3),
+    (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
     (ApiKey::CreatePartitions, 0, 3),
@@ -76,6 +77,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::DescribeCluster, 0, 2),
     (ApiKey::DescribeProducers, 0, 0),
     (ApiKey::DescribeTopicPartitions, 0, 0),
+    (ApiKey::DescribeUserScramCredentials, 0, 0),
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -152,6 +154,9 @@ pub async fn handle(
         ApiKey::DescribeProducers => describe_partitions::describe_producers(ctx, &mut frame)
             .await
             .map(Some),
+        ApiKey::DescribeUserScramCredentials => {
+            scram_credentials::describe(ctx, &mut frame).map(Some)
+        }
         ApiKey::DescribeTopicPartitions => {
             describe_topic_partitions::handle(ctx, &mut frame).map(Some)
         }
