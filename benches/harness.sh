@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The macro benchmark harness (see benches/harness.py). Usage: benches/harness.sh [--quick]
-# Installs fio and iperf3 through apt when they are missing and apt is usable.
+# The macro benchmark harness (see benches/harness.py).
+# Usage: benches/harness.sh [--quick] [--peer kafka [--kafka-config KEY=VALUE]... [--kafka-heap OPTS]]
+# Installs fio and iperf3 through apt when they are missing and apt is usable. --peer kafka
+# also needs java (17+) and, the first time, mvn (tools/kafka-cli/kafka-cli.sh --fetch).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 for tool in fio iperf3; do

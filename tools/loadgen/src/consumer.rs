@@ -7,7 +7,8 @@
 //!
 //! Invariants:
 //! - One Fetch outstanding per (consumer, leader): the next fetch offsets depend on the
-//!   previous answer, exactly as in a Kafka consumer.
+//!   previous answer, exactly as in a Kafka consumer. Each such fetch loop has a
+//!   connection of its own, never the producers' (`Cluster::dedicated_conn`).
 //! - A partition's offset only moves forward, to one past the last offset of the last
 //!   complete batch returned; records below the requested offset (a broker may return a
 //!   whole batch that starts earlier) are not counted twice.
@@ -44,7 +45,8 @@ pub async fn run(ctx: Rc<ExecCtx>, id: usize) -> Result<()> {
     }
     let mut loops = Vec::new();
     for (leader, parts) in by_leader {
-        let conn = ctx.cluster.conn(leader).await?;
+        // Its own connection, as a Kafka consumer has: see `Cluster::dedicated_conn`.
+        let conn = ctx.cluster.dedicated_conn(leader).await?;
         loops.push(glommio::spawn_local(fetch_loop(ctx.clone(), conn, parts)));
     }
     let mut result = Ok(());

@@ -329,7 +329,7 @@ async fn send_request(
     let measuring = rec.measuring(done_us);
     let mut fail = |b: &SentBatch, why: &dyn Fn() -> String| {
         if measuring {
-            rec.now.produced.errors += b.count;
+            rec.now.produced.record_errors(b.count, done_us);
         }
         ctx.shared
             .print_error(|| format!("produce to partition {}: {}", b.partition, why()));

@@ -152,6 +152,15 @@ impl Interval {
         self.touch(at_us);
     }
 
+    /// Messages refused (or lost) at `at_us`. They count towards the run's duration as
+    /// acknowledged ones do, so a run whose later produces are all refused reports its
+    /// acknowledged messages over the time it really ran, not over the time to its last
+    /// acknowledgement.
+    pub fn record_errors(&mut self, messages: u64, at_us: u64) {
+        self.errors += messages;
+        self.touch(at_us);
+    }
+
     pub fn record_e2e(&mut self, stamp_us: u64, at_us: u64) {
         self.e2e.saturating_record(at_us.saturating_sub(stamp_us));
     }
@@ -270,6 +279,16 @@ mod tests {
         assert_eq!(s.produced.messages, 0);
         assert!(s.produced.latency.is_empty());
         assert_eq!(s.produced.first_us, None);
+    }
+
+    #[test]
+    fn refusals_extend_the_run_without_counting_as_messages() {
+        let mut i = Interval::default();
+        i.record_completed(&[(0, 5)], 50, 1_000);
+        i.record_errors(7, 9_000);
+        assert_eq!((i.messages, i.errors), (5, 7));
+        assert_eq!(i.latency.len(), 5);
+        assert_eq!(i.last_us, Some(9_000));
     }
 
     #[test]

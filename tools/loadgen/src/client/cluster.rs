@@ -233,6 +233,25 @@ impl Cluster {
         self.leaders.get(partition).copied().unwrap_or(-1)
     }
 
+    /// A new connection to broker `node` for one caller alone, never shared or cached.
+    /// Consumers fetch on one: Kafka answers a connection's requests one at a time, in
+    /// order, so a long-poll Fetch on a connection producers also use holds their
+    /// Produces until it returns (and it waits for data only those Produces bring).
+    pub async fn dedicated_conn(&self, node: i32) -> Result<Rc<Connection>> {
+        let addr = *self
+            .brokers
+            .get(&node)
+            .ok_or_else(|| anyhow!("unknown broker {node}"))?;
+        Connection::connect(
+            addr,
+            &self.opts.client_id,
+            self.opts.max_in_flight,
+            self.opts.connect_timeout,
+        )
+        .await
+        .with_context(|| format!("connecting to broker {node}"))
+    }
+
     /// The connection to broker `node`, connecting on first use. The bootstrap
     /// connection is reused when it is that broker.
     pub async fn conn(&self, node: i32) -> Result<Rc<Connection>> {
