@@ -45,6 +45,10 @@ pub struct ClusterMetadata {
     /// broker names (`log.retention.ms`), validated before they were stored.
     #[serde(default)]
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Topic names by id (Fetch v13+ and Metadata address topics by id): derived from
+    /// `topics` by the store before it publishes a snapshot, never persisted.
+    #[serde(skip)]
+    topic_ids: std::collections::HashMap<uuid::Uuid, String>,
 }
 
 /// A layer with nothing set.
@@ -74,7 +78,27 @@ impl ClusterMetadata {
     }
 
     pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<&TopicMeta> {
-        self.topics.values().find(|t| t.id == id)
+        // A snapshot the store did not index (built by hand) is searched instead.
+        if self.topic_ids.len() != self.topics.len() {
+            return self.topics.values().find(|t| t.id == id);
+        }
+        self.topic_ids
+            .get(&id)
+            .and_then(|name| self.topics.get(name))
+    }
+
+    /// Rebuilds the id index from `topics`.
+    fn index_topic_ids(&mut self) {
+        self.topic_ids = self
+            .topics
+            .values()
+            .map(|t| (t.id, t.name.clone()))
+            .collect();
+        debug_assert_eq!(
+            self.topic_ids.len(),
+            self.topics.len(),
+            "topic ids are unique"
+        );
     }
 
     pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
@@ -141,12 +165,15 @@ impl MetadataStore {
                     next_producer_id: 0,
                     client_quotas: Default::default(),
                     broker_configs: BTreeMap::new(),
+                    topic_ids: Default::default(),
                 };
                 persist(data_dir, &meta)?;
                 meta
             }
             Err(e) => return Err(e),
         };
+        let mut meta = meta;
+        meta.index_topic_ids();
         Ok(MetadataStore {
             data_dir: data_dir.to_path_buf(),
             current: ArcSwap::from_pointee(meta),
@@ -163,8 +190,9 @@ impl MetadataStore {
 
     /// Persists `next` and publishes it. Only the controller (shard 0) calls this, one
     /// change at a time.
-    pub fn replace(&self, next: ClusterMetadata) -> std::io::Result<()> {
+    pub fn replace(&self, mut next: ClusterMetadata) -> std::io::Result<()> {
         persist(&self.data_dir, &next)?;
+        next.index_topic_ids();
         self.current.store(Arc::new(next));
         Ok(())
     }

@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 /// is compacted by the log cleaner like any compacted topic.)
 const OFFSET_EXPIRY_CHECK_TICKS: u64 = 20;
 
+/// Disk space a shard's active segments may claim ahead of their written ends, shared
+/// among its partitions (each gets between 1 and 64 MiB).
+const PREALLOCATION_SHARD_BYTES: u64 = 1 << 30;
+
 pub struct ShardConfig {
     /// This broker's node id (its dynamic broker configs are stored under it).
     pub node_id: i32,
@@ -511,13 +515,21 @@ impl Shard {
         Ok(())
     }
 
-    /// Shares the shard's tail-cache budget among the open partitions.
+    /// Shares the shard's tail-cache budget, and its preallocation budget, among the open
+    /// partitions: with many partitions each preallocates less ahead, so the disk space
+    /// claimed but not yet written stays near `PREALLOCATION_SHARD_BYTES` (1,000
+    /// partitions at the full 64 MiB step would claim 64 GB).
     fn share_tail_cache(&self) {
         let budget = crate::log::tail_cache_budget::TailCacheBudget {
             shard_bytes: self.config.tail_cache_shard_bytes,
             partition_max_bytes: self.config.log.tail_cache_bytes,
         };
-        budget.apply(self.partitions.borrow().values().map(|l| &**l));
+        let partitions = self.partitions.borrow();
+        budget.apply(partitions.values().map(|l| &**l));
+        let open = u64::try_from(partitions.len().max(1)).unwrap_or(u64::MAX);
+        for log in partitions.values() {
+            log.set_preallocate_step(PREALLOCATION_SHARD_BYTES / open);
+        }
     }
 
     /// The settings of `topic`'s partitions: the broker defaults with the topic's stored

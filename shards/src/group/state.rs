@@ -252,9 +252,18 @@ impl Group {
         self.dirty = true;
 
         let is_leader = self.leader.as_deref() == Some(member_id.as_str());
+        // A restarted static member's metadata differs from its old instance's (a
+        // cooperative assignor's owned partitions and generation start empty); Kafka lets
+        // it back without a rebalance as long as the group's protocol stays the one
+        // selected, and so do we.
+        let static_rejoin_keeps_protocol =
+            static_rejoin && self.protocol.is_some() && self.select_protocol() == self.protocol;
         match self.state {
             GroupState::PreparingRebalance => {}
-            GroupState::Stable if !protocols_changed && (!is_leader || static_rejoin) => {
+            GroupState::Stable
+                if static_rejoin_keeps_protocol
+                    || (!protocols_changed && !is_leader && !static_rejoin) =>
+            {
                 // A follower rejoining with unchanged metadata, or a restarted static
                 // member (KIP-345, even the leader): answer with the current generation,
                 // no rebalance, as Kafka does. A static leader is told to skip computing
@@ -994,9 +1003,11 @@ mod tests {
             .get(follower_instance)
             .cloned()
             .expect("static member");
-        // The follower restarts: same group.instance.id, no member id.
+        // The follower restarts: same group.instance.id, no member id, and metadata of
+        // its own (a cooperative assignor's new instance owns nothing yet).
         let mut req = join_req("", &["range"]);
         req.group_instance_id = Some(follower_instance.into());
+        req.protocols[0].metadata = Bytes::from_static(b"owns nothing yet");
         let mut rx = join(&mut g, req, now);
         let a = rx.try_recv().ok().flatten().expect("answered at once");
         assert_eq!(a.error, None);

@@ -52,8 +52,12 @@ const FLUSH_ROUND_BYTES_MAX: usize = 8 << 20;
 /// Segment files grow by `fallocate` in steps of this size, so appends are writes inside
 /// the file size: on ext4 an O_DIRECT write that extends the file cannot complete without
 /// blocking and io_uring hands it to a kernel worker thread (kernel-notes.md,
-/// "Preallocation"). Sealing truncates the unused tail.
-const PREALLOCATE_STEP_BYTES: u64 = 64 << 20;
+/// "Preallocation"). Sealing truncates the unused tail. This is the largest step; the
+/// shard gives each log a smaller one when it has many (`set_preallocate_step`), so that
+/// preallocated but unwritten space stays bounded per shard.
+pub const PREALLOCATE_STEP_BYTES: u64 = 64 << 20;
+/// The smallest step a shard hands out.
+pub const PREALLOCATE_STEP_MIN_BYTES: u64 = 1 << 20;
 
 /// Suffix added to a deleted segment's files until they are unlinked.
 const DELETED_SUFFIX: &str = ".deleted";
@@ -148,6 +152,9 @@ pub struct PartitionLog {
     syncs: std::cell::Cell<u64>,
     /// Holders of [`SegmentHold`]: while non-zero, no segment is deleted.
     held: std::cell::Cell<usize>,
+    /// How far ahead of the written end the active segment is preallocated (a multiple of
+    /// 4096 in `[PREALLOCATE_STEP_MIN_BYTES, PREALLOCATE_STEP_BYTES]`).
+    preallocate_step: std::cell::Cell<u64>,
     /// Serialises moves of the log start offset (DeleteRecords) and their checkpoints.
     start_moves: glommio::sync::Semaphore,
     /// The cleaner's note of the earliest first-cleaned time of a segment where it kept a
@@ -310,6 +317,7 @@ impl PartitionLog {
             sync_work: Event::new(),
             syncs: std::cell::Cell::new(0),
             held: std::cell::Cell::new(0),
+            preallocate_step: std::cell::Cell::new(PREALLOCATE_STEP_BYTES),
             oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
             start_moves: glommio::sync::Semaphore::new(1),
             producers: RefCell::new(producers),
@@ -405,6 +413,13 @@ impl PartitionLog {
     /// evicts at once (see `tail_cache.rs` for the invariant).
     pub fn set_tail_cache_budget(&self, bytes: usize) {
         self.state.borrow_mut().tail.set_budget(bytes);
+    }
+
+    /// Sets how far ahead the active segment is preallocated (clamped to the allowed
+    /// range and rounded down to whole 4 KiB blocks); takes effect at the next extension.
+    pub fn set_preallocate_step(&self, bytes: u64) {
+        let step = bytes.clamp(PREALLOCATE_STEP_MIN_BYTES, PREALLOCATE_STEP_BYTES) / 4096 * 4096;
+        self.preallocate_step.set(step);
     }
 
     /// Bytes this partition's tail cache holds now.
@@ -1341,7 +1356,7 @@ impl PartitionLog {
         }
         let needed = writer.log.logical_len().div_ceil(4096) * 4096;
         if needed > writer.preallocated {
-            let target = (needed + PREALLOCATE_STEP_BYTES)
+            let target = (needed + self.preallocate_step.get())
                 .min(self.config.borrow().segment_bytes.div_ceil(4096) * 4096)
                 .max(needed);
             // Best effort: a filesystem without fallocate still takes the writes.

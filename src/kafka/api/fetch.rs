@@ -1,4 +1,5 @@
-//! Fetch (v4–v12) for consumers: whole batches from the one containing the fetch offset,
+//! Fetch (v4–v18) for consumers (from v13 topics are named by id; the fields of
+//! follower fetches, v15+, have no use on a single node): whole batches from the one containing the fetch offset,
 //! `partition_max_bytes` and `max_bytes` as limits that only the first batch of the first
 //! non-empty partition may exceed (KIP-74; at least one whole batch is always returned,
 //! PITFALLS "fetch limits"), and a real long-poll on `max_wait_ms` /
@@ -54,7 +55,16 @@ pub async fn handle(
     let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
     let mut wanted: Vec<Wanted> = Vec::new();
     for (ti, t) in req.topics.iter().enumerate() {
-        let name = t.topic.0.as_str();
+        // v13+ name topics by id only; an id this cluster does not know is
+        // UNKNOWN_TOPIC_ID for each of its partitions (the client refreshes metadata).
+        let (name, unknown) = if frame.api_version >= 13 {
+            match meta.topic_by_id(t.topic_id) {
+                Some(m) => (m.name.as_str(), ResponseError::UnknownTopicOrPartition),
+                None => ("", ResponseError::UnknownTopicId),
+            }
+        } else {
+            (t.topic.0.as_str(), ResponseError::UnknownTopicOrPartition)
+        };
         let topic: Arc<str> = name.into();
         let mut parts = Vec::with_capacity(t.partitions.len());
         for (pi, p) in t.partitions.iter().enumerate() {
@@ -66,7 +76,7 @@ pub async fn handle(
             out.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
             out.aborted_transactions = None;
             if !meta.has_partition(name, p.partition) {
-                out.error_code = ResponseError::UnknownTopicOrPartition.code();
+                out.error_code = unknown.code();
             } else {
                 wanted.push(Wanted {
                     slot: (ti, pi),

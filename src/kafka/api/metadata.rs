@@ -1,4 +1,4 @@
-//! Metadata (v0–v12): brokers (this node), topics, partitions, leaders; auto-creation.
+//! Metadata (v0–v13; v13 adds a top-level error code, never set here): brokers (this node), topics, partitions, leaders; auto-creation.
 //!
 //! Topics are created on a Metadata request when `auto.create.topics.enable` is on and,
 //! from v4, the request allows it (librdkafka's own tests lean on this, PITFALLS

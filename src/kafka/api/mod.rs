@@ -41,16 +41,15 @@ pub struct Ctx {
 /// Exactly what corelog implements, advertised by ApiVersions. Ranges are what
 /// librdkafka 2.x, the Java 3.x/4.x clients, franz-go and kafka-python use, limited to
 /// versions whose semantics are fully implemented: Produce from v3 and Fetch from v4
-/// because only RecordBatch v2 is stored (no down-conversion); Fetch to v12 and Metadata
-/// to v12 because v13+ address topics by id only (clients fall back to v12 with names).
+/// because only RecordBatch v2 is stored (no down-conversion); Fetch v13+ by topic id.
 /// Group APIs stop below the versions of the new consumer protocol (KIP-848:
 /// OffsetCommit/OffsetFetch v9); ListGroups v5 filters by type and every group here is
 /// classic. Transactions (AddPartitionsToTxn, EndTxn, …) are not served.
 pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 12),
+    (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::Metadata, 0, 12),
+    (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
     (ApiKey::DeleteTopics, 0, 6),
