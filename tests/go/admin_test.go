@@ -510,6 +510,7 @@ func TestAdmin(t *testing.T) {
 		req.SessionEpoch = -1
 		rt := kmsg.NewFetchRequestTopic()
 		rt.Topic = ta
+		rt.TopicID = ids[ta] // Fetch v13+ names topics by id only
 		rp := kmsg.NewFetchRequestTopicPartition()
 		rp.Partition = p
 		rp.FetchOffset = 0
