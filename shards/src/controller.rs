@@ -430,13 +430,26 @@ impl Controller {
             .filter_map(|(k, v)| topic_config::def(&k).map(|d| (d.broker_name.to_string(), v)))
             .collect();
         topic_config::check_broker_layer(&layer).map_err(invalid)?;
-        if validate_only {
-            return Ok(());
-        }
         if layer.is_empty() {
             next.broker_configs.remove(&resource);
         } else {
             next.broker_configs.insert(resource, layer);
+        }
+        // The new defaults must hold together, and every topic's overrides must still
+        // resolve over them: a topic is never left running without its own settings
+        // (a compacted topic falling back to deletion would lose its data).
+        let defaults = self.broker_defaults(&next);
+        topic_config::resolve(&defaults, &BTreeMap::new()).map_err(invalid)?;
+        for t in next.topics.values() {
+            topic_config::resolve(&defaults, &t.configs).map_err(|e| {
+                TopicError::InvalidConfig(format!(
+                    "topic {}'s own configs would no longer apply: {}",
+                    t.name, e.message
+                ))
+            })?;
+        }
+        if validate_only {
+            return Ok(());
         }
         self.persist(next).await?;
         let calls = (0..self.config.shard_count).map(|target| {

@@ -233,8 +233,12 @@ pub enum ShardMessage {
         partitions: Vec<ProduceInput>,
         reply: Reply<Vec<ProduceOutput>>,
     },
+    /// Reads the partitions in order; once their records add up to `budget` (the
+    /// request's `max_bytes`) the rest answer with no records, so a fetch of many
+    /// partitions reads about what its response can hold, not each partition's limit.
     Fetch {
         partitions: Vec<FetchInput>,
+        budget: usize,
         reply: Reply<Vec<FetchOutput>>,
     },
     /// Completes when any listed partition's high watermark passes its offset, or at

@@ -85,6 +85,13 @@ impl ClusterMetadata {
         self.topic_ids
             .get(&id)
             .and_then(|name| self.topics.get(name))
+            .filter(|t| t.id == id)
+    }
+
+    /// Kafka's internal topics (hidden by admin clients' listTopics); a user topic whose
+    /// name merely starts with `__` is not one.
+    pub fn is_internal(topic: &str) -> bool {
+        topic == crate::group::OFFSETS_TOPIC
     }
 
     /// Rebuilds the id index from `topics`.

@@ -212,8 +212,12 @@ impl Shard {
                 let out = self.produce(acks, timeout_ms, partitions).await;
                 let _ = reply.send(out);
             }
-            ShardMessage::Fetch { partitions, reply } => {
-                let out = self.fetch(partitions).await;
+            ShardMessage::Fetch {
+                partitions,
+                budget,
+                reply,
+            } => {
+                let out = self.fetch(partitions, budget).await;
                 let _ = reply.send(out);
             }
             ShardMessage::WaitForData {
@@ -417,8 +421,9 @@ impl Shard {
             .collect()
     }
 
-    async fn fetch(&self, inputs: Vec<FetchInput>) -> Vec<FetchOutput> {
+    async fn fetch(&self, inputs: Vec<FetchInput>, budget: usize) -> Vec<FetchOutput> {
         let mut out = Vec::with_capacity(inputs.len());
+        let mut left = budget;
         for input in inputs {
             let Some(log) = self.partition(&input.tp) else {
                 out.push(FetchOutput {
@@ -428,7 +433,19 @@ impl Shard {
                 });
                 continue;
             };
-            let r = log.read(input.offset, input.max_bytes).await;
+            if left == 0 {
+                // The response is full: the position is still answered.
+                out.push(FetchOutput {
+                    high_watermark: log.high_watermark(),
+                    log_start_offset: log.log_start_offset(),
+                    result: Ok(bytes::Bytes::new()),
+                });
+                continue;
+            }
+            let r = log.read(input.offset, input.max_bytes.min(left)).await;
+            if let Ok(read) = &r {
+                left = left.saturating_sub(read.records.len());
+            }
             out.push(match r {
                 Ok(read) => FetchOutput {
                     high_watermark: read.high_watermark,

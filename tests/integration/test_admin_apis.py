@@ -147,8 +147,8 @@ def test_describe_cluster(broker):
         assert brokers == [(0, "127.0.0.1", broker.port, None)] and len(cluster_id) > 0
     assert describe_cluster(broker.bootstrap, 2, include_ops=False)[5] == -2**31
     code, message, *_ = describe_cluster(broker.bootstrap, 1, endpoint_type=2)
-    assert code == 115 and "CONTROLLER" in message  # UNSUPPORTED_ENDPOINT_TYPE
-    assert describe_cluster(broker.bootstrap, 1, endpoint_type=9)[0] == 42
+    assert code == 114 and "CONTROLLER" in message  # MISMATCHED_ENDPOINT_TYPE
+    assert describe_cluster(broker.bootstrap, 1, endpoint_type=9)[0] == 115  # UNSUPPORTED_ENDPOINT_TYPE
 
 
 # --------------------------------------------------------------------------- ListOffsets

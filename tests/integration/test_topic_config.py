@@ -201,16 +201,18 @@ def test_dynamic_segment_bytes_rolls_existing_partitions(broker_factory):
 def test_flush_configs_are_accepted_and_applied(broker_factory):
     b = broker_factory.start(extra_args=["--durability", "interval"])
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
-    admin.create_topics([NewTopic("flushed", 1, 1, config={"flush.messages": "1", "flush.ms": "10"})])[
-        "flushed"].result(TIMEOUT)
+    admin.create_topics([NewTopic("flushed", 1, 1, config={"flush.messages": "1"}),
+                         NewTopic("flushed-ms", 1, 1, config={"flush.ms": "10"})])["flushed"].result(TIMEOUT)
     t = describe_topic(admin, "flushed")
-    assert t["flush.messages"].value == "1" and t["flush.ms"].value == "10"
+    assert t["flush.messages"].value == "1" and t["flush.ms"].value == str(2**63 - 1)
+    assert describe_topic(admin, "flushed-ms")["flush.ms"].value == "10"
     assert t["flush.messages"].source == ConfigSource.DYNAMIC_TOPIC_CONFIG.value
     with pytest.raises(KafkaException):
         admin.create_topics([NewTopic("bad-flush", 1, 1, config={"flush.messages": "0"})])[
             "bad-flush"].result(TIMEOUT)
     # flush.messages=1: every acknowledged produce waited for an fdatasync, even in
-    # interval mode (where nothing else waits for one): the sync count grows with them.
+    # interval mode (where nothing else waits for one, and the background sync runs once
+    # a second): the sync count grows with them.
     from confluent_kafka import Producer
     import urllib.request
 

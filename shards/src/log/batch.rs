@@ -306,29 +306,6 @@ fn walk_record(body: &[u8], index: i32) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// The offset and timestamp of the first record in `batch` whose timestamp is at or after
-/// `target_ms` (ListOffsets by time). Walks the records of an uncompressed batch; for a
-/// compressed one (records not readable without decompression) or on any malformation it
-/// returns `None` and the caller falls back to the batch's base offset.
-pub fn first_record_at_or_after(batch: &[u8], target_ms: i64) -> Option<(i64, i64)> {
-    let header = BatchHeader::parse(batch).ok()?;
-    if header.compression().ok()? != Compression::None || header.is_log_append_time() {
-        return None;
-    }
-    let mut c = Cursor::new(batch.get(BATCH_HEADER_LEN..)?);
-    for _ in 0..header.record_count {
-        let length = usize::try_from(c.varint()?).ok()?;
-        let mut r = Cursor::new(c.bytes(length)?);
-        r.i8()?;
-        let ts = header.base_timestamp.checked_add(r.varlong()?)?;
-        let delta = r.varint()?;
-        if ts >= target_ms {
-            return Some((header.base_offset.checked_add(i64::from(delta))?, ts));
-        }
-    }
-    None
-}
-
 /// One record of an uncompressed batch, borrowed from the batch bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordView<'a> {

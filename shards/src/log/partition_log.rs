@@ -756,6 +756,7 @@ impl PartitionLog {
         } else {
             records
         };
+        let flush_messages = config.flush_messages;
         drop(config);
         let mut st = self.state.borrow_mut();
         if let Some(f) = &st.failure {
@@ -802,8 +803,18 @@ impl PartitionLog {
             next_offset: next,
             bytes: copy.freeze(),
         });
+        // `flush.messages` holds whatever the acks (acks=0 never waits): an append that
+        // leaves that many offsets unsynced asks for a sync now, as Kafka's append path
+        // flushes.
+        let flush_due = next.saturating_sub(st.synced_offset) >= flush_messages;
+        if flush_due {
+            st.sync_wanted = st.sync_wanted.max(next);
+        }
         drop(st);
         self.work.notify(1);
+        if flush_due {
+            self.sync_work.notify(1);
+        }
         Ok(AppendTicket {
             base_offset,
             next_offset: next,
@@ -1209,8 +1220,16 @@ impl PartitionLog {
                         // in a sealed (already synced) segment.
                         break (st.active_file.clone(), st.written_offset);
                     }
+                    if !dirty {
+                        // Nothing to sync: the flusher wakes us after its next write, so
+                        // an idle log never wakes on the timer (`flush.ms` may be 1).
+                        drop(st);
+                        listener.await;
+                        continue;
+                    }
                 }
-                futures_lite::future::or(listener, glommio::timer::sleep(interval)).await;
+                let due = interval.saturating_sub(last_sync.elapsed());
+                futures_lite::future::or(listener, glommio::timer::sleep(due)).await;
             };
             let started = Instant::now();
             if let Err(e) = file.fdatasync().await {
@@ -1602,12 +1621,11 @@ fn target_codec(config: &LogConfig) -> Option<batch::Compression> {
 
 /// Checks one validated batch against the topic's rules (Kafka's own checks): a
 /// compacted topic takes only keyed records; create-time timestamps must lie within
-/// `message.timestamp.difference.max.ms` of the broker clock. A batch that breaks a rule
-/// is refused whole, naming each offending record (Kafka's `record_errors`). Returns
-/// whether the batch must be re-encoded for `compression.type`.
-///
-/// The timestamp rule reads the batch header first and walks the records only when the
-/// header's range breaks it, so the common case costs no record walk.
+/// `message.timestamp.difference.max.ms` of the broker clock (every record's, as Kafka's
+/// `LogValidator`; the walk happens only when that rule is configured). A batch that
+/// breaks a rule is refused whole, naming its first [`RECORD_ERRORS_MAX`] offending
+/// records (Kafka's `record_errors`). Returns whether the batch must be re-encoded for
+/// `compression.type`.
 fn check_topic_rules(
     config: &LogConfig,
     header: &BatchHeader,
@@ -1618,45 +1636,92 @@ fn check_topic_rules(
     {
         let now = crate::housekeeping::now_ms();
         let max_diff = config.timestamp_difference_max_ms.unsigned_abs();
-        let out_of_range = |ts: i64| ts.abs_diff(now) > max_diff;
-        if out_of_range(header.base_timestamp) || out_of_range(header.max_timestamp) {
-            let mut bad = Vec::new();
-            let mut index = 0i32;
-            batch_filter::for_each_record(bytes, |r| {
-                if out_of_range(r.timestamp_ms) {
-                    bad.push((
-                        index,
-                        format!(
-                            "Timestamp {} of message with offset {} is out of range. The \
-                             timestamp should be within [{}, {}]",
-                            r.timestamp_ms,
-                            r.offset,
-                            now.saturating_sub(config.timestamp_difference_max_ms),
-                            now.saturating_add(config.timestamp_difference_max_ms)
-                        )
-                        .into(),
-                    ));
-                }
-                index = index.saturating_add(1);
-            })?;
-            reject(RecordRule::TimestampOutOfRange, bad)?;
-        }
+        let mut bad = RecordErrors::default();
+        batch_filter::for_each_record(bytes, |r| {
+            if r.timestamp_ms.abs_diff(now) > max_diff {
+                bad.push(|| {
+                    format!(
+                        "Timestamp {} of message with offset {} is out of range. The \
+                         timestamp should be within [{}, {}]",
+                        r.timestamp_ms,
+                        r.offset,
+                        now.saturating_sub(config.timestamp_difference_max_ms),
+                        now.saturating_add(config.timestamp_difference_max_ms)
+                    )
+                    .into()
+                });
+            }
+            bad.next();
+        })?;
+        bad.reject(RecordRule::TimestampOutOfRange)?;
     }
     if config.cleanup.compact && !header.is_control() {
-        let mut bad = Vec::new();
-        let mut index = 0i32;
+        let message: Arc<str> = "Compacted topic cannot accept message without key".into();
+        let mut bad = RecordErrors::default();
         batch_filter::for_each_record(bytes, |r| {
             if r.key.is_none() {
-                bad.push((
-                    index,
-                    "Compacted topic cannot accept message without key".into(),
-                ));
+                bad.push(|| message.clone());
             }
-            index = index.saturating_add(1);
+            bad.next();
         })?;
-        reject(RecordRule::KeyRequired, bad)?;
+        bad.reject(RecordRule::KeyRequired)?;
     }
     Ok(target_codec(config).is_some_and(|c| header.compression() != Ok(c)))
+}
+
+/// Most record errors one batch's refusal lists: a small compressed batch can hold
+/// millions of records, and listing each would cost memory far beyond the request (the
+/// client fails the whole batch either way; the count is in the message).
+pub const RECORD_ERRORS_MAX: usize = 1000;
+
+/// The offending records of one batch as they are found, in record order.
+#[derive(Default)]
+struct RecordErrors {
+    index: i32,
+    total: usize,
+    listed: Vec<(i32, Arc<str>)>,
+}
+
+impl RecordErrors {
+    /// The record at the current index breaks the rule; `message` is built only while
+    /// there is room to list it.
+    fn push(&mut self, message: impl FnOnce() -> Arc<str>) {
+        self.total += 1;
+        if self.listed.len() < RECORD_ERRORS_MAX {
+            self.listed.push((self.index, message()));
+        }
+    }
+
+    /// Moves to the next record.
+    fn next(&mut self) {
+        self.index = self.index.saturating_add(1);
+    }
+
+    /// `Err` naming the listed records when there are any (the summary is Kafka's
+    /// wording, with the true total).
+    fn reject(self, rule: RecordRule) -> Result<(), AppendError> {
+        if self.total == 0 {
+            return Ok(());
+        }
+        debug_assert!(!self.listed.is_empty() && self.listed.len() <= RECORD_ERRORS_MAX);
+        let shown: Vec<String> = self
+            .listed
+            .iter()
+            .take(3)
+            .map(|(i, m)| format!("(batchIndex={i}, message={m})"))
+            .collect();
+        let message = format!(
+            "One or more records have been rejected due to {} record errors in total, and \
+             only showing the first three errors at most: [{}]",
+            self.total,
+            shown.join(", ")
+        );
+        Err(AppendError::RecordsRejected(RejectedRecords {
+            rule,
+            message: message.into(),
+            records: self.listed.into(),
+        }))
+    }
 }
 
 /// The first record of `batch` whose timestamp is at or after `target_ms` and whose
@@ -1674,29 +1739,6 @@ fn first_record_at_or_after(
         }
     })?;
     Ok(hit)
-}
-
-/// `Err` naming `records` when there are any (the summary is Kafka's wording).
-fn reject(rule: RecordRule, records: Vec<(i32, Arc<str>)>) -> Result<(), AppendError> {
-    if records.is_empty() {
-        return Ok(());
-    }
-    let shown: Vec<String> = records
-        .iter()
-        .take(3)
-        .map(|(i, m)| format!("(batchIndex={i}, message={m})"))
-        .collect();
-    let message = format!(
-        "One or more records have been rejected due to {} record errors in total, and only \
-         showing the first three errors at most: [{}]",
-        records.len(),
-        shown.join(", ")
-    );
-    Err(AppendError::RecordsRejected(RejectedRecords {
-        rule,
-        message: message.into(),
-        records: records.into(),
-    }))
 }
 
 /// The request's batches re-encoded per the topic: in the `compression.type` codec,

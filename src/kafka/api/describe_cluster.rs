@@ -3,7 +3,8 @@
 //! A single node is the whole cluster: it lists itself (never fenced, no rack) and names
 //! itself as controller, as a Kafka broker names a live broker, since clients never reach
 //! the KRaft controllers. Asking a broker for the controllers' endpoints (endpoint type 2,
-//! v1+) is UNSUPPORTED_ENDPOINT_TYPE, as Kafka answers; any other type INVALID_REQUEST.
+//! v1+) is MISMATCHED_ENDPOINT_TYPE, any other type UNSUPPORTED_ENDPOINT_TYPE, as Kafka
+//! answers.
 
 use super::Ctx;
 use crate::kafka::authorized_operations as ops;
@@ -45,15 +46,17 @@ pub fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameErro
             body.controller_id = BrokerId(ctx.config.node_id);
         }
         other => {
+            // Kafka's AuthHelper: asking a broker for controllers is a mismatch; an
+            // unknown type is unsupported.
             let (error, message) = if other == ENDPOINT_CONTROLLERS {
                 (
-                    ResponseError::UnsupportedEndpointType,
+                    ResponseError::MismatchedEndpointType,
                     "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER".to_string(),
                 )
             } else {
                 (
-                    ResponseError::InvalidRequest,
-                    format!("unknown endpoint type {other}"),
+                    ResponseError::UnsupportedEndpointType,
+                    format!("Unsupported endpoint type {other}"),
                 )
             };
             body.error_code = error.code();

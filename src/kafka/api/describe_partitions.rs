@@ -159,12 +159,21 @@ pub async fn describe_producers(
 ) -> Result<BytesMut, FrameError> {
     let req: DescribeProducersRequest = decode_body(frame)?;
     let meta = ctx.shard.metadata.snapshot();
+    // A partition named twice is INVALID_REQUEST: each answer may list thousands of
+    // producers, so a request must not multiply them.
+    let mut named = std::collections::HashMap::new();
+    for t in &req.topics {
+        for p in &t.partition_indexes {
+            *named.entry((t.name.0.as_str(), *p)).or_insert(0usize) += 1;
+        }
+    }
+    let once = |name: &str, p: i32| named.get(&(name, p)).copied().unwrap_or(0) == 1;
     let mut asked: Vec<TopicPartition> = Vec::new();
     for t in &req.topics {
         let name = t.name.0.as_str();
         let topic: Arc<str> = name.into();
         for p in &t.partition_indexes {
-            if meta.has_partition(name, *p) {
+            if once(name, *p) && meta.has_partition(name, *p) {
                 asked.push(TopicPartition {
                     topic: topic.clone(),
                     partition: *p,
@@ -181,6 +190,15 @@ pub async fn describe_producers(
         for p in &t.partition_indexes {
             let mut pr = PartitionResponse::default();
             pr.partition_index = *p;
+            if !once(name, *p) {
+                pr.error_code = ResponseError::InvalidRequest.code();
+                pr.error_message = Some(StrBytes::from_static_str(
+                    "the partition is named more than once",
+                ));
+                error_code::count(ApiKey::DescribeProducers, pr.error_code);
+                tr.partitions.push(pr);
+                continue;
+            }
             let answer = if meta.has_partition(name, *p) {
                 described
                     .next()

@@ -84,7 +84,7 @@ pub fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameErro
             break;
         }
         out.topic_id = t.id;
-        out.is_internal = name.starts_with("__");
+        out.is_internal = shards::metadata::ClusterMetadata::is_internal(&name);
         let node = BrokerId(ctx.config.node_id);
         let mut p = first_partition;
         while p < t.partitions && budget > 0 {

@@ -86,7 +86,8 @@ pub async fn handle(
                     },
                     offset: p.fetch_offset,
                     // No partition can contribute more than the whole response may
-                    // hold (KIP-74), so the shard never reads more than that.
+                    // hold (KIP-74); each shard also stops reading once its partitions
+                    // together have that much (`ShardMessage::Fetch`'s budget).
                     max_bytes: usize::try_from(p.partition_max_bytes)
                         .unwrap_or(0)
                         .clamp(1, FETCH_PARTITION_BYTES_MAX)
@@ -98,7 +99,7 @@ pub async fn handle(
         slots.push(parts);
     }
 
-    let mut outputs = read_round(ctx, &wanted).await;
+    let mut outputs = read_round(ctx, &wanted, max_bytes).await;
     loop {
         let total: usize = outputs
             .iter()
@@ -109,7 +110,7 @@ pub async fn handle(
             break;
         }
         wait_round(ctx, &wanted, &outputs, deadline).await;
-        outputs = read_round(ctx, &wanted).await;
+        outputs = read_round(ctx, &wanted, max_bytes).await;
     }
 
     // Fill slots in request order, keeping the response within max_bytes (KIP-74): it is
@@ -130,8 +131,10 @@ pub async fn handle(
                 } else if used >= max_bytes {
                     Bytes::new()
                 } else {
-                    let part = trim_to_whole_batches(records, max_bytes - used);
-                    if used + part.len() > max_bytes {
+                    // Only the first non-empty partition may exceed a limit, its own
+                    // included: here the partition's limit and what the response has left.
+                    let part = trim_to_whole_batches(records, (max_bytes - used).min(w.max_bytes));
+                    if used + part.len() > max_bytes || part.len() > w.max_bytes {
                         Bytes::new()
                     } else {
                         part
@@ -195,7 +198,8 @@ pub async fn handle(
 }
 
 /// Reads every wanted partition on its owning shard; outputs are in `wanted` order.
-async fn read_round(ctx: &Ctx, wanted: &[Wanted]) -> Vec<FetchOutput> {
+/// Each shard reads at most about `max_bytes` in all (see `ShardMessage::Fetch`).
+async fn read_round(ctx: &Ctx, wanted: &[Wanted], max_bytes: usize) -> Vec<FetchOutput> {
     let mut per_shard = PerShard::new(ctx.shard.shard_count());
     for (i, w) in wanted.iter().enumerate() {
         let input = FetchInput {
@@ -213,6 +217,7 @@ async fn read_round(ctx: &Ctx, wanted: &[Wanted]) -> Vec<FetchOutput> {
     let answers = per_shard
         .call(&ctx.shard, |partitions, reply| ShardMessage::Fetch {
             partitions,
+            budget: max_bytes,
             reply,
         })
         .await;

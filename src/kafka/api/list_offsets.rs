@@ -24,6 +24,16 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
     let meta = ctx.shard.metadata.snapshot();
     let mut slots: Vec<Vec<ListOffsetsPartitionResponse>> = Vec::with_capacity(req.topics.len());
     let mut per_shard = PerShard::new(ctx.shard.shard_count());
+    // Kafka answers a partition named more than once with INVALID_REQUEST (each lookup
+    // may read the log, so a request must not multiply them).
+    let mut named = std::collections::HashMap::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            *named
+                .entry((t.name.0.as_str(), p.partition_index))
+                .or_insert(0usize) += 1;
+        }
+    }
     for (ti, t) in req.topics.iter().enumerate() {
         let name = t.name.0.as_str();
         let topic: Arc<str> = name.into();
@@ -36,7 +46,9 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
             if frame.api_version >= 4 {
                 out.leader_epoch = 0; // the epoch this single node has led since creation
             }
-            if !meta.has_partition(name, p.partition_index) {
+            if named.get(&(name, p.partition_index)).copied().unwrap_or(0) > 1 {
+                out.error_code = ResponseError::InvalidRequest.code();
+            } else if !meta.has_partition(name, p.partition_index) {
                 out.error_code = ResponseError::UnknownTopicOrPartition.code();
             } else if p.timestamp < LATEST_TIERED_TIMESTAMP {
                 // Special values Kafka added later (-6: earliest pending upload, v11).

@@ -53,8 +53,10 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
         Some(list) => {
             let auto =
                 ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+            // Entries naming a topic id are looked up by id, never auto-created by name.
             let missing: Vec<String> = list
                 .iter()
+                .filter(|(_, id)| id.is_nil())
                 .filter_map(|(n, _)| n.clone())
                 .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
                 .collect();
@@ -142,7 +144,7 @@ fn topic_entry(ctx: &Ctx, t: &TopicMeta, topic_ops: i32) -> MetadataResponseTopi
     let mut out = MetadataResponseTopic::default();
     out.name = Some(TopicName(StrBytes::from_string(t.name.clone())));
     out.topic_id = t.id;
-    out.is_internal = t.name.starts_with("__");
+    out.is_internal = ClusterMetadata::is_internal(&t.name);
     out.topic_authorized_operations = topic_ops;
     out.partitions = (0..t.partitions)
         .map(|p| {
