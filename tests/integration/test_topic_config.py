@@ -167,6 +167,14 @@ def test_dynamic_broker_configs_apply_to_topics_at_once_and_persist(broker_facto
     with pytest.raises(KafkaException) as e:
         alter("0", [("log.segment.bytes", "12", SET)])
     assert e.value.args[0].name() == "INVALID_CONFIG"
+    # A default that a topic's own configs cannot live with is refused: the compacted
+    # topic keeps its settings instead of falling back to the (deleting) defaults.
+    admin.create_topics([NewTopic("dyn-compacted", 1, 1, config={
+        "cleanup.policy": "compact", "min.compaction.lag.ms": "86400000"})])["dyn-compacted"].result(TIMEOUT)
+    with pytest.raises(KafkaException) as e:
+        alter("0", [("log.cleaner.max.compaction.lag.ms", "3600000", SET)])
+    assert e.value.args[0].name() == "INVALID_CONFIG" and "dyn-compacted" in str(e.value)
+    assert describe_topic(admin, "dyn-compacted")["cleanup.policy"].value == "compact"
 
     b.restart()
     admin = AdminClient({"bootstrap.servers": b.bootstrap})
