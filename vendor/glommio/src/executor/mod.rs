@@ -1325,7 +1325,12 @@ impl LocalExecutor {
         loop {
             self.reactor.sys.install_eventfd();
             if self.need_preempt() {
-                break;
+                // corelog patch: preempted before any queue ran is not "nothing to run".
+                // Returning false here let `run` park with tasks that the I/O poll just
+                // woke still queued: their wake-up was consumed, so nothing woke the
+                // executor again (start-up hangs on loaded machines). Upstream glommio
+                // fixed the same in its TaskQueueRun::Runnable.
+                return ran || !self.queues.borrow().active_executors.is_empty();
             }
             if !self.run_one_task_queue() {
                 return false;
