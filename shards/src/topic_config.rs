@@ -466,6 +466,20 @@ impl BrokerDefaults<'_> {
     }
 }
 
+/// The value DescribeConfigs shows for `d`: as it was set, where it was set (the
+/// strongest synonym), so list items keep their order (`delete,compact` after an APPEND)
+/// as Kafka shows them; Kafka's default as `effective` renders it.
+fn shown_value(
+    synonyms: &[(String, String, ConfigSource)],
+    effective: &LogConfig,
+    d: &ConfigDef,
+) -> String {
+    match synonyms.first() {
+        Some((_, v, src)) if *src != ConfigSource::DefaultConfig => stored(v),
+        _ => get(effective, d.name).unwrap_or_default(),
+    }
+}
+
 /// A stored value as described: list items trimmed, in their order.
 fn stored(value: &str) -> String {
     if value.contains(',') {
@@ -514,12 +528,7 @@ pub fn describe_topic(
                 broker.source(d)
             };
             synonyms.extend(broker.synonyms(d));
-            // The value as it was set, where it was set: list items keep their order
-            // (`delete,compact` after an APPEND), as Kafka shows them.
-            let value = match synonyms.first() {
-                Some((_, v, src)) if *src != ConfigSource::DefaultConfig => stored(v),
-                _ => get(&effective, d.name).unwrap_or_default(),
-            };
+            let value = shown_value(&synonyms, &effective, d);
             Described {
                 name: d.name.to_string(),
                 value,
@@ -539,10 +548,7 @@ pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
     DEFS.iter()
         .map(|d| {
             let synonyms = broker.synonyms(d);
-            let value = match synonyms.first() {
-                Some((_, v, src)) if *src != ConfigSource::DefaultConfig => stored(v),
-                _ => get(&effective, d.name).unwrap_or_default(),
-            };
+            let value = shown_value(&synonyms, &effective, d);
             Described {
                 name: d.broker_name.to_string(),
                 value,
