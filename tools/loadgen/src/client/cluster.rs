@@ -271,14 +271,7 @@ impl Cluster {
         {
             self.bootstrap.clone()
         } else {
-            Connection::connect(
-                addr,
-                &self.opts.client_id,
-                self.opts.max_in_flight,
-                self.opts.connect_timeout,
-            )
-            .await
-            .with_context(|| format!("connecting to broker {node}"))?
+            self.dedicated_conn(node).await?
         };
         self.conns.borrow_mut().insert(node, c.clone());
         Ok(c)
