@@ -65,10 +65,32 @@ struct Broker {
 }
 
 impl Broker {
+    /// Starts a broker on fresh ports. A start whose process exits before it is healthy
+    /// (a port taken between the probe and the broker's bind, by another test's client
+    /// connection) is retried on new ports; a start that hangs fails with the log tail.
     fn start(bin: &PathBuf) -> Broker {
+        const ATTEMPTS: usize = 3;
+        let mut failures = Vec::new();
+        for _ in 0..ATTEMPTS {
+            match Broker::try_start(bin) {
+                Ok(b) => return b,
+                Err(why) => failures.push(why),
+            }
+        }
+        panic!("broker did not start in {ATTEMPTS} attempts:\n{}", failures.join("\n---\n"));
+    }
+
+    fn try_start(bin: &PathBuf) -> Result<Broker, String> {
         let dir = tempfile::tempdir().unwrap();
         let kafka = format!("127.0.0.1:{}", free_port());
-        let http = format!("127.0.0.1:{}", free_port());
+        let http = loop {
+            let http = format!("127.0.0.1:{}", free_port());
+            if http != kafka {
+                break http;
+            }
+        };
+        let log_path = dir.path().join("broker.log");
+        let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(bin)
             .args([
                 "serve",
@@ -80,27 +102,42 @@ impl Broker {
                 "2",
                 "--data-dir",
             ])
-            .arg(dir.path())
+            .arg(dir.path().join("data"))
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .spawn()
             .expect("start broker");
-        let b = Broker {
+        let mut b = Broker {
             child,
             kafka,
             http,
             _dir: dir,
         };
+        let log_tail = || {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let lines: Vec<&str> = text.lines().collect();
+            lines[lines.len().saturating_sub(40)..].join("\n")
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Ok((200, _)) = http_get(&b.http, "/health") {
-                return b;
+                return Ok(b);
             }
-            assert!(
-                Instant::now() < deadline,
-                "broker did not become healthy on {}",
-                b.http
-            );
+            if let Ok(Some(status)) = b.child.try_wait() {
+                return Err(format!(
+                    "broker exited ({status}) before becoming healthy on {}; log:\n{}",
+                    b.http,
+                    log_tail()
+                ));
+            }
+            if Instant::now() >= deadline {
+                // A hang is the broker's fault, never retried.
+                panic!(
+                    "broker not healthy on {} after 30 s (start-up hang); log:\n{}",
+                    b.http,
+                    log_tail()
+                );
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
     }
