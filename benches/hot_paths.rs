@@ -13,15 +13,15 @@
 
 use bytes::{Bytes, BytesMut};
 use corelog::kafka::frame;
+use corelog_storage::batch;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::offset_index::OffsetIndex;
+use corelog_storage::{AckLevel, LogConfig, PartitionLog};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{ApiKey, FetchResponse, ProduceRequest, RequestHeader, TopicName};
 use kafka_protocol::protocol::{Encodable, StrBytes};
-use shards::log::batch;
-use shards::log::batch_builder::{BatchBuilder, Record};
-use shards::log::offset_index::OffsetIndex;
-use shards::log::{AckLevel, LogConfig, PartitionLog};
 use std::time::{Duration, Instant};
 
 fn batch_of(records: usize, value_len: usize) -> Vec<u8> {
@@ -78,9 +78,13 @@ fn bench_append(c: &mut Criterion) {
             glommio::LocalExecutorBuilder::default()
                 .spawn(move || async move {
                     let dir = tempfile::tempdir().expect("tempdir");
-                    let log = PartitionLog::open(dir.path().join("bench-0"), LogConfig::default())
-                        .await
-                        .expect("open");
+                    let log = PartitionLog::open(
+                        dir.path().join("bench-0"),
+                        LogConfig::default(),
+                        corelog_storage::LogContext::system(),
+                    )
+                    .await
+                    .expect("open");
                     let start = Instant::now();
                     for _ in 0..iters {
                         let t = log.append(&b, 0).expect("append");

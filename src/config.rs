@@ -14,10 +14,10 @@ use crate::net::connection_limits::{
 };
 use anyhow::{bail, Context};
 use clap::Args;
+use corelog_storage::{Durability, LogConfig};
 use serde::Deserialize;
 use shards::group::coordinator::GroupConfig;
 use shards::housekeeping::HousekeepingConfig;
-use shards::log::{Durability, LogConfig};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -305,7 +305,7 @@ pub struct BrokerConfig {
 }
 
 /// Connection and memory limits (README "Limits"; `net/connection_limits.rs`,
-/// `net/request_memory.rs`, `shards/src/log/tail_cache.rs`).
+/// `net/request_memory.rs`, `shards/storage/src/tail_cache.rs`).
 #[derive(Debug, Clone)]
 pub struct LimitsConfig {
     pub connections: ConnectionLimitsConfig,

@@ -367,7 +367,10 @@ impl Controller {
 impl Controller {
     /// The defaults topics inherit under `meta`: the start-up config with the dynamic
     /// broker configs applied.
-    fn broker_defaults(&self, meta: &crate::metadata::ClusterMetadata) -> crate::log::LogConfig {
+    fn broker_defaults(
+        &self,
+        meta: &crate::metadata::ClusterMetadata,
+    ) -> corelog_storage::LogConfig {
         meta.broker_defaults(&self.config.log, self.config.node_id)
             .effective()
     }
@@ -492,7 +495,7 @@ impl Controller {
 /// The overrides that result from `ops` on `current`. List operations (append,
 /// subtract) start from the effective value, the broker default when not overridden.
 fn apply_ops(
-    broker: &crate::log::LogConfig,
+    broker: &corelog_storage::LogConfig,
     current: &BTreeMap<String, String>,
     ops: &ConfigOps,
 ) -> Result<BTreeMap<String, String>, topic_config::ConfigError> {

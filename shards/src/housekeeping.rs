@@ -15,10 +15,10 @@
 //! under the limits, shard 0 lifts the refusal the same way. Refusing happens before an
 //! append is queued, so nothing acknowledged is ever lost to a full disk.
 
-use crate::log::compaction::cleaner;
 use crate::mesh::ShardMessage;
 use crate::routing::ShardId;
 use crate::shard::Shard;
+use corelog_storage::compaction::cleaner;
 use glommio::{Latency, Shares};
 use std::path::Path;
 use std::rc::Rc;

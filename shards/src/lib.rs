@@ -25,7 +25,7 @@ pub mod controller;
 pub mod group;
 pub mod hgrm;
 pub mod housekeeping;
-pub mod log;
+
 pub mod mesh;
 pub mod metadata;
 pub mod metrics;

@@ -8,8 +8,8 @@
 //! The mesh itself is glommio's `channel_mesh` (bounded, lock-free, one channel per pair
 //! of executors), built once at start-up before any connection is accepted.
 
-use crate::log::{AppendError, ReadError};
 use bytes::Bytes;
+use corelog_storage::{AppendError, ReadError};
 use futures::channel::oneshot;
 use std::sync::Arc;
 use std::time::Instant;
@@ -115,7 +115,7 @@ pub struct PartitionDescription {
     /// Bytes of all its segments.
     pub size_bytes: u64,
     /// Empty unless producers were asked for.
-    pub producers: Vec<crate::log::producer_state::ActiveProducer>,
+    pub producers: Vec<corelog_storage::producer_state::ActiveProducer>,
 }
 
 #[derive(Debug, Clone)]

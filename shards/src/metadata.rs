@@ -58,7 +58,7 @@ impl ClusterMetadata {
     /// The broker-wide defaults every topic of node `node_id` inherits, in layers.
     pub fn broker_defaults<'a>(
         &'a self,
-        static_config: &'a crate::log::LogConfig,
+        static_config: &'a corelog_storage::LogConfig,
         node_id: i32,
     ) -> crate::topic_config::BrokerDefaults<'a> {
         crate::topic_config::BrokerDefaults {

@@ -12,10 +12,10 @@ use crate::controller::Controller;
 use crate::group::coordinator::{offsets_tp, GroupConfig, GroupCoordinator};
 use crate::group::OFFSETS_TOPIC;
 use crate::housekeeping::DiskBudget;
-use crate::log::{AckLevel, LogConfig, PartitionLog};
 use crate::mesh::*;
 use crate::metadata::{partition_dir, MetadataStore};
 use crate::routing::{shard_of, ShardId};
+use corelog_storage::{AckLevel, LogConfig, PartitionLog};
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
@@ -65,6 +65,8 @@ pub struct Shard {
     producer_id_refill: Semaphore,
     /// Other shards' quota usage reports, drained by the broker's quota manager.
     pub quota_usage: crate::client_quota::UsageInbox,
+    /// The clock and observer this shard's logs are opened with.
+    storage_context: corelog_storage::LogContext,
 }
 
 impl Shard {
@@ -90,6 +92,7 @@ impl Shard {
             producer_ids: RefCell::new(0..0),
             producer_id_refill: Semaphore::new(1),
             quota_usage: crate::client_quota::UsageInbox::new(config_shards),
+            storage_context: crate::metrics::storage_context(),
         })
     }
 
@@ -522,7 +525,7 @@ impl Shard {
             }
             let dir = partition_dir(&self.config.data_dir, &topic, p);
             let config = self.topic_log_config(&topic);
-            let log = PartitionLog::open(dir, config)
+            let log = PartitionLog::open(dir, config, self.storage_context.clone())
                 .await
                 .map_err(|e| TopicError::Storage(e.to_string()))?;
             self.partitions.borrow_mut().insert(tp, log);
@@ -537,7 +540,7 @@ impl Shard {
     /// claimed but not yet written stays near `PREALLOCATION_SHARD_BYTES` (1,000
     /// partitions at the full 64 MiB step would claim 64 GB).
     fn share_tail_cache(&self) {
-        let budget = crate::log::tail_cache_budget::TailCacheBudget {
+        let budget = corelog_storage::tail_cache_budget::TailCacheBudget {
             shard_bytes: self.config.tail_cache_shard_bytes,
             partition_max_bytes: self.config.log.tail_cache_bytes,
         };
@@ -568,7 +571,7 @@ impl Shard {
             // The group coordinator's state is the latest record per key: compacted,
             // never deleted by age.
             config.segment_bytes = self.config.groups.offsets_segment_bytes;
-            config.cleanup = crate::log::config::CleanupPolicy {
+            config.cleanup = corelog_storage::config::CleanupPolicy {
                 delete: false,
                 compact: true,
             };

@@ -11,7 +11,7 @@
 //! applies none (callers persist only configs that resolve); `get(&c, k)` parses back
 //! with `set` to the same value for every key in `DEFS`.
 
-use crate::log::config::{CleanupPolicy, CompressionType, LogConfig, TimestampType};
+use corelog_storage::config::{CleanupPolicy, CompressionType, LogConfig, TimestampType};
 use std::collections::BTreeMap;
 
 /// Kafka's `ConfigType` codes (DescribeConfigs v3+).

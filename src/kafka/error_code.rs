@@ -5,12 +5,12 @@
 //! machines (PITFALLS "error codes drive client state machines"): retriable codes make
 //! clients retry, fatal ones surface to the application.
 
+use corelog_storage::batch::BatchError;
+use corelog_storage::producer_state::SequenceError;
+use corelog_storage::{AppendError, ReadError, RecordRule};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use shards::group::types::GroupError;
-use shards::log::batch::BatchError;
-use shards::log::producer_state::SequenceError;
-use shards::log::{AppendError, ReadError, RecordRule};
 use shards::mesh::{PartitionError, TopicError};
 
 pub fn batch(e: &BatchError) -> ResponseError {

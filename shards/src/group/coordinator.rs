@@ -26,10 +26,10 @@ use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, R
 use super::state::{Group, GroupState};
 use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
-use crate::log::batch;
-use crate::log::batch_builder::{BatchBuilder, Record};
-use crate::log::{AckLevel, PartitionLog};
 use crate::mesh::TopicPartition;
+use corelog_storage::batch;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::{AckLevel, PartitionLog};
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -642,9 +642,9 @@ impl GroupCoordinator {
         let bytes = b.build();
         let ticket = log.append(&bytes, 0).map_err(|e| match e {
             // Not retriable: the same commit will never fit (Kafka's INVALID_COMMIT_OFFSET_SIZE).
-            crate::log::AppendError::InvalidBatch(crate::log::batch::BatchError::TooLarge {
-                ..
-            }) => GroupError::CommitTooLarge,
+            corelog_storage::AppendError::InvalidBatch(
+                corelog_storage::batch::BatchError::TooLarge { .. },
+            ) => GroupError::CommitTooLarge,
             other => GroupError::Storage(other.to_string()),
         })?;
         log.wait(ticket, AckLevel::All)

@@ -11,13 +11,13 @@ use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
+use corelog_storage::{AppendError, RejectedRecords};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::log::{AppendError, RejectedRecords};
 use shards::mesh::{Acks, NewTopic, PartitionError, ProduceInput, ShardMessage, TopicPartition};
 use shards::metadata::validate_topic_name;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use std::sync::Arc;
 /// transactional batches (transactions are not implemented: no marker would ever end
 /// them). Deeper validation (CRC, sizes, records) happens on the owning shard.
 fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
-    use shards::log::batch::{BatchHeader, CURRENT_MAGIC, LOG_OVERHEAD};
+    use corelog_storage::batch::{BatchHeader, CURRENT_MAGIC, LOG_OVERHEAD};
     let magic_at = LOG_OVERHEAD + 4;
     match records.get(magic_at) {
         None => return Err(ResponseError::InvalidRecord),

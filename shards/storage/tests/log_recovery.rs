@@ -4,8 +4,9 @@
 mod common;
 
 use common::*;
-use shards::log::batch::{self};
-use shards::log::{AckLevel, PartitionLog, ReadError};
+use corelog_storage::batch::{self};
+use corelog_storage::LogContext;
+use corelog_storage::{AckLevel, PartitionLog, ReadError};
 use std::io::{Seek, SeekFrom, Write};
 use std::path::Path;
 
@@ -30,7 +31,7 @@ fn append_read_and_fetch_from_inside_a_batch() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20))
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         assert_eq!(append_acked(&log, &batch(1, 5, 10, 1000)).await, 0);
@@ -60,7 +61,7 @@ fn rolls_segments_and_survives_restart() {
     let path = dir.path().join("t-0");
     let p2 = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p2.clone(), small_config(8192))
+        let log = PartitionLog::open(p2.clone(), small_config(8192), LogContext::system())
             .await
             .expect("open");
         for i in 0..40u32 {
@@ -68,7 +69,7 @@ fn rolls_segments_and_survives_restart() {
         }
         assert!(log.segment_count() > 3, "small segments must roll");
         log.close().await;
-        let log = PartitionLog::open(p2, small_config(8192))
+        let log = PartitionLog::open(p2, small_config(8192), LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(log.high_watermark(), 160);
@@ -104,7 +105,7 @@ fn torn_tail_is_truncated_and_acknowledged_data_kept() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20))
+        let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         for i in 0..10u32 {
@@ -127,7 +128,7 @@ fn torn_tail_is_truncated_and_acknowledged_data_kept() {
     drop(f);
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20))
+        let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(
@@ -155,7 +156,7 @@ fn corrupt_crc_in_the_tail_ends_the_log_there() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20))
+        let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         for i in 0..4u32 {
@@ -175,7 +176,7 @@ fn corrupt_crc_in_the_tail_ends_the_log_there() {
     f.write_all(&[0x5A]).expect("write");
     drop(f);
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20))
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(log.high_watermark(), 6);
@@ -190,7 +191,7 @@ fn truncated_or_garbage_index_is_rebuilt() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p, small_config(1 << 20))
+        let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         for i in 0..50u32 {
@@ -216,7 +217,7 @@ fn truncated_or_garbage_index_is_rebuilt() {
         }
         let p = path.clone();
         run(move || async move {
-            let log = PartitionLog::open(p, small_config(1 << 20))
+            let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
                 .await
                 .expect("reopen");
             assert_eq!(log.high_watermark(), 100);
@@ -235,7 +236,7 @@ fn one_sync_serves_many_waiting_produces() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20))
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         let tickets: Vec<_> = (0..200u32)
@@ -265,7 +266,9 @@ fn rolls_by_age() {
     run(move || async move {
         let mut config = small_config(1 << 30);
         config.segment_ms = 50;
-        let log = PartitionLog::open(path, config).await.expect("open");
+        let log = PartitionLog::open(path, config, LogContext::system())
+            .await
+            .expect("open");
         append_acked(&log, &batch(1, 2, 10, 1000)).await;
         assert_eq!(log.segment_count(), 1);
         glommio::timer::sleep(std::time::Duration::from_millis(80)).await;
@@ -290,7 +293,7 @@ fn crash_image_with_preallocated_segment_recovers_every_acknowledged_batch() {
     let image = dir.path().join("image-0");
     let (l, i) = (live.clone(), image.clone());
     run(move || async move {
-        let log = PartitionLog::open(l.clone(), small_config(1 << 30))
+        let log = PartitionLog::open(l.clone(), small_config(1 << 30), LogContext::system())
             .await
             .expect("open");
         for n in 0..30u32 {
@@ -311,7 +314,7 @@ fn crash_image_with_preallocated_segment_recovers_every_acknowledged_batch() {
         "the active segment is preallocated ({len} bytes)"
     );
     run(move || async move {
-        let log = PartitionLog::open(image, small_config(1 << 30))
+        let log = PartitionLog::open(image, small_config(1 << 30), LogContext::system())
             .await
             .expect("recover");
         assert_eq!(log.high_watermark(), 90);
@@ -328,7 +331,7 @@ fn deleting_old_segments_moves_the_log_start_and_survives_restart() {
     let path = dir.path().join("t-0");
     let p = path.clone();
     run(move || async move {
-        let log = PartitionLog::open(p.clone(), small_config(8192))
+        let log = PartitionLog::open(p.clone(), small_config(8192), LogContext::system())
             .await
             .expect("open");
         for i in 0..40u32 {
@@ -354,7 +357,7 @@ fn deleting_old_segments_moves_the_log_start_and_survives_restart() {
         assert_eq!(log.segment_count(), 1);
         assert_eq!(log.high_watermark(), 160);
         log.close().await;
-        let log = PartitionLog::open(p, small_config(8192))
+        let log = PartitionLog::open(p, small_config(8192), LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(log.high_watermark(), 160);
@@ -383,7 +386,7 @@ fn huge_record_counts_roll_segments_instead_of_overflowing_the_index() {
     run(move || async move {
         let mut config = small_config(1 << 20);
         config.index_interval_bytes = 1;
-        let log = PartitionLog::open(p.clone(), config.clone())
+        let log = PartitionLog::open(p.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         for _ in 0..4 {
@@ -396,7 +399,9 @@ fn huge_record_counts_roll_segments_instead_of_overflowing_the_index() {
             "rolled before relative offsets overflowed"
         );
         log.close().await;
-        let log = PartitionLog::open(p, config).await.expect("recover");
+        let log = PartitionLog::open(p, config, LogContext::system())
+            .await
+            .expect("recover");
         assert_eq!(log.high_watermark(), end);
         log.close().await;
     });

@@ -244,7 +244,7 @@ fn remove_temporaries(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::producer_state::ProducerBatch;
+    use crate::producer_state::ProducerBatch;
 
     fn sample() -> ProducerState {
         let mut s = ProducerState::new();

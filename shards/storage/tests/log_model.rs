@@ -5,9 +5,10 @@
 mod common;
 
 use common::*;
+use corelog_storage::batch::{self, batches};
+use corelog_storage::LogContext;
+use corelog_storage::{AckLevel, PartitionLog};
 use proptest::prelude::*;
-use shards::log::batch::{self, batches};
-use shards::log::{AckLevel, PartitionLog};
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -46,7 +47,7 @@ struct Stored {
 async fn check(ops: Vec<Op>, dir: std::path::PathBuf) -> Result<(), String> {
     // Tiny segments so that rolls happen constantly.
     let config = small_config(4096 * 2);
-    let mut log = PartitionLog::open(dir.clone(), config.clone())
+    let mut log = PartitionLog::open(dir.clone(), config.clone(), LogContext::system())
         .await
         .map_err(|e| e.to_string())?;
     let mut model: Vec<Stored> = Vec::new();
@@ -131,7 +132,7 @@ async fn check(ops: Vec<Op>, dir: std::path::PathBuf) -> Result<(), String> {
             }
             Op::Restart => {
                 log.close().await;
-                log = PartitionLog::open(dir.clone(), config.clone())
+                log = PartitionLog::open(dir.clone(), config.clone(), LogContext::system())
                     .await
                     .map_err(|e| e.to_string())?;
                 let end = model.last().map(|s| s.last + 1).unwrap_or(0);

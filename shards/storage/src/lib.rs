@@ -1,4 +1,13 @@
-//! The partition log: an ordered, append-only sequence of Kafka RecordBatch v2 bytes,
+//! `corelog-storage`: corelog's storage engine — one partition's log of Kafka record
+//! batches on direct I/O, with its indexes, recovery, retention and compaction.
+//!
+//! It owns the files of a partition directory and nothing else. It knows nothing of
+//! shards, the cross-core mesh, the broker's housekeeping schedule, metrics or the Kafka
+//! protocol beyond the RecordBatch v2 format: wall time comes from the [`Clock`] it is
+//! handed and what it measures goes to the [`Observer`] it is handed ([`context`]). It must
+//! never depend on another corelog crate.
+//!
+//! A partition log is an ordered, append-only sequence of Kafka RecordBatch v2 bytes,
 //! split into segments on disk.
 //!
 //! Layout of one partition directory (`<data-dir>/<topic>-<partition>/`):
@@ -13,7 +22,7 @@
 //! ...
 //! ```
 //!
-//! Media assumptions (as redb states its own): a completed direct-I/O write is in the
+//! Media assumptions: a completed direct-I/O write is in the
 //! device and survives the death of the process; only `fdatasync` makes it survive power
 //! loss; a write of one 4 KiB-aligned block never changes bytes outside that block; a torn
 //! write can leave any suffix of the unsynced region as garbage or zeros. Recovery
@@ -26,6 +35,7 @@ pub mod batch_builder;
 pub mod checkpoint;
 pub mod compaction;
 pub mod config;
+pub mod context;
 pub mod error;
 pub mod file_scan;
 pub mod offset_index;
@@ -40,5 +50,6 @@ pub mod tail_cache_budget;
 pub mod time_index;
 
 pub use config::{Durability, LogConfig};
+pub use context::{Clock, LogContext, NoObserver, Observer, Stage, SystemClock};
 pub use error::{AppendError, ReadError, RecordRule, RejectedRecords, StorageError};
 pub use partition_log::{AckLevel, AppendTicket, PartitionLog, ReadOutcome};

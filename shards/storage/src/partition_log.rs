@@ -28,6 +28,7 @@ use super::aligned_appender::AlignedAppender;
 use super::batch::{self, batches, BatchHeader};
 use super::compaction::batch_filter;
 use super::config::{CompressionType, Durability, LogConfig, TimestampType};
+use super::context::{LogContext, Stage};
 use super::error::{AppendError, ReadError, RecordRule, RejectedRecords, StorageError};
 use super::file_scan;
 use super::offset_index::{self, OffsetIndex};
@@ -163,6 +164,8 @@ pub struct PartitionLog {
     /// Idempotent producers' epochs and last batches; changed only by `append`, in offset
     /// order, and never borrowed across an `.await`.
     producers: RefCell<ProducerState>,
+    /// The owner's clock and observer.
+    context: LogContext,
 }
 
 /// Keeps a log's segments from being deleted while it lives (see `hold_segments`).
@@ -245,7 +248,11 @@ async fn read_whole(file: &DmaFile, path: &Path) -> Result<Vec<u8>, StorageError
 impl PartitionLog {
     /// Opens (creating if needed) the log in `dir`, recovering the tail of its active
     /// segment, and starts its flusher.
-    pub async fn open(dir: PathBuf, config: LogConfig) -> Result<Rc<PartitionLog>, StorageError> {
+    pub async fn open(
+        dir: PathBuf,
+        config: LogConfig,
+        context: LogContext,
+    ) -> Result<Rc<PartitionLog>, StorageError> {
         // Directory creation is a rare metadata operation; std's call is fine here.
         std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
         ensure_io_probe(&dir).await?;
@@ -295,7 +302,7 @@ impl PartitionLog {
         let log_start_offset = (*bases.first().unwrap_or(&0))
             .max(checkpoint)
             .min(next_offset);
-        let producers = rebuild_producers(&dir, &segments, next_offset).await?;
+        let producers = rebuild_producers(&dir, &segments, next_offset, context.now_ms()).await?;
         let log = Rc::new(PartitionLog {
             config: RefCell::new(config.clone()),
             state: RefCell::new(LogState {
@@ -321,6 +328,7 @@ impl PartitionLog {
             oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
             start_moves: glommio::sync::Semaphore::new(1),
             producers: RefCell::new(producers),
+            context,
             dir,
         });
         glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
@@ -704,6 +712,7 @@ impl PartitionLog {
     /// Validates and queues `records` (one or more RecordBatch v2), assigning offsets.
     /// Nothing of the request is queued unless every batch is valid.
     pub fn append(&self, records: &[u8], leader_epoch: i32) -> Result<AppendTicket, AppendError> {
+        let now_ms = self.context.now_ms();
         let config = self.config.borrow();
         let mut offsets = 0i64;
         let mut count = 0usize;
@@ -715,7 +724,7 @@ impl PartitionLog {
             let header = batch::validate(bytes, config.max_batch_bytes)?;
             offsets += i64::from(header.last_offset_delta) + 1;
             count += 1;
-            reshape |= check_topic_rules(&config, &header, bytes)?;
+            reshape |= check_topic_rules(&config, &header, bytes, now_ms)?;
             producer = producer.or(ProducerBatch::from_header(&header));
         }
         if count == 0 {
@@ -740,7 +749,7 @@ impl PartitionLog {
             // written again. Checked before any state changes, so a refused batch leaves
             // none behind.
             if let SequenceCheck::Duplicate(original) = self.producers.borrow().check(p)? {
-                crate::metrics::record_duplicate_batch();
+                self.context.observer.duplicate_batch();
                 return Ok(AppendTicket {
                     base_offset: original.first_offset,
                     next_offset: original.next_offset,
@@ -751,7 +760,7 @@ impl PartitionLog {
         // batches (a cold path; topics with default settings never take it).
         let reshaped;
         let records = if reshape || config.timestamp_type == TimestampType::LogAppendTime {
-            reshaped = reshape_batches(&config, records)?;
+            reshaped = reshape_batches(&config, records, now_ms)?;
             &reshaped[..]
         } else {
             records
@@ -790,13 +799,9 @@ impl PartitionLog {
         st.next_offset = next;
         if let Some(p) = &producer {
             let written = st.written_offset;
-            self.producers.borrow_mut().record(
-                p,
-                base_offset,
-                next,
-                crate::housekeeping::now_ms(),
-                written,
-            );
+            self.producers
+                .borrow_mut()
+                .record(p, base_offset, next, now_ms, written);
         }
         st.pending.push_back(Pending {
             base_offset,
@@ -1237,7 +1242,7 @@ impl PartitionLog {
                 return;
             }
             last_sync = Instant::now();
-            crate::metrics::record_stage(crate::metrics::Stage::Fsync, started.elapsed());
+            log.context.observer.stage(Stage::Fsync, started.elapsed());
             log.syncs.set(log.syncs.get() + 1);
             let mut st = log.state.borrow_mut();
             if target > st.synced_offset {
@@ -1404,7 +1409,9 @@ impl PartitionLog {
             .flush()
             .await
             .map_err(|e| storage_err(&self.dir, e))?;
-        crate::metrics::record_stage(crate::metrics::Stage::Append, started.elapsed());
+        self.context
+            .observer
+            .stage(Stage::Append, started.elapsed());
         let size = writer.log.logical_len();
         let mut st = self.state.borrow_mut();
         assert!(upto >= st.written_offset, "written offset only grows");
@@ -1493,8 +1500,8 @@ async fn rebuild_producers(
     dir: &Path,
     segments: &BTreeMap<i64, Segment>,
     next_offset: i64,
+    now: i64,
 ) -> Result<ProducerState, StorageError> {
-    let now = crate::housekeeping::now_ms();
     let (mut state, at) = producer_snapshot::load(dir, next_offset, now);
     let from = at.unwrap_or_else(|| {
         segments
@@ -1630,11 +1637,11 @@ fn check_topic_rules(
     config: &LogConfig,
     header: &BatchHeader,
     bytes: &[u8],
+    now: i64,
 ) -> Result<bool, AppendError> {
     if config.timestamp_type == TimestampType::CreateTime
         && config.timestamp_difference_max_ms < i64::MAX
     {
-        let now = crate::housekeeping::now_ms();
         let max_diff = config.timestamp_difference_max_ms.unsigned_abs();
         let mut bad = RecordErrors::default();
         batch_filter::for_each_record(bytes, |r| {
@@ -1743,9 +1750,8 @@ fn first_record_at_or_after(
 
 /// The request's batches re-encoded per the topic: in the `compression.type` codec,
 /// stamped with log-append time.
-fn reshape_batches(config: &LogConfig, records: &[u8]) -> Result<Vec<u8>, AppendError> {
+fn reshape_batches(config: &LogConfig, records: &[u8], now: i64) -> Result<Vec<u8>, AppendError> {
     let mut out = Vec::with_capacity(records.len());
-    let now = crate::housekeeping::now_ms();
     for item in batches(records) {
         let (header, range) = item?;
         let bytes = records.get(range).ok_or(AppendError::Empty)?;

@@ -6,16 +6,16 @@
 //! load generator, so it is public.
 //!
 //! Invariants: every batch from [`BatchBuilder::build`] with at least one record passes
-//! [`crate::log::batch::validate`] (given a large enough size limit). Records are encoded
+//! [`crate::batch::validate`] (given a large enough size limit). Records are encoded
 //! into one internal buffer as they are pushed, so building costs one copy of that buffer
 //! and no per-record allocation.
 //!
 //! Does not: compress, produce transactional or control batches, assign real offsets
 //! (base offset is 0; the broker rewrites it with
-//! [`crate::log::batch::set_base_offset`]) or do I/O. Its input is trusted (the caller's
+//! [`crate::batch::set_base_offset`]) or do I/O. Its input is trusted (the caller's
 //! own data), so a field longer than `i32::MAX` bytes is a programming error and panics.
 
-use crate::log::batch::{BATCH_HEADER_LEN, CURRENT_MAGIC, LOG_OVERHEAD};
+use crate::batch::{BATCH_HEADER_LEN, CURRENT_MAGIC, LOG_OVERHEAD};
 
 /// One record to append. `timestamp_delta` is relative to the builder's base timestamp.
 #[derive(Debug, Clone, Copy)]
@@ -220,7 +220,7 @@ fn len_i32(len: usize) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::{validate, BatchError, BatchHeader};
+    use crate::batch::{validate, BatchError, BatchHeader};
 
     const MAX: usize = 1 << 20;
 

@@ -6,8 +6,9 @@
 mod common;
 
 use common::*;
-use shards::log::tail_cache_budget::TailCacheBudget;
-use shards::log::{AckLevel, LogConfig, PartitionLog};
+use corelog_storage::tail_cache_budget::TailCacheBudget;
+use corelog_storage::LogContext;
+use corelog_storage::{AckLevel, LogConfig, PartitionLog};
 use std::rc::Rc;
 
 const PARTITION_MAX_BYTES: usize = 64 * 1024;
@@ -41,9 +42,10 @@ fn many_partitions_stay_within_the_shard_budget() {
         let mut logs: Vec<Rc<PartitionLog>> = Vec::new();
         // 32 partitions: the even share (16 KiB) is below the per-partition 64 KiB.
         for p in 0..32 {
-            let log = PartitionLog::open(root.join(format!("t-{p}")), config())
-                .await
-                .expect("open");
+            let log =
+                PartitionLog::open(root.join(format!("t-{p}")), config(), LogContext::system())
+                    .await
+                    .expect("open");
             logs.push(log);
             budget.apply(logs.iter().map(|l| &**l));
             assert!(held(&logs) as u64 <= SHARD_BYTES);

@@ -2,9 +2,9 @@
 
 #![allow(dead_code)]
 
-use shards::log::batch::{batches, BatchHeader};
-use shards::log::batch_builder::{BatchBuilder, Record};
-use shards::log::{Durability, LogConfig};
+use corelog_storage::batch::{batches, BatchHeader};
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::{Durability, LogConfig};
 
 /// Runs the future made by `f` on a fresh glommio executor on a thread of its own (the
 /// way a shard runs). A new thread each time: glommio keeps per-thread reactor state, and

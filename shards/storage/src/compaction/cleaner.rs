@@ -35,16 +35,16 @@
 
 use super::batch_filter::{filter_batch, for_each_record, Filtered};
 use super::offset_map::OffsetMap;
-use crate::log::batch::BatchHeader;
-use crate::log::checkpoint;
-use crate::log::error::StorageError;
-use crate::log::file_scan::{self, ScanEnd};
-use crate::log::offset_index::{self, IndexEntry, OffsetIndex};
-use crate::log::partition_log::{PartitionLog, SealedSegment};
-use crate::log::segment::{
+use crate::batch::BatchHeader;
+use crate::checkpoint;
+use crate::error::StorageError;
+use crate::file_scan::{self, ScanEnd};
+use crate::offset_index::{self, IndexEntry, OffsetIndex};
+use crate::partition_log::{PartitionLog, SealedSegment};
+use crate::segment::{
     self, Segment, CLEANED_AT_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
 };
-use crate::log::time_index::{self, TimeEntry, TimeIndex};
+use crate::time_index::{self, TimeEntry, TimeIndex};
 use glommio::io::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};

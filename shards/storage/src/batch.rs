@@ -459,7 +459,7 @@ impl Iterator for BatchIter<'_> {
 
 /// A bounds-checked big-endian reader. Every read returns `None` instead of reading past
 /// the end, which is how "bound everything by the bytes present" is enforced.
-/// Crate-visible so that [`crate::log::compaction`] parses records with the same rules.
+/// Crate-visible so that [`crate::compaction`] parses records with the same rules.
 pub(crate) struct Cursor<'a> {
     rest: &'a [u8],
 }
@@ -558,7 +558,7 @@ impl<'a> Cursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch_builder::{put_varint, put_varlong, BatchBuilder, Record};
+    use crate::batch_builder::{put_varint, put_varlong, BatchBuilder, Record};
 
     const MAX: usize = 1 << 20;
 

@@ -7,7 +7,7 @@
 //! already-compacted batch, and the rewrite of a batch around the records kept.
 //!
 //! Invariants:
-//! - Total over arbitrary bytes, like [`crate::log::batch`]: bad input gives a
+//! - Total over arbitrary bytes, like [`crate::batch`]: bad input gives a
 //!   [`BatchError`], never a panic; nothing is allocated from a wire count, and a records
 //!   section never decompresses to more than [`MAX_DECOMPRESSED_BYTES`].
 //! - The CRC is checked before anything else is read, so corruption is never laundered
@@ -25,7 +25,7 @@
 //!   last sequence is `baseSequence + lastOffsetDelta`, and the batch still spans the same
 //!   offsets, so the next batch's base offset stays `lastOffset + 1`.
 //! - Consequently a rewritten batch (sparse offsets, `recordCount - 1 != lastOffsetDelta`)
-//!   does not pass [`crate::log::batch::validate`], which is the produce-path check and
+//!   does not pass [`crate::batch::validate`], which is the produce-path check and
 //!   requires dense offsets.
 //!
 //! Does not: decide which records to keep, decide whether a batch that loses every record
@@ -40,7 +40,7 @@ use std::io::Read;
 use bytes::BytesMut;
 use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
-use crate::log::batch::{
+use crate::batch::{
     BatchError, BatchHeader, Compression, Cursor, BATCH_HEADER_LEN, CRC_START, CURRENT_MAGIC,
     LOG_OVERHEAD,
 };
@@ -529,8 +529,8 @@ fn put(out: &mut [u8], range: Range<usize>, bytes: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::log::batch::validate;
-    use crate::log::batch_builder::{BatchBuilder, Record as BuilderRecord};
+    use crate::batch::validate;
+    use crate::batch_builder::{BatchBuilder, Record as BuilderRecord};
     use bytes::Bytes;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{

@@ -20,17 +20,18 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
+use corelog_storage::batch::batches;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::compaction::batch_filter::for_each_record;
+use corelog_storage::compaction::cleaner::{self, clean, read_checkpoint, CrashPoint};
+use corelog_storage::config::CleanupPolicy;
+use corelog_storage::LogContext;
+use corelog_storage::{AckLevel, LogConfig, PartitionLog, ReadError};
 use kafka_protocol::records::{
     Compression as KCompression, Record as KRecord, RecordBatchDecoder, RecordBatchEncoder,
     RecordEncodeOptions, TimestampType,
 };
 use proptest::prelude::*;
-use shards::log::batch::batches;
-use shards::log::batch_builder::{BatchBuilder, Record};
-use shards::log::compaction::batch_filter::for_each_record;
-use shards::log::compaction::cleaner::{self, clean, read_checkpoint, CrashPoint};
-use shards::log::config::CleanupPolicy;
-use shards::log::{AckLevel, LogConfig, PartitionLog, ReadError};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
@@ -494,7 +495,7 @@ fn workload() -> impl Strategy<Value = Workload> {
 
 async fn check_workload(w: Workload, dir: std::path::PathBuf) {
     let config = compact_config(w.segment_bytes, w.tail_cache_bytes);
-    let log = PartitionLog::open(dir.clone(), config.clone())
+    let log = PartitionLog::open(dir.clone(), config.clone(), LogContext::system())
         .await
         .expect("open");
     let memory = if w.small_memory {
@@ -591,7 +592,7 @@ async fn check_workload(w: Workload, dir: std::path::PathBuf) {
 
     // The cleaned segments are what a restart finds.
     log.close().await;
-    let log = PartitionLog::open(dir.clone(), config.clone())
+    let log = PartitionLog::open(dir.clone(), config.clone(), LogContext::system())
         .await
         .expect("reopen");
     assert_eq!(
@@ -645,7 +646,7 @@ fn tombstones_stay_for_delete_retention_then_go_with_their_keys() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let config = compact_config(4096, 1);
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         let mut model = Model::default();
@@ -749,7 +750,7 @@ fn tombstones_stay_for_delete_retention_then_go_with_their_keys() {
             );
         }
         log.close().await;
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("reopen");
         assert_same(&read_all(&log, &model).await, &want, "after reopening");
@@ -764,9 +765,13 @@ fn reads_after_a_pass_do_not_serve_superseded_records_from_the_tail_cache() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = PartitionLog::open(path.clone(), compact_config(4096, 1 << 20))
-            .await
-            .expect("open");
+        let log = PartitionLog::open(
+            path.clone(),
+            compact_config(4096, 1 << 20),
+            LogContext::system(),
+        )
+        .await
+        .expect("open");
         let mut model = Model::default();
         for i in 0..12u32 {
             let recs: Vec<Produce> = (0..4u8)
@@ -791,7 +796,7 @@ fn passes_concurrent_with_appends_and_rolls() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let config = compact_config(4096, 16 * 1024);
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         let model = std::rc::Rc::new(std::cell::RefCell::new(Model::default()));
@@ -855,7 +860,7 @@ fn passes_concurrent_with_appends_and_rolls() {
         let want = compacted(&model.recs, end, false);
         assert_same(&read_all(&log, &model).await, &want, "after the final pass");
         log.close().await;
-        let log = PartitionLog::open(path.clone(), config)
+        let log = PartitionLog::open(path.clone(), config, LogContext::system())
             .await
             .expect("reopen");
         assert_same(&read_all(&log, &model).await, &want, "after reopening");
@@ -875,7 +880,7 @@ fn dirty_ratio_and_compaction_lags_decide_when_and_how_far() {
             min_cleanable_dirty_ratio: 0.5,
             ..compact_config(4096, 1)
         };
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         let mut model = Model::default();
@@ -1046,7 +1051,7 @@ async fn crash_case(
 ) {
     let what = format!("{point:?}, one group: {one_group}, cleaned before: {precleaned}");
     let config = compact_config(4096, 8 * 1024);
-    let log = PartitionLog::open(path.clone(), config.clone())
+    let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
         .await
         .expect("open");
     let mut model = Model::default();
@@ -1146,7 +1151,7 @@ async fn crash_case(
     log.close().await;
     drop(log);
 
-    let log = PartitionLog::open(path.clone(), config.clone())
+    let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
         .await
         .expect("reopen after the crash");
     assert_tidy(&path);
@@ -1208,7 +1213,7 @@ async fn crash_case(
         &format!("{what}: appended"),
     );
     log.close().await;
-    let log = PartitionLog::open(path.clone(), config)
+    let log = PartitionLog::open(path.clone(), config, LogContext::system())
         .await
         .expect("reopen");
     assert_same(
@@ -1279,7 +1284,7 @@ fn size_retention_deletes_the_oldest_segments_down_to_retention_bytes() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let config = delete_config(4096);
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         let mut model = Model::default();
@@ -1351,7 +1356,7 @@ fn size_retention_deletes_the_oldest_segments_down_to_retention_bytes() {
         .await;
         assert_suffix(&log, &model).await;
         log.close().await;
-        let log = PartitionLog::open(path.clone(), config)
+        let log = PartitionLog::open(path.clone(), config, LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(log.log_start_offset(), last[0].base_offset);
@@ -1377,7 +1382,7 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
             },
             ..delete_config(4096)
         };
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         let mut model = Model::default();
@@ -1444,7 +1449,7 @@ fn delete_records_moves_the_start_inside_a_segment_and_persists_it() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let config = delete_config(4096);
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         let mut model = Model::default();
@@ -1483,7 +1488,7 @@ fn delete_records_moves_the_start_inside_a_segment_and_persists_it() {
         assert_eq!(log.log_start_offset(), target);
         log.close().await;
 
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(
@@ -1513,7 +1518,7 @@ fn delete_records_moves_the_start_inside_a_segment_and_persists_it() {
         .await;
         assert_suffix(&log, &model).await;
         log.close().await;
-        let log = PartitionLog::open(path.clone(), config)
+        let log = PartitionLog::open(path.clone(), config, LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(log.log_start_offset(), hw);
@@ -1534,7 +1539,7 @@ fn deleted_segment_files_are_unlinked_after_the_delay_or_at_the_next_open() {
                 file_delete_delay_ms: delay_ms,
                 ..delete_config(4096)
             };
-            let log = PartitionLog::open(p.clone(), config.clone())
+            let log = PartitionLog::open(p.clone(), config.clone(), LogContext::system())
                 .await
                 .expect("open");
             let mut model = Model::default();
@@ -1574,7 +1579,7 @@ fn deleted_segment_files_are_unlinked_after_the_delay_or_at_the_next_open() {
         });
         // The executor is gone (a pending unlink with it); the next open removes leftovers.
         run(move || async move {
-            let log = PartitionLog::open(path.clone(), delete_config(4096))
+            let log = PartitionLog::open(path.clone(), delete_config(4096), LogContext::system())
                 .await
                 .expect("reopen");
             assert_tidy(&path);
@@ -1599,7 +1604,7 @@ fn a_checkpoint_past_the_log_end_is_clamped_at_open() {
     let path = dir.path().join("t-0");
     run(move || async move {
         let config = delete_config(4096);
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("open");
         let mut model = Model::default();
@@ -1608,7 +1613,7 @@ fn a_checkpoint_past_the_log_end_is_clamped_at_open() {
         log.close().await;
         drop(log);
         std::fs::write(path.join("log-start-offset"), format!("{}\n", end + 100)).expect("write");
-        let log = PartitionLog::open(path.clone(), config.clone())
+        let log = PartitionLog::open(path.clone(), config.clone(), LogContext::system())
             .await
             .expect("reopen");
         assert_eq!(log.log_start_offset(), end);
@@ -1621,7 +1626,7 @@ fn a_checkpoint_past_the_log_end_is_clamped_at_open() {
         fill(&log, &mut model, 8, |_| T0 + 1).await;
         log.close().await;
         drop(log);
-        let log = PartitionLog::open(path.clone(), config)
+        let log = PartitionLog::open(path.clone(), config, LogContext::system())
             .await
             .expect("reopen again");
         assert_eq!(log.log_start_offset(), end, "the new records stay visible");

@@ -1,5 +1,6 @@
 //! Settings of one partition log: the broker-wide defaults with the topic's overrides
-//! applied (see `crate::topic_config`, which names, parses and validates every key).
+//! applied. The engine does not parse configuration: its owner names, parses and
+//! validates every key and hands the result over whole.
 //!
 //! A `LogConfig` is a plain value. A partition holds its current copy and takes a new
 //! one whole when the topic's configuration is altered; nothing reads half of an update.

@@ -6,9 +6,10 @@
 mod common;
 
 use common::*;
-use shards::log::batch_builder::{BatchBuilder, Record};
-use shards::log::producer_state::SequenceError;
-use shards::log::{AckLevel, AppendError, PartitionLog};
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::producer_state::SequenceError;
+use corelog_storage::LogContext;
+use corelog_storage::{AckLevel, AppendError, PartitionLog};
 use std::path::Path;
 
 /// A batch of `count` records from producer `pid` at `epoch`, sequences from `seq`.
@@ -45,7 +46,7 @@ fn retries_get_the_original_offsets_and_write_nothing() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20))
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         assert_eq!(produce(&log, &idem(1, 0, 0, 3)).await.expect("first"), 0);
@@ -100,7 +101,7 @@ fn producer_state_survives_clean_restarts_and_crashes() {
     let (l, c) = (live.clone(), crashed.clone());
     // Small segments: several rolls, so snapshots at rolls and a replayed tail both count.
     run(move || async move {
-        let log = PartitionLog::open(l.clone(), small_config(1024))
+        let log = PartitionLog::open(l.clone(), small_config(1024), LogContext::system())
             .await
             .expect("open");
         for seq in 0..60 {
@@ -116,7 +117,7 @@ fn producer_state_survives_clean_restarts_and_crashes() {
     });
     for path in [live, crashed] {
         run(move || async move {
-            let log = PartitionLog::open(path.clone(), small_config(1024))
+            let log = PartitionLog::open(path.clone(), small_config(1024), LogContext::system())
                 .await
                 .expect("reopen");
             assert_eq!(log.high_watermark(), 180);
@@ -145,11 +146,11 @@ fn idle_producers_expire_and_then_start_fresh() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20))
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         produce(&log, &idem(3, 0, 0, 1)).await.expect("append");
-        let now = shards::housekeeping::now_ms();
+        let now = corelog_storage::Clock::now_ms(&corelog_storage::SystemClock);
         assert_eq!(log.expire_producers(now, 60_000), 0, "not idle yet");
         assert_eq!(log.expire_producers(now + 60_000, 60_000), 1);
         // Forgotten: its next batch is accepted whatever its sequence (Kafka's rule).
@@ -163,7 +164,7 @@ fn a_batch_of_an_idempotent_producer_must_be_alone() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
     run(move || async move {
-        let log = PartitionLog::open(path, small_config(1 << 20))
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
             .await
             .expect("open");
         let mut two = idem(4, 0, 0, 1);

@@ -1,0 +1,81 @@
+//! What a log is handed by its owner instead of reaching for process-wide state: the wall
+//! clock and an observer of what it measures.
+//!
+//! The engine reads wall time for record timestamps it stamps (`LogAppendTime`), for the
+//! `message.timestamp.difference.max.ms` rule and for idempotent producers' last-write
+//! times; it never reads the system clock itself, so a test can hand it any clock.
+//! Latencies are measured on the monotonic clock (`Instant`) and reported, not kept.
+
+use std::rc::Rc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// Wall-clock time in milliseconds since the Unix epoch.
+pub trait Clock {
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's wall clock; 0 when it reads before the epoch.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// A stage of the write path whose latency the engine reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    /// One flusher round: the direct-I/O write of the pending batches.
+    Append,
+    /// One group-commit `fdatasync`.
+    Fsync,
+}
+
+/// Receives the engine's observations. Called on the log's own thread, on the write path:
+/// implementations must be cheap and must not block.
+pub trait Observer {
+    fn stage(&self, stage: Stage, latency: Duration);
+    /// An idempotent producer's retry was answered with the offsets it already had.
+    fn duplicate_batch(&self);
+}
+
+/// Discards every observation.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoObserver;
+
+impl Observer for NoObserver {
+    fn stage(&self, _: Stage, _: Duration) {}
+    fn duplicate_batch(&self) {}
+}
+
+/// The clock and observer every log of one owner shares.
+#[derive(Clone)]
+pub struct LogContext {
+    pub clock: Rc<dyn Clock>,
+    pub observer: Rc<dyn Observer>,
+}
+
+impl LogContext {
+    /// The system clock and no observer (tools and tests).
+    pub fn system() -> LogContext {
+        LogContext {
+            clock: Rc::new(SystemClock),
+            observer: Rc::new(NoObserver),
+        }
+    }
+
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
+    }
+}
+
+impl std::fmt::Debug for LogContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LogContext")
+    }
+}
