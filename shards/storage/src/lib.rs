@@ -42,7 +42,7 @@ pub mod offset_index;
 pub mod partition_log;
 pub mod producer_snapshot;
 pub mod producer_state;
-pub mod recovery;
+
 pub mod retention;
 pub mod segment;
 pub mod tail_cache;

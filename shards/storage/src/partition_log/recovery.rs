@@ -12,14 +12,15 @@
 //! What was acknowledged at acks=all (synced) is never behind the truncation point: a
 //! synced prefix is valid by construction.
 
-use super::aligned_appender::AlignedAppender;
-use super::config::LogConfig;
-use super::error::StorageError;
-use super::file_scan::{self, ScanEnd};
-use super::offset_index;
-use super::partition_log::{self, Writer};
-use super::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
-use super::time_index;
+use super::open as partition_log;
+use super::Writer;
+use crate::aligned_appender::AlignedAppender;
+use crate::config::LogConfig;
+use crate::error::StorageError;
+use crate::file_scan::{self, ScanEnd};
+use crate::offset_index;
+use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::time_index;
 use std::path::Path;
 use std::rc::Rc;
 
@@ -29,7 +30,7 @@ fn err(path: &Path, e: impl std::fmt::Display) -> StorageError {
 
 /// Recovers (or creates) the active segment with base offset `base`, returning its
 /// reader view, the flusher's writer and the log end offset.
-pub(crate) async fn recover_active(
+pub(super) async fn recover_active(
     dir: &Path,
     base: i64,
     config: &LogConfig,
@@ -41,7 +42,7 @@ pub(crate) async fn recover_active(
     }
     let file = Rc::new(partition_log::open_rw_path(&log_path).await?);
     let file_len = file.file_size().await.map_err(|e| err(&log_path, e))?;
-    let mut index = partition_log::PartitionLog::load_index(dir, base, file_len).await?;
+    let mut index = super::PartitionLog::load_index(dir, base, file_len).await?;
 
     // Scan from the last trustworthy index entry.
     let mut scanned: Vec<(i64, i64, i64, u64, u64)>; // (base, last, max_ts, pos, len)
@@ -110,8 +111,7 @@ pub(crate) async fn recover_active(
         }
         bytes_since_index += len;
     }
-    let mut time_index =
-        partition_log::PartitionLog::load_time_index(dir, base, next_offset).await?;
+    let mut time_index = super::PartitionLog::load_time_index(dir, base, next_offset).await?;
     let mut max_ts = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
     for &(b, _, ts, _, _) in &scanned {
         if b - base > i64::from(i32::MAX) {

@@ -1,0 +1,275 @@
+//! The flusher task: takes what is pending in bounded rounds, rolls segments, writes
+//! through the aligned direct-I/O appenders, adds sparse index entries, publishes the
+//! written offset and moves the batches into the tail cache.
+//!
+//! Invariant: it is the only writer of the active segment's files, and the written
+//! offset only grows.
+
+use super::open::create_active;
+use super::{storage_err, ActiveWriter, PartitionLog, Pending};
+use crate::batch::batches;
+use crate::context::Stage;
+use crate::error::StorageError;
+use crate::offset_index::{self};
+use crate::producer_snapshot;
+use crate::tail_cache::CachedBatches;
+use crate::time_index::{self};
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// Most bytes one flusher round writes; a larger backlog takes several rounds.
+const FLUSH_ROUND_BYTES_MAX: usize = 8 << 20;
+
+impl PartitionLog {
+    /// Writes pending batches, one bounded round at a time, until the log closes.
+    pub(super) async fn flusher(log: Rc<PartitionLog>, mut writer: ActiveWriter) {
+        loop {
+            loop {
+                let listener = log.work.listen();
+                {
+                    let st = log.state.borrow();
+                    if !st.pending.is_empty() || st.closing {
+                        break;
+                    }
+                }
+                listener.await;
+            }
+            if let Err(e) = log.flush_once(&mut writer).await {
+                log.fail(e);
+                return;
+            }
+            log.sync_work.notify(1);
+            let (closing, empty) = {
+                let st = log.state.borrow();
+                (st.closing, st.pending.is_empty())
+            };
+            if closing && empty {
+                let seal = async {
+                    writer.log.sync().await?;
+                    writer.log.truncate_to_logical().await?;
+                    writer.index.sync().await?;
+                    writer.time_index.sync().await
+                };
+                if let Err(e) = seal.await {
+                    // Nothing unsynced may be acknowledged as synced: fail the log.
+                    log.fail(storage_err(&log.dir, e));
+                    return;
+                }
+                // A clean stop leaves nothing to replay at the next open.
+                let end = log.state.borrow().written_offset;
+                log.snapshot_producers(end).await;
+                let mut st = log.state.borrow_mut();
+                st.synced_offset = st.written_offset;
+                st.closed = true;
+                drop(st);
+                log.progress.notify(usize::MAX);
+                log.sync_work.notify(usize::MAX);
+                return;
+            }
+        }
+    }
+
+    async fn flush_once(&self, writer: &mut ActiveWriter) -> Result<(), StorageError> {
+        // Take a bounded round (at least one entry) so one burst never needs one huge
+        // buffer; the rest goes in the next round.
+        let batch_list: Vec<Pending> = {
+            let mut st = self.state.borrow_mut();
+            let mut bytes = 0usize;
+            let mut n = 0usize;
+            for p in st.pending.iter() {
+                if n > 0 && bytes + p.bytes.len() > FLUSH_ROUND_BYTES_MAX {
+                    break;
+                }
+                bytes += p.bytes.len();
+                n += 1;
+            }
+            st.pending.drain(..n).collect()
+        };
+        let mut new_index: Vec<(i64, u32)> = Vec::new();
+        let mut new_time: Vec<(i64, i64)> = Vec::new();
+        let mut pushed_upto = self.state.borrow().written_offset;
+        let config = self.config();
+        for p in &batch_list {
+            let len = writer.log.logical_len();
+            let too_big = len > 0 && len + p.bytes.len() as u64 > config.segment_bytes;
+            let too_old =
+                len > 0 && writer.opened_at.elapsed() >= Duration::from_millis(config.segment_ms);
+            // Index entries hold offsets relative to the segment base in 32 bits (Kafka
+            // rolls at i32::MAX too): a batch that would leave that range starts a segment.
+            let too_far = len > 0 && p.next_offset - 1 - writer.base_offset > i64::from(i32::MAX);
+            // Kafka rolls when the offset index is full (`segment.index.bytes`); a batch
+            // may add one entry.
+            let index_full = len > 0
+                && writer.index.logical_len() + offset_index::ENTRY_BYTES as u64
+                    > u64::from(config.segment_index_bytes);
+            if too_big || too_old || too_far || index_full {
+                self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
+                    .await?;
+                self.roll(writer, p.base_offset).await?;
+            }
+            let mut pos = writer.log.logical_len();
+            for item in batches(&p.bytes) {
+                let Ok((h, range)) = item else { break };
+                if writer.bytes_since_index >= u64::from(config.index_interval_bytes)
+                    && h.base_offset > writer.last_index_offset
+                    && pos > 0
+                {
+                    let rel = (h.base_offset - writer.base_offset) as u32;
+                    let mut buf = Vec::with_capacity(offset_index::ENTRY_BYTES);
+                    offset_index::encode_entry(
+                        offset_index::IndexEntry {
+                            relative_offset: rel,
+                            position: pos as u32,
+                        },
+                        &mut buf,
+                    );
+                    writer.index.push_slice(&buf);
+                    new_index.push((h.base_offset, pos as u32));
+                    writer.last_index_offset = h.base_offset;
+                    writer.bytes_since_index = 0;
+                }
+                if h.max_timestamp > writer.max_timestamp_ms {
+                    writer.max_timestamp_ms = h.max_timestamp;
+                    let rel = (h.base_offset - writer.base_offset) as u32;
+                    let mut buf = Vec::with_capacity(time_index::ENTRY_BYTES);
+                    time_index::encode_entry(
+                        time_index::TimeEntry {
+                            timestamp_ms: h.max_timestamp,
+                            relative_offset: rel,
+                        },
+                        &mut buf,
+                    );
+                    writer.time_index.push_slice(&buf);
+                    new_time.push((h.max_timestamp, h.base_offset));
+                }
+                let batch_len = (range.end - range.start) as u64;
+                writer.bytes_since_index += batch_len;
+                pos += batch_len;
+            }
+            assert_eq!(p.base_offset, pushed_upto, "pending batches are contiguous");
+            writer.log.push(p.bytes.clone());
+            pushed_upto = p.next_offset;
+        }
+        self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
+            .await?;
+
+        {
+            let mut st = self.state.borrow_mut();
+            for p in batch_list {
+                st.tail.push(CachedBatches {
+                    base_offset: p.base_offset,
+                    next_offset: p.next_offset,
+                    bytes: p.bytes,
+                });
+            }
+        }
+        self.progress.notify(usize::MAX);
+        Ok(())
+    }
+
+    /// Writes what the appenders hold and publishes it to readers: segment size, index
+    /// entries, written offset.
+    async fn write_out(
+        &self,
+        writer: &mut ActiveWriter,
+        new_index: &mut Vec<(i64, u32)>,
+        new_time: &mut Vec<(i64, i64)>,
+        upto: i64,
+    ) -> Result<(), StorageError> {
+        if !writer.log.has_unflushed() {
+            return Ok(());
+        }
+        let needed = writer.log.logical_len().div_ceil(4096) * 4096;
+        if needed > writer.preallocated {
+            let target = (needed + self.preallocate_step.get())
+                .min(self.config.borrow().segment_bytes.div_ceil(4096) * 4096)
+                .max(needed);
+            // Best effort: a filesystem without fallocate still takes the writes.
+            match writer.log.file().pre_allocate(target, false).await {
+                Ok(()) => writer.preallocated = target,
+                Err(e) => {
+                    tracing::debug!(dir = %self.dir.display(), error = %e, "fallocate failed; appending without preallocation");
+                    writer.preallocated = u64::MAX;
+                }
+            }
+        }
+        // The log first: an index entry must never point at bytes not yet written.
+        let started = Instant::now();
+        writer
+            .log
+            .flush()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        writer
+            .index
+            .flush()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        writer
+            .time_index
+            .flush()
+            .await
+            .map_err(|e| storage_err(&self.dir, e))?;
+        self.context
+            .observer
+            .stage(Stage::Append, started.elapsed());
+        let size = writer.log.logical_len();
+        let mut st = self.state.borrow_mut();
+        assert!(upto >= st.written_offset, "written offset only grows");
+        assert!(
+            upto <= st.next_offset,
+            "nothing is written before it is assigned"
+        );
+        st.written_offset = upto;
+        let seg = st
+            .segments
+            .get_mut(&writer.base_offset)
+            .expect("the active segment is always in the segment map");
+        seg.size = size;
+        for (offset, pos) in new_index.drain(..) {
+            seg.index.append(offset, pos);
+        }
+        for (ts, offset) in new_time.drain(..) {
+            seg.time_index.append(ts, offset);
+        }
+        seg.max_timestamp_ms = seg.max_timestamp_ms.max(writer.max_timestamp_ms);
+        Ok(())
+    }
+
+    async fn roll(&self, writer: &mut ActiveWriter, new_base: i64) -> Result<(), StorageError> {
+        let dir = &self.dir;
+        let seal = async {
+            writer.log.sync().await?;
+            writer.log.truncate_to_logical().await?;
+            writer.index.sync().await?;
+            writer.time_index.sync().await
+        };
+        seal.await.map_err(|e| storage_err(dir, e))?;
+        let fresh = create_active(dir, new_base).await?;
+        let (seg, w) = fresh;
+        {
+            let mut st = self.state.borrow_mut();
+            st.active_file = seg.file.clone();
+            st.segments.insert(new_base, seg);
+        }
+        *writer = w;
+        tracing::debug!(dir = %dir.display(), base = new_base, "rolled segment");
+        // Everything below `new_base` is now synced in sealed segments: a crash replays
+        // producer state from here at most.
+        self.snapshot_producers(new_base).await;
+        Ok(())
+    }
+
+    /// Writes the producer state as the snapshot at `offset` (see `producer_snapshot`).
+    /// A failure is logged, not fatal: the next open replays from an older snapshot.
+    async fn snapshot_producers(&self, offset: i64) {
+        let bytes = producer_snapshot::encode(&self.producers.borrow());
+        let dir = self.dir.clone();
+        let written = glommio::executor()
+            .spawn_blocking(move || producer_snapshot::write(&dir, offset, &bytes))
+            .await;
+        if let Err(e) = written {
+            tracing::warn!(dir = %self.dir.display(), offset, error = %e, "producer snapshot not written");
+        }
+    }
+}

@@ -1,0 +1,361 @@
+//! Opening a partition log: listing its segments, finishing an interrupted compaction
+//! swap, recovering the active segment (see `recovery`), loading indexes, moving the log
+//! start to its checkpoint and rebuilding idempotent producers' state, then starting the
+//! flusher and syncer. Also the file helpers every part of the log opens files with.
+//!
+//! Invariant on return: `log_start_offset <= synced_offset == written_offset ==
+//! next_offset`, nothing pending, and the active segment ends with a whole valid batch.
+
+use super::segment_set::DELETED_SUFFIX;
+use super::{storage_err, ActiveWriter, LogState, PartitionLog, PREALLOCATE_STEP_BYTES};
+use crate::aligned_appender::AlignedAppender;
+use crate::config::LogConfig;
+use crate::context::LogContext;
+use crate::error::StorageError;
+use crate::file_scan;
+use crate::offset_index::OffsetIndex;
+use crate::producer_snapshot;
+use crate::producer_state::{ProducerBatch, ProducerState};
+use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::tail_cache::TailCache;
+use crate::time_index::TimeIndex;
+use event_listener::Event;
+use glommio::io::{DmaFile, OpenOptions};
+use std::cell::RefCell;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::Instant;
+
+/// Makes sure glommio has probed the device under `dir` for polled I/O with a file that
+/// holds data, before any empty file is opened there.
+///
+/// glommio 0.9 decides once per block device, on the first O_DIRECT open, whether reads
+/// may use its polled (IOPOLL) ring, by reading one block of *that* file. If the file is
+/// empty the kernel answers that read without touching the device, the probe wrongly
+/// concludes "polled I/O works", and every later direct read on that device fails with
+/// EOPNOTSUPP on devices without poll queues (virtio here). A fresh partition's first open
+/// is an empty segment, so we open a one-block file of our own first.
+/// See kernel-notes.md "O_DIRECT".
+async fn ensure_io_probe(dir: &Path) -> Result<(), StorageError> {
+    thread_local! {
+        static PROBED: std::cell::RefCell<std::collections::HashSet<u64>> = Default::default();
+    }
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(dir)
+        .map_err(|e| storage_err(dir, e))?
+        .dev();
+    if PROBED.with(|p| p.borrow().contains(&dev)) {
+        return Ok(());
+    }
+    let probe = dir.join(".io-probe");
+    std::fs::write(&probe, [0u8; 4096]).map_err(|e| storage_err(&probe, e))?;
+    let file = OpenOptions::new()
+        .read(true)
+        .dma_open(&probe)
+        .await
+        .map_err(|e| storage_err(&probe, e))?;
+    let _ = file.close().await;
+    let _ = std::fs::remove_file(&probe);
+    PROBED.with(|p| p.borrow_mut().insert(dev));
+    Ok(())
+}
+
+/// Opens an existing file for direct-I/O reads (and the truncation of a torn tail).
+async fn open_existing(path: &Path) -> Result<DmaFile, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .dma_open(path)
+        .await
+        .map_err(|e| storage_err(path, e))
+}
+
+async fn open_rw(path: &Path) -> Result<DmaFile, StorageError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .dma_open(path)
+        .await
+        .map_err(|e| storage_err(path, e))
+}
+
+async fn read_whole(file: &DmaFile, path: &Path) -> Result<Vec<u8>, StorageError> {
+    let len = file.file_size().await.map_err(|e| storage_err(path, e))?;
+    if len == 0 {
+        return Ok(Vec::new());
+    }
+    file_scan::read_exact(file, 0, len as usize)
+        .await
+        .map_err(|e| storage_err(path, e))
+}
+
+impl PartitionLog {
+    /// Opens (creating if needed) the log in `dir`, recovering the tail of its active
+    /// segment, and starts its flusher.
+    pub async fn open(
+        dir: PathBuf,
+        config: LogConfig,
+        context: LogContext,
+    ) -> Result<Rc<PartitionLog>, StorageError> {
+        // Directory creation is a rare metadata operation; std's call is fine here.
+        std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
+        ensure_io_probe(&dir).await?;
+        // Finish (or undo) a compaction swap a crash interrupted before listing segments.
+        crate::compaction::cleaner::recover_swaps(&dir)?;
+        let mut bases = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| storage_err(&dir, e))? {
+            let entry = entry.map_err(|e| storage_err(&dir, e))?;
+            let name = entry.file_name();
+            let name = name.to_str().unwrap_or_default();
+            if name.ends_with(DELETED_SUFFIX) {
+                // Deleted before a restart but not yet unlinked: nobody reads it now.
+                let _ = std::fs::remove_file(entry.path());
+                continue;
+            }
+            if let Some(base) = segment::parse_log_file_name(name) {
+                bases.push(base);
+            }
+        }
+        bases.sort_unstable();
+        if bases.is_empty() {
+            bases.push(0);
+        }
+        let mut segments = BTreeMap::new();
+        let last_base = *bases.last().unwrap_or(&0);
+        for (i, &base) in bases.iter().enumerate() {
+            if base == last_base {
+                break;
+            }
+            let next_base = bases.get(i + 1).copied().unwrap_or(base);
+            segments.insert(base, Self::open_sealed(&dir, base, next_base).await?);
+        }
+        let (active_segment, writer, next_offset) =
+            super::recovery::recover_active(&dir, last_base, &config).await?;
+        let active_file = active_segment.file.clone();
+        segments.insert(last_base, active_segment);
+        // DeleteRecords may have moved the start inside the first segment.
+        let checkpoint = crate::checkpoint::read(&dir, crate::retention::LOG_START_CHECKPOINT)?
+            .unwrap_or(i64::MIN);
+        if checkpoint > next_offset {
+            // The start was moved past what survived a power loss (DeleteRecords of
+            // written but unsynced offsets). Offsets from the recovered end will be
+            // assigned again to new records: the checkpoint must not hide them later.
+            crate::checkpoint::write(&dir, crate::retention::LOG_START_CHECKPOINT, next_offset)
+                .map_err(|e| storage_err(&dir, e))?;
+        }
+        let log_start_offset = (*bases.first().unwrap_or(&0))
+            .max(checkpoint)
+            .min(next_offset);
+        let producers = rebuild_producers(&dir, &segments, next_offset, context.now_ms()).await?;
+        let log = Rc::new(PartitionLog {
+            config: RefCell::new(config.clone()),
+            state: RefCell::new(LogState {
+                log_start_offset,
+                next_offset,
+                written_offset: next_offset,
+                synced_offset: next_offset,
+                sync_wanted: next_offset,
+                pending: VecDeque::new(),
+                segments,
+                active_file,
+                tail: TailCache::new(config.tail_cache_bytes),
+                failure: None,
+                closing: false,
+                closed: false,
+            }),
+            progress: Event::new(),
+            work: Event::new(),
+            sync_work: Event::new(),
+            syncs: std::cell::Cell::new(0),
+            held: std::cell::Cell::new(0),
+            preallocate_step: std::cell::Cell::new(PREALLOCATE_STEP_BYTES),
+            oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
+            start_moves: glommio::sync::Semaphore::new(1),
+            producers: RefCell::new(producers),
+            context,
+            dir,
+        });
+        glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
+        glommio::spawn_local(Self::syncer(log.clone())).detach();
+        Ok(log)
+    }
+
+    async fn open_sealed(dir: &Path, base: i64, next_base: i64) -> Result<Segment, StorageError> {
+        let log_path = segment::file_path(dir, base, LOG_SUFFIX);
+        let file = open_existing(&log_path).await?;
+        let size = file
+            .file_size()
+            .await
+            .map_err(|e| storage_err(&log_path, e))?;
+        let index = Self::load_index(dir, base, size).await?;
+        let time_index = Self::load_time_index(dir, base, next_base).await?;
+        let max_timestamp_ms = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
+        let cleaned_at_path = segment::file_path(dir, base, segment::CLEANED_AT_SUFFIX);
+        let cleaned_at_ms = std::fs::read_to_string(&cleaned_at_path)
+            .ok()
+            .and_then(|t| t.trim().parse::<i64>().ok());
+        Ok(Segment {
+            base_offset: base,
+            file: Rc::new(file),
+            size,
+            index,
+            time_index,
+            max_timestamp_ms,
+            cleaned_at_ms,
+        })
+    }
+
+    pub(super) async fn load_index(
+        dir: &Path,
+        base: i64,
+        log_len: u64,
+    ) -> Result<OffsetIndex, StorageError> {
+        let path = segment::file_path(dir, base, INDEX_SUFFIX);
+        if !path.exists() {
+            return Ok(OffsetIndex::new(base));
+        }
+        let file = open_existing(&path).await?;
+        let bytes = read_whole(&file, &path).await?;
+        let _ = file.close().await;
+        Ok(OffsetIndex::decode(base, &bytes, log_len))
+    }
+
+    pub(super) async fn load_time_index(
+        dir: &Path,
+        base: i64,
+        next_offset: i64,
+    ) -> Result<TimeIndex, StorageError> {
+        let path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
+        if !path.exists() {
+            return Ok(TimeIndex::new(base));
+        }
+        let file = open_existing(&path).await?;
+        let bytes = read_whole(&file, &path).await?;
+        let _ = file.close().await;
+        Ok(TimeIndex::decode(base, &bytes, next_offset))
+    }
+}
+
+/// Creates the files of a new, empty active segment and syncs the directory so the
+/// names survive a crash.
+pub(super) async fn create_active(
+    dir: &Path,
+    base: i64,
+) -> Result<(Segment, ActiveWriter), StorageError> {
+    let log_path = segment::file_path(dir, base, LOG_SUFFIX);
+    let log_file = Rc::new(open_rw(&log_path).await?);
+    let index_path = segment::file_path(dir, base, INDEX_SUFFIX);
+    let index_file = Rc::new(open_rw(&index_path).await?);
+    let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
+    let time_file = Rc::new(open_rw(&time_path).await?);
+    sync_dir(dir).await?;
+    let seg = Segment {
+        base_offset: base,
+        file: log_file.clone(),
+        size: 0,
+        index: OffsetIndex::new(base),
+        time_index: TimeIndex::new(base),
+        max_timestamp_ms: i64::MIN,
+        cleaned_at_ms: None,
+    };
+    let writer = ActiveWriter {
+        base_offset: base,
+        log: AlignedAppender::resume(log_file, 0, Vec::new()),
+        index: AlignedAppender::resume(index_file, 0, Vec::new()),
+        time_index: AlignedAppender::resume(time_file, 0, Vec::new()),
+        bytes_since_index: 0,
+        last_index_offset: base,
+        max_timestamp_ms: i64::MIN,
+        opened_at: Instant::now(),
+        preallocated: 0,
+    };
+    Ok((seg, writer))
+}
+
+pub(super) async fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    let d = glommio::io::Directory::open(dir)
+        .await
+        .map_err(|e| storage_err(dir, e))?;
+    d.sync().await.map_err(|e| storage_err(dir, e))?;
+    let _ = d.close().await;
+    Ok(())
+}
+
+pub(super) fn open_rw_path(
+    path: &Path,
+) -> impl std::future::Future<Output = Result<DmaFile, StorageError>> + '_ {
+    open_rw(path)
+}
+
+pub(super) fn new_writer(
+    base_offset: i64,
+    log: AlignedAppender,
+    index: AlignedAppender,
+    time_index: AlignedAppender,
+    bytes_since_index: u64,
+    last_index_offset: i64,
+    max_timestamp_ms: i64,
+) -> ActiveWriter {
+    ActiveWriter {
+        base_offset,
+        log,
+        index,
+        time_index,
+        bytes_since_index,
+        last_index_offset,
+        max_timestamp_ms,
+        opened_at: Instant::now(),
+        preallocated: 0,
+    }
+}
+
+/// Rebuilds the idempotent-producer state at open: the newest usable snapshot, then the
+/// producer batches written after it. Without a snapshot the last two segments are
+/// replayed: enough for a crash before the first roll's snapshot was written, and a log
+/// from before snapshots existed has no older history worth a full scan.
+async fn rebuild_producers(
+    dir: &Path,
+    segments: &BTreeMap<i64, Segment>,
+    next_offset: i64,
+    now: i64,
+) -> Result<ProducerState, StorageError> {
+    let (mut state, at) = producer_snapshot::load(dir, next_offset, now);
+    let from = at.unwrap_or_else(|| {
+        segments
+            .keys()
+            .rev()
+            .nth(1)
+            .or(segments.keys().next_back())
+            .copied()
+            .unwrap_or(0)
+    });
+    if from >= next_offset {
+        return Ok(state);
+    }
+    let bases: Vec<i64> = segments.keys().copied().collect();
+    let mut replayed = 0usize;
+    for (i, base) in bases.iter().enumerate() {
+        let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+        let Some(seg) = segments.get(base) else {
+            continue;
+        };
+        if next_base <= from {
+            continue;
+        }
+        file_scan::scan(&seg.file, 0, seg.size, false, |h, _, _| {
+            if h.base_offset >= from {
+                if let Some(b) = ProducerBatch::from_header(h) {
+                    state.record(&b, h.base_offset, h.last_offset() + 1, now, i64::MAX);
+                    replayed += 1;
+                }
+            }
+            true
+        })
+        .await
+        .map_err(|e| storage_err(dir, e))?;
+    }
+    tracing::debug!(dir = %dir.display(), from, replayed, producers = state.len(), "producer state rebuilt");
+    Ok(state)
+}

@@ -1,0 +1,67 @@
+//! The syncer task: one `fdatasync` of the active segment whenever a waiter or the
+//! durability setting asks for one. A sync covers everything written when it was issued
+//! (group commit), and writes go on while it runs.
+//!
+//! Invariant: `synced_offset` only grows and never passes `written_offset`.
+
+use super::{storage_err, PartitionLog};
+use crate::context::Stage;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+impl PartitionLog {
+    /// Group commit: whenever a waiter wants a sync (or the interval has passed with
+    /// unsynced data), one `fdatasync` of the active segment covers everything written
+    /// when it was issued. It runs beside the flusher, so writes — and acks=1 produces —
+    /// never wait behind a sync.
+    pub(super) async fn syncer(log: Rc<PartitionLog>) {
+        let mut last_sync = Instant::now();
+        loop {
+            let (file, target) = loop {
+                // Read each round: `flush.ms` may be altered while the log is open.
+                let interval = Duration::from_millis(log.config.borrow().sync_period_ms());
+                let listener = log.sync_work.listen();
+                {
+                    let st = log.state.borrow();
+                    if st.closed {
+                        return;
+                    }
+                    let dirty = st.written_offset > st.synced_offset;
+                    let wanted = st.sync_wanted > st.synced_offset;
+                    if dirty && (wanted || last_sync.elapsed() >= interval) {
+                        // Read together: every offset below `target` is in this file or
+                        // in a sealed (already synced) segment.
+                        break (st.active_file.clone(), st.written_offset);
+                    }
+                    if !dirty {
+                        // Nothing to sync: the flusher wakes us after its next write, so
+                        // an idle log never wakes on the timer (`flush.ms` may be 1).
+                        drop(st);
+                        listener.await;
+                        continue;
+                    }
+                }
+                let due = interval.saturating_sub(last_sync.elapsed());
+                futures_lite::future::or(listener, glommio::timer::sleep(due)).await;
+            };
+            let started = Instant::now();
+            if let Err(e) = file.fdatasync().await {
+                log.fail(storage_err(&log.dir, e));
+                return;
+            }
+            last_sync = Instant::now();
+            log.context.observer.stage(Stage::Fsync, started.elapsed());
+            log.syncs.set(log.syncs.get() + 1);
+            let mut st = log.state.borrow_mut();
+            if target > st.synced_offset {
+                st.synced_offset = target;
+            }
+            assert!(
+                st.synced_offset <= st.written_offset,
+                "nothing is synced before it is written"
+            );
+            drop(st);
+            log.progress.notify(usize::MAX);
+        }
+    }
+}
