@@ -204,8 +204,8 @@ async fn shard_main(
         let shard = shard.clone();
         glommio::spawn_local(async move {
             while let Some(envelope) = rx.recv().await {
-                shards::metrics::record_stage(
-                    shards::metrics::Stage::Mesh,
+                corelog_metrics::record_stage(
+                    corelog_metrics::Stage::Mesh,
                     envelope.sent_at.elapsed(),
                 );
                 glommio::spawn_local(shard.clone().handle(envelope.msg)).detach();

@@ -23,12 +23,12 @@
 pub mod client_quota;
 pub mod controller;
 pub mod group;
-pub mod hgrm;
+
 pub mod housekeeping;
 
 pub mod mesh;
 pub mod metadata;
-pub mod metrics;
 pub mod routing;
 pub mod shard;
+pub mod storage_context;
 pub mod topic_config;

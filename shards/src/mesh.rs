@@ -304,7 +304,7 @@ pub enum ShardMessage {
     },
     /// A copy of the shard's metrics.
     Metrics {
-        reply: Reply<crate::metrics::MetricsSnapshot>,
+        reply: Reply<corelog_metrics::MetricsSnapshot>,
     },
     Shutdown {
         reply: Reply<()>,

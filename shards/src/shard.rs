@@ -92,7 +92,7 @@ impl Shard {
             producer_ids: RefCell::new(0..0),
             producer_id_refill: Semaphore::new(1),
             quota_usage: crate::client_quota::UsageInbox::new(config_shards),
-            storage_context: crate::metrics::storage_context(),
+            storage_context: crate::storage_context::storage_context(),
         })
     }
 
@@ -346,7 +346,7 @@ impl Shard {
                 let _ = reply.send(answer);
             }
             ShardMessage::Metrics { reply } => {
-                let _ = reply.send(crate::metrics::snapshot(self.id));
+                let _ = reply.send(corelog_metrics::snapshot(self.id));
             }
             ShardMessage::Shutdown { reply } => {
                 self.close_all().await;

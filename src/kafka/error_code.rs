@@ -78,7 +78,7 @@ pub fn topic(e: &TopicError) -> ResponseError {
 /// Counts a returned error code in the shard's metrics (0, success, is not counted).
 pub fn count(api: ApiKey, code: i16) {
     if code != 0 {
-        shards::metrics::record_error(api as i16, code);
+        corelog_metrics::record_error(api as i16, code);
     }
 }
 

@@ -4,8 +4,8 @@
 //! the `.hgrm` text per histogram; `/histograms/<name>.hgrm` gives one histogram alone.
 
 use super::api_name;
-use shards::hgrm;
-use shards::metrics::{MetricsSnapshot, Stage};
+use corelog_metrics::hgrm;
+use corelog_metrics::{MetricsSnapshot, Stage};
 
 /// (name, histogram) pairs of the merged snapshot: APIs by Kafka name, then stages.
 fn named(merged: &MetricsSnapshot) -> Vec<(String, &hdrhistogram::Histogram<u64>)> {

@@ -3,16 +3,16 @@
 //! The HTTP thread sends a query (a oneshot reply channel) to shard 0; shard 0 asks every
 //! shard for a snapshot over the mesh — one `ShardMessage::Metrics` each, itself included
 //! — and replies with all of them. Rendering (`prometheus.rs`, `histograms.rs`) happens
-//! on the HTTP thread, off the shards. Recording itself lives in `shards::metrics`
+//! on the HTTP thread, off the shards. Recording itself lives in `corelog_metrics`
 //! (thread-local per shard, lock-free).
 
 pub mod histograms;
 pub mod prometheus;
 
+use corelog_metrics::MetricsSnapshot;
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
 use shards::mesh::ShardMessage;
-use shards::metrics::MetricsSnapshot;
 use shards::shard::Shard;
 use std::rc::Rc;
 use std::time::{Duration, Instant};

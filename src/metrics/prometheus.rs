@@ -6,12 +6,12 @@
 //! Prometheus sums over `shard` for the broker total.
 
 use super::{api_name, error_name};
+use corelog_metrics::{MetricsSnapshot, Stage};
 use hdrhistogram::Histogram;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use shards::metrics::{MetricsSnapshot, Stage};
 
 /// Upper bounds of the exported latency buckets, in seconds (100 µs .. 10 s).
 const BUCKETS_S: [f64; 16] = [

@@ -29,11 +29,11 @@ use crate::kafka::api::{self, Ctx};
 use crate::kafka::frame::{self, FrameError};
 use crate::net::request_memory::RequestMemory;
 use bytes::{Bytes, BytesMut};
+use corelog_metrics::Stage;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
-use shards::metrics::{self, Stage};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -78,7 +78,7 @@ pub async fn serve(
         }
         CloseReason::Io(e) => tracing::debug!(%peer, error = %e, "connection closed"),
         other => {
-            metrics::record_connection_rejected();
+            corelog_metrics::record_connection_rejected();
             tracing::warn!(%peer, reason = %other, "closing connection on bad input")
         }
     }
@@ -143,7 +143,7 @@ async fn read_loop(
         let permit = match memory.try_acquire(size as usize) {
             Some(p) => Some(p),
             None => {
-                metrics::record_limit(|c| c.request_memory_waits += 1);
+                corelog_metrics::record_limit(|c| c.request_memory_waits += 1);
                 futures_lite::future::or(memory.acquire(size as usize), async {
                     shutdown.wait().await;
                     None
@@ -187,7 +187,7 @@ async fn read_loop(
         let task = glommio::spawn_local(async move {
             // Held until the request has been handled (its frame is dropped by then).
             let _memory_permit = memory_permit;
-            metrics::record_stage(Stage::RequestQueue, received.elapsed());
+            corelog_metrics::record_stage(Stage::RequestQueue, received.elapsed());
             let handling = api::handle(&c, request, peer, &quota, &produce_order);
             let result =
                 crate::quota::timed(&c.quotas, client_id.as_deref(), &quota, handling).await;
@@ -195,7 +195,7 @@ async fn read_loop(
                 Ok(Some(b)) => b.len(),
                 _ => 0,
             };
-            metrics::record_request(api_key, received.elapsed(), bytes_in, bytes_out);
+            corelog_metrics::record_request(api_key, received.elapsed(), bytes_in, bytes_out);
             result
         })
         .detach();
@@ -273,7 +273,7 @@ async fn write_loop(
             Some(Ok(Some(bytes))) => bytes,
             Some(Ok(None)) => continue, // acks=0: no response
             Some(Err(e)) => {
-                metrics::record_connection_rejected();
+                corelog_metrics::record_connection_rejected();
                 tracing::warn!(%peer, error = %e, "closing connection on bad request");
                 break;
             }

@@ -56,7 +56,7 @@ pub async fn accept_loop(
         let ip_permit = match limits.admit_ip(peer.ip().to_canonical()) {
             Ok(p) => p,
             Err(refused) => {
-                shards::metrics::record_limit(|c| c.connections_refused_per_ip += 1);
+                corelog_metrics::record_limit(|c| c.connections_refused_per_ip += 1);
                 if let Some(suppressed) = refusals.allow(Instant::now()) {
                     tracing::warn!(%peer, reason = %refused, suppressed, "closing new connection");
                 }
@@ -67,7 +67,7 @@ pub async fn accept_loop(
         let slot = match limits.try_acquire() {
             Some(slot) => slot,
             None => {
-                shards::metrics::record_limit(|c| c.accept_waits += 1);
+                corelog_metrics::record_limit(|c| c.accept_waits += 1);
                 tracing::debug!(%peer, max_connections = limits.total_max(), "max-connections reached: not accepting until a connection closes");
                 let waited =
                     futures_lite::future::or(async { Some(limits.acquire().await) }, async {
@@ -81,7 +81,7 @@ pub async fn accept_loop(
                 }
             }
         };
-        shards::metrics::record_connection_accepted();
+        corelog_metrics::record_connection_accepted();
         let (ctx, shutdown, live) = (ctx.clone(), shutdown.clone(), live.clone());
         let memory = memory.clone();
         live.set(live.get() + 1);

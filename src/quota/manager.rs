@@ -257,7 +257,7 @@ impl QuotaManager {
         rate.record_local(bytes, now);
         let ms = rate.throttle_ms(*quota, now, self.max_throttle_ms(kind));
         if ms > 0 {
-            shards::metrics::record_quota_throttle(kind, ms);
+            corelog_metrics::record_quota_throttle(kind.index(), ms);
         }
         Duration::from_millis(ms)
     }

@@ -276,7 +276,7 @@ pub fn summary_text(
 /// HdrHistogram's `outputPercentileDistribution` text in milliseconds: the same writer
 /// the broker's `/histograms` uses, so both outputs plot identically.
 pub fn hgrm(h: &Histogram<u64>) -> String {
-    shards::hgrm::percentile_distribution(h)
+    corelog_metrics::hgrm::percentile_distribution(h)
 }
 
 #[cfg(test)]

@@ -77,7 +77,10 @@ impl Broker {
                 Err(why) => failures.push(why),
             }
         }
-        panic!("broker did not start in {ATTEMPTS} attempts:\n{}", failures.join("\n---\n"));
+        panic!(
+            "broker did not start in {ATTEMPTS} attempts:\n{}",
+            failures.join("\n---\n")
+        );
     }
 
     fn try_start(bin: &PathBuf) -> Result<Broker, String> {

@@ -128,7 +128,7 @@ mod tests {
 
     #[test]
     fn distribution_has_header_rows_and_footer() {
-        let mut h = crate::metrics::new_histogram();
+        let mut h = crate::new_histogram();
         for v in 1..=10_000u64 {
             h.saturating_record(v * 10);
         }

@@ -157,9 +157,10 @@ impl QuotaMetrics {
     }
 }
 
-/// A response that throttled its client for `ms` under quota `kind`.
-pub fn record_quota_throttle(kind: crate::client_quota::QuotaKind, ms: u64) {
-    let i = kind.index();
+/// A response that throttled its client for `ms` under the quota kind with index
+/// `kind_index` (the broker's quota kinds number themselves `0..3`).
+pub fn record_quota_throttle(kind_index: usize, ms: u64) {
+    let i = kind_index;
     RECORDER.with(|r| {
         let q = &mut r.borrow_mut().quota;
         if let Some(n) = q.throttled.get_mut(i) {
@@ -334,32 +335,5 @@ mod tests {
         })
         .join()
         .expect("thread");
-    }
-}
-
-/// The storage engine's observations, into this shard's recorder.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct StorageObserver;
-
-impl corelog_storage::Observer for StorageObserver {
-    fn stage(&self, stage: corelog_storage::Stage, latency: Duration) {
-        let stage = match stage {
-            corelog_storage::Stage::Append => Stage::Append,
-            corelog_storage::Stage::Fsync => Stage::Fsync,
-        };
-        record_stage(stage, latency);
-    }
-
-    fn duplicate_batch(&self) {
-        record_duplicate_batch();
-    }
-}
-
-/// The context every log of this shard is opened with: the system clock, and
-/// observations into this shard's recorder.
-pub fn storage_context() -> corelog_storage::LogContext {
-    corelog_storage::LogContext {
-        clock: std::rc::Rc::new(corelog_storage::SystemClock),
-        observer: std::rc::Rc::new(StorageObserver),
     }
 }
