@@ -18,11 +18,11 @@
 //! Not here: consumer groups and offset commits. Partition assignment is static.
 
 use crate::cli::Mode;
-use crate::client::connection::Connection;
-use crate::client::protocol;
-use crate::client::records::{for_each_batch, for_each_stamp};
 use crate::runner::{consumers_done, ExecCtx};
 use anyhow::{anyhow, Result};
+use corelog_kafka_client::connection::Connection;
+use corelog_kafka_client::protocol;
+use corelog_kafka_client::records::{for_each_batch, for_each_stamp};
 use kafka_protocol::messages::{ApiKey, FetchResponse};
 use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;

@@ -16,7 +16,6 @@
 //! Errors are `anyhow` (allowed in tools): they end up as one line for a person.
 
 mod cli;
-mod client;
 mod consumer;
 mod keys;
 mod plot;
@@ -28,7 +27,7 @@ mod stats;
 
 use anyhow::{Context, Result};
 use clap::Parser;
-use client::connection::ConnectError;
+use corelog_kafka_client::ClientError;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
@@ -46,15 +45,19 @@ fn main() {
         Err(e) => {
             let unreachable = e
                 .chain()
-                .any(|c| c.downcast_ref::<ConnectError>().is_some());
-            match e.chain().find_map(|c| c.downcast_ref::<ConnectError>()) {
-                Some(ce) => eprintln!("corelog-load: {ce}"),
-                None => eprintln!("corelog-load: {e:#}"),
-            }
-            if unreachable {
-                2
-            } else {
-                1
+                .find_map(|c| match c.downcast_ref::<ClientError>() {
+                    Some(u @ ClientError::Unreachable { .. }) => Some(u),
+                    _ => None,
+                });
+            match unreachable {
+                Some(u) => {
+                    eprintln!("corelog-load: {u}");
+                    2
+                }
+                None => {
+                    eprintln!("corelog-load: {e:#}");
+                    1
+                }
             }
         }
     };

@@ -20,14 +20,14 @@
 //! Not here: retries. A refused batch is counted in `errors` (and the first few printed
 //! with their Kafka error name); its messages are not re-sent.
 
-use crate::client::connection::Connection;
-use crate::client::protocol;
-use crate::client::records::BatchBuilder;
 use crate::keys::{KeyGen, KEY_BYTES};
 use crate::rate::Schedule;
 use crate::runner::ExecCtx;
 use anyhow::{Context, Result};
 use bytes::Bytes;
+use corelog_kafka_client::connection::Connection;
+use corelog_kafka_client::protocol;
+use corelog_kafka_client::records::BatchBuilder;
 use glommio::sync::Gate;
 use kafka_protocol::messages::{ApiKey, ProduceResponse, TopicName};
 use kafka_protocol::protocol::Decodable;
@@ -314,11 +314,11 @@ async fn send_request(
             .await
             .map(|_| None);
         drop(slot);
-        r
+        r.map_err(Into::into)
     } else {
         let r = conn.call(&slot, ApiKey::Produce, version, &req).await;
         drop(slot);
-        r.and_then(|mut b| {
+        r.map_err(anyhow::Error::from).and_then(|mut b| {
             ProduceResponse::decode(&mut b, version)
                 .context("decoding Produce response")
                 .map(Some)

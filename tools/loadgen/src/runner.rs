@@ -17,12 +17,12 @@
 //! - The first fatal executor error stops every other executor (`Shared::stop`).
 
 use crate::cli::{Config, Mode, Stop};
-use crate::client::cluster::{ClientOptions, Cluster};
-use crate::client::protocol;
 use crate::report::Progress;
 use crate::stats::{Clock, Recorder, Snapshot};
 use crate::{consumer, producer};
 use anyhow::{anyhow, Result};
+use corelog_kafka_client::cluster::{ClientOptions, Cluster};
+use corelog_kafka_client::protocol;
 use glommio::{LocalExecutorBuilder, Placement};
 use kafka_protocol::messages::{ApiKey, ListOffsetsResponse};
 use std::cell::RefCell;

@@ -19,7 +19,7 @@
 //! Not here: which broker leads what (`cluster.rs`), message contents (`protocol.rs`).
 
 use super::protocol::{self, Versions};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{ClientError, Result};
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
 use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
@@ -30,7 +30,6 @@ use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, 
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
-use std::fmt;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Duration;
@@ -40,25 +39,10 @@ use std::time::Duration;
 const RESPONSE_BYTES_MAX: usize = 1 << 30;
 const _: () = assert!(RESPONSE_BYTES_MAX <= i32::MAX as usize);
 
-/// The broker could not be reached at all. main maps this to exit code 2.
-#[derive(Debug)]
-pub struct ConnectError {
-    pub addr: String,
-    pub reason: String,
-}
-
-impl fmt::Display for ConnectError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "cannot connect to broker {}: {}", self.addr, self.reason)
-    }
-}
-
-impl std::error::Error for ConnectError {}
-
 struct Pending {
     correlation_id: i32,
     header_version: i16,
-    reply: oneshot::Sender<Result<Bytes, String>>,
+    reply: oneshot::Sender<std::result::Result<Bytes, String>>,
 }
 
 pub struct Connection {
@@ -89,7 +73,7 @@ impl Connection {
     ) -> Result<Rc<Connection>> {
         let stream = TcpStream::connect_timeout(addr, timeout)
             .await
-            .map_err(|e| ConnectError {
+            .map_err(|e| ClientError::Unreachable {
                 addr: addr.to_string(),
                 reason: e.to_string(),
             })?;
@@ -118,10 +102,13 @@ impl Connection {
             }
         })
         .detach();
-        let versions = conn.negotiate().await.map_err(|e| ConnectError {
-            addr: addr.to_string(),
-            reason: format!("{e:#}"),
-        })?;
+        let versions = conn
+            .negotiate()
+            .await
+            .map_err(|e| ClientError::Unreachable {
+                addr: addr.to_string(),
+                reason: format!("{e:#}"),
+            })?;
         conn.versions.set(Some(versions));
         Ok(conn)
     }
@@ -144,10 +131,14 @@ impl Connection {
             // KIP-511: a broker that does not know our version answers in v0 format with
             // UNSUPPORTED_VERSION and its ranges; use them, at the v0 version.
             _ => {
-                let r = ApiVersionsResponse::decode(&mut body, 0)
-                    .context("ApiVersions response does not decode")?;
+                let r = ApiVersionsResponse::decode(&mut body, 0).map_err(|e| {
+                    ClientError::Protocol(format!("ApiVersions response does not decode: {e:#}"))
+                })?;
                 if r.error_code != 0 && r.api_keys.is_empty() {
-                    bail!("ApiVersions: {}", protocol::error_name(r.error_code));
+                    return Err(ClientError::Kafka {
+                        context: "ApiVersions".into(),
+                        code: r.error_code,
+                    });
                 }
                 r
             }
@@ -167,7 +158,10 @@ impl Connection {
 
     fn check_broken(&self) -> Result<()> {
         match &*self.broken.borrow() {
-            Some(r) => Err(anyhow!("connection to {} broken: {r}", self.addr)),
+            Some(r) => Err(ClientError::Connection {
+                addr: self.addr,
+                reason: format!("broken: {r}"),
+            }),
             None => Ok(()),
         }
     }
@@ -178,7 +172,10 @@ impl Connection {
         self.slots
             .acquire_static_permit(1)
             .await
-            .map_err(|_| anyhow!("connection to {} closed", self.addr))
+            .map_err(|_| ClientError::Connection {
+                addr: self.addr,
+                reason: "closed".into(),
+            })
     }
 
     /// Writes one request and, unless `expect_response` is false (Produce with acks=0),
@@ -189,7 +186,7 @@ impl Connection {
         version: i16,
         body: &R,
         expect_response: bool,
-    ) -> Result<Option<oneshot::Receiver<Result<Bytes, String>>>> {
+    ) -> Result<Option<oneshot::Receiver<std::result::Result<Bytes, String>>>> {
         self.check_broken()?;
         let mut writer = self.writer.lock().await;
         self.check_broken()?;
@@ -212,7 +209,10 @@ impl Connection {
         if let Err(e) = w.half.write_all(&w.buf).await {
             let reason = format!("write failed: {e}");
             self.break_with(reason.clone());
-            bail!("connection to {}: {reason}", self.addr);
+            return Err(ClientError::Connection {
+                addr: self.addr,
+                reason: reason.to_string(),
+            });
         }
         Ok(rx)
     }
@@ -226,11 +226,17 @@ impl Connection {
         body: &R,
     ) -> Result<Bytes> {
         let rx = self.write(api, version, body, true).await?;
-        let rx = rx.ok_or_else(|| anyhow!("no response expected"))?;
+        let rx = rx.ok_or_else(|| ClientError::Protocol("no response expected".into()))?;
         match rx.await {
             Ok(Ok(b)) => Ok(b),
-            Ok(Err(reason)) => Err(anyhow!("connection to {} broken: {reason}", self.addr)),
-            Err(_) => Err(anyhow!("connection to {} closed", self.addr)),
+            Ok(Err(reason)) => Err(ClientError::Connection {
+                addr: self.addr,
+                reason: format!("broken: {reason}"),
+            }),
+            Err(_) => Err(ClientError::Connection {
+                addr: self.addr,
+                reason: "closed".into(),
+            }),
         }
     }
 
@@ -248,8 +254,9 @@ impl Connection {
     ) -> Result<T> {
         let slot = self.reserve().await?;
         let mut bytes = self.call(&slot, api, version, body).await?;
-        T::decode(&mut bytes, version)
-            .with_context(|| format!("decoding {api:?} v{version} response"))
+        T::decode(&mut bytes, version).map_err(|e| {
+            ClientError::Protocol(format!("decoding {api:?} v{version} response: {e:#}"))
+        })
     }
 }
 

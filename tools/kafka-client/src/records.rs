@@ -21,7 +21,7 @@
 //! baseTimestamp i64 @27, maxTimestamp i64 @35, producerId i64 @43, producerEpoch i16 @51,
 //! baseSequence i32 @53, recordsCount i32 @57, records @61.
 
-use anyhow::{anyhow, bail, Result};
+use crate::error::{ClientError, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{self as cmpr, Compressor, Decompressor};
 use kafka_protocol::records::Compression;
@@ -156,24 +156,26 @@ impl BatchBuilder {
             Compression::None => {}
             c => {
                 let records = &self.scratch[..];
-                let put = |b: &mut BytesMut| -> Result<()> {
+                // kafka-protocol's codecs take and return anyhow results.
+                let put = |b: &mut BytesMut| -> anyhow::Result<()> {
                     b.put_slice(records);
                     Ok(())
                 };
                 match c {
-                    Compression::Gzip => cmpr::Gzip::compress(&mut self.buf, put)?,
-                    Compression::Snappy => cmpr::Snappy::compress(&mut self.buf, put)?,
-                    Compression::Lz4 => cmpr::Lz4::compress(&mut self.buf, put)?,
-                    Compression::Zstd => cmpr::Zstd::compress(&mut self.buf, put)?,
+                    Compression::Gzip => cmpr::Gzip::compress(&mut self.buf, put),
+                    Compression::Snappy => cmpr::Snappy::compress(&mut self.buf, put),
+                    Compression::Lz4 => cmpr::Lz4::compress(&mut self.buf, put),
+                    Compression::Zstd => cmpr::Zstd::compress(&mut self.buf, put),
                     Compression::None => unreachable!(),
                 }
+                .map_err(|e| ClientError::Protocol(format!("compressing a batch: {e:#}")))?;
             }
         }
         let total = self.buf.len();
         let h = &mut self.buf[..BATCH_HEADER_BYTES];
         h[0..8].copy_from_slice(&0i64.to_be_bytes());
-        let batch_length =
-            i32::try_from(total - LOG_OVERHEAD).map_err(|_| anyhow!("batch too large"))?;
+        let batch_length = i32::try_from(total - LOG_OVERHEAD)
+            .map_err(|_| ClientError::Protocol("batch too large".into()))?;
         h[8..12].copy_from_slice(&batch_length.to_be_bytes());
         h[12..16].copy_from_slice(&(-1i32).to_be_bytes());
         h[16] = 2;
@@ -291,7 +293,9 @@ pub fn for_each_batch(
             break;
         };
         let Ok(len) = usize::try_from(len) else {
-            bail!("negative batch length {len}")
+            return Err(ClientError::Protocol(format!(
+                "negative batch length {len}"
+            )));
         };
         let total = LOG_OVERHEAD + len;
         if total > rest.len() {
@@ -299,10 +303,15 @@ pub fn for_each_batch(
         }
         let batch = &rest[..total];
         if total < BATCH_HEADER_BYTES {
-            bail!("batch of {total} bytes is shorter than a v2 header");
+            return Err(ClientError::Protocol(format!(
+                "batch of {total} bytes is shorter than a v2 header"
+            )));
         }
         if batch[16] != 2 {
-            bail!("record batch magic {} (only v2 is supported)", batch[16]);
+            return Err(ClientError::Protocol(format!(
+                "record batch magic {} (only v2 is supported)",
+                batch[16]
+            )));
         }
         let attributes = be_i16(batch, ATTRIBUTES_OFFSET).unwrap_or(0);
         let last_delta = be_i32(batch, 23).unwrap_or(0);
@@ -323,21 +332,24 @@ pub fn for_each_batch(
 
 /// Calls `f(offset, stamp)` for each record of one batch whose value is at least 8 bytes.
 pub fn for_each_stamp(batch: &[u8], mut f: impl FnMut(i64, u64)) -> Result<()> {
-    let base = be_i64(batch, 0).ok_or_else(|| anyhow!("short batch"))?;
-    let attributes = be_i16(batch, ATTRIBUTES_OFFSET).ok_or_else(|| anyhow!("short batch"))?;
-    let count = be_i32(batch, 57).ok_or_else(|| anyhow!("short batch"))?;
+    let base = be_i64(batch, 0).ok_or_else(|| ClientError::Protocol("short batch".into()))?;
+    let attributes = be_i16(batch, ATTRIBUTES_OFFSET)
+        .ok_or_else(|| ClientError::Protocol("short batch".into()))?;
+    let count = be_i32(batch, 57).ok_or_else(|| ClientError::Protocol("short batch".into()))?;
     let section = batch
         .get(BATCH_HEADER_BYTES..)
-        .ok_or_else(|| anyhow!("short batch"))?;
+        .ok_or_else(|| ClientError::Protocol("short batch".into()))?;
     let mut walk = |recs: &[u8]| -> Result<()> {
         let mut pos = 0usize;
         for _ in 0..count.max(0) {
-            let len = get_varint(recs, &mut pos).ok_or_else(|| anyhow!("truncated record"))?;
-            let len = usize::try_from(len).map_err(|_| anyhow!("negative record length"))?;
+            let len = get_varint(recs, &mut pos)
+                .ok_or_else(|| ClientError::Protocol("truncated record".into()))?;
+            let len = usize::try_from(len)
+                .map_err(|_| ClientError::Protocol("negative record length".into()))?;
             let end = pos
                 .checked_add(len)
                 .filter(|&e| e <= recs.len())
-                .ok_or_else(|| anyhow!("truncated record"))?;
+                .ok_or_else(|| ClientError::Protocol("truncated record".into()))?;
             let rec = &recs[pos..end];
             let mut p = 1usize; // attributes
             let parsed = (|| {
@@ -357,21 +369,31 @@ pub fn for_each_stamp(batch: &[u8], mut f: impl FnMut(i64, u64)) -> Result<()> {
             match parsed {
                 Some((od, Some(stamp))) => f(base.saturating_add(od), stamp),
                 Some((_, None)) => {}
-                None => bail!("malformed record"),
+                None => return Err(ClientError::Protocol("malformed record".into())),
             }
             pos = end;
         }
         Ok(())
     };
     let mut input = section;
-    match attributes & 0x7 {
-        0 => walk(section),
-        1 => cmpr::Gzip::decompress(&mut input, |b: &mut Bytes| walk(b)),
-        2 => cmpr::Snappy::decompress(&mut input, |b: &mut Bytes| walk(b)),
-        3 => cmpr::Lz4::decompress(&mut input, |b: &mut Bytes| walk(b)),
-        4 => cmpr::Zstd::decompress(&mut input, |b: &mut Bytes| walk(b)),
-        c => bail!("unknown compression codec {c}"),
-    }
+    // kafka-protocol's codecs take and return anyhow results.
+    let inner = |b: &mut Bytes| walk(b).map_err(anyhow::Error::from);
+    let decoded = match attributes & 0x7 {
+        0 => return walk(section),
+        1 => cmpr::Gzip::decompress(&mut input, inner),
+        2 => cmpr::Snappy::decompress(&mut input, inner),
+        3 => cmpr::Lz4::decompress(&mut input, inner),
+        4 => cmpr::Zstd::decompress(&mut input, inner),
+        c => {
+            return Err(ClientError::Protocol(format!(
+                "unknown compression codec {c}"
+            )))
+        }
+    };
+    decoded.map_err(|e| match e.downcast::<ClientError>() {
+        Ok(e) => e,
+        Err(e) => ClientError::Protocol(format!("decompressing a batch: {e:#}")),
+    })
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! Deliberately not here: decoding record batches (`records.rs`), sockets
 //! (`connection.rs`).
 
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{ClientError, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
@@ -80,15 +80,13 @@ pub fn negotiate(resp: &ApiVersionsResponse) -> Result<Versions> {
     };
     let need = |key: ApiKey| -> Result<i16> {
         let ours = our_range(key);
-        let t = theirs(key).ok_or_else(|| anyhow!("broker does not offer {key:?}"))?;
+        let t = theirs(key)
+            .ok_or_else(|| ClientError::Protocol(format!("broker does not offer {key:?}")))?;
         pick_version(ours, t).ok_or_else(|| {
-            anyhow!(
+            ClientError::Protocol(format!(
                 "broker offers {key:?} v{}..v{}, this tool implements v{}..v{}",
-                t.0,
-                t.1,
-                ours.0,
-                ours.1
-            )
+                t.0, t.1, ours.0, ours.1
+            ))
         })
     };
     Ok(Versions {
@@ -129,11 +127,12 @@ pub fn encode_frame<R: Encodable>(
     header.client_id = Some(client_id.clone());
     header
         .encode(buf, api.request_header_version(version))
-        .context("encoding request header")?;
+        .map_err(|e| ClientError::Protocol(format!("encoding request header: {e:#}")))?;
     body.encode(buf, version)
-        .with_context(|| format!("encoding {api:?} v{version}"))?;
+        .map_err(|e| ClientError::Protocol(format!("encoding {api:?} v{version}: {e:#}")))?;
     let size = buf.len() - start - 4;
-    let size = i32::try_from(size).map_err(|_| anyhow!("request of {size} bytes is too large"))?;
+    let size = i32::try_from(size)
+        .map_err(|_| ClientError::Protocol(format!("request of {size} bytes is too large")))?;
     buf[start..start + 4].copy_from_slice(&size.to_be_bytes());
     Ok(())
 }
@@ -253,7 +252,10 @@ pub fn fetch_request(
 /// Fails unless `code` is 0, naming the Kafka error.
 pub fn check(code: i16, what: &str) -> Result<()> {
     if code != 0 {
-        bail!("{what}: {}", error_name(code));
+        return Err(ClientError::Kafka {
+            context: what.to_string(),
+            code,
+        });
     }
     Ok(())
 }

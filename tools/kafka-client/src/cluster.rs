@@ -14,9 +14,9 @@
 //! Not here: leader changes during a run (no metadata refresh: a NOT_LEADER error is
 //! counted and reported, which is what a benchmark of a stable cluster should show).
 
-use super::connection::{ConnectError, Connection};
+use super::connection::Connection;
 use super::protocol::{self, Versions};
-use anyhow::{anyhow, bail, Context, Result};
+use crate::error::{ClientError, Result};
 use kafka_protocol::messages::{ApiKey, CreateTopicsResponse, MetadataResponse};
 use kafka_protocol::ResponseError;
 use std::cell::RefCell;
@@ -51,12 +51,9 @@ fn resolve(addr: &str) -> Result<SocketAddr> {
     addr.to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
-        .ok_or_else(|| {
-            ConnectError {
-                addr: addr.to_owned(),
-                reason: "address does not resolve".into(),
-            }
-            .into()
+        .ok_or_else(|| ClientError::Unreachable {
+            addr: addr.to_owned(),
+            reason: "address does not resolve".into(),
         })
 }
 
@@ -94,7 +91,10 @@ impl Cluster {
         }
         let bootstrap = match bootstrap {
             Some(b) => b,
-            None => return Err(last_err.unwrap_or_else(|| anyhow!("no --bootstrap address"))),
+            None => {
+                return Err(last_err
+                    .unwrap_or_else(|| ClientError::Metadata("no --bootstrap address".into())))
+            }
         };
         let mut cluster = Cluster {
             opts,
@@ -153,18 +153,24 @@ impl Cluster {
                         .ok()
                         .filter(|&i| i < n)
                         .ok_or_else(|| {
-                            anyhow!("metadata lists partition {} of {n}", p.partition_index)
+                            ClientError::Metadata(format!(
+                                "metadata lists partition {} of {n}",
+                                p.partition_index
+                            ))
                         })?;
                     if !self.brokers.contains_key(&p.leader_id.0) {
-                        bail!(
+                        return Err(ClientError::Metadata(format!(
                             "partition {i} is led by broker {} which metadata does not list",
                             p.leader_id.0
-                        );
+                        )));
                     }
                     leaders[i] = p.leader_id.0;
                 }
                 if leaders.iter().any(|&l| l < 0) {
-                    bail!("metadata for {} does not cover every partition", self.topic);
+                    return Err(ClientError::Metadata(format!(
+                        "metadata for {} does not cover every partition",
+                        self.topic
+                    )));
                 }
                 self.leaders = leaders;
                 return Ok(());
@@ -176,20 +182,20 @@ impl Cluster {
                     created = true;
                 }
                 None if missing && !auto_create => {
-                    bail!(
+                    return Err(ClientError::Metadata(format!(
                         "topic {} does not exist (give --partitions N to create it)",
                         self.topic
-                    )
+                    )))
                 }
                 _ => {}
             }
             if started.elapsed() > TOPIC_READY_TIMEOUT {
-                bail!(
+                return Err(ClientError::Metadata(format!(
                     "topic {} not ready after {:?}: {}",
                     self.topic,
                     TOPIC_READY_TIMEOUT,
                     protocol::error_name(code)
-                );
+                )));
             }
             glommio::timer::sleep(Duration::from_millis(100)).await;
         }
@@ -197,10 +203,10 @@ impl Cluster {
 
     async fn create_topic(&self, partitions: i32, rf: i16) -> Result<()> {
         let v = self.versions().create_topics.ok_or_else(|| {
-            anyhow!(
+            ClientError::Metadata(format!(
                 "broker does not support CreateTopics; create {} yourself",
                 self.topic
-            )
+            ))
         })?;
         let req = protocol::create_topics_request(&self.topic, partitions, rf, 30_000);
         let resp: CreateTopicsResponse = self
@@ -215,11 +221,11 @@ impl Cluster {
                     .as_ref()
                     .map(|m| m.as_str().to_owned())
                     .unwrap_or_default();
-                bail!(
+                return Err(ClientError::Metadata(format!(
                     "creating topic {}: {} {msg}",
                     self.topic,
                     protocol::error_name(t.error_code)
-                );
+                )));
             }
         }
         Ok(())
@@ -241,7 +247,7 @@ impl Cluster {
         let addr = *self
             .brokers
             .get(&node)
-            .ok_or_else(|| anyhow!("unknown broker {node}"))?;
+            .ok_or_else(|| ClientError::Metadata(format!("unknown broker {node}")))?;
         Connection::connect(
             addr,
             &self.opts.client_id,
@@ -249,7 +255,6 @@ impl Cluster {
             self.opts.connect_timeout,
         )
         .await
-        .with_context(|| format!("connecting to broker {node}"))
     }
 
     /// The connection to broker `node`, connecting on first use. The bootstrap
@@ -261,7 +266,7 @@ impl Cluster {
         let addr = *self
             .brokers
             .get(&node)
-            .ok_or_else(|| anyhow!("unknown broker {node}"))?;
+            .ok_or_else(|| ClientError::Metadata(format!("unknown broker {node}")))?;
         let c = if addr == self.bootstrap.addr
             && !self
                 .conns

@@ -1,0 +1,26 @@
+//! `corelog-kafka-client`: a small Kafka client on glommio, one instance per executor —
+//! connection, framing and version negotiation, metadata, produce and fetch. The load
+//! generator drives brokers with it; it is shaped to become the broker's replica fetcher
+//! (batched requests, pipelined connections, typed errors, no allocation per record).
+//!
+//! It must never depend on the broker or its shards: it speaks only the Kafka protocol
+//! (through `kafka-protocol`) to whatever listens.
+//!
+//! - `protocol`: API version ranges, negotiation, request framing and builders.
+//! - `records`: RecordBatch v2 encode (per batch, not per message) and header walking.
+//! - `connection`: one pipelined broker connection with an in-flight limit.
+//! - `cluster`: bootstrap, topic creation, partition leaders, per-broker connections.
+//!
+//! - `error`: what fails, typed.
+//!
+//! Deliberately absent: consumer groups, idempotence, transactions, retries, metadata
+//! refresh. Its callers decide what a failure means (a load generator reports what the
+//! broker does rather than hiding it).
+
+pub mod cluster;
+pub mod connection;
+pub mod error;
+pub mod protocol;
+pub mod records;
+
+pub use error::{ClientError, Result};
