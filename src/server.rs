@@ -103,6 +103,9 @@ pub fn run(
             config.data_dir.display()
         )
     })?);
+    metadata
+        .start_new_leader_epochs()
+        .context("starting the partitions' new leader epochs")?;
     let config = Arc::new(config);
     let shard_config = Arc::new(ShardConfig {
         node_id: config.node_id,

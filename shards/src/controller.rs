@@ -147,6 +147,7 @@ impl Controller {
                         id: uuid::Uuid::new_v4(),
                         partitions: t.partitions,
                         configs: t.configs.iter().cloned().collect::<BTreeMap<_, _>>(),
+                        leader_epoch: 0,
                     },
                 );
                 created.push((t.name.clone(), 0, t.partitions));

@@ -137,9 +137,14 @@ pub fn start(shard: &Rc<Shard>) {
 pub async fn retention_round(shard: &Rc<Shard>) {
     let now = now_ms();
     for (tp, log) in shard.logs() {
-        let deleted = log.enforce_retention(now).await;
-        if deleted > 0 {
-            tracing::info!(topic = %tp.topic, partition = tp.partition, segments = deleted, log_start = log.log_start_offset(), "retention deleted segments");
+        match log.enforce_retention(now).await {
+            Ok(0) => {}
+            Ok(deleted) => {
+                tracing::info!(topic = %tp.topic, partition = tp.partition, segments = deleted, log_start = log.log_start_offset(), "retention deleted segments")
+            }
+            Err(e) => {
+                tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "recording the log start after retention failed; retried next round")
+            }
         }
         glommio::yield_if_needed().await;
     }
@@ -150,7 +155,7 @@ pub async fn producer_expiry_round(shard: &Rc<Shard>) {
     let now = now_ms();
     let expiration = shard.config.housekeeping.producer_id_expiration_ms;
     for (tp, log) in shard.logs() {
-        let expired = log.expire_producers(now, expiration);
+        let expired = log.log().expire_producers(now, expiration);
         if expired > 0 {
             tracing::debug!(topic = %tp.topic, partition = tp.partition, expired, "expired idle producer ids");
         }
@@ -162,7 +167,12 @@ pub async fn producer_expiry_round(shard: &Rc<Shard>) {
 pub async fn compaction_round(shard: &Rc<Shard>) {
     let now = now_ms();
     for (tp, log) in shard.logs() {
-        match cleaner::clean_if_due(&log, shard.config.housekeeping.cleaner_buffer_bytes, now).await
+        match cleaner::clean_if_due(
+            log.log(),
+            shard.config.housekeeping.cleaner_buffer_bytes,
+            now,
+        )
+        .await
         {
             Ok(Some(stats)) => {
                 tracing::info!(topic = %tp.topic, partition = tp.partition, ?stats, "compacted")

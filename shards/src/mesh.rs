@@ -9,6 +9,10 @@
 //! of executors), built once at start-up before any connection is accepted.
 
 use bytes::Bytes;
+pub use corelog_partition::{
+    EpochError, FoundOffset, Isolation, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP,
+    LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+};
 use corelog_storage::{AppendError, ReadError};
 use futures::channel::oneshot;
 use std::sync::Arc;
@@ -63,6 +67,9 @@ pub enum PartitionError {
     /// `acks=all` with `min.insync.replicas` above the one replica a single node has.
     #[error("min.insync.replicas is {0}, but this single-node partition has one in-sync replica")]
     NotEnoughReplicas(i32),
+    /// The request named another leader epoch than the partition's.
+    #[error(transparent)]
+    Epoch(#[from] EpochError),
 }
 
 pub struct ProduceInput {
@@ -85,28 +92,56 @@ pub struct FetchInput {
     pub tp: TopicPartition,
     pub offset: i64,
     pub max_bytes: usize,
+    /// The fetcher's idea of the partition's leader epoch (-1: not given).
+    pub current_leader_epoch: i32,
+    /// The epoch of the last batch the fetcher holds (-1: not given).
+    pub last_fetched_epoch: i32,
 }
 
 #[derive(Debug, Clone)]
 pub struct FetchOutput {
     pub high_watermark: i64,
+    pub last_stable_offset: i64,
     pub log_start_offset: i64,
+    /// Where the fetcher's log diverges (epoch, end offset), if it does.
+    pub diverging_epoch: Option<(i32, i64)>,
     pub result: Result<Bytes, PartitionError>,
 }
 
-/// ListOffsets' special timestamps (Kafka's `ListOffsetsRequest` constants).
-pub const LATEST_TIMESTAMP: i64 = -1;
-pub const EARLIEST_TIMESTAMP: i64 = -2;
-/// The record with the largest timestamp (v7+, KIP-734).
-pub const MAX_TIMESTAMP: i64 = -3;
-/// The first offset in local storage (v8+, KIP-1005).
-pub const EARLIEST_LOCAL_TIMESTAMP: i64 = -4;
-/// The last offset in tiered storage (v9+, KIP-1005).
-pub const LATEST_TIERED_TIMESTAMP: i64 = -5;
+impl FetchOutput {
+    pub fn failed(
+        high_watermark: i64,
+        log_start_offset: i64,
+        error: PartitionError,
+    ) -> FetchOutput {
+        FetchOutput {
+            high_watermark,
+            last_stable_offset: high_watermark,
+            log_start_offset,
+            diverging_epoch: None,
+            result: Err(error),
+        }
+    }
+}
+
+pub struct ListOffsetsInput {
+    pub tp: TopicPartition,
+    /// A time in ms, or one of the special `*_TIMESTAMP` values.
+    pub timestamp: i64,
+    pub current_leader_epoch: i32,
+    pub isolation: Isolation,
+}
 
 #[derive(Debug, Clone)]
 pub struct OffsetsOutput {
-    pub result: Result<(i64, i64), PartitionError>,
+    pub result: Result<FoundOffset, PartitionError>,
+}
+
+/// OffsetForLeaderEpoch for one partition.
+pub struct EpochQuery {
+    pub tp: TopicPartition,
+    pub current_leader_epoch: i32,
+    pub leader_epoch: i32,
 }
 
 /// What DescribePartitions answers for one partition.
@@ -239,6 +274,7 @@ pub enum ShardMessage {
     Fetch {
         partitions: Vec<FetchInput>,
         budget: usize,
+        isolation: Isolation,
         reply: Reply<Vec<FetchOutput>>,
     },
     /// Completes when any listed partition's high watermark passes its offset, or at
@@ -250,8 +286,13 @@ pub enum ShardMessage {
     },
     /// (partition, timestamp) → (offset, timestamp); Kafka's -1 latest, -2 earliest.
     ListOffsets {
-        partitions: Vec<(TopicPartition, i64)>,
+        partitions: Vec<ListOffsetsInput>,
         reply: Reply<Vec<OffsetsOutput>>,
+    },
+    /// OffsetForLeaderEpoch: (epoch, end offset) of each queried epoch.
+    EpochEndOffsets {
+        partitions: Vec<EpochQuery>,
+        reply: Reply<Vec<Result<(i32, i64), PartitionError>>>,
     },
     OpenPartitions {
         topic: Arc<str>,

@@ -27,6 +27,11 @@ pub struct TopicMeta {
     pub partitions: i32,
     #[serde(default)]
     pub configs: BTreeMap<String, String>,
+    /// The leader epoch every partition of the topic is led in. This node leads them
+    /// all, so they share it; it starts at 0 and grows by one each time the node starts
+    /// (`start_new_leader_epochs`). Absent (0) in files written before epochs were kept.
+    #[serde(default)]
+    pub leader_epoch: i32,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
@@ -187,6 +192,26 @@ impl MetadataStore {
         })
     }
 
+    /// Starts a new leader epoch for every topic, persisted before any partition opens:
+    /// the node is the leader again after an absence, as a controller makes a replica
+    /// that comes back leader of its partitions in a new epoch. Batches written from now
+    /// on carry it, so a consumer that read past what a crash lost can tell (KIP-320).
+    pub fn start_new_leader_epochs(&self) -> std::io::Result<()> {
+        let mut next = (*self.snapshot()).clone();
+        if next.topics.is_empty() {
+            return Ok(());
+        }
+        for t in next.topics.values_mut() {
+            t.leader_epoch = t.leader_epoch.checked_add(1).ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("topic {}: leader epoch overflows", t.name),
+                )
+            })?;
+        }
+        self.replace(next)
+    }
+
     pub fn snapshot(&self) -> Arc<ClusterMetadata> {
         self.current.load_full()
     }
@@ -287,6 +312,7 @@ mod tests {
                 id: uuid::Uuid::new_v4(),
                 partitions: 3,
                 configs: BTreeMap::new(),
+                leader_epoch: 0,
             },
         );
         store.replace(next.clone()).expect("replace");

@@ -15,7 +15,8 @@ use crate::housekeeping::DiskBudget;
 use crate::mesh::*;
 use crate::metadata::{partition_dir, MetadataStore};
 use crate::routing::{shard_of, ShardId};
-use corelog_storage::{AckLevel, LogConfig, PartitionLog};
+use corelog_partition::{Isolation, Partition};
+use corelog_storage::{AckLevel, LogConfig};
 use futures::channel::oneshot;
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
@@ -50,7 +51,7 @@ pub struct Shard {
     pub id: ShardId,
     pub config: Arc<ShardConfig>,
     pub metadata: Arc<MetadataStore>,
-    partitions: RefCell<HashMap<TopicPartition, Rc<PartitionLog>>>,
+    partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     senders: Senders<Envelope>,
     admin_lock: Semaphore,
     controller: Option<Controller>,
@@ -157,7 +158,7 @@ impl Shard {
     }
 
     /// Every open partition of this shard.
-    pub fn logs(&self) -> Vec<(TopicPartition, Rc<PartitionLog>)> {
+    pub fn logs(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
         let mut logs: Vec<_> = self
             .partitions
             .borrow()
@@ -173,7 +174,7 @@ impl Shard {
         self.partitions
             .borrow()
             .values()
-            .map(|l| l.size_bytes())
+            .map(|p| p.log().size_bytes())
             .sum()
     }
 
@@ -195,7 +196,7 @@ impl Shard {
         Ok(())
     }
 
-    pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<PartitionLog>> {
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
         self.partitions.borrow().get(tp).cloned()
     }
 
@@ -218,9 +219,10 @@ impl Shard {
             ShardMessage::Fetch {
                 partitions,
                 budget,
+                isolation,
                 reply,
             } => {
-                let out = self.fetch(partitions, budget).await;
+                let out = self.fetch(partitions, budget, isolation).await;
                 let _ = reply.send(out);
             }
             ShardMessage::WaitForData {
@@ -233,11 +235,24 @@ impl Shard {
             }
             ShardMessage::ListOffsets { partitions, reply } => {
                 let mut out = Vec::with_capacity(partitions.len());
-                for (tp, ts) in partitions {
+                for input in partitions {
                     out.push(OffsetsOutput {
-                        result: self.list_offset(&tp, ts).await,
+                        result: self.list_offset(&input).await,
                     });
                 }
+                let _ = reply.send(out);
+            }
+            ShardMessage::EpochEndOffsets { partitions, reply } => {
+                let out = partitions
+                    .iter()
+                    .map(|q| {
+                        let p = self
+                            .partition(&q.tp)
+                            .ok_or(PartitionError::UnknownTopicOrPartition)?;
+                        p.check_leader_epoch(q.current_leader_epoch)?;
+                        Ok(p.end_offset_for_epoch(q.leader_epoch))
+                    })
+                    .collect();
                 let _ = reply.send(out);
             }
             ShardMessage::OpenPartitions {
@@ -274,6 +289,7 @@ impl Shard {
                         let log = self
                             .partition(tp)
                             .ok_or(PartitionError::UnknownTopicOrPartition)?;
+                        let log = log.log();
                         Ok(PartitionDescription {
                             size_bytes: log.size_bytes(),
                             producers: if with_producers {
@@ -376,11 +392,11 @@ impl Shard {
                         .clone()
                         .unwrap_or_else(|| "disk budget exhausted".into()),
                 )),
-                Some(log) if acks == Acks::All && log.min_insync_replicas() > 1 => {
-                    Err(PartitionError::NotEnoughReplicas(log.min_insync_replicas()))
-                }
+                Some(log) if acks == Acks::All && log.log().min_insync_replicas() > 1 => Err(
+                    PartitionError::NotEnoughReplicas(log.log().min_insync_replicas()),
+                ),
                 Some(log) => log
-                    .append(&input.records, 0)
+                    .append(&input.records)
                     .map(|t| (log, t))
                     .map_err(PartitionError::from),
             };
@@ -424,49 +440,68 @@ impl Shard {
             .collect()
     }
 
-    async fn fetch(&self, inputs: Vec<FetchInput>, budget: usize) -> Vec<FetchOutput> {
+    async fn fetch(
+        &self,
+        inputs: Vec<FetchInput>,
+        budget: usize,
+        isolation: Isolation,
+    ) -> Vec<FetchOutput> {
         let mut out = Vec::with_capacity(inputs.len());
         let mut left = budget;
         for input in inputs {
             let Some(log) = self.partition(&input.tp) else {
-                out.push(FetchOutput {
-                    high_watermark: -1,
-                    log_start_offset: -1,
-                    result: Err(PartitionError::UnknownTopicOrPartition),
-                });
+                out.push(FetchOutput::failed(
+                    -1,
+                    -1,
+                    PartitionError::UnknownTopicOrPartition,
+                ));
                 continue;
             };
+            if let Err(e) = log.check_leader_epoch(input.current_leader_epoch) {
+                out.push(FetchOutput::failed(-1, -1, e.into()));
+                continue;
+            }
             if left == 0 {
                 // The response is full: the position is still answered.
+                let high_watermark = log.high_watermark();
                 out.push(FetchOutput {
-                    high_watermark: log.high_watermark(),
+                    high_watermark,
+                    last_stable_offset: high_watermark,
                     log_start_offset: log.log_start_offset(),
+                    diverging_epoch: None,
                     result: Ok(bytes::Bytes::new()),
                 });
                 continue;
             }
-            let r = log.read(input.offset, input.max_bytes.min(left)).await;
+            let r = log
+                .read(
+                    input.offset,
+                    input.last_fetched_epoch,
+                    input.max_bytes.min(left),
+                    isolation,
+                )
+                .await;
             if let Ok(read) = &r {
                 left = left.saturating_sub(read.records.len());
             }
             out.push(match r {
                 Ok(read) => FetchOutput {
                     high_watermark: read.high_watermark,
+                    last_stable_offset: read.last_stable_offset,
                     log_start_offset: read.log_start_offset,
+                    diverging_epoch: read.diverging_epoch,
                     result: Ok(read.records),
                 },
-                Err(e) => FetchOutput {
-                    high_watermark: log.high_watermark(),
-                    log_start_offset: log.log_start_offset(),
-                    result: Err(e.into()),
-                },
+                Err(e) => {
+                    FetchOutput::failed(log.high_watermark(), log.log_start_offset(), e.into())
+                }
             });
         }
         out
     }
 
     async fn wait_for_data(&self, partitions: Vec<(TopicPartition, i64)>, deadline: Instant) {
-        let logs: Vec<(Rc<PartitionLog>, i64)> = partitions
+        let logs: Vec<(Rc<Partition>, i64)> = partitions
             .iter()
             .filter_map(|(tp, off)| self.partition(tp).map(|l| (l, *off)))
             .collect();
@@ -484,24 +519,15 @@ impl Shard {
     }
 
     /// ListOffsets: `timestamp` is a time in ms or one of the special values
-    /// `mesh::*_TIMESTAMP`; answers (offset, timestamp), -1 for "none".
-    async fn list_offset(
-        &self,
-        tp: &TopicPartition,
-        timestamp: i64,
-    ) -> Result<(i64, i64), PartitionError> {
-        let log = self
-            .partition(tp)
+    /// `corelog_partition::*_TIMESTAMP`.
+    async fn list_offset(&self, input: &ListOffsetsInput) -> Result<FoundOffset, PartitionError> {
+        let partition = self
+            .partition(&input.tp)
             .ok_or(PartitionError::UnknownTopicOrPartition)?;
-        // Kafka's special timestamps; with no tiered storage the local log is the whole
-        // log, so "earliest local" is the log start and nothing is tiered.
-        match timestamp {
-            LATEST_TIMESTAMP => Ok((log.high_watermark(), -1)),
-            EARLIEST_TIMESTAMP | EARLIEST_LOCAL_TIMESTAMP => Ok((log.log_start_offset(), -1)),
-            MAX_TIMESTAMP => Ok(log.offset_of_max_timestamp().await?.unwrap_or((-1, -1))),
-            LATEST_TIERED_TIMESTAMP => Ok((-1, -1)),
-            ts => Ok(log.offset_for_timestamp(ts).await?.unwrap_or((-1, -1))),
-        }
+        partition.check_leader_epoch(input.current_leader_epoch)?;
+        Ok(partition
+            .find_offset(input.timestamp, input.isolation)
+            .await?)
     }
 
     async fn open_partitions(
@@ -525,7 +551,12 @@ impl Shard {
             }
             let dir = partition_dir(&self.config.data_dir, &topic, p);
             let config = self.topic_log_config(&topic);
-            let log = PartitionLog::open(dir, config, self.storage_context.clone())
+            let leader_epoch = self
+                .metadata
+                .snapshot()
+                .topic(&topic)
+                .map_or(0, |t| t.leader_epoch);
+            let log = Partition::open(dir, config, self.storage_context.clone(), leader_epoch)
                 .await
                 .map_err(|e| TopicError::Storage(e.to_string()))?;
             self.partitions.borrow_mut().insert(tp, log);
@@ -545,10 +576,11 @@ impl Shard {
             partition_max_bytes: self.config.log.tail_cache_bytes,
         };
         let partitions = self.partitions.borrow();
-        budget.apply(partitions.values().map(|l| &**l));
+        budget.apply(partitions.values().map(|p| &**p.log()));
         let open = u64::try_from(partitions.len().max(1)).unwrap_or(u64::MAX);
-        for log in partitions.values() {
-            log.set_preallocate_step(PREALLOCATION_SHARD_BYTES / open);
+        for p in partitions.values() {
+            p.log()
+                .set_preallocate_step(PREALLOCATION_SHARD_BYTES / open);
         }
     }
 
@@ -598,7 +630,7 @@ impl Shard {
         let config = self.topic_log_config(topic);
         for (tp, log) in self.partitions.borrow().iter() {
             if &*tp.topic == topic {
-                log.set_config(config.clone());
+                log.log().set_config(config.clone());
             }
         }
     }
@@ -640,8 +672,8 @@ impl Shard {
         self.owner_of(OFFSETS_TOPIC, self.groups.offsets_partition(group))
     }
 
-    fn offsets_logs(&self) -> Vec<(i32, Rc<PartitionLog>)> {
-        let mut logs: Vec<(i32, Rc<PartitionLog>)> = self
+    fn offsets_logs(&self) -> Vec<(i32, Rc<Partition>)> {
+        let mut logs: Vec<(i32, Rc<Partition>)> = self
             .partitions
             .borrow()
             .iter()
@@ -680,7 +712,7 @@ impl Shard {
 
     /// Flushes and closes every partition (clean shutdown).
     pub async fn close_all(&self) {
-        let logs: Vec<Rc<PartitionLog>> = self.partitions.borrow().values().cloned().collect();
+        let logs: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
         futures::future::join_all(logs.iter().map(|l| l.close())).await;
     }
 }

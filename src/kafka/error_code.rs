@@ -11,7 +11,7 @@ use corelog_storage::{AppendError, ReadError, RecordRule};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
 use shards::group::types::GroupError;
-use shards::mesh::{PartitionError, TopicError};
+use shards::mesh::{EpochError, PartitionError, TopicError};
 
 pub fn batch(e: &BatchError) -> ResponseError {
     match e {
@@ -58,6 +58,8 @@ pub fn partition(e: &PartitionError) -> ResponseError {
         // Retriable: producers back off and retry until retention frees space.
         PartitionError::DiskFull(_) => ResponseError::KafkaStorageError,
         PartitionError::NotEnoughReplicas(_) => ResponseError::NotEnoughReplicas,
+        PartitionError::Epoch(EpochError::Fenced { .. }) => ResponseError::FencedLeaderEpoch,
+        PartitionError::Epoch(EpochError::Unknown { .. }) => ResponseError::UnknownLeaderEpoch,
     }
 }
 

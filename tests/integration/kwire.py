@@ -431,3 +431,40 @@ def parse_fetch_v4(body: bytes) -> dict[tuple[str, int], dict]:
             out[(name, p)] = {"error_code": err, "high_watermark": hwm, "last_stable_offset": lso,
                               "records": records}
     return out
+
+
+# ---------------------------------------------------------------------------
+# flexible versions (compact strings and arrays, tagged fields, header v2)
+# ---------------------------------------------------------------------------
+def tags() -> bytes:
+    return uvarint(0)
+
+
+def c_array(items: list[bytes] | None) -> bytes:
+    return uvarint(0) if items is None else uvarint(len(items) + 1) + b"".join(items)
+
+
+class Flex(Reader):
+    """A reader of flexible-version bodies (compact strings, arrays, tagged fields)."""
+
+    def c_string(self):
+        n = self.uvarint() - 1
+        return None if n < 0 else self.take(n).decode()
+
+    def c_len(self) -> int:
+        return self.uvarint() - 1
+
+    def skip_tags(self):
+        for _ in range(self.uvarint()):
+            self.uvarint()
+            self.take(self.uvarint())
+
+    def uuid(self) -> bytes:
+        return self.take(16)
+
+
+def flex_roundtrip(bootstrap: str, api_key: int, version: int, body: bytes) -> Flex:
+    _, resp = roundtrip(bootstrap, request(api_key, version, 77, body, header_v2=True))
+    r = Flex(resp)
+    r.skip_tags()  # response header v1
+    return r

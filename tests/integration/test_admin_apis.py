@@ -19,39 +19,7 @@ TOPIC_OPS = 0b1101_1111_1000
 CLUSTER_OPS = 0b1_1111_1010_0000
 
 
-# --------------------------------------------------------------------------- flexible codec
-def tags() -> bytes:
-    return W.uvarint(0)
-
-
-def c_array(items: list[bytes] | None) -> bytes:
-    return W.uvarint(0) if items is None else W.uvarint(len(items) + 1) + b"".join(items)
-
-
-class Flex(W.Reader):
-    """A reader of flexible-version bodies (compact strings, arrays, tagged fields)."""
-
-    def c_string(self):
-        n = self.uvarint() - 1
-        return None if n < 0 else self.take(n).decode()
-
-    def c_len(self) -> int:
-        return self.uvarint() - 1
-
-    def skip_tags(self):
-        for _ in range(self.uvarint()):
-            self.uvarint()
-            self.take(self.uvarint())
-
-    def uuid(self) -> bytes:
-        return self.take(16)
-
-
-def flex_roundtrip(bootstrap: str, api_key: int, version: int, body: bytes) -> Flex:
-    _, resp = W.roundtrip(bootstrap, W.request(api_key, version, 77, body, header_v2=True))
-    r = Flex(resp)
-    r.skip_tags()  # response header v1
-    return r
+from kwire import Flex, c_array, flex_roundtrip, tags  # noqa: E402
 
 
 def create(bootstrap: str, topics: dict[str, int]) -> None:

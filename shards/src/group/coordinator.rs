@@ -27,9 +27,10 @@ use super::state::{Group, GroupState};
 use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
 use crate::mesh::TopicPartition;
+use corelog_partition::{Isolation, Partition};
 use corelog_storage::batch;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
-use corelog_storage::{AckLevel, PartitionLog};
+use corelog_storage::AckLevel;
 use futures::channel::oneshot;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
@@ -94,13 +95,16 @@ impl GroupCoordinator {
     }
 
     /// Replays the owned `__consumer_offsets` partitions (`logs`: partition → log).
-    pub async fn load(&self, logs: Vec<(i32, Rc<PartitionLog>)>) {
+    pub async fn load(&self, logs: Vec<(i32, Rc<Partition>)>) {
         let mut records = 0usize;
         for (partition, log) in logs {
             let mut offset = log.log_start_offset();
             let end = log.high_watermark();
             while offset < end {
-                let read = match log.read(offset, 1 << 20).await {
+                let read = match log
+                    .read(offset, -1, 1 << 20, Isolation::ReadUncommitted)
+                    .await
+                {
                     Ok(r) => r,
                     Err(e) => {
                         tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
@@ -190,7 +194,7 @@ impl GroupCoordinator {
     pub async fn handle(
         &self,
         op: GroupOp,
-        log_of: impl Fn(i32) -> Option<Rc<PartitionLog>>,
+        log_of: impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> GroupAnswer {
         if !self.loaded.get() {
             return not_available(op);
@@ -328,7 +332,7 @@ impl GroupCoordinator {
     async fn commit(
         &self,
         req: CommitRequest,
-        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Vec<Result<(), GroupError>> {
         let n = req.offsets.len();
         let check = {
@@ -399,7 +403,7 @@ impl GroupCoordinator {
     async fn delete(
         &self,
         group: &str,
-        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<(), GroupError> {
         let tombstones = {
             let groups = self.groups.borrow();
@@ -441,7 +445,7 @@ impl GroupCoordinator {
         &self,
         group: &str,
         partitions: Vec<(String, i32)>,
-        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
         let (results, tombstones, stamps) = {
             let groups = self.groups.borrow();
@@ -491,7 +495,7 @@ impl GroupCoordinator {
     async fn persist_group(
         &self,
         group: &str,
-        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<(), GroupError> {
         let value = {
             let mut groups = self.groups.borrow_mut();
@@ -539,7 +543,7 @@ impl GroupCoordinator {
     /// Expires the committed offsets of groups that have been Empty for the retention
     /// period (and were not committed to within it), writing tombstones; a group left
     /// with nothing is forgotten. Kafka's rule since 2.1 (KIP-211).
-    pub async fn expire_offsets(&self, log_of: impl Fn(i32) -> Option<Rc<PartitionLog>>) -> usize {
+    pub async fn expire_offsets(&self, log_of: impl Fn(i32) -> Option<Rc<Partition>>) -> usize {
         let retention = self.config.offsets_retention;
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
         let now = now_ms();
@@ -626,7 +630,7 @@ impl GroupCoordinator {
         &self,
         group: &str,
         records: &[(Vec<u8>, Option<Vec<u8>>)],
-        log_of: &impl Fn(i32) -> Option<Rc<PartitionLog>>,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<(), GroupError> {
         let partition = self.offsets_partition(group);
         let log = log_of(partition).ok_or(GroupError::CoordinatorNotAvailable)?;
@@ -640,7 +644,7 @@ impl GroupCoordinator {
             });
         }
         let bytes = b.build();
-        let ticket = log.append(&bytes, 0).map_err(|e| match e {
+        let ticket = log.append(&bytes).map_err(|e| match e {
             // Not retriable: the same commit will never fit (Kafka's INVALID_COMMIT_OFFSET_SIZE).
             corelog_storage::AppendError::InvalidBatch(
                 corelog_storage::batch::BatchError::TooLarge { .. },

@@ -65,11 +65,11 @@ pub struct RejectedRecords {
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum ReadError {
-    #[error("offset {offset} is outside [{log_start_offset}, {high_watermark}]")]
+    #[error("offset {offset} is outside [{log_start_offset}, {end_offset}]")]
     OffsetOutOfRange {
         offset: i64,
         log_start_offset: i64,
-        high_watermark: i64,
+        end_offset: i64,
     },
     #[error(transparent)]
     Storage(#[from] StorageError),

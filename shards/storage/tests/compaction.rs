@@ -258,12 +258,12 @@ fn delete_config(segment_bytes: u64) -> LogConfig {
 /// batch is one the model acknowledged (same base, last offset and codec), that its
 /// header agrees with its records, and that offsets strictly increase.
 async fn read_all(log: &PartitionLog, model: &Model) -> Vec<Rec> {
-    let hw = log.high_watermark();
+    let hw = log.written_offset();
     let mut at = log.log_start_offset();
     let mut out: Vec<Rec> = Vec::new();
     while at < hw {
         let r = log
-            .read(at, 16 * 1024)
+            .read(at, 16 * 1024, i64::MAX)
             .await
             .unwrap_or_else(|e| panic!("read at {at}: {e}"));
         assert!(
@@ -523,9 +523,11 @@ async fn check_workload(w: Workload, dir: std::path::PathBuf) {
         }
         let cleaned_end = force_roll(&log, &mut model, ts).await;
         if let (0, Some(pct)) = (round, w.start_cut) {
-            let target = log.high_watermark() * pct / 100;
+            let target = log.written_offset() * pct / 100;
             assert_eq!(
-                log.delete_records(target).await.expect("delete records"),
+                log.delete_records(target, i64::MAX)
+                    .await
+                    .expect("delete records"),
                 target
             );
             // What lies below the log start is of no concern from here on.
@@ -596,7 +598,7 @@ async fn check_workload(w: Workload, dir: std::path::PathBuf) {
         .await
         .expect("reopen");
     assert_eq!(
-        log.high_watermark(),
+        log.written_offset(),
         model.recs.last().map_or(0, |r| r.offset + 1)
     );
     let lso = model.recs.first().map_or(0, |r| r.offset);
@@ -834,11 +836,14 @@ fn passes_concurrent_with_appends_and_rolls() {
                 passes += 1;
             }
             // Meanwhile the log reads as whole, valid batches in offset order.
-            let hw = log.high_watermark();
+            let hw = log.written_offset();
             let mut at = log.log_start_offset();
             let mut last = -1;
             while at < hw {
-                let r = log.read(at, 8 * 1024).await.expect("read during passes");
+                let r = log
+                    .read(at, 8 * 1024, i64::MAX)
+                    .await
+                    .expect("read during passes");
                 assert!(!r.records.is_empty(), "read at {at} below {hw}");
                 for item in batches(&r.records) {
                     let (h, range) = item.expect("whole batches");
@@ -1156,7 +1161,7 @@ async fn crash_case(
         .expect("reopen after the crash");
     assert_tidy(&path);
     assert_eq!(
-        log.high_watermark(),
+        log.written_offset(),
         original.last().map_or(0, |r| r.offset + 1)
     );
     let got = read_all(&log, &model).await;
@@ -1255,7 +1260,7 @@ async fn fill(log: &PartitionLog, model: &mut Model, n: usize, ts: impl Fn(usize
 }
 
 async fn assert_out_of_range(log: &PartitionLog, offset: i64) {
-    match log.read(offset, 1 << 16).await {
+    match log.read(offset, 1 << 16, i64::MAX).await {
         Err(ReadError::OffsetOutOfRange {
             log_start_offset, ..
         }) => assert_eq!(log_start_offset, log.log_start_offset()),
@@ -1423,7 +1428,7 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
         assert!(deleted > 0);
         assert_eq!(lso, after[0].base_offset);
         assert!(lso <= first_young, "only segments of old records go");
-        let next = after.get(1).map_or(log.high_watermark(), |s| s.base_offset);
+        let next = after.get(1).map_or(log.written_offset(), |s| s.base_offset);
         assert!(first_young < next, "the segment holding the first young record stays (it starts at {lso}, the young record is at {first_young}, next segment at {next})");
         assert_out_of_range(&log, lso - 1).await;
         assert_suffix(&log, &model).await;
@@ -1460,7 +1465,9 @@ fn delete_records_moves_the_start_inside_a_segment_and_persists_it() {
         let target = before[2].base_offset + 5;
         assert!(target < before[3].base_offset);
         assert_eq!(
-            log.delete_records(target).await.expect("delete records"),
+            log.delete_records(target, i64::MAX)
+                .await
+                .expect("delete records"),
             target
         );
         assert_eq!(log.log_start_offset(), target);
@@ -1471,18 +1478,26 @@ fn delete_records_moves_the_start_inside_a_segment_and_persists_it() {
         );
         assert_eq!(log_bases(&path)[0], before[2].base_offset);
         assert_out_of_range(&log, target - 1).await;
-        let r = log.read(target, 1).await.expect("read at the start");
+        let r = log
+            .read(target, 1, i64::MAX)
+            .await
+            .expect("read at the start");
         let (h, _) = batches(&r.records).next().expect("a batch").expect("whole");
         assert!(h.base_offset <= target && target <= h.last_offset());
         assert_eq!(r.log_start_offset, target);
         assert_suffix(&log, &model).await;
         // It never moves back.
-        assert_eq!(log.delete_records(target - 3).await.expect("lower"), target);
+        assert_eq!(
+            log.delete_records(target - 3, i64::MAX)
+                .await
+                .expect("lower"),
+            target
+        );
         assert_eq!(log.log_start_offset(), target);
         // Beyond the high watermark: an error, nothing moves.
-        let hw = log.high_watermark();
+        let hw = log.written_offset();
         assert!(matches!(
-            log.delete_records(hw + 1).await,
+            log.delete_records(hw + 1, i64::MAX).await,
             Err(ReadError::OffsetOutOfRange { .. })
         ));
         assert_eq!(log.log_start_offset(), target);
@@ -1499,11 +1514,11 @@ fn delete_records_moves_the_start_inside_a_segment_and_persists_it() {
         assert_out_of_range(&log, target - 1).await;
         assert_suffix(&log, &model).await;
         // -1: up to the high watermark; the active segment stays, appends go on.
-        assert_eq!(log.delete_records(-1).await.expect("to hw"), hw);
+        assert_eq!(log.delete_records(-1, i64::MAX).await.expect("to hw"), hw);
         assert_eq!(log.log_start_offset(), hw);
         assert_eq!(log.segment_stats().len(), 1);
         assert!(log
-            .read(hw, 1024)
+            .read(hw, 1024, i64::MAX)
             .await
             .expect("read at hw")
             .records
@@ -1522,7 +1537,7 @@ fn delete_records_moves_the_start_inside_a_segment_and_persists_it() {
             .await
             .expect("reopen");
         assert_eq!(log.log_start_offset(), hw);
-        assert_eq!(log.high_watermark(), hw + 1);
+        assert_eq!(log.written_offset(), hw + 1);
         assert_suffix(&log, &model).await;
         log.close().await;
     });

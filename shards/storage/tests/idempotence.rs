@@ -55,7 +55,7 @@ fn retries_get_the_original_offsets_and_write_nothing() {
         // Retries of both, in any order: original offsets, nothing written.
         assert_eq!(produce(&log, &idem(1, 0, 0, 3)).await.expect("retry"), 0);
         assert_eq!(produce(&log, &idem(1, 0, 3, 2)).await.expect("retry"), 5);
-        assert_eq!(log.high_watermark(), 7);
+        assert_eq!(log.written_offset(), 7);
         // A retry of a batch still pending gets the same ticket as the original.
         let a = log.append(&idem(1, 0, 5, 4), 0).expect("queued");
         let b = log
@@ -63,7 +63,7 @@ fn retries_get_the_original_offsets_and_write_nothing() {
             .expect("retry while pending");
         assert_eq!(a, b);
         log.wait(b, AckLevel::All).await.expect("ack");
-        assert_eq!(log.high_watermark(), 11);
+        assert_eq!(log.written_offset(), 11);
         // Gaps, stale epochs and new epochs.
         assert!(matches!(
             log.append(&idem(1, 0, 10, 1), 0),
@@ -85,7 +85,7 @@ fn retries_get_the_original_offsets_and_write_nothing() {
             }))
         ));
         assert_eq!(
-            log.high_watermark(),
+            log.written_offset(),
             12,
             "refused batches leave nothing behind"
         );
@@ -120,7 +120,7 @@ fn producer_state_survives_clean_restarts_and_crashes() {
             let log = PartitionLog::open(path.clone(), small_config(1024), LogContext::system())
                 .await
                 .expect("reopen");
-            assert_eq!(log.high_watermark(), 180);
+            assert_eq!(log.written_offset(), 180);
             assert_eq!(log.producer_count(), 2);
             // The last five batches of each producer are still recognised as retries.
             let last = produce(&log, &idem(7, 0, 118, 2)).await.expect("retry");
@@ -128,7 +128,7 @@ fn producer_state_survives_clean_restarts_and_crashes() {
             assert_eq!(last - older, 12, "original offsets: 4 batches of 3 apart");
             produce(&log, &idem(8, 3, 59, 1)).await.expect("retry");
             assert_eq!(
-                log.high_watermark(),
+                log.written_offset(),
                 180,
                 "retries after restart write nothing"
             );
@@ -173,7 +173,7 @@ fn a_batch_of_an_idempotent_producer_must_be_alone() {
             log.append(&two, 0),
             Err(AppendError::InvalidBatch(_))
         ));
-        assert_eq!(log.high_watermark(), 0);
+        assert_eq!(log.written_offset(), 0);
         log.close().await;
     });
 }

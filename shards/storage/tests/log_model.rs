@@ -96,7 +96,7 @@ async fn check(ops: Vec<Op>, dir: std::path::PathBuf) -> Result<(), String> {
                 let s = &model[i];
                 let offset = s.base + (inside % ((s.last - s.base + 1) as usize)) as i64;
                 let r = log
-                    .read(offset, max_bytes)
+                    .read(offset, max_bytes, i64::MAX)
                     .await
                     .map_err(|e| e.to_string())?;
                 // Must be model batches i, i+1, ... j (whole, in order), at least batch i.
@@ -126,8 +126,8 @@ async fn check(ops: Vec<Op>, dir: std::path::PathBuf) -> Result<(), String> {
                     return Err(format!("{pos} bytes served for max_bytes {max_bytes}"));
                 }
                 let end = model.last().map(|s| s.last + 1).unwrap_or(0);
-                if r.high_watermark != end {
-                    return Err(format!("high watermark {} != {end}", r.high_watermark));
+                if r.end_offset != end {
+                    return Err(format!("high watermark {} != {end}", r.end_offset));
                 }
             }
             Op::Restart => {
@@ -136,10 +136,10 @@ async fn check(ops: Vec<Op>, dir: std::path::PathBuf) -> Result<(), String> {
                     .await
                     .map_err(|e| e.to_string())?;
                 let end = model.last().map(|s| s.last + 1).unwrap_or(0);
-                if log.high_watermark() != end {
+                if log.written_offset() != end {
                     return Err(format!(
                         "after restart the log ends at {}, expected {end}",
-                        log.high_watermark()
+                        log.written_offset()
                     ));
                 }
             }

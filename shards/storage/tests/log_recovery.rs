@@ -36,9 +36,9 @@ fn append_read_and_fetch_from_inside_a_batch() {
             .expect("open");
         assert_eq!(append_acked(&log, &batch(1, 5, 10, 1000)).await, 0);
         assert_eq!(append_acked(&log, &batch(2, 3, 10, 2000)).await, 5);
-        assert_eq!(log.high_watermark(), 8);
+        assert_eq!(log.written_offset(), 8);
         // Offset 6 is inside the second batch: the whole batch comes back.
-        let r = log.read(6, 1 << 20).await.expect("read");
+        let r = log.read(6, 1 << 20, i64::MAX).await.expect("read");
         let h = headers(&r.records);
         assert_eq!(h.len(), 1);
         assert_eq!(h[0].base_offset, 5);
@@ -46,9 +46,14 @@ fn append_read_and_fetch_from_inside_a_batch() {
         // Served bytes are valid batches (pair assertion with the write path).
         batch::validate(&r.records, usize::MAX).expect("valid batch");
         // At the high watermark: empty; beyond: out of range.
-        assert!(log.read(8, 1024).await.expect("read").records.is_empty());
+        assert!(log
+            .read(8, 1024, i64::MAX)
+            .await
+            .expect("read")
+            .records
+            .is_empty());
         assert!(matches!(
-            log.read(9, 1024).await,
+            log.read(9, 1024, i64::MAX).await,
             Err(ReadError::OffsetOutOfRange { .. })
         ));
         log.close().await;
@@ -72,11 +77,11 @@ fn rolls_segments_and_survives_restart() {
         let log = PartitionLog::open(p2, small_config(8192), LogContext::system())
             .await
             .expect("reopen");
-        assert_eq!(log.high_watermark(), 160);
+        assert_eq!(log.written_offset(), 160);
         // Every offset reads back as the batch that contains it, across segments.
         let mut offset = 0;
         while offset < 160 {
-            let r = log.read(offset, 1).await.expect("read");
+            let r = log.read(offset, 1, i64::MAX).await.expect("read");
             let h = headers(&r.records);
             assert_eq!(h.len(), 1, "max_bytes 1 still returns one whole batch");
             assert_eq!(h[0].base_offset, offset);
@@ -132,14 +137,14 @@ fn torn_tail_is_truncated_and_acknowledged_data_kept() {
             .await
             .expect("reopen");
         assert_eq!(
-            log.high_watermark(),
+            log.written_offset(),
             30,
             "the torn batch is not part of the log"
         );
-        let r = log.read(27, 1 << 20).await.expect("read");
+        let r = log.read(27, 1 << 20, i64::MAX).await.expect("read");
         assert_eq!(headers(&r.records)[0].base_offset, 27);
         assert_eq!(append_acked(&log, &batch(8, 2, 50, 1000)).await, 30);
-        let r = log.read(30, 1 << 20).await.expect("read");
+        let r = log.read(30, 1 << 20, i64::MAX).await.expect("read");
         assert_eq!(headers(&r.records)[0].base_offset, 30);
         log.close().await;
     });
@@ -179,7 +184,7 @@ fn corrupt_crc_in_the_tail_ends_the_log_there() {
         let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
             .await
             .expect("reopen");
-        assert_eq!(log.high_watermark(), 6);
+        assert_eq!(log.written_offset(), 6);
         log.close().await;
     });
     assert_eq!(std::fs::metadata(&log_file).expect("meta").len(), len - one);
@@ -220,9 +225,9 @@ fn truncated_or_garbage_index_is_rebuilt() {
             let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
                 .await
                 .expect("reopen");
-            assert_eq!(log.high_watermark(), 100);
+            assert_eq!(log.written_offset(), 100);
             for offset in [0, 1, 37, 98, 99] {
-                let r = log.read(offset, 1).await.expect("read");
+                let r = log.read(offset, 1, i64::MAX).await.expect("read");
                 let h = headers(&r.records);
                 assert!(h[0].base_offset <= offset && offset <= h[0].last_offset());
             }
@@ -246,7 +251,7 @@ fn one_sync_serves_many_waiting_produces() {
         for r in futures::future::join_all(waits).await {
             r.expect("acknowledged");
         }
-        assert_eq!(log.high_watermark(), 200);
+        assert_eq!(log.written_offset(), 200);
         let syncs = log.sync_count();
         assert!(syncs >= 1, "acks=all waited for at least one fdatasync");
         assert!(syncs <= 10, "group commit: {syncs} syncs for 200 produces");
@@ -278,7 +283,7 @@ fn rolls_by_age() {
             2,
             "an old active segment rolls on the next append"
         );
-        let r = log.read(0, 1 << 20).await.expect("read");
+        let r = log.read(0, 1 << 20, i64::MAX).await.expect("read");
         assert_eq!(headers(&r.records)[0].base_offset, 0);
         log.close().await;
     });
@@ -317,8 +322,8 @@ fn crash_image_with_preallocated_segment_recovers_every_acknowledged_batch() {
         let log = PartitionLog::open(image, small_config(1 << 30), LogContext::system())
             .await
             .expect("recover");
-        assert_eq!(log.high_watermark(), 90);
-        let r = log.read(88, 1 << 20).await.expect("read");
+        assert_eq!(log.written_offset(), 90);
+        let r = log.read(88, 1 << 20, i64::MAX).await.expect("read");
         assert_eq!(headers(&r.records)[0].base_offset, 87);
         assert_eq!(append_acked(&log, &batch(99, 1, 10, 1000)).await, 90);
         log.close().await;
@@ -347,20 +352,23 @@ fn deleting_old_segments_moves_the_log_start_and_survives_restart() {
         let start = log.log_start_offset();
         assert!(start > 0 && start <= 100, "log start {start}");
         assert!(matches!(
-            log.read(start - 1, 1024).await,
+            log.read(start - 1, 1024, i64::MAX).await,
             Err(ReadError::OffsetOutOfRange { .. })
         ));
-        let r = log.read(start, 1024).await.expect("read at the new start");
+        let r = log
+            .read(start, 1024, i64::MAX)
+            .await
+            .expect("read at the new start");
         assert_eq!(headers(&r.records)[0].base_offset, start);
         // The active segment is never deleted, whatever the offset.
         log.delete_segments_before(i64::MAX).await;
         assert_eq!(log.segment_count(), 1);
-        assert_eq!(log.high_watermark(), 160);
+        assert_eq!(log.written_offset(), 160);
         log.close().await;
         let log = PartitionLog::open(p, small_config(8192), LogContext::system())
             .await
             .expect("reopen");
-        assert_eq!(log.high_watermark(), 160);
+        assert_eq!(log.written_offset(), 160);
         assert!(log.log_start_offset() > 100);
         log.close().await;
     });
@@ -393,7 +401,7 @@ fn huge_record_counts_roll_segments_instead_of_overflowing_the_index() {
             append_acked(&log, &fake_compressed(i32::MAX)).await;
         }
         let end = 4 * i64::from(i32::MAX);
-        assert_eq!(log.high_watermark(), end);
+        assert_eq!(log.written_offset(), end);
         assert!(
             log.segment_count() >= 2,
             "rolled before relative offsets overflowed"
@@ -402,7 +410,7 @@ fn huge_record_counts_roll_segments_instead_of_overflowing_the_index() {
         let log = PartitionLog::open(p, config, LogContext::system())
             .await
             .expect("recover");
-        assert_eq!(log.high_watermark(), end);
+        assert_eq!(log.written_offset(), end);
         log.close().await;
     });
 }

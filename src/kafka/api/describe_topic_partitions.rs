@@ -91,7 +91,7 @@ pub fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameErro
             let mut part = DescribeTopicPartitionsResponsePartition::default();
             part.partition_index = p;
             part.leader_id = node;
-            part.leader_epoch = 0;
+            part.leader_epoch = t.leader_epoch;
             part.replica_nodes = vec![node];
             part.isr_nodes = vec![node];
             part.eligible_leader_replicas = Some(Vec::new());

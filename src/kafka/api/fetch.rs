@@ -22,7 +22,7 @@ use futures::channel::oneshot;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{FetchInput, FetchOutput, ShardMessage, TopicPartition};
+use shards::mesh::{FetchInput, FetchOutput, Isolation, ShardMessage, TopicPartition};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,8 @@ struct Wanted {
     tp: TopicPartition,
     offset: i64,
     max_bytes: usize,
+    current_leader_epoch: i32,
+    last_fetched_epoch: i32,
 }
 
 pub async fn handle(
@@ -50,6 +52,9 @@ pub async fn handle(
         .filter(|m| *m > 0)
         .unwrap_or(FETCH_RESPONSE_BYTES_MAX)
         .min(FETCH_RESPONSE_BYTES_MAX);
+    // v4+; without transactions the last stable offset is the high watermark, so both
+    // levels read the same records, each bounded as Kafka bounds it.
+    let isolation = Isolation::from_wire(req.isolation_level);
     let meta = ctx.shard.metadata.snapshot();
 
     let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
@@ -85,6 +90,9 @@ pub async fn handle(
                         partition: p.partition,
                     },
                     offset: p.fetch_offset,
+                    // v9+ and v12+; kafka-protocol decodes -1 for older versions.
+                    current_leader_epoch: p.current_leader_epoch,
+                    last_fetched_epoch: p.last_fetched_epoch,
                     // No partition can contribute more than the whole response may
                     // hold (KIP-74); each shard also stops reading once its partitions
                     // together have that much (`ShardMessage::Fetch`'s budget).
@@ -99,18 +107,20 @@ pub async fn handle(
         slots.push(parts);
     }
 
-    let mut outputs = read_round(ctx, &wanted, max_bytes).await;
+    let mut outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
     loop {
         let total: usize = outputs
             .iter()
             .map(|o| o.result.as_ref().map(|b| b.len()).unwrap_or(0))
             .sum();
-        let any_error = outputs.iter().any(|o| o.result.is_err());
+        let any_error = outputs
+            .iter()
+            .any(|o| o.result.is_err() || o.diverging_epoch.is_some());
         if wanted.is_empty() || total >= min_bytes || any_error || Instant::now() >= deadline {
             break;
         }
         wait_round(ctx, &wanted, &outputs, deadline).await;
-        outputs = read_round(ctx, &wanted, max_bytes).await;
+        outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
     }
 
     // Fill slots in request order, keeping the response within max_bytes (KIP-74): it is
@@ -122,8 +132,16 @@ pub async fn handle(
             continue;
         };
         slot.high_watermark = o.high_watermark;
-        slot.last_stable_offset = o.high_watermark;
+        slot.last_stable_offset = o.last_stable_offset;
         slot.log_start_offset = o.log_start_offset;
+        if isolation == Isolation::ReadCommitted {
+            // No transactions, so none aborted: an empty list, as Kafka sends.
+            slot.aborted_transactions = Some(Vec::new());
+        }
+        if let Some((epoch, end_offset)) = o.diverging_epoch {
+            slot.diverging_epoch.epoch = epoch;
+            slot.diverging_epoch.end_offset = end_offset;
+        }
         match o.result {
             Ok(records) => {
                 let records = if used == 0 {
@@ -199,13 +217,20 @@ pub async fn handle(
 
 /// Reads every wanted partition on its owning shard; outputs are in `wanted` order.
 /// Each shard reads at most about `max_bytes` in all (see `ShardMessage::Fetch`).
-async fn read_round(ctx: &Ctx, wanted: &[Wanted], max_bytes: usize) -> Vec<FetchOutput> {
+async fn read_round(
+    ctx: &Ctx,
+    wanted: &[Wanted],
+    max_bytes: usize,
+    isolation: Isolation,
+) -> Vec<FetchOutput> {
     let mut per_shard = PerShard::new(ctx.shard.shard_count());
     for (i, w) in wanted.iter().enumerate() {
         let input = FetchInput {
             tp: w.tp.clone(),
             offset: w.offset,
             max_bytes: w.max_bytes,
+            current_leader_epoch: w.current_leader_epoch,
+            last_fetched_epoch: w.last_fetched_epoch,
         };
         per_shard.push(
             ctx.shard.owner_of(&w.tp.topic, w.tp.partition),
@@ -218,6 +243,7 @@ async fn read_round(ctx: &Ctx, wanted: &[Wanted], max_bytes: usize) -> Vec<Fetch
         .call(&ctx.shard, |partitions, reply| ShardMessage::Fetch {
             partitions,
             budget: max_bytes,
+            isolation,
             reply,
         })
         .await;
@@ -229,10 +255,8 @@ async fn read_round(ctx: &Ctx, wanted: &[Wanted], max_bytes: usize) -> Vec<Fetch
     outputs
         .into_iter()
         .map(|o| {
-            o.unwrap_or(FetchOutput {
-                high_watermark: -1,
-                log_start_offset: -1,
-                result: Err(shards::mesh::PartitionError::ShuttingDown),
+            o.unwrap_or_else(|| {
+                FetchOutput::failed(-1, -1, shards::mesh::PartitionError::ShuttingDown)
             })
         })
         .collect()

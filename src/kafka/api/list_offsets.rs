@@ -2,9 +2,12 @@
 //! and from v7 the record with the largest timestamp (-3, KIP-734), from v8 the earliest
 //! local offset (-4) and from v9 the latest tiered one (-5, KIP-1005). With no tiered
 //! storage the local log is the whole log: -4 is the log start and nothing is tiered (-5
-//! answers offset -1, as Kafka does without remote storage). Every offset a single node
-//! has is committed, so read_committed (v2+) sees the same as read_uncommitted; v10's
-//! timeout is for remote storage and has nothing to wait on here.
+//! answers offset -1, as Kafka does without remote storage). read_uncommitted (and v0–1)
+//! finds offsets below the high watermark, read_committed (v2+) below the last stable
+//! offset, which equals it with no transactions served. v4+ carries the current leader
+//! epoch (FENCED_LEADER_EPOCH or UNKNOWN_LEADER_EPOCH when it is not the partition's) and
+//! answers the epoch of the offset found. v10's timeout is for remote storage and has
+//! nothing to wait on here.
 
 use super::fan_out::PerShard;
 use super::Ctx;
@@ -16,12 +19,15 @@ use kafka_protocol::messages::list_offsets_response::{
 };
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{ShardMessage, TopicPartition, LATEST_TIERED_TIMESTAMP};
+use shards::mesh::{
+    Isolation, ListOffsetsInput, ShardMessage, TopicPartition, LATEST_TIERED_TIMESTAMP,
+};
 use std::sync::Arc;
 
 pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
     let req: ListOffsetsRequest = decode_body(frame)?;
     let meta = ctx.shard.metadata.snapshot();
+    let isolation = Isolation::from_wire(req.isolation_level);
     let mut slots: Vec<Vec<ListOffsetsPartitionResponse>> = Vec::with_capacity(req.topics.len());
     let mut per_shard = PerShard::new(ctx.shard.shard_count());
     // Kafka answers a partition named more than once with INVALID_REQUEST (each lookup
@@ -43,9 +49,7 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
             out.partition_index = p.partition_index;
             out.timestamp = -1;
             out.offset = -1;
-            if frame.api_version >= 4 {
-                out.leader_epoch = 0; // the epoch this single node has led since creation
-            }
+            out.leader_epoch = -1;
             if named.get(&(name, p.partition_index)).copied().unwrap_or(0) > 1 {
                 out.error_code = ResponseError::InvalidRequest.code();
             } else if !meta.has_partition(name, p.partition_index) {
@@ -59,7 +63,13 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
                     partition: p.partition_index,
                 };
                 let owner = ctx.shard.owner_of(name, p.partition_index);
-                per_shard.push(owner, (ti, pi), (tp, p.timestamp));
+                let input = ListOffsetsInput {
+                    tp,
+                    timestamp: p.timestamp,
+                    current_leader_epoch: p.current_leader_epoch,
+                    isolation,
+                };
+                per_shard.push(owner, (ti, pi), input);
             }
             parts.push(out);
         }
@@ -76,9 +86,12 @@ pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, Fra
             continue;
         };
         match answer.map(|o| o.result) {
-            Some(Ok((offset, ts))) => {
-                slot.offset = offset;
-                slot.timestamp = ts;
+            Some(Ok(found)) => {
+                slot.offset = found.offset;
+                slot.timestamp = found.timestamp;
+                if frame.api_version >= 4 {
+                    slot.leader_epoch = found.leader_epoch;
+                }
             }
             Some(Err(e)) => slot.error_code = error_code::partition(&e).code(),
             None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),

@@ -151,7 +151,7 @@ fn topic_entry(ctx: &Ctx, t: &TopicMeta, topic_ops: i32) -> MetadataResponseTopi
             let mut mp = MetadataResponsePartition::default();
             mp.partition_index = p;
             mp.leader_id = node;
-            mp.leader_epoch = 0;
+            mp.leader_epoch = t.leader_epoch;
             mp.replica_nodes = vec![node];
             mp.isr_nodes = vec![node];
             mp

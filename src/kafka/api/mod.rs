@@ -19,6 +19,7 @@ pub mod groups;
 pub mod init_producer_id;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod scram_credentials;
 
@@ -49,6 +50,7 @@ pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
     (ApiKey::Produce, 3, 9),
     (ApiKey::Fetch, 4, 18),
     (ApiKey::ListOffsets, 1, 10),
+    (ApiKey::OffsetForLeaderEpoch, 2, 4),
     (ApiKey::Metadata, 0, 13),
     (ApiKey::ApiVersions, 0, 4),
     (ApiKey::CreateTopics, 0, 7),
@@ -121,6 +123,9 @@ pub async fn handle(
             .await
             .map(Some),
         ApiKey::ListOffsets => list_offsets::handle(ctx, &mut frame).await.map(Some),
+        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(ctx, &mut frame)
+            .await
+            .map(Some),
         ApiKey::CreateTopics => admin::create_topics(ctx, &mut frame).await.map(Some),
         ApiKey::DeleteTopics => admin::delete_topics(ctx, &mut frame).await.map(Some),
         ApiKey::CreatePartitions => admin::create_partitions(ctx, &mut frame).await.map(Some),

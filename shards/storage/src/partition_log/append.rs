@@ -181,14 +181,27 @@ impl PartitionLog {
         }
     }
 
-    /// Waits until the high watermark passes `offset`, the log closes, or `deadline`.
-    pub async fn wait_beyond(&self, offset: i64, deadline: Instant) {
+    /// Waits until the written offset — with `synced`, the synced offset — passes
+    /// `offset`, the log closes or fails, or `deadline`. With `synced`, written data a
+    /// waiter needs is synced at once (a reader never waits for the sync timer).
+    pub async fn wait_beyond(&self, offset: i64, deadline: Instant, synced: bool) {
         loop {
             let listener = self.progress.listen();
             {
-                let st = self.state.borrow();
-                if st.written_offset > offset || st.closed || st.failure.is_some() {
+                let mut st = self.state.borrow_mut();
+                let end = if synced {
+                    st.synced_offset
+                } else {
+                    st.written_offset
+                };
+                if end > offset || st.closed || st.failure.is_some() {
                     return;
+                }
+                if synced && st.written_offset > offset && st.sync_wanted < st.written_offset {
+                    // Written but not yet synced: a reader is waiting for it.
+                    st.sync_wanted = st.written_offset;
+                    drop(st);
+                    self.sync_work.notify(1);
                 }
             }
             let now = Instant::now();

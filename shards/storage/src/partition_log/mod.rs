@@ -83,10 +83,12 @@ pub enum AckLevel {
 
 #[derive(Debug, Clone)]
 pub struct ReadOutcome {
-    pub high_watermark: i64,
+    /// The exclusive bound the read was held to: the written offset, or the caller's
+    /// `end` where that is lower.
+    pub end_offset: i64,
     pub log_start_offset: i64,
-    /// Whole batches starting with the one that contains the requested offset; empty
-    /// when the offset is the high watermark.
+    /// Whole batches starting with the one that contains the requested offset, every one
+    /// of them below `end_offset`; empty when the offset is at or past it.
     pub records: Bytes,
 }
 
@@ -178,6 +180,11 @@ impl PartitionLog {
         self.state.borrow().closing
     }
 
+    /// When acknowledged produces are on stable storage (the topic's durability).
+    pub fn durability(&self) -> crate::config::Durability {
+        self.config.borrow().durability
+    }
+
     /// `min.insync.replicas` of the topic.
     pub fn min_insync_replicas(&self) -> i32 {
         self.config.borrow().min_insync_replicas
@@ -216,9 +223,15 @@ impl PartitionLog {
         self.state.borrow().next_offset
     }
 
-    /// Offsets below this are written and visible to consumers.
-    pub fn high_watermark(&self) -> i64 {
+    /// Offsets below this are written to the segment files and may be read. What a
+    /// consumer may see is the partition layer's decision (its high watermark).
+    pub fn written_offset(&self) -> i64 {
         self.state.borrow().written_offset
+    }
+
+    /// Offsets below this are on stable storage (`fdatasync`ed).
+    pub fn synced_offset(&self) -> i64 {
+        self.state.borrow().synced_offset
     }
 
     pub fn failure(&self) -> Option<StorageError> {

@@ -16,43 +16,52 @@ use std::rc::Rc;
 
 impl PartitionLog {
     /// Reads whole batches starting with the one containing `offset`, up to `max_bytes`
-    /// (at least one batch). Data of at most one segment is returned per call.
-    pub async fn read(&self, offset: i64, max_bytes: usize) -> Result<ReadOutcome, ReadError> {
+    /// (at least one batch), all below `end` (the caller's bound: its high watermark, or
+    /// `i64::MAX` for everything written). Data of at most one segment is returned per
+    /// call. An offset below the log start or past the written offset is out of range;
+    /// one at or past `end` but written reads nothing.
+    pub async fn read(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        end: i64,
+    ) -> Result<ReadOutcome, ReadError> {
         let mut at = offset;
         loop {
             let (hw, lso, target) = {
                 let st = self.state.borrow();
-                let hw = st.written_offset;
+                let written = st.written_offset;
+                let hw = written.min(end);
                 let lso = st.log_start_offset;
                 if let Some(f) = &st.failure {
                     return Err(ReadError::Storage(f.clone()));
                 }
-                if at < lso || at > hw {
+                if at < lso || at > written {
                     return Err(ReadError::OffsetOutOfRange {
                         offset: at,
                         log_start_offset: lso,
-                        high_watermark: hw,
+                        end_offset: written,
                     });
                 }
-                if at == hw {
+                if at >= hw {
                     return Ok(ReadOutcome {
-                        high_watermark: hw,
+                        end_offset: hw,
                         log_start_offset: lso,
                         records: Bytes::new(),
                     });
                 }
                 if let Some(records) = st.tail.read(at, max_bytes) {
                     return Ok(ReadOutcome {
-                        high_watermark: hw,
+                        end_offset: hw,
                         log_start_offset: lso,
-                        records,
+                        records: keep_below(records, hw),
                     });
                 }
                 let Some((_, seg)) = st.segments.range(..=at).next_back() else {
                     return Err(ReadError::OffsetOutOfRange {
                         offset: at,
                         log_start_offset: lso,
-                        high_watermark: hw,
+                        end_offset: hw,
                     });
                 };
                 let (_, pos) = seg.index.lookup(at);
@@ -71,9 +80,9 @@ impl PartitionLog {
             let records = self.read_segment(&file, pos, size, at, max_bytes).await?;
             if !records.is_empty() {
                 return Ok(ReadOutcome {
-                    high_watermark: hw,
+                    end_offset: hw,
                     log_start_offset: lso,
-                    records,
+                    records: keep_below(records, hw),
                 });
             }
             // `at` lies past this segment's last batch: continue in the next one.
@@ -81,7 +90,7 @@ impl PartitionLog {
                 Some(b) if b > at => at = b,
                 Some(_) | None => {
                     return Ok(ReadOutcome {
-                        high_watermark: hw,
+                        end_offset: hw,
                         log_start_offset: lso,
                         records: Bytes::new(),
                     })
@@ -157,7 +166,7 @@ impl PartitionLog {
                 })
                 .collect()
         };
-        let hw = self.high_watermark();
+        let hw = self.written_offset();
         // Records below the log start are gone for consumers (DeleteRecords may stop
         // inside a segment; held segments may outlive their deletion a little).
         let lso = self.log_start_offset();
@@ -222,7 +231,7 @@ impl PartitionLog {
                 .map(|s| (s.file.clone(), s.size))
                 .collect()
         };
-        let hw = self.high_watermark();
+        let hw = self.written_offset();
         let lso = self.log_start_offset();
         let mut best: Option<(i64, i64)> = None;
         for (file, size) in files {
@@ -276,4 +285,22 @@ fn first_record_at_or_after(
         }
     })?;
     Ok(hit)
+}
+
+/// The leading batches of `records` that lie wholly below `end`. Bounds fall on batch
+/// boundaries (written, synced and replicated offsets all do), so only a read bounded
+/// below the written offset drops anything.
+fn keep_below(records: Bytes, end: i64) -> Bytes {
+    let mut len = 0;
+    for item in batches(&records) {
+        match item {
+            Ok((h, range)) if h.last_offset() < end => len = range.end,
+            _ => break,
+        }
+    }
+    if len == records.len() {
+        records
+    } else {
+        records.slice(..len)
+    }
 }

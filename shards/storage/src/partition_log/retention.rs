@@ -30,9 +30,10 @@ impl PartitionLog {
         self.delete_segments_before(cut.max(below_start)).await
     }
 
-    /// DeleteRecords: moves the log start offset to `offset` (-1: the high watermark),
+    /// DeleteRecords: moves the log start offset to `offset` (-1: `end`, the caller's
+    /// high watermark; an offset past `end` or the written offset is out of range),
     /// persists it, and deletes the segments wholly below it. Returns the new log start.
-    pub async fn delete_records(&self, offset: i64) -> Result<i64, ReadError> {
+    pub async fn delete_records(&self, offset: i64, end: i64) -> Result<i64, ReadError> {
         // One move of the start at a time: two requests racing could otherwise leave the
         // smaller offset in the checkpoint while memory holds the larger.
         let _one_at_a_time = self.start_moves.acquire_permit(1).await;
@@ -47,14 +48,14 @@ impl PartitionLog {
                     "the log is closing",
                 )));
             }
-            (st.log_start_offset, st.written_offset)
+            (st.log_start_offset, st.written_offset.min(end))
         };
         let target = if offset == -1 { hw } else { offset };
         if target < 0 || target > hw {
             return Err(ReadError::OffsetOutOfRange {
                 offset,
                 log_start_offset: lso,
-                high_watermark: hw,
+                end_offset: hw,
             });
         }
         if target <= lso {

@@ -43,6 +43,7 @@ class ApiVersionsTest {
             new Need(ApiKeys.LIST_OFFSETS, 7, "Admin.listOffsets(OffsetSpec.maxTimestamp()) (KIP-734)"),
             new Need(ApiKeys.LIST_OFFSETS, 8, "Admin.listOffsets(OffsetSpec.earliestLocal()) (KIP-1005)"),
             new Need(ApiKeys.METADATA, 0, "every client"),
+            new Need(ApiKeys.OFFSET_FOR_LEADER_EPOCH, 3, "KafkaConsumer validating its position after a leader change (KIP-320)"),
             new Need(ApiKeys.OFFSET_COMMIT, 7, "commitSync/commitAsync of a static member (KIP-345)"),
             new Need(ApiKeys.OFFSET_FETCH, 1, "KafkaConsumer.committed, Admin.listConsumerGroupOffsets"),
             new Need(ApiKeys.FIND_COORDINATOR, 0, "group coordinator lookup"),

@@ -138,22 +138,9 @@ public final class CorelogBroker
             }
             dataDir = Files.createTempDirectory("corelog-it-" + name + "-");
             logFile = logDir.resolve(name + "-" + kafkaPort + ".log");
-            List<String> cmd = new ArrayList<>(List.of(bin.toString(), "serve",
-                    "--listen", "127.0.0.1:" + kafkaPort,
-                    "--advertise", "127.0.0.1:" + kafkaPort,
-                    "--data-dir", dataDir.toString(),
-                    "--shards", "2",
-                    "--http", "127.0.0.1:" + httpPort,
-                    "--log-level", "info",
-                    "--group-initial-rebalance-delay-ms", "0"));
-            cmd.addAll(extraArgs);
-            ProcessBuilder pb = new ProcessBuilder(cmd)
-                    .redirectErrorStream(true)
-                    .redirectOutput(logFile.toFile());
-            pb.environment().put("NO_COLOR", "1");
             Process p;
             try {
-                p = pb.start();
+                p = launch();
             } catch (IOException e) {
                 // "Text file busy" or a missing file while the binary is being relinked.
                 failures.add("attempt " + attempt + ": exec failed: " + e.getMessage());
@@ -161,7 +148,6 @@ public final class CorelogBroker
                 Thread.sleep(1000L * attempt);
                 continue;
             }
-            LIVE.add(p);
             if (awaitReady(p)) {
                 process = p;
                 return this;
@@ -173,6 +159,53 @@ public final class CorelogBroker
         }
         throw new IllegalStateException("corelog did not start after " + START_ATTEMPTS_MAX
                 + " attempts:\n" + String.join("\n", failures));
+    }
+
+    /** Runs {@code corelog serve} on this broker's ports and data directory, appending to its log. */
+    private Process launch() throws IOException {
+        List<String> cmd = new ArrayList<>(List.of(binary().toString(), "serve",
+                "--listen", "127.0.0.1:" + kafkaPort,
+                "--advertise", "127.0.0.1:" + kafkaPort,
+                "--data-dir", dataDir.toString(),
+                "--shards", "2",
+                "--http", "127.0.0.1:" + httpPort,
+                "--log-level", "info",
+                "--group-initial-rebalance-delay-ms", "0"));
+        cmd.addAll(extraArgs);
+        ProcessBuilder pb = new ProcessBuilder(cmd)
+                .redirectErrorStream(true)
+                .redirectOutput(ProcessBuilder.Redirect.appendTo(logFile.toFile()));
+        pb.environment().put("NO_COLOR", "1");
+        Process p = pb.start();
+        LIVE.add(p);
+        return p;
+    }
+
+    /** Stops the broker (SIGTERM, then SIGKILL) and keeps its data directory and ports. */
+    public synchronized void stop() {
+        requireOwn("stop");
+        if (process != null) {
+            kill(process);
+            process = null;
+        }
+    }
+
+    /** Stops the broker if it runs, then starts it again on the same ports and data. */
+    public synchronized void restart() throws IOException, InterruptedException {
+        stop();
+        Process p = launch();
+        if (!awaitReady(p)) {
+            kill(p);
+            throw new IllegalStateException("corelog did not restart (alive=" + p.isAlive() + "):\n"
+                    + logTail(40));
+        }
+        process = p;
+    }
+
+    private void requireOwn(String what) {
+        if (external) {
+            throw new IllegalStateException("cannot " + what + " a broker this class did not start");
+        }
     }
 
     private boolean awaitReady(Process p) throws InterruptedException {
@@ -282,6 +315,11 @@ public final class CorelogBroker
 
     public Path dataDir() {
         return dataDir;
+    }
+
+    /** Whether this talks to a broker it did not start (which it cannot stop or restart). */
+    public boolean isExternal() {
+        return external;
     }
 
     public synchronized boolean alive() {

@@ -1,0 +1,20 @@
+//! `corelog-partition`: the layer between a shard and its partition logs, holding what
+//! replication needs — the leader epoch and its persisted cache (epoch → first offset,
+//! as Kafka's `leader-epoch-checkpoint`), the high watermark kept apart from the written
+//! and synced offsets, the last stable offset and the log start.
+//!
+//! Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords, the group
+//! coordinator's offsets log and housekeeping's retention all go through a [`Partition`];
+//! only what works on segments themselves (compaction, sizes, budgets) reaches the log.
+//!
+//! It depends on the storage engine only: never on shards, the mesh, the controller or
+//! the Kafka protocol's framing.
+
+pub mod leader_epoch_cache;
+mod partition;
+
+pub use leader_epoch_cache::{LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
+pub use partition::{
+    EpochError, FoundOffset, Isolation, Partition, PartitionRead, EARLIEST_LOCAL_TIMESTAMP,
+    EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+};

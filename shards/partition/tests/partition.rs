@@ -1,0 +1,235 @@
+//! The partition layer on a real log: epochs stamped and cached across reopens, the
+//! high watermark per durability, reads bounded by it, divergence answered, and the
+//! cache following the log start.
+
+use corelog_partition::{EpochError, Isolation, Partition, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+use corelog_storage::batch::batches;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::{AckLevel, Durability, LogConfig, LogContext};
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+fn run<G, F, T>(f: G) -> T
+where
+    G: FnOnce() -> F + Send + 'static,
+    F: std::future::Future<Output = T> + 'static,
+    T: Send + 'static,
+{
+    glommio::LocalExecutorBuilder::default()
+        .spawn(f)
+        .expect("glommio executor (io_uring) must start")
+        .join()
+        .expect("executor thread")
+}
+
+fn one_record(value: &str) -> Vec<u8> {
+    let mut b = BatchBuilder::new(1_000);
+    b.push(&Record {
+        key: None,
+        value: Some(value.as_bytes()),
+        headers: &[],
+        timestamp_delta: 0,
+    });
+    b.build()
+}
+
+fn config(durability: Durability) -> LogConfig {
+    LogConfig {
+        durability,
+        flush_interval_ms: 60_000,
+        ..LogConfig::default()
+    }
+}
+
+async fn open(dir: &PathBuf, durability: Durability, epoch: i32) -> Rc<Partition> {
+    Partition::open(dir.clone(), config(durability), LogContext::system(), epoch)
+        .await
+        .expect("open")
+}
+
+async fn produce(p: &Partition, value: &str, level: AckLevel) -> i64 {
+    let t = p.append(&one_record(value)).expect("append");
+    p.wait(t, level).await.expect("acknowledged");
+    t.base_offset
+}
+
+/// (base offset, partition leader epoch) of every batch readable from `offset`.
+async fn epochs_from(p: &Partition, offset: i64) -> Vec<(i64, i32)> {
+    let r = p
+        .read(offset, -1, 1 << 20, Isolation::ReadUncommitted)
+        .await
+        .expect("read");
+    batches(&r.records)
+        .map(|b| {
+            let (h, _) = b.expect("whole batches");
+            (h.base_offset, h.partition_leader_epoch)
+        })
+        .collect()
+}
+
+#[test]
+fn epochs_are_stamped_cached_and_survive_reopening() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let p = open(&path, Durability::AckAll, 0).await;
+        for v in ["a", "b", "c"] {
+            produce(&p, v, AckLevel::All).await;
+        }
+        p.close().await;
+        drop(p);
+        let p = open(&path, Durability::AckAll, 3).await;
+        produce(&p, "d", AckLevel::All).await;
+        assert_eq!(
+            epochs_from(&p, 0).await,
+            vec![(0, 0), (1, 0), (2, 0), (3, 3)]
+        );
+        assert_eq!(p.end_offset_for_epoch(0), (0, 3));
+        assert_eq!(
+            p.end_offset_for_epoch(2),
+            (0, 3),
+            "a gap answers with the floor"
+        );
+        assert_eq!(p.end_offset_for_epoch(3), (3, 4));
+        assert_eq!(p.end_offset_for_epoch(4), (-1, -1));
+        p.close().await;
+        drop(p);
+
+        let text = std::fs::read_to_string(path.join("leader-epoch-checkpoint")).expect("cache");
+        assert_eq!(text, "0\n2\n0 0\n3 3\n");
+        // A newer epoch that writes nothing replaces nothing but itself at reopen.
+        let p = open(&path, Durability::AckAll, 4).await;
+        assert_eq!(p.leader_epoch(), 4);
+        assert_eq!(p.end_offset_for_epoch(3), (3, 4));
+        assert_eq!(p.check_leader_epoch(-1), Ok(()));
+        assert_eq!(p.check_leader_epoch(4), Ok(()));
+        assert_eq!(
+            p.check_leader_epoch(3),
+            Err(EpochError::Fenced {
+                requested: 3,
+                current: 4
+            })
+        );
+        assert_eq!(
+            p.check_leader_epoch(5),
+            Err(EpochError::Unknown {
+                requested: 5,
+                current: 4
+            })
+        );
+        let latest = p
+            .find_offset(LATEST_TIMESTAMP, Isolation::ReadCommitted)
+            .await
+            .expect("latest");
+        assert_eq!((latest.offset, latest.leader_epoch), (4, 4));
+        let earliest = p
+            .find_offset(EARLIEST_TIMESTAMP, Isolation::ReadUncommitted)
+            .await
+            .expect("earliest");
+        assert_eq!((earliest.offset, earliest.leader_epoch), (0, 0));
+        p.close().await;
+        drop(p);
+
+        // Leading in an epoch older than the log's newest would fence up-to-date clients.
+        let err = Partition::open(
+            path.clone(),
+            config(Durability::AckAll),
+            LogContext::system(),
+            2,
+        )
+        .await
+        .err()
+        .expect("an older epoch is refused");
+        assert!(err.to_string().contains("older epoch 2"), "{err}");
+    });
+}
+
+#[test]
+fn high_watermark_follows_the_durability_and_bounds_reads() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().to_path_buf();
+    run(move || async move {
+        // ack-all: an acks=1 record is written but below the high watermark only once
+        // synced; a reader waiting for it gets it synced at once, not at the 60 s timer.
+        let p = open(&root.join("ackall-0"), Durability::AckAll, 0).await;
+        produce(&p, "x", AckLevel::Leader).await;
+        assert_eq!(p.log().written_offset(), 1);
+        assert_eq!(p.log().synced_offset(), 0, "nothing asked for a sync yet");
+        assert_eq!(p.high_watermark(), 0);
+        let r = p
+            .read(0, -1, 1 << 20, Isolation::ReadUncommitted)
+            .await
+            .expect("read");
+        assert!(
+            r.records.is_empty(),
+            "nothing above the high watermark is served"
+        );
+        assert_eq!(r.high_watermark, 0);
+        let started = Instant::now();
+        p.wait_beyond(0, started + Duration::from_secs(30)).await;
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the waiting reader asked for a sync"
+        );
+        assert_eq!(p.high_watermark(), 1);
+        assert_eq!(p.last_stable_offset(), 1);
+        assert_eq!(epochs_from(&p, 0).await, vec![(0, 0)]);
+        p.close().await;
+
+        // interval: the written offset is the high watermark.
+        let q = open(&root.join("interval-0"), Durability::Interval, 0).await;
+        produce(&q, "y", AckLevel::Leader).await;
+        assert_eq!(q.high_watermark(), 1);
+        assert_eq!(q.log().synced_offset(), 0, "nothing asked for a sync");
+        q.close().await;
+    });
+}
+
+#[test]
+fn divergence_and_the_log_start_move_the_cache() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("d-0");
+    run(move || async move {
+        let p = open(&path, Durability::AckAll, 1).await;
+        produce(&p, "a", AckLevel::All).await;
+        produce(&p, "b", AckLevel::All).await;
+        p.set_leader_epoch(2).await.expect("new epoch");
+        produce(&p, "c", AckLevel::All).await;
+        // A fetcher holding offsets up to 2 in epoch 1 (which ended at 2 here) is fine at
+        // 2 and diverges at 3.
+        let ok = p
+            .read(2, 1, 1 << 20, Isolation::ReadUncommitted)
+            .await
+            .expect("read");
+        assert!(ok.diverging_epoch.is_none() && !ok.records.is_empty());
+        let d = p
+            .read(3, 1, 1 << 20, Isolation::ReadUncommitted)
+            .await
+            .expect("read");
+        assert_eq!(d.diverging_epoch, Some((1, 2)));
+        assert!(d.records.is_empty());
+        assert!(
+            p.read(0, 7, 1 << 20, Isolation::ReadUncommitted)
+                .await
+                .is_err(),
+            "unknown epoch"
+        );
+
+        // DeleteRecords past the first epoch's records drops it from the cache.
+        assert_eq!(p.delete_records(2).await.expect("delete"), 2);
+        assert_eq!(p.epoch_cache().entries().len(), 1);
+        assert_eq!(
+            p.end_offset_for_epoch(1),
+            (1, 2),
+            "below the first entry: its start"
+        );
+        assert!(
+            p.delete_records(9).await.is_err(),
+            "past the high watermark"
+        );
+        p.close().await;
+        let text = std::fs::read_to_string(path.join("leader-epoch-checkpoint")).expect("cache");
+        assert_eq!(text, "0\n1\n2 2\n");
+    });
+}
