@@ -3,9 +3,11 @@
 //! The library holds the broker; `main.rs` is only the command line. The process is:
 //! parse flags and the optional TOML file (`config`), set up logging, start the HTTP
 //! endpoint (`http`), then the shards (`server`), each with its listener and connections
-//! (`net`) speaking the Kafka protocol (`kafka`) over the per-core storage in the
-//! `shards` crate. It is a library so that benchmarks reach the hot paths (request
-//! decode, response framing) directly.
+//! (`net`) speaking the Kafka protocol (`kafka`) to what each core owns (the `shards`
+//! crate, over `corelog-partition` and `corelog-storage`). It is the only crate that
+//! speaks Kafka's wire protocol to clients and maps internal errors to Kafka error codes;
+//! nothing below it depends on it. It is a library so that benchmarks reach the hot paths
+//! (request decode, response framing) directly.
 
 pub mod config;
 pub mod http;

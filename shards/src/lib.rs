@@ -1,4 +1,4 @@
-//! `shards`: everything one core owns.
+//! `shards`: what one core owns, besides its partitions' storage.
 //!
 //! corelog runs one glommio executor per core. Each executor is a *shard* that owns a
 //! disjoint set of partitions (chosen by the pure function in [`routing`]) and is the only
@@ -7,18 +7,23 @@
 //! reference-counted [`bytes::Bytes`], never copied.
 //!
 //! Components:
-//! - [`log`]: the partition log — record-batch validation, segments, the sparse offset and
-//!   time indexes, the direct-I/O appender with group commit, recovery and reads.
+//! - [`shard`]: the per-core partition table (`corelog_partition::Partition`s) and the
+//!   dispatch of mesh messages.
 //! - [`routing`]: partition → shard, a stable pure function.
 //! - [`metadata`]: the cluster's topic metadata, single writer (shard 0) and lock-free
 //!   readers on every core, persisted in the data directory.
 //! - [`mesh`]: the cross-core request/reply messages.
-//! - [`shard`]: the per-core partition table.
+//! - [`controller`]: shard 0's writer of the metadata (topics, configs, quotas,
+//!   producer-id blocks).
+//! - [`group`]: the classic consumer-group coordinator and its `__consumer_offsets` log.
 //! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
 //! - [`topic_config`]: the topic configuration keys, their validation and description.
+//! - [`client_quota`]: quota entities and the usage reports shards exchange.
+//! - [`storage_context`]: the clock and metrics observer handed to the storage engine.
 //!
-//! Errors are typed per layer (`thiserror`); Kafka error codes exist only in the broker's
-//! protocol edge, never here.
+//! It builds on `corelog-partition`, `corelog-storage` and `corelog-metrics`, and must
+//! never depend on the broker's edge (the `corelog` crate): Kafka error codes and wire
+//! formats exist only there. Errors are typed per layer (`thiserror`).
 
 pub mod client_quota;
 pub mod controller;

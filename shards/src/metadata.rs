@@ -1,7 +1,7 @@
 //! The cluster's topic metadata: names, ids, partition counts and configs.
 //!
-//! Sharing across cores (decided up front, see PITFALLS "shared-nothing metadata"): one
-//! writer — the controller on shard 0 — and lock-free readers on every core. Readers
+//! Sharing across cores (decided up front: `RefCell` state shared across `.await` points
+//! is how thread-per-core brokers panic): one writer — the controller on shard 0 — and lock-free readers on every core. Readers
 //! load an `Arc<ClusterMetadata>` snapshot from an `ArcSwap` and never hold a borrow
 //! across an `.await`; the writer builds a new snapshot, persists it, then publishes it.
 //!

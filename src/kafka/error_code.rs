@@ -2,8 +2,8 @@
 //!
 //! Every match is exhaustive with no catch-all arm, so a new internal error cannot reach
 //! a client without someone deciding its code. The choice of code drives client state
-//! machines (PITFALLS "error codes drive client state machines"): retriable codes make
-//! clients retry, fatal ones surface to the application.
+//! machines: retriable codes make clients retry, fatal ones surface to the application,
+//! so a wrong one either hangs a client in retries or kills it.
 
 use corelog_storage::batch::BatchError;
 use corelog_storage::producer_state::SequenceError;

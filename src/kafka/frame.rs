@@ -1,7 +1,7 @@
 //! Request and response frames: size prefix, request header v0–v2, response header
 //! v0–v1, and the KIP-511 fallback for an ApiVersions request of unknown version.
 //!
-//! Decoding is two-phase (as mini-redis' frame.rs): the connection reads a whole frame
+//! Decoding is two-phase: the connection reads a whole frame
 //! whose size it has checked against the configured limit; then the header is parsed
 //! here from that frame alone. Nothing here allocates from a wire count.
 

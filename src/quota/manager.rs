@@ -60,7 +60,8 @@ pub struct QuotaConfig {
 
 impl Default for QuotaConfig {
     fn default() -> Self {
-        // The seeds' "30 one-second buckets"; Kafka's default is 11.
+        // 30 one-second samples: a rate over half a minute, steadier than Kafka's default
+        // of 11 and still quick to follow a client that changes pace.
         QuotaConfig {
             samples: 30,
             window_ms: 1000,

@@ -1,4 +1,4 @@
-"""Consumer groups and committed offsets (issue 4, item 5) against the real broker.
+"""Consumer groups and committed offsets against the real broker.
 
 Written against Apache Kafka's documented behaviour for the classic group
 protocol: librdkafka (confluent-kafka) consumers in threads (and one in a child

@@ -6,8 +6,8 @@
 //! sequences match one of the remembered batches of the same epoch is a retry of a batch
 //! already in the log, and is answered with that batch's offsets instead of being written
 //! again. At least five batches because a Kafka client pipelines up to five requests per
-//! connection when idempotence is on (PITFALLS: remembering only the last one is not
-//! enough); twice that is kept, so that a snapshot taken while up to five batches wait to
+//! connection when idempotence is on (remembering only the last one lets a retry of an
+//! earlier one be written twice); twice that is kept, so that a snapshot taken while up to five batches wait to
 //! be written (`producer_snapshot`: those are dropped at load and replayed from the log)
 //! still holds the five before them — the retry window and the last sequence survive a
 //! crash. Retries of any retained batch are answered as duplicates.

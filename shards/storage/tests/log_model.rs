@@ -1,6 +1,6 @@
 //! Property test: any sequence of appends, reads, segment rolls and restarts returns
-//! exactly what was acknowledged, in order (the redb pattern: the real log against a
-//! `Vec` model, checked after every step).
+//! exactly what was acknowledged, in order: the real log against a `Vec` model, checked
+//! after every step.
 
 mod common;
 

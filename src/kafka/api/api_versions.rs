@@ -2,11 +2,13 @@
 //! broker implements, and the KIP-511 fallback.
 //!
 //! A client that sends a newer ApiVersions than we know gets a v0-format response with
-//! UNSUPPORTED_VERSION and our ranges, so it can retry at a version we support (PITFALLS
-//! "ApiVersions decides everything").
+//! UNSUPPORTED_VERSION and our ranges, so it can retry at a version we support. Clients
+//! pick every version from this answer: advertising a version that is not fully served
+//! breaks them as surely as leaving one out.
 
-use super::SUPPORTED_APIS;
-use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use super::handler::{Call, Handler};
+use super::{Ctx, SUPPORTED_APIS};
+use crate::kafka::frame::{encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
@@ -28,16 +30,27 @@ fn response(error_code: i16) -> ApiVersionsResponse {
     r
 }
 
-pub fn handle(frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
+pub struct ApiVersions;
+
+impl Handler for ApiVersions {
+    const KEY: ApiKey = ApiKey::ApiVersions;
+    const VERSIONS: (i16, i16) = (0, 4);
     // v3 carries the client's software name/version; nothing here depends on them, but a
     // body that does not decode is a malformed request.
-    let _req: ApiVersionsRequest = decode_body(frame)?;
-    encode_response(
-        ApiKey::ApiVersions,
-        frame.api_version,
-        frame.header.correlation_id,
-        &response(0),
-    )
+    type Request = ApiVersionsRequest;
+    type Response = ApiVersionsResponse;
+
+    async fn handle(
+        _ctx: &Ctx,
+        _request: Self::Request,
+        _call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        Ok(response(0))
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+    }
 }
 
 pub fn unsupported_version(frame: &RequestFrame) -> Result<BytesMut, FrameError> {

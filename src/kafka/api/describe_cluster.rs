@@ -6,11 +6,10 @@
 //! v1+) is MISMATCHED_ENDPOINT_TYPE, any other type UNSUPPORTED_ENDPOINT_TYPE, as Kafka
 //! answers.
 
+use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::authorized_operations as ops;
-use crate::kafka::error_code;
-use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
-use bytes::BytesMut;
+use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{ApiKey, BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 use kafka_protocol::protocol::StrBytes;
@@ -19,56 +18,66 @@ use kafka_protocol::ResponseError;
 const ENDPOINT_BROKERS: i8 = 1;
 const ENDPOINT_CONTROLLERS: i8 = 2;
 
-pub fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
-    let req: DescribeClusterRequest = decode_body(frame)?;
-    let version = frame.api_version;
-    // v0 has no endpoint type: it asks for brokers.
-    let endpoint_type = if version >= 1 {
-        req.endpoint_type
-    } else {
-        ENDPOINT_BROKERS
-    };
-    let mut body = DescribeClusterResponse::default();
-    if version >= 1 {
-        body.endpoint_type = endpoint_type;
-    }
-    body.cluster_id = StrBytes::from_string(ctx.shard.metadata.snapshot().cluster_id.clone());
-    body.cluster_authorized_operations =
-        ops::if_requested(req.include_cluster_authorized_operations, ops::CLUSTER);
-    match endpoint_type {
-        ENDPOINT_BROKERS => {
-            let mut broker = DescribeClusterBroker::default();
-            broker.broker_id = BrokerId(ctx.config.node_id);
-            broker.host = StrBytes::from_string(ctx.config.advertise_host.clone());
-            broker.port = ctx.config.advertise_port;
-            broker.rack = None;
-            body.brokers = vec![broker];
-            body.controller_id = BrokerId(ctx.config.node_id);
+pub struct DescribeCluster;
+
+impl Handler for DescribeCluster {
+    const KEY: ApiKey = ApiKey::DescribeCluster;
+    const VERSIONS: (i16, i16) = (0, 2);
+    type Request = DescribeClusterRequest;
+    type Response = DescribeClusterResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let version = call.version;
+        // v0 has no endpoint type: it asks for brokers.
+        let endpoint_type = if version >= 1 {
+            req.endpoint_type
+        } else {
+            ENDPOINT_BROKERS
+        };
+        let mut body = DescribeClusterResponse::default();
+        if version >= 1 {
+            body.endpoint_type = endpoint_type;
         }
-        other => {
-            // Kafka's AuthHelper: asking a broker for controllers is a mismatch; an
-            // unknown type is unsupported.
-            let (error, message) = if other == ENDPOINT_CONTROLLERS {
-                (
-                    ResponseError::MismatchedEndpointType,
-                    "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER".to_string(),
-                )
-            } else {
-                (
-                    ResponseError::UnsupportedEndpointType,
-                    format!("Unsupported endpoint type {other}"),
-                )
-            };
-            body.error_code = error.code();
-            body.error_message = Some(StrBytes::from_string(message));
-            body.controller_id = BrokerId(-1);
+        body.cluster_id = StrBytes::from_string(ctx.shard.metadata.snapshot().cluster_id.clone());
+        body.cluster_authorized_operations =
+            ops::if_requested(req.include_cluster_authorized_operations, ops::CLUSTER);
+        match endpoint_type {
+            ENDPOINT_BROKERS => {
+                let mut broker = DescribeClusterBroker::default();
+                broker.broker_id = BrokerId(ctx.config.node_id);
+                broker.host = StrBytes::from_string(ctx.config.advertise_host.clone());
+                broker.port = ctx.config.advertise_port;
+                broker.rack = None;
+                body.brokers = vec![broker];
+                body.controller_id = BrokerId(ctx.config.node_id);
+            }
+            other => {
+                // Kafka's AuthHelper: asking a broker for controllers is a mismatch; an
+                // unknown type is unsupported.
+                let (error, message) = if other == ENDPOINT_CONTROLLERS {
+                    (
+                        ResponseError::MismatchedEndpointType,
+                        "The request was sent to an endpoint of type BROKER, but we wanted an endpoint of type CONTROLLER".to_string(),
+                    )
+                } else {
+                    (
+                        ResponseError::UnsupportedEndpointType,
+                        format!("Unsupported endpoint type {other}"),
+                    )
+                };
+                body.error_code = error.code();
+                body.error_message = Some(StrBytes::from_string(message));
+                body.controller_id = BrokerId(-1);
+            }
         }
+        Ok(body)
     }
-    error_code::count(ApiKey::DescribeCluster, body.error_code);
-    encode_response(
-        ApiKey::DescribeCluster,
-        version,
-        frame.header.correlation_id,
-        &body,
-    )
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+    }
 }

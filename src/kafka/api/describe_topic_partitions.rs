@@ -9,11 +9,10 @@
 //! INVALID_REQUEST, as Kafka answers. Partitions carry no eligible leader replicas
 //! (there is one replica).
 
+use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::authorized_operations as ops;
-use crate::kafka::error_code;
-use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
-use bytes::BytesMut;
+use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
@@ -27,91 +26,97 @@ use std::collections::BTreeSet;
 /// Kafka's `max.request.partition.size.limit` default.
 const PARTITIONS_PER_RESPONSE_MAX: i32 = 2000;
 
-pub fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
-    let req: DescribeTopicPartitionsRequest = decode_body(frame)?;
-    let meta = ctx.shard.metadata.snapshot();
-    let named: BTreeSet<String> = req.topics.iter().map(|t| t.name.0.to_string()).collect();
-    let cursor = req
-        .cursor
-        .as_ref()
-        .map(|c| (c.topic_name.0.to_string(), c.partition_index.max(0)));
-    let mut body = DescribeTopicPartitionsResponse::default();
+pub struct DescribeTopicPartitions;
 
-    if let Some((topic, _)) = &cursor {
-        if !named.is_empty() && !named.contains(topic) {
-            // An inconsistent page: Kafka answers every named topic with the error.
-            for name in &named {
-                let mut out = DescribeTopicPartitionsResponseTopic::default();
-                out.name = Some(TopicName(StrBytes::from_string(name.clone())));
-                out.error_code = ResponseError::InvalidRequest.code();
-                out.topic_authorized_operations = ops::NOT_REQUESTED;
-                error_code::count(ApiKey::DescribeTopicPartitions, out.error_code);
-                body.topics.push(out);
+impl Handler for DescribeTopicPartitions {
+    const KEY: ApiKey = ApiKey::DescribeTopicPartitions;
+    const VERSIONS: (i16, i16) = (0, 0);
+    type Request = DescribeTopicPartitionsRequest;
+    type Response = DescribeTopicPartitionsResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        _call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let meta = ctx.shard.metadata.snapshot();
+        let named: BTreeSet<String> = req.topics.iter().map(|t| t.name.0.to_string()).collect();
+        let cursor = req
+            .cursor
+            .as_ref()
+            .map(|c| (c.topic_name.0.to_string(), c.partition_index.max(0)));
+        let mut body = DescribeTopicPartitionsResponse::default();
+
+        if let Some((topic, _)) = &cursor {
+            if !named.is_empty() && !named.contains(topic) {
+                // An inconsistent page: Kafka answers every named topic with the error.
+                for name in &named {
+                    let mut out = DescribeTopicPartitionsResponseTopic::default();
+                    out.name = Some(TopicName(StrBytes::from_string(name.clone())));
+                    out.error_code = ResponseError::InvalidRequest.code();
+                    out.topic_authorized_operations = ops::NOT_REQUESTED;
+                    body.topics.push(out);
+                }
+                return Ok(body);
             }
-            return encode_response(
-                ApiKey::DescribeTopicPartitions,
-                frame.api_version,
-                frame.header.correlation_id,
-                &body,
-            );
         }
-    }
-    let names: Vec<String> = if named.is_empty() {
-        meta.topics.keys().cloned().collect()
-    } else {
-        named.into_iter().collect()
-    };
-    let mut budget = req
-        .response_partition_limit
-        .clamp(1, PARTITIONS_PER_RESPONSE_MAX);
-    for name in names {
-        let first_partition = match &cursor {
-            Some((topic, _)) if name < *topic => continue,
-            Some((topic, p)) if name == *topic => *p,
-            _ => 0,
+        let names: Vec<String> = if named.is_empty() {
+            meta.topics.keys().cloned().collect()
+        } else {
+            named.into_iter().collect()
         };
-        let mut out = DescribeTopicPartitionsResponseTopic::default();
-        out.name = Some(TopicName(StrBytes::from_string(name.clone())));
-        out.topic_authorized_operations = ops::TOPIC;
-        let Some(t) = meta.topic(&name) else {
-            out.error_code = ResponseError::UnknownTopicOrPartition.code();
-            error_code::count(ApiKey::DescribeTopicPartitions, out.error_code);
+        let mut budget = req
+            .response_partition_limit
+            .clamp(1, PARTITIONS_PER_RESPONSE_MAX);
+        for name in names {
+            let first_partition = match &cursor {
+                Some((topic, _)) if name < *topic => continue,
+                Some((topic, p)) if name == *topic => *p,
+                _ => 0,
+            };
+            let mut out = DescribeTopicPartitionsResponseTopic::default();
+            out.name = Some(TopicName(StrBytes::from_string(name.clone())));
+            out.topic_authorized_operations = ops::TOPIC;
+            let Some(t) = meta.topic(&name) else {
+                out.error_code = ResponseError::UnknownTopicOrPartition.code();
+                body.topics.push(out);
+                continue;
+            };
+            if budget == 0 {
+                body.next_cursor = Some(cursor_at(&name, first_partition));
+                break;
+            }
+            out.topic_id = t.id;
+            out.is_internal = shards::metadata::ClusterMetadata::is_internal(&name);
+            let node = BrokerId(ctx.config.node_id);
+            let mut p = first_partition;
+            while p < t.partitions && budget > 0 {
+                let mut part = DescribeTopicPartitionsResponsePartition::default();
+                part.partition_index = p;
+                part.leader_id = node;
+                part.leader_epoch = t.leader_epoch;
+                part.replica_nodes = vec![node];
+                part.isr_nodes = vec![node];
+                part.eligible_leader_replicas = Some(Vec::new());
+                part.last_known_elr = Some(Vec::new());
+                out.partitions.push(part);
+                p += 1;
+                budget -= 1;
+            }
             body.topics.push(out);
-            continue;
-        };
-        if budget == 0 {
-            body.next_cursor = Some(cursor_at(&name, first_partition));
-            break;
+            if p < t.partitions {
+                body.next_cursor = Some(cursor_at(&name, p));
+                break;
+            }
         }
-        out.topic_id = t.id;
-        out.is_internal = shards::metadata::ClusterMetadata::is_internal(&name);
-        let node = BrokerId(ctx.config.node_id);
-        let mut p = first_partition;
-        while p < t.partitions && budget > 0 {
-            let mut part = DescribeTopicPartitionsResponsePartition::default();
-            part.partition_index = p;
-            part.leader_id = node;
-            part.leader_epoch = t.leader_epoch;
-            part.replica_nodes = vec![node];
-            part.isr_nodes = vec![node];
-            part.eligible_leader_replicas = Some(Vec::new());
-            part.last_known_elr = Some(Vec::new());
-            out.partitions.push(part);
-            p += 1;
-            budget -= 1;
-        }
-        body.topics.push(out);
-        if p < t.partitions {
-            body.next_cursor = Some(cursor_at(&name, p));
-            break;
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        for t in &r.topics {
+            each(t.error_code);
         }
     }
-    encode_response(
-        ApiKey::DescribeTopicPartitions,
-        frame.api_version,
-        frame.header.correlation_id,
-        &body,
-    )
 }
 
 fn cursor_at(topic: &str, partition: i32) -> Cursor {

@@ -2,7 +2,8 @@
 //! follower fetches, v15+, have no use on a single node): whole batches from the one containing the fetch offset,
 //! `partition_max_bytes` and `max_bytes` as limits that only the first batch of the first
 //! non-empty partition may exceed (KIP-74; at least one whole batch is always returned,
-//! PITFALLS "fetch limits"), and a real long-poll on `max_wait_ms` /
+//! or a consumer could never pass a batch larger than its limit), and a real long-poll
+//! on `max_wait_ms` /
 //! `min_bytes`.
 //!
 //! Long-poll: read every partition (one message per owning shard); if fewer than
@@ -12,11 +13,12 @@
 //! full fetches, which every client supports.
 
 use super::fan_out::PerShard;
+use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
-use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
+use crate::kafka::frame::FrameError;
 use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use corelog_storage::tail_cache::trim_to_whole_batches;
 use futures::channel::oneshot;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
@@ -36,183 +38,194 @@ struct Wanted {
     last_fetched_epoch: i32,
 }
 
-pub async fn handle(
-    ctx: &Ctx,
-    frame: &mut RequestFrame,
-    throttle: &crate::quota::ConnectionThrottle,
-) -> Result<BytesMut, FrameError> {
-    let req: FetchRequest = decode_body(frame)?;
-    let max_wait_ms = u64::try_from(req.max_wait_ms)
-        .unwrap_or(0)
-        .min(FETCH_MAX_WAIT_MS_MAX);
-    let deadline = Instant::now() + Duration::from_millis(max_wait_ms);
-    let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
-    let max_bytes = usize::try_from(req.max_bytes)
-        .ok()
-        .filter(|m| *m > 0)
-        .unwrap_or(FETCH_RESPONSE_BYTES_MAX)
-        .min(FETCH_RESPONSE_BYTES_MAX);
-    // v4+; without transactions the last stable offset is the high watermark, so both
-    // levels read the same records, each bounded as Kafka bounds it.
-    let isolation = Isolation::from_wire(req.isolation_level);
-    let meta = ctx.shard.metadata.snapshot();
+pub struct Fetch;
 
-    let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
-    let mut wanted: Vec<Wanted> = Vec::new();
-    for (ti, t) in req.topics.iter().enumerate() {
-        // v13+ name topics by id only; an id this cluster does not know is
-        // UNKNOWN_TOPIC_ID for each of its partitions (the client refreshes metadata).
-        let (name, unknown) = if frame.api_version >= 13 {
-            match meta.topic_by_id(t.topic_id) {
-                Some(m) => (m.name.as_str(), ResponseError::UnknownTopicOrPartition),
-                None => ("", ResponseError::UnknownTopicId),
-            }
-        } else {
-            (t.topic.0.as_str(), ResponseError::UnknownTopicOrPartition)
-        };
-        let topic: Arc<str> = name.into();
-        let mut parts = Vec::with_capacity(t.partitions.len());
-        for (pi, p) in t.partitions.iter().enumerate() {
-            let mut out = PartitionData::default();
-            out.partition_index = p.partition;
-            out.high_watermark = -1;
-            out.last_stable_offset = -1;
-            out.log_start_offset = -1;
-            out.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
-            out.aborted_transactions = None;
-            if !meta.has_partition(name, p.partition) {
-                out.error_code = unknown.code();
+impl Handler for Fetch {
+    const KEY: ApiKey = ApiKey::Fetch;
+    const VERSIONS: (i16, i16) = (4, 18);
+    type Request = FetchRequest;
+    type Response = FetchResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let max_wait_ms = u64::try_from(req.max_wait_ms)
+            .unwrap_or(0)
+            .min(FETCH_MAX_WAIT_MS_MAX);
+        let deadline = Instant::now() + Duration::from_millis(max_wait_ms);
+        let min_bytes = usize::try_from(req.min_bytes).unwrap_or(0);
+        let max_bytes = usize::try_from(req.max_bytes)
+            .ok()
+            .filter(|m| *m > 0)
+            .unwrap_or(FETCH_RESPONSE_BYTES_MAX)
+            .min(FETCH_RESPONSE_BYTES_MAX);
+        // v4+; without transactions the last stable offset is the high watermark, so both
+        // levels read the same records, each bounded as Kafka bounds it.
+        let isolation = Isolation::from_wire(req.isolation_level);
+        let meta = ctx.shard.metadata.snapshot();
+
+        let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
+        let mut wanted: Vec<Wanted> = Vec::new();
+        for (ti, t) in req.topics.iter().enumerate() {
+            // v13+ name topics by id only; an id this cluster does not know is
+            // UNKNOWN_TOPIC_ID for each of its partitions (the client refreshes metadata).
+            let (name, unknown) = if call.version >= 13 {
+                match meta.topic_by_id(t.topic_id) {
+                    Some(m) => (m.name.as_str(), ResponseError::UnknownTopicOrPartition),
+                    None => ("", ResponseError::UnknownTopicId),
+                }
             } else {
-                wanted.push(Wanted {
-                    slot: (ti, pi),
-                    tp: TopicPartition {
-                        topic: topic.clone(),
-                        partition: p.partition,
-                    },
-                    offset: p.fetch_offset,
-                    // v9+ and v12+; kafka-protocol decodes -1 for older versions.
-                    current_leader_epoch: p.current_leader_epoch,
-                    last_fetched_epoch: p.last_fetched_epoch,
-                    // No partition can contribute more than the whole response may
-                    // hold (KIP-74); each shard also stops reading once its partitions
-                    // together have that much (`ShardMessage::Fetch`'s budget).
-                    max_bytes: usize::try_from(p.partition_max_bytes)
-                        .unwrap_or(0)
-                        .clamp(1, FETCH_PARTITION_BYTES_MAX)
-                        .min(max_bytes),
-                });
-            }
-            parts.push(out);
-        }
-        slots.push(parts);
-    }
-
-    let mut outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
-    loop {
-        let total: usize = outputs
-            .iter()
-            .map(|o| o.result.as_ref().map(|b| b.len()).unwrap_or(0))
-            .sum();
-        let any_error = outputs
-            .iter()
-            .any(|o| o.result.is_err() || o.diverging_epoch.is_some());
-        if wanted.is_empty() || total >= min_bytes || any_error || Instant::now() >= deadline {
-            break;
-        }
-        wait_round(ctx, &wanted, &outputs, deadline).await;
-        outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
-    }
-
-    // Fill slots in request order, keeping the response within max_bytes (KIP-74): it is
-    // exceeded only by the first batch of the first non-empty partition, so a consumer
-    // can always make progress past a batch larger than its limit.
-    let mut used = 0usize;
-    for (w, o) in wanted.iter().zip(outputs) {
-        let Some(slot) = slots.get_mut(w.slot.0).and_then(|t| t.get_mut(w.slot.1)) else {
-            continue;
-        };
-        slot.high_watermark = o.high_watermark;
-        slot.last_stable_offset = o.last_stable_offset;
-        slot.log_start_offset = o.log_start_offset;
-        if isolation == Isolation::ReadCommitted {
-            // No transactions, so none aborted: an empty list, as Kafka sends.
-            slot.aborted_transactions = Some(Vec::new());
-        }
-        if let Some((epoch, end_offset)) = o.diverging_epoch {
-            slot.diverging_epoch.epoch = epoch;
-            slot.diverging_epoch.end_offset = end_offset;
-        }
-        match o.result {
-            Ok(records) => {
-                let records = if used == 0 {
-                    trim_to_whole_batches(records, max_bytes)
-                } else if used >= max_bytes {
-                    Bytes::new()
+                (t.topic.0.as_str(), ResponseError::UnknownTopicOrPartition)
+            };
+            let topic: Arc<str> = name.into();
+            let mut parts = Vec::with_capacity(t.partitions.len());
+            for (pi, p) in t.partitions.iter().enumerate() {
+                let mut out = PartitionData::default();
+                out.partition_index = p.partition;
+                out.high_watermark = -1;
+                out.last_stable_offset = -1;
+                out.log_start_offset = -1;
+                out.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
+                out.aborted_transactions = None;
+                if !meta.has_partition(name, p.partition) {
+                    out.error_code = unknown.code();
                 } else {
-                    // Only the first non-empty partition may exceed a limit, its own
-                    // included: here the partition's limit and what the response has left.
-                    let part = trim_to_whole_batches(records, (max_bytes - used).min(w.max_bytes));
-                    if used + part.len() > max_bytes || part.len() > w.max_bytes {
+                    wanted.push(Wanted {
+                        slot: (ti, pi),
+                        tp: TopicPartition {
+                            topic: topic.clone(),
+                            partition: p.partition,
+                        },
+                        offset: p.fetch_offset,
+                        // v9+ and v12+; kafka-protocol decodes -1 for older versions.
+                        current_leader_epoch: p.current_leader_epoch,
+                        last_fetched_epoch: p.last_fetched_epoch,
+                        // No partition can contribute more than the whole response may
+                        // hold (KIP-74); each shard also stops reading once its partitions
+                        // together have that much (`ShardMessage::Fetch`'s budget).
+                        max_bytes: usize::try_from(p.partition_max_bytes)
+                            .unwrap_or(0)
+                            .clamp(1, FETCH_PARTITION_BYTES_MAX)
+                            .min(max_bytes),
+                    });
+                }
+                parts.push(out);
+            }
+            slots.push(parts);
+        }
+
+        let mut outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
+        loop {
+            let total: usize = outputs
+                .iter()
+                .map(|o| o.result.as_ref().map(|b| b.len()).unwrap_or(0))
+                .sum();
+            let any_error = outputs
+                .iter()
+                .any(|o| o.result.is_err() || o.diverging_epoch.is_some());
+            if wanted.is_empty() || total >= min_bytes || any_error || Instant::now() >= deadline {
+                break;
+            }
+            wait_round(ctx, &wanted, &outputs, deadline).await;
+            outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
+        }
+
+        // Fill slots in request order, keeping the response within max_bytes (KIP-74): it is
+        // exceeded only by the first batch of the first non-empty partition, so a consumer
+        // can always make progress past a batch larger than its limit.
+        let mut used = 0usize;
+        for (w, o) in wanted.iter().zip(outputs) {
+            let Some(slot) = slots.get_mut(w.slot.0).and_then(|t| t.get_mut(w.slot.1)) else {
+                continue;
+            };
+            slot.high_watermark = o.high_watermark;
+            slot.last_stable_offset = o.last_stable_offset;
+            slot.log_start_offset = o.log_start_offset;
+            if isolation == Isolation::ReadCommitted {
+                // No transactions, so none aborted: an empty list, as Kafka sends.
+                slot.aborted_transactions = Some(Vec::new());
+            }
+            if let Some((epoch, end_offset)) = o.diverging_epoch {
+                slot.diverging_epoch.epoch = epoch;
+                slot.diverging_epoch.end_offset = end_offset;
+            }
+            match o.result {
+                Ok(records) => {
+                    let records = if used == 0 {
+                        trim_to_whole_batches(records, max_bytes)
+                    } else if used >= max_bytes {
                         Bytes::new()
                     } else {
-                        part
-                    }
-                };
-                used += records.len();
-                slot.records = Some(records);
-            }
-            Err(e) => {
-                slot.error_code = error_code::partition(&e).code();
-                slot.records = Some(Bytes::new());
+                        // Only the first non-empty partition may exceed a limit, its own
+                        // included: here the partition's limit and what the response has left.
+                        let part =
+                            trim_to_whole_batches(records, (max_bytes - used).min(w.max_bytes));
+                        if used + part.len() > max_bytes || part.len() > w.max_bytes {
+                            Bytes::new()
+                        } else {
+                            part
+                        }
+                    };
+                    used += records.len();
+                    slot.records = Some(records);
+                }
+                Err(e) => {
+                    slot.error_code = error_code::partition(&e).code();
+                    slot.records = Some(Bytes::new());
+                }
             }
         }
-    }
-    for parts in slots.iter_mut() {
-        for p in parts.iter_mut() {
-            if p.records.is_none() {
-                p.records = Some(Bytes::new());
+        for parts in slots.iter_mut() {
+            for p in parts.iter_mut() {
+                if p.records.is_none() {
+                    p.records = Some(Bytes::new());
+                }
             }
         }
+
+        for _p in slots.iter().flatten() {}
+        let mut body = FetchResponse::default();
+        body.session_id = 0;
+        for (t, parts) in req.topics.iter().zip(slots) {
+            let mut tr = FetchableTopicResponse::default();
+            tr.topic = t.topic.clone();
+            tr.topic_id = t.topic_id;
+            tr.partitions = parts;
+            body.responses.push(tr);
+        }
+        // The consumer quota counts the response's size (Kafka does the same). The data
+        // is sent even when this response puts the client over: the hold that follows
+        // pays it back (no second empty response).
+        if !ctx
+            .shard
+            .metadata
+            .snapshot()
+            .client_quotas
+            .entries
+            .is_empty()
+        {
+            use kafka_protocol::protocol::Encodable;
+            let response_bytes = body.compute_size(call.version).unwrap_or(used) as u64;
+            body.throttle_time_ms = ctx.quotas.charge(
+                shards::client_quota::QuotaKind::Fetch,
+                call.header.client_id.as_deref(),
+                response_bytes,
+                &call.quota.connection,
+            );
+        }
+        Ok(body)
     }
 
-    for p in slots.iter().flatten() {
-        error_code::count(ApiKey::Fetch, p.error_code);
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+        for t in &r.responses {
+            for p in &t.partitions {
+                each(p.error_code);
+            }
+        }
     }
-    let mut body = FetchResponse::default();
-    body.session_id = 0;
-    for (t, parts) in req.topics.iter().zip(slots) {
-        let mut tr = FetchableTopicResponse::default();
-        tr.topic = t.topic.clone();
-        tr.topic_id = t.topic_id;
-        tr.partitions = parts;
-        body.responses.push(tr);
-    }
-    // The consumer quota counts the response's size (Kafka does the same). The data
-    // is sent even when this response puts the client over: the hold that follows
-    // pays it back (no second empty response).
-    if !ctx
-        .shard
-        .metadata
-        .snapshot()
-        .client_quotas
-        .entries
-        .is_empty()
-    {
-        use kafka_protocol::protocol::Encodable;
-        let response_bytes = body.compute_size(frame.api_version).unwrap_or(used) as u64;
-        body.throttle_time_ms = ctx.quotas.charge(
-            shards::client_quota::QuotaKind::Fetch,
-            frame.header.client_id.as_deref(),
-            response_bytes,
-            throttle,
-        );
-    }
-    encode_response(
-        ApiKey::Fetch,
-        frame.api_version,
-        frame.header.correlation_id,
-        &body,
-    )
 }
 
 /// Reads every wanted partition on its owning shard; outputs are in `wanted` order.

@@ -12,39 +12,48 @@
 //! broker authorises no transactional id), the code the produce path also uses; an empty
 //! one is INVALID_REQUEST, as Kafka answers.
 
+use super::handler::{Call, Handler};
 use super::Ctx;
-use crate::kafka::error_code;
-use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
-use bytes::BytesMut;
+use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
-pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
-    let req: InitProducerIdRequest = decode_body(frame)?;
-    let mut body = InitProducerIdResponse::default();
-    body.producer_id = ProducerId(-1);
-    body.producer_epoch = -1;
-    let outcome = match req.transactional_id.as_ref().map(|t| t.0.as_str()) {
-        Some("") => Err(ResponseError::InvalidRequest),
-        Some(_) => Err(ResponseError::TransactionalIdAuthorizationFailed),
-        None => ctx.shard.allocate_producer_id().await.map_err(|e| {
-            tracing::warn!(error = %e, "no producer id could be allocated");
-            // Retriable: the client asks again.
-            ResponseError::CoordinatorNotAvailable
-        }),
-    };
-    match outcome {
-        Ok(id) => {
-            body.producer_id = ProducerId(id);
-            body.producer_epoch = 0;
+pub struct InitProducerId;
+
+impl Handler for InitProducerId {
+    const KEY: ApiKey = ApiKey::InitProducerId;
+    const VERSIONS: (i16, i16) = (0, 4);
+    type Request = InitProducerIdRequest;
+    type Response = InitProducerIdResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        _call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let mut body = InitProducerIdResponse::default();
+        body.producer_id = ProducerId(-1);
+        body.producer_epoch = -1;
+        let outcome = match req.transactional_id.as_ref().map(|t| t.0.as_str()) {
+            Some("") => Err(ResponseError::InvalidRequest),
+            Some(_) => Err(ResponseError::TransactionalIdAuthorizationFailed),
+            None => ctx.shard.allocate_producer_id().await.map_err(|e| {
+                tracing::warn!(error = %e, "no producer id could be allocated");
+                // Retriable: the client asks again.
+                ResponseError::CoordinatorNotAvailable
+            }),
+        };
+        match outcome {
+            Ok(id) => {
+                body.producer_id = ProducerId(id);
+                body.producer_epoch = 0;
+            }
+            Err(e) => body.error_code = e.code(),
         }
-        Err(e) => body.error_code = e.code(),
+        Ok(body)
     }
-    error_code::count(ApiKey::InitProducerId, body.error_code);
-    encode_response(
-        ApiKey::InitProducerId,
-        frame.api_version,
-        frame.header.correlation_id,
-        &body,
-    )
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+    }
 }

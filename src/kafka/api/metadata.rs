@@ -1,16 +1,15 @@
 //! Metadata (v0–v13; v13 adds a top-level error code, never set here): brokers (this node), topics, partitions, leaders; auto-creation.
 //!
 //! Topics are created on a Metadata request when `auto.create.topics.enable` is on and,
-//! from v4, the request allows it (librdkafka's own tests lean on this, PITFALLS
-//! "auto-creation"). Creation is synchronous through the controller, so the response
+//! from v4, the request allows it (librdkafka's own test suite leans on this). Creation is synchronous through the controller, so the response
 //! already lists the new topic's partitions.
 
-use super::admin::create_via_controller;
+use super::controller_call::create_via_controller;
+use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::authorized_operations::{self as ops, NOT_REQUESTED};
 use crate::kafka::error_code;
-use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
-use bytes::BytesMut;
+use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -20,104 +19,115 @@ use kafka_protocol::ResponseError;
 use shards::mesh::{NewTopic, TopicError};
 use shards::metadata::{validate_topic_name, ClusterMetadata, TopicMeta};
 
-pub async fn handle(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
-    let req: MetadataRequest = decode_body(frame)?;
-    let version = frame.api_version;
-    let mut meta = ctx.shard.metadata.snapshot();
+pub struct Metadata;
 
-    // Which topics: None = all (v1+); v0 uses an empty list for all.
-    let requested: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
-        None => None,
-        Some(t) if t.is_empty() && version == 0 => None,
-        Some(t) => Some(
-            t.iter()
-                .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
-                .collect(),
-        ),
-    };
+impl Handler for Metadata {
+    const KEY: ApiKey = ApiKey::Metadata;
+    const VERSIONS: (i16, i16) = (0, 13);
+    type Request = MetadataRequest;
+    type Response = MetadataResponse;
 
-    // KIP-430: asked for by v8+ (the cluster's only up to v10; v11 moved it to
-    // DescribeCluster).
-    let topic_ops = ops::if_requested(req.include_topic_authorized_operations, ops::TOPIC);
-    let cluster_ops = ops::if_requested(
-        (8..=10).contains(&version) && req.include_cluster_authorized_operations,
-        ops::CLUSTER,
-    );
-    let mut topics = Vec::new();
-    match requested {
-        None => {
-            for t in meta.topics.values() {
-                topics.push(topic_entry(ctx, t, topic_ops));
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let version = call.version;
+        let mut meta = ctx.shard.metadata.snapshot();
+
+        // Which topics: None = all (v1+); v0 uses an empty list for all.
+        let requested: Option<Vec<(Option<String>, uuid::Uuid)>> = match &req.topics {
+            None => None,
+            Some(t) if t.is_empty() && version == 0 => None,
+            Some(t) => Some(
+                t.iter()
+                    .map(|t| (t.name.as_ref().map(|n| n.0.to_string()), t.topic_id))
+                    .collect(),
+            ),
+        };
+
+        // KIP-430: asked for by v8+ (the cluster's only up to v10; v11 moved it to
+        // DescribeCluster).
+        let topic_ops = ops::if_requested(req.include_topic_authorized_operations, ops::TOPIC);
+        let cluster_ops = ops::if_requested(
+            (8..=10).contains(&version) && req.include_cluster_authorized_operations,
+            ops::CLUSTER,
+        );
+        let mut topics = Vec::new();
+        match requested {
+            None => {
+                for t in meta.topics.values() {
+                    topics.push(topic_entry(ctx, t, topic_ops));
+                }
             }
-        }
-        Some(list) => {
-            let auto =
-                ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
-            // Entries naming a topic id are looked up by id, never auto-created by name.
-            let missing: Vec<String> = list
-                .iter()
-                .filter(|(_, id)| id.is_nil())
-                .filter_map(|(n, _)| n.clone())
-                .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
-                .collect();
-            let mut create_errors = std::collections::HashMap::new();
-            if auto && !missing.is_empty() {
-                let new = missing
+            Some(list) => {
+                let auto =
+                    ctx.config.auto_create_topics && (version < 4 || req.allow_auto_topic_creation);
+                // Entries naming a topic id are looked up by id, never auto-created by name.
+                let missing: Vec<String> = list
                     .iter()
-                    .map(|n| NewTopic {
-                        name: n.clone(),
-                        partitions: ctx.config.num_partitions,
-                        configs: Vec::new(),
-                    })
+                    .filter(|(_, id)| id.is_nil())
+                    .filter_map(|(n, _)| n.clone())
+                    .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
                     .collect();
-                let results = create_via_controller(ctx, new).await;
-                for (n, r) in missing.iter().zip(results) {
-                    match r {
-                        Ok(()) | Err(TopicError::AlreadyExists) => {}
-                        Err(e) => {
-                            create_errors.insert(n.clone(), e);
+                let mut create_errors = std::collections::HashMap::new();
+                if auto && !missing.is_empty() {
+                    let new = missing
+                        .iter()
+                        .map(|n| NewTopic {
+                            name: n.clone(),
+                            partitions: ctx.config.num_partitions,
+                            configs: Vec::new(),
+                        })
+                        .collect();
+                    let results = create_via_controller(ctx, new).await;
+                    for (n, r) in missing.iter().zip(results) {
+                        match r {
+                            Ok(()) | Err(TopicError::AlreadyExists) => {}
+                            Err(e) => {
+                                create_errors.insert(n.clone(), e);
+                            }
                         }
                     }
+                    meta = ctx.shard.metadata.snapshot();
                 }
-                meta = ctx.shard.metadata.snapshot();
-            }
-            for (name, id) in list {
-                // A non-zero topic id names the topic whatever the name says: the Java
-                // client describes by id with an empty (not null) name, as Kafka allows.
-                let by_id = !id.is_nil();
-                let name = if by_id { None } else { name };
-                let found = match &name {
-                    Some(n) => meta.topic(n),
-                    None => meta.topic_by_id(id),
-                };
-                let entry = match (found, &name) {
-                    (Some(t), _) => topic_entry(ctx, t, topic_ops),
-                    (None, Some(n)) => {
-                        let code = if validate_topic_name(n).is_err() {
-                            ResponseError::InvalidTopicException
-                        } else if let Some(e) = create_errors.get(n) {
-                            error_code::topic(e)
-                        } else {
-                            ResponseError::UnknownTopicOrPartition
-                        };
-                        missing_topic(Some(n), id, code)
-                    }
-                    (None, None) => missing_topic(None, id, ResponseError::UnknownTopicId),
-                };
-                topics.push(entry);
+                for (name, id) in list {
+                    // A non-zero topic id names the topic whatever the name says: the Java
+                    // client describes by id with an empty (not null) name, as Kafka allows.
+                    let by_id = !id.is_nil();
+                    let name = if by_id { None } else { name };
+                    let found = match &name {
+                        Some(n) => meta.topic(n),
+                        None => meta.topic_by_id(id),
+                    };
+                    let entry = match (found, &name) {
+                        (Some(t), _) => topic_entry(ctx, t, topic_ops),
+                        (None, Some(n)) => {
+                            let code = if validate_topic_name(n).is_err() {
+                                ResponseError::InvalidTopicException
+                            } else if let Some(e) = create_errors.get(n) {
+                                error_code::topic(e)
+                            } else {
+                                ResponseError::UnknownTopicOrPartition
+                            };
+                            missing_topic(Some(n), id, code)
+                        }
+                        (None, None) => missing_topic(None, id, ResponseError::UnknownTopicId),
+                    };
+                    topics.push(entry);
+                }
             }
         }
+        for _t in &topics {}
+        let body = response(ctx, &meta, topics, cluster_ops);
+        Ok(body)
     }
-    for t in &topics {
-        error_code::count(ApiKey::Metadata, t.error_code);
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        for t in &r.topics {
+            each(t.error_code);
+        }
     }
-    let body = response(ctx, &meta, topics, cluster_ops);
-    encode_response(
-        ApiKey::Metadata,
-        version,
-        frame.header.correlation_id,
-        &body,
-    )
 }
 
 fn response(

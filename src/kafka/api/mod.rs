@@ -1,31 +1,60 @@
-//! One module per Kafka API family, each with the versions it supports and one `handle`.
+//! One module per Kafka API, named after it, each a [`handler::Handler`] declaring its
+//! key and the versions it serves beside the code that serves them; `apis!` lists them
+//! once, and ApiVersions advertises exactly that list. A few modules are shared by
+//! several APIs and serve none themselves: `group_routing` (the coordinator shard of a
+//! group), `controller_call` (requests to the controller shard), `config_resources`,
+//! `quota_entities`, `partition_descriptions` and `fan_out` (one mesh message per shard).
 //!
-//! Handler shape (STYLE.md): decode (pure, bounded) → validate into domain types → group
-//! partitions by owning shard, one mesh message per shard → await → map errors in
-//! `error_code` → encode. A partition's failure is its own error code and never fails
-//! the request.
+//! Handler shape: `handler::serve` decodes (pure, bounded); the handler
+//! validates into domain types → groups partitions by owning shard, one mesh message per
+//! shard → awaits → maps errors in `error_code`; `serve` counts the response's error
+//! codes and encodes it. A partition's failure is its own error code and never fails the
+//! request.
 
-pub mod admin;
+pub mod alter_client_quotas;
+pub mod alter_configs;
 pub mod api_versions;
-pub mod client_quotas;
-pub mod configs;
+pub mod config_resources;
+pub mod controller_call;
+pub mod create_partitions;
+pub mod create_topics;
+pub mod delete_groups;
 pub mod delete_records;
+pub mod delete_topics;
+pub mod describe_client_quotas;
 pub mod describe_cluster;
-pub mod describe_partitions;
+pub mod describe_configs;
+pub mod describe_groups;
+pub mod describe_log_dirs;
+pub mod describe_producers;
 pub mod describe_topic_partitions;
+pub mod describe_user_scram_credentials;
 pub mod fan_out;
 pub mod fetch;
-pub mod groups;
+pub mod find_coordinator;
+pub mod group_routing;
+pub mod handler;
+pub mod heartbeat;
+pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod join_group;
+pub mod leave_group;
+pub mod list_groups;
 pub mod list_offsets;
 pub mod metadata;
+pub mod offset_commit;
+pub mod offset_delete;
+pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
+pub mod partition_descriptions;
 pub mod produce;
-pub mod scram_credentials;
+pub mod quota_entities;
+pub mod sync_group;
 
 use super::frame::{FrameError, RequestFrame};
 use crate::config::BrokerConfig;
 use bytes::BytesMut;
+use handler::Handler;
 use kafka_protocol::messages::ApiKey;
 use shards::shard::Shard;
 use std::rc::Rc;
@@ -39,46 +68,79 @@ pub struct Ctx {
     pub quotas: Rc<crate::quota::QuotaManager>,
 }
 
-/// Exactly what corelog implements, advertised by ApiVersions. Ranges are what
-/// librdkafka 2.x, the Java 3.x/4.x clients, franz-go and kafka-python use, limited to
-/// versions whose semantics are fully implemented: Produce from v3 and Fetch from v4
-/// because only RecordBatch v2 is stored (no down-conversion); Fetch v13+ by topic id.
-/// Group APIs stop below the versions of the new consumer protocol (KIP-848:
-/// OffsetCommit/OffsetFetch v9); ListGroups v5 filters by type and every group here is
-/// classic. Transactions (AddPartitionsToTxn, EndTxn, …) are not served.
-pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
-    (ApiKey::Produce, 3, 9),
-    (ApiKey::Fetch, 4, 18),
-    (ApiKey::ListOffsets, 1, 10),
-    (ApiKey::OffsetForLeaderEpoch, 2, 4),
-    (ApiKey::Metadata, 0, 13),
-    (ApiKey::ApiVersions, 0, 4),
-    (ApiKey::CreateTopics, 0, 7),
-    (ApiKey::DeleteTopics, 0, 6),
-    (ApiKey::CreatePartitions, 0, 3),
-    (ApiKey::FindCoordinator, 0, 4),
-    (ApiKey::JoinGroup, 0, 9),
-    (ApiKey::SyncGroup, 0, 5),
-    (ApiKey::Heartbeat, 0, 4),
-    (ApiKey::LeaveGroup, 0, 5),
-    (ApiKey::OffsetCommit, 0, 8),
-    (ApiKey::OffsetFetch, 0, 8),
-    (ApiKey::DescribeGroups, 0, 5),
-    (ApiKey::ListGroups, 0, 5),
-    (ApiKey::DeleteGroups, 0, 2),
-    (ApiKey::OffsetDelete, 0, 0),
-    (ApiKey::DescribeConfigs, 1, 4),
-    (ApiKey::AlterConfigs, 0, 2),
-    (ApiKey::IncrementalAlterConfigs, 0, 1),
-    (ApiKey::DeleteRecords, 0, 2),
-    (ApiKey::InitProducerId, 0, 4),
-    (ApiKey::DescribeClientQuotas, 0, 1),
-    (ApiKey::AlterClientQuotas, 0, 1),
-    (ApiKey::DescribeLogDirs, 1, 4),
-    (ApiKey::DescribeCluster, 0, 2),
-    (ApiKey::DescribeProducers, 0, 0),
-    (ApiKey::DescribeTopicPartitions, 0, 0),
-    (ApiKey::DescribeUserScramCredentials, 0, 0),
+/// Declares every API served, once: `SUPPORTED_APIS` (what ApiVersions advertises, from
+/// each handler's `KEY` and `VERSIONS`) and the dispatch to its handler.
+macro_rules! apis {
+    ($($module:ident::$handler:ident),* $(,)?) => {
+        /// Exactly what corelog implements, advertised by ApiVersions, in this order.
+        pub const SUPPORTED_APIS: &[(ApiKey, i16, i16)] = &[
+            $((
+                <$module::$handler as Handler>::KEY,
+                <$module::$handler as Handler>::VERSIONS.0,
+                <$module::$handler as Handler>::VERSIONS.1,
+            )),*
+        ];
+
+        async fn dispatch(
+            ctx: &Ctx,
+            frame: RequestFrame,
+            peer: std::net::SocketAddr,
+            quota: &crate::quota::RequestQuota,
+            produce_order: &crate::net::produce_order::ProduceOrder,
+        ) -> Result<Option<BytesMut>, FrameError> {
+            let key = frame.api_key;
+            $(
+                if key == <$module::$handler as Handler>::KEY {
+                    return handler::serve::<$module::$handler>(ctx, frame, peer, quota, produce_order)
+                        .await;
+                }
+            )*
+            Err(FrameError::UnsupportedVersion {
+                api: key,
+                version: frame.api_version,
+            })
+        }
+    };
+}
+
+// Ranges are what librdkafka 2.x, the Java 3.x/4.x clients, franz-go and kafka-python use,
+// limited to versions whose semantics are fully implemented: Produce from v3 and Fetch
+// from v4 because only RecordBatch v2 is stored (no down-conversion). Group APIs stop
+// below the versions of the new consumer protocol (KIP-848: OffsetCommit/OffsetFetch v9).
+// Transactions (AddPartitionsToTxn, EndTxn, …) are not served.
+apis![
+    produce::Produce,
+    fetch::Fetch,
+    list_offsets::ListOffsets,
+    offset_for_leader_epoch::OffsetForLeaderEpoch,
+    metadata::Metadata,
+    api_versions::ApiVersions,
+    create_topics::CreateTopics,
+    delete_topics::DeleteTopics,
+    create_partitions::CreatePartitions,
+    find_coordinator::FindCoordinator,
+    join_group::JoinGroup,
+    sync_group::SyncGroup,
+    heartbeat::Heartbeat,
+    leave_group::LeaveGroup,
+    offset_commit::OffsetCommit,
+    offset_fetch::OffsetFetch,
+    describe_groups::DescribeGroups,
+    list_groups::ListGroups,
+    delete_groups::DeleteGroups,
+    offset_delete::OffsetDelete,
+    describe_configs::DescribeConfigs,
+    alter_configs::AlterConfigs,
+    incremental_alter_configs::IncrementalAlterConfigs,
+    delete_records::DeleteRecords,
+    init_producer_id::InitProducerId,
+    describe_client_quotas::DescribeClientQuotas,
+    alter_client_quotas::AlterClientQuotas,
+    describe_log_dirs::DescribeLogDirs,
+    describe_cluster::DescribeCluster,
+    describe_producers::DescribeProducers,
+    describe_topic_partitions::DescribeTopicPartitions,
+    describe_user_scram_credentials::DescribeUserScramCredentials,
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
@@ -95,7 +157,7 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
 /// the connection's produce requests in the order it read them.
 pub async fn handle(
     ctx: &Ctx,
-    mut frame: RequestFrame,
+    frame: RequestFrame,
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
     produce_order: &crate::net::produce_order::ProduceOrder,
@@ -115,58 +177,5 @@ pub async fn handle(
             version: frame.api_version,
         });
     }
-    match frame.api_key {
-        ApiKey::ApiVersions => api_versions::handle(&mut frame).map(Some),
-        ApiKey::Metadata => metadata::handle(ctx, &mut frame).await.map(Some),
-        ApiKey::Produce => produce::handle(ctx, &mut frame, quota, produce_order).await,
-        ApiKey::Fetch => fetch::handle(ctx, &mut frame, &quota.connection)
-            .await
-            .map(Some),
-        ApiKey::ListOffsets => list_offsets::handle(ctx, &mut frame).await.map(Some),
-        ApiKey::OffsetForLeaderEpoch => offset_for_leader_epoch::handle(ctx, &mut frame)
-            .await
-            .map(Some),
-        ApiKey::CreateTopics => admin::create_topics(ctx, &mut frame).await.map(Some),
-        ApiKey::DeleteTopics => admin::delete_topics(ctx, &mut frame).await.map(Some),
-        ApiKey::CreatePartitions => admin::create_partitions(ctx, &mut frame).await.map(Some),
-        ApiKey::FindCoordinator => groups::find_coordinator(ctx, &mut frame).await.map(Some),
-        ApiKey::JoinGroup => groups::join_group(ctx, &mut frame, &peer.ip().to_string())
-            .await
-            .map(Some),
-        ApiKey::SyncGroup => groups::sync_group(ctx, &mut frame).await.map(Some),
-        ApiKey::Heartbeat => groups::heartbeat(ctx, &mut frame).await.map(Some),
-        ApiKey::LeaveGroup => groups::leave_group(ctx, &mut frame).await.map(Some),
-        ApiKey::OffsetCommit => groups::offset_commit(ctx, &mut frame).await.map(Some),
-        ApiKey::OffsetFetch => groups::offset_fetch(ctx, &mut frame).await.map(Some),
-        ApiKey::DescribeGroups => groups::describe_groups(ctx, &mut frame).await.map(Some),
-        ApiKey::ListGroups => groups::list_groups(ctx, &mut frame).await.map(Some),
-        ApiKey::DeleteGroups => groups::delete_groups(ctx, &mut frame).await.map(Some),
-        ApiKey::OffsetDelete => groups::offset_delete(ctx, &mut frame).await.map(Some),
-        ApiKey::DescribeConfigs => configs::describe_configs(ctx, &mut frame).await.map(Some),
-        ApiKey::AlterConfigs => configs::alter_configs(ctx, &mut frame).await.map(Some),
-        ApiKey::IncrementalAlterConfigs => configs::incremental_alter_configs(ctx, &mut frame)
-            .await
-            .map(Some),
-        ApiKey::DeleteRecords => delete_records::handle(ctx, &mut frame).await.map(Some),
-        ApiKey::InitProducerId => init_producer_id::handle(ctx, &mut frame).await.map(Some),
-        ApiKey::DescribeClientQuotas => client_quotas::describe(ctx, &mut frame).map(Some),
-        ApiKey::AlterClientQuotas => client_quotas::alter(ctx, &mut frame).await.map(Some),
-        ApiKey::DescribeLogDirs => describe_partitions::describe_log_dirs(ctx, &mut frame)
-            .await
-            .map(Some),
-        ApiKey::DescribeCluster => describe_cluster::handle(ctx, &mut frame).map(Some),
-        ApiKey::DescribeProducers => describe_partitions::describe_producers(ctx, &mut frame)
-            .await
-            .map(Some),
-        ApiKey::DescribeUserScramCredentials => {
-            scram_credentials::describe(ctx, &mut frame).map(Some)
-        }
-        ApiKey::DescribeTopicPartitions => {
-            describe_topic_partitions::handle(ctx, &mut frame).map(Some)
-        }
-        other => Err(FrameError::UnsupportedVersion {
-            api: other,
-            version: frame.api_version,
-        }),
-    }
+    dispatch(ctx, frame, peer, quota, produce_order).await
 }

@@ -2,8 +2,9 @@
 //!
 //! Layout (one job per module):
 //! - `cli`: flags and the validated `Config`.
-//! - `client/`: the minimal Kafka client (framing, versions, record batches, pipelined
-//!   connections, metadata).
+//! - the Kafka client (framing, versions, record batches, pipelined connections,
+//!   metadata) is the `corelog-kafka-client` crate; histograms' `.hgrm` form comes from
+//!   `corelog-metrics`. It depends on no broker crate: it drives any Kafka broker.
 //! - `rate`: the open-loop schedule and the coordinated-omission rule.
 //! - `keys`: key distributions and key → partition.
 //! - `producer`, `consumer`: the load itself, one task per producer/consumer.

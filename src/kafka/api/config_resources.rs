@@ -1,3 +1,6 @@
+//! What the config APIs share: describing and checking config resources and sending
+//! changes to the controller. It serves no API itself.
+//!
 //! DescribeConfigs (v1–v4), AlterConfigs (v0–v2), IncrementalAlterConfigs (v0–v1).
 //!
 //! Topic configs are the keys of `shards::topic_config`; their values resolve from the
@@ -24,17 +27,11 @@
 
 use super::Ctx;
 use crate::kafka::error_code;
-use crate::kafka::frame::{decode_body, encode_response, FrameError, RequestFrame};
-use bytes::BytesMut;
 use futures::channel::oneshot;
 use kafka_protocol::messages::describe_configs_response::{
-    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+    DescribeConfigsResourceResult, DescribeConfigsSynonym,
 };
-use kafka_protocol::messages::{
-    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
-    AlterConfigsResponse, ApiKey, DescribeConfigsRequest, DescribeConfigsResponse,
-    IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse,
-};
+use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use shards::mesh::{ConfigOp, ConfigOps, ControllerRequest, ShardMessage, TopicConfigChange};
@@ -42,13 +39,13 @@ use shards::routing::CONTROLLER_SHARD;
 use shards::topic_config::{self, ConfigSource, ConfigType, Described};
 use std::collections::{HashMap, HashSet};
 
-const RESOURCE_TOPIC: i8 = 2;
-const RESOURCE_BROKER: i8 = 4;
-const RESOURCE_GROUP: i8 = 32;
+pub(super) const RESOURCE_TOPIC: i8 = 2;
+pub(super) const RESOURCE_BROKER: i8 = 4;
+pub(super) const RESOURCE_GROUP: i8 = 32;
 
 /// Kafka 4's group configs (`GroupConfig`) with their defaults, which come from the
 /// broker's `group.*` settings: (name, broker synonym, type, default, doc).
-const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] = &[
+pub(super) const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] = &[
     (
         "consumer.heartbeat.interval.ms",
         Some("group.consumer.heartbeat.interval.ms"),
@@ -93,7 +90,7 @@ const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] = &[
     ),
 ];
 
-fn group_configs() -> Vec<Described> {
+pub(super) fn group_configs() -> Vec<Described> {
     GROUP_CONFIGS
         .iter()
         .map(|(name, synonym, config_type, value, doc)| Described {
@@ -115,7 +112,7 @@ fn group_configs() -> Vec<Described> {
         .collect()
 }
 
-fn s(text: impl Into<String>) -> StrBytes {
+pub(super) fn s(text: impl Into<String>) -> StrBytes {
     StrBytes::from_string(text.into())
 }
 
@@ -123,7 +120,7 @@ fn s(text: impl Into<String>) -> StrBytes {
 /// STATIC_BROKER_CONFIG when set at start-up to something other than Kafka's default
 /// (the addresses and the data directory always are), else DEFAULT_CONFIG, as Kafka
 /// reports them.
-fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
+pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
     let c = &ctx.config;
     let entry = |name: &str,
                  value: String,
@@ -218,7 +215,7 @@ fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
     ]
 }
 
-fn encode_entry(
+pub(super) fn encode_entry(
     d: &Described,
     read_only: bool,
     req: &DescribeConfigsRequest,
@@ -253,93 +250,8 @@ fn encode_entry(
     out
 }
 
-pub async fn describe_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
-    let req: DescribeConfigsRequest = decode_body(frame)?;
-    let meta = ctx.shard.metadata.snapshot();
-    let broker_defaults = meta.broker_defaults(&ctx.shard.config.log, ctx.config.node_id);
-    let mut body = DescribeConfigsResponse::default();
-    // A resource named twice is described once: the others get INVALID_REQUEST, so a
-    // small request cannot ask for an enormous answer.
-    let mut described_already = HashSet::new();
-    for res in &req.resources {
-        let mut out = DescribeConfigsResult::default();
-        out.resource_type = res.resource_type;
-        out.resource_name = res.resource_name.clone();
-        let name = res.resource_name.as_str();
-        let first = described_already.insert((res.resource_type, name.to_string()));
-        // (entry, read-only) pairs.
-        let described: Result<Vec<(Described, bool)>, (ResponseError, String)> =
-            match res.resource_type {
-                _ if !first => Err((
-                    ResponseError::InvalidRequest,
-                    format!("resource {name} is named more than once"),
-                )),
-                RESOURCE_TOPIC => match meta.topic(name) {
-                    Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
-                        .into_iter()
-                        .map(|d| (d, false))
-                        .collect()),
-                    None => Err((
-                        ResponseError::UnknownTopicOrPartition,
-                        format!("topic {name} does not exist"),
-                    )),
-                },
-                RESOURCE_BROKER if name.is_empty() => {
-                    Ok(topic_config::describe_cluster_default(&broker_defaults)
-                        .into_iter()
-                        .map(|d| (d, false))
-                        .collect())
-                }
-                RESOURCE_BROKER if name == ctx.config.node_id.to_string() => {
-                    let dynamic = topic_config::describe_broker(&broker_defaults)
-                        .into_iter()
-                        .map(|d| (d, false));
-                    let fixed = static_broker_configs(ctx).into_iter().map(|d| (d, true));
-                    Ok(dynamic.chain(fixed).collect())
-                }
-                RESOURCE_BROKER => Err((
-                    ResponseError::InvalidRequest,
-                    format!("broker {name} is not this node ({})", ctx.config.node_id),
-                )),
-                RESOURCE_GROUP if name.is_empty() => Err((
-                    ResponseError::InvalidRequest,
-                    "group name must not be empty".to_string(),
-                )),
-                RESOURCE_GROUP => Ok(group_configs().into_iter().map(|d| (d, false)).collect()),
-                other => Err((
-                    ResponseError::InvalidRequest,
-                    format!("resource type {other} is not supported"),
-                )),
-            };
-        match described {
-            Ok(all) => {
-                out.configs = all
-                    .iter()
-                    .filter(|(d, _)| match &res.configuration_keys {
-                        Some(keys) => keys.iter().any(|k| k.as_str() == d.name),
-                        None => true,
-                    })
-                    .map(|(d, read_only)| encode_entry(d, *read_only, &req, frame.api_version))
-                    .collect();
-            }
-            Err((code, message)) => {
-                out.error_code = code.code();
-                out.error_message = Some(s(message));
-            }
-        }
-        error_code::count(ApiKey::DescribeConfigs, out.error_code);
-        body.results.push(out);
-    }
-    encode_response(
-        ApiKey::DescribeConfigs,
-        frame.api_version,
-        frame.header.correlation_id,
-        &body,
-    )
-}
-
 /// One resource of an alter request, checked at the edge.
-enum Change {
+pub(super) enum Change {
     Topic(TopicConfigChange),
     /// `resource` is "" or this node's id.
     Broker {
@@ -352,7 +264,7 @@ enum Change {
 type Checked = Result<Change, (ResponseError, String)>;
 
 /// The keys a change to `ops` names.
-fn op_keys(ops: &ConfigOps) -> Vec<&str> {
+pub(super) fn op_keys(ops: &ConfigOps) -> Vec<&str> {
     match ops {
         ConfigOps::Replace(pairs) => pairs.iter().map(|(k, _)| k.as_str()).collect(),
         ConfigOps::Incremental(list) => list
@@ -369,7 +281,7 @@ fn op_keys(ops: &ConfigOps) -> Vec<&str> {
 
 /// Sorts the keys of a broker change: static ones are INVALID_REQUEST (Kafka's wording),
 /// unknown ones INVALID_CONFIG; the dynamic ones go on.
-fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (ResponseError, String)> {
+pub(super) fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (ResponseError, String)> {
     let keys = op_keys(ops);
     let fixed: Vec<String> = static_broker_configs(ctx)
         .into_iter()
@@ -397,7 +309,7 @@ fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (ResponseError, S
     }
 }
 
-fn check_resource(
+pub(super) fn check_resource(
     ctx: &Ctx,
     resource_type: i8,
     name: &str,
@@ -443,7 +355,7 @@ fn check_resource(
 
 /// Sends the checked changes to the controller (the topic changes together, each broker
 /// change on its own); returns one outcome per resource.
-async fn alter(
+pub(super) async fn alter(
     ctx: &Ctx,
     checked: Vec<Checked>,
     validate_only: bool,
@@ -458,7 +370,7 @@ async fn alter(
     let mut answers = if changes.is_empty() {
         Vec::new().into_iter()
     } else {
-        super::admin::ask_controller(ctx, changes.len(), |reply| {
+        super::controller_call::ask_controller(ctx, changes.len(), |reply| {
             ControllerRequest::AlterTopicConfigs {
                 changes,
                 validate_only,
@@ -502,7 +414,7 @@ async fn alter(
 }
 
 /// The resources named more than once in one request (Kafka refuses each of them).
-fn named_twice<'a>(names: impl Iterator<Item = (i8, &'a str)>) -> HashSet<(i8, String)> {
+pub(super) fn named_twice<'a>(names: impl Iterator<Item = (i8, &'a str)>) -> HashSet<(i8, String)> {
     let mut seen = HashMap::new();
     for (t, n) in names {
         *seen.entry((t, n.to_string())).or_insert(0usize) += 1;
@@ -514,7 +426,7 @@ fn named_twice<'a>(names: impl Iterator<Item = (i8, &'a str)>) -> HashSet<(i8, S
 }
 
 /// One response entry per resource: its type, name and outcome.
-fn outcomes<'a>(
+pub(super) fn outcomes<'a>(
     resources: impl Iterator<Item = (i8, &'a StrBytes)>,
     outcomes: Vec<Result<(), (ResponseError, String)>>,
     api: ApiKey,
@@ -530,127 +442,4 @@ fn outcomes<'a>(
             (t, name.clone(), code, message)
         })
         .collect()
-}
-
-pub async fn alter_configs(ctx: &Ctx, frame: &mut RequestFrame) -> Result<BytesMut, FrameError> {
-    let req: AlterConfigsRequest = decode_body(frame)?;
-    let twice = named_twice(
-        req.resources
-            .iter()
-            .map(|r| (r.resource_type, r.resource_name.as_str())),
-    );
-    let checked = req
-        .resources
-        .iter()
-        .map(|r| {
-            let dup = twice.contains(&(r.resource_type, r.resource_name.to_string()));
-            // AlterConfigs replaces the whole override set; a null value is "not set".
-            let pairs = r
-                .configs
-                .iter()
-                .filter_map(|c| {
-                    c.value
-                        .as_ref()
-                        .map(|v| (c.name.to_string(), v.to_string()))
-                })
-                .collect();
-            check_resource(
-                ctx,
-                r.resource_type,
-                r.resource_name.as_str(),
-                dup,
-                Ok(ConfigOps::Replace(pairs)),
-            )
-        })
-        .collect();
-    let outcomes_of = alter(ctx, checked, req.validate_only).await;
-    let mut body = AlterConfigsResponse::default();
-    let resources = req
-        .resources
-        .iter()
-        .map(|r| (r.resource_type, &r.resource_name));
-    for (t, name, code, message) in outcomes(resources, outcomes_of, ApiKey::AlterConfigs) {
-        let mut out = alter_configs_response::AlterConfigsResourceResponse::default();
-        (
-            out.resource_type,
-            out.resource_name,
-            out.error_code,
-            out.error_message,
-        ) = (t, name, code, message);
-        body.responses.push(out);
-    }
-    encode_response(
-        ApiKey::AlterConfigs,
-        frame.api_version,
-        frame.header.correlation_id,
-        &body,
-    )
-}
-
-pub async fn incremental_alter_configs(
-    ctx: &Ctx,
-    frame: &mut RequestFrame,
-) -> Result<BytesMut, FrameError> {
-    let req: IncrementalAlterConfigsRequest = decode_body(frame)?;
-    let twice = named_twice(
-        req.resources
-            .iter()
-            .map(|r| (r.resource_type, r.resource_name.as_str())),
-    );
-    let checked = req
-        .resources
-        .iter()
-        .map(|r| {
-            let dup = twice.contains(&(r.resource_type, r.resource_name.to_string()));
-            let ops: Result<Vec<ConfigOp>, String> = r
-                .configs
-                .iter()
-                .map(|c| {
-                    let name = c.name.to_string();
-                    let value = c.value.as_ref().map(|v| v.to_string());
-                    match (c.config_operation, value) {
-                        (0, Some(v)) => Ok(ConfigOp::Set(name, v)),
-                        (1, _) => Ok(ConfigOp::Delete(name)),
-                        (2, Some(v)) => Ok(ConfigOp::Append(name, v)),
-                        (3, Some(v)) => Ok(ConfigOp::Subtract(name, v)),
-                        (0 | 2 | 3, None) => Err(format!("Null value not supported for: {name}")),
-                        (op, _) => Err(format!("unknown config operation {op} for {name}")),
-                    }
-                })
-                .collect();
-            let mut keys: Vec<&str> = r.configs.iter().map(|c| c.name.as_str()).collect();
-            keys.sort_unstable();
-            let repeated = keys.windows(2).any(|w| w[0] == w[1]);
-            let ops = if repeated {
-                Err("a config key is named more than once".to_string())
-            } else {
-                ops.map(ConfigOps::Incremental)
-            };
-            check_resource(ctx, r.resource_type, r.resource_name.as_str(), dup, ops)
-        })
-        .collect();
-    let outcomes_of = alter(ctx, checked, req.validate_only).await;
-    let mut body = IncrementalAlterConfigsResponse::default();
-    let resources = req
-        .resources
-        .iter()
-        .map(|r| (r.resource_type, &r.resource_name));
-    for (t, name, code, message) in
-        outcomes(resources, outcomes_of, ApiKey::IncrementalAlterConfigs)
-    {
-        let mut out = incremental_alter_configs_response::AlterConfigsResourceResponse::default();
-        (
-            out.resource_type,
-            out.resource_name,
-            out.error_code,
-            out.error_message,
-        ) = (t, name, code, message);
-        body.responses.push(out);
-    }
-    encode_response(
-        ApiKey::IncrementalAlterConfigs,
-        frame.api_version,
-        frame.header.correlation_id,
-        &body,
-    )
 }

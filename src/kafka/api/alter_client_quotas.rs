@@ -1,0 +1,98 @@
+//! AlterClientQuotas (v0–v1): each entry validated here (see `quota_entities`), the
+//! valid ones persisted by the controller in one metadata write unless `validate_only`.
+
+use super::controller_call::ask_controller;
+use super::handler::{Call, Handler};
+use super::quota_entities::*;
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::FrameError;
+use crate::quota::entity::QuotaError;
+use kafka_protocol::messages::{
+    alter_client_quotas_response, AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey,
+};
+use kafka_protocol::protocol::StrBytes;
+use shards::client_quota::QuotaAlteration;
+use shards::mesh::{ControllerRequest, TopicError};
+
+pub struct AlterClientQuotas;
+
+impl Handler for AlterClientQuotas {
+    const KEY: ApiKey = ApiKey::AlterClientQuotas;
+    const VERSIONS: (i16, i16) = (0, 1);
+    type Request = AlterClientQuotasRequest;
+    type Response = AlterClientQuotasResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        _call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let mut outcomes: Vec<Result<Option<QuotaAlteration>, QuotaError>> = req
+            .entries
+            .iter()
+            .map(|e| validate_entry(e).map(Some))
+            .collect();
+        // An entity named by two entries is refused in both (the order of two changes to
+        // one entity would otherwise decide silently).
+        let mut counts = std::collections::HashMap::new();
+        for a in outcomes.iter().flatten().flatten() {
+            *counts.entry(a.entity.clone()).or_insert(0usize) += 1;
+        }
+        for o in outcomes.iter_mut() {
+            if let Ok(Some(a)) = o {
+                if counts.get(&a.entity).copied().unwrap_or(0) > 1 {
+                    *o = Err(QuotaError::DuplicateEntity);
+                }
+            }
+        }
+        if !req.validate_only {
+            let valid: Vec<(usize, QuotaAlteration)> = outcomes
+                .iter_mut()
+                .enumerate()
+                .filter_map(|(i, o)| match o {
+                    Ok(a) => a.take().map(|a| (i, a)),
+                    Err(_) => None,
+                })
+                .collect();
+            let (slots, alterations): (Vec<usize>, Vec<QuotaAlteration>) =
+                valid.into_iter().unzip();
+            let results = ask_controller(ctx, alterations.len(), |reply| {
+                ControllerRequest::AlterClientQuotas { alterations, reply }
+            })
+            .await;
+            for (i, r) in slots.into_iter().zip(results) {
+                if let (Some(slot), Err(e)) = (outcomes.get_mut(i), r) {
+                    *slot = Err(match e {
+                        TopicError::Storage(m) => QuotaError::Storage(m),
+                        TopicError::InvalidConfig(m) => QuotaError::TooMany(m),
+                        other => QuotaError::Storage(other.to_string()),
+                    });
+                }
+            }
+        }
+        let mut body = AlterClientQuotasResponse::default();
+        for (entry, outcome) in req.entries.iter().zip(outcomes) {
+            let mut out = alter_client_quotas_response::EntryData::default();
+            out.error_message = None; // the codec's default is "", success is null
+            for e in &entry.entity {
+                let mut d = alter_client_quotas_response::EntityData::default();
+                d.entity_type = e.entity_type.clone();
+                d.entity_name = e.entity_name.clone();
+                out.entity.push(d);
+            }
+            if let Err(e) = outcome {
+                out.error_code = error_code::quota(&e).code();
+                out.error_message = Some(StrBytes::from_string(e.to_string()));
+            }
+            body.entries.push(out);
+        }
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        for e in &r.entries {
+            each(e.error_code);
+        }
+    }
+}

@@ -1,0 +1,171 @@
+//! CreateTopics (v0–v7): through the controller (`controller_call`), which persists the
+//! topic and has every owning shard open its partitions before answering. A single node
+//! takes replication factor 1 (or -1, the default) only, and replica assignments that
+//! name this node.
+
+use super::controller_call::*;
+use super::handler::{Call, Handler};
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::FrameError;
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
+use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
+use kafka_protocol::protocol::StrBytes;
+use shards::mesh::{NewTopic, TopicError};
+use std::collections::HashSet;
+
+pub struct CreateTopics;
+
+impl Handler for CreateTopics {
+    const KEY: ApiKey = ApiKey::CreateTopics;
+    const VERSIONS: (i16, i16) = (0, 7);
+    type Request = CreateTopicsRequest;
+    type Response = CreateTopicsResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let mut results: Vec<Option<Result<(), TopicError>>> = Vec::with_capacity(req.topics.len());
+        let mut to_create = Vec::new();
+        let mut seen = HashSet::new();
+        let mut duplicates = HashSet::new();
+        for t in &req.topics {
+            if !seen.insert(t.name.0.to_string()) {
+                duplicates.insert(t.name.0.to_string());
+            }
+        }
+        for t in &req.topics {
+            let name = t.name.0.to_string();
+            let check = (|| {
+                if duplicates.contains(&name) {
+                    return Err(TopicError::Duplicate);
+                }
+                if t.replication_factor != -1 && t.replication_factor != 1 {
+                    return Err(TopicError::InvalidReplicationFactor);
+                }
+                let partitions = if !t.assignments.is_empty() {
+                    if t.num_partitions != -1 {
+                        return Err(TopicError::InvalidReplicaAssignment(
+                            "both num_partitions and replica assignments were given".into(),
+                        ));
+                    }
+                    let mut indexes: Vec<i32> =
+                        t.assignments.iter().map(|a| a.partition_index).collect();
+                    indexes.sort_unstable();
+                    let dense = indexes.iter().enumerate().all(|(i, p)| *p == i as i32);
+                    let ours = t.assignments.iter().all(|a| {
+                        a.broker_ids.len() == 1
+                            && a.broker_ids.first().map(|b| b.0) == Some(ctx.config.node_id)
+                    });
+                    if !dense || !ours {
+                        return Err(TopicError::InvalidReplicaAssignment(
+                            "partitions must be 0..n, each on this node only".into(),
+                        ));
+                    }
+                    t.assignments.len() as i32
+                } else if t.num_partitions == -1 {
+                    ctx.config.num_partitions
+                } else {
+                    t.num_partitions
+                };
+                Ok(NewTopic {
+                    name: name.clone(),
+                    partitions,
+                    configs: t
+                        .configs
+                        .iter()
+                        .filter_map(|c| {
+                            c.value
+                                .as_ref()
+                                .map(|v| (c.name.to_string(), v.to_string()))
+                        })
+                        .collect(),
+                })
+            })();
+            match check {
+                Ok(nt) => {
+                    to_create.push(nt);
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
+            }
+        }
+        let created = if to_create.is_empty() {
+            Vec::new()
+        } else {
+            create_or_validate(ctx, to_create.clone(), req.validate_only).await
+        };
+        let mut created = created.into_iter();
+        let mut planned = to_create.into_iter();
+        let meta = ctx.shard.metadata.snapshot();
+        let mut body = CreateTopicsResponse::default();
+        for (t, r) in req.topics.iter().zip(results) {
+            let mut out = CreatableTopicResult::default();
+            out.name = t.name.clone();
+            out.num_partitions = -1;
+            out.replication_factor = -1;
+            let (r, plan) = match r {
+                Some(r) => (r, None),
+                None => (
+                    created
+                        .next()
+                        .unwrap_or_else(|| Err(TopicError::Storage("no controller answer".into()))),
+                    planned.next(),
+                ),
+            };
+            match r {
+                Ok(()) => {
+                    if let Some(tm) = meta.topic(&t.name.0) {
+                        out.topic_id = tm.id;
+                        out.num_partitions = tm.partitions;
+                    } else if let Some(p) = &plan {
+                        out.num_partitions = p.partitions; // validate_only
+                    }
+                    out.replication_factor = 1;
+                    // KIP-525 (v5+): the topic's resulting configs, as DescribeConfigs shows them.
+                    if call.version >= 5 {
+                        let overrides = match &plan {
+                            Some(p) => p.configs.iter().cloned().collect(),
+                            None => meta
+                                .topic(&t.name.0)
+                                .map(|m| m.configs.clone())
+                                .unwrap_or_default(),
+                        };
+                        let defaults =
+                            meta.broker_defaults(&ctx.shard.config.log, ctx.config.node_id);
+                        let described = shards::topic_config::describe_topic(&defaults, &overrides);
+                        out.configs = Some(
+                            described
+                                .into_iter()
+                                .map(|d| {
+                                    let mut c = CreatableTopicConfigs::default();
+                                    c.name = StrBytes::from_string(d.name);
+                                    c.value = Some(StrBytes::from_string(d.value));
+                                    c.config_source = d.source as i8;
+                                    c
+                                })
+                                .collect(),
+                        );
+                    }
+                }
+                Err(e) => {
+                    out.error_code = error_code::topic(&e).code();
+                    out.error_message = message(&e);
+                }
+            }
+            body.topics.push(out);
+        }
+        for _t in &body.topics {}
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        for t in &r.topics {
+            each(t.error_code);
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! DeleteGroups (v0–v2): empty groups only (NON_EMPTY_GROUP otherwise), offsets included.
+
+use super::group_routing::*;
+use super::handler::{Call, Handler};
+use super::Ctx;
+use crate::kafka::frame::FrameError;
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use shards::group::types::*;
+
+pub struct DeleteGroups;
+
+impl Handler for DeleteGroups {
+    const KEY: ApiKey = ApiKey::DeleteGroups;
+    const VERSIONS: (i16, i16) = (0, 2);
+    type Request = DeleteGroupsRequest;
+    type Response = DeleteGroupsResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        _call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let mut body = DeleteGroupsResponse::default();
+        for g in &req.groups_names {
+            let group = s(&g.0);
+            let mut out = DeletableGroupResult::default();
+            out.group_id = g.clone();
+            out.error_code = match ask_coordinator(
+                ctx,
+                &group,
+                GroupOp::Delete {
+                    group: group.clone(),
+                },
+            )
+            .await
+            {
+                Some(GroupAnswer::Done(r)) => code(&r.err()),
+                _ => ResponseError::CoordinatorNotAvailable.code(),
+            };
+            body.results.push(out);
+        }
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        for g in &r.results {
+            each(g.error_code);
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! DescribeConfigs (v1–v4): topic, broker and group configs with their sources,
+//! synonyms (v1+) and documentation (v3+); see `config_resources`.
+
+use super::config_resources::*;
+use super::handler::{Call, Handler};
+use super::Ctx;
+use crate::kafka::frame::FrameError;
+use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
+use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::ResponseError;
+use shards::topic_config::{self, Described};
+use std::collections::HashSet;
+
+pub struct DescribeConfigs;
+
+impl Handler for DescribeConfigs {
+    const KEY: ApiKey = ApiKey::DescribeConfigs;
+    const VERSIONS: (i16, i16) = (1, 4);
+    type Request = DescribeConfigsRequest;
+    type Response = DescribeConfigsResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let meta = ctx.shard.metadata.snapshot();
+        let broker_defaults = meta.broker_defaults(&ctx.shard.config.log, ctx.config.node_id);
+        let mut body = DescribeConfigsResponse::default();
+        // A resource named twice is described once: the others get INVALID_REQUEST, so a
+        // small request cannot ask for an enormous answer.
+        let mut described_already = HashSet::new();
+        for res in &req.resources {
+            let mut out = DescribeConfigsResult::default();
+            out.resource_type = res.resource_type;
+            out.resource_name = res.resource_name.clone();
+            let name = res.resource_name.as_str();
+            let first = described_already.insert((res.resource_type, name.to_string()));
+            // (entry, read-only) pairs.
+            let described: Result<Vec<(Described, bool)>, (ResponseError, String)> =
+                match res.resource_type {
+                    _ if !first => Err((
+                        ResponseError::InvalidRequest,
+                        format!("resource {name} is named more than once"),
+                    )),
+                    RESOURCE_TOPIC => match meta.topic(name) {
+                        Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
+                            .into_iter()
+                            .map(|d| (d, false))
+                            .collect()),
+                        None => Err((
+                            ResponseError::UnknownTopicOrPartition,
+                            format!("topic {name} does not exist"),
+                        )),
+                    },
+                    RESOURCE_BROKER if name.is_empty() => {
+                        Ok(topic_config::describe_cluster_default(&broker_defaults)
+                            .into_iter()
+                            .map(|d| (d, false))
+                            .collect())
+                    }
+                    RESOURCE_BROKER if name == ctx.config.node_id.to_string() => {
+                        let dynamic = topic_config::describe_broker(&broker_defaults)
+                            .into_iter()
+                            .map(|d| (d, false));
+                        let fixed = static_broker_configs(ctx).into_iter().map(|d| (d, true));
+                        Ok(dynamic.chain(fixed).collect())
+                    }
+                    RESOURCE_BROKER => Err((
+                        ResponseError::InvalidRequest,
+                        format!("broker {name} is not this node ({})", ctx.config.node_id),
+                    )),
+                    RESOURCE_GROUP if name.is_empty() => Err((
+                        ResponseError::InvalidRequest,
+                        "group name must not be empty".to_string(),
+                    )),
+                    RESOURCE_GROUP => Ok(group_configs().into_iter().map(|d| (d, false)).collect()),
+                    other => Err((
+                        ResponseError::InvalidRequest,
+                        format!("resource type {other} is not supported"),
+                    )),
+                };
+            match described {
+                Ok(all) => {
+                    out.configs = all
+                        .iter()
+                        .filter(|(d, _)| match &res.configuration_keys {
+                            Some(keys) => keys.iter().any(|k| k.as_str() == d.name),
+                            None => true,
+                        })
+                        .map(|(d, read_only)| encode_entry(d, *read_only, &req, call.version))
+                        .collect();
+                }
+                Err((code, message)) => {
+                    out.error_code = code.code();
+                    out.error_message = Some(s(message));
+                }
+            }
+            body.results.push(out);
+        }
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        for res in &r.results {
+            each(res.error_code);
+        }
+    }
+}

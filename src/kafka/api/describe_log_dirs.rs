@@ -1,0 +1,110 @@
+//! DescribeLogDirs (v1–v4): the broker's one log directory with each partition's size,
+//! gathered from the owning shards (see `partition_descriptions`).
+
+use super::handler::{Call, Handler};
+use super::partition_descriptions::*;
+use super::Ctx;
+use crate::kafka::frame::FrameError;
+use kafka_protocol::messages::describe_log_dirs_response::{
+    DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
+};
+use kafka_protocol::messages::{ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse};
+use kafka_protocol::protocol::StrBytes;
+use shards::mesh::TopicPartition;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub struct DescribeLogDirs;
+
+impl Handler for DescribeLogDirs {
+    const KEY: ApiKey = ApiKey::DescribeLogDirs;
+    const VERSIONS: (i16, i16) = (1, 4);
+    type Request = DescribeLogDirsRequest;
+    type Response = DescribeLogDirsResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let meta = ctx.shard.metadata.snapshot();
+        // Existing partitions asked for (all when the topic list is null), in name order.
+        let mut wanted: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        match &req.topics {
+            None => {
+                for t in meta.topics.values() {
+                    wanted.insert(t.name.clone(), (0..t.partitions).collect());
+                }
+            }
+            Some(topics) => {
+                for t in topics {
+                    let name = t.topic.0.as_str();
+                    let list = wanted.entry(name.to_string()).or_default();
+                    list.extend(
+                        t.partitions
+                            .iter()
+                            .filter(|p| meta.has_partition(name, **p)),
+                    );
+                    list.sort_unstable();
+                    list.dedup();
+                }
+                wanted.retain(|_, parts| !parts.is_empty());
+            }
+        }
+        let partitions: Vec<TopicPartition> = wanted
+            .iter()
+            .flat_map(|(name, parts)| {
+                let topic: Arc<str> = name.as_str().into();
+                parts.iter().map(move |p| TopicPartition {
+                    topic: topic.clone(),
+                    partition: *p,
+                })
+            })
+            .collect();
+        let described = describe(ctx, &partitions, false).await;
+
+        let mut result = DescribeLogDirsResult::default();
+        result.log_dir = StrBytes::from_string(ctx.config.data_dir.display().to_string());
+        let mut topics: BTreeMap<Arc<str>, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
+        for (tp, d) in partitions.iter().zip(described) {
+            // A partition deleted meanwhile is no longer hosted: left out.
+            let Ok(d) = d else { continue };
+            let mut p = DescribeLogDirsPartition::default();
+            p.partition_index = tp.partition;
+            p.partition_size = i64::try_from(d.size_bytes).unwrap_or(i64::MAX);
+            p.offset_lag = 0;
+            p.is_future_key = false;
+            topics.entry(tp.topic.clone()).or_default().push(p);
+        }
+        result.topics = topics
+            .into_iter()
+            .map(|(name, partitions)| {
+                let mut t = DescribeLogDirsTopic::default();
+                t.name =
+                    kafka_protocol::messages::TopicName(StrBytes::from_string(name.to_string()));
+                t.partitions = partitions;
+                t
+            })
+            .collect();
+        if call.version >= 4 {
+            match shards::housekeeping::filesystem_space(&ctx.config.data_dir) {
+                Some((total, usable)) => {
+                    result.total_bytes = i64::try_from(total).unwrap_or(i64::MAX);
+                    result.usable_bytes = i64::try_from(usable).unwrap_or(i64::MAX);
+                }
+                // Kafka's "unknown" for both.
+                None => (result.total_bytes, result.usable_bytes) = (-1, -1),
+            }
+        }
+        let mut body = DescribeLogDirsResponse::default();
+        body.results = vec![result];
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+        for d in &r.results {
+            each(d.error_code);
+        }
+    }
+}

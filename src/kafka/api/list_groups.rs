@@ -1,0 +1,83 @@
+//! ListGroups (v0–v5): every shard's groups, filtered by state (v4+) and type (v5; every
+//! group here is classic).
+
+use super::group_routing::*;
+use super::handler::{Call, Handler};
+use super::Ctx;
+use crate::kafka::frame::FrameError;
+use futures::channel::oneshot;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use shards::group::types::*;
+use shards::mesh::ShardMessage;
+
+pub struct ListGroups;
+
+impl Handler for ListGroups {
+    const KEY: ApiKey = ApiKey::ListGroups;
+    const VERSIONS: (i16, i16) = (0, 5);
+    type Request = ListGroupsRequest;
+    type Response = ListGroupsResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let v = call.version;
+        let calls = (0..ctx.shard.shard_count()).map(|target| {
+            let (tx, rx) = oneshot::channel();
+            ctx.shard.call(
+                target,
+                ShardMessage::Group {
+                    op: GroupOp::List,
+                    reply: tx,
+                },
+                rx,
+            )
+        });
+        let filter: Vec<String> = req
+            .states_filter
+            .iter()
+            .map(|x| s(x).to_ascii_lowercase())
+            .collect();
+        // v5 (KIP-848) filters by group type; every group here is a classic one.
+        let classic_wanted = req.types_filter.is_empty()
+            || req
+                .types_filter
+                .iter()
+                .any(|t| t.as_str().eq_ignore_ascii_case(CLASSIC_GROUP_TYPE));
+        let mut body = ListGroupsResponse::default();
+        for answer in futures::future::join_all(calls).await {
+            match answer {
+                Some(GroupAnswer::Listed(groups)) => {
+                    for g in groups {
+                        if !classic_wanted
+                            || (!filter.is_empty()
+                                && !filter.contains(&g.state.to_ascii_lowercase()))
+                        {
+                            continue;
+                        }
+                        let mut out = ListedGroup::default();
+                        out.group_id = GroupId(sb(g.group));
+                        out.protocol_type = sb(g.protocol_type);
+                        if v >= 4 {
+                            out.group_state = sb(g.state);
+                        }
+                        if v >= 5 {
+                            out.group_type = sb(CLASSIC_GROUP_TYPE.to_string());
+                        }
+                        body.groups.push(out);
+                    }
+                }
+                _ => body.error_code = ResponseError::CoordinatorNotAvailable.code(),
+            }
+        }
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+    }
+}

@@ -1,0 +1,104 @@
+//! OffsetCommit (v0–v8): offsets written to the group's `__consumer_offsets` partition
+//! by its coordinator shard, acknowledged once durable.
+
+use super::group_routing::*;
+use super::handler::{Call, Handler};
+use super::Ctx;
+use crate::kafka::frame::FrameError;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+use shards::group::types::*;
+
+pub struct OffsetCommit;
+
+impl Handler for OffsetCommit {
+    const KEY: ApiKey = ApiKey::OffsetCommit;
+    const VERSIONS: (i16, i16) = (0, 8);
+    type Request = OffsetCommitRequest;
+    type Response = OffsetCommitResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let v = call.version;
+        let group = s(&req.group_id.0);
+        let meta = ctx.shard.metadata.snapshot();
+        let mut offsets = Vec::new();
+        // Partitions of unknown topics are refused up front, as Kafka does.
+        let mut known: Vec<Vec<bool>> = Vec::with_capacity(req.topics.len());
+        for t in &req.topics {
+            let topic = s(&t.name.0);
+            let mut k = Vec::with_capacity(t.partitions.len());
+            for p in &t.partitions {
+                let ok = meta.has_partition(&topic, p.partition_index);
+                if ok {
+                    offsets.push((
+                        topic.clone(),
+                        p.partition_index,
+                        p.committed_offset,
+                        if v >= 6 { p.committed_leader_epoch } else { -1 },
+                        p.committed_metadata.as_ref().map(s).unwrap_or_default(),
+                    ));
+                }
+                k.push(ok);
+            }
+            known.push(k);
+        }
+        let n = offsets.len();
+        let results: Vec<Result<(), GroupError>> = if n == 0 {
+            Vec::new()
+        } else {
+            let op = GroupOp::Commit(CommitRequest {
+                group: group.clone(),
+                // v0 carries no generation: a commit from outside the group protocol.
+                generation: if v >= 1 {
+                    req.generation_id_or_member_epoch
+                } else {
+                    -1
+                },
+                member_id: if v >= 1 {
+                    s(&req.member_id)
+                } else {
+                    String::new()
+                },
+                group_instance_id: req.group_instance_id.as_ref().map(s),
+                offsets,
+            });
+            match ask_coordinator(ctx, &group, op).await {
+                Some(GroupAnswer::Commit(r)) => r,
+                _ => vec![Err(unavailable()); n],
+            }
+        };
+        let mut results = results.into_iter();
+        let mut body = OffsetCommitResponse::default();
+        for (t, k) in req.topics.iter().zip(known) {
+            let mut tr = OffsetCommitResponseTopic::default();
+            tr.name = t.name.clone();
+            for (p, ok) in t.partitions.iter().zip(k) {
+                let mut pr = OffsetCommitResponsePartition::default();
+                pr.partition_index = p.partition_index;
+                pr.error_code = if !ok {
+                    ResponseError::UnknownTopicOrPartition.code()
+                } else {
+                    code(&results.next().and_then(|r| r.err()))
+                };
+                tr.partitions.push(pr);
+            }
+            body.topics.push(tr);
+        }
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        for t in &r.topics {
+            for p in &t.partitions {
+                each(p.error_code);
+            }
+        }
+    }
+}

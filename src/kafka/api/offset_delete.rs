@@ -1,0 +1,80 @@
+//! OffsetDelete (v0): removes a group's committed offsets of partitions it no longer
+//! consumes (GROUP_SUBSCRIBED_TO_TOPIC for those it does).
+
+use super::group_routing::*;
+use super::handler::{Call, Handler};
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::FrameError;
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::*;
+use shards::group::types::*;
+
+pub struct OffsetDelete;
+
+impl Handler for OffsetDelete {
+    const KEY: ApiKey = ApiKey::OffsetDelete;
+    const VERSIONS: (i16, i16) = (0, 0);
+    type Request = OffsetDeleteRequest;
+    type Response = OffsetDeleteResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        _call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let group = s(&req.group_id.0);
+        let partitions: Vec<(String, i32)> = req
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions
+                    .iter()
+                    .map(move |p| (s(&t.name.0), p.partition_index))
+            })
+            .collect();
+        let answer = match ask_coordinator(
+            ctx,
+            &group,
+            GroupOp::DeleteOffsets {
+                group: group.clone(),
+                partitions,
+            },
+        )
+        .await
+        {
+            Some(GroupAnswer::OffsetsDeleted(r)) => r,
+            _ => Err(unavailable()),
+        };
+        let mut body = OffsetDeleteResponse::default();
+        match answer {
+            Err(e) => body.error_code = error_code::group(&e).code(),
+            Ok(results) => {
+                let mut results = results.into_iter();
+                for t in &req.topics {
+                    let mut tr = OffsetDeleteResponseTopic::default();
+                    tr.name = t.name.clone();
+                    for p in &t.partitions {
+                        let mut pr = OffsetDeleteResponsePartition::default();
+                        pr.partition_index = p.partition_index;
+                        pr.error_code = code(&results.next().and_then(|r| r.err()));
+                        tr.partitions.push(pr);
+                    }
+                    body.topics.push(tr);
+                }
+            }
+        }
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+        for t in &r.topics {
+            for p in &t.partitions {
+                each(p.error_code);
+            }
+        }
+    }
+}

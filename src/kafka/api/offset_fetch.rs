@@ -1,0 +1,116 @@
+//! OffsetFetch (v0–v8): committed offsets of one group (v0–v7) or of several (v8), all
+//! partitions or the named ones.
+
+use super::group_routing::*;
+use super::handler::{Call, Handler};
+use super::Ctx;
+use crate::kafka::error_code;
+use crate::kafka::frame::FrameError;
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::*;
+
+pub struct OffsetFetch;
+
+impl Handler for OffsetFetch {
+    const KEY: ApiKey = ApiKey::OffsetFetch;
+    const VERSIONS: (i16, i16) = (0, 8);
+    type Request = OffsetFetchRequest;
+    type Response = OffsetFetchResponse;
+
+    async fn handle(
+        ctx: &Ctx,
+        req: Self::Request,
+        call: &Call<'_>,
+    ) -> Result<Self::Response, FrameError> {
+        let v = call.version;
+        let mut body = OffsetFetchResponse::default();
+        if v >= 8 {
+            // The multi-group form: every group and every partition asked for is answered
+            // (a broker that dropped partitions here left clients consuming only one).
+            for g in &req.groups {
+                let group = s(&g.group_id.0);
+                let topics = g.topics.as_ref().map(|ts| {
+                    ts.iter()
+                        .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
+                        .collect()
+                });
+                let mut out = OffsetFetchResponseGroup::default();
+                out.group_id = g.group_id.clone();
+                match fetch_group_offsets(ctx, &group, topics).await {
+                    Err(e) => out.error_code = error_code::group(&e).code(),
+                    Ok(rows) => {
+                        for (topic, parts) in by_topic(rows) {
+                            let mut tr = OffsetFetchResponseTopics::default();
+                            tr.name = TopicName(sb(topic));
+                            for (p, c) in parts {
+                                let mut pr = OffsetFetchResponsePartitions::default();
+                                pr.partition_index = p;
+                                pr.committed_offset = c.as_ref().map(|c| c.offset).unwrap_or(-1);
+                                pr.committed_leader_epoch =
+                                    c.as_ref().map(|c| c.leader_epoch).unwrap_or(-1);
+                                pr.metadata = Some(sb(c.map(|c| c.metadata).unwrap_or_default()));
+                                tr.partitions.push(pr);
+                            }
+                            out.topics.push(tr);
+                        }
+                    }
+                }
+                body.groups.push(out);
+            }
+        } else {
+            let group = s(&req.group_id.0);
+            let topics = req.topics.as_ref().map(|ts| {
+                ts.iter()
+                    .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
+                    .collect()
+            });
+            match fetch_group_offsets(ctx, &group, topics).await {
+                Err(e) => {
+                    // v2+ has a top-level error code; before, the error goes per partition.
+                    if v >= 2 {
+                        body.error_code = error_code::group(&e).code();
+                    }
+                }
+                Ok(rows) => {
+                    for (topic, parts) in by_topic(rows) {
+                        let mut tr = OffsetFetchResponseTopic::default();
+                        tr.name = TopicName(sb(topic));
+                        for (p, c) in parts {
+                            let mut pr = OffsetFetchResponsePartition::default();
+                            pr.partition_index = p;
+                            pr.committed_offset = c.as_ref().map(|c| c.offset).unwrap_or(-1);
+                            if v >= 5 {
+                                pr.committed_leader_epoch =
+                                    c.as_ref().map(|c| c.leader_epoch).unwrap_or(-1);
+                            }
+                            pr.metadata = Some(sb(c.map(|c| c.metadata).unwrap_or_default()));
+                            tr.partitions.push(pr);
+                        }
+                        body.topics.push(tr);
+                    }
+                }
+            }
+        }
+        Ok(body)
+    }
+
+    fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        each(r.error_code);
+        for t in &r.topics {
+            for p in &t.partitions {
+                each(p.error_code);
+            }
+        }
+        for g in &r.groups {
+            each(g.error_code);
+            for t in &g.topics {
+                for p in &t.partitions {
+                    each(p.error_code);
+                }
+            }
+        }
+    }
+}
