@@ -83,6 +83,9 @@ export CORELOG_BIN="${CORELOG_BIN:-$target_dir/release/corelog}"
 log "cargo test --workspace --release"
 cargo test --workspace --release
 
+log "pytest tests/layering: no module cycles, crates depend only downwards"
+python3 -m pytest -q -p no:cacheprovider tests/layering
+
 # ---------------------------------------------------------------------------
 # end-to-end suite against the real broker
 # ---------------------------------------------------------------------------

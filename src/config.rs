@@ -9,7 +9,7 @@
 //! validated by the same code as a topic override.
 
 use crate::limits;
-use crate::net::connection_limits::{
+use crate::limits::{
     default_max_connections, parse_overrides, ConnectionLimitsConfig, MAX_CONNECTIONS_MIN,
 };
 use anyhow::{bail, Context};

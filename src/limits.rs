@@ -1,6 +1,10 @@
 //! Every fixed bound of the broker in one place, each with the reason for its value.
 //! Configurable limits (message.max.bytes, socket.request.max.bytes, …) have their
-//! defaults here and live in `config.rs`.
+//! defaults here and live in `config.rs`; the connection limits' configuration and its
+//! parsing are here too, so that configuration never depends on the network code.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
 
 /// Kafka's `socket.request.max.bytes` default: the largest frame a client may send.
 pub const SOCKET_REQUEST_MAX_BYTES: usize = 100 * 1024 * 1024;
@@ -70,3 +74,53 @@ const _: () = assert!(
     INFLIGHT_REQUESTS_PER_CONNECTION_MAX >= INFLIGHT_REQUESTS_PER_CONNECTION_MIN,
     "Kafka clients pipeline 5 by default"
 );
+
+// ---- connection limits (`net::connection_limits` enforces them) ----
+
+/// Fewest connections the total may be configured to (the broker must stay reachable).
+pub const MAX_CONNECTIONS_MIN: usize = 1;
+
+/// The configured limits (plain data, part of `BrokerConfig`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConnectionLimitsConfig {
+    /// Most connections open at once, broker-wide.
+    pub total_max: usize,
+    /// Most connections from one IP; `None`: unlimited.
+    pub per_ip_max: Option<usize>,
+    /// Per-IP limits that replace `per_ip_max` for the given addresses.
+    pub per_ip_overrides: HashMap<IpAddr, usize>,
+}
+
+/// Half of RLIMIT_NOFILE, at least 64. The hard limit is used: start-up raises the soft
+/// limit to it (`kernel::raise_nofile`), which an unprivileged process may always do.
+/// An unlimited hard limit counts as `NOFILE_ASSUMED_MAX`.
+pub fn default_max_connections() -> usize {
+    let nofile = crate::kernel::nofile_ceiling().unwrap_or(1024);
+    usize::try_from(nofile / 2).unwrap_or(usize::MAX).max(64)
+}
+
+/// Parses Kafka's `max.connections.per.ip.overrides`: `ip:count,ip:count`. Only IP
+/// literals (IPv6 too: the count follows the last colon); Kafka also accepts host
+/// names, which would need a DNS lookup at start-up that we do not do.
+pub fn parse_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
+    let mut out = HashMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (ip, count) = item
+            .rsplit_once(':')
+            .ok_or_else(|| format!("{item:?} is not IP:COUNT"))?;
+        let ip = ip.trim().trim_matches(|c| c == '[' || c == ']');
+        let ip: IpAddr = ip
+            .parse::<IpAddr>()
+            .map_err(|_| format!("{ip:?} is not an IP address (host names are not accepted)"))?
+            // Peers are compared in canonical form (an IPv4-mapped IPv6 address is IPv4).
+            .to_canonical();
+        let count: usize = count
+            .trim()
+            .parse()
+            .map_err(|_| format!("{item:?}: count is not a non-negative integer"))?;
+        if out.insert(ip, count).is_some() {
+            return Err(format!("{ip} is listed twice"));
+        }
+    }
+    Ok(out)
+}

@@ -12,43 +12,18 @@
 
 use crate::config::BrokerConfig;
 use crate::kafka::api::Ctx;
+use crate::net::shutdown::ShutdownSignal;
 use anyhow::Context;
-use event_listener::Event;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
 use shards::mesh::{Envelope, MESH_CHANNEL_CAPACITY};
 use shards::metadata::MetadataStore;
 use shards::shard::{Shard, ShardConfig};
-use std::cell::Cell;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-
-/// A shard-local shutdown flag that tasks can await.
-#[derive(Default)]
-pub struct ShutdownSignal {
-    fired: Cell<bool>,
-    event: Event,
-}
-
-impl ShutdownSignal {
-    pub fn fire(&self) {
-        self.fired.set(true);
-        self.event.notify(usize::MAX);
-    }
-
-    pub async fn wait(&self) {
-        loop {
-            let l = self.event.listen();
-            if self.fired.get() {
-                return;
-            }
-            l.await;
-        }
-    }
-}
 
 /// Process-wide state shared by all shards (atomics only; no locks on the hot path).
 #[derive(Default)]
@@ -253,7 +228,7 @@ async fn shard_main(
         glommio::timer::sleep(Duration::from_millis(2)).await;
     }
     shard.start_group_coordinator().await;
-    shards::housekeeping::start(&shard);
+    shard.housekeeping.start(shard.clone(), shard.peers.clone());
     life.groups_loaded.fetch_add(1, Ordering::AcqRel);
     if !barrier(&life.groups_loaded, n, &life).await {
         return Ok(());
@@ -316,7 +291,7 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>, config: &BrokerConfig) -> anyho
         validate_only: false,
         reply: tx,
     });
-    match shard.call(0, msg, rx).await {
+    match shard.peers.call(0, msg, rx).await {
         Some(results) => match results.into_iter().next() {
             Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),
             Some(Err(e)) => Err(anyhow::anyhow!("{e}")),

@@ -9,12 +9,11 @@
 
 use crate::mesh::*;
 use crate::metadata::{validate_topic_name, MetadataStore, TopicMeta};
-use crate::shard::{Shard, ShardConfig};
+use crate::shard_config::ShardConfig;
 use crate::topic_config;
 use futures::channel::oneshot;
 use glommio::sync::Semaphore;
 use std::collections::BTreeMap;
-use std::rc::Rc;
 use std::sync::Arc;
 
 /// Upper bound on partitions per topic, to keep one request from opening an unbounded
@@ -36,7 +35,7 @@ impl Controller {
         }
     }
 
-    pub async fn handle(&self, shard: &Rc<Shard>, req: ControllerRequest) {
+    pub async fn handle(&self, peers: &Peers, req: ControllerRequest) {
         let _permit = self.lock.acquire_permit(1).await;
         match req {
             ControllerRequest::CreateTopics {
@@ -44,11 +43,11 @@ impl Controller {
                 validate_only,
                 reply,
             } => {
-                let r = self.create_topics(shard, topics, validate_only).await;
+                let r = self.create_topics(peers, topics, validate_only).await;
                 let _ = reply.send(r);
             }
             ControllerRequest::DeleteTopics { names, reply } => {
-                let r = self.delete_topics(shard, names).await;
+                let r = self.delete_topics(peers, names).await;
                 let _ = reply.send(r);
             }
             ControllerRequest::CreatePartitions {
@@ -56,7 +55,7 @@ impl Controller {
                 validate_only,
                 reply,
             } => {
-                let r = self.create_partitions(shard, topics, validate_only).await;
+                let r = self.create_partitions(peers, topics, validate_only).await;
                 let _ = reply.send(r);
             }
             ControllerRequest::AlterTopicConfigs {
@@ -64,7 +63,7 @@ impl Controller {
                 validate_only,
                 reply,
             } => {
-                let r = self.alter_configs(shard, changes, validate_only).await;
+                let r = self.alter_configs(peers, changes, validate_only).await;
                 let _ = reply.send(r);
             }
             ControllerRequest::AllocateProducerIds { reply } => {
@@ -77,7 +76,7 @@ impl Controller {
                 reply,
             } => {
                 let r = self
-                    .alter_broker_configs(shard, resource, ops, validate_only)
+                    .alter_broker_configs(peers, resource, ops, validate_only)
                     .await;
                 let _ = reply.send(r);
             }
@@ -109,7 +108,7 @@ impl Controller {
 
     async fn create_topics(
         &self,
-        shard: &Rc<Shard>,
+        peers: &Peers,
         topics: Vec<NewTopic>,
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
@@ -161,7 +160,7 @@ impl Controller {
             return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
         }
         for (name, from, to) in created {
-            if let Err(e) = self.open_everywhere(shard, &name, from, to).await {
+            if let Err(e) = self.open_everywhere(peers, &name, from, to).await {
                 tracing::error!(topic = %name, error = %e, "opening partitions of a new topic");
             }
         }
@@ -172,13 +171,13 @@ impl Controller {
     /// shards without any left out — one mesh message per shard.
     fn by_owner(
         &self,
-        shard: &Shard,
+        peers: &Peers,
         topic: &str,
         range: std::ops::Range<i32>,
     ) -> impl Iterator<Item = (usize, Vec<i32>)> {
         let mut per_shard: Vec<Vec<i32>> = vec![Vec::new(); self.config.shard_count];
         for p in range {
-            if let Some(v) = per_shard.get_mut(shard.owner_of(topic, p)) {
+            if let Some(v) = per_shard.get_mut(peers.owner_of(topic, p)) {
                 v.push(p);
             }
         }
@@ -190,20 +189,20 @@ impl Controller {
 
     async fn open_everywhere(
         &self,
-        shard: &Rc<Shard>,
+        peers: &Peers,
         topic: &str,
         from: i32,
         to: i32,
     ) -> Result<(), TopicError> {
         let topic: Arc<str> = topic.into();
-        let calls = self.by_owner(shard, &topic, from..to).map(|(target, ps)| {
+        let calls = self.by_owner(peers, &topic, from..to).map(|(target, ps)| {
             let (tx, rx) = oneshot::channel();
-            let msg = ShardMessage::OpenPartitions {
+            let msg = PartitionRequest::OpenPartitions {
                 topic: topic.clone(),
                 partitions: ps,
                 reply: tx,
             };
-            shard.call(target, msg, rx)
+            peers.call(target, msg, rx)
         });
         for r in futures::future::join_all(calls).await {
             match r {
@@ -217,7 +216,7 @@ impl Controller {
 
     async fn delete_topics(
         &self,
-        shard: &Rc<Shard>,
+        peers: &Peers,
         names: Vec<String>,
     ) -> Vec<Result<(), TopicError>> {
         let mut next = (*self.metadata.snapshot()).clone();
@@ -241,15 +240,15 @@ impl Controller {
         for t in removed {
             let topic: Arc<str> = t.name.as_str().into();
             let calls = self
-                .by_owner(shard, &topic, 0..t.partitions)
+                .by_owner(peers, &topic, 0..t.partitions)
                 .map(|(target, ps)| {
                     let (tx, rx) = oneshot::channel();
-                    let msg = ShardMessage::DropPartitions {
+                    let msg = PartitionRequest::DropPartitions {
                         topic: topic.clone(),
                         partitions: ps,
                         reply: tx,
                     };
-                    shard.call(target, msg, rx)
+                    peers.call(target, msg, rx)
                 });
             futures::future::join_all(calls).await;
         }
@@ -258,7 +257,7 @@ impl Controller {
 
     async fn create_partitions(
         &self,
-        shard: &Rc<Shard>,
+        peers: &Peers,
         topics: Vec<(String, i32)>,
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
@@ -292,7 +291,7 @@ impl Controller {
             return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
         }
         for (name, from, to) in grown {
-            if let Err(e) = self.open_everywhere(shard, &name, from, to).await {
+            if let Err(e) = self.open_everywhere(peers, &name, from, to).await {
                 tracing::error!(topic = %name, error = %e, "opening new partitions");
             }
         }
@@ -304,7 +303,7 @@ impl Controller {
     /// then the owning shards re-resolve their partitions' configs.
     async fn alter_configs(
         &self,
-        shard: &Rc<Shard>,
+        peers: &Peers,
         changes: Vec<TopicConfigChange>,
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
@@ -353,11 +352,11 @@ impl Controller {
             let topic: Arc<str> = name.as_str().into();
             let calls = (0..self.config.shard_count).map(|target| {
                 let (tx, rx) = oneshot::channel();
-                let msg = ShardMessage::ApplyTopicConfig {
+                let msg = PartitionRequest::ApplyTopicConfig {
                     topic: topic.clone(),
                     reply: tx,
                 };
-                shard.call(target, msg, rx)
+                peers.call(target, msg, rx)
             });
             futures::future::join_all(calls).await;
         }
@@ -382,7 +381,7 @@ impl Controller {
     /// a key take the new value at once (Kafka's dynamic `log.*` defaults).
     async fn alter_broker_configs(
         &self,
-        shard: &Rc<Shard>,
+        peers: &Peers,
         resource: String,
         ops: ConfigOps,
         validate_only: bool,
@@ -458,7 +457,11 @@ impl Controller {
         self.persist(next).await?;
         let calls = (0..self.config.shard_count).map(|target| {
             let (tx, rx) = oneshot::channel();
-            shard.call(target, ShardMessage::ApplyBrokerConfig { reply: tx }, rx)
+            peers.call(
+                target,
+                PartitionRequest::ApplyBrokerConfig { reply: tx },
+                rx,
+            )
         });
         futures::future::join_all(calls).await;
         Ok(())

@@ -15,14 +15,20 @@
 //! under the limits, shard 0 lifts the refusal the same way. Refusing happens before an
 //! append is queued, so nothing acknowledged is ever lost to a full disk.
 
-use crate::mesh::ShardMessage;
+use crate::mesh::{HousekeepingMessage, Peers, TopicPartition};
 use crate::routing::ShardId;
-use crate::shard::Shard;
+use corelog_partition::Partition;
 use corelog_storage::compaction::cleaner;
 use glommio::{Latency, Shares};
+use std::cell::RefCell;
 use std::path::Path;
+use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// The shard that keeps the disk budget of all shards.
+pub const DISK_BUDGET_SHARD: ShardId = 0;
 
 /// How often shards report their disk use to shard 0.
 pub const DISK_REPORT_INTERVAL: Duration = Duration::from_secs(1);
@@ -74,69 +80,148 @@ pub fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
-/// Starts this shard's retention/compaction loop and disk reporter.
-pub fn start(shard: &Rc<Shard>) {
-    cleaner::set_io_limit(shard.config.housekeeping.cleaner_io_bytes_per_second);
-    let queue = glommio::executor().create_task_queue(
-        Shares::Static(HOUSEKEEPING_SHARES),
-        Latency::NotImportant,
-        "housekeeping",
-    );
-    let s = shard.clone();
-    let spawned = glommio::spawn_local_into(
-        async move {
-            let hk = &s.config.housekeeping;
-            let tick = hk
-                .cleaner_backoff
-                .min(hk.check_interval)
-                .min(hk.producer_id_expiration_check_interval);
-            let mut last_retention = std::time::Instant::now();
-            let mut last_expiry = std::time::Instant::now();
-            loop {
-                glommio::timer::sleep(tick).await;
-                if last_retention.elapsed() >= hk.check_interval {
-                    last_retention = std::time::Instant::now();
-                    retention_round(&s).await;
-                }
-                if last_expiry.elapsed() >= hk.producer_id_expiration_check_interval {
-                    last_expiry = std::time::Instant::now();
-                    producer_expiry_round(&s).await;
-                }
-                compaction_round(&s).await;
-            }
-        },
-        queue,
-    );
-    match spawned {
-        Ok(task) => {
-            task.detach();
+/// The partitions housekeeping works on: the shard's partition table, seen through this
+/// trait so that housekeeping never depends on the shard that holds it.
+pub trait PartitionSet {
+    /// Every open partition of the shard, in a stable order.
+    fn partitions(&self) -> Vec<(TopicPartition, Rc<Partition>)>;
+}
+
+/// One shard's housekeeping: its background rounds, the produce refusal it was told of,
+/// and on shard 0 the disk budget of all shards.
+pub struct Housekeeping {
+    config: HousekeepingConfig,
+    data_dir: PathBuf,
+    /// Why produces are refused (shard 0's disk verdict), if they are.
+    produce_refused: RefCell<Option<Arc<str>>>,
+    /// Shard 0 only: every shard's last disk report.
+    disk_budget: RefCell<DiskBudget>,
+}
+
+impl Housekeeping {
+    pub fn new(config: HousekeepingConfig, data_dir: PathBuf, shard_count: usize) -> Housekeeping {
+        Housekeeping {
+            config,
+            data_dir,
+            produce_refused: RefCell::new(None),
+            disk_budget: RefCell::new(DiskBudget::new(shard_count)),
         }
-        Err(e) => tracing::error!(error = %e, "starting housekeeping"),
     }
-    let s = shard.clone();
-    let reporter = glommio::spawn_local_into(
-        async move {
-            loop {
-                glommio::timer::sleep(DISK_REPORT_INTERVAL).await;
-                let bytes = s.log_bytes();
-                s.tell(0, ShardMessage::DiskUsage { shard: s.id, bytes })
-                    .await;
+
+    /// Why produces are refused right now, if they are.
+    pub fn produce_refused(&self) -> Option<Arc<str>> {
+        self.produce_refused.borrow().clone()
+    }
+
+    /// Handles a housekeeping message: a shard's disk report (on shard 0, which tells
+    /// every shard when the verdict changes) or that verdict.
+    pub async fn handle(&self, msg: HousekeepingMessage, peers: &Peers) {
+        match msg {
+            HousekeepingMessage::DiskUsage { shard, bytes } => {
+                let verdict = self.disk_budget.borrow_mut().report(
+                    shard,
+                    bytes,
+                    &self.config,
+                    &self.data_dir,
+                );
+                let Some(verdict) = verdict else {
+                    return;
+                };
+                match &verdict {
+                    Some(why) => {
+                        tracing::warn!(reason = %why, "refusing produce requests until retention frees space")
+                    }
+                    None => {
+                        tracing::info!(
+                            "disk usage is back under its limits; accepting produce requests"
+                        )
+                    }
+                }
+                let refuse: Option<Arc<str>> = verdict.map(Into::into);
+                for target in 0..peers.shard_count() {
+                    let msg = HousekeepingMessage::DiskPressure {
+                        refuse: refuse.clone(),
+                    };
+                    peers.tell(target, msg).await;
+                }
             }
-        },
-        queue,
-    );
-    match reporter {
-        Ok(task) => {
-            task.detach();
+            HousekeepingMessage::DiskPressure { refuse } => {
+                *self.produce_refused.borrow_mut() = refuse;
+            }
         }
-        Err(e) => tracing::error!(error = %e, "starting the disk reporter"),
+    }
+
+    /// Starts this shard's retention, compaction and producer-expiry rounds and its disk
+    /// reporter, in a low-priority task queue.
+    pub fn start(self: &Rc<Self>, partitions: Rc<dyn PartitionSet>, peers: Rc<Peers>) {
+        cleaner::set_io_limit(self.config.cleaner_io_bytes_per_second);
+        let queue = glommio::executor().create_task_queue(
+            Shares::Static(HOUSEKEEPING_SHARES),
+            Latency::NotImportant,
+            "housekeeping",
+        );
+        let hk = self.config.clone();
+        let set = partitions.clone();
+        let spawned = glommio::spawn_local_into(
+            async move {
+                let tick = hk
+                    .cleaner_backoff
+                    .min(hk.check_interval)
+                    .min(hk.producer_id_expiration_check_interval);
+                let mut last_retention = std::time::Instant::now();
+                let mut last_expiry = std::time::Instant::now();
+                loop {
+                    glommio::timer::sleep(tick).await;
+                    if last_retention.elapsed() >= hk.check_interval {
+                        last_retention = std::time::Instant::now();
+                        retention_round(&*set).await;
+                    }
+                    if last_expiry.elapsed() >= hk.producer_id_expiration_check_interval {
+                        last_expiry = std::time::Instant::now();
+                        producer_expiry_round(&*set, hk.producer_id_expiration_ms).await;
+                    }
+                    compaction_round(&*set, hk.cleaner_buffer_bytes).await;
+                }
+            },
+            queue,
+        );
+        match spawned {
+            Ok(task) => {
+                task.detach();
+            }
+            Err(e) => tracing::error!(error = %e, "starting housekeeping"),
+        }
+        let reporter = glommio::spawn_local_into(
+            async move {
+                loop {
+                    glommio::timer::sleep(DISK_REPORT_INTERVAL).await;
+                    let bytes = partitions
+                        .partitions()
+                        .iter()
+                        .map(|(_, p)| p.log().size_bytes())
+                        .sum();
+                    let report = HousekeepingMessage::DiskUsage {
+                        shard: peers.id(),
+                        bytes,
+                    };
+                    peers.tell(DISK_BUDGET_SHARD, report).await;
+                }
+            },
+            queue,
+        );
+        match reporter {
+            Ok(task) => {
+                task.detach();
+            }
+            Err(e) => tracing::error!(error = %e, "starting the disk reporter"),
+        }
     }
 }
 
 /// Retention for each of this shard's partitions.
-pub async fn retention_round(shard: &Rc<Shard>) {
+pub async fn retention_round(set: &dyn PartitionSet) {
     let now = now_ms();
-    for (tp, log) in shard.logs() {
+    for (tp, log) in set.partitions() {
         match log.enforce_retention(now).await {
             Ok(0) => {}
             Ok(deleted) => {
@@ -151,11 +236,10 @@ pub async fn retention_round(shard: &Rc<Shard>) {
 }
 
 /// Forgets idle idempotent producers in each of this shard's partitions.
-pub async fn producer_expiry_round(shard: &Rc<Shard>) {
+pub async fn producer_expiry_round(set: &dyn PartitionSet, expiration_ms: i64) {
     let now = now_ms();
-    let expiration = shard.config.housekeeping.producer_id_expiration_ms;
-    for (tp, log) in shard.logs() {
-        let expired = log.log().expire_producers(now, expiration);
+    for (tp, log) in set.partitions() {
+        let expired = log.log().expire_producers(now, expiration_ms);
         if expired > 0 {
             tracing::debug!(topic = %tp.topic, partition = tp.partition, expired, "expired idle producer ids");
         }
@@ -164,16 +248,10 @@ pub async fn producer_expiry_round(shard: &Rc<Shard>) {
 }
 
 /// A compaction pass for each of this shard's compacted partitions that is due.
-pub async fn compaction_round(shard: &Rc<Shard>) {
+pub async fn compaction_round(set: &dyn PartitionSet, buffer_bytes: usize) {
     let now = now_ms();
-    for (tp, log) in shard.logs() {
-        match cleaner::clean_if_due(
-            log.log(),
-            shard.config.housekeeping.cleaner_buffer_bytes,
-            now,
-        )
-        .await
-        {
+    for (tp, log) in set.partitions() {
+        match cleaner::clean_if_due(log.log(), buffer_bytes, now).await {
             Ok(Some(stats)) => {
                 tracing::info!(topic = %tp.topic, partition = tp.partition, ?stats, "compacted")
             }

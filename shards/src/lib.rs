@@ -19,6 +19,7 @@
 //! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
 //! - [`topic_config`]: the topic configuration keys, their validation and description.
 //! - [`client_quota`]: quota entities and the usage reports shards exchange.
+//! - [`producer_ids`]: the block of producer ids a shard hands out.
 //! - [`storage_context`]: the clock and metrics observer handed to the storage engine.
 //!
 //! It builds on `corelog-partition`, `corelog-storage` and `corelog-metrics`, and must
@@ -33,7 +34,9 @@ pub mod housekeeping;
 
 pub mod mesh;
 pub mod metadata;
+pub mod producer_ids;
 pub mod routing;
 pub mod shard;
+pub mod shard_config;
 pub mod storage_context;
 pub mod topic_config;

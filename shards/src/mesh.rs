@@ -1,6 +1,11 @@
-//! The typed messages that cross cores.
+//! The typed messages that cross cores, and [`Peers`], the one way to send them.
 //!
-//! Every cross-shard operation is one `ShardMessage` carrying its own reply channel
+//! `ShardMessage` has one variant per service of a shard, each carrying that service's
+//! own message type (`PartitionRequest`, `ControllerRequest`, `GroupOp`,
+//! `HousekeepingMessage`, …). This module is the vocabulary every service shares: it
+//! depends on no service, and no service depends on the shard.
+//!
+//! Every cross-shard operation is one message carrying its own reply channel
 //! (a oneshot, completed on the receiving shard and awaited on the sender's). Messages
 //! are sent once per (request, shard), never once per partition. Record bytes inside are
 //! `Bytes`: moving a message moves a reference count, not the data.
@@ -8,6 +13,8 @@
 //! The mesh itself is glommio's `channel_mesh` (bounded, lock-free, one channel per pair
 //! of executors), built once at start-up before any connection is accepted.
 
+use crate::routing::ShardId;
+pub use crate::routing::TopicPartition;
 use bytes::Bytes;
 pub use corelog_partition::{
     EpochError, FoundOffset, Isolation, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP,
@@ -15,6 +22,9 @@ pub use corelog_partition::{
 };
 use corelog_storage::{AppendError, ReadError};
 use futures::channel::oneshot;
+use glommio::channels::channel_mesh::Senders;
+use std::cell::RefCell;
+use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -22,12 +32,6 @@ pub type Reply<T> = oneshot::Sender<T>;
 
 /// Bound of each mesh channel: how many messages one shard may have queued at another.
 pub const MESH_CHANNEL_CAPACITY: usize = 1024;
-
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct TopicPartition {
-    pub topic: Arc<str>,
-    pub partition: i32,
-}
 
 /// `acks` of a produce request, validated at decode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -261,7 +265,9 @@ pub struct Envelope {
     pub msg: ShardMessage,
 }
 
-pub enum ShardMessage {
+/// What the partition table of a shard serves: produce, reads, lookups, and opening,
+/// closing and reconfiguring its partitions.
+pub enum PartitionRequest {
     Produce {
         acks: Acks,
         timeout_ms: u64,
@@ -306,15 +312,10 @@ pub enum ShardMessage {
     },
     /// The topic's configuration changed in the metadata: re-resolve it for the
     /// partitions this shard owns.
-    ApplyTopicConfig {
-        topic: Arc<str>,
-        reply: Reply<()>,
-    },
+    ApplyTopicConfig { topic: Arc<str>, reply: Reply<()> },
     /// The dynamic broker configs changed in the metadata: re-resolve every partition's
     /// config on this shard.
-    ApplyBrokerConfig {
-        reply: Reply<()>,
-    },
+    ApplyBrokerConfig { reply: Reply<()> },
     /// DescribeLogDirs and DescribeProducers: each partition's size and, when asked, its
     /// idempotent producers.
     DescribePartitions {
@@ -327,16 +328,22 @@ pub enum ShardMessage {
         partitions: Vec<(TopicPartition, i64)>,
         reply: Reply<Vec<Result<i64, PartitionError>>>,
     },
+}
+
+/// Housekeeping's messages: the disk budget kept by shard 0.
+pub enum HousekeepingMessage {
     /// A shard's periodic report of the bytes its logs hold (to shard 0; no reply).
-    DiskUsage {
-        shard: usize,
-        bytes: u64,
-    },
+    DiskUsage { shard: usize, bytes: u64 },
     /// Shard 0's verdict for every shard: refuse produces (with why), or accept again.
-    DiskPressure {
-        refuse: Option<Arc<str>>,
-    },
+    DiskPressure { refuse: Option<Arc<str>> },
+}
+
+/// Every message a shard takes from the mesh, one variant per service it holds; each
+/// service handles only its own message type.
+pub enum ShardMessage {
+    Partition(PartitionRequest),
     Controller(ControllerRequest),
+    Housekeeping(HousekeepingMessage),
     /// A consumer-group operation, sent to the group's coordinator shard (or, for List,
     /// to every shard).
     Group {
@@ -353,4 +360,102 @@ pub enum ShardMessage {
     /// A shard's bytes per quota sensor in its last completed window (to every other
     /// shard, once a window; no reply).
     QuotaUsage(Arc<crate::client_quota::UsageReport>),
+}
+
+impl From<PartitionRequest> for ShardMessage {
+    fn from(r: PartitionRequest) -> ShardMessage {
+        ShardMessage::Partition(r)
+    }
+}
+
+impl From<ControllerRequest> for ShardMessage {
+    fn from(r: ControllerRequest) -> ShardMessage {
+        ShardMessage::Controller(r)
+    }
+}
+
+impl From<HousekeepingMessage> for ShardMessage {
+    fn from(m: HousekeepingMessage) -> ShardMessage {
+        ShardMessage::Housekeeping(m)
+    }
+}
+
+/// Where a message for this very shard goes: handled on its own executor, never through
+/// the channels (a shard has none to itself).
+pub trait Inbox {
+    fn deliver(self: Rc<Self>, msg: ShardMessage);
+}
+
+/// This shard's end of the mesh: the one way every service of a shard reaches the
+/// others. Services hold it instead of the shard, so none of them depends on `Shard`.
+pub struct Peers {
+    id: ShardId,
+    shard_count: usize,
+    senders: Senders<Envelope>,
+    /// This shard, set once it exists (the shard holds its `Peers`).
+    local: RefCell<Option<Weak<dyn Inbox>>>,
+}
+
+impl Peers {
+    pub fn new(id: ShardId, shard_count: usize, senders: Senders<Envelope>) -> Peers {
+        Peers {
+            id,
+            shard_count,
+            senders,
+            local: RefCell::new(None),
+        }
+    }
+
+    /// Makes `inbox` the receiver of messages this shard sends to itself.
+    pub fn set_local(&self, inbox: Weak<dyn Inbox>) {
+        *self.local.borrow_mut() = Some(inbox);
+    }
+
+    pub fn id(&self) -> ShardId {
+        self.id
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.shard_count
+    }
+
+    /// The shard that owns `partition` of `topic`.
+    pub fn owner_of(&self, topic: &str, partition: i32) -> ShardId {
+        crate::routing::shard_of(topic, partition, self.shard_count)
+    }
+
+    /// Sends `msg` to `target` and awaits the reply on `rx`. `None` when the target is
+    /// gone (shutdown).
+    pub async fn call<T>(
+        &self,
+        target: ShardId,
+        msg: impl Into<ShardMessage>,
+        rx: oneshot::Receiver<T>,
+    ) -> Option<T> {
+        if !self.tell(target, msg).await {
+            return None;
+        }
+        rx.await.ok()
+    }
+
+    /// Sends `msg` to `target` without waiting for an answer; `false` when the target is
+    /// gone (shutdown).
+    pub async fn tell(&self, target: ShardId, msg: impl Into<ShardMessage>) -> bool {
+        let msg = msg.into();
+        if target == self.id {
+            let local = self.local.borrow().as_ref().and_then(Weak::upgrade);
+            return match local {
+                Some(inbox) => {
+                    inbox.deliver(msg);
+                    true
+                }
+                None => false,
+            };
+        }
+        let envelope = Envelope {
+            sent_at: Instant::now(),
+            msg,
+        };
+        self.senders.send_to(target, envelope).await.is_ok()
+    }
 }

@@ -25,6 +25,13 @@ pub fn shard_of(topic: &str, partition: i32, shard_count: usize) -> ShardId {
     (start.wrapping_add(index) % shard_count as u64) as ShardId
 }
 
+/// One partition of one topic: what the routing maps to a shard.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct TopicPartition {
+    pub topic: std::sync::Arc<str>,
+    pub partition: i32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,28 +1,35 @@
-//! One core's state: the partitions it owns and its end of the cross-core mesh.
+//! One core's state: the partition table it owns, the services it holds, and the
+//! dispatch of the messages other cores send it.
 //!
 //! A `Shard` lives on one glommio executor and is shared there as `Rc<Shard>`. It owns
 //! every partition `p` with `routing::shard_of(topic, p) == id` and is the only code
 //! that touches their logs. Other shards reach them only through [`ShardMessage`]s.
+//!
+//! Services, each with its own message type and none depending on `Shard`: the
+//! controller (shard 0, `ControllerRequest`), the group coordinator (`GroupOp`),
+//! housekeeping (`HousekeepingMessage`; it sees the partitions through `PartitionSet`),
+//! the quota usage inbox, and the producer-id block. They reach other shards through
+//! [`Peers`], this shard's end of the mesh, never through the shard itself.
 //!
 //! Invariants: a partition is open on at most one shard (its owner) and at most once
 //! (opens and drops are serialised by `admin_lock`); a handler asserts the partitions it
 //! is given are its own; no `RefCell` borrow crosses an `.await`.
 
 use crate::controller::Controller;
-use crate::group::coordinator::{offsets_tp, GroupConfig, GroupCoordinator};
+use crate::group::coordinator::{offsets_tp, GroupCoordinator};
 use crate::group::OFFSETS_TOPIC;
-use crate::housekeeping::DiskBudget;
+use crate::housekeeping::{Housekeeping, PartitionSet};
 use crate::mesh::*;
 use crate::metadata::{partition_dir, MetadataStore};
+use crate::producer_ids::ProducerIds;
 use crate::routing::{shard_of, ShardId};
+pub use crate::shard_config::ShardConfig;
 use corelog_partition::{Isolation, Partition};
 use corelog_storage::{AckLevel, LogConfig};
-use futures::channel::oneshot;
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -35,35 +42,21 @@ const OFFSET_EXPIRY_CHECK_TICKS: u64 = 20;
 /// among its partitions (each gets between 1 and 64 MiB).
 const PREALLOCATION_SHARD_BYTES: u64 = 1 << 30;
 
-pub struct ShardConfig {
-    /// This broker's node id (its dynamic broker configs are stored under it).
-    pub node_id: i32,
-    pub data_dir: PathBuf,
-    pub log: LogConfig,
-    pub shard_count: usize,
-    pub groups: GroupConfig,
-    pub housekeeping: crate::housekeeping::HousekeepingConfig,
-    /// All tail caches of this shard together (`log/tail_cache_budget.rs`).
-    pub tail_cache_shard_bytes: u64,
-}
-
 pub struct Shard {
     pub id: ShardId,
     pub config: Arc<ShardConfig>,
     pub metadata: Arc<MetadataStore>,
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
-    senders: Senders<Envelope>,
+    /// This shard's end of the mesh, shared with the services it holds.
+    pub peers: Rc<Peers>,
     admin_lock: Semaphore,
     controller: Option<Controller>,
     pub groups: GroupCoordinator,
-    /// Why produces are refused (shard 0's disk verdict), if they are.
-    produce_refused: RefCell<Option<Arc<str>>>,
-    /// Shard 0 only: every shard's last disk report.
-    disk_budget: RefCell<DiskBudget>,
+    /// Retention, compaction, producer expiry and the disk budget.
+    pub housekeeping: Rc<Housekeeping>,
     /// Producer ids this shard may hand out without asking the controller: `[next, end)`.
-    producer_ids: RefCell<std::ops::Range<i64>>,
-    /// One refill of `producer_ids` at a time.
-    producer_id_refill: Semaphore,
+    /// Producer ids this shard may hand out (InitProducerId).
+    pub producer_ids: ProducerIds,
     /// Other shards' quota usage reports, drained by the broker's quota manager.
     pub quota_usage: crate::client_quota::UsageInbox,
     /// The clock and observer this shard's logs are opened with.
@@ -78,47 +71,29 @@ impl Shard {
         senders: Senders<Envelope>,
     ) -> Rc<Shard> {
         let config_shards = config.shard_count;
-        Rc::new(Shard {
+        let peers = Rc::new(Peers::new(id, config.shard_count, senders));
+        let shard = Rc::new(Shard {
             id,
             controller: (id == crate::routing::CONTROLLER_SHARD)
                 .then(|| Controller::new(metadata.clone(), config.clone())),
             groups: GroupCoordinator::new(config.groups.clone()),
-            disk_budget: RefCell::new(DiskBudget::new(config.shard_count)),
-            produce_refused: RefCell::new(None),
+            housekeeping: Rc::new(Housekeeping::new(
+                config.housekeeping.clone(),
+                config.data_dir.clone(),
+                config.shard_count,
+            )),
             config,
             metadata,
             partitions: RefCell::new(HashMap::new()),
-            senders,
+            peers,
             admin_lock: Semaphore::new(1),
-            producer_ids: RefCell::new(0..0),
-            producer_id_refill: Semaphore::new(1),
+            producer_ids: ProducerIds::default(),
             quota_usage: crate::client_quota::UsageInbox::new(config_shards),
             storage_context: crate::storage_context::storage_context(),
-        })
-    }
-
-    /// A producer id never handed out before (by any shard, in any run of the broker),
-    /// from this shard's block; a new block comes from the controller when it runs out.
-    pub async fn allocate_producer_id(self: &Rc<Self>) -> Result<i64, TopicError> {
-        loop {
-            if let Some(id) = self.producer_ids.borrow_mut().next() {
-                return Ok(id);
-            }
-            let _refill = self.producer_id_refill.acquire_permit(1).await;
-            if !self.producer_ids.borrow().is_empty() {
-                continue; // another request refilled it while this one waited
-            }
-            let (tx, rx) = oneshot::channel();
-            let msg =
-                ShardMessage::Controller(ControllerRequest::AllocateProducerIds { reply: tx });
-            let start = self
-                .call(crate::routing::CONTROLLER_SHARD, msg, rx)
-                .await
-                .unwrap_or_else(|| {
-                    Err(TopicError::Storage("the controller is unavailable".into()))
-                })?;
-            *self.producer_ids.borrow_mut() = start..start + PRODUCER_ID_BLOCK;
-        }
+        });
+        let inbox: Rc<dyn Inbox> = shard.clone();
+        shard.peers.set_local(Rc::downgrade(&inbox));
+        shard
     }
 
     pub fn shard_count(&self) -> usize {
@@ -127,34 +102,6 @@ impl Shard {
 
     pub fn owner_of(&self, topic: &str, partition: i32) -> ShardId {
         shard_of(topic, partition, self.config.shard_count)
-    }
-
-    /// Sends `msg` to `target` (handled inline when it is this shard) and awaits the
-    /// reply on `rx`. `None` when the target is gone (shutdown).
-    pub async fn call<T>(
-        self: &Rc<Self>,
-        target: ShardId,
-        msg: ShardMessage,
-        rx: oneshot::Receiver<T>,
-    ) -> Option<T> {
-        if !self.tell(target, msg).await {
-            return None;
-        }
-        rx.await.ok()
-    }
-
-    /// Sends `msg` to `target` (handled inline when it is this shard) without waiting
-    /// for an answer; `false` when the target is gone (shutdown).
-    pub async fn tell(self: &Rc<Self>, target: ShardId, msg: ShardMessage) -> bool {
-        if target == self.id {
-            glommio::spawn_local(self.clone().handle(msg)).detach();
-            return true;
-        }
-        let envelope = Envelope {
-            sent_at: Instant::now(),
-            msg,
-        };
-        self.senders.send_to(target, envelope).await.is_ok()
     }
 
     /// Every open partition of this shard.
@@ -180,7 +127,7 @@ impl Shard {
 
     /// Why produces are refused right now, if they are.
     pub fn produce_refused(&self) -> Option<Arc<str>> {
-        self.produce_refused.borrow().clone()
+        self.housekeeping.produce_refused()
     }
 
     /// Opens this shard's partitions of every known topic (start-up).
@@ -207,33 +154,33 @@ impl Shard {
     /// Handles one message addressed to this shard.
     pub async fn handle(self: Rc<Self>, msg: ShardMessage) {
         match msg {
-            ShardMessage::Produce {
+            ShardMessage::Partition(PartitionRequest::Produce {
                 acks,
                 timeout_ms,
                 partitions,
                 reply,
-            } => {
+            }) => {
                 let out = self.produce(acks, timeout_ms, partitions).await;
                 let _ = reply.send(out);
             }
-            ShardMessage::Fetch {
+            ShardMessage::Partition(PartitionRequest::Fetch {
                 partitions,
                 budget,
                 isolation,
                 reply,
-            } => {
+            }) => {
                 let out = self.fetch(partitions, budget, isolation).await;
                 let _ = reply.send(out);
             }
-            ShardMessage::WaitForData {
+            ShardMessage::Partition(PartitionRequest::WaitForData {
                 partitions,
                 deadline,
                 reply,
-            } => {
+            }) => {
                 self.wait_for_data(partitions, deadline).await;
                 let _ = reply.send(());
             }
-            ShardMessage::ListOffsets { partitions, reply } => {
+            ShardMessage::Partition(PartitionRequest::ListOffsets { partitions, reply }) => {
                 let mut out = Vec::with_capacity(partitions.len());
                 for input in partitions {
                     out.push(OffsetsOutput {
@@ -242,7 +189,7 @@ impl Shard {
                 }
                 let _ = reply.send(out);
             }
-            ShardMessage::EpochEndOffsets { partitions, reply } => {
+            ShardMessage::Partition(PartitionRequest::EpochEndOffsets { partitions, reply }) => {
                 let out = partitions
                     .iter()
                     .map(|q| {
@@ -255,34 +202,34 @@ impl Shard {
                     .collect();
                 let _ = reply.send(out);
             }
-            ShardMessage::OpenPartitions {
+            ShardMessage::Partition(PartitionRequest::OpenPartitions {
                 topic,
                 partitions,
                 reply,
-            } => {
+            }) => {
                 let _ = reply.send(self.open_partitions(topic, partitions).await);
             }
-            ShardMessage::DropPartitions {
+            ShardMessage::Partition(PartitionRequest::DropPartitions {
                 topic,
                 partitions,
                 reply,
-            } => {
+            }) => {
                 self.drop_partitions(topic, partitions).await;
                 let _ = reply.send(());
             }
-            ShardMessage::ApplyTopicConfig { topic, reply } => {
+            ShardMessage::Partition(PartitionRequest::ApplyTopicConfig { topic, reply }) => {
                 self.apply_topic_config(&topic);
                 let _ = reply.send(());
             }
-            ShardMessage::ApplyBrokerConfig { reply } => {
+            ShardMessage::Partition(PartitionRequest::ApplyBrokerConfig { reply }) => {
                 self.apply_all_topic_configs();
                 let _ = reply.send(());
             }
-            ShardMessage::DescribePartitions {
+            ShardMessage::Partition(PartitionRequest::DescribePartitions {
                 partitions,
                 with_producers,
                 reply,
-            } => {
+            }) => {
                 let out = partitions
                     .iter()
                     .map(|tp| {
@@ -302,7 +249,7 @@ impl Shard {
                     .collect();
                 let _ = reply.send(out);
             }
-            ShardMessage::DeleteRecords { partitions, reply } => {
+            ShardMessage::Partition(PartitionRequest::DeleteRecords { partitions, reply }) => {
                 let mut out = Vec::with_capacity(partitions.len());
                 for (tp, offset) in partitions {
                     out.push(match self.partition(&tp) {
@@ -315,39 +262,9 @@ impl Shard {
                 }
                 let _ = reply.send(out);
             }
-            ShardMessage::DiskUsage { shard, bytes } => {
-                let verdict = self.disk_budget.borrow_mut().report(
-                    shard,
-                    bytes,
-                    &self.config.housekeeping,
-                    &self.config.data_dir,
-                );
-                if let Some(verdict) = verdict {
-                    match &verdict {
-                        Some(why) => {
-                            tracing::warn!(reason = %why, "refusing produce requests until retention frees space")
-                        }
-                        None => tracing::info!(
-                            "disk usage is back under its limits; accepting produce requests"
-                        ),
-                    }
-                    let refuse: Option<Arc<str>> = verdict.map(Into::into);
-                    for target in 0..self.config.shard_count {
-                        self.tell(
-                            target,
-                            ShardMessage::DiskPressure {
-                                refuse: refuse.clone(),
-                            },
-                        )
-                        .await;
-                    }
-                }
-            }
-            ShardMessage::DiskPressure { refuse } => {
-                *self.produce_refused.borrow_mut() = refuse;
-            }
+            ShardMessage::Housekeeping(m) => self.housekeeping.handle(m, &self.peers).await,
             ShardMessage::Controller(req) => match &self.controller {
-                Some(c) => c.handle(&self, req).await,
+                Some(c) => c.handle(&self.peers, req).await,
                 None => tracing::error!(
                     shard = self.id,
                     "controller request sent to a shard that is not the controller"
@@ -714,5 +631,17 @@ impl Shard {
     pub async fn close_all(&self) {
         let logs: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
         futures::future::join_all(logs.iter().map(|l| l.close())).await;
+    }
+}
+
+impl Inbox for Shard {
+    fn deliver(self: Rc<Self>, msg: ShardMessage) {
+        glommio::spawn_local(self.handle(msg)).detach();
+    }
+}
+
+impl PartitionSet for Shard {
+    fn partitions(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
+        self.logs()
     }
 }

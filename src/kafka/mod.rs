@@ -9,3 +9,4 @@ pub mod api;
 pub mod authorized_operations;
 pub mod error_code;
 pub mod frame;
+pub mod produce_order;

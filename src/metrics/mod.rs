@@ -31,7 +31,9 @@ pub async fn serve_queries(shard: Rc<Shard>, mut queries: mpsc::Receiver<Metrics
     while let Some(reply) = queries.next().await {
         let calls = (0..shard.shard_count()).map(|target| {
             let (tx, rx) = oneshot::channel();
-            shard.call(target, ShardMessage::Metrics { reply: tx }, rx)
+            shard
+                .peers
+                .call(target, ShardMessage::Metrics { reply: tx }, rx)
         });
         let snapshots: Vec<MetricsSnapshot> = futures::future::join_all(calls)
             .await

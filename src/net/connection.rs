@@ -63,7 +63,7 @@ pub async fn serve(
     ctx: Rc<Ctx>,
     stream: TcpStream,
     peer: SocketAddr,
-    shutdown: Rc<crate::server::ShutdownSignal>,
+    shutdown: Rc<crate::net::shutdown::ShutdownSignal>,
     memory: Rc<RequestMemory>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -91,12 +91,12 @@ async fn read_loop(
     peer: SocketAddr,
     mut reader: impl AsyncRead + Unpin,
     tx: local_channel::LocalSender<Pending>,
-    shutdown: &crate::server::ShutdownSignal,
+    shutdown: &crate::net::shutdown::ShutdownSignal,
     memory: &RequestMemory,
 ) -> CloseReason {
     let max = ctx.config.socket_request_max_bytes;
     let throttle = Rc::new(crate::quota::ConnectionThrottle::default());
-    let produce_order = Rc::new(crate::net::produce_order::ProduceOrder::default());
+    let produce_order = Rc::new(crate::kafka::produce_order::ProduceOrder::default());
     loop {
         let mut size_buf = [0u8; 4];
         let read = futures_lite::future::or(
@@ -183,14 +183,11 @@ async fn read_loop(
             bytes_in,
             &throttle,
         );
-        let client_id = request.header.client_id.clone();
         let task = glommio::spawn_local(async move {
             // Held until the request has been handled (its frame is dropped by then).
             let _memory_permit = memory_permit;
             corelog_metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let handling = api::handle(&c, request, peer, &quota, &produce_order);
-            let result =
-                crate::quota::timed(&c.quotas, client_id.as_deref(), &quota, handling).await;
+            let result = api::handle(&c, request, peer, &quota, &produce_order).await;
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,

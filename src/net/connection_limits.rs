@@ -42,57 +42,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+pub use crate::limits::ConnectionLimitsConfig;
+use crate::limits::MAX_CONNECTIONS_MIN;
+
 /// How often an acceptor waiting for a slot looks again even without a wake-up (the
 /// cross-thread `Event` normally wakes it at once).
 const SLOT_RECHECK_MS: u64 = 20;
-
-/// Fewest connections the total may be configured to (the broker must stay reachable).
-pub const MAX_CONNECTIONS_MIN: usize = 1;
-
-/// The configured limits (plain data, part of `BrokerConfig`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConnectionLimitsConfig {
-    /// Most connections open at once, broker-wide.
-    pub total_max: usize,
-    /// Most connections from one IP; `None`: unlimited.
-    pub per_ip_max: Option<usize>,
-    /// Per-IP limits that replace `per_ip_max` for the given addresses.
-    pub per_ip_overrides: HashMap<IpAddr, usize>,
-}
-
-/// Half of RLIMIT_NOFILE, at least 64. The hard limit is used: start-up raises the soft
-/// limit to it (`kernel::raise_nofile`), which an unprivileged process may always do.
-/// An unlimited hard limit counts as `NOFILE_ASSUMED_MAX`.
-pub fn default_max_connections() -> usize {
-    let nofile = crate::kernel::nofile_ceiling().unwrap_or(1024);
-    usize::try_from(nofile / 2).unwrap_or(usize::MAX).max(64)
-}
-
-/// Parses Kafka's `max.connections.per.ip.overrides`: `ip:count,ip:count`. Only IP
-/// literals (IPv6 too: the count follows the last colon); Kafka also accepts host
-/// names, which would need a DNS lookup at start-up that we do not do.
-pub fn parse_overrides(text: &str) -> Result<HashMap<IpAddr, usize>, String> {
-    let mut out = HashMap::new();
-    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
-        let (ip, count) = item
-            .rsplit_once(':')
-            .ok_or_else(|| format!("{item:?} is not IP:COUNT"))?;
-        let ip = ip.trim().trim_matches(|c| c == '[' || c == ']');
-        let ip: IpAddr = ip
-            .parse::<IpAddr>()
-            .map_err(|_| format!("{ip:?} is not an IP address (host names are not accepted)"))?
-            // Peers are compared in canonical form (an IPv4-mapped IPv6 address is IPv4).
-            .to_canonical();
-        let count: usize = count
-            .trim()
-            .parse()
-            .map_err(|_| format!("{item:?}: count is not a non-negative integer"))?;
-        if out.insert(ip, count).is_some() {
-            return Err(format!("{ip} is listed twice"));
-        }
-    }
-    Ok(out)
-}
 
 /// Why a new connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -300,6 +255,7 @@ impl RateLimitedLog {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::limits::parse_overrides;
 
     fn limits(total: usize, per_ip: Option<usize>, overrides: &str) -> Arc<ConnectionLimits> {
         ConnectionLimits::new(&ConnectionLimitsConfig {

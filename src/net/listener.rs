@@ -11,7 +11,7 @@
 use crate::kafka::api::Ctx;
 use crate::net::connection_limits::{ConnectionLimits, RateLimitedLog};
 use crate::net::request_memory::RequestMemory;
-use crate::server::ShutdownSignal;
+use crate::net::shutdown::ShutdownSignal;
 use glommio::net::TcpListener;
 use std::rc::Rc;
 use std::sync::Arc;

@@ -4,5 +4,5 @@
 pub mod connection;
 pub mod connection_limits;
 pub mod listener;
-pub mod produce_order;
 pub mod request_memory;
+pub mod shutdown;

@@ -333,7 +333,7 @@ impl QuotaManager {
             });
             for target in (0..self.shard.shard_count()).filter(|t| *t != self.shard.id) {
                 let msg = shards::mesh::ShardMessage::QuotaUsage(report.clone());
-                if !self.shard.tell(target, msg).await {
+                if !self.shard.peers.tell(target, msg).await {
                     return; // shutting down
                 }
             }

@@ -26,7 +26,7 @@ use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, R
 use super::state::{Group, GroupState};
 use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
-use crate::mesh::TopicPartition;
+use crate::routing::TopicPartition;
 use corelog_partition::{Isolation, Partition};
 use corelog_storage::batch;
 use corelog_storage::batch_builder::{BatchBuilder, Record};

@@ -256,28 +256,47 @@ fn walk_records(records: &[u8], record_count: i32) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// Parses one record body (everything after its length varint), which must be consumed
-/// exactly.
+/// Checks one record body: the record grammar, and an offset delta equal to the record's
+/// position in its batch.
 fn walk_record(body: &[u8], index: i32) -> Result<(), BatchError> {
-    let mut c = Cursor::new(body);
-    c.i8().ok_or(BatchError::InvalidRecord(
-        "record truncated before attributes",
-    ))?;
-    c.varlong()
-        .ok_or(BatchError::InvalidRecord("bad record timestamp delta"))?;
-    let offset_delta = c
-        .varint()
-        .ok_or(BatchError::InvalidRecord("bad record offset delta"))?;
+    let record = parse_record(body)?;
     // Offsets inside a batch are dense; a gap or reordering would make the broker's
     // offset assignment (base + delta) disagree with what the producer meant.
-    if offset_delta != index {
+    if record.offset_delta != index {
         return Err(BatchError::InvalidRecord(
             "record offset delta does not equal its position in the batch",
         ));
     }
-    c.nullable_bytes()
+    Ok(())
+}
+
+/// The fields of one record body that the walk needs.
+pub(crate) struct RecordFields<'a> {
+    pub(crate) timestamp_delta: i64,
+    pub(crate) offset_delta: i32,
+    pub(crate) key: Option<&'a [u8]>,
+    pub(crate) value_is_null: bool,
+}
+
+/// Parses one record body (everything after its length varint), which must be consumed
+/// exactly: the record grammar, shared by validation (which also wants dense offset
+/// deltas, `walk_record`) and the record filter of `crate::batch_filter`.
+pub(crate) fn parse_record(body: &[u8]) -> Result<RecordFields<'_>, BatchError> {
+    let mut c = Cursor::new(body);
+    c.i8().ok_or(BatchError::InvalidRecord(
+        "record truncated before attributes",
+    ))?;
+    let timestamp_delta = c
+        .varlong()
+        .ok_or(BatchError::InvalidRecord("bad record timestamp delta"))?;
+    let offset_delta = c
+        .varint()
+        .ok_or(BatchError::InvalidRecord("bad record offset delta"))?;
+    let key = c
+        .nullable_bytes()
         .ok_or(BatchError::InvalidRecord("bad record key"))?;
-    c.nullable_bytes()
+    let value = c
+        .nullable_bytes()
         .ok_or(BatchError::InvalidRecord("bad record value"))?;
     let header_count = c
         .varint()
@@ -303,7 +322,12 @@ fn walk_record(body: &[u8], index: i32) -> Result<(), BatchError> {
             "record fields do not fill its declared length",
         ));
     }
-    Ok(())
+    Ok(RecordFields {
+        timestamp_delta,
+        offset_delta,
+        key,
+        value_is_null: value.is_none(),
+    })
 }
 
 /// One record of an uncompressed batch, borrowed from the batch bytes.
@@ -459,7 +483,7 @@ impl Iterator for BatchIter<'_> {
 
 /// A bounds-checked big-endian reader. Every read returns `None` instead of reading past
 /// the end, which is how "bound everything by the bytes present" is enforced.
-/// Crate-visible so that [`crate::compaction`] parses records with the same rules.
+/// Crate-visible so that `crate::batch_filter` parses records with the same rules.
 pub(crate) struct Cursor<'a> {
     rest: &'a [u8],
 }

@@ -32,6 +32,7 @@
 pub mod aligned_appender;
 pub mod batch;
 pub mod batch_builder;
+pub mod batch_filter;
 pub mod checkpoint;
 pub mod compaction;
 pub mod config;
@@ -45,6 +46,7 @@ pub mod producer_state;
 
 pub mod retention;
 pub mod segment;
+pub mod segment_swap;
 pub mod tail_cache;
 pub mod tail_cache_budget;
 pub mod time_index;

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use common::*;
 use corelog_storage::batch::batches;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
-use corelog_storage::compaction::batch_filter::for_each_record;
+use corelog_storage::batch_filter::for_each_record;
 use corelog_storage::compaction::cleaner::{self, clean, read_checkpoint, CrashPoint};
 use corelog_storage::config::CleanupPolicy;
 use corelog_storage::LogContext;

@@ -3,17 +3,38 @@
 
 use super::controller_call::ask_controller;
 use super::handler::{Call, Handler};
-use super::quota_entities::*;
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
-use crate::quota::entity::QuotaError;
+use crate::quota::entity::{entity_from, op_from, QuotaError};
 use kafka_protocol::messages::{
     alter_client_quotas_response, AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey,
 };
 use kafka_protocol::protocol::StrBytes;
-use shards::client_quota::QuotaAlteration;
+use shards::client_quota::{QuotaAlteration, QuotaEntity};
 use shards::mesh::{ControllerRequest, TopicError};
+use std::collections::HashSet;
+
+fn validate_entry(
+    entry: &kafka_protocol::messages::alter_client_quotas_request::EntryData,
+) -> Result<QuotaAlteration, QuotaError> {
+    let entity: QuotaEntity = entity_from(
+        entry
+            .entity
+            .iter()
+            .map(|e| (e.entity_type.as_str(), e.entity_name.as_deref())),
+    )?;
+    let mut keys = HashSet::new();
+    let mut ops = Vec::with_capacity(entry.ops.len());
+    for op in &entry.ops {
+        let key = op.key.as_str();
+        if !keys.insert(key) {
+            return Err(QuotaError::DuplicateKey(key.to_string()));
+        }
+        ops.push(op_from(key, op.value, op.remove)?);
+    }
+    Ok(QuotaAlteration { entity, ops })
+}
 
 pub struct AlterClientQuotas;
 

@@ -1,7 +1,7 @@
 //! AlterConfigs (v0–v2): replaces a topic's or broker's whole set of overrides; each
 //! resource is validated whole and changed by the controller (see `config_resources`).
 
-use super::config_resources::*;
+use super::config_resources::{alter, check_resource, named_twice, outcomes};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

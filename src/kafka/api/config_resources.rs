@@ -399,7 +399,7 @@ pub(super) async fn alter(
                     validate_only,
                     reply: tx,
                 });
-                match ctx.shard.call(CONTROLLER_SHARD, msg, rx).await {
+                match ctx.shard.peers.call(CONTROLLER_SHARD, msg, rx).await {
                     Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
                     None => Err((
                         ResponseError::UnknownServerError,

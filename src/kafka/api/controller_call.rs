@@ -28,6 +28,7 @@ pub async fn ask_controller(
     let (tx, rx) = oneshot::channel();
     let msg = ShardMessage::Controller(request(tx));
     ctx.shard
+        .peers
         .call(CONTROLLER_SHARD, msg, rx)
         .await
         .unwrap_or_else(|| {
@@ -35,13 +36,6 @@ pub async fn ask_controller(
                 .map(|_| Err(TopicError::Storage("the controller is unavailable".into())))
                 .collect()
         })
-}
-
-pub async fn create_via_controller(
-    ctx: &Ctx,
-    topics: Vec<NewTopic>,
-) -> Vec<Result<(), TopicError>> {
-    create_or_validate(ctx, topics, false).await
 }
 
 pub(super) async fn create_or_validate(
@@ -55,6 +49,13 @@ pub(super) async fn create_or_validate(
         reply,
     })
     .await
+}
+
+pub async fn create_via_controller(
+    ctx: &Ctx,
+    topics: Vec<NewTopic>,
+) -> Vec<Result<(), TopicError>> {
+    create_or_validate(ctx, topics, false).await
 }
 
 pub(super) fn message(e: &TopicError) -> Option<StrBytes> {

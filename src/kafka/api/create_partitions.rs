@@ -1,6 +1,6 @@
 //! CreatePartitions (v0–v3): more partitions for a topic, through the controller.
 
-use super::controller_call::*;
+use super::controller_call::{ask_controller, message};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;

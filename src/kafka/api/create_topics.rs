@@ -3,7 +3,7 @@
 //! takes replication factor 1 (or -1, the default) only, and replica assignments that
 //! name this node.
 
-use super::controller_call::*;
+use super::controller_call::{create_or_validate, message};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;

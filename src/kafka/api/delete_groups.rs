@@ -1,6 +1,6 @@
 //! DeleteGroups (v0–v2): empty groups only (NON_EMPTY_GROUP otherwise), offsets included.
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, code, s};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

@@ -17,7 +17,7 @@ use kafka_protocol::messages::delete_records_response::{
 };
 use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{ShardMessage, TopicPartition};
+use shards::mesh::{PartitionRequest, TopicPartition};
 use std::sync::Arc;
 
 pub struct DeleteRecords;
@@ -75,7 +75,7 @@ impl Handler for DeleteRecords {
         }
         let answers = per_shard
             .call(&ctx.shard, |partitions, reply| {
-                ShardMessage::DeleteRecords { partitions, reply }
+                PartitionRequest::DeleteRecords { partitions, reply }
             })
             .await;
         for ((ti, pi), answer) in answers {

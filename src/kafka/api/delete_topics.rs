@@ -1,7 +1,7 @@
 //! DeleteTopics (v0–v6): by name or (v6) by id, through the controller, which drops the
 //! partitions on their shards before answering.
 
-use super::controller_call::*;
+use super::controller_call::{ask_controller, message};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;

@@ -2,7 +2,7 @@
 //! snapshot on this shard (see `quota_entities` for the matching rules).
 
 use super::handler::{Call, Handler};
-use super::quota_entities::*;
+use super::quota_entities::{component_matches, filter_from, wire_name};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;

@@ -1,7 +1,10 @@
 //! DescribeConfigs (v1–v4): topic, broker and group configs with their sources,
 //! synonyms (v1+) and documentation (v3+); see `config_resources`.
 
-use super::config_resources::*;
+use super::config_resources::{
+    encode_entry, group_configs, s, static_broker_configs, RESOURCE_BROKER, RESOURCE_GROUP,
+    RESOURCE_TOPIC,
+};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

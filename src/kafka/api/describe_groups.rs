@@ -1,7 +1,7 @@
 //! DescribeGroups (v0–v5): state, protocol and members of each group, with KIP-430
 //! authorized operations (v3+).
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, s, sb};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

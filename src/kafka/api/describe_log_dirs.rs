@@ -2,7 +2,7 @@
 //! gathered from the owning shards (see `partition_descriptions`).
 
 use super::handler::{Call, Handler};
-use super::partition_descriptions::*;
+use super::partition_descriptions::describe;
 use super::Ctx;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_log_dirs_response::{

@@ -2,7 +2,7 @@
 //! owning shards (see `partition_descriptions`).
 
 use super::handler::{Call, Handler};
-use super::partition_descriptions::*;
+use super::partition_descriptions::describe;
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;

@@ -34,20 +34,20 @@ impl<I> PerShard<I> {
 
     /// One message per shard with items, built by `make`; answers come back with their
     /// slots, in no particular order.
-    pub async fn call<O>(
+    pub async fn call<O, M: Into<ShardMessage>>(
         self,
         shard: &Rc<Shard>,
-        make: impl Fn(Vec<I>, Reply<Vec<O>>) -> ShardMessage,
+        make: impl Fn(Vec<I>, Reply<Vec<O>>) -> M,
     ) -> Vec<(Slot, Option<O>)> {
         self.call_in_turn(shard, make, ()).await
     }
 
     /// As [`call`](Self::call), but `turn` is dropped as soon as every message is queued
-    /// on its shard, before the answers are awaited (see `net::produce_order`).
-    pub async fn call_in_turn<O, T>(
+    /// on its shard, before the answers are awaited (see `kafka::produce_order`).
+    pub async fn call_in_turn<O, T, M: Into<ShardMessage>>(
         self,
         shard: &Rc<Shard>,
-        make: impl Fn(Vec<I>, Reply<Vec<O>>) -> ShardMessage,
+        make: impl Fn(Vec<I>, Reply<Vec<O>>) -> M,
         turn: T,
     ) -> Vec<(Slot, Option<O>)> {
         let mut asked = Vec::new();
@@ -57,7 +57,7 @@ impl<I> PerShard<I> {
             }
             let (slots, items): (Vec<Slot>, Vec<I>) = list.into_iter().unzip();
             let (tx, rx) = oneshot::channel();
-            let sent = shard.tell(target, make(items, tx)).await;
+            let sent = shard.peers.tell(target, make(items, tx)).await;
             asked.push((slots, sent.then_some(rx)));
         }
         drop(turn);

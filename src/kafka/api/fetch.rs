@@ -24,7 +24,7 @@ use futures::channel::oneshot;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{FetchInput, FetchOutput, Isolation, ShardMessage, TopicPartition};
+use shards::mesh::{FetchInput, FetchOutput, Isolation, PartitionRequest, TopicPartition};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -253,7 +253,7 @@ async fn read_round(
     }
     let mut outputs: Vec<Option<FetchOutput>> = (0..wanted.len()).map(|_| None).collect();
     let answers = per_shard
-        .call(&ctx.shard, |partitions, reply| ShardMessage::Fetch {
+        .call(&ctx.shard, |partitions, reply| PartitionRequest::Fetch {
             partitions,
             budget: max_bytes,
             isolation,
@@ -292,14 +292,14 @@ async fn wait_round(ctx: &Ctx, wanted: &[Wanted], seen: &[FetchOutput], deadline
         .filter(|(_, l)| !l.is_empty())
         .map(|(target, partitions)| {
             let (tx, rx) = oneshot::channel();
-            let msg = ShardMessage::WaitForData {
+            let msg = PartitionRequest::WaitForData {
                 partitions,
                 deadline,
                 reply: tx,
             };
             let shard = ctx.shard.clone();
             Box::pin(async move {
-                shard.call(target, msg, rx).await;
+                shard.peers.call(target, msg, rx).await;
             })
         })
         .collect();

@@ -2,12 +2,36 @@
 //! the group's coordinator core happens inside, see `group_routing`); a transactional id
 //! is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, another key type INVALID_REQUEST.
 
-use super::group_routing::*;
+use super::group_routing::sb;
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
+
+/// FindCoordinator's key types: 0 a group, 1 a transactional id. Transactions are not
+/// implemented, so a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the
+/// code InitProducerId and Produce give it too. It is fatal for librdkafka and the Java
+/// client alike, so a transactional producer fails at once with an error that says what
+/// is refused, instead of retrying the retriable COORDINATOR_NOT_AVAILABLE until its
+/// own timeout. Any other key type is INVALID_REQUEST, as Kafka answers.
+fn coordinator_key_error(key_type: i8) -> Option<ResponseError> {
+    match key_type {
+        0 => None,
+        1 => Some(ResponseError::TransactionalIdAuthorizationFailed),
+        _ => Some(ResponseError::InvalidRequest),
+    }
+}
+
+fn coordinator_message(e: ResponseError) -> String {
+    match e {
+        ResponseError::TransactionalIdAuthorizationFailed => {
+            "transactions are not supported by this broker".to_owned()
+        }
+        _ => "unknown coordinator key type".to_owned(),
+    }
+}
 
 pub struct FindCoordinator;
 

@@ -23,7 +23,7 @@ pub struct Call<'a> {
     /// The quota decision made when the connection read the request.
     pub quota: &'a crate::quota::RequestQuota,
     /// Keeps the connection's produce requests in the order it read them.
-    pub produce_order: &'a crate::net::produce_order::ProduceOrder,
+    pub produce_order: &'a crate::kafka::produce_order::ProduceOrder,
 }
 
 /// One Kafka API as this broker serves it.
@@ -59,7 +59,7 @@ pub async fn serve<H: Handler>(
     frame: RequestFrame,
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
-    produce_order: &crate::net::produce_order::ProduceOrder,
+    produce_order: &crate::kafka::produce_order::ProduceOrder,
 ) -> Result<Option<BytesMut>, FrameError> {
     debug_assert_eq!(frame.api_key, H::KEY);
     let RequestFrame {

@@ -1,6 +1,6 @@
 //! Heartbeat (v0–v4): keeps a member's session alive and tells it of a rebalance.
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, code, s, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

@@ -1,7 +1,7 @@
 //! IncrementalAlterConfigs (v0–v1): set, delete, append and subtract per key; each
 //! resource is validated whole and changed by the controller (see `config_resources`).
 
-use super::config_resources::*;
+use super::config_resources::{alter, check_resource, named_twice, outcomes};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

@@ -2,7 +2,7 @@
 //!
 //! Without a transactional id Kafka always hands out a fresh producer id with epoch 0,
 //! whatever id and epoch the request carries (v3+ carry them for transactional
-//! producers). Ids come from the shard's block (`Shard::allocate_producer_id`), which the
+//! producers). Ids come from the shard's block (`shards::producer_ids`), which the
 //! controller persisted before handing it out, so an id is never reused, even across a
 //! restart; a producer that re-initialises after an error gets a new id and its old
 //! sequences no longer matter.
@@ -37,11 +37,16 @@ impl Handler for InitProducerId {
         let outcome = match req.transactional_id.as_ref().map(|t| t.0.as_str()) {
             Some("") => Err(ResponseError::InvalidRequest),
             Some(_) => Err(ResponseError::TransactionalIdAuthorizationFailed),
-            None => ctx.shard.allocate_producer_id().await.map_err(|e| {
-                tracing::warn!(error = %e, "no producer id could be allocated");
-                // Retriable: the client asks again.
-                ResponseError::CoordinatorNotAvailable
-            }),
+            None => ctx
+                .shard
+                .producer_ids
+                .allocate(&ctx.shard.peers)
+                .await
+                .map_err(|e| {
+                    tracing::warn!(error = %e, "no producer id could be allocated");
+                    // Retriable: the client asks again.
+                    ResponseError::CoordinatorNotAvailable
+                }),
         };
         match outcome {
             Ok(id) => {

@@ -2,7 +2,7 @@
 //! shard (`group_routing`): member ids, static members (v5+) and KIP-394's required known
 //! member id (v4+).
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, code, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

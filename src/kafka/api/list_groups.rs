@@ -1,7 +1,7 @@
 //! ListGroups (v0–v5): every shard's groups, filtered by state (v4+) and type (v5; every
 //! group here is classic).
 
-use super::group_routing::*;
+use super::group_routing::{s, sb};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
@@ -11,6 +11,9 @@ use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 use shards::group::types::*;
 use shards::mesh::ShardMessage;
+
+/// Kafka's name of the classic group protocol's type (ListGroups v5).
+const CLASSIC_GROUP_TYPE: &str = "classic";
 
 pub struct ListGroups;
 
@@ -28,7 +31,7 @@ impl Handler for ListGroups {
         let v = call.version;
         let calls = (0..ctx.shard.shard_count()).map(|target| {
             let (tx, rx) = oneshot::channel();
-            ctx.shard.call(
+            ctx.shard.peers.call(
                 target,
                 ShardMessage::Group {
                     op: GroupOp::List,

@@ -20,7 +20,7 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 use shards::mesh::{
-    Isolation, ListOffsetsInput, ShardMessage, TopicPartition, LATEST_TIERED_TIMESTAMP,
+    Isolation, ListOffsetsInput, PartitionRequest, TopicPartition, LATEST_TIERED_TIMESTAMP,
 };
 use std::sync::Arc;
 
@@ -88,9 +88,8 @@ impl Handler for ListOffsets {
             slots.push(parts);
         }
         let answers = per_shard
-            .call(&ctx.shard, |partitions, reply| ShardMessage::ListOffsets {
-                partitions,
-                reply,
+            .call(&ctx.shard, |partitions, reply| {
+                PartitionRequest::ListOffsets { partitions, reply }
             })
             .await;
         for ((ti, pi), answer) in answers {

@@ -86,7 +86,7 @@ macro_rules! apis {
             frame: RequestFrame,
             peer: std::net::SocketAddr,
             quota: &crate::quota::RequestQuota,
-            produce_order: &crate::net::produce_order::ProduceOrder,
+            produce_order: &crate::kafka::produce_order::ProduceOrder,
         ) -> Result<Option<BytesMut>, FrameError> {
             let key = frame.api_key;
             $(
@@ -150,7 +150,9 @@ pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
         .map(|(_, min, max)| (*min, *max))
 }
 
-/// Serves one request. `Ok(None)` means no response is sent (produce with acks=0).
+/// Serves one request: checks its version, dispatches it to its handler and charges the
+/// time spent to the client's request quota. `Ok(None)` means no response is sent
+/// (produce with acks=0).
 /// `Err` closes the connection (after the responses before it are written).
 /// `quota` is the quota decision made when the request was read, and the
 /// connection's hold for handlers that charge after their work; `produce_order` keeps
@@ -160,7 +162,7 @@ pub async fn handle(
     frame: RequestFrame,
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
-    produce_order: &crate::net::produce_order::ProduceOrder,
+    produce_order: &crate::kafka::produce_order::ProduceOrder,
 ) -> Result<Option<BytesMut>, FrameError> {
     let Some((min, max)) = supported_range(frame.api_key) else {
         return Err(FrameError::UnsupportedVersion {
@@ -177,5 +179,8 @@ pub async fn handle(
             version: frame.api_version,
         });
     }
-    dispatch(ctx, frame, peer, quota, produce_order).await
+    // The request quota (`request_percentage`) is charged the time spent serving.
+    let client_id = frame.header.client_id.clone();
+    let serving = dispatch(ctx, frame, peer, quota, produce_order);
+    crate::quota::timed(&ctx.quotas, client_id.as_deref(), quota, serving).await
 }

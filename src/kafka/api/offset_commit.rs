@@ -1,7 +1,7 @@
 //! OffsetCommit (v0–v8): offsets written to the group's `__consumer_offsets` partition
 //! by its coordinator shard, acknowledged once durable.
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, code, s, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

@@ -1,7 +1,7 @@
 //! OffsetDelete (v0): removes a group's committed offsets of partitions it no longer
 //! consumes (GROUP_SUBSCRIBED_TO_TOPIC for those it does).
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, code, s, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;

@@ -1,7 +1,7 @@
 //! OffsetFetch (v0–v8): committed offsets of one group (v0–v7) or of several (v8), all
 //! partitions or the named ones.
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
@@ -11,6 +11,46 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::*;
+use shards::group::types::{Committed, GroupAnswer, GroupError, GroupOp};
+use std::collections::BTreeMap;
+
+/// One group's offsets as the OffsetFetch answer needs them.
+async fn fetch_group_offsets(
+    ctx: &Ctx,
+    group: &str,
+    topics: Option<Vec<(String, Vec<i32>)>>,
+) -> Result<Vec<(String, i32, Option<Committed>)>, GroupError> {
+    let op = GroupOp::FetchOffsets {
+        group: group.to_string(),
+        topics,
+    };
+    match ask_coordinator(ctx, group, op).await {
+        Some(GroupAnswer::Offsets(r)) => r,
+        _ => Err(unavailable()),
+    }
+}
+
+/// Groups (topic, partition, committed) by topic, keeping first-seen order.
+fn by_topic(rows: Vec<(String, i32, Option<Committed>)>) -> Vec<TopicOffsets> {
+    let mut order: Vec<String> = Vec::new();
+    let mut map: BTreeMap<String, Vec<(i32, Option<Committed>)>> = BTreeMap::new();
+    for (t, p, c) in rows {
+        if !map.contains_key(&t) {
+            order.push(t.clone());
+        }
+        map.entry(t).or_default().push((p, c));
+    }
+    order
+        .into_iter()
+        .map(|t| {
+            let v = map.remove(&t).unwrap_or_default();
+            (t, v)
+        })
+        .collect()
+}
+
+/// One topic's committed offsets: (partition, committed or none).
+type TopicOffsets = (String, Vec<(i32, Option<Committed>)>);
 
 pub struct OffsetFetch;
 

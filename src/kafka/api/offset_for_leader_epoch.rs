@@ -17,7 +17,7 @@ use kafka_protocol::messages::offset_for_leader_epoch_response::{
 };
 use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{EpochQuery, ShardMessage, TopicPartition};
+use shards::mesh::{EpochQuery, PartitionRequest, TopicPartition};
 use std::sync::Arc;
 
 pub struct OffsetForLeaderEpoch;
@@ -62,7 +62,7 @@ impl Handler for OffsetForLeaderEpoch {
         }
         let answers = per_shard
             .call(&ctx.shard, |partitions, reply| {
-                ShardMessage::EpochEndOffsets { partitions, reply }
+                PartitionRequest::EpochEndOffsets { partitions, reply }
             })
             .await;
         for ((ti, pi), answer) in answers {

@@ -18,7 +18,7 @@
 
 use super::fan_out::PerShard;
 use super::Ctx;
-use shards::mesh::{PartitionDescription, PartitionError, ShardMessage, TopicPartition};
+use shards::mesh::{PartitionDescription, PartitionError, PartitionRequest, TopicPartition};
 
 /// Asks the owning shards about `partitions`; answers in the same order.
 pub(super) async fn describe(
@@ -40,7 +40,7 @@ pub(super) async fn describe(
         .collect();
     let answers = per_shard
         .call(&ctx.shard, |partitions, reply| {
-            ShardMessage::DescribePartitions {
+            PartitionRequest::DescribePartitions {
                 partitions,
                 with_producers,
                 reply,

@@ -18,7 +18,9 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{Acks, NewTopic, PartitionError, ProduceInput, ShardMessage, TopicPartition};
+use shards::mesh::{
+    Acks, NewTopic, PartitionError, PartitionRequest, ProduceInput, TopicPartition,
+};
 use shards::metadata::validate_topic_name;
 use std::sync::Arc;
 
@@ -153,7 +155,7 @@ impl Handler for Produce {
         }
 
         if let Some(acks) = acks {
-            let make = |partitions, reply| ShardMessage::Produce {
+            let make = |partitions, reply| PartitionRequest::Produce {
                 acks,
                 timeout_ms,
                 partitions,

@@ -15,12 +15,10 @@
 //! persisted in one metadata write, unless `validate_only`. ip entities are refused
 //! (INVALID_REQUEST): corelog has no connection-rate quotas.
 
-use crate::quota::entity::{
-    entity_from, op_from, QuotaError, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER,
-};
+use crate::quota::entity::{QuotaError, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER};
 use kafka_protocol::messages::DescribeClientQuotasRequest;
 use kafka_protocol::protocol::StrBytes;
-use shards::client_quota::{EntityName, QuotaAlteration, QuotaEntity};
+use shards::client_quota::EntityName;
 use std::collections::HashSet;
 
 /// What one filter component asks of an entity's component.
@@ -115,25 +113,4 @@ pub(super) fn wire_name(n: &EntityName) -> Option<StrBytes> {
         EntityName::Default => None,
         EntityName::Named(s) => Some(StrBytes::from_string(s.clone())),
     }
-}
-
-pub(super) fn validate_entry(
-    entry: &kafka_protocol::messages::alter_client_quotas_request::EntryData,
-) -> Result<QuotaAlteration, QuotaError> {
-    let entity: QuotaEntity = entity_from(
-        entry
-            .entity
-            .iter()
-            .map(|e| (e.entity_type.as_str(), e.entity_name.as_deref())),
-    )?;
-    let mut keys = HashSet::new();
-    let mut ops = Vec::with_capacity(entry.ops.len());
-    for op in &entry.ops {
-        let key = op.key.as_str();
-        if !keys.insert(key) {
-            return Err(QuotaError::DuplicateKey(key.to_string()));
-        }
-        ops.push(op_from(key, op.value, op.remove)?);
-    }
-    Ok(QuotaAlteration { entity, ops })
 }

@@ -1,7 +1,7 @@
 //! SyncGroup (v0–v5): the leader's assignment handed to every member by the coordinator
 //! shard; v5 names the protocol type and name.
 
-use super::group_routing::*;
+use super::group_routing::{ask_coordinator, code, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;

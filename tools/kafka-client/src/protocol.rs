@@ -25,7 +25,6 @@ use kafka_protocol::messages::{
     MetadataRequest, ProduceRequest, RequestHeader, TopicName,
 };
 use kafka_protocol::protocol::{Encodable, StrBytes};
-use kafka_protocol::ResponseError;
 
 /// What this tool implements, per API: (key, min, max). The minimums are the oldest
 /// versions whose fields we fill correctly (Produce v3 is the first carrying RecordBatch
@@ -99,13 +98,7 @@ pub fn negotiate(resp: &ApiVersionsResponse) -> Result<Versions> {
     })
 }
 
-/// Kafka's name for an error code, e.g. `NotLeaderOrFollower (6)`.
-pub fn error_name(code: i16) -> String {
-    match ResponseError::try_from_code(code) {
-        Some(e) => format!("{e:?} ({code})"),
-        None => format!("NONE ({code})"),
-    }
-}
+pub use crate::error::error_name;
 
 /// Appends one whole request frame (4-byte size, header, body) to `buf`.
 ///

@@ -15,11 +15,11 @@
 //!    offset (keys not in the map are older than the map and kept). Tombstones in a
 //!    segment the cleaner first wrote more than `delete.retention.ms` ago (its
 //!    `.cleanedat` sidecar: Kafka's delete horizon) and records without a key are dropped.
-//!    Batches are filtered record by record whatever their codec ([`batch_filter`]).
+//!    Batches are filtered record by record whatever their codec (`crate::batch_filter`).
 //!    A segment in which nothing changes is left alone.
 //! 4. **Swap.** The copy is written as `<base>.{log,index,timeindex}.cleaned`, synced,
 //!    renamed to `.swap` (log last), and then renamed over the originals (log last).
-//!    [`recover_swaps`], run when a log opens, deletes `.cleaned` files and completes a
+//!    `crate::segment_swap::recover_swaps`, run when a log opens, deletes `.cleaned` files and completes a
 //!    swap whose `.log.swap` exists (all three files were synced before the first
 //!    rename to `.swap`), or deletes index `.swap` files whose log never got there.
 //!    So a crash at any point leaves either the old segment or the cleaned one.
@@ -33,9 +33,9 @@
 //! its base offset and last offset delta. Memory is bounded by the key map, one scan
 //! chunk, one decompressed batch and one output chunk ([`OUTPUT_CHUNK_BYTES`]).
 
-use super::batch_filter::{filter_batch, for_each_record, Filtered};
 use super::offset_map::OffsetMap;
 use crate::batch::BatchHeader;
+use crate::batch_filter::{filter_batch, for_each_record, Filtered};
 use crate::checkpoint;
 use crate::error::StorageError;
 use crate::file_scan::{self, ScanEnd};
@@ -44,6 +44,7 @@ use crate::partition_log::{PartitionLog, SealedSegment};
 use crate::segment::{
     self, Segment, CLEANED_AT_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
 };
+use crate::segment_swap::{complete_swap, covers_file, suffixed, CLEANED, SWAP};
 use crate::time_index::{self, TimeEntry, TimeIndex};
 use glommio::io::OpenOptions;
 use std::io::Write;
@@ -51,8 +52,6 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
-const CLEANED: &str = ".cleaned";
-const SWAP: &str = ".swap";
 
 /// Output buffered before it is written to the cleaned file.
 pub const OUTPUT_CHUNK_BYTES: usize = 1 << 20;
@@ -127,12 +126,6 @@ pub enum CrashPoint {
 
 fn err(path: &Path, e: impl std::fmt::Display) -> StorageError {
     StorageError::new(path.display(), e)
-}
-
-fn suffixed(path: &Path, suffix: &str) -> PathBuf {
-    let mut s = path.as_os_str().to_os_string();
-    s.push(suffix);
-    PathBuf::from(s)
 }
 
 /// Runs a pass if one is due. `Ok(None)` when nothing was due.
@@ -696,54 +689,6 @@ async fn rewrite_group(
     Ok(Some(result))
 }
 
-/// The file naming the end (exclusive next base offset) of the segments a swap at
-/// `base` replaces.
-fn covers_file(dir: &Path, base: i64) -> PathBuf {
-    dir.join(format!("{base:020}.covers"))
-}
-
-/// The committed part of a swap at `base`: delete the replaced segments after the first,
-/// rename the swap files over the first's (log last), drop the covers file. With
-/// `stop_before_log` (tests), stops as a crash would just before the log's rename.
-fn complete_swap(
-    dir: &Path,
-    base: i64,
-    others: &[i64],
-    stop_before_log: bool,
-) -> std::io::Result<()> {
-    for other in others {
-        for suffix in [
-            INDEX_SUFFIX,
-            TIME_INDEX_SUFFIX,
-            CLEANED_AT_SUFFIX,
-            LOG_SUFFIX,
-        ] {
-            match std::fs::remove_file(segment::file_path(dir, *other, suffix)) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-                _ => {}
-            }
-        }
-    }
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, CLEANED_AT_SUFFIX] {
-        let target = segment::file_path(dir, base, suffix);
-        let from = suffixed(&target, SWAP);
-        if from.exists() {
-            std::fs::rename(&from, &target)?;
-        }
-    }
-    if stop_before_log {
-        return Ok(());
-    }
-    let target = segment::file_path(dir, base, LOG_SUFFIX);
-    std::fs::rename(suffixed(&target, SWAP), &target)?;
-    let covers = suffixed(&covers_file(dir, base), SWAP);
-    match std::fs::remove_file(&covers) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
-        _ => {}
-    }
-    std::fs::File::open(dir)?.sync_all()
-}
-
 fn encode_index(index: &OffsetIndex) -> Vec<u8> {
     let mut out = Vec::with_capacity(index.len() * offset_index::ENTRY_BYTES);
     for e in index.entries() {
@@ -770,68 +715,6 @@ fn encode_time_index(index: &TimeIndex) -> Vec<u8> {
         );
     }
     out
-}
-
-/// Completes or undoes a swap interrupted by a crash (see the module doc). Runs before a
-/// partition's segments are listed.
-pub fn recover_swaps(dir: &Path) -> Result<(), StorageError> {
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(err(dir, e)),
-    };
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| err(dir, e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            names.push(name.to_string());
-        }
-    }
-    let mut touched = false;
-    for name in names.iter().filter(|n| n.ends_with(CLEANED)) {
-        let _ = std::fs::remove_file(dir.join(name));
-        touched = true;
-    }
-    // Complete every swap whose log reached `.swap`: the segments it covers are
-    // deleted and its files renamed into place (either may have partly happened).
-    for name in names.iter().filter(|n| n.ends_with(SWAP)) {
-        let Some(stem) = name.strip_suffix(SWAP) else {
-            continue;
-        };
-        let Some(base) = stem
-            .strip_suffix(&format!(".{LOG_SUFFIX}"))
-            .and_then(|b| b.parse::<i64>().ok())
-        else {
-            continue;
-        };
-        let covers = suffixed(&covers_file(dir, base), SWAP);
-        let end = match std::fs::read_to_string(&covers) {
-            Ok(text) => text.trim().parse::<i64>().map_err(|e| err(&covers, e))?,
-            Err(_) => base + 1, // no covers file: the swap replaces only its own segment
-        };
-        let others: Vec<i64> = names
-            .iter()
-            .filter_map(|n| segment::parse_log_file_name(n))
-            .filter(|b| *b > base && *b < end)
-            .collect();
-        complete_swap(dir, base, &others, false).map_err(|e| err(dir, e))?;
-        tracing::info!(dir = %dir.display(), segment = base, replaced = others.len() + 1, "completed a compaction swap interrupted by a crash");
-        touched = true;
-    }
-    // Index `.swap` files without a log `.swap`: the swap never began; the originals stand.
-    for name in names.iter().filter(|n| n.ends_with(SWAP)) {
-        let path = dir.join(name);
-        if path.exists() {
-            let _ = std::fs::remove_file(&path);
-            touched = true;
-        }
-    }
-    if touched {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| err(dir, e))?;
-    }
-    Ok(())
 }
 
 /// Writes `value` to `path` atomically (temporary file, fsync, rename, directory fsync).

@@ -7,7 +7,7 @@
 
 use super::{AckLevel, AppendTicket, PartitionLog, Pending};
 use crate::batch::{self, batches, BatchHeader};
-use crate::compaction::batch_filter;
+use crate::batch_filter;
 use crate::config::{CompressionType, Durability, LogConfig, TimestampType};
 use crate::error::{AppendError, RecordRule, RejectedRecords};
 use crate::producer_state::{ProducerBatch, SequenceCheck};

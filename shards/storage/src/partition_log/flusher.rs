@@ -5,7 +5,7 @@
 //! Invariant: it is the only writer of the active segment's files, and the written
 //! offset only grows.
 
-use super::open::create_active;
+use super::files::create_active;
 use super::{storage_err, ActiveWriter, PartitionLog, Pending};
 use crate::batch::batches;
 use crate::context::Stage;

@@ -28,6 +28,7 @@
 //! partition, which the partition layer above keeps.
 
 mod append;
+mod files;
 mod flusher;
 mod open;
 mod read;

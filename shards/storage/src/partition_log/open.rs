@@ -6,26 +6,23 @@
 //! Invariant on return: `log_start_offset <= synced_offset == written_offset ==
 //! next_offset`, nothing pending, and the active segment ends with a whole valid batch.
 
+use super::files::open_existing;
 use super::segment_set::DELETED_SUFFIX;
-use super::{storage_err, ActiveWriter, LogState, PartitionLog, PREALLOCATE_STEP_BYTES};
-use crate::aligned_appender::AlignedAppender;
+use super::{storage_err, LogState, PartitionLog, PREALLOCATE_STEP_BYTES};
 use crate::config::LogConfig;
 use crate::context::LogContext;
 use crate::error::StorageError;
 use crate::file_scan;
-use crate::offset_index::OffsetIndex;
 use crate::producer_snapshot;
 use crate::producer_state::{ProducerBatch, ProducerState};
-use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment::{self, Segment, LOG_SUFFIX};
 use crate::tail_cache::TailCache;
-use crate::time_index::TimeIndex;
 use event_listener::Event;
-use glommio::io::{DmaFile, OpenOptions};
+use glommio::io::OpenOptions;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
-use std::time::Instant;
 
 /// Makes sure glommio has probed the device under `dir` for polled I/O with a file that
 /// holds data, before any empty file is opened there.
@@ -61,36 +58,6 @@ async fn ensure_io_probe(dir: &Path) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Opens an existing file for direct-I/O reads (and the truncation of a torn tail).
-async fn open_existing(path: &Path) -> Result<DmaFile, StorageError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .dma_open(path)
-        .await
-        .map_err(|e| storage_err(path, e))
-}
-
-async fn open_rw(path: &Path) -> Result<DmaFile, StorageError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .dma_open(path)
-        .await
-        .map_err(|e| storage_err(path, e))
-}
-
-async fn read_whole(file: &DmaFile, path: &Path) -> Result<Vec<u8>, StorageError> {
-    let len = file.file_size().await.map_err(|e| storage_err(path, e))?;
-    if len == 0 {
-        return Ok(Vec::new());
-    }
-    file_scan::read_exact(file, 0, len as usize)
-        .await
-        .map_err(|e| storage_err(path, e))
-}
-
 impl PartitionLog {
     /// Opens (creating if needed) the log in `dir`, recovering the tail of its active
     /// segment, and starts its flusher.
@@ -103,7 +70,7 @@ impl PartitionLog {
         std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
         ensure_io_probe(&dir).await?;
         // Finish (or undo) a compaction swap a crash interrupted before listing segments.
-        crate::compaction::cleaner::recover_swaps(&dir)?;
+        crate::segment_swap::recover_swaps(&dir)?;
         let mut bases = Vec::new();
         for entry in std::fs::read_dir(&dir).map_err(|e| storage_err(&dir, e))? {
             let entry = entry.map_err(|e| storage_err(&dir, e))?;
@@ -189,8 +156,8 @@ impl PartitionLog {
             .file_size()
             .await
             .map_err(|e| storage_err(&log_path, e))?;
-        let index = Self::load_index(dir, base, size).await?;
-        let time_index = Self::load_time_index(dir, base, next_base).await?;
+        let index = super::files::load_index(dir, base, size).await?;
+        let time_index = super::files::load_time_index(dir, base, next_base).await?;
         let max_timestamp_ms = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
         let cleaned_at_path = segment::file_path(dir, base, segment::CLEANED_AT_SUFFIX);
         let cleaned_at_ms = std::fs::read_to_string(&cleaned_at_path)
@@ -205,109 +172,6 @@ impl PartitionLog {
             max_timestamp_ms,
             cleaned_at_ms,
         })
-    }
-
-    pub(super) async fn load_index(
-        dir: &Path,
-        base: i64,
-        log_len: u64,
-    ) -> Result<OffsetIndex, StorageError> {
-        let path = segment::file_path(dir, base, INDEX_SUFFIX);
-        if !path.exists() {
-            return Ok(OffsetIndex::new(base));
-        }
-        let file = open_existing(&path).await?;
-        let bytes = read_whole(&file, &path).await?;
-        let _ = file.close().await;
-        Ok(OffsetIndex::decode(base, &bytes, log_len))
-    }
-
-    pub(super) async fn load_time_index(
-        dir: &Path,
-        base: i64,
-        next_offset: i64,
-    ) -> Result<TimeIndex, StorageError> {
-        let path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
-        if !path.exists() {
-            return Ok(TimeIndex::new(base));
-        }
-        let file = open_existing(&path).await?;
-        let bytes = read_whole(&file, &path).await?;
-        let _ = file.close().await;
-        Ok(TimeIndex::decode(base, &bytes, next_offset))
-    }
-}
-
-/// Creates the files of a new, empty active segment and syncs the directory so the
-/// names survive a crash.
-pub(super) async fn create_active(
-    dir: &Path,
-    base: i64,
-) -> Result<(Segment, ActiveWriter), StorageError> {
-    let log_path = segment::file_path(dir, base, LOG_SUFFIX);
-    let log_file = Rc::new(open_rw(&log_path).await?);
-    let index_path = segment::file_path(dir, base, INDEX_SUFFIX);
-    let index_file = Rc::new(open_rw(&index_path).await?);
-    let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
-    let time_file = Rc::new(open_rw(&time_path).await?);
-    sync_dir(dir).await?;
-    let seg = Segment {
-        base_offset: base,
-        file: log_file.clone(),
-        size: 0,
-        index: OffsetIndex::new(base),
-        time_index: TimeIndex::new(base),
-        max_timestamp_ms: i64::MIN,
-        cleaned_at_ms: None,
-    };
-    let writer = ActiveWriter {
-        base_offset: base,
-        log: AlignedAppender::resume(log_file, 0, Vec::new()),
-        index: AlignedAppender::resume(index_file, 0, Vec::new()),
-        time_index: AlignedAppender::resume(time_file, 0, Vec::new()),
-        bytes_since_index: 0,
-        last_index_offset: base,
-        max_timestamp_ms: i64::MIN,
-        opened_at: Instant::now(),
-        preallocated: 0,
-    };
-    Ok((seg, writer))
-}
-
-pub(super) async fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    let d = glommio::io::Directory::open(dir)
-        .await
-        .map_err(|e| storage_err(dir, e))?;
-    d.sync().await.map_err(|e| storage_err(dir, e))?;
-    let _ = d.close().await;
-    Ok(())
-}
-
-pub(super) fn open_rw_path(
-    path: &Path,
-) -> impl std::future::Future<Output = Result<DmaFile, StorageError>> + '_ {
-    open_rw(path)
-}
-
-pub(super) fn new_writer(
-    base_offset: i64,
-    log: AlignedAppender,
-    index: AlignedAppender,
-    time_index: AlignedAppender,
-    bytes_since_index: u64,
-    last_index_offset: i64,
-    max_timestamp_ms: i64,
-) -> ActiveWriter {
-    ActiveWriter {
-        base_offset,
-        log,
-        index,
-        time_index,
-        bytes_since_index,
-        last_index_offset,
-        max_timestamp_ms,
-        opened_at: Instant::now(),
-        preallocated: 0,
     }
 }
 

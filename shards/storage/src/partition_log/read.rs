@@ -6,7 +6,7 @@
 
 use super::{storage_err, PartitionLog, ReadOutcome};
 use crate::batch::{self, batches};
-use crate::compaction::batch_filter;
+use crate::batch_filter;
 use crate::error::ReadError;
 use crate::file_scan;
 use crate::tail_cache::trim_to_whole_batches;

@@ -12,7 +12,7 @@
 //! What was acknowledged at acks=all (synced) is never behind the truncation point: a
 //! synced prefix is valid by construction.
 
-use super::open as partition_log;
+use super::files;
 use super::Writer;
 use crate::aligned_appender::AlignedAppender;
 use crate::config::LogConfig;
@@ -37,12 +37,12 @@ pub(super) async fn recover_active(
 ) -> Result<(Segment, Writer, i64), StorageError> {
     let log_path = segment::file_path(dir, base, LOG_SUFFIX);
     if !log_path.exists() {
-        let (seg, writer) = partition_log::create_active(dir, base).await?;
+        let (seg, writer) = files::create_active(dir, base).await?;
         return Ok((seg, writer, base));
     }
-    let file = Rc::new(partition_log::open_rw_path(&log_path).await?);
+    let file = Rc::new(files::open_rw(&log_path).await?);
     let file_len = file.file_size().await.map_err(|e| err(&log_path, e))?;
-    let mut index = super::PartitionLog::load_index(dir, base, file_len).await?;
+    let mut index = super::files::load_index(dir, base, file_len).await?;
 
     // Scan from the last trustworthy index entry.
     let mut scanned: Vec<(i64, i64, i64, u64, u64)>; // (base, last, max_ts, pos, len)
@@ -111,7 +111,7 @@ pub(super) async fn recover_active(
         }
         bytes_since_index += len;
     }
-    let mut time_index = super::PartitionLog::load_time_index(dir, base, next_offset).await?;
+    let mut time_index = super::files::load_time_index(dir, base, next_offset).await?;
     let mut max_ts = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
     for &(b, _, ts, _, _) in &scanned {
         if b - base > i64::from(i32::MAX) {
@@ -157,7 +157,7 @@ pub(super) async fn recover_active(
         max_timestamp_ms: max_ts,
         cleaned_at_ms: None, // the active segment is never cleaned
     };
-    let writer = partition_log::new_writer(
+    let writer = files::new_writer(
         base,
         log_appender,
         index_appender,
@@ -170,7 +170,7 @@ pub(super) async fn recover_active(
 }
 
 async fn rewrite(path: &Path, bytes: &[u8]) -> Result<AlignedAppender, StorageError> {
-    let file = Rc::new(partition_log::open_rw_path(path).await?);
+    let file = Rc::new(files::open_rw(path).await?);
     file.truncate(0).await.map_err(|e| err(path, e))?;
     let mut appender = AlignedAppender::resume(file, 0, Vec::new());
     appender.push_slice(bytes);

@@ -5,7 +5,7 @@
 //! Invariant: the active segment is never deleted or swapped; no segment is deleted
 //! while a hold is alive.
 
-use super::open::sync_dir;
+use super::files::sync_dir;
 use super::PartitionLog;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use glommio::io::DmaFile;

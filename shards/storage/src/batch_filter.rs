@@ -41,8 +41,8 @@ use bytes::BytesMut;
 use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
 use crate::batch::{
-    BatchError, BatchHeader, Compression, Cursor, BATCH_HEADER_LEN, CRC_START, CURRENT_MAGIC,
-    LOG_OVERHEAD,
+    parse_record, BatchError, BatchHeader, Compression, Cursor, BATCH_HEADER_LEN, CRC_START,
+    CURRENT_MAGIC, LOG_OVERHEAD,
 };
 
 /// Most bytes a records section may decompress to. A hard cap rather than a ratio to the
@@ -457,66 +457,6 @@ fn walk<'a>(
         ));
     }
     Ok(())
-}
-
-/// The fields of one record body that the walk needs.
-struct RecordFields<'a> {
-    timestamp_delta: i64,
-    offset_delta: i32,
-    key: Option<&'a [u8]>,
-    value_is_null: bool,
-}
-
-/// Parses one record body (everything after its length varint), which must be consumed
-/// exactly. The same grammar as `batch::validate`'s walk, without its requirement that
-/// offset deltas be dense.
-fn parse_record(body: &[u8]) -> Result<RecordFields<'_>, BatchError> {
-    let mut c = Cursor::new(body);
-    c.i8().ok_or(BatchError::InvalidRecord(
-        "record truncated before attributes",
-    ))?;
-    let timestamp_delta = c
-        .varlong()
-        .ok_or(BatchError::InvalidRecord("bad record timestamp delta"))?;
-    let offset_delta = c
-        .varint()
-        .ok_or(BatchError::InvalidRecord("bad record offset delta"))?;
-    let key = c
-        .nullable_bytes()
-        .ok_or(BatchError::InvalidRecord("bad record key"))?;
-    let value = c
-        .nullable_bytes()
-        .ok_or(BatchError::InvalidRecord("bad record value"))?;
-    let header_count = c
-        .varint()
-        .ok_or(BatchError::InvalidRecord("bad record header count"))?;
-    if header_count < 0 {
-        return Err(BatchError::InvalidRecord("negative record header count"));
-    }
-    for _ in 0..header_count {
-        // Header keys are non-null strings in Kafka; values may be null.
-        let key_len = c
-            .varint()
-            .ok_or(BatchError::InvalidRecord("bad record header key length"))?;
-        let key_len = usize::try_from(key_len)
-            .map_err(|_| BatchError::InvalidRecord("null or negative record header key"))?;
-        c.bytes(key_len).ok_or(BatchError::InvalidRecord(
-            "record header key exceeds the record",
-        ))?;
-        c.nullable_bytes()
-            .ok_or(BatchError::InvalidRecord("bad record header value"))?;
-    }
-    if !c.is_empty() {
-        return Err(BatchError::InvalidRecord(
-            "record fields do not fill its declared length",
-        ));
-    }
-    Ok(RecordFields {
-        timestamp_delta,
-        offset_delta,
-        key,
-        value_is_null: value.is_none(),
-    })
 }
 
 /// Overwrites a header field of a batch being built (`out` starts with a whole header).

@@ -1,0 +1,17 @@
+//! What a shard and the services it holds are configured with, fixed at start-up.
+
+use crate::group::coordinator::GroupConfig;
+use corelog_storage::LogConfig;
+use std::path::PathBuf;
+
+pub struct ShardConfig {
+    /// This broker's node id (its dynamic broker configs are stored under it).
+    pub node_id: i32,
+    pub data_dir: PathBuf,
+    pub log: LogConfig,
+    pub shard_count: usize,
+    pub groups: GroupConfig,
+    pub housekeeping: crate::housekeeping::HousekeepingConfig,
+    /// All tail caches of this shard together (`corelog_storage::tail_cache_budget`).
+    pub tail_cache_shard_bytes: u64,
+}

@@ -1,0 +1,139 @@
+"""The layout reads top-down: no crate's modules import each other in a circle, and each
+crate depends only on the corelog crates its top-level doc allows.
+
+A module's imports are the `crate::X` and `super::X` paths in its source (comments and
+`#[cfg(test)] mod tests` left out); a cycle is reported at the level of top-level
+modules and of their children. Cargo already refuses cycles between crates; the crate
+rules below keep the direction the README's Layout section describes."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Source directory of each crate whose modules must not form cycles.
+CRATES = {
+    "corelog": "src",
+    "shards": "shards/src",
+    "corelog-partition": "shards/partition/src",
+    "corelog-storage": "shards/storage/src",
+    "corelog-metrics": "shards/metrics/src",
+    "corelog-kafka-client": "tools/kafka-client/src",
+    "corelog-load": "tools/loadgen/src",
+}
+
+# The corelog crates each crate may depend on (normal dependencies).
+ALLOWED = {
+    "corelog": {"shards", "corelog-partition", "corelog-storage", "corelog-metrics"},
+    "shards": {"corelog-partition", "corelog-storage", "corelog-metrics"},
+    "corelog-partition": {"corelog-storage"},
+    "corelog-storage": set(),
+    "corelog-metrics": set(),
+    "corelog-kafka-client": set(),
+    "corelog-load": {"corelog-kafka-client", "corelog-metrics"},
+}
+MANIFESTS = {
+    "corelog": "Cargo.toml",
+    "shards": "shards/Cargo.toml",
+    "corelog-partition": "shards/partition/Cargo.toml",
+    "corelog-storage": "shards/storage/Cargo.toml",
+    "corelog-metrics": "shards/metrics/Cargo.toml",
+    "corelog-kafka-client": "tools/kafka-client/Cargo.toml",
+    "corelog-load": "tools/loadgen/Cargo.toml",
+}
+
+
+def module_graph(src: Path) -> dict[str, set[str]]:
+    """module path (`a::b`) -> module paths it imports, for every `.rs` under `src`."""
+    files = {}
+    for p in src.rglob("*.rs"):
+        parts = list(p.relative_to(src).with_suffix("").parts)
+        if parts[-1] in ("mod", "lib", "main"):
+            parts = parts[:-1]
+        files["::".join(parts)] = p
+    graph = {}
+    for name, path in files.items():
+        text = path.read_text()
+        text = re.sub(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", "", text, flags=re.S)
+        text = re.sub(r"//[^\n]*", "", text)
+        parent = name.rsplit("::", 1)[0] if "::" in name else ""
+        deps = set(re.findall(r"\bcrate::([a-z_][a-z0-9_]*)", text))
+        for child in re.findall(r"\bsuper::([a-z_][a-z0-9_]*)", text):
+            deps.add(f"{parent}::{child}" if parent else child)
+        graph[name] = deps
+    return graph
+
+
+def collapse(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
+    cut = lambda n: "::".join(n.split("::")[:depth])  # noqa: E731
+    names = {cut(n) for n in graph if n}
+    out: dict[str, set[str]] = {n: set() for n in names}
+    for m, deps in graph.items():
+        a = cut(m)
+        if not a:
+            continue
+        for d in deps:
+            b = cut(d)
+            if b in names and b != a and not b.startswith(a + "::") and not a.startswith(b + "::"):
+                out[a].add(b)
+    return out
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(u: str) -> list[str] | None:
+        state[u] = 1
+        stack.append(u)
+        for v in sorted(graph.get(u, ())):
+            if state.get(v) == 1:
+                return stack[stack.index(v):] + [v]
+            if v not in state:
+                found = visit(v)
+                if found:
+                    return found
+        stack.pop()
+        state[u] = 2
+        return None
+
+    for u in sorted(graph):
+        if u not in state:
+            found = visit(u)
+            if found:
+                return found
+    return None
+
+
+def test_the_checker_finds_a_cycle(tmp_path):
+    (tmp_path / "lib.rs").write_text("pub mod a;\npub mod b;\n")
+    (tmp_path / "a.rs").write_text("use crate::b::B;\n")
+    (tmp_path / "b.rs").write_text("// crate::a in a comment does not count\nuse crate::a::A;\n")
+    assert find_cycle(collapse(module_graph(tmp_path), 1)) == ["a", "b", "a"]
+    (tmp_path / "b.rs").write_text("// crate::a only in a comment\n")
+    assert find_cycle(collapse(module_graph(tmp_path), 1)) is None
+
+
+def test_no_crate_has_a_module_cycle():
+    failures = []
+    for crate, src in CRATES.items():
+        graph = module_graph(ROOT / src)
+        for depth in (1, 2):
+            cycle = find_cycle(collapse(graph, depth))
+            if cycle:
+                failures.append(f"{crate} ({src}): {' -> '.join(cycle)}")
+    assert not failures, "module cycles:\n" + "\n".join(failures)
+
+
+def test_crates_depend_only_downwards():
+    failures = []
+    for crate, manifest in MANIFESTS.items():
+        deps = tomllib.loads((ROOT / manifest).read_text()).get("dependencies", {})
+        ours = {d for d in deps if d in ALLOWED}
+        extra = ours - ALLOWED[crate]
+        if extra:
+            failures.append(f"{crate} depends on {sorted(extra)}, allowed {sorted(ALLOWED[crate])}")
+    assert not failures, "\n".join(failures)
