@@ -181,9 +181,15 @@ impl PartitionLog {
         }
         let needed = writer.log.logical_len().div_ceil(4096) * 4096;
         if needed > writer.preallocated {
-            let target = (needed + self.preallocate_step.get())
+            // Double what is written (at least the initial reservation), at most one step
+            // beyond it, never past the segment size.
+            let target = needed
+                .saturating_mul(2)
+                .max(super::PREALLOCATE_INITIAL_BYTES)
+                .min(needed.saturating_add(self.preallocate_step.get()))
                 .min(self.config.borrow().segment_bytes.div_ceil(4096) * 4096)
                 .max(needed);
+            debug_assert_eq!(target % 4096, 0, "whole blocks are reserved");
             // Best effort: a filesystem without fallocate still takes the writes.
             match writer.log.file().pre_allocate(target, false).await {
                 Ok(()) => writer.preallocated = target,

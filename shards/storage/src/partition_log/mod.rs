@@ -55,13 +55,21 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 use std::time::Instant;
 
-/// Segment files grow by `fallocate` in steps of this size, so appends are writes inside
+/// Segment files grow by `fallocate` ahead of the writes, so appends are writes inside
 /// the file size: on ext4 an O_DIRECT write that extends the file cannot complete without
 /// blocking and io_uring hands it to a kernel worker thread (kernel-notes.md,
-/// "Preallocation"). Sealing truncates the unused tail. This is the largest step; the
-/// shard gives each log a smaller one when it has many (`set_preallocate_step`), so that
-/// preallocated but unwritten space stays bounded per shard.
+/// "Preallocation"). Sealing truncates the unused tail.
+///
+/// The preallocation follows what the segment has written: a new segment reserves
+/// `PREALLOCATE_INITIAL_BYTES`, and each extension doubles the file, but never reserves
+/// more than the log's step beyond what is written. So an idle or one-message partition
+/// costs 1 MiB of disk and a busy one reaches the full step after a few extensions. This
+/// is the largest step; the shard gives each log a smaller one when it has many
+/// (`set_preallocate_step`), so that preallocated but unwritten space stays bounded per
+/// shard.
 pub const PREALLOCATE_STEP_BYTES: u64 = 64 << 20;
+/// What a new active segment reserves before it has grown.
+pub const PREALLOCATE_INITIAL_BYTES: u64 = 1 << 20;
 /// The smallest step a shard hands out.
 pub const PREALLOCATE_STEP_MIN_BYTES: u64 = 1 << 20;
 
