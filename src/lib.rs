@@ -10,6 +10,7 @@
 //! (request decode, response framing) directly.
 
 pub mod config;
+pub mod host_check;
 pub mod http;
 pub mod kafka;
 pub mod kernel;

@@ -17,11 +17,80 @@ struct Cli {
 enum Command {
     /// Run a single-node broker.
     Serve(config::ServeArgs),
+    /// Tell what this host gives the broker and what to change, before the first start.
+    Check(CheckArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+#[derive(clap::Args)]
+struct CheckArgs {
+    /// The data directory the broker will use (created if missing, as `serve` would).
+    #[arg(long, default_value = "./data")]
+    data_dir: std::path::PathBuf,
+    /// Shards the broker will run (default: one per CPU, as `serve`).
+    #[arg(long)]
+    shards: Option<usize>,
+    /// Connections the broker will allow (default: as `serve`, half the descriptors).
+    #[arg(long)]
+    max_connections: Option<usize>,
+    /// Also measure the data disk's direct sequential write and read bandwidth, with
+    /// this many MiB (256 is a few seconds on an SSD).
+    #[arg(long, value_name = "MIB", num_args = 0..=1, default_missing_value = "256")]
+    measure: Option<usize>,
+}
+
+/// `corelog check`: every finding on its own line; exit code 1 when one is a failure.
+fn check(args: CheckArgs) -> std::process::ExitCode {
+    use corelog::host_check::{self, Verdict};
+    let shards = args
+        .shards
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let max_connections = args
+        .max_connections
+        .unwrap_or_else(corelog::limits::default_max_connections);
+    let mut findings = vec![host_check::io_uring_executor()];
+    findings.extend(host_check::cheap_checks(
+        &args.data_dir,
+        shards,
+        max_connections,
+    ));
+    if let Some(mib) = args.measure {
+        findings.push(host_check::disk_bandwidth(&args.data_dir, mib.max(1)));
+    }
+    for f in &findings {
+        println!("{f}");
+    }
+    let worst = findings
+        .iter()
+        .map(|f| f.verdict)
+        .max()
+        .unwrap_or(Verdict::Ok);
+    let (fails, warns) = (
+        findings
+            .iter()
+            .filter(|f| f.verdict == Verdict::Fail)
+            .count(),
+        findings
+            .iter()
+            .filter(|f| f.verdict == Verdict::Warn)
+            .count(),
+    );
+    println!(
+        "{} checks: {fails} failed, {warns} could be better",
+        findings.len()
+    );
+    if worst == Verdict::Fail {
+        std::process::ExitCode::FAILURE
+    } else {
+        std::process::ExitCode::SUCCESS
+    }
+}
+
+fn main() -> anyhow::Result<std::process::ExitCode> {
     let cli = Cli::parse();
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Check(args) => return Ok(check(args)),
+    };
     let config = config::BrokerConfig::resolve(args)?;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log_level))?;
@@ -56,7 +125,7 @@ fn main() -> anyhow::Result<()> {
         Ok(()) => tracing::info!("stopped cleanly"),
         Err(e) => tracing::error!(error = %format!("{e:#}"), "corelog failed"),
     }
-    result
+    result.map(|()| std::process::ExitCode::SUCCESS)
 }
 
 /// Logs where start-up stands if the broker is not serving after a while, so a stuck

@@ -66,6 +66,11 @@ pub fn run(
 ) -> anyhow::Result<()> {
     // Shard 0 takes the receiving end of the HTTP endpoint's metrics queries.
     let metrics_queries = Arc::new(std::sync::Mutex::new(Some(metrics_queries)));
+    crate::host_check::log_at_startup(
+        &config.data_dir,
+        config.shards,
+        config.limits.connections.total_max,
+    );
     crate::kernel::check_and_raise_memlock(config.shards);
     crate::kernel::raise_nofile(config.limits.connections.total_max);
     // One set of connection counts for the whole broker: connections arrive on every
