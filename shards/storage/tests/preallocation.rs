@@ -31,8 +31,14 @@ fn reservations_grow_with_the_writes() {
         let t = log.append(&batch(0, 1, 100, 1000), 0).expect("append");
         log.wait(t, AckLevel::All).await.expect("acked");
         let (len, allocated) = sizes(&path);
-        assert_eq!(len, PREALLOCATE_INITIAL_BYTES, "one message reserves the initial 1 MiB");
-        assert!(allocated <= PREALLOCATE_INITIAL_BYTES, "allocated {allocated} bytes");
+        assert_eq!(
+            len, PREALLOCATE_INITIAL_BYTES,
+            "one message reserves the initial 1 MiB"
+        );
+        assert!(
+            allocated <= PREALLOCATE_INITIAL_BYTES,
+            "allocated {allocated} bytes"
+        );
 
         // About 12 MiB in 100 KiB batches: the reservation doubles as the data grows.
         let mut lens = vec![len];
