@@ -88,3 +88,25 @@ def test_metrics_count_what_clients_did(broker):
     status, _, hgrm = get(broker, "/histograms/produce.hgrm")
     assert status == 200
     assert "Percentile" in hgrm.splitlines()[0] and "#[Max" in hgrm
+
+
+def test_each_refused_config_change_counts_once(broker):
+    """Every error code a response carries is counted once, by the dispatcher: here two
+    resources of one IncrementalAlterConfigs refused with INVALID_CONFIG count 2."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    for t in ("cfg-a", "cfg-b"):
+        admin.create_topics([NewTopic(t, 1, 1)])[t].result(30)
+    bad = [ConfigResource("topic", t, incremental_configs=[
+        ConfigEntry("no.such.key", "1", incremental_operation=AlterConfigOpType.SET)])
+        for t in ("cfg-a", "cfg-b")]
+    for f in admin.incremental_alter_configs(bad).values():
+        try:
+            f.result(30)
+        except Exception:
+            pass
+        else:
+            raise AssertionError("an unknown key is refused")
+    _, _, text = get(broker, "/metrics")
+    assert total(text, "corelog_errors_total", api="IncrementalAlterConfigs") == 2, \
+        series(text, "corelog_errors_total")

@@ -58,7 +58,7 @@ impl Handler for AlterConfigs {
             .resources
             .iter()
             .map(|r| (r.resource_type, &r.resource_name));
-        for (t, name, code, message) in outcomes(resources, outcomes_of, ApiKey::AlterConfigs) {
+        for (t, name, code, message) in outcomes(resources, outcomes_of) {
             let mut out = alter_configs_response::AlterConfigsResourceResponse::default();
             (
                 out.resource_type,

@@ -31,7 +31,7 @@ use futures::channel::oneshot;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsSynonym,
 };
-use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest};
+use kafka_protocol::messages::DescribeConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use shards::mesh::{ConfigOp, ConfigOps, ControllerRequest, ShardMessage, TopicConfigChange};
@@ -429,7 +429,6 @@ pub(super) fn named_twice<'a>(names: impl Iterator<Item = (i8, &'a str)>) -> Has
 pub(super) fn outcomes<'a>(
     resources: impl Iterator<Item = (i8, &'a StrBytes)>,
     outcomes: Vec<Result<(), (ResponseError, String)>>,
-    api: ApiKey,
 ) -> Vec<(i8, StrBytes, i16, Option<StrBytes>)> {
     resources
         .zip(outcomes)
@@ -438,7 +437,6 @@ pub(super) fn outcomes<'a>(
                 Ok(()) => (0, None),
                 Err((code, message)) => (code.code(), Some(s(message))),
             };
-            error_code::count(api, code);
             (t, name.clone(), code, message)
         })
         .collect()

@@ -69,9 +69,7 @@ impl Handler for IncrementalAlterConfigs {
             .resources
             .iter()
             .map(|r| (r.resource_type, &r.resource_name));
-        for (t, name, code, message) in
-            outcomes(resources, outcomes_of, ApiKey::IncrementalAlterConfigs)
-        {
+        for (t, name, code, message) in outcomes(resources, outcomes_of) {
             let mut out =
                 incremental_alter_configs_response::AlterConfigsResourceResponse::default();
             (
