@@ -184,6 +184,11 @@ pub struct ServeArgs {
     /// Tail-cache bytes of all partitions of one shard together. Default 512 MiB.
     #[arg(long)]
     pub tail_cache_shard_bytes: Option<u64>,
+    /// Most segment files (logs and their indexes) open at once, broker-wide, split
+    /// evenly over the shards; the least recently used closes past it and opens again
+    /// when it is next read or written. Default: a quarter of RLIMIT_NOFILE.
+    #[arg(long)]
+    pub max_open_segment_files: Option<usize>,
     /// Longest a request frame's body may take to arrive once its memory is granted;
     /// a slower connection is closed. Default 60000.
     #[arg(long)]
@@ -271,6 +276,7 @@ impl ServeArgs {
                 .max_inflight_requests_per_connection
                 .or(file.max_inflight_requests_per_connection),
             tail_cache_shard_bytes: self.tail_cache_shard_bytes.or(file.tail_cache_shard_bytes),
+            max_open_segment_files: self.max_open_segment_files.or(file.max_open_segment_files),
             request_body_timeout_ms: self
                 .request_body_timeout_ms
                 .or(file.request_body_timeout_ms),
@@ -312,6 +318,8 @@ pub struct LimitsConfig {
     pub queued_max_request_bytes: u64,
     pub max_inflight_requests_per_connection: usize,
     pub tail_cache_shard_bytes: u64,
+    /// Segment files open at once, broker-wide (`corelog_storage::file_cache`).
+    pub max_open_segment_files: usize,
     pub request_body_timeout: std::time::Duration,
 }
 
@@ -350,6 +358,14 @@ impl LimitsConfig {
             tail_cache_shard_bytes: a
                 .tail_cache_shard_bytes
                 .unwrap_or(limits::TAIL_CACHE_SHARD_BYTES_DEFAULT),
+            max_open_segment_files: match a.max_open_segment_files {
+                Some(n) if n < limits::OPEN_SEGMENT_FILES_MIN => bail!(
+                    "max-open-segment-files must be at least {}",
+                    limits::OPEN_SEGMENT_FILES_MIN
+                ),
+                Some(n) => n,
+                None => limits::default_max_open_segment_files(),
+            },
             request_body_timeout: std::time::Duration::from_millis(
                 a.request_body_timeout_ms
                     .unwrap_or(limits::REQUEST_BODY_TIMEOUT_MS_DEFAULT)

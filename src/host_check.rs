@@ -16,12 +16,13 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-/// Descriptors one partition holds while its active segment is open (log, offset index,
-/// time index); each sealed segment adds one.
-pub const DESCRIPTORS_PER_PARTITION: u64 = 3;
+/// Segment files worth keeping open at once: about the partitions a busy broker writes
+/// and reads at the same time (more are opened and closed as they are used).
+const SEGMENT_FILES_WANTED: u64 = 1024;
 
-/// Partitions a broker is expected to carry (Kafka runs 10,000+ per broker).
-const PARTITIONS_WANTED: u64 = 10_000;
+/// Descriptors beside connections and segment files: listeners, io_uring rings and
+/// eventfds, directories being synced, checkpoints and snapshots being written.
+const DESCRIPTORS_RESERVED: u64 = 256;
 
 /// Block size of the O_DIRECT probe and of the bandwidth measurement.
 const BLOCK: usize = 4096;
@@ -165,12 +166,14 @@ fn nofile(max_connections: usize) -> Finding {
             "check ulimit -n",
         );
     };
-    let for_logs = ceiling.saturating_sub(max_connections as u64);
-    let partitions = for_logs / DESCRIPTORS_PER_PARTITION;
+    // Segment files open on demand (storage `file_cache`): partitions cost descriptors
+    // only while they are read or written, up to the cache's bound.
+    let files = crate::limits::default_max_open_segment_files() as u64;
     let found = format!(
-        "{ceiling} descriptors: {max_connections} for connections leaves room for about {partitions} partitions ({DESCRIPTORS_PER_PARTITION} each)"
+        "{ceiling} descriptors: {max_connections} for connections, {files} for open segment files (any number of partitions; idle ones hold none)"
     );
-    if partitions >= PARTITIONS_WANTED {
+    let needed = max_connections as u64 + files + DESCRIPTORS_RESERVED;
+    if needed <= ceiling && files >= SEGMENT_FILES_WANTED {
         Finding::ok("RLIMIT_NOFILE", found)
     } else {
         Finding::bad(
@@ -178,8 +181,8 @@ fn nofile(max_connections: usize) -> Finding {
             Verdict::Warn,
             found,
             format!(
-                "raise the hard limit (ulimit -n, LimitNOFILE=) to at least {} for {PARTITIONS_WANTED} partitions",
-                max_connections as u64 + PARTITIONS_WANTED * DESCRIPTORS_PER_PARTITION
+                "raise the hard limit (ulimit -n, LimitNOFILE=) to at least {}, or lower --max-connections",
+                (max_connections as u64 + SEGMENT_FILES_WANTED + DESCRIPTORS_RESERVED).max(4 * SEGMENT_FILES_WANTED)
             ),
         )
     }

@@ -99,6 +99,19 @@ pub fn default_max_connections() -> usize {
     usize::try_from(nofile / 2).unwrap_or(usize::MAX).max(64)
 }
 
+/// Fewest segment files the broker may be configured to keep open.
+pub const OPEN_SEGMENT_FILES_MIN: usize = 64;
+
+/// A quarter of RLIMIT_NOFILE (the hard limit, as for connections), at least
+/// `OPEN_SEGMENT_FILES_MIN`: connections take half by default, and the rest is left
+/// for everything else a broker opens (directories, checkpoints, snapshots, rings).
+pub fn default_max_open_segment_files() -> usize {
+    let nofile = crate::kernel::nofile_ceiling().unwrap_or(1024);
+    usize::try_from(nofile / 4)
+        .unwrap_or(usize::MAX)
+        .max(OPEN_SEGMENT_FILES_MIN)
+}
+
 /// Parses Kafka's `max.connections.per.ip.overrides`: `ip:count,ip:count`. Only IP
 /// literals (IPv6 too: the count follows the last colon); Kafka also accepts host
 /// names, which would need a DNS lookup at start-up that we do not do.

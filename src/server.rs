@@ -95,6 +95,8 @@ pub fn run(
         groups: config.groups.clone(),
         housekeeping: config.housekeeping.clone(),
         tail_cache_shard_bytes: config.limits.tail_cache_shard_bytes,
+        open_segment_files: (config.limits.max_open_segment_files / config.shards.max(1))
+            .max(corelog_storage::file_cache::MIN_CAPACITY),
     });
     let n = config.shards;
     let cpus = std::thread::available_parallelism()

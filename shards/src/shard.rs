@@ -71,6 +71,7 @@ impl Shard {
         senders: Senders<Envelope>,
     ) -> Rc<Shard> {
         let config_shards = config.shard_count;
+        let storage_context = crate::storage_context::storage_context(config.open_segment_files);
         let peers = Rc::new(Peers::new(id, config.shard_count, senders));
         let shard = Rc::new(Shard {
             id,
@@ -89,11 +90,16 @@ impl Shard {
             admin_lock: Semaphore::new(1),
             producer_ids: ProducerIds::default(),
             quota_usage: crate::client_quota::UsageInbox::new(config_shards),
-            storage_context: crate::storage_context::storage_context(),
+            storage_context,
         });
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));
         shard
+    }
+
+    /// The descriptors of this shard's segment files.
+    pub fn open_files(&self) -> &corelog_storage::FileCache {
+        &self.storage_context.files
     }
 
     pub fn shard_count(&self) -> usize {
@@ -279,7 +285,16 @@ impl Shard {
                 let _ = reply.send(answer);
             }
             ShardMessage::Metrics { reply } => {
-                let _ = reply.send(corelog_metrics::snapshot(self.id));
+                let mut snapshot = corelog_metrics::snapshot(self.id);
+                let files = self.open_files().stats();
+                snapshot.segment_files = corelog_metrics::SegmentFileCounters {
+                    open: files.open as u64,
+                    capacity: files.capacity as u64,
+                    opens: files.opens,
+                    evictions: files.evictions,
+                    exhausted: files.exhausted,
+                };
+                let _ = reply.send(snapshot);
             }
             ShardMessage::Shutdown { reply } => {
                 self.close_all().await;
@@ -357,64 +372,87 @@ impl Shard {
             .collect()
     }
 
+    /// Reads the partitions of one fetch, in request order, until about `budget` bytes
+    /// are read. The reads run concurrently in waves: each wave takes the next partitions
+    /// until their limits alone would fill what is left, so a catch-up fetch of many full
+    /// partitions reads them all at once, while partitions after the budget is spent are
+    /// answered with their position only (as a sequential read would leave them).
     async fn fetch(
         &self,
         inputs: Vec<FetchInput>,
         budget: usize,
         isolation: Isolation,
     ) -> Vec<FetchOutput> {
-        let mut out = Vec::with_capacity(inputs.len());
-        let mut left = budget;
-        for input in inputs {
-            let Some(log) = self.partition(&input.tp) else {
-                out.push(FetchOutput::failed(
-                    -1,
-                    -1,
-                    PartitionError::UnknownTopicOrPartition,
-                ));
-                continue;
-            };
-            if let Err(e) = log.check_leader_epoch(input.current_leader_epoch) {
-                out.push(FetchOutput::failed(-1, -1, e.into()));
-                continue;
-            }
-            if left == 0 {
-                // The response is full: the position is still answered.
-                let high_watermark = log.high_watermark();
-                out.push(FetchOutput {
-                    high_watermark,
-                    last_stable_offset: high_watermark,
-                    log_start_offset: log.log_start_offset(),
-                    diverging_epoch: None,
-                    result: Ok(bytes::Bytes::new()),
-                });
-                continue;
-            }
-            let r = log
-                .read(
-                    input.offset,
-                    input.last_fetched_epoch,
-                    input.max_bytes.min(left),
-                    isolation,
-                )
-                .await;
-            if let Ok(read) = &r {
-                left = left.saturating_sub(read.records.len());
-            }
-            out.push(match r {
-                Ok(read) => FetchOutput {
-                    high_watermark: read.high_watermark,
-                    last_stable_offset: read.last_stable_offset,
-                    log_start_offset: read.log_start_offset,
-                    diverging_epoch: read.diverging_epoch,
-                    result: Ok(read.records),
+        let mut out: Vec<Option<FetchOutput>> = (0..inputs.len()).map(|_| None).collect();
+        let mut reads: Vec<(usize, Rc<Partition>)> = Vec::with_capacity(inputs.len());
+        for (i, input) in inputs.iter().enumerate() {
+            let answer = match self.partition(&input.tp) {
+                None => FetchOutput::failed(-1, -1, PartitionError::UnknownTopicOrPartition),
+                Some(log) => match log.check_leader_epoch(input.current_leader_epoch) {
+                    Err(e) => FetchOutput::failed(-1, -1, e.into()),
+                    Ok(()) => {
+                        reads.push((i, log));
+                        continue;
+                    }
                 },
-                Err(e) => {
-                    FetchOutput::failed(log.high_watermark(), log.log_start_offset(), e.into())
-                }
-            });
+            };
+            out[i] = Some(answer);
         }
-        out
+        let mut left = budget;
+        let mut next = 0;
+        while next < reads.len() {
+            if left == 0 {
+                // The response is full: the rest are answered with their position.
+                for (i, log) in &reads[next..] {
+                    let high_watermark = log.high_watermark();
+                    out[*i] = Some(FetchOutput {
+                        high_watermark,
+                        last_stable_offset: high_watermark,
+                        log_start_offset: log.log_start_offset(),
+                        diverging_epoch: None,
+                        result: Ok(bytes::Bytes::new()),
+                    });
+                }
+                break;
+            }
+            let mut planned = 0usize;
+            let mut wave = Vec::new();
+            while let Some((i, log)) = reads.get(next) {
+                if planned >= left {
+                    break;
+                }
+                let input = &inputs[*i];
+                let max_bytes = input.max_bytes.min(left - planned);
+                planned += max_bytes;
+                wave.push(async move {
+                    let r = log
+                        .read(input.offset, input.last_fetched_epoch, max_bytes, isolation)
+                        .await;
+                    (*i, log, r)
+                });
+                next += 1;
+            }
+            for (i, log, r) in futures::future::join_all(wave).await {
+                out[i] = Some(match r {
+                    Ok(read) => {
+                        left = left.saturating_sub(read.records.len());
+                        FetchOutput {
+                            high_watermark: read.high_watermark,
+                            last_stable_offset: read.last_stable_offset,
+                            log_start_offset: read.log_start_offset,
+                            diverging_epoch: read.diverging_epoch,
+                            result: Ok(read.records),
+                        }
+                    }
+                    Err(e) => {
+                        FetchOutput::failed(log.high_watermark(), log.log_start_offset(), e.into())
+                    }
+                });
+            }
+        }
+        out.into_iter()
+            .map(|o| o.expect("every partition of a fetch is answered"))
+            .collect()
     }
 
     async fn wait_for_data(&self, partitions: Vec<(TopicPartition, i64)>, deadline: Instant) {

@@ -14,4 +14,6 @@ pub struct ShardConfig {
     pub housekeeping: crate::housekeeping::HousekeepingConfig,
     /// All tail caches of this shard together (`corelog_storage::tail_cache_budget`).
     pub tail_cache_shard_bytes: u64,
+    /// Segment files this shard keeps open at once (`corelog_storage::file_cache`).
+    pub open_segment_files: usize,
 }

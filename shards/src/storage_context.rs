@@ -1,6 +1,6 @@
 //! The bridge from the storage engine to this shard: the context every log of a shard is
-//! opened with — the system clock, and the engine's observations into the shard's
-//! metrics recorder.
+//! opened with — the system clock, the engine's observations into the shard's metrics
+//! recorder, and the shard's one cache of open segment files.
 
 use corelog_metrics::Stage;
 use std::time::Duration;
@@ -23,11 +23,12 @@ impl corelog_storage::Observer for StorageObserver {
     }
 }
 
-/// The context every log of this shard is opened with: the system clock, and
-/// observations into this shard's recorder.
-pub fn storage_context() -> corelog_storage::LogContext {
+/// The context every log of this shard is opened with: the system clock, observations
+/// into this shard's recorder, and one cache of at most `open_files` segment files.
+pub fn storage_context(open_files: usize) -> corelog_storage::LogContext {
     corelog_storage::LogContext {
         clock: std::rc::Rc::new(corelog_storage::SystemClock),
         observer: std::rc::Rc::new(StorageObserver),
+        files: corelog_storage::FileCache::new(open_files),
     }
 }

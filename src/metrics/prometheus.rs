@@ -77,6 +77,20 @@ fn counter(
     Ok(())
 }
 
+fn gauge(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    series: &[(Labels, u64)],
+) -> Result<(), std::fmt::Error> {
+    let mut m = encoder.encode_descriptor(name, help, None, MetricType::Gauge)?;
+    for (labels, v) in series {
+        let v = i64::try_from(*v).unwrap_or(i64::MAX);
+        m.encode_family(labels)?.encode_gauge(&v)?;
+    }
+    Ok(())
+}
+
 fn histogram(
     encoder: &mut DescriptorEncoder,
     name: &str,
@@ -104,6 +118,8 @@ impl Collector for Snapshots {
         let mut rejected = Vec::new();
         let mut duplicates = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
+        let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
+        let (mut file_opens, mut file_evictions, mut files_exhausted) = (vec![], vec![], vec![]);
         let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
         for s in &self.0 {
             let shard = shard_label(s);
@@ -144,7 +160,13 @@ impl Collector for Snapshots {
             duplicates.push((by_shard.clone(), s.duplicate_batches));
             refused_ip.push((by_shard.clone(), s.limits.connections_refused_per_ip));
             accept_waits.push((by_shard.clone(), s.limits.accept_waits));
-            memory_waits.push((by_shard, s.limits.request_memory_waits));
+            memory_waits.push((by_shard.clone(), s.limits.request_memory_waits));
+            accept_no_fd.push((by_shard.clone(), s.limits.accept_out_of_descriptors));
+            files_open.push((by_shard.clone(), s.segment_files.open));
+            files_capacity.push((by_shard.clone(), s.segment_files.capacity));
+            file_opens.push((by_shard.clone(), s.segment_files.opens));
+            file_evictions.push((by_shard.clone(), s.segment_files.evictions));
+            files_exhausted.push((by_shard, s.segment_files.exhausted));
             for kind in shards::client_quota::QuotaKind::ALL {
                 let i = kind.index();
                 let labels = vec![
@@ -241,6 +263,42 @@ impl Collector for Snapshots {
             "corelog_request_memory_waits",
             "Request frames whose reader waited for queued.max.request.bytes.",
             &memory_waits,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_accept_out_of_descriptors",
+            "Accepts that found no file descriptor free (EMFILE/ENFILE).",
+            &accept_no_fd,
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_segment_files_open",
+            "Segment files (logs and indexes) the shard holds open now.",
+            &files_open,
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_segment_files_open_max",
+            "Most segment files the shard holds open at once (--max-open-segment-files / shards).",
+            &files_capacity,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_segment_file_opens",
+            "Segment files opened (each one not open when an operation needed it).",
+            &file_opens,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_segment_file_evictions",
+            "Segment files closed because the shard's bound was reached.",
+            &file_evictions,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_segment_file_open_failures_no_descriptor",
+            "Segment file opens that failed for want of a file descriptor.",
+            &files_exhausted,
         )?;
         Ok(())
     }

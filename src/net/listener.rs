@@ -7,6 +7,10 @@
 //! when `max.connections` are open, this acceptor holds the connection it has and stops
 //! accepting until a slot frees, so later clients wait in the kernel's listen backlog.
 //! A connection keeps its permits until it ends.
+//!
+//! An accept that finds no file descriptor free (EMFILE/ENFILE) closes half of this
+//! shard's idle segment files, logs what ran out (at most once per interval) and tries
+//! again after a short pause: the broker never stops accepting for good.
 
 use crate::kafka::api::Ctx;
 use crate::net::connection_limits::{ConnectionLimits, RateLimitedLog};
@@ -31,6 +35,7 @@ pub async fn accept_loop(
         ctx.config.limits.queued_max_request_bytes,
     ));
     let refusals = RateLimitedLog::new(REFUSAL_LOG_INTERVAL);
+    let descriptor_errors = RateLimitedLog::new(REFUSAL_LOG_INTERVAL);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             shutdown.wait().await;
@@ -41,8 +46,27 @@ pub async fn accept_loop(
             None => break,
             Some(Ok(s)) => s,
             Some(Err(e)) => {
-                // Out of file descriptors and the like: back off instead of spinning.
-                tracing::warn!(error = %e, "accept failed");
+                let e = corelog_storage::file_cache::os_error(e);
+                if corelog_storage::file_cache::is_out_of_descriptors(&e) {
+                    // Give back what this shard can (idle segment files reopen when next
+                    // used), say what ran out, and try again: the connection waits in the
+                    // listen backlog meanwhile.
+                    let shed = ctx.shard.open_files().shed();
+                    corelog_metrics::record_limit(|c| c.accept_out_of_descriptors += 1);
+                    if let Some(suppressed) = descriptor_errors.allow(Instant::now()) {
+                        tracing::warn!(
+                            error = %e,
+                            connections = limits.open(),
+                            nofile = crate::kernel::nofile_ceiling().unwrap_or(0),
+                            closed_segment_files = shed,
+                            suppressed,
+                            "out of file descriptors: cannot accept a connection; raise RLIMIT_NOFILE (ulimit -n, LimitNOFILE=) or lower --max-connections / --max-open-segment-files"
+                        );
+                    }
+                } else {
+                    tracing::warn!(error = %e, "accept failed");
+                }
+                // Back off instead of spinning.
                 glommio::timer::sleep(std::time::Duration::from_millis(50)).await;
                 continue;
             }

@@ -111,6 +111,7 @@ pub struct MetricsSnapshot {
     /// Idempotent producers' retries answered with the original offsets (not written).
     pub duplicate_batches: u64,
     pub limits: LimitCounters,
+    pub segment_files: SegmentFileCounters,
     /// Client quota throttling on this shard.
     pub quota: QuotaMetrics,
 }
@@ -124,6 +125,30 @@ pub struct LimitCounters {
     pub accept_waits: u64,
     /// Request frames whose reader waited for `queued.max.request.bytes`.
     pub request_memory_waits: u64,
+    /// Accepts that found no file descriptor free (EMFILE/ENFILE).
+    pub accept_out_of_descriptors: u64,
+}
+
+/// The shard's cache of open segment files (`corelog_storage::file_cache`), filled in by
+/// the shard when it answers a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SegmentFileCounters {
+    pub open: u64,
+    pub capacity: u64,
+    pub opens: u64,
+    pub evictions: u64,
+    /// Opens that failed for want of a descriptor.
+    pub exhausted: u64,
+}
+
+impl SegmentFileCounters {
+    fn merge(&mut self, o: &SegmentFileCounters) {
+        self.open += o.open;
+        self.capacity += o.capacity;
+        self.opens += o.opens;
+        self.evictions += o.evictions;
+        self.exhausted += o.exhausted;
+    }
 }
 
 impl LimitCounters {
@@ -131,6 +156,7 @@ impl LimitCounters {
         self.connections_refused_per_ip += o.connections_refused_per_ip;
         self.accept_waits += o.accept_waits;
         self.request_memory_waits += o.request_memory_waits;
+        self.accept_out_of_descriptors += o.accept_out_of_descriptors;
     }
 }
 
@@ -192,6 +218,7 @@ impl MetricsSnapshot {
         self.connections_accepted += other.connections_accepted;
         self.duplicate_batches += other.duplicate_batches;
         self.limits.merge(&other.limits);
+        self.segment_files.merge(&other.segment_files);
         self.quota.merge(&other.quota);
     }
 
@@ -225,6 +252,7 @@ thread_local! {
             connections_refused_per_ip: 0,
             accept_waits: 0,
             request_memory_waits: 0,
+            accept_out_of_descriptors: 0,
         },
         quota: QuotaMetrics::default(),
     });
@@ -285,6 +313,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             connections_accepted: r.connections_accepted,
             duplicate_batches: r.duplicate_batches,
             limits: r.limits,
+            segment_files: SegmentFileCounters::default(),
             quota: r.quota,
         }
     })

@@ -19,12 +19,19 @@
 //! The zero padding past the logical end is on disk until the file is truncated at seal
 //! time; readers and recovery stop at the logical end (see `recovery.rs`).
 
+use crate::file_cache::SegmentFile;
 use bytes::Bytes;
 use glommio::io::DmaFile;
-use std::rc::Rc;
+
+/// The block size direct I/O to `file` must align to (at least 4 KiB, the page size).
+pub fn alignment_of(file: &DmaFile) -> u64 {
+    file.alignment().max(4096)
+}
 
 pub struct AlignedAppender {
-    file: Rc<DmaFile>,
+    /// Opened for each flush, sync or truncation (`file_cache`): an idle appender holds
+    /// no descriptor.
+    file: SegmentFile,
     alignment: u64,
     block_start: u64,
     flushed_len: u64,
@@ -36,9 +43,10 @@ pub struct AlignedAppender {
 impl AlignedAppender {
     /// An appender continuing a file whose valid content is `logical_len` bytes long.
     /// `tail` must be the file's bytes from the aligned start of the last partial block
-    /// to `logical_len` (empty when `logical_len` is aligned).
-    pub fn resume(file: Rc<DmaFile>, logical_len: u64, tail: Vec<u8>) -> Self {
-        let alignment = file.alignment().max(4096);
+    /// to `logical_len` (empty when `logical_len` is aligned); `alignment` is the file's
+    /// ([`alignment_of`]).
+    pub fn resume(file: SegmentFile, alignment: u64, logical_len: u64, tail: Vec<u8>) -> Self {
+        assert!(alignment.is_power_of_two() && alignment >= 4096);
         let block_start = logical_len - logical_len % alignment;
         assert_eq!(
             tail.len() as u64,
@@ -56,7 +64,7 @@ impl AlignedAppender {
         }
     }
 
-    pub fn file(&self) -> &Rc<DmaFile> {
+    pub fn file(&self) -> &SegmentFile {
         &self.file
     }
 
@@ -89,7 +97,8 @@ impl AlignedAppender {
         }
         let len = self.tail.len() + self.parts_len as usize;
         let padded = (len as u64).div_ceil(self.alignment) * self.alignment;
-        let mut dma = self.file.alloc_dma_buffer(padded as usize);
+        let file = self.file.open().await?;
+        let mut dma = file.alloc_dma_buffer(padded as usize);
         let out = dma.as_bytes_mut();
         let mut at = self.tail.len();
         out[..at].copy_from_slice(&self.tail);
@@ -102,8 +111,7 @@ impl AlignedAppender {
         let logical = self.logical_len();
         let keep_from = logical - logical % self.alignment;
         let new_tail = out[(keep_from - self.block_start) as usize..len].to_vec();
-        let written = self
-            .file
+        let written = file
             .write_at(dma, self.block_start)
             .await
             .map_err(std::io::Error::from)?;
@@ -125,15 +133,16 @@ impl AlignedAppender {
     }
 
     pub async fn sync(&self) -> std::io::Result<()> {
-        self.file.fdatasync().await.map_err(std::io::Error::from)
+        let file = self.file.open().await?;
+        file.fdatasync().await.map_err(std::io::Error::from)
     }
 
     /// Cuts the zero padding of the last block off the file, so a sealed file is exactly
     /// its logical length. Call after `flush`.
     pub async fn truncate_to_logical(&self) -> std::io::Result<()> {
         assert!(!self.has_unflushed(), "truncate only after a flush");
-        self.file
-            .truncate(self.logical_len())
+        let file = self.file.open().await?;
+        file.truncate(self.logical_len())
             .await
             .map_err(std::io::Error::from)
     }

@@ -1,11 +1,13 @@
 //! What a log is handed by its owner instead of reaching for process-wide state: the wall
-//! clock and an observer of what it measures.
+//! clock, an observer of what it measures, and the cache of open segment files it shares
+//! with the owner's other logs.
 //!
 //! The engine reads wall time for record timestamps it stamps (`LogAppendTime`), for the
 //! `message.timestamp.difference.max.ms` rule and for idempotent producers' last-write
 //! times; it never reads the system clock itself, so a test can hand it any clock.
 //! Latencies are measured on the monotonic clock (`Instant`) and reported, not kept.
 
+use crate::file_cache::FileCache;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -53,19 +55,22 @@ impl Observer for NoObserver {
     fn duplicate_batch(&self) {}
 }
 
-/// The clock and observer every log of one owner shares.
+/// The clock, observer and open-file cache every log of one owner shares.
 #[derive(Clone)]
 pub struct LogContext {
     pub clock: Rc<dyn Clock>,
     pub observer: Rc<dyn Observer>,
+    /// The descriptors of every segment file of the owner's logs (`file_cache`).
+    pub files: Rc<FileCache>,
 }
 
 impl LogContext {
-    /// The system clock and no observer (tools and tests).
+    /// The system clock, no observer and a default-sized file cache (tools and tests).
     pub fn system() -> LogContext {
         LogContext {
             clock: Rc::new(SystemClock),
             observer: Rc::new(NoObserver),
+            files: FileCache::new(crate::file_cache::DEFAULT_CAPACITY),
         }
     }
 

@@ -6,12 +6,15 @@ use super::producer_state::SequenceError;
 use std::sync::Arc;
 
 /// An I/O failure of the log's files. It is sticky: once a write or sync fails the
-/// partition refuses further appends (the on-disk state past the failure is unknown).
+/// partition refuses further appends (the on-disk state past the failure is unknown) —
+/// except when no file could be opened because the process had no descriptor left
+/// (`out_of_descriptors`): nothing was written, and the writer waits and tries again.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("storage error on {path}: {message}")]
 pub struct StorageError {
     pub path: Arc<str>,
     pub message: Arc<str>,
+    pub out_of_descriptors: bool,
 }
 
 impl StorageError {
@@ -19,6 +22,15 @@ impl StorageError {
         StorageError {
             path: path.to_string().into(),
             message: err.to_string().into(),
+            out_of_descriptors: false,
+        }
+    }
+
+    /// An I/O error, noting whether it was the descriptor limit.
+    pub fn io(path: impl std::fmt::Display, err: &std::io::Error) -> Self {
+        StorageError {
+            out_of_descriptors: crate::file_cache::is_out_of_descriptors(err),
+            ..StorageError::new(path, err)
         }
     }
 }

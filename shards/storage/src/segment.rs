@@ -1,4 +1,4 @@
-//! One segment of a partition log: its file names, its open files and the in-memory
+//! One segment of a partition log: its file names, its log file and the in-memory
 //! copies of its two indexes.
 //!
 //! A segment is named by its base offset, the offset of its first record, as 20 decimal
@@ -6,11 +6,10 @@
 //! bytes of complete, written batches. Readers never look past it; the file itself may be
 //! longer by the zero padding of the last direct-I/O block until the segment is sealed.
 
+use super::file_cache::SegmentFile;
 use super::offset_index::OffsetIndex;
 use super::time_index::TimeIndex;
-use glommio::io::DmaFile;
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 
 pub const LOG_SUFFIX: &str = "log";
 pub const INDEX_SUFFIX: &str = "index";
@@ -35,7 +34,8 @@ pub fn parse_log_file_name(name: &str) -> Option<i64> {
 
 pub struct Segment {
     pub base_offset: i64,
-    pub file: Rc<DmaFile>,
+    /// The `.log` file, opened on demand (`file_cache`).
+    pub file: SegmentFile,
     /// Logical length: bytes of complete batches that are written.
     pub size: u64,
     pub index: OffsetIndex,

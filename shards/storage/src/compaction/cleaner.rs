@@ -38,6 +38,7 @@ use crate::batch::BatchHeader;
 use crate::batch_filter::{filter_batch, for_each_record, Filtered};
 use crate::checkpoint;
 use crate::error::StorageError;
+use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan::{self, ScanEnd};
 use crate::offset_index::{self, IndexEntry, OffsetIndex};
 use crate::partition_log::{PartitionLog, SealedSegment};
@@ -46,7 +47,6 @@ use crate::segment::{
 };
 use crate::segment_swap::{complete_swap, covers_file, suffixed, CLEANED, SWAP};
 use crate::time_index::{self, TimeEntry, TimeIndex};
-use glommio::io::OpenOptions;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -204,7 +204,12 @@ pub async fn clean(
             let mut failure = None;
             let mut resume = None;
             let step_end = pos + INPUT_STEP_BYTES;
-            let (_, end) = file_scan::scan(&seg.file, pos, seg.size, false, |h, at, bytes| {
+            let file = seg
+                .file
+                .open()
+                .await
+                .map_err(|e| err(&seg.file.path(), e))?;
+            let (_, end) = file_scan::scan(&file, pos, seg.size, false, |h, at, bytes| {
                 if at >= step_end {
                     resume = Some(at);
                     return false;
@@ -308,6 +313,7 @@ pub async fn clean(
             }
             let outcome = rewrite_group(
                 &dir,
+                &log.files(),
                 &group,
                 config.index_interval_bytes,
                 now_ms,
@@ -470,6 +476,7 @@ fn group_by_size<'a>(
 /// which every batch is kept as it is (nothing written).
 async fn rewrite_group(
     dir: &Path,
+    files: &Rc<FileCache>,
     group: &[&SealedSegment],
     index_interval_bytes: u32,
     now_ms: i64,
@@ -509,7 +516,12 @@ async fn rewrite_group(
             let mut resume = None;
             let mut failure = None;
             let step_end = pos + INPUT_STEP_BYTES;
-            let (_, end) = file_scan::scan(&seg.file, pos, seg.size, false, |h, at, bytes| {
+            let file = seg
+                .file
+                .open()
+                .await
+                .map_err(|e| err(&seg.file.path(), e))?;
+            let (_, end) = file_scan::scan(&file, pos, seg.size, false, |h, at, bytes| {
                 if at >= step_end {
                     resume = Some(at);
                     return false;
@@ -657,6 +669,11 @@ async fn rewrite_group(
         log_path.clone(),
     ];
     let others: Vec<i64> = group.iter().skip(1).map(|s| s.base_offset).collect();
+    // The names are about to mean the cleaned copy (or nothing): whoever still reads the
+    // old segments through their handles keeps reading the old files.
+    for seg in group {
+        seg.file.pin().await.map_err(|e| err(&seg.file.path(), e))?;
+    }
     let stop = crash;
     glommio::executor()
         .spawn_blocking(move || -> std::io::Result<()> {
@@ -679,13 +696,8 @@ async fn rewrite_group(
     if crash.is_some() {
         return Ok(Some(result));
     }
-    let file = OpenOptions::new()
-        .read(true)
-        .dma_open(&log_path)
-        .await
-        .map_err(|e| err(&log_path, e))?;
     let mut result = result;
-    result.segment.file = Rc::new(file);
+    result.segment.file = SegmentFile::new(files, log_path, Access::Existing);
     Ok(Some(result))
 }
 

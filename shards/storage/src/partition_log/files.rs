@@ -3,8 +3,9 @@
 //! flusher's writer over them. Shared by opening, recovery, rolls and deletion.
 
 use super::{storage_err, ActiveWriter};
-use crate::aligned_appender::AlignedAppender;
+use crate::aligned_appender::{alignment_of, AlignedAppender};
 use crate::error::StorageError;
+use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan;
 use crate::offset_index::OffsetIndex;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
@@ -19,16 +20,6 @@ pub(super) async fn open_existing(path: &Path) -> Result<DmaFile, StorageError> 
     OpenOptions::new()
         .read(true)
         .write(true)
-        .dma_open(path)
-        .await
-        .map_err(|e| storage_err(path, e))
-}
-
-pub(super) async fn open_rw(path: &Path) -> Result<DmaFile, StorageError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
         .dma_open(path)
         .await
         .map_err(|e| storage_err(path, e))
@@ -74,19 +65,32 @@ pub(super) async fn load_time_index(
     Ok(TimeIndex::decode(base, &bytes, next_offset))
 }
 
+/// Creates (or opens) a segment file through the cache, returning its handle and the
+/// block size its direct I/O aligns to.
+pub(super) async fn create_file(
+    files: &Rc<FileCache>,
+    path: std::path::PathBuf,
+) -> Result<(SegmentFile, u64), StorageError> {
+    let (file, open) = SegmentFile::open_now(files, path.clone(), Access::Create)
+        .await
+        .map_err(|e| storage_err(&path, e))?;
+    Ok((file, alignment_of(&open)))
+}
+
 /// Creates the files of a new, empty active segment and syncs the directory so the
 /// names survive a crash.
 pub(super) async fn create_active(
     dir: &Path,
     base: i64,
+    files: &Rc<FileCache>,
 ) -> Result<(Segment, ActiveWriter), StorageError> {
-    let log_path = segment::file_path(dir, base, LOG_SUFFIX);
-    let log_file = Rc::new(open_rw(&log_path).await?);
-    let index_path = segment::file_path(dir, base, INDEX_SUFFIX);
-    let index_file = Rc::new(open_rw(&index_path).await?);
-    let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
-    let time_file = Rc::new(open_rw(&time_path).await?);
-    sync_dir(dir).await?;
+    let (log_file, log_align) =
+        create_file(files, segment::file_path(dir, base, LOG_SUFFIX)).await?;
+    let (index_file, index_align) =
+        create_file(files, segment::file_path(dir, base, INDEX_SUFFIX)).await?;
+    let (time_file, time_align) =
+        create_file(files, segment::file_path(dir, base, TIME_INDEX_SUFFIX)).await?;
+    sync_dir(dir, files).await?;
     let seg = Segment {
         base_offset: base,
         file: log_file.clone(),
@@ -98,9 +102,9 @@ pub(super) async fn create_active(
     };
     let writer = ActiveWriter {
         base_offset: base,
-        log: AlignedAppender::resume(log_file, 0, Vec::new()),
-        index: AlignedAppender::resume(index_file, 0, Vec::new()),
-        time_index: AlignedAppender::resume(time_file, 0, Vec::new()),
+        log: AlignedAppender::resume(log_file, log_align, 0, Vec::new()),
+        index: AlignedAppender::resume(index_file, index_align, 0, Vec::new()),
+        time_index: AlignedAppender::resume(time_file, time_align, 0, Vec::new()),
         bytes_since_index: 0,
         last_index_offset: base,
         max_timestamp_ms: i64::MIN,
@@ -110,10 +114,15 @@ pub(super) async fn create_active(
     Ok((seg, writer))
 }
 
-pub(super) async fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    let d = glommio::io::Directory::open(dir)
+pub(super) async fn sync_dir(dir: &Path, files: &FileCache) -> Result<(), StorageError> {
+    let d = files
+        .open_beside(|| async {
+            glommio::io::Directory::open(dir)
+                .await
+                .map_err(crate::file_cache::os_error)
+        })
         .await
-        .map_err(|e| storage_err(dir, e))?;
+        .map_err(|e| StorageError::io(dir.display(), &e))?;
     d.sync().await.map_err(|e| storage_err(dir, e))?;
     let _ = d.close().await;
     Ok(())

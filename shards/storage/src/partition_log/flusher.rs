@@ -6,10 +6,11 @@
 //! offset only grows.
 
 use super::files::create_active;
-use super::{storage_err, ActiveWriter, PartitionLog, Pending};
+use super::{io_err, storage_err, ActiveWriter, PartitionLog, Pending, DESCRIPTOR_RETRY};
 use crate::batch::batches;
 use crate::context::Stage;
 use crate::error::StorageError;
+use crate::file_cache::is_out_of_descriptors;
 use crate::offset_index::{self};
 use crate::producer_snapshot;
 use crate::tail_cache::CachedBatches;
@@ -103,9 +104,15 @@ impl PartitionLog {
                 && writer.index.logical_len() + offset_index::ENTRY_BYTES as u64
                     > u64::from(config.segment_index_bytes);
             if too_big || too_old || too_far || index_full {
-                self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
-                    .await?;
-                self.roll(writer, p.base_offset).await?;
+                while let Err(e) = self
+                    .write_out(writer, &mut new_index, &mut new_time, pushed_upto)
+                    .await
+                {
+                    self.retry_or_fail(e).await?;
+                }
+                while let Err(e) = self.roll(writer, p.base_offset).await {
+                    self.retry_or_fail(e).await?;
+                }
             }
             let mut pos = writer.log.logical_len();
             for item in batches(&p.bytes) {
@@ -150,8 +157,12 @@ impl PartitionLog {
             writer.log.push(p.bytes.clone());
             pushed_upto = p.next_offset;
         }
-        self.write_out(writer, &mut new_index, &mut new_time, pushed_upto)
-            .await?;
+        while let Err(e) = self
+            .write_out(writer, &mut new_index, &mut new_time, pushed_upto)
+            .await
+        {
+            self.retry_or_fail(e).await?;
+        }
 
         {
             let mut st = self.state.borrow_mut();
@@ -164,6 +175,16 @@ impl PartitionLog {
             }
         }
         self.progress.notify(usize::MAX);
+        Ok(())
+    }
+
+    /// An error that only says no descriptor was free is waited out (nothing was written,
+    /// so the same step can run again); any other fails the log.
+    async fn retry_or_fail(&self, e: StorageError) -> Result<(), StorageError> {
+        if !e.out_of_descriptors || self.state.borrow().closing {
+            return Err(e);
+        }
+        glommio::timer::sleep(DESCRIPTOR_RETRY).await;
         Ok(())
     }
 
@@ -191,8 +212,14 @@ impl PartitionLog {
                 .max(needed);
             debug_assert_eq!(target % 4096, 0, "whole blocks are reserved");
             // Best effort: a filesystem without fallocate still takes the writes.
-            match writer.log.file().pre_allocate(target, false).await {
+            let reserved = match writer.log.file().open().await {
+                Ok(file) => file.pre_allocate(target, false).await.map_err(Into::into),
+                Err(e) => Err(e),
+            };
+            match reserved {
                 Ok(()) => writer.preallocated = target,
+                // No descriptor now: the write below waits for one; reserve next round.
+                Err(e) if is_out_of_descriptors(&e) => {}
                 Err(e) => {
                     tracing::debug!(dir = %self.dir.display(), error = %e, "fallocate failed; appending without preallocation");
                     writer.preallocated = u64::MAX;
@@ -205,17 +232,17 @@ impl PartitionLog {
             .log
             .flush()
             .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+            .map_err(|e| io_err(&self.dir, &e))?;
         writer
             .index
             .flush()
             .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+            .map_err(|e| io_err(&self.dir, &e))?;
         writer
             .time_index
             .flush()
             .await
-            .map_err(|e| storage_err(&self.dir, e))?;
+            .map_err(|e| io_err(&self.dir, &e))?;
         self.context
             .observer
             .stage(Stage::Append, started.elapsed());
@@ -250,8 +277,8 @@ impl PartitionLog {
             writer.index.sync().await?;
             writer.time_index.sync().await
         };
-        seal.await.map_err(|e| storage_err(dir, e))?;
-        let fresh = create_active(dir, new_base).await?;
+        seal.await.map_err(|e| io_err(dir, &e))?;
+        let fresh = create_active(dir, new_base, &self.context.files).await?;
         let (seg, w) = fresh;
         {
             let mut st = self.state.borrow_mut();

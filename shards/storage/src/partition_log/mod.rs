@@ -43,12 +43,12 @@ use crate::aligned_appender::AlignedAppender;
 use crate::config::LogConfig;
 use crate::context::LogContext;
 use crate::error::StorageError;
+use crate::file_cache::SegmentFile;
 use crate::producer_state::ProducerState;
 use crate::segment::Segment;
 use crate::tail_cache::TailCache;
 use bytes::Bytes;
 use event_listener::Event;
-use glommio::io::DmaFile;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -117,7 +117,7 @@ struct LogState {
     pending: VecDeque<Pending>,
     segments: BTreeMap<i64, Segment>,
     /// The active segment's file: what the syncer syncs.
-    active_file: Rc<DmaFile>,
+    active_file: SegmentFile,
     tail: TailCache,
     failure: Option<StorageError>,
     closing: bool,
@@ -173,9 +173,22 @@ fn storage_err(path: &Path, e: impl std::fmt::Display) -> StorageError {
     StorageError::new(path.display(), e)
 }
 
+fn io_err(path: &Path, e: &std::io::Error) -> StorageError {
+    StorageError::io(path.display(), e)
+}
+
+/// How long a writer waits before it tries again to open a file it had no descriptor
+/// for; it logs each time (the operator should raise the limit).
+const DESCRIPTOR_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl PartitionLog {
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// The cache of open segment files this log shares with its owner's other logs.
+    pub fn files(&self) -> Rc<crate::file_cache::FileCache> {
+        self.context.files.clone()
     }
 
     /// A copy of the log's current settings.

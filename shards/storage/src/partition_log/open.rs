@@ -6,12 +6,12 @@
 //! Invariant on return: `log_start_offset <= synced_offset == written_offset ==
 //! next_offset`, nothing pending, and the active segment ends with a whole valid batch.
 
-use super::files::open_existing;
 use super::segment_set::DELETED_SUFFIX;
 use super::{storage_err, LogState, PartitionLog, PREALLOCATE_STEP_BYTES};
 use crate::config::LogConfig;
 use crate::context::LogContext;
 use crate::error::StorageError;
+use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan;
 use crate::producer_snapshot;
 use crate::producer_state::{ProducerBatch, ProducerState};
@@ -96,10 +96,13 @@ impl PartitionLog {
                 break;
             }
             let next_base = bases.get(i + 1).copied().unwrap_or(base);
-            segments.insert(base, Self::open_sealed(&dir, base, next_base).await?);
+            segments.insert(
+                base,
+                Self::open_sealed(&dir, base, next_base, &context.files).await?,
+            );
         }
         let (active_segment, writer, next_offset) =
-            super::recovery::recover_active(&dir, last_base, &config).await?;
+            super::recovery::recover_active(&dir, last_base, &config, &context.files).await?;
         let active_file = active_segment.file.clone();
         segments.insert(last_base, active_segment);
         // DeleteRecords may have moved the start inside the first segment.
@@ -149,13 +152,18 @@ impl PartitionLog {
         Ok(log)
     }
 
-    async fn open_sealed(dir: &Path, base: i64, next_base: i64) -> Result<Segment, StorageError> {
+    /// A sealed segment's view; its log file is not opened (only when it is read).
+    async fn open_sealed(
+        dir: &Path,
+        base: i64,
+        next_base: i64,
+        files: &Rc<FileCache>,
+    ) -> Result<Segment, StorageError> {
         let log_path = segment::file_path(dir, base, LOG_SUFFIX);
-        let file = open_existing(&log_path).await?;
-        let size = file
-            .file_size()
-            .await
-            .map_err(|e| storage_err(&log_path, e))?;
+        // A stat, not an open: sealed segments hold no descriptor until they are read.
+        let size = std::fs::metadata(&log_path)
+            .map_err(|e| storage_err(&log_path, e))?
+            .len();
         let index = super::files::load_index(dir, base, size).await?;
         let time_index = super::files::load_time_index(dir, base, next_base).await?;
         let max_timestamp_ms = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
@@ -165,7 +173,7 @@ impl PartitionLog {
             .and_then(|t| t.trim().parse::<i64>().ok());
         Ok(Segment {
             base_offset: base,
-            file: Rc::new(file),
+            file: SegmentFile::new(files, log_path, Access::Existing),
             size,
             index,
             time_index,
@@ -208,7 +216,8 @@ async fn rebuild_producers(
         if next_base <= from {
             continue;
         }
-        file_scan::scan(&seg.file, 0, seg.size, false, |h, _, _| {
+        let file = seg.file.open().await.map_err(|e| storage_err(dir, e))?;
+        file_scan::scan(&file, 0, seg.size, false, |h, _, _| {
             if h.base_offset >= from {
                 if let Some(b) = ProducerBatch::from_header(h) {
                     state.record(&b, h.base_offset, h.last_offset() + 1, now, i64::MAX);

@@ -5,14 +5,18 @@
 //! with the whole batch that contains the requested offset.
 
 use super::{storage_err, PartitionLog, ReadOutcome};
-use crate::batch::{self, batches};
+use crate::batch::{self, batches, BatchHeader, BATCH_HEADER_LEN};
 use crate::batch_filter;
 use crate::error::ReadError;
+use crate::file_cache::SegmentFile;
 use crate::file_scan;
 use crate::tail_cache::trim_to_whole_batches;
 use bytes::Bytes;
-use glommio::io::DmaFile;
-use std::rc::Rc;
+
+/// What a segment read takes beyond the bytes asked for and the index interval: room for
+/// the batch that straddles the index interval, so the walk to the wanted batch rarely
+/// needs a second read.
+const READ_LOOKAHEAD_BYTES: u64 = 16 << 10;
 
 impl PartitionLog {
     /// Reads whole batches starting with the one containing `offset`, up to `max_bytes`
@@ -73,11 +77,24 @@ impl PartitionLog {
                 (
                     hw,
                     lso,
-                    (seg.file.clone(), u64::from(pos), seg.size, next_base),
+                    (
+                        seg.base_offset,
+                        seg.file.clone(),
+                        u64::from(pos),
+                        seg.size,
+                        next_base,
+                    ),
                 )
             };
-            let (file, pos, size, next_base) = target;
-            let records = self.read_segment(&file, pos, size, at, max_bytes).await?;
+            let (base, file, pos, size, next_base) = target;
+            let records = match self.read_segment(&file, pos, size, at, max_bytes).await {
+                // Deleted (and unlinked) before its file was opened: the offset is gone,
+                // which the next turn answers.
+                Err(ReadError::Storage(_)) if !self.state.borrow().segments.contains_key(&base) => {
+                    continue
+                }
+                other => other?,
+            };
             if !records.is_empty() {
                 return Ok(ReadOutcome {
                     end_offset: hw,
@@ -99,42 +116,72 @@ impl PartitionLog {
         }
     }
 
+    /// The batches of one segment from the one containing `offset`, found from the index
+    /// entry at `start`. One read covers the walk from the entry to that batch (at most
+    /// about one index interval and one batch) and the range returned, so a fetch costs
+    /// one disk read; only a walk or a first batch longer than that read reads again.
     async fn read_segment(
         &self,
-        file: &DmaFile,
+        file: &SegmentFile,
         start: u64,
         size: u64,
         offset: i64,
         max_bytes: usize,
     ) -> Result<Bytes, ReadError> {
-        // Find the position of the batch containing `offset` (a short header scan from
-        // the index entry: at most `index_interval_bytes` plus one batch).
-        let mut found: Option<(u64, usize)> = None;
-        let (_, how) = file_scan::scan(file, start, size, false, |h, pos, _| {
+        let io = |e: std::io::Error| ReadError::Storage(super::io_err(&self.dir, &e));
+        let opened = file.open().await.map_err(io)?;
+        let lookahead = u64::from(self.config.borrow().index_interval_bytes) + READ_LOOKAHEAD_BYTES;
+        let span = |from: u64| (max_bytes as u64 + lookahead).min(size - from) as usize;
+        let mut buf_pos = start; // the file position of `buf[0]`
+        let mut buf = Bytes::from(
+            file_scan::read_exact(&opened, start, span(start))
+                .await
+                .map_err(io)?,
+        );
+        let mut at = 0usize;
+        let first_len = loop {
+            let pos = buf_pos + at as u64;
+            if pos >= size {
+                // `offset` lies past this segment's last batch.
+                return Ok(Bytes::new());
+            }
+            let rest = buf.get(at..).unwrap_or_default();
+            if rest.len() < BATCH_HEADER_LEN && buf_pos + (buf.len() as u64) < size {
+                // The walk left what was read: read on from here.
+                buf_pos = pos;
+                buf = Bytes::from(
+                    file_scan::read_exact(&opened, pos, span(pos))
+                        .await
+                        .map_err(io)?,
+                );
+                at = 0;
+                continue;
+            }
+            // Bytes inside the written log that are not a batch: never answer "no data"
+            // (the consumer would refetch the same offset forever).
+            let corrupt = |source| ReadError::Corrupt { offset, source };
+            let h = BatchHeader::parse(rest).map_err(corrupt)?;
+            let total = h.total_len();
+            if pos + total as u64 > size {
+                return Err(corrupt(batch::BatchError::Truncated));
+            }
             if h.last_offset() >= offset {
-                found = Some((pos, h.total_len()));
-                return false;
+                break total;
             }
-            true
-        })
-        .await
-        .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
-        let Some((pos, first_len)) = found else {
-            if let file_scan::ScanEnd::Invalid { reason, .. } = how {
-                // Bytes inside the written log that are not a batch: never answer "no
-                // data" (the consumer would refetch the same offset forever).
-                return Err(ReadError::Corrupt {
-                    offset,
-                    source: reason,
-                });
-            }
-            return Ok(Bytes::new());
+            at += total;
         };
+        let pos = buf_pos + at as u64;
         let want = (max_bytes.max(first_len) as u64).min(size - pos) as usize;
-        let bytes = file_scan::read_exact(file, pos, want)
-            .await
-            .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;
-        let records = trim_to_whole_batches(Bytes::from(bytes), max_bytes);
+        let records = match buf.get(at..at + want) {
+            Some(_) => buf.slice(at..at + want),
+            None => Bytes::from(
+                file_scan::read_exact(&opened, pos, want)
+                    .await
+                    .map_err(io)?,
+            ),
+        };
+        drop(opened);
+        let records = trim_to_whole_batches(records, max_bytes);
         // Pair assertion with the write path: what we serve starts with a whole batch
         // whose offsets cover the requested one.
         if let Some(Ok((h, _))) = batches(&records).next() {
@@ -154,7 +201,7 @@ impl PartitionLog {
         &self,
         timestamp_ms: i64,
     ) -> Result<Option<(i64, i64)>, ReadError> {
-        let candidates: Vec<(Rc<DmaFile>, u64, u64)> = {
+        let candidates: Vec<(SegmentFile, u64, u64)> = {
             let st = self.state.borrow();
             st.segments
                 .values()
@@ -171,6 +218,10 @@ impl PartitionLog {
         // inside a segment; held segments may outlive their deletion a little).
         let lso = self.log_start_offset();
         for (file, pos, size) in candidates {
+            let file = file
+                .open()
+                .await
+                .map_err(|e| ReadError::Storage(super::io_err(&self.dir, &e)))?;
             let mut hit = None;
             file_scan::scan(&file, pos, size, false, |h, _, bytes| {
                 if h.base_offset >= hw {
@@ -223,7 +274,7 @@ impl PartitionLog {
 
     /// [`Self::offset_of_max_timestamp`] by reading every visible batch.
     async fn scan_for_max_timestamp(&self) -> Result<Option<(i64, i64)>, ReadError> {
-        let files: Vec<(Rc<DmaFile>, u64)> = {
+        let files: Vec<(SegmentFile, u64)> = {
             let st = self.state.borrow();
             st.segments
                 .values()
@@ -235,6 +286,10 @@ impl PartitionLog {
         let lso = self.log_start_offset();
         let mut best: Option<(i64, i64)> = None;
         for (file, size) in files {
+            let file = file
+                .open()
+                .await
+                .map_err(|e| ReadError::Storage(super::io_err(&self.dir, &e)))?;
             file_scan::scan(&file, 0, size, false, |h, _, bytes| {
                 if h.base_offset >= hw {
                     return false;

@@ -14,9 +14,10 @@
 
 use super::files;
 use super::Writer;
-use crate::aligned_appender::AlignedAppender;
+use crate::aligned_appender::{alignment_of, AlignedAppender};
 use crate::config::LogConfig;
 use crate::error::StorageError;
+use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan::{self, ScanEnd};
 use crate::offset_index;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
@@ -34,13 +35,16 @@ pub(super) async fn recover_active(
     dir: &Path,
     base: i64,
     config: &LogConfig,
+    cache: &Rc<FileCache>,
 ) -> Result<(Segment, Writer, i64), StorageError> {
     let log_path = segment::file_path(dir, base, LOG_SUFFIX);
     if !log_path.exists() {
-        let (seg, writer) = files::create_active(dir, base).await?;
+        let (seg, writer) = files::create_active(dir, base, cache).await?;
         return Ok((seg, writer, base));
     }
-    let file = Rc::new(files::open_rw(&log_path).await?);
+    let (handle, file) = SegmentFile::open_now(cache, log_path.clone(), Access::Create)
+        .await
+        .map_err(|e| err(&log_path, e))?;
     let file_len = file.file_size().await.map_err(|e| err(&log_path, e))?;
     let mut index = super::files::load_index(dir, base, file_len).await?;
 
@@ -129,16 +133,16 @@ pub(super) async fn recover_active(
     for e in index.entries() {
         offset_index::encode_entry(*e, &mut index_bytes);
     }
-    let index_appender = rewrite(&index_path, &index_bytes).await?;
+    let index_appender = rewrite(cache, &index_path, &index_bytes).await?;
     let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
     let mut time_bytes = Vec::with_capacity(time_index.len() * time_index::ENTRY_BYTES);
     for e in time_index.entries() {
         time_index::encode_entry(*e, &mut time_bytes);
     }
-    let time_appender = rewrite(&time_path, &time_bytes).await?;
+    let time_appender = rewrite(cache, &time_path, &time_bytes).await?;
 
     // Resume the log appender with the partial last block in memory.
-    let alignment = file.alignment().max(4096);
+    let alignment = alignment_of(&file);
     let block_start = logical_end - logical_end % alignment;
     let tail = if logical_end > block_start {
         file_scan::read_exact(&file, block_start, (logical_end - block_start) as usize)
@@ -147,10 +151,10 @@ pub(super) async fn recover_active(
     } else {
         Vec::new()
     };
-    let log_appender = AlignedAppender::resume(file.clone(), logical_end, tail);
+    let log_appender = AlignedAppender::resume(handle.clone(), alignment, logical_end, tail);
     let seg = Segment {
         base_offset: base,
-        file,
+        file: handle,
         size: logical_end,
         index,
         time_index,
@@ -169,10 +173,16 @@ pub(super) async fn recover_active(
     Ok((seg, writer, next_offset))
 }
 
-async fn rewrite(path: &Path, bytes: &[u8]) -> Result<AlignedAppender, StorageError> {
-    let file = Rc::new(files::open_rw(path).await?);
+async fn rewrite(
+    cache: &Rc<FileCache>,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<AlignedAppender, StorageError> {
+    let (handle, alignment) = files::create_file(cache, path.to_path_buf()).await?;
+    let file = handle.open().await.map_err(|e| err(path, e))?;
     file.truncate(0).await.map_err(|e| err(path, e))?;
-    let mut appender = AlignedAppender::resume(file, 0, Vec::new());
+    drop(file);
+    let mut appender = AlignedAppender::resume(handle, alignment, 0, Vec::new());
     appender.push_slice(bytes);
     appender.flush().await.map_err(|e| err(path, e))?;
     appender.sync().await.map_err(|e| err(path, e))?;

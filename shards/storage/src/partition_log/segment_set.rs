@@ -7,9 +7,8 @@
 
 use super::files::sync_dir;
 use super::PartitionLog;
+use crate::file_cache::SegmentFile;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
-use glommio::io::DmaFile;
-use std::rc::Rc;
 use std::time::Duration;
 
 /// Suffix added to a deleted segment's files until they are unlinked.
@@ -20,7 +19,7 @@ pub(crate) struct SealedSegment {
     pub base_offset: i64,
     /// Base of the segment after it: every offset of this one is below.
     pub next_base: i64,
-    pub file: Rc<DmaFile>,
+    pub file: SegmentFile,
     pub size: u64,
     pub max_timestamp_ms: i64,
     pub cleaned_at_ms: Option<i64>,
@@ -45,8 +44,10 @@ impl PartitionLog {
     /// segment is never deleted. Returns how many segments went.
     ///
     /// The files are renamed `*.deleted` at once and unlinked `file.delete.delay.ms`
-    /// later; a reader that already holds a segment keeps reading it either way (an open
-    /// file outlives its name), so a deletion never fails a fetch in flight.
+    /// later; a reader that already took the segment opens it under the new name, or
+    /// keeps reading the descriptor it has (an open file outlives its name), and one that
+    /// finds it unlinked answers as if the offset were gone (`read`), so a deletion never
+    /// fails a fetch in flight.
     ///
     /// Crash safety: segments go from the front, so a crash leaves a contiguous log
     /// whose start is the first remaining segment (or the checkpoint, if later);
@@ -55,7 +56,7 @@ impl PartitionLog {
         if self.held.get() > 0 || self.state.borrow().closing {
             return 0;
         }
-        let doomed: Vec<(i64, Rc<DmaFile>)> = {
+        let doomed: Vec<(i64, SegmentFile)> = {
             let mut st = self.state.borrow_mut();
             let bases: Vec<i64> = st.segments.keys().copied().collect();
             let mut doomed = Vec::new();
@@ -81,7 +82,7 @@ impl PartitionLog {
             return 0;
         }
         let mut renamed = Vec::with_capacity(doomed.len() * 3);
-        for (base, _file) in &doomed {
+        for (base, file) in &doomed {
             for suffix in [
                 LOG_SUFFIX,
                 INDEX_SUFFIX,
@@ -91,7 +92,14 @@ impl PartitionLog {
                 let path = segment::file_path(&self.dir, *base, suffix);
                 let gone = path.with_extension(format!("{suffix}{DELETED_SUFFIX}"));
                 match std::fs::rename(&path, &gone) {
-                    Ok(()) => renamed.push(gone),
+                    Ok(()) => {
+                        if suffix == LOG_SUFFIX {
+                            // A reader that took the segment before it went opens it
+                            // under its new name.
+                            file.renamed(gone.clone());
+                        }
+                        renamed.push(gone)
+                    }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                     Err(e) => {
                         tracing::warn!(path = %path.display(), error = %e, "deleting a segment file")
@@ -99,7 +107,7 @@ impl PartitionLog {
                 }
             }
         }
-        let _ = sync_dir(&self.dir).await;
+        let _ = sync_dir(&self.dir, &self.context.files).await;
         let delay = self.config.borrow().file_delete_delay_ms.max(0) as u64;
         let unlink = move || {
             for path in renamed {
@@ -164,15 +172,11 @@ impl PartitionLog {
     /// if they are all still there with those files. Synchronous: a reader sees the old
     /// segments or the new one, never a mix, and readers already holding an old file
     /// keep it.
-    pub(crate) fn swap_segments(&self, replaced: &[(i64, Rc<DmaFile>)], seg: Segment) -> bool {
+    pub(crate) fn swap_segments(&self, replaced: &[(i64, SegmentFile)], seg: Segment) -> bool {
         let mut st = self.state.borrow_mut();
         let active_base = st.segments.keys().next_back().copied();
         let intact = replaced.iter().all(|(base, file)| {
-            Some(*base) != active_base
-                && st
-                    .segments
-                    .get(base)
-                    .is_some_and(|s| Rc::ptr_eq(&s.file, file))
+            Some(*base) != active_base && st.segments.get(base).is_some_and(|s| s.file.same(file))
         });
         if !intact || replaced.first().map(|(b, _)| *b) != Some(seg.base_offset) {
             return false;

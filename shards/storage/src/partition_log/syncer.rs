@@ -4,8 +4,9 @@
 //!
 //! Invariant: `synced_offset` only grows and never passes `written_offset`.
 
-use super::{storage_err, PartitionLog};
+use super::{storage_err, PartitionLog, DESCRIPTOR_RETRY};
 use crate::context::Stage;
+use crate::file_cache::is_out_of_descriptors;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
@@ -45,10 +46,24 @@ impl PartitionLog {
                 futures_lite::future::or(listener, glommio::timer::sleep(due)).await;
             };
             let started = Instant::now();
-            if let Err(e) = file.fdatasync().await {
+            let opened = match file.open().await {
+                Ok(f) => f,
+                Err(e) if is_out_of_descriptors(&e) => {
+                    // Nothing is lost by waiting: the data is written, only its sync is
+                    // late (and so are the acks=all produces that wait for it).
+                    glommio::timer::sleep(DESCRIPTOR_RETRY).await;
+                    continue;
+                }
+                Err(e) => {
+                    log.fail(storage_err(&log.dir, e));
+                    return;
+                }
+            };
+            if let Err(e) = opened.fdatasync().await {
                 log.fail(storage_err(&log.dir, e));
                 return;
             }
+            drop(opened);
             last_sync = Instant::now();
             log.context.observer.stage(Stage::Fsync, started.elapsed());
             log.syncs.set(log.syncs.get() + 1);

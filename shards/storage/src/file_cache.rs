@@ -1,0 +1,436 @@
+//! Segment files open only while they are used: every file of every segment (log, offset
+//! index, time index; active or sealed) is a [`SegmentFile`], a name that opens its file
+//! on demand through the owner's [`FileCache`], which keeps at most `capacity` of them
+//! open and closes the least recently used one past that bound.
+//!
+//! Without it, every segment held three descriptors for the broker's life and a few
+//! thousand partitions spent RLIMIT_NOFILE, after which nothing — not even accepting a
+//! connection — could open a descriptor. With it, descriptors follow the partitions that
+//! are being written or read, not the partitions that exist.
+//!
+//! Invariants:
+//! - the cache holds at most `capacity` files (asserted after each insert);
+//! - an operation holds the `Rc<DmaFile>` it got for its whole duration: a file evicted
+//!   meanwhile closes when the operation drops it, so eviction never fails an operation
+//!   in flight (open descriptors exceed the bound by at most the operations in flight);
+//! - a handle names exactly one file: renaming the file goes through
+//!   [`SegmentFile::renamed`], a file whose name is about to be reused is pinned
+//!   ([`SegmentFile::pin`]), and dropping the last handle forgets its cached descriptor.
+//!
+//! Running out anyway (other descriptors — connections — took the process's limit): an
+//! open that fails with EMFILE/ENFILE closes the older half of the cache and tries once
+//! more; if that fails too the operation fails with an error that names what ran out.
+//! `fdatasync` through a descriptor opened after the write flushes the same inode (Linux
+//! syncs files, not descriptors), and direct-I/O write errors are returned by the write
+//! itself, so reopening loses no error a caller acts on (kernel-notes.md, "Descriptors").
+
+use glommio::io::{DmaFile, OpenOptions};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+
+/// What one owner (a shard) keeps open when nobody says otherwise (tools and tests).
+pub const DEFAULT_CAPACITY: usize = 1024;
+/// The fewest files a cache may be bounded to: an active segment's three, with room for
+/// reads of sealed segments beside them.
+pub const MIN_CAPACITY: usize = 8;
+
+/// The open descriptors of one owner's segment files, least recently used first out.
+pub struct FileCache {
+    capacity: Cell<usize>,
+    state: RefCell<CacheState>,
+    opens: Cell<u64>,
+    evictions: Cell<u64>,
+    exhausted: Cell<u64>,
+}
+
+#[derive(Default)]
+struct CacheState {
+    next_id: u64,
+    tick: u64,
+    /// id → (file, tick of its last use).
+    open: HashMap<u64, (Rc<DmaFile>, u64)>,
+    /// tick of last use → id: the eviction order.
+    by_use: BTreeMap<u64, u64>,
+}
+
+/// What a cache has done, for metrics and tests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FileCacheStats {
+    /// Files open in the cache now.
+    pub open: usize,
+    pub capacity: usize,
+    /// Opens since the cache was made (each one a miss).
+    pub opens: u64,
+    /// Files closed because the cache was full.
+    pub evictions: u64,
+    /// Opens that failed because the process had no descriptor left.
+    pub exhausted: u64,
+}
+
+impl FileCache {
+    pub fn new(capacity: usize) -> Rc<FileCache> {
+        Rc::new(FileCache {
+            capacity: Cell::new(capacity.max(MIN_CAPACITY)),
+            state: RefCell::default(),
+            opens: Cell::new(0),
+            evictions: Cell::new(0),
+            exhausted: Cell::new(0),
+        })
+    }
+
+    pub fn stats(&self) -> FileCacheStats {
+        FileCacheStats {
+            open: self.state.borrow().open.len(),
+            capacity: self.capacity.get(),
+            opens: self.opens.get(),
+            evictions: self.evictions.get(),
+            exhausted: self.exhausted.get(),
+        }
+    }
+
+    /// Closes the least recently used half of what is open (the process ran out of
+    /// descriptors: give some back to whoever needs them). Returns how many closed.
+    pub fn shed(&self) -> usize {
+        let mut st = self.state.borrow_mut();
+        let n = st.open.len().div_ceil(2);
+        for _ in 0..n {
+            st.evict_oldest();
+        }
+        self.evictions.set(self.evictions.get() + n as u64);
+        n
+    }
+
+    /// Runs `open`, an open of something that is not a segment file (a directory, to
+    /// sync it); when the process has no descriptor free, gives half of the cache back
+    /// and runs it once more.
+    pub async fn open_beside<T, F, Fut>(&self, open: F) -> std::io::Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<T>>,
+    {
+        match open().await {
+            Err(e) if out_of_descriptors(&e) => {
+                self.shed_and_settle().await;
+                open().await
+            }
+            other => other,
+        }
+    }
+
+    /// [`Self::shed`], then lets the reactor run its closes: a descriptor glommio drops is
+    /// closed asynchronously, at the ring's next submission.
+    async fn shed_and_settle(&self) -> usize {
+        let n = self.shed();
+        glommio::timer::sleep(std::time::Duration::from_millis(1)).await;
+        n
+    }
+
+    fn new_id(&self) -> u64 {
+        let mut st = self.state.borrow_mut();
+        st.next_id += 1;
+        st.next_id
+    }
+
+    fn hit(&self, id: u64) -> Option<Rc<DmaFile>> {
+        let mut st = self.state.borrow_mut();
+        st.tick += 1;
+        let tick = st.tick;
+        let (file, used) = st.open.get_mut(&id)?;
+        let file = file.clone();
+        let old = std::mem::replace(used, tick);
+        st.by_use.remove(&old);
+        st.by_use.insert(tick, id);
+        Some(file)
+    }
+
+    /// Keeps `file` as `id`'s descriptor (unless one raced it in), evicting past the bound.
+    fn insert(&self, id: u64, file: Rc<DmaFile>) -> Rc<DmaFile> {
+        if let Some(existing) = self.hit(id) {
+            return existing; // another operation opened it meanwhile; ours closes on drop
+        }
+        let mut st = self.state.borrow_mut();
+        let capacity = self.capacity.get();
+        let mut evicted = 0u64;
+        while st.open.len() >= capacity {
+            st.evict_oldest();
+            evicted += 1;
+        }
+        st.tick += 1;
+        let tick = st.tick;
+        st.open.insert(id, (file.clone(), tick));
+        st.by_use.insert(tick, id);
+        assert!(
+            st.open.len() <= capacity,
+            "the cache holds at most its capacity"
+        );
+        debug_assert_eq!(st.open.len(), st.by_use.len());
+        drop(st);
+        self.evictions.set(self.evictions.get() + evicted);
+        file
+    }
+
+    fn forget(&self, id: u64) {
+        let mut st = self.state.borrow_mut();
+        if let Some((_, used)) = st.open.remove(&id) {
+            st.by_use.remove(&used);
+        }
+    }
+}
+
+impl CacheState {
+    fn evict_oldest(&mut self) {
+        let Some((_, id)) = self.by_use.pop_first() else {
+            return;
+        };
+        // Dropping the cache's reference closes the descriptor once no operation holds it.
+        self.open.remove(&id);
+    }
+}
+
+/// How a segment file is opened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// An existing file, read and written (recovery truncates a torn tail).
+    Existing,
+    /// Created when missing.
+    Create,
+}
+
+/// One segment file, by name; its descriptor is opened when an operation asks for it.
+#[derive(Clone)]
+pub struct SegmentFile(Rc<Handle>);
+
+struct Handle {
+    id: u64,
+    path: RefCell<PathBuf>,
+    access: Access,
+    cache: Rc<FileCache>,
+    /// A descriptor kept outside the cache for the handle's remaining life: its name is
+    /// about to mean another file (`pin`).
+    pinned: RefCell<Option<Rc<DmaFile>>>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        self.cache.forget(self.id);
+    }
+}
+
+impl SegmentFile {
+    /// The file at `path`, not opened yet.
+    pub fn new(cache: &Rc<FileCache>, path: PathBuf, access: Access) -> SegmentFile {
+        SegmentFile(Rc::new(Handle {
+            id: cache.new_id(),
+            path: RefCell::new(path),
+            access,
+            cache: cache.clone(),
+            pinned: RefCell::new(None),
+        }))
+    }
+
+    /// The file at `path`, opened now (creating it when `access` says so).
+    pub async fn open_now(
+        cache: &Rc<FileCache>,
+        path: PathBuf,
+        access: Access,
+    ) -> std::io::Result<(SegmentFile, Rc<DmaFile>)> {
+        let f = SegmentFile::new(cache, path, access);
+        let file = f.open().await?;
+        Ok((f, file))
+    }
+
+    pub fn path(&self) -> PathBuf {
+        self.0.path.borrow().clone()
+    }
+
+    /// Whether both handles name the same file.
+    pub fn same(&self, other: &SegmentFile) -> bool {
+        Rc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// The file was renamed to `to` (deletion renames before it unlinks): later opens
+    /// use the new name.
+    pub fn renamed(&self, to: PathBuf) {
+        *self.0.path.borrow_mut() = to;
+    }
+
+    /// Keeps this handle's file open for as long as the handle lives, outside the cache:
+    /// its name is about to be given to another file (a compaction swap renames the
+    /// cleaned copy over it), and whoever still reads through this handle must read the
+    /// file it named. Costs one descriptor per pinned handle until the last clone drops.
+    pub async fn pin(&self) -> std::io::Result<()> {
+        let file = self.open().await?;
+        *self.0.pinned.borrow_mut() = Some(file);
+        self.0.cache.forget(self.0.id);
+        Ok(())
+    }
+
+    /// The open file, from the cache or opened now. Hold it for the operation only.
+    pub async fn open(&self) -> std::io::Result<Rc<DmaFile>> {
+        if let Some(f) = self.0.pinned.borrow().as_ref() {
+            return Ok(f.clone());
+        }
+        let cache = &self.0.cache;
+        if let Some(f) = cache.hit(self.0.id) {
+            return Ok(f);
+        }
+        let path = self.path();
+        let file = match open_dma(&path, self.0.access).await {
+            Err(e) if out_of_descriptors(&e) => {
+                let shed = cache.shed_and_settle().await;
+                match open_dma(&path, self.0.access).await {
+                    Err(e) if out_of_descriptors(&e) => {
+                        cache.exhausted.set(cache.exhausted.get() + 1);
+                        return Err(exhausted_error(&path, &e, shed));
+                    }
+                    other => other?,
+                }
+            }
+            other => other?,
+        };
+        cache.opens.set(cache.opens.get() + 1);
+        Ok(cache.insert(self.0.id, Rc::new(file)))
+    }
+}
+
+async fn open_dma(path: &Path, access: Access) -> std::io::Result<DmaFile> {
+    let mut options = OpenOptions::new();
+    options.read(true).write(true);
+    if access == Access::Create {
+        options.create(true);
+    }
+    options.dma_open(path).await.map_err(os_error)
+}
+
+/// The error with its OS code kept (glommio's conversion keeps only the kind, and the
+/// kind of EMFILE is not one a caller can name); callers add the path.
+pub fn os_error(e: glommio::GlommioError<()>) -> std::io::Error {
+    if let glommio::GlommioError::EnhancedIoError { source, .. } = &e {
+        if let Some(code) = source.raw_os_error() {
+            return std::io::Error::from_raw_os_error(code);
+        }
+    }
+    std::io::Error::from(e)
+}
+
+/// EMFILE (this process's RLIMIT_NOFILE) or ENFILE (the system's `fs.file-max`).
+fn out_of_descriptors(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE))
+}
+
+/// Whether `e` is an open that failed for want of a descriptor (here or in the kernel).
+pub fn is_out_of_descriptors(e: &std::io::Error) -> bool {
+    out_of_descriptors(e)
+        || e.get_ref()
+            .is_some_and(|inner| inner.is::<DescriptorsExhausted>())
+}
+
+/// An open refused for want of descriptors even after the cache gave half of its back.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct DescriptorsExhausted(String);
+
+fn exhausted_error(path: &Path, e: &std::io::Error, shed: usize) -> std::io::Error {
+    let msg = format!(
+        "out of file descriptors opening {} ({e}; closed {shed} cached segment files and \
+         tried again): raise RLIMIT_NOFILE (ulimit -n, LimitNOFILE=) or lower \
+         --max-connections / --max-open-segment-files",
+        path.display()
+    );
+    tracing::warn!("{msg}");
+    std::io::Error::other(DescriptorsExhausted(msg))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || f())
+            .expect("executor")
+            .join()
+            .expect("join");
+    }
+
+    #[test]
+    fn keeps_at_most_capacity_and_evicts_least_recently_used() {
+        run(|| async {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let cache = FileCache::new(MIN_CAPACITY);
+            let files: Vec<SegmentFile> = (0..MIN_CAPACITY + 3)
+                .map(|i| {
+                    SegmentFile::new(&cache, dir.path().join(format!("{i}.log")), Access::Create)
+                })
+                .collect();
+            for f in &files {
+                let _ = f.open().await.expect("open");
+            }
+            let s = cache.stats();
+            assert_eq!(s.open, MIN_CAPACITY);
+            assert_eq!(s.opens, (MIN_CAPACITY + 3) as u64);
+            assert_eq!(s.evictions, 3);
+            // The most recent ones are still open: no new opens.
+            for f in files.iter().skip(3) {
+                let _ = f.open().await.expect("hit");
+            }
+            assert_eq!(cache.stats().opens, (MIN_CAPACITY + 3) as u64);
+            // The first was evicted: opening it again is a miss, and evicts the oldest.
+            let _ = files[0].open().await.expect("reopen");
+            assert_eq!(cache.stats().opens, (MIN_CAPACITY + 4) as u64);
+            assert_eq!(cache.stats().open, MIN_CAPACITY);
+            drop(files);
+            assert_eq!(
+                cache.stats().open,
+                0,
+                "dropped handles forget their descriptors"
+            );
+        });
+    }
+
+    #[test]
+    fn an_evicted_file_stays_usable_by_its_holder() {
+        run(|| async {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let cache = FileCache::new(MIN_CAPACITY);
+            // Data first: glommio probes a device's polled-read support on the first
+            // direct open, which an empty file answers wrongly (`partition_log::open`).
+            let path = dir.path().join("held.log");
+            std::fs::write(&path, [7u8; 4096]).expect("write");
+            let first = SegmentFile::new(&cache, path, Access::Existing);
+            let held = first.open().await.expect("open");
+            let others: Vec<SegmentFile> = (0..MIN_CAPACITY * 2)
+                .map(|i| SegmentFile::new(&cache, dir.path().join(format!("{i}")), Access::Create))
+                .collect();
+            for f in &others {
+                let _ = f.open().await.expect("open");
+            }
+            let read = held
+                .read_at_aligned(0, 4096)
+                .await
+                .expect("read after eviction");
+            assert!(read.iter().all(|b| *b == 7));
+        });
+    }
+
+    #[test]
+    fn renamed_files_open_under_their_new_name() {
+        run(|| async {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let cache = FileCache::new(MIN_CAPACITY);
+            let path = dir.path().join("a.log");
+            let f = SegmentFile::new(&cache, path.clone(), Access::Create);
+            let _ = f.open().await.expect("create");
+            cache.shed();
+            let to = dir.path().join("a.log.deleted");
+            std::fs::rename(&path, &to).expect("rename");
+            f.renamed(to.clone());
+            assert_eq!(f.path(), to);
+            let _ = f.open().await.expect("open renamed");
+            let missing = SegmentFile::new(&cache, path, Access::Existing);
+            assert!(missing.open().await.is_err());
+        });
+    }
+}
