@@ -159,14 +159,40 @@ def machine_busy_ticks() -> int:
     return f[0] + f[1] + f[2] + f[5] + f[6] + (f[7] if len(f) > 7 else 0)
 
 
-class CpuSampler:
-    """Samples a process's CPU (process_ticks) and the machine's busy CPU every 50 ms on
-    a thread, so the CPU of a window that is known only afterwards (the load generator's
-    measured seconds, which end when it exits) can be read off by interpolation."""
+def block_device(path: Path) -> str | None:
+    """The /proc/diskstats name of the block device holding `path` (None if not found)."""
+    try:
+        st = os.stat(path)
+        want = (os.major(st.st_dev), os.minor(st.st_dev))
+        for line in Path("/proc/diskstats").read_text().splitlines():
+            f = line.split()
+            if (int(f[0]), int(f[1])) == want:
+                return f[2]
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
 
-    def __init__(self, pid: int, period: float = 0.05):
-        self.pid, self.period = pid, period
-        self.samples: list[tuple[float, int, int]] = []
+
+def device_bytes_written(device: str | None) -> int:
+    """Bytes written to `device` since boot (/proc/diskstats sectors written x 512)."""
+    if device is None:
+        return 0
+    for line in Path("/proc/diskstats").read_text().splitlines():
+        f = line.split()
+        if len(f) > 9 and f[2] == device:
+            return int(f[9]) * 512
+    return 0
+
+
+class CpuSampler:
+    """Samples a process's CPU (process_ticks), the machine's busy CPU and the bytes
+    written to the data device every 50 ms on a thread, so the figures of a window that
+    is known only afterwards (the load generator's measured seconds, which end when it
+    exits) can be read off by interpolation."""
+
+    def __init__(self, pid: int, period: float = 0.05, device: str | None = None):
+        self.pid, self.period, self.device = pid, period, device
+        self.samples: list[tuple[float, int, int, int]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._sample()
@@ -175,7 +201,8 @@ class CpuSampler:
     def _sample(self) -> None:
         t = process_ticks(self.pid)
         if t is not None:
-            self.samples.append((time.monotonic(), t, machine_busy_ticks()))
+            self.samples.append((time.monotonic(), t, machine_busy_ticks(),
+                                 device_bytes_written(self.device)))
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period):
@@ -195,6 +222,12 @@ class CpuSampler:
                 w = (t - a[0]) / (b[0] - a[0]) if b[0] > a[0] else 1.0
                 return a[i] + w * (b[i] - a[i])
         return float(s[-1][i])
+
+    def device_written(self, t0: float, t1: float) -> float:
+        """Bytes written to the data device between two monotonic times."""
+        if not self.samples:
+            return 0.0
+        return self._at(t1, 3) - self._at(t0, 3)
 
     def window(self, t0: float, t1: float) -> tuple[float, float]:
         """(process CPU-seconds, machine busy CPU-seconds) between two monotonic times."""
@@ -216,7 +249,13 @@ def process_cpu(sampler: CpuSampler, t_end: float, result: dict) -> dict:
     window = float(result.get("duration_s") or 0.0)
     proc_s, busy_s = sampler.window(t_end - window, t_end)
     gb = moved_bytes(result) / 1e9
+    written = sampler.device_written(t_end - window, t_end)
+    produced = int(result.get("bytes") or 0) if result.get("mode") in ("produce", "e2e") else 0
     return {
+        # Device bytes written in the window / record bytes produced in it (Kafka writes
+        # to the page cache: what it has not written back by the window's end is missing).
+        "device_bytes_written": int(written),
+        "write_amplification": round(written / produced, 2) if produced and sampler.device else None,
         "window_s": round(window, 3),
         "broker_process_cpu_s": round(proc_s, 3),
         "broker_process_cores": round(proc_s / window, 2) if window > 0 else None,
@@ -269,7 +308,7 @@ def load(broker: Broker, out: Path, name: str, mode: str, args: list[str]) -> tu
     cmd = [str(LOAD), mode, "--bootstrap", broker.bootstrap, "--json", str(j), "--hgrm", str(hgrm),
            "--plot", str(svg), *args]
     log(f"{name}: {' '.join(cmd[1:])}")
-    sampler = CpuSampler(broker.proc.pid)
+    sampler = CpuSampler(broker.proc.pid, device=block_device(broker.data))
     b0, t0 = thread_ticks(broker.proc.pid), time.time()
     log_path = out / f"{name}.log"
     try:
@@ -676,6 +715,13 @@ def markdown(doc: dict) -> str:
     for r in doc["workloads"]:
         lines.append(f"- {r['workload']}: shards {r['cpu']['broker_shards']}, broker total "
                      f"{r['cpu']['broker_total']}, load generator {r['cpu']['client']}")
+    amp = [r for r in doc["workloads"] if r["cpu"].get("write_amplification") is not None]
+    if amp:
+        lines += ["", "Write amplification (bytes written to the data device in the measured "
+                  "window, /proc/diskstats, ÷ record bytes produced in it):", ""]
+        for r in amp:
+            lines.append(f"- {r['workload']}: {r['cpu']['write_amplification']} "
+                         f"({r['cpu']['device_bytes_written'] / 1e6:,.0f} MB written)")
     lines += ["", "Commands: see each workload's `.log` next to this file; every run's "
               "`.hgrm` and `.svg` latency plot are there too.", ""]
     if "peer" in doc:

@@ -236,6 +236,7 @@ async fn shard_main(
     }
     shard.start_group_coordinator().await;
     shard.housekeeping.start(shard.clone(), shard.peers.clone());
+    shard.start_closing_idle_files();
     life.groups_loaded.fetch_add(1, Ordering::AcqRel);
     if !barrier(&life.groups_loaded, n, &life).await {
         return Ok(());

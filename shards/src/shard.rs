@@ -42,6 +42,9 @@ const OFFSET_EXPIRY_CHECK_TICKS: u64 = 20;
 /// among its partitions (each gets between 1 and 64 MiB).
 const PREALLOCATION_SHARD_BYTES: u64 = 1 << 30;
 
+/// Partitions a shard opens concurrently (topic creation, start-up).
+const PARTITION_OPENS_AT_ONCE: usize = 64;
+
 pub struct Shard {
     pub id: ShardId,
     pub config: Arc<ShardConfig>,
@@ -100,6 +103,20 @@ impl Shard {
     /// The descriptors of this shard's segment files.
     pub fn open_files(&self) -> &corelog_storage::FileCache {
         &self.storage_context.files
+    }
+
+    /// Closes this shard's segment files once they have been idle a while
+    /// (`file_cache::IDLE_CLOSE_AFTER`), for the broker's life.
+    pub fn start_closing_idle_files(&self) {
+        let files = self.storage_context.files.clone();
+        glommio::spawn_local(async move {
+            let idle = corelog_storage::file_cache::IDLE_CLOSE_AFTER;
+            loop {
+                glommio::timer::sleep(idle / 4).await;
+                files.close_idle(idle);
+            }
+        })
+        .detach();
     }
 
     pub fn shard_count(&self) -> usize {
@@ -314,20 +331,34 @@ impl Shard {
         // acknowledgements together so one sync can serve them.
         let mut tickets = Vec::with_capacity(inputs.len());
         let refused = self.produce_refused();
+        // What must be durable before a partition takes its first append (the epoch
+        // checkpoint after a start), for all of them before any is appended to; the
+        // appends below go to the very partitions prepared here.
+        let mut targets = Vec::with_capacity(inputs.len());
         for input in &inputs {
             debug_assert_eq!(self.owner_of(&input.tp.topic, input.tp.partition), self.id);
-            let r = match self.partition(&input.tp) {
+            let target = match self.partition(&input.tp) {
                 None => Err(PartitionError::UnknownTopicOrPartition),
+                Some(p) => match p.prepare_append().await {
+                    Ok(()) => Ok(p),
+                    Err(e) => Err(corelog_storage::AppendError::Storage(e).into()),
+                },
+            };
+            targets.push(target);
+        }
+        for (input, target) in inputs.iter().zip(targets) {
+            let r = match target {
+                Err(e) => Err(e),
                 // Refused before anything is queued: no partial writes near a full disk.
-                Some(_) if refused.is_some() => Err(PartitionError::DiskFull(
+                Ok(_) if refused.is_some() => Err(PartitionError::DiskFull(
                     refused
                         .clone()
                         .unwrap_or_else(|| "disk budget exhausted".into()),
                 )),
-                Some(log) if acks == Acks::All && log.log().min_insync_replicas() > 1 => Err(
+                Ok(log) if acks == Acks::All && log.log().min_insync_replicas() > 1 => Err(
                     PartitionError::NotEnoughReplicas(log.log().min_insync_replicas()),
                 ),
-                Some(log) => log
+                Ok(log) => log
                     .append(&input.records)
                     .map(|t| (log, t))
                     .map_err(PartitionError::from),
@@ -491,32 +522,58 @@ impl Shard {
         partitions: Vec<i32>,
     ) -> Result<(), TopicError> {
         let _permit = self.admin_lock.acquire_permit(1).await;
-        for p in partitions {
-            assert_eq!(
-                self.owner_of(&topic, p),
-                self.id,
-                "partitions open only on their owner"
-            );
-            let tp = TopicPartition {
-                topic: topic.clone(),
-                partition: p,
-            };
-            if self.partitions.borrow().contains_key(&tp) {
-                continue;
+        let config = self.topic_log_config(&topic);
+        let leader_epoch = self
+            .metadata
+            .snapshot()
+            .topic(&topic)
+            .map_or(0, |t| t.leader_epoch);
+        let wanted: Vec<TopicPartition> = partitions
+            .into_iter()
+            .map(|p| {
+                assert_eq!(
+                    self.owner_of(&topic, p),
+                    self.id,
+                    "partitions open only on their owner"
+                );
+                TopicPartition {
+                    topic: topic.clone(),
+                    partition: p,
+                }
+            })
+            .filter(|tp| !self.partitions.borrow().contains_key(tp))
+            .collect();
+        // Several at once: an open is a chain of small file operations (and a checkpoint
+        // sync), so thousands of partitions open in about the time of their I/O, not of
+        // their round trips one after another.
+        for group in wanted.chunks(PARTITION_OPENS_AT_ONCE) {
+            let opened = futures::future::join_all(group.iter().map(|tp| {
+                let dir = partition_dir(&self.config.data_dir, &topic, tp.partition);
+                Partition::open(
+                    dir,
+                    config.clone(),
+                    self.storage_context.clone(),
+                    leader_epoch,
+                )
+            }))
+            .await;
+            let mut failed = None;
+            {
+                let mut partitions = self.partitions.borrow_mut();
+                for (tp, log) in group.iter().zip(opened) {
+                    match log {
+                        Ok(log) => {
+                            partitions.insert(tp.clone(), log);
+                        }
+                        Err(e) => failed = failed.or(Some(e)),
+                    }
+                }
             }
-            let dir = partition_dir(&self.config.data_dir, &topic, p);
-            let config = self.topic_log_config(&topic);
-            let leader_epoch = self
-                .metadata
-                .snapshot()
-                .topic(&topic)
-                .map_or(0, |t| t.leader_epoch);
-            let log = Partition::open(dir, config, self.storage_context.clone(), leader_epoch)
-                .await
-                .map_err(|e| TopicError::Storage(e.to_string()))?;
-            self.partitions.borrow_mut().insert(tp, log);
-            // At once, before the new partition can cache anything.
+            // At once, before the new partitions can cache anything.
             self.share_tail_cache();
+            if let Some(e) = failed {
+                return Err(TopicError::Storage(e.to_string()));
+            }
         }
         Ok(())
     }

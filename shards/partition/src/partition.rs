@@ -105,6 +105,10 @@ pub struct Partition {
     epochs: RefCell<LeaderEpochCache>,
     /// Serialises checkpoint writes, so the file always holds the newest cache.
     checkpoint_writes: glommio::sync::Semaphore,
+    /// The cache changed at open and is not yet in its checkpoint: written before the
+    /// first append ([`Partition::prepare_append`]), so an idle partition writes nothing
+    /// at start-up.
+    epochs_unpersisted: Cell<bool>,
 }
 
 impl Partition {
@@ -146,11 +150,13 @@ impl Partition {
             leader_epoch: Cell::new(leader_epoch),
             epochs: RefCell::new(epochs),
             checkpoint_writes: glommio::sync::Semaphore::new(1),
+            epochs_unpersisted: Cell::new(false),
         });
         changed |= partition.assign_current_epoch();
-        if changed {
-            partition.persist_epochs().await?;
-        }
+        // Not written now: thousands of partitions would each replace a file (a new inode
+        // and two syncs) at every start. Nothing depends on the file before a batch is
+        // stamped with the new epoch, and a crash before that starts yet another epoch.
+        partition.epochs_unpersisted.set(changed);
         Ok(partition)
     }
 
@@ -233,7 +239,26 @@ impl Partition {
     }
 
     /// Validates and queues `records`, stamped with the current leader epoch.
+    /// Makes what must be durable before an append durable: the leader-epoch checkpoint
+    /// when the epoch cache changed at open. Await it before [`Self::append`]; it costs
+    /// nothing once done.
+    pub async fn prepare_append(&self) -> Result<(), StorageError> {
+        if !self.epochs_unpersisted.get() {
+            return Ok(());
+        }
+        let _one_at_a_time = self.checkpoint_writes.acquire_permit(1).await;
+        if !self.epochs_unpersisted.get() {
+            return Ok(()); // written while this waited
+        }
+        self.write_epochs().await
+    }
+
+    /// Appends batches stamped with the current epoch (after [`Self::prepare_append`]).
     pub fn append(&self, records: &[u8]) -> Result<AppendTicket, AppendError> {
+        debug_assert!(
+            !self.epochs_unpersisted.get(),
+            "the epoch checkpoint is durable before a batch is stamped with its epoch"
+        );
         debug_assert!(
             self.epochs
                 .borrow()
@@ -402,14 +427,24 @@ impl Partition {
     /// Writes the cache's current state to its checkpoint file, off the reactor.
     async fn persist_epochs(&self) -> Result<(), StorageError> {
         let _one_at_a_time = self.checkpoint_writes.acquire_permit(1).await;
+        self.write_epochs().await
+    }
+
+    /// Writes the cache as it is now; the caller holds `checkpoint_writes`.
+    async fn write_epochs(&self) -> Result<(), StorageError> {
         // Taken after the permit: a later change is never overwritten by an older one.
         let text = self.epochs.borrow().encode();
+        self.epochs_unpersisted.set(false);
         let dir = self.dir.clone();
-        glommio::executor()
+        let written = glommio::executor()
             .spawn_blocking(move || {
                 corelog_storage::checkpoint::replace_file(&dir, CHECKPOINT_FILE, text.as_bytes())
             })
             .await
-            .map_err(|e| StorageError::new(self.dir.join(CHECKPOINT_FILE).display(), e))
+            .map_err(|e| StorageError::new(self.dir.join(CHECKPOINT_FILE).display(), e));
+        if written.is_err() {
+            self.epochs_unpersisted.set(true);
+        }
+        written
     }
 }

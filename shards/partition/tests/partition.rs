@@ -49,6 +49,7 @@ async fn open(dir: &PathBuf, durability: Durability, epoch: i32) -> Rc<Partition
 }
 
 async fn produce(p: &Partition, value: &str, level: AckLevel) -> i64 {
+    p.prepare_append().await.expect("prepared");
     let t = p.append(&one_record(value)).expect("append");
     p.wait(t, level).await.expect("acknowledged");
     t.base_offset

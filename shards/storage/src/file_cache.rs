@@ -1,7 +1,8 @@
 //! Segment files open only while they are used: every file of every segment (log, offset
 //! index, time index; active or sealed) is a [`SegmentFile`], a name that opens its file
 //! on demand through the owner's [`FileCache`], which keeps at most `capacity` of them
-//! open and closes the least recently used one past that bound.
+//! open, closes the least recently used one past that bound, and closes any that stayed
+//! unused for [`IDLE_CLOSE_AFTER`] when its owner asks ([`FileCache::close_idle`]).
 //!
 //! Without it, every segment held three descriptors for the broker's life and a few
 //! thousand partitions spent RLIMIT_NOFILE, after which nothing — not even accepting a
@@ -29,6 +30,11 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::time::{Duration, Instant};
+
+/// How long a segment file stays open unused before [`FileCache::close_idle`] closes it:
+/// a partition being written or read keeps its files, an idle one gives them back.
+pub const IDLE_CLOSE_AFTER: Duration = Duration::from_secs(30);
 
 /// What one owner (a shard) keeps open when nobody says otherwise (tools and tests).
 pub const DEFAULT_CAPACITY: usize = 1024;
@@ -51,8 +57,8 @@ struct CacheState {
     tick: u64,
     /// id → (file, tick of its last use).
     open: HashMap<u64, (Rc<DmaFile>, u64)>,
-    /// tick of last use → id: the eviction order.
-    by_use: BTreeMap<u64, u64>,
+    /// tick of last use → (id, when): the eviction order.
+    by_use: BTreeMap<u64, (u64, Instant)>,
 }
 
 /// What a cache has done, for metrics and tests.
@@ -127,6 +133,23 @@ impl FileCache {
         n
     }
 
+    /// Closes every file unused for `idle` or longer (the owner calls this now and then),
+    /// so descriptors follow the partitions in use even below the bound. Returns how many.
+    pub fn close_idle(&self, idle: Duration) -> usize {
+        let now = Instant::now();
+        let mut st = self.state.borrow_mut();
+        let mut closed = 0;
+        while st
+            .by_use
+            .first_key_value()
+            .is_some_and(|(_, (_, used))| now.duration_since(*used) >= idle)
+        {
+            st.evict_oldest();
+            closed += 1;
+        }
+        closed
+    }
+
     fn new_id(&self) -> u64 {
         let mut st = self.state.borrow_mut();
         st.next_id += 1;
@@ -141,7 +164,7 @@ impl FileCache {
         let file = file.clone();
         let old = std::mem::replace(used, tick);
         st.by_use.remove(&old);
-        st.by_use.insert(tick, id);
+        st.by_use.insert(tick, (id, Instant::now()));
         Some(file)
     }
 
@@ -160,7 +183,7 @@ impl FileCache {
         st.tick += 1;
         let tick = st.tick;
         st.open.insert(id, (file.clone(), tick));
-        st.by_use.insert(tick, id);
+        st.by_use.insert(tick, (id, Instant::now()));
         assert!(
             st.open.len() <= capacity,
             "the cache holds at most its capacity"
@@ -181,7 +204,7 @@ impl FileCache {
 
 impl CacheState {
     fn evict_oldest(&mut self) {
-        let Some((_, id)) = self.by_use.pop_first() else {
+        let Some((_, (id, _))) = self.by_use.pop_first() else {
             return;
         };
         // Dropping the cache's reference closes the descriptor once no operation holds it.
@@ -387,6 +410,23 @@ mod tests {
                 0,
                 "dropped handles forget their descriptors"
             );
+        });
+    }
+
+    #[test]
+    fn idle_files_close() {
+        run(|| async {
+            let dir = tempfile::tempdir().expect("tempdir");
+            let cache = FileCache::new(MIN_CAPACITY);
+            let old = SegmentFile::new(&cache, dir.path().join("old"), Access::Create);
+            let _ = old.open().await.expect("open");
+            glommio::timer::sleep(Duration::from_millis(30)).await;
+            let new = SegmentFile::new(&cache, dir.path().join("new"), Access::Create);
+            let _ = new.open().await.expect("open");
+            assert_eq!(cache.close_idle(Duration::from_millis(20)), 1);
+            assert_eq!(cache.stats().open, 1, "the recently used one stays");
+            let _ = old.open().await.expect("reopens on use");
+            assert_eq!(cache.stats().opens, 3);
         });
     }
 

@@ -35,34 +35,36 @@ pub(super) async fn read_whole(file: &DmaFile, path: &Path) -> Result<Vec<u8>, S
         .map_err(|e| storage_err(path, e))
 }
 
+/// A segment's offset index, with the file's bytes (empty when there is no file).
 pub(super) async fn load_index(
     dir: &Path,
     base: i64,
     log_len: u64,
-) -> Result<OffsetIndex, StorageError> {
+) -> Result<(OffsetIndex, Vec<u8>), StorageError> {
     let path = segment::file_path(dir, base, INDEX_SUFFIX);
     if !path.exists() {
-        return Ok(OffsetIndex::new(base));
+        return Ok((OffsetIndex::new(base), Vec::new()));
     }
     let file = open_existing(&path).await?;
     let bytes = read_whole(&file, &path).await?;
     let _ = file.close().await;
-    Ok(OffsetIndex::decode(base, &bytes, log_len))
+    Ok((OffsetIndex::decode(base, &bytes, log_len), bytes))
 }
 
+/// A segment's time index, with the file's bytes (empty when there is no file).
 pub(super) async fn load_time_index(
     dir: &Path,
     base: i64,
     next_offset: i64,
-) -> Result<TimeIndex, StorageError> {
+) -> Result<(TimeIndex, Vec<u8>), StorageError> {
     let path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
     if !path.exists() {
-        return Ok(TimeIndex::new(base));
+        return Ok((TimeIndex::new(base), Vec::new()));
     }
     let file = open_existing(&path).await?;
     let bytes = read_whole(&file, &path).await?;
     let _ = file.close().await;
-    Ok(TimeIndex::decode(base, &bytes, next_offset))
+    Ok((TimeIndex::decode(base, &bytes, next_offset), bytes))
 }
 
 /// Creates (or opens) a segment file through the cache, returning its handle and the

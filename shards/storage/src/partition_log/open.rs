@@ -164,8 +164,8 @@ impl PartitionLog {
         let size = std::fs::metadata(&log_path)
             .map_err(|e| storage_err(&log_path, e))?
             .len();
-        let index = super::files::load_index(dir, base, size).await?;
-        let time_index = super::files::load_time_index(dir, base, next_base).await?;
+        let (index, _) = super::files::load_index(dir, base, size).await?;
+        let (time_index, _) = super::files::load_time_index(dir, base, next_base).await?;
         let max_timestamp_ms = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
         let cleaned_at_path = segment::file_path(dir, base, segment::CLEANED_AT_SUFFIX);
         let cleaned_at_ms = std::fs::read_to_string(&cleaned_at_path)

@@ -46,7 +46,7 @@ pub(super) async fn recover_active(
         .await
         .map_err(|e| err(&log_path, e))?;
     let file_len = file.file_size().await.map_err(|e| err(&log_path, e))?;
-    let mut index = super::files::load_index(dir, base, file_len).await?;
+    let (mut index, index_on_disk) = super::files::load_index(dir, base, file_len).await?;
 
     // Scan from the last trustworthy index entry.
     let mut scanned: Vec<(i64, i64, i64, u64, u64)>; // (base, last, max_ts, pos, len)
@@ -115,7 +115,8 @@ pub(super) async fn recover_active(
         }
         bytes_since_index += len;
     }
-    let mut time_index = super::files::load_time_index(dir, base, next_offset).await?;
+    let (mut time_index, time_on_disk) =
+        super::files::load_time_index(dir, base, next_offset).await?;
     let mut max_ts = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
     for &(b, _, ts, _, _) in &scanned {
         if b - base > i64::from(i32::MAX) {
@@ -133,13 +134,14 @@ pub(super) async fn recover_active(
     for e in index.entries() {
         offset_index::encode_entry(*e, &mut index_bytes);
     }
-    let index_appender = rewrite(cache, &index_path, &index_bytes).await?;
+    let index_appender =
+        resume_or_rewrite(cache, &index_path, &index_bytes, &index_on_disk).await?;
     let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
     let mut time_bytes = Vec::with_capacity(time_index.len() * time_index::ENTRY_BYTES);
     for e in time_index.entries() {
         time_index::encode_entry(*e, &mut time_bytes);
     }
-    let time_appender = rewrite(cache, &time_path, &time_bytes).await?;
+    let time_appender = resume_or_rewrite(cache, &time_path, &time_bytes, &time_on_disk).await?;
 
     // Resume the log appender with the partial last block in memory.
     let alignment = alignment_of(&file);
@@ -171,6 +173,27 @@ pub(super) async fn recover_active(
         max_ts,
     );
     Ok((seg, writer, next_offset))
+}
+
+/// The appender of an index file that must hold exactly `bytes`: the file as it is when
+/// it already does (a clean stop leaves both indexes so: nothing to write or sync), else
+/// rewritten.
+async fn resume_or_rewrite(
+    cache: &Rc<FileCache>,
+    path: &Path,
+    bytes: &[u8],
+    on_disk: &[u8],
+) -> Result<AlignedAppender, StorageError> {
+    if bytes != on_disk {
+        return rewrite(cache, path, bytes).await;
+    }
+    let (handle, alignment) = files::create_file(cache, path.to_path_buf()).await?;
+    let len = bytes.len() as u64;
+    let tail = bytes
+        .get((len - len % alignment) as usize..)
+        .unwrap_or_default()
+        .to_vec();
+    Ok(AlignedAppender::resume(handle, alignment, len, tail))
 }
 
 async fn rewrite(
