@@ -350,6 +350,20 @@ def bottleneck(mb_s: float, limit_mb_s: float | None, cpu: dict, what: str) -> s
         hot.append(f"load generator CPU ({int(client * 100)} %)")
     if limit_mb_s and mb_s >= 0.8 * limit_mb_s:
         hot.append(f"{what} ({mb_s / limit_mb_s:.0%} of its limit)")
+    busy, cpus = cpu.get("machine_busy_cores"), os.cpu_count() or 1
+    if not hot and isinstance(busy, (int, float)) and busy >= 0.75 * cpus:
+        # No one thread is saturated, but the machine is: say who holds its cores. The
+        # broker's threads other than its shards are io_uring's kernel workers (writes
+        # that cannot complete without blocking are handed to them) and its helpers.
+        shards = sum(cpu["broker_shards"].values())
+        broker = cpu.get("broker_process_cores") or shards
+        client = client if isinstance(client, (int, float)) else 0.0
+        rest = max(0.0, busy - broker - client)
+        who = (f"broker shards {shards:.2f}, broker io_uring workers and helpers "
+               f"{max(0.0, broker - shards):.2f}" if cpu["broker_shards"]
+               else f"broker process {broker:.2f}")
+        hot.append(f"machine CPU ({busy:.2f} of {cpus} cores busy: {who}, load generator "
+                   f"{client:.2f}, other (kernel block-I/O workers, softirq) {rest:.2f})")
     if hot:
         return "; ".join(hot)
     return "latency-bound (no core or device saturated)"

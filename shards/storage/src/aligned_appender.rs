@@ -80,6 +80,11 @@ impl AlignedAppender {
         self.parts_len > 0
     }
 
+    /// Bytes pushed since the last flush.
+    pub fn unflushed_len(&self) -> u64 {
+        self.parts_len
+    }
+
     /// Appends `bytes` without copying them (they are copied once, at flush).
     pub fn push(&mut self, bytes: Bytes) {
         self.parts_len += bytes.len() as u64;

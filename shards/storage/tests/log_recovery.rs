@@ -414,3 +414,61 @@ fn huge_record_counts_roll_segments_instead_of_overflowing_the_index() {
         log.close().await;
     });
 }
+
+/// Index entries are written in rounds of their own, not with each log write: right
+/// after a burst of small batches the index files on disk lag the log, a crash image
+/// taken then recovers every batch and rebuilds the entries, and an idle log writes them
+/// within about a second.
+#[test]
+fn index_entries_are_written_in_rounds_and_rebuilt_after_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let live = dir.path().join("t-0");
+    let image = dir.path().join("image-0");
+    let (l, i) = (live.clone(), image.clone());
+    run(move || async move {
+        let log = PartitionLog::open(l.clone(), small_config(1 << 30), LogContext::system())
+            .await
+            .expect("open");
+        for n in 0..30u32 {
+            append_acked(&log, &batch(n, 3, 200, 1000 + i64::from(n))).await;
+        }
+        let index = seg_files(&l, "index").pop().expect("index");
+        let time_index = seg_files(&l, "timeindex").pop().expect("time index");
+        assert_eq!(
+            std::fs::metadata(&index).expect("meta").len(),
+            0,
+            "not yet due"
+        );
+        assert_eq!(std::fs::metadata(&time_index).expect("meta").len(), 0);
+        std::fs::create_dir_all(&i).expect("mkdir");
+        for e in std::fs::read_dir(&l).expect("dir") {
+            let p = e.expect("entry").path();
+            std::fs::copy(&p, i.join(p.file_name().expect("name"))).expect("copy");
+        }
+        // Idle: the pending entries are written about a second later.
+        glommio::timer::sleep(std::time::Duration::from_millis(1500)).await;
+        assert!(std::fs::metadata(&index).expect("meta").len() > 0);
+        assert!(std::fs::metadata(&time_index).expect("meta").len() > 0);
+        log.close().await;
+    });
+    run(move || async move {
+        let log = PartitionLog::open(image.clone(), small_config(1 << 30), LogContext::system())
+            .await
+            .expect("recover");
+        assert_eq!(log.written_offset(), 90);
+        for at in [0, 31, 47, 89] {
+            let r = log.read(at, 1, i64::MAX).await.expect("read");
+            let h = headers(&r.records);
+            assert_eq!(h[0].base_offset, at - at % 3, "the batch holding {at}");
+        }
+        // By time, through the rebuilt time index.
+        let found = log.offset_for_timestamp(1020).await.expect("by time");
+        assert_eq!(found.map(|f| f.0), Some(56), "batch 18 holds 1018..=1020");
+        let index = seg_files(&image, "index").pop().expect("index");
+        assert!(
+            std::fs::metadata(&index).expect("meta").len() > 0,
+            "rebuilt at open"
+        );
+        log.close().await;
+    });
+}

@@ -112,6 +112,8 @@ pub(super) async fn create_active(
         max_timestamp_ms: i64::MIN,
         opened_at: Instant::now(),
         preallocated: 0,
+        indexes_written_at: Instant::now(),
+        log_len_at_index_write: 0,
     };
     Ok((seg, writer))
 }
@@ -139,6 +141,7 @@ pub(super) fn new_writer(
     last_index_offset: i64,
     max_timestamp_ms: i64,
 ) -> ActiveWriter {
+    let log_len = log.logical_len();
     ActiveWriter {
         base_offset,
         log,
@@ -149,5 +152,7 @@ pub(super) fn new_writer(
         max_timestamp_ms,
         opened_at: Instant::now(),
         preallocated: 0,
+        indexes_written_at: Instant::now(),
+        log_len_at_index_write: log_len,
     }
 }

@@ -136,6 +136,11 @@ pub(crate) struct ActiveWriter {
     opened_at: Instant,
     /// Bytes of the active log file already allocated with `fallocate`.
     preallocated: u64,
+    /// When the index files were last written, and the log's length then: index entries
+    /// are written in rounds of their own (`flusher::INDEX_WRITE_*`), not with every log
+    /// write.
+    indexes_written_at: Instant,
+    log_len_at_index_write: u64,
 }
 
 pub struct PartitionLog {
