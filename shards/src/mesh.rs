@@ -109,7 +109,8 @@ pub struct FetchOutput {
     pub log_start_offset: i64,
     /// Where the fetcher's log diverges (epoch, end offset), if it does.
     pub diverging_epoch: Option<(i32, i64)>,
-    pub result: Result<Bytes, PartitionError>,
+    /// Whole batches in memory, or a range of a segment file to be sent without a copy.
+    pub result: Result<corelog_storage::Records, PartitionError>,
 }
 
 impl FetchOutput {

@@ -441,7 +441,7 @@ impl Shard {
                         last_stable_offset: high_watermark,
                         log_start_offset: log.log_start_offset(),
                         diverging_epoch: None,
-                        result: Ok(bytes::Bytes::new()),
+                        result: Ok(corelog_storage::Records::default()),
                     });
                 }
                 break;
@@ -457,7 +457,7 @@ impl Shard {
                 planned += max_bytes;
                 wave.push(async move {
                     let r = log
-                        .read(input.offset, input.last_fetched_epoch, max_bytes, isolation)
+                        .read_for_send(input.offset, input.last_fetched_epoch, max_bytes, isolation)
                         .await;
                     (*i, log, r)
                 });

@@ -117,6 +117,7 @@ impl Collector for Snapshots {
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
         let mut duplicates = Vec::new();
+        let mut spliced = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
         let (mut file_opens, mut file_evictions, mut files_exhausted) = (vec![], vec![], vec![]);
@@ -158,6 +159,7 @@ impl Collector for Snapshots {
             ));
             let by_shard = vec![("shard".to_string(), shard.clone())];
             duplicates.push((by_shard.clone(), s.duplicate_batches));
+            spliced.push((by_shard.clone(), s.spliced_bytes));
             refused_ip.push((by_shard.clone(), s.limits.connections_refused_per_ip));
             accept_waits.push((by_shard.clone(), s.limits.accept_waits));
             memory_waits.push((by_shard.clone(), s.limits.request_memory_waits));
@@ -263,6 +265,12 @@ impl Collector for Snapshots {
             "corelog_request_memory_waits",
             "Request frames whose reader waited for queued.max.request.bytes.",
             &memory_waits,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_fetch_bytes_spliced",
+            "Fetched record bytes sent from segment files with splice, never copied to user space.",
+            &spliced,
         )?;
         counter(
             &mut encoder,

@@ -27,6 +27,7 @@
 
 use crate::kafka::api::{self, Ctx};
 use crate::kafka::frame::{self, FrameError};
+use crate::kafka::response_frame::ResponseFrame;
 use crate::net::request_memory::RequestMemory;
 use bytes::{Bytes, BytesMut};
 use corelog_metrics::Stage;
@@ -57,7 +58,7 @@ enum CloseReason {
     StalledBody(usize, std::time::Duration),
 }
 
-type Pending = JoinHandle<Result<Option<BytesMut>, FrameError>>;
+type Pending = JoinHandle<Result<Option<ResponseFrame>, FrameError>>;
 
 pub async fn serve(
     ctx: Rc<Ctx>,
@@ -67,10 +68,13 @@ pub async fn serve(
     memory: Rc<RequestMemory>,
 ) {
     let _ = stream.set_nodelay(true);
+    // Responses are written on the descriptor itself (`frame_writer`); the stream's
+    // write half is kept only to close the socket's sending side at the end.
+    let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let (reader, writer) = stream.split();
     let inflight_max = ctx.config.limits.max_inflight_requests_per_connection;
     let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
-    let write_task = glommio::spawn_local(write_loop(writer, rx, peer));
+    let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer));
     let reason = read_loop(ctx, peer, reader, tx, &shutdown, &memory).await;
     match &reason {
         CloseReason::Eof | CloseReason::Shutdown => {
@@ -260,11 +264,13 @@ async fn body_watchdog(
 
 async fn write_loop(
     mut writer: impl AsyncWrite + Unpin,
+    socket: std::os::fd::RawFd,
     rx: local_channel::LocalReceiver<Pending>,
     peer: SocketAddr,
 ) {
     use futures_lite::StreamExt;
     let mut rx = rx.stream();
+    let mut frames = crate::net::frame_writer::FrameWriter::new(socket);
     while let Some(task) = rx.next().await {
         let response = match task.await {
             Some(Ok(Some(bytes))) => bytes,
@@ -276,7 +282,7 @@ async fn write_loop(
             }
             None => break, // handler task cancelled (shutdown)
         };
-        if let Err(e) = writer.write_all(&response).await {
+        if let Err(e) = frames.write(response).await {
             tracing::debug!(%peer, error = %e, "write failed");
             break;
         }

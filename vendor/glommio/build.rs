@@ -38,6 +38,10 @@ fn main() {
         .compile("uring");
 
     // (our additional, linkable C bindings)
+    // corelog patch: `cc` prints rerun-if-env-changed lines, which turn off Cargo's
+    // default of rerunning on any change in the package, so an edit of the shim was
+    // never compiled.
+    println!("cargo:rerun-if-changed=rusturing.c");
     Build::new()
         .file(project.join("rusturing.c"))
         .include(src.join("include"))

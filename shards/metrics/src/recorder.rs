@@ -110,6 +110,8 @@ pub struct MetricsSnapshot {
     pub connections_accepted: u64,
     /// Idempotent producers' retries answered with the original offsets (not written).
     pub duplicate_batches: u64,
+    /// Fetched record bytes sent from segment files with splice (never in user space).
+    pub spliced_bytes: u64,
     pub limits: LimitCounters,
     pub segment_files: SegmentFileCounters,
     /// Client quota throttling on this shard.
@@ -217,6 +219,7 @@ impl MetricsSnapshot {
         self.connections_rejected += other.connections_rejected;
         self.connections_accepted += other.connections_accepted;
         self.duplicate_batches += other.duplicate_batches;
+        self.spliced_bytes += other.spliced_bytes;
         self.limits.merge(&other.limits);
         self.segment_files.merge(&other.segment_files);
         self.quota.merge(&other.quota);
@@ -237,6 +240,7 @@ struct Recorder {
     connections_rejected: u64,
     connections_accepted: u64,
     duplicate_batches: u64,
+    spliced_bytes: u64,
     limits: LimitCounters,
     quota: QuotaMetrics,
 }
@@ -248,6 +252,7 @@ thread_local! {
         connections_rejected: 0,
         connections_accepted: 0,
         duplicate_batches: 0,
+        spliced_bytes: 0,
         limits: LimitCounters {
             connections_refused_per_ip: 0,
             accept_waits: 0,
@@ -301,6 +306,11 @@ pub fn record_duplicate_batch() {
     RECORDER.with(|r| r.borrow_mut().duplicate_batches += 1);
 }
 
+/// Counts record bytes a connection of this shard sent with splice.
+pub fn record_sent_by_splice(bytes: u64) {
+    RECORDER.with(|r| r.borrow_mut().spliced_bytes += bytes);
+}
+
 /// A copy of this shard's metrics.
 pub fn snapshot(shard: usize) -> MetricsSnapshot {
     RECORDER.with(|r| {
@@ -312,6 +322,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             connections_rejected: r.connections_rejected,
             connections_accepted: r.connections_accepted,
             duplicate_batches: r.duplicate_batches,
+            spliced_bytes: r.spliced_bytes,
             limits: r.limits,
             segment_files: SegmentFileCounters::default(),
             quota: r.quota,

@@ -17,7 +17,9 @@
 use crate::leader_epoch_cache::{LeaderEpochCache, CHECKPOINT_FILE};
 use bytes::Bytes;
 use corelog_storage::error::{AppendError, ReadError, StorageError};
-use corelog_storage::{AckLevel, AppendTicket, Durability, LogConfig, LogContext, PartitionLog};
+use corelog_storage::{
+    AckLevel, AppendTicket, Durability, LogConfig, LogContext, PartitionLog, Records,
+};
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -67,13 +69,14 @@ pub enum EpochError {
 
 /// What a consumer's read returns.
 #[derive(Debug, Clone)]
-pub struct PartitionRead {
+pub struct PartitionRead<R = Bytes> {
     pub high_watermark: i64,
     pub last_stable_offset: i64,
     pub log_start_offset: i64,
     /// Whole batches, starting with the one containing the requested offset, all below
-    /// the isolation level's bound; empty when the log diverged.
-    pub records: Bytes,
+    /// the isolation level's bound; empty when the log diverged. `Bytes`, or for a read
+    /// to send (`read_for_send`) `Records`, which may be a range of a segment file.
+    pub records: R,
     /// Where the fetcher's log diverges from this one (Fetch v12+ `diverging_epoch`):
     /// the epoch and end offset it should truncate to before fetching again.
     pub diverging_epoch: Option<(i32, i64)>,
@@ -288,6 +291,42 @@ impl Partition {
         max_bytes: usize,
         isolation: Isolation,
     ) -> Result<PartitionRead, ReadError> {
+        let read = self
+            .read_records(offset, last_fetched_epoch, max_bytes, isolation, false)
+            .await?;
+        let Records::Memory(records) = read.records else {
+            unreachable!("only a read for sending answers with a file range");
+        };
+        Ok(PartitionRead {
+            high_watermark: read.high_watermark,
+            last_stable_offset: read.last_stable_offset,
+            log_start_offset: read.log_start_offset,
+            records,
+            diverging_epoch: read.diverging_epoch,
+        })
+    }
+
+    /// [`Self::read`] for records that go to a socket: data read from a segment file
+    /// may come as a range of it (`corelog_storage::FileRange`), sent without a copy.
+    pub async fn read_for_send(
+        &self,
+        offset: i64,
+        last_fetched_epoch: i32,
+        max_bytes: usize,
+        isolation: Isolation,
+    ) -> Result<PartitionRead<Records>, ReadError> {
+        self.read_records(offset, last_fetched_epoch, max_bytes, isolation, true)
+            .await
+    }
+
+    async fn read_records(
+        &self,
+        offset: i64,
+        last_fetched_epoch: i32,
+        max_bytes: usize,
+        isolation: Isolation,
+        for_send: bool,
+    ) -> Result<PartitionRead<Records>, ReadError> {
         if last_fetched_epoch >= 0 {
             let (epoch, end) = self.end_offset_for_epoch(last_fetched_epoch);
             if epoch == crate::UNDEFINED_EPOCH || end == crate::UNDEFINED_OFFSET {
@@ -303,20 +342,29 @@ impl Partition {
                     high_watermark,
                     last_stable_offset: high_watermark,
                     log_start_offset: self.log_start_offset(),
-                    records: Bytes::new(),
+                    records: Records::default(),
                     diverging_epoch: Some((epoch, end)),
                 });
             }
         }
         let bound = self.bound(isolation);
-        let read = self.log.read(offset, max_bytes, bound).await?;
+        let (end_offset, log_start_offset, records) = if for_send {
+            self.log.read_for_send(offset, max_bytes, bound).await?
+        } else {
+            let read = self.log.read(offset, max_bytes, bound).await?;
+            (
+                read.end_offset,
+                read.log_start_offset,
+                Records::Memory(read.records),
+            )
+        };
         // Read after the log: it only grows, and covers everything returned.
-        let high_watermark = self.high_watermark().max(read.end_offset);
+        let high_watermark = self.high_watermark().max(end_offset);
         Ok(PartitionRead {
             high_watermark,
             last_stable_offset: high_watermark,
-            log_start_offset: read.log_start_offset,
-            records: read.records,
+            log_start_offset,
+            records,
             diverging_epoch: None,
         })
     }

@@ -17,12 +17,16 @@ use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use crate::kafka::response_frame::placeholder;
 use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
 use bytes::Bytes;
 use corelog_storage::tail_cache::trim_to_whole_batches;
+use corelog_storage::{FileRange, Records};
 use futures::channel::oneshot;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
+use kafka_protocol::protocol::buf::ByteBufMut;
+use kafka_protocol::protocol::Encodable;
 use kafka_protocol::ResponseError;
 use shards::mesh::{FetchInput, FetchOutput, Isolation, PartitionRequest, TopicPartition};
 use std::sync::Arc;
@@ -40,11 +44,28 @@ struct Wanted {
 
 pub struct Fetch;
 
+/// A fetch response and the segment-file ranges its placeholder records stand for, in
+/// encoding order (`response_frame`).
+pub struct FetchAnswer {
+    body: FetchResponse,
+    files: Vec<FileRange>,
+}
+
+impl Encodable for FetchAnswer {
+    fn encode<B: ByteBufMut>(&self, buf: &mut B, version: i16) -> anyhow::Result<()> {
+        self.body.encode(buf, version)
+    }
+
+    fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
+        self.body.compute_size(version)
+    }
+}
+
 impl Handler for Fetch {
     const KEY: ApiKey = ApiKey::Fetch;
     const VERSIONS: (i16, i16) = (4, 18);
     type Request = FetchRequest;
-    type Response = FetchResponse;
+    type Response = FetchAnswer;
 
     async fn handle(
         ctx: &Ctx,
@@ -136,6 +157,7 @@ impl Handler for Fetch {
         // exceeded only by the first batch of the first non-empty partition, so a consumer
         // can always make progress past a batch larger than its limit.
         let mut used = 0usize;
+        let mut ranges: Vec<((usize, usize), FileRange)> = Vec::new();
         for (w, o) in wanted.iter().zip(outputs) {
             let Some(slot) = slots.get_mut(w.slot.0).and_then(|t| t.get_mut(w.slot.1)) else {
                 continue;
@@ -152,7 +174,20 @@ impl Handler for Fetch {
                 slot.diverging_epoch.end_offset = end_offset;
             }
             match o.result {
-                Ok(records) => {
+                Ok(Records::File(range)) => {
+                    // Whole batches within this partition's limit already (or one batch):
+                    // kept whole where the response has room for it, as bytes would be.
+                    let fits = used == 0
+                        || (used + range.len() <= max_bytes && range.len() <= w.max_bytes);
+                    if fits {
+                        used += range.len();
+                        slot.records = Some(placeholder(&range));
+                        ranges.push((w.slot, range));
+                    } else {
+                        slot.records = Some(Bytes::new());
+                    }
+                }
+                Ok(Records::Memory(records)) => {
                     let records = if used == 0 {
                         trim_to_whole_batches(records, max_bytes)
                     } else if used >= max_bytes {
@@ -185,7 +220,9 @@ impl Handler for Fetch {
             }
         }
 
-        for _p in slots.iter().flatten() {}
+        // Encoding order is request order: topics, then their partitions.
+        ranges.sort_by_key(|(slot, _)| *slot);
+        let files = ranges.into_iter().map(|(_, r)| r).collect();
         let mut body = FetchResponse::default();
         body.session_id = 0;
         for (t, parts) in req.topics.iter().zip(slots) {
@@ -206,7 +243,6 @@ impl Handler for Fetch {
             .entries
             .is_empty()
         {
-            use kafka_protocol::protocol::Encodable;
             let response_bytes = body.compute_size(call.version).unwrap_or(used) as u64;
             body.throttle_time_ms = ctx.quotas.charge(
                 shards::client_quota::QuotaKind::Fetch,
@@ -215,10 +251,15 @@ impl Handler for Fetch {
                 &call.quota.connection,
             );
         }
-        Ok(body)
+        Ok(FetchAnswer { body, files })
+    }
+
+    fn file_ranges(r: &mut Self::Response) -> Vec<FileRange> {
+        std::mem::take(&mut r.files)
     }
 
     fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {
+        let r = &r.body;
         each(r.error_code);
         for t in &r.responses {
             for p in &t.partitions {

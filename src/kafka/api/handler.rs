@@ -9,8 +9,9 @@
 
 use super::Ctx;
 use crate::kafka::error_code;
-use crate::kafka::frame::{encode_response, FrameError, RequestFrame};
-use bytes::BytesMut;
+use crate::kafka::frame::{FrameError, RequestFrame};
+use crate::kafka::response_frame::{self, ResponseFrame};
+use corelog_storage::FileRange;
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -51,6 +52,12 @@ pub trait Handler {
     fn responds(_request: &Self::Request) -> bool {
         true
     }
+
+    /// The segment-file ranges `response`'s placeholder records stand for, in the order
+    /// it encodes them (`response_frame`); only Fetch has any.
+    fn file_ranges(_response: &mut Self::Response) -> Vec<FileRange> {
+        Vec::new()
+    }
 }
 
 /// Serves one request of `H`'s API, whose version the dispatcher has checked.
@@ -60,7 +67,7 @@ pub async fn serve<H: Handler>(
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
     produce_order: &crate::kafka::produce_order::ProduceOrder,
-) -> Result<Option<BytesMut>, FrameError> {
+) -> Result<Option<ResponseFrame>, FrameError> {
     debug_assert_eq!(frame.api_key, H::KEY);
     let RequestFrame {
         api_version,
@@ -82,10 +89,11 @@ pub async fn serve<H: Handler>(
         quota,
         produce_order,
     };
-    let response = H::handle(ctx, request, &call).await?;
+    let mut response = H::handle(ctx, request, &call).await?;
     H::error_codes(&response, &mut |code| error_code::count(H::KEY, code));
     if !responds {
         return Ok(None);
     }
-    encode_response(H::KEY, api_version, header.correlation_id, &response).map(Some)
+    let files = H::file_ranges(&mut response);
+    response_frame::encode(H::KEY, api_version, header.correlation_id, &response, files).map(Some)
 }

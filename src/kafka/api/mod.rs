@@ -53,7 +53,7 @@ pub mod sync_group;
 
 use super::frame::{FrameError, RequestFrame};
 use crate::config::BrokerConfig;
-use bytes::BytesMut;
+use crate::kafka::response_frame::ResponseFrame;
 use handler::Handler;
 use kafka_protocol::messages::ApiKey;
 use shards::shard::Shard;
@@ -87,7 +87,7 @@ macro_rules! apis {
             peer: std::net::SocketAddr,
             quota: &crate::quota::RequestQuota,
             produce_order: &crate::kafka::produce_order::ProduceOrder,
-        ) -> Result<Option<BytesMut>, FrameError> {
+        ) -> Result<Option<ResponseFrame>, FrameError> {
             let key = frame.api_key;
             $(
                 if key == <$module::$handler as Handler>::KEY {
@@ -163,7 +163,7 @@ pub async fn handle(
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
     produce_order: &crate::kafka::produce_order::ProduceOrder,
-) -> Result<Option<BytesMut>, FrameError> {
+) -> Result<Option<ResponseFrame>, FrameError> {
     let Some((min, max)) = supported_range(frame.api_key) else {
         return Err(FrameError::UnsupportedVersion {
             api: frame.api_key,
@@ -172,7 +172,8 @@ pub async fn handle(
     };
     if frame.api_version < min || frame.api_version > max {
         if frame.api_key == ApiKey::ApiVersions {
-            return api_versions::unsupported_version(&frame).map(Some);
+            return api_versions::unsupported_version(&frame)
+                .map(|b| Some(ResponseFrame::whole(b)));
         }
         return Err(FrameError::UnsupportedVersion {
             api: frame.api_key,

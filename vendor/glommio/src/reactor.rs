@@ -642,6 +642,15 @@ impl Reactor {
         source
     }
 
+    /// corelog patch: moves up to `len` bytes from `fd_in` (at `off_in`, or its position
+    /// when it is a pipe: -1) to `fd_out` with io_uring's splice, one of the two being a
+    /// pipe. The bytes never enter user space.
+    pub(crate) fn splice(&self, fd_in: RawFd, off_in: i64, fd_out: RawFd, len: u32) -> Source {
+        let source = self.new_source(fd_out, SourceType::Splice, None);
+        self.sys.splice(&source, fd_in, off_in, len);
+        source
+    }
+
     pub(crate) fn fallocate(
         &self,
         raw: RawFd,

@@ -2,13 +2,17 @@
 //! offsets by timestamp and the offset of the largest timestamp.
 //!
 //! Invariant: nothing at or past the written offset is ever returned, and a read starts
-//! with the whole batch that contains the requested offset.
+//! with the whole batch that contains the requested offset. A read for sending may
+//! answer with a range of the segment file instead of bytes (`file_range`); the range
+//! ends at a batch boundary the index knows, so it holds whole batches without the
+//! broker reading them.
 
 use super::{storage_err, PartitionLog, ReadOutcome};
 use crate::batch::{self, batches, BatchHeader, BATCH_HEADER_LEN};
 use crate::batch_filter;
 use crate::error::ReadError;
 use crate::file_cache::SegmentFile;
+use crate::file_range::{FileRange, Records, FILE_RANGE_MAX_BYTES, FILE_RANGE_MIN_BYTES};
 use crate::file_scan;
 use crate::tail_cache::trim_to_whole_batches;
 use bytes::Bytes;
@@ -17,6 +21,21 @@ use bytes::Bytes;
 /// the batch that straddles the index interval, so the walk to the wanted batch rarely
 /// needs a second read.
 const READ_LOOKAHEAD_BYTES: u64 = 16 << 10;
+
+/// Where the walk to a wanted batch stopped: `buf` was read at `buf_pos`, and the batch
+/// starts at `buf[at]` and is `first_len` long.
+struct FoundBatch {
+    buf: Bytes,
+    buf_pos: u64,
+    at: usize,
+    first_len: usize,
+}
+
+impl FoundBatch {
+    fn pos(&self) -> u64 {
+        self.buf_pos + self.at as u64
+    }
+}
 
 impl PartitionLog {
     /// Reads whole batches starting with the one containing `offset`, up to `max_bytes`
@@ -30,6 +49,38 @@ impl PartitionLog {
         max_bytes: usize,
         end: i64,
     ) -> Result<ReadOutcome, ReadError> {
+        let (end_offset, log_start_offset, records) =
+            self.read_records(offset, max_bytes, end, false).await?;
+        let Records::Memory(records) = records else {
+            unreachable!("read_records returns bytes unless asked for a file range");
+        };
+        Ok(ReadOutcome {
+            end_offset,
+            log_start_offset,
+            records,
+        })
+    }
+
+    /// [`Self::read`] for records that go to a socket: what comes from a segment file
+    /// (and is at least `FILE_RANGE_MIN_BYTES`) is answered as a range of the file
+    /// instead of its bytes ([`FileRange`]), to be sent without entering user space.
+    /// Returns (the bound the read was held to, the log start offset, the records).
+    pub async fn read_for_send(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        end: i64,
+    ) -> Result<(i64, i64, Records), ReadError> {
+        self.read_records(offset, max_bytes, end, true).await
+    }
+
+    async fn read_records(
+        &self,
+        offset: i64,
+        max_bytes: usize,
+        end: i64,
+        allow_file: bool,
+    ) -> Result<(i64, i64, Records), ReadError> {
         let mut at = offset;
         loop {
             let (hw, lso, target) = {
@@ -48,18 +99,10 @@ impl PartitionLog {
                     });
                 }
                 if at >= hw {
-                    return Ok(ReadOutcome {
-                        end_offset: hw,
-                        log_start_offset: lso,
-                        records: Bytes::new(),
-                    });
+                    return Ok((hw, lso, Records::default()));
                 }
                 if let Some(records) = st.tail.read(at, max_bytes) {
-                    return Ok(ReadOutcome {
-                        end_offset: hw,
-                        log_start_offset: lso,
-                        records: keep_below(records, hw),
-                    });
+                    return Ok((hw, lso, Records::Memory(keep_below(records, hw))));
                 }
                 let Some((_, seg)) = st.segments.range(..=at).next_back() else {
                     return Err(ReadError::OffsetOutOfRange {
@@ -87,6 +130,22 @@ impl PartitionLog {
                 )
             };
             let (base, file, pos, size, next_base) = target;
+            if allow_file && max_bytes >= FILE_RANGE_MIN_BYTES {
+                match self
+                    .segment_range(&file, base, pos, size, at, max_bytes, hw)
+                    .await
+                {
+                    Ok(Some(range)) => return Ok((hw, lso, Records::File(range))),
+                    // Too little for a range, or the segment changed: read it below.
+                    Ok(None) => {}
+                    Err(ReadError::Storage(_))
+                        if !self.state.borrow().segments.contains_key(&base) =>
+                    {
+                        continue
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
             let records = match self.read_segment(&file, pos, size, at, max_bytes).await {
                 // Deleted (and unlinked) before its file was opened: the offset is gone,
                 // which the next turn answers.
@@ -96,22 +155,12 @@ impl PartitionLog {
                 other => other?,
             };
             if !records.is_empty() {
-                return Ok(ReadOutcome {
-                    end_offset: hw,
-                    log_start_offset: lso,
-                    records: keep_below(records, hw),
-                });
+                return Ok((hw, lso, Records::Memory(keep_below(records, hw))));
             }
             // `at` lies past this segment's last batch: continue in the next one.
             match next_base {
                 Some(b) if b > at => at = b,
-                Some(_) | None => {
-                    return Ok(ReadOutcome {
-                        end_offset: hw,
-                        log_start_offset: lso,
-                        records: Bytes::new(),
-                    })
-                }
+                Some(_) | None => return Ok((hw, lso, Records::default())),
             }
         }
     }
@@ -130,50 +179,14 @@ impl PartitionLog {
     ) -> Result<Bytes, ReadError> {
         let io = |e: std::io::Error| ReadError::Storage(super::io_err(&self.dir, &e));
         let opened = file.open().await.map_err(io)?;
-        let lookahead = u64::from(self.config.borrow().index_interval_bytes) + READ_LOOKAHEAD_BYTES;
-        let span = |from: u64| (max_bytes as u64 + lookahead).min(size - from) as usize;
-        let mut buf_pos = start; // the file position of `buf[0]`
-        let mut buf = Bytes::from(
-            file_scan::read_exact(&opened, start, span(start))
-                .await
-                .map_err(io)?,
-        );
-        let mut at = 0usize;
-        let first_len = loop {
-            let pos = buf_pos + at as u64;
-            if pos >= size {
-                // `offset` lies past this segment's last batch.
-                return Ok(Bytes::new());
-            }
-            let rest = buf.get(at..).unwrap_or_default();
-            if rest.len() < BATCH_HEADER_LEN && buf_pos + (buf.len() as u64) < size {
-                // The walk left what was read: read on from here.
-                buf_pos = pos;
-                buf = Bytes::from(
-                    file_scan::read_exact(&opened, pos, span(pos))
-                        .await
-                        .map_err(io)?,
-                );
-                at = 0;
-                continue;
-            }
-            // Bytes inside the written log that are not a batch: never answer "no data"
-            // (the consumer would refetch the same offset forever).
-            let corrupt = |source| ReadError::Corrupt { offset, source };
-            let h = BatchHeader::parse(rest).map_err(corrupt)?;
-            let total = h.total_len();
-            if pos + total as u64 > size {
-                return Err(corrupt(batch::BatchError::Truncated));
-            }
-            if h.last_offset() >= offset {
-                break total;
-            }
-            at += total;
+        let span = max_bytes as u64 + self.lookahead();
+        let Some(found) = self.find_batch(&opened, start, size, offset, span).await? else {
+            return Ok(Bytes::new());
         };
-        let pos = buf_pos + at as u64;
-        let want = (max_bytes.max(first_len) as u64).min(size - pos) as usize;
-        let records = match buf.get(at..at + want) {
-            Some(_) => buf.slice(at..at + want),
+        let pos = found.pos();
+        let want = (max_bytes.max(found.first_len) as u64).min(size - pos) as usize;
+        let records = match found.buf.get(found.at..found.at + want) {
+            Some(_) => found.buf.slice(found.at..found.at + want),
             None => Bytes::from(
                 file_scan::read_exact(&opened, pos, want)
                     .await
@@ -193,6 +206,141 @@ impl PartitionLog {
             }
         }
         Ok(records)
+    }
+
+    /// How far past the bytes asked for a segment read reaches: the walk from an index
+    /// entry to the wanted batch.
+    fn lookahead(&self) -> u64 {
+        u64::from(self.config.borrow().index_interval_bytes) + READ_LOOKAHEAD_BYTES
+    }
+
+    /// Walks the batch headers of `opened` from `start` (an index entry's position) to
+    /// the batch holding `offset`, reading `span` bytes at a time; `None` when `offset`
+    /// lies past the segment's last batch.
+    async fn find_batch(
+        &self,
+        opened: &glommio::io::DmaFile,
+        start: u64,
+        size: u64,
+        offset: i64,
+        span: u64,
+    ) -> Result<Option<FoundBatch>, ReadError> {
+        let io = |e: std::io::Error| ReadError::Storage(super::io_err(&self.dir, &e));
+        let read_from = |from: u64| span.min(size - from) as usize;
+        let mut buf_pos = start; // the file position of `buf[0]`
+        let mut buf = Bytes::from(
+            file_scan::read_exact(opened, start, read_from(start))
+                .await
+                .map_err(io)?,
+        );
+        let mut at = 0usize;
+        loop {
+            let pos = buf_pos + at as u64;
+            if pos >= size {
+                return Ok(None);
+            }
+            let rest = buf.get(at..).unwrap_or_default();
+            if rest.len() < BATCH_HEADER_LEN && buf_pos + (buf.len() as u64) < size {
+                // The walk left what was read: read on from here.
+                buf_pos = pos;
+                buf = Bytes::from(
+                    file_scan::read_exact(opened, pos, read_from(pos))
+                        .await
+                        .map_err(io)?,
+                );
+                at = 0;
+                continue;
+            }
+            // Bytes inside the written log that are not a batch: never answer "no data"
+            // (the consumer would refetch the same offset forever).
+            let corrupt = |source| ReadError::Corrupt { offset, source };
+            let h = BatchHeader::parse(rest).map_err(corrupt)?;
+            let total = h.total_len();
+            if pos + total as u64 > size {
+                return Err(corrupt(batch::BatchError::Truncated));
+            }
+            if h.last_offset() >= offset {
+                return Ok(Some(FoundBatch {
+                    buf,
+                    buf_pos,
+                    at,
+                    first_len: total,
+                }));
+            }
+            at += total;
+        }
+    }
+
+    /// The batches from the one holding `offset` as a range of the segment file, ending
+    /// at a batch boundary the segment's index knows (or its end), at most `max_bytes`
+    /// past the start (or the first batch), all below `hw`. Only the walk to the first
+    /// batch is read here (about one index interval); the range itself is read by the
+    /// kernel when it is sent. `None` when no known boundary gives a range of at least
+    /// `FILE_RANGE_MIN_BYTES`, or the segment changed meanwhile: the caller reads bytes.
+    #[allow(clippy::too_many_arguments)]
+    async fn segment_range(
+        &self,
+        file: &SegmentFile,
+        base: i64,
+        start: u64,
+        size: u64,
+        offset: i64,
+        max_bytes: usize,
+        hw: i64,
+    ) -> Result<Option<FileRange>, ReadError> {
+        let io = |e: std::io::Error| ReadError::Storage(super::io_err(&self.dir, &e));
+        let opened = file.open().await.map_err(io)?;
+        let found = self
+            .find_batch(&opened, start, size, offset, self.lookahead())
+            .await?;
+        drop(opened);
+        let Some(found) = found else {
+            return Ok(None);
+        };
+        let pos = found.pos();
+        let limit = pos + max_bytes.max(found.first_len) as u64;
+        let end = {
+            let st = self.state.borrow();
+            let Some(seg) = st.segments.get(&base).filter(|s| s.file.same(file)) else {
+                return Ok(None);
+            };
+            let next_base = st.segments.range(base + 1..).next().map(|(b, _)| *b);
+            // The segment's end is a boundary; it is below `hw` when every offset of the
+            // segment is (sealed: below the next base; active: the written end).
+            let whole_below_hw = match next_base {
+                Some(next) => next <= hw,
+                None => st.written_offset <= hw,
+            };
+            if seg.size <= limit && whole_below_hw {
+                Some(seg.size)
+            } else {
+                // The last index entry at or before `limit` whose batch starts at or below
+                // `hw`: every batch before it is whole and below `hw`.
+                let entries = seg.index.entries();
+                let upto = entries.partition_point(|e| u64::from(e.position) <= limit);
+                entries[..upto]
+                    .iter()
+                    .rev()
+                    .find(|e| seg.base_offset + i64::from(e.relative_offset) <= hw)
+                    .map(|e| u64::from(e.position))
+            }
+        };
+        let Some(end) = end.filter(|e| *e >= pos + found.first_len as u64) else {
+            return Ok(None);
+        };
+        let len = (end - pos) as usize;
+        if !(FILE_RANGE_MIN_BYTES..=FILE_RANGE_MAX_BYTES).contains(&len) {
+            return Ok(None);
+        }
+        debug_assert!(
+            end <= size,
+            "a range never passes the segment's written end"
+        );
+        match std::fs::File::open(file.path()) {
+            Ok(f) => Ok(Some(FileRange::new(f, pos, len))),
+            // Out of descriptors or deleted meanwhile: the caller reads the bytes.
+            Err(_) => Ok(None),
+        }
     }
 
     /// The first offset whose record timestamp is at or after `timestamp_ms`, with that

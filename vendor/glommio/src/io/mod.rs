@@ -146,6 +146,32 @@ pub async fn rename<P: AsRef<Path>, Q: AsRef<Path>>(old_path: P, new_path: Q) ->
     Ok(())
 }
 
+/// corelog patch: moves up to `len` bytes from `fd_in` to `fd_out` with io_uring's
+/// splice, without copying them through user space; one of the two must be a pipe.
+/// `off_in` is the offset to read `fd_in` at (`None` for a pipe). Returns the bytes moved
+/// (0 at the end of `fd_in`). Both descriptors must stay open until it completes.
+pub async fn splice(
+    fd_in: std::os::unix::io::RawFd,
+    off_in: Option<u64>,
+    fd_out: std::os::unix::io::RawFd,
+    len: usize,
+) -> std::io::Result<usize> {
+    let reactor = crate::executor().reactor();
+    let off_in = match off_in {
+        Some(o) => i64::try_from(o).map_err(|_| std::io::ErrorKind::InvalidInput)?,
+        None => -1,
+    };
+    let len = u32::try_from(len).unwrap_or(u32::MAX);
+    reactor.splice(fd_in, off_in, fd_out, len).collect_rw().await
+}
+
+/// corelog patch: waits until `fd` (a socket) can take more bytes, as glommio's own
+/// streams do before they retry a send; for a splice into that socket that found it full.
+pub async fn wait_writable(fd: std::os::unix::io::RawFd) -> std::io::Result<()> {
+    let reactor = crate::executor().reactor();
+    reactor.poll_write_ready(fd).collect_rw().await.map(|_| ())
+}
+
 /// remove an existing file given its name
 pub async fn remove<P: AsRef<Path>>(path: P) -> Result<()> {
     let reactor = crate::executor().reactor();

@@ -64,6 +64,8 @@ pub(crate) enum SourceType {
     BlockingFn,
     Invalid,
     CopyFileRange(RawFd, u64, usize),
+    // corelog patch: io_uring splice (zero-copy sends from segment files).
+    Splice,
     #[cfg(feature = "bench")]
     Noop,
 }

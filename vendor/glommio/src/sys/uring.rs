@@ -32,7 +32,10 @@ use std::{
 use crate::{
     free_list::{FreeList, Idx},
     iou,
-    iou::sqe::{FsyncFlags, SockAddrStorage, StatxFlags, StatxMode, SubmissionFlags, TimeoutFlags},
+    iou::sqe::{
+        FsyncFlags, SockAddrStorage, SpliceFlags, StatxFlags, StatxMode, SubmissionFlags,
+        TimeoutFlags,
+    },
     sys::{
         self,
         blocking::{BlockingThreadOp, BlockingThreadPool},
@@ -70,6 +73,8 @@ enum UringOpDescriptor {
     LinkTimeout(*const uring_sys::__kernel_timespec),
     Accept(*mut SockAddrStorage),
     Fallocate(u64, u64, libc::c_int),
+    // corelog patch: splice(fd_in, off_in (-1: a pipe), len) into the source's fd.
+    Splice(RawFd, i64, u32),
     Statx(*const u8, *mut Statx),
     Timeout(*const uring_sys::__kernel_timespec, u32),
     TimeoutRemove(u64),
@@ -333,6 +338,10 @@ fn fill_sqe<F>(
             UringOpDescriptor::Fallocate(offset, size, flags) => {
                 let flags = FallocateFlags::from_bits_truncate(flags);
                 sqe.prep_fallocate(op.fd, offset, size, flags);
+            }
+            // corelog patch: see `Reactor::splice`.
+            UringOpDescriptor::Splice(fd_in, off_in, len) => {
+                sqe.prep_splice(fd_in, off_in, op.fd, -1, len, SpliceFlags::empty());
             }
             UringOpDescriptor::Statx(path, statx_buf) => {
                 let flags = StatxFlags::AT_STATX_SYNC_AS_STAT | StatxFlags::AT_NO_AUTOMOUNT;
@@ -1543,6 +1552,17 @@ impl Reactor {
             &mut *self.ring_for_source(source),
             source,
             UringOpDescriptor::FDataSync,
+            &mut self.source_map.borrow_mut(),
+        );
+    }
+
+    // corelog patch: see `Reactor::splice`.
+    pub(crate) fn splice(&self, source: &Source, fd_in: RawFd, off_in: i64, len: u32) {
+        let op = UringOpDescriptor::Splice(fd_in, off_in, len);
+        queue_request_into_ring(
+            &mut *self.ring_for_source(source),
+            source,
+            op,
             &mut self.source_map.borrow_mut(),
         );
     }

@@ -181,6 +181,13 @@ pub trait ByteBufMut: BufMut {
     /// Read a range from the buffer.
     fn range(&mut self, r: Range<usize>) -> &mut [u8];
 
+    /// corelog patch: puts the bytes of a `bytes` field (a message's records, say). A
+    /// buffer that can keep a reference instead of copying (a frame written as several
+    /// parts) overrides this; the default copies.
+    fn put_shared(&mut self, bytes: &bytes::Bytes) {
+        self.put_slice(bytes);
+    }
+
     /// Put a gap of `len` at the current buffer offset.
     fn put_gap(&mut self, len: usize) -> Gap {
         let res = Gap {
@@ -237,6 +244,9 @@ impl ByteBufMut for Vec<u8> {
 impl<T: ByteBufMut> ByteBufMut for &mut T {
     fn offset(&self) -> usize {
         (**self).offset()
+    }
+    fn put_shared(&mut self, bytes: &bytes::Bytes) {
+        (**self).put_shared(bytes)
     }
     fn seek(&mut self, offset: usize) {
         (**self).seek(offset)
