@@ -108,3 +108,42 @@ def test_disk_fetches_go_out_by_splice_and_read_back_exactly(broker_factory):
     check(consume_librdkafka(b.bootstrap, "limited", **{"max.partition.fetch.bytes": 65536}), 2048)
     check(consume_kafka_python(b.bootstrap, "limited", max_partition_fetch_bytes=65536), 2048)
     assert b.is_running()
+
+
+def test_pipelined_fetches_of_spliced_and_cached_data_answer_in_order(broker_factory):
+    """Many fetches in flight on one connection, some answered from segment files by
+    splice and some small ones from memory, come back in request order and whole."""
+    import kwire as W
+
+    b = broker_factory(extra_args=["--tail-cache-shard-bytes", "65536"])
+    admin = AdminClient({"bootstrap.servers": b.bootstrap})
+    for f in admin.create_topics([NewTopic("pipe", PARTITIONS, 1)]).values():
+        f.result(30)
+    produce(b.bootstrap, "pipe", 2048, 20, 256 * 1024)
+    before = metric_sum(b, "corelog_fetch_bytes_spliced")
+    # (partition, offset, partition_max_bytes): large reads splice, tiny ones do not.
+    asks = [(i % PARTITIONS, (i * 97) % MESSAGES, 1 << 20 if i % 2 == 0 else 4096)
+            for i in range(24)]
+    frames = b"".join(
+        W.fetch_v4(500 + i, "pipe", {p: off}, max_wait_ms=0, partition_max_bytes=limit)
+        for i, (p, off, limit) in enumerate(asks))
+    with W.connect(b.bootstrap) as s:
+        s.sendall(frames)
+        answers = [W.recv_response(s, timeout=20) for _ in asks]
+    for i, ((cid, body), (p, off, limit)) in enumerate(zip(answers, asks)):
+        assert cid == 500 + i, "in request order"
+        part = W.parse_fetch_v4(body)[("pipe", p)]
+        assert part["error_code"] == 0
+        batches = W.decode_batches(part["records"])
+        assert batches, f"fetch {i} read something"
+        first = batches[0]
+        assert first["base_offset"] <= off <= first["base_offset"] + len(first["records"]) - 1
+        expected = first["base_offset"]
+        for batch in batches:
+            assert batch["base_offset"] == expected, "whole, contiguous batches"
+            for j, rec in enumerate(batch["records"]):
+                assert rec["value"] == value(p, expected + j, 2048)
+            expected += len(batch["records"])
+        if limit == 4096:
+            assert len(batches) == 1, "one whole batch beyond a small limit"
+    assert metric_sum(b, "corelog_fetch_bytes_spliced") > before
