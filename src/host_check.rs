@@ -84,11 +84,16 @@ impl fmt::Display for Finding {
 }
 
 /// The checks that take no noticeable time (the broker runs them at every start).
-pub fn cheap_checks(data_dir: &Path, shards: usize, max_connections: usize) -> Vec<Finding> {
+pub fn cheap_checks(
+    data_dir: &Path,
+    shards: usize,
+    max_connections: usize,
+    open_segment_files: usize,
+) -> Vec<Finding> {
     vec![
         io_uring_sysctl(),
         memlock(shards),
-        nofile(max_connections),
+        nofile(max_connections, open_segment_files),
         filesystem(data_dir),
         direct_io(data_dir),
         free_disk(data_dir),
@@ -157,7 +162,7 @@ fn memlock(shards: usize) -> Finding {
     }
 }
 
-fn nofile(max_connections: usize) -> Finding {
+fn nofile(max_connections: usize, open_segment_files: usize) -> Finding {
     let Some(ceiling) = nofile_ceiling() else {
         return Finding::bad(
             "RLIMIT_NOFILE",
@@ -168,7 +173,7 @@ fn nofile(max_connections: usize) -> Finding {
     };
     // Segment files open on demand (storage `file_cache`): partitions cost descriptors
     // only while they are read or written, up to the cache's bound.
-    let files = crate::limits::default_max_open_segment_files() as u64;
+    let files = open_segment_files as u64;
     let found = format!(
         "{ceiling} descriptors: {max_connections} for connections, {files} for open segment files (any number of partitions; idle ones hold none)"
     );
@@ -460,8 +465,13 @@ fn bytes(n: u64) -> String {
 /// Logs what the cheap checks found at start-up: one line each, with the advice where
 /// there is some. Only a `Fail` is a warning; a `Warn` is advice at `info` (the broker
 /// runs well enough without it, and `corelog check` says the same at any time).
-pub fn log_at_startup(data_dir: &Path, shards: usize, max_connections: usize) {
-    for f in cheap_checks(data_dir, shards, max_connections) {
+pub fn log_at_startup(
+    data_dir: &Path,
+    shards: usize,
+    max_connections: usize,
+    open_segment_files: usize,
+) {
+    for f in cheap_checks(data_dir, shards, max_connections, open_segment_files) {
         let advice = f.advice.as_deref().unwrap_or("");
         match f.verdict {
             Verdict::Ok => tracing::info!(check = f.what, found = %f.found, "host"),

@@ -32,6 +32,10 @@ struct CheckArgs {
     /// Connections the broker will allow (default: as `serve`, half the descriptors).
     #[arg(long)]
     max_connections: Option<usize>,
+    /// Segment files the broker will keep open (default: as `serve`, a quarter of the
+    /// descriptors).
+    #[arg(long)]
+    max_open_segment_files: Option<usize>,
     /// Also measure the data disk's direct sequential write and read bandwidth, with
     /// this many MiB (256 is a few seconds on an SSD).
     #[arg(long, value_name = "MIB", num_args = 0..=1, default_missing_value = "256")]
@@ -48,10 +52,14 @@ fn check(args: CheckArgs) -> std::process::ExitCode {
         .max_connections
         .unwrap_or_else(corelog::limits::default_max_connections);
     let mut findings = vec![host_check::io_uring_executor()];
+    let open_segment_files = args
+        .max_open_segment_files
+        .unwrap_or_else(corelog::limits::default_max_open_segment_files);
     findings.extend(host_check::cheap_checks(
         &args.data_dir,
         shards,
         max_connections,
+        open_segment_files,
     ));
     if let Some(mib) = args.measure {
         findings.push(host_check::disk_bandwidth(&args.data_dir, mib.max(1)));

@@ -70,6 +70,7 @@ pub fn run(
         &config.data_dir,
         config.shards,
         config.limits.connections.total_max,
+        config.limits.max_open_segment_files,
     );
     crate::kernel::check_and_raise_memlock(config.shards);
     crate::kernel::raise_nofile(config.limits.connections.total_max);

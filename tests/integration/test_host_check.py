@@ -55,6 +55,14 @@ def test_advice_names_what_to_change():
     assert "->" in advice and "ulimit -n" in advice, advice
 
 
+def test_descriptors_count_the_segment_file_bound_given():
+    with tempfile.TemporaryDirectory() as d:
+        r = run_check("--data-dir", d, "--max-connections", "100", "--max-open-segment-files", "100")
+    line = finding(r.stdout, "RLIMIT_NOFILE")
+    assert "100 for open segment files" in line, r.stdout
+    assert line.startswith("warn"), "fewer than 1,024 open segment files is worth a warning"
+
+
 @pytest.mark.skipif(not Path("/dev/shm").is_dir(), reason="no /dev/shm here")
 def test_a_data_directory_in_memory_fails():
     with tempfile.TemporaryDirectory(dir="/dev/shm") as d:
