@@ -331,23 +331,12 @@ impl Shard {
         // acknowledgements together so one sync can serve them.
         let mut tickets = Vec::with_capacity(inputs.len());
         let refused = self.produce_refused();
-        // What must be durable before a partition takes its first append (the epoch
-        // checkpoint after a start), for all of them before any is appended to; the
-        // appends below go to the very partitions prepared here.
-        let mut targets = Vec::with_capacity(inputs.len());
         for input in &inputs {
             debug_assert_eq!(self.owner_of(&input.tp.topic, input.tp.partition), self.id);
-            let target = match self.partition(&input.tp) {
-                None => Err(PartitionError::UnknownTopicOrPartition),
-                Some(p) => match p.prepare_append().await {
-                    Ok(()) => Ok(p),
-                    Err(e) => Err(corelog_storage::AppendError::Storage(e).into()),
-                },
-            };
-            targets.push(target);
-        }
-        for (input, target) in inputs.iter().zip(targets) {
-            let r = match target {
+            let r = match self
+                .partition(&input.tp)
+                .ok_or(PartitionError::UnknownTopicOrPartition)
+            {
                 Err(e) => Err(e),
                 // Refused before anything is queued: no partial writes near a full disk.
                 Ok(_) if refused.is_some() => Err(PartitionError::DiskFull(

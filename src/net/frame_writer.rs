@@ -1,5 +1,5 @@
 //! Writes response frames to a connection's socket without copying their records: a run
-//! of byte parts goes out in one `writev`, a segment-file range with `splice` from the
+//! of byte parts goes out in one `sendmsg`, a segment-file range with `splice` from the
 //! file into a pipe and from the pipe into the socket, both through io_uring (glommio's
 //! `splice`, a marked patch in `vendor/glommio`), so record bytes read from disk reach
 //! the socket without entering user space, and tail-cache bytes leave from the cache's
@@ -9,8 +9,10 @@
 //! connection fails (a frame cannot be taken back half-written, so any error ends the
 //! connection); the pipe is empty between ranges.
 //!
-//! The socket is non-blocking (glommio's): a write that finds it full waits for POLLOUT
-//! (`glommio::io::wait_writable`, patched in too) and goes on where it stopped.
+//! The socket itself is blocking (glommio's are): byte parts are sent with MSG_DONTWAIT,
+//! and a send that finds the buffer full waits for POLLOUT (`glommio::io::wait_writable`,
+//! patched in too) and goes on where it stopped. The pipe-to-socket splice runs in
+//! io_uring's worker, where blocking on a full socket stops that worker, not the shard.
 
 use crate::kafka::response_frame::{FramePart, ResponseFrame};
 use bytes::Bytes;
@@ -22,7 +24,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 /// What the pipe is asked to hold (the kernel's default is 64 KiB; an unprivileged
 /// process may raise it to `fs.pipe-max-size`, 1 MiB by default).
 const PIPE_BYTES: i32 = 1 << 20;
-/// Most byte parts one `writev` takes.
+/// Most byte parts one send takes.
 const IOVECS_MAX: usize = 64;
 
 /// One connection's writer.
@@ -57,7 +59,7 @@ impl FrameWriter {
         self.write_all(run).await
     }
 
-    /// Writes every byte of `parts`, in order, with as few `writev`s as the socket allows.
+    /// Writes every byte of `parts`, in order, with as few sends as the socket allows.
     async fn write_all(&mut self, mut parts: Vec<Bytes>) -> io::Result<()> {
         parts.retain(|b| !b.is_empty());
         let mut first = 0;
@@ -69,8 +71,16 @@ impl FrameWriter {
                     iov_len: b.len(),
                 })
                 .collect();
-            // SAFETY: every iovec points into a `Bytes` of `parts`, alive for the call.
-            let n = unsafe { libc::writev(self.socket, iov.as_ptr(), iov.len() as libc::c_int) };
+            // The socket is blocking (glommio's are; its own sends pass MSG_DONTWAIT as
+            // well): without the flag a full send buffer would stop the shard's thread.
+            // SAFETY: a zeroed msghdr is valid; the iovecs point into `Bytes` of `parts`,
+            // alive for the call.
+            let n = unsafe {
+                let mut msg: libc::msghdr = std::mem::zeroed();
+                msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
+                msg.msg_iovlen = iov.len();
+                libc::sendmsg(self.socket, &msg, libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL)
+            };
             if n < 0 {
                 let e = io::Error::last_os_error();
                 match e.kind() {

@@ -108,9 +108,9 @@ pub struct Partition {
     epochs: RefCell<LeaderEpochCache>,
     /// Serialises checkpoint writes, so the file always holds the newest cache.
     checkpoint_writes: glommio::sync::Semaphore,
-    /// The cache changed at open and is not yet in its checkpoint: written before the
-    /// first append ([`Partition::prepare_append`]), so an idle partition writes nothing
-    /// at start-up.
+    /// The cache changed at open and is not yet in its checkpoint: the first append
+    /// writes it, holding the log's writes until it is durable ([`Partition::append`]),
+    /// so an idle partition writes nothing at start-up.
     epochs_unpersisted: Cell<bool>,
 }
 
@@ -242,26 +242,23 @@ impl Partition {
     }
 
     /// Validates and queues `records`, stamped with the current leader epoch.
-    /// Makes what must be durable before an append durable: the leader-epoch checkpoint
-    /// when the epoch cache changed at open. Await it before [`Self::append`]; it costs
-    /// nothing once done.
-    pub async fn prepare_append(&self) -> Result<(), StorageError> {
-        if !self.epochs_unpersisted.get() {
-            return Ok(());
+    /// Appends batches stamped with the current epoch. The first append after the epoch
+    /// cache changed at open starts writing its checkpoint and holds the log's writes
+    /// until it is durable: no batch of the new epoch reaches the file before the cache
+    /// that names the epoch does, and appends stay synchronous, so their order is the
+    /// order they arrived in. Should the checkpoint fail, the log fails with it.
+    pub fn append(self: &Rc<Self>, records: &[u8]) -> Result<AppendTicket, AppendError> {
+        if self.epochs_unpersisted.replace(false) {
+            let hold = self.log.hold_writes();
+            let partition = self.clone();
+            glommio::spawn_local(async move {
+                if let Err(e) = partition.persist_epochs().await {
+                    partition.log.fail_with(e); // logged there, with the path
+                }
+                drop(hold);
+            })
+            .detach();
         }
-        let _one_at_a_time = self.checkpoint_writes.acquire_permit(1).await;
-        if !self.epochs_unpersisted.get() {
-            return Ok(()); // written while this waited
-        }
-        self.write_epochs().await
-    }
-
-    /// Appends batches stamped with the current epoch (after [`Self::prepare_append`]).
-    pub fn append(&self, records: &[u8]) -> Result<AppendTicket, AppendError> {
-        debug_assert!(
-            !self.epochs_unpersisted.get(),
-            "the epoch checkpoint is durable before a batch is stamped with its epoch"
-        );
         debug_assert!(
             self.epochs
                 .borrow()
@@ -475,24 +472,14 @@ impl Partition {
     /// Writes the cache's current state to its checkpoint file, off the reactor.
     async fn persist_epochs(&self) -> Result<(), StorageError> {
         let _one_at_a_time = self.checkpoint_writes.acquire_permit(1).await;
-        self.write_epochs().await
-    }
-
-    /// Writes the cache as it is now; the caller holds `checkpoint_writes`.
-    async fn write_epochs(&self) -> Result<(), StorageError> {
         // Taken after the permit: a later change is never overwritten by an older one.
         let text = self.epochs.borrow().encode();
-        self.epochs_unpersisted.set(false);
         let dir = self.dir.clone();
-        let written = glommio::executor()
+        glommio::executor()
             .spawn_blocking(move || {
                 corelog_storage::checkpoint::replace_file(&dir, CHECKPOINT_FILE, text.as_bytes())
             })
             .await
-            .map_err(|e| StorageError::new(self.dir.join(CHECKPOINT_FILE).display(), e));
-        if written.is_err() {
-            self.epochs_unpersisted.set(true);
-        }
-        written
+            .map_err(|e| StorageError::new(self.dir.join(CHECKPOINT_FILE).display(), e))
     }
 }

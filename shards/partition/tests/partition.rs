@@ -48,8 +48,7 @@ async fn open(dir: &PathBuf, durability: Durability, epoch: i32) -> Rc<Partition
         .expect("open")
 }
 
-async fn produce(p: &Partition, value: &str, level: AckLevel) -> i64 {
-    p.prepare_append().await.expect("prepared");
+async fn produce(p: &Rc<Partition>, value: &str, level: AckLevel) -> i64 {
     let t = p.append(&one_record(value)).expect("append");
     p.wait(t, level).await.expect("acknowledged");
     t.base_offset
@@ -232,5 +231,41 @@ fn divergence_and_the_log_start_move_the_cache() {
         p.close().await;
         let text = std::fs::read_to_string(path.join("leader-epoch-checkpoint")).expect("cache");
         assert_eq!(text, "0\n1\n2 2\n");
+    });
+}
+
+/// The checkpoint of an epoch begun at open is written by the first append, before any
+/// batch of that epoch reaches the log file; a partition nobody writes to writes nothing.
+#[test]
+fn the_first_append_writes_the_new_epochs_checkpoint_before_its_batch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("c-0");
+    run(move || async move {
+        let checkpoint = path.join("leader-epoch-checkpoint");
+        let p = open(&path, Durability::AckAll, 1).await;
+        produce(&p, "a", AckLevel::All).await;
+        p.close().await;
+        let before = std::fs::read_to_string(&checkpoint).expect("checkpoint");
+        assert!(before.contains("1 0"), "{before}");
+
+        // Reopened in epoch 2 and left idle: the file is as it was.
+        let p = open(&path, Durability::AckAll, 2).await;
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+        assert_eq!(
+            std::fs::read_to_string(&checkpoint).expect("checkpoint"),
+            before
+        );
+        // Two appends back to back, the second while the checkpoint is being written:
+        // both keep their order, and by the time the first is written the checkpoint
+        // names epoch 2 from offset 1.
+        let t1 = p.append(&one_record("b")).expect("append");
+        let t2 = p.append(&one_record("c")).expect("append");
+        assert_eq!((t1.base_offset, t2.base_offset), (1, 2));
+        p.wait(t1, AckLevel::Leader).await.expect("written");
+        let after = std::fs::read_to_string(&checkpoint).expect("checkpoint");
+        assert!(after.contains("2 1"), "{after}");
+        p.wait(t2, AckLevel::All).await.expect("acknowledged");
+        assert_eq!(epochs_from(&p, 0).await, vec![(0, 1), (1, 2), (2, 2)]);
+        p.close().await;
     });
 }

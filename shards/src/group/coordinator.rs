@@ -644,9 +644,6 @@ impl GroupCoordinator {
             });
         }
         let bytes = b.build();
-        log.prepare_append()
-            .await
-            .map_err(|e| GroupError::Storage(e.to_string()))?;
         let ticket = log.append(&bytes).map_err(|e| match e {
             // Not retriable: the same commit will never fit (Kafka's INVALID_COMMIT_OFFSET_SIZE).
             corelog_storage::AppendError::InvalidBatch(

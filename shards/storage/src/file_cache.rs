@@ -290,6 +290,11 @@ impl SegmentFile {
         Ok(())
     }
 
+    /// Whether [`Self::pin`] was called: the name may already mean another file.
+    pub fn is_pinned(&self) -> bool {
+        self.0.pinned.borrow().is_some()
+    }
+
     /// The open file, from the cache or opened now. Hold it for the operation only.
     pub async fn open(&self) -> std::io::Result<Rc<DmaFile>> {
         if let Some(f) = self.0.pinned.borrow().as_ref() {

@@ -75,7 +75,7 @@ pub(super) async fn create_file(
 ) -> Result<(SegmentFile, u64), StorageError> {
     let (file, open) = SegmentFile::open_now(files, path.clone(), Access::Create)
         .await
-        .map_err(|e| storage_err(&path, e))?;
+        .map_err(|e| StorageError::io(path.display(), &e))?;
     Ok((file, alignment_of(&open)))
 }
 

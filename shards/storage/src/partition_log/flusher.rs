@@ -42,7 +42,10 @@ impl PartitionLog {
                 let listener = log.work.listen();
                 {
                     let st = log.state.borrow();
-                    if !st.pending.is_empty() || st.closing {
+                    if st.failure.is_some() {
+                        return; // a failed log writes nothing more
+                    }
+                    if (!st.pending.is_empty() || st.closing) && log.write_holds.get() == 0 {
                         break;
                     }
                 }
@@ -51,7 +54,9 @@ impl PartitionLog {
                     continue;
                 }
                 // Idle with index entries not yet on disk: write them when they are due.
-                let due = INDEX_WRITE_INTERVAL.saturating_sub(writer.indexes_written_at.elapsed());
+                let due = INDEX_WRITE_INTERVAL
+                    .saturating_sub(writer.indexes_written_at.elapsed())
+                    .max(DESCRIPTOR_RETRY);
                 let woken = futures_lite::future::or(
                     async {
                         listener.await;
@@ -64,11 +69,14 @@ impl PartitionLog {
                 )
                 .await;
                 if !woken {
-                    while let Err(e) = log.write_indexes(&mut writer).await {
-                        if let Err(e) = log.retry_or_fail(e).await {
+                    match log.write_indexes(&mut writer).await {
+                        // No descriptor: tried again after the next wait, appends first.
+                        Err(e) if e.out_of_descriptors => {}
+                        Err(e) => {
                             log.fail(e);
                             return;
                         }
+                        Ok(()) => {}
                     }
                 }
             }
@@ -82,14 +90,19 @@ impl PartitionLog {
                 (st.closing, st.pending.is_empty())
             };
             if closing && empty {
-                if let Err(e) = log.write_indexes(&mut writer).await {
-                    log.fail(e);
-                    return;
+                while let Err(e) = log.write_indexes(&mut writer).await {
+                    if let Err(e) = log.retry_or_fail(e).await {
+                        log.fail(e);
+                        return;
+                    }
                 }
                 let seal = async {
                     writer.log.sync().await?;
                     writer.log.truncate_to_logical().await?;
+                    // Exactly their entries, so the next open finds nothing to rewrite.
+                    writer.index.truncate_to_logical().await?;
                     writer.index.sync().await?;
+                    writer.time_index.truncate_to_logical().await?;
                     writer.time_index.sync().await
                 };
                 if let Err(e) = seal.await {
@@ -220,9 +233,9 @@ impl PartitionLog {
     }
 
     /// An error that only says no descriptor was free is waited out (nothing was written,
-    /// so the same step can run again); any other fails the log.
+    /// so the same step can run again), closing or not; any other fails the log.
     async fn retry_or_fail(&self, e: StorageError) -> Result<(), StorageError> {
-        if !e.out_of_descriptors || self.state.borrow().closing {
+        if !e.out_of_descriptors {
             return Err(e);
         }
         glommio::timer::sleep(DESCRIPTOR_RETRY).await;
@@ -274,36 +287,45 @@ impl PartitionLog {
             .flush()
             .await
             .map_err(|e| io_err(&self.dir, &e))?;
+        // Published at once, before anything else can fail: what the log file holds is
+        // written, whatever happens to the index files next.
+        let size = writer.log.logical_len();
+        {
+            let mut st = self.state.borrow_mut();
+            assert!(upto >= st.written_offset, "written offset only grows");
+            assert!(
+                upto <= st.next_offset,
+                "nothing is written before it is assigned"
+            );
+            st.written_offset = upto;
+            let seg = st
+                .segments
+                .get_mut(&writer.base_offset)
+                .expect("the active segment is always in the segment map");
+            seg.size = size;
+            for (offset, pos) in new_index.drain(..) {
+                seg.index.append(offset, pos);
+            }
+            for (ts, offset) in new_time.drain(..) {
+                seg.time_index.append(ts, offset);
+            }
+            seg.max_timestamp_ms = seg.max_timestamp_ms.max(writer.max_timestamp_ms);
+        }
         let pending = writer.index.unflushed_len() + writer.time_index.unflushed_len();
         if pending >= INDEX_WRITE_PENDING_BYTES
             || writer.log.logical_len() - writer.log_len_at_index_write >= INDEX_WRITE_LOG_BYTES
             || writer.indexes_written_at.elapsed() >= INDEX_WRITE_INTERVAL
         {
-            self.write_indexes(writer).await?;
+            match self.write_indexes(writer).await {
+                // No descriptor for an index file now: its entries wait in the appender
+                // for the next round (or the idle timer); recovery covers them meanwhile.
+                Err(e) if e.out_of_descriptors => {}
+                other => other?,
+            }
         }
         self.context
             .observer
             .stage(Stage::Append, started.elapsed());
-        let size = writer.log.logical_len();
-        let mut st = self.state.borrow_mut();
-        assert!(upto >= st.written_offset, "written offset only grows");
-        assert!(
-            upto <= st.next_offset,
-            "nothing is written before it is assigned"
-        );
-        st.written_offset = upto;
-        let seg = st
-            .segments
-            .get_mut(&writer.base_offset)
-            .expect("the active segment is always in the segment map");
-        seg.size = size;
-        for (offset, pos) in new_index.drain(..) {
-            seg.index.append(offset, pos);
-        }
-        for (ts, offset) in new_time.drain(..) {
-            seg.time_index.append(ts, offset);
-        }
-        seg.max_timestamp_ms = seg.max_timestamp_ms.max(writer.max_timestamp_ms);
         Ok(())
     }
 
@@ -335,7 +357,9 @@ impl PartitionLog {
         let seal = async {
             writer.log.sync().await?;
             writer.log.truncate_to_logical().await?;
+            writer.index.truncate_to_logical().await?;
             writer.index.sync().await?;
+            writer.time_index.truncate_to_logical().await?;
             writer.time_index.sync().await
         };
         seal.await.map_err(|e| io_err(dir, &e))?;

@@ -159,6 +159,8 @@ pub struct PartitionLog {
     syncs: std::cell::Cell<u64>,
     /// Holders of [`SegmentHold`]: while non-zero, no segment is deleted.
     held: std::cell::Cell<usize>,
+    /// Holders of [`WriteHold`]: while non-zero, the flusher writes nothing.
+    write_holds: std::cell::Cell<usize>,
     /// How far ahead of the written end the active segment is preallocated (a multiple of
     /// 4096 in `[PREALLOCATE_STEP_MIN_BYTES, PREALLOCATE_STEP_BYTES]`).
     preallocate_step: std::cell::Cell<u64>,
@@ -284,6 +286,22 @@ impl PartitionLog {
         }
     }
 
+    /// Holds back the writing of appended batches until the guard drops; appends still
+    /// queue and take their offsets in order, and acknowledgements wait. For what must be
+    /// durable before any batch of the log's new state is (the owner's leader-epoch
+    /// checkpoint).
+    pub fn hold_writes(self: &Rc<Self>) -> WriteHold {
+        self.write_holds.set(self.write_holds.get() + 1);
+        WriteHold(self.clone())
+    }
+
+    /// Fails the log for a reason of its owner's (what its batches depend on could not be
+    /// made durable): as a failed write would, it refuses further appends and answers
+    /// waiting ones with the error.
+    pub fn fail_with(&self, e: StorageError) {
+        self.fail(e);
+    }
+
     fn fail(&self, e: StorageError) {
         tracing::error!(dir = %self.dir.display(), error = %e, "partition log failed; refusing further appends");
         let mut st = self.state.borrow_mut();
@@ -297,3 +315,14 @@ impl PartitionLog {
 }
 
 pub(crate) use ActiveWriter as Writer;
+
+/// Keeps a log's flusher from writing while it lives (see `PartitionLog::hold_writes`).
+pub struct WriteHold(Rc<PartitionLog>);
+
+impl Drop for WriteHold {
+    fn drop(&mut self) {
+        let log = &self.0;
+        log.write_holds.set(log.write_holds.get() - 1);
+        log.work.notify(usize::MAX);
+    }
+}

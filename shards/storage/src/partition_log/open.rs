@@ -140,6 +140,7 @@ impl PartitionLog {
             sync_work: Event::new(),
             syncs: std::cell::Cell::new(0),
             held: std::cell::Cell::new(0),
+            write_holds: std::cell::Cell::new(0),
             preallocate_step: std::cell::Cell::new(PREALLOCATE_STEP_BYTES),
             oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
             start_moves: glommio::sync::Semaphore::new(1),

@@ -336,6 +336,13 @@ impl PartitionLog {
             end <= size,
             "a range never passes the segment's written end"
         );
+        if file.is_pinned() {
+            // A compaction swap is giving the name to the cleaned copy: opened by name,
+            // the range could be cut from the new file. Read the bytes (through the
+            // pinned descriptor) instead. Checked right before the open, with no await
+            // between: the pin comes before the rename.
+            return Ok(None);
+        }
         match std::fs::File::open(file.path()) {
             Ok(f) => Ok(Some(FileRange::new(f, pos, len))),
             // Out of descriptors or deleted meanwhile: the caller reads the bytes.
