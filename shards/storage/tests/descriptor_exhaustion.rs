@@ -12,10 +12,6 @@ use corelog_storage::{AckLevel, FileCache, LogContext, PartitionLog, ReadError};
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 use std::time::Duration;
 
-fn open_descriptors() -> u64 {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count() as u64)
-}
-
 #[test]
 fn running_out_of_descriptors_fails_reads_clearly_and_delays_writes() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -33,7 +29,12 @@ fn running_out_of_descriptors_fails_reads_clearly_and_delays_writes() {
             ..LogContext::system()
         };
         let logs_n = 12;
-        setrlimit(Resource::RLIMIT_NOFILE, open_descriptors() + 20, hard).expect("setrlimit");
+        setrlimit(
+            Resource::RLIMIT_NOFILE,
+            open_descriptors() as u64 + 20,
+            hard,
+        )
+        .expect("setrlimit");
         let mut logs = Vec::new();
         for i in 0..logs_n {
             let log =

@@ -289,6 +289,15 @@ fn rolls_by_age() {
     });
 }
 
+/// Copies the files of a log that is open: what a SIGKILL would leave behind.
+fn crash_image(live: &Path, image: &Path) {
+    std::fs::create_dir_all(image).expect("mkdir");
+    for e in std::fs::read_dir(live).expect("dir") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, image.join(p.file_name().expect("name"))).expect("copy");
+    }
+}
+
 /// A copy of the files taken while the log is open is what a SIGKILL leaves behind: the
 /// active segment preallocated far past its data, index entries maybe not yet written.
 #[test]
@@ -305,11 +314,7 @@ fn crash_image_with_preallocated_segment_recovers_every_acknowledged_batch() {
             append_acked(&log, &batch(n, 3, 200, 1000)).await;
         }
         // Copy while open: no close, no seal, no truncation.
-        std::fs::create_dir_all(&i).expect("mkdir");
-        for e in std::fs::read_dir(&l).expect("dir") {
-            let p = e.expect("entry").path();
-            std::fs::copy(&p, i.join(p.file_name().expect("name"))).expect("copy");
-        }
+        crash_image(&l, &i);
         log.close().await;
     });
     let seg = seg_files(&image, "log").pop().expect("segment");
@@ -440,11 +445,7 @@ fn index_entries_are_written_in_rounds_and_rebuilt_after_a_crash() {
             "not yet due"
         );
         assert_eq!(std::fs::metadata(&time_index).expect("meta").len(), 0);
-        std::fs::create_dir_all(&i).expect("mkdir");
-        for e in std::fs::read_dir(&l).expect("dir") {
-            let p = e.expect("entry").path();
-            std::fs::copy(&p, i.join(p.file_name().expect("name"))).expect("copy");
-        }
+        crash_image(&l, &i);
         // Idle: the pending entries are written about a second later.
         glommio::timer::sleep(std::time::Duration::from_millis(1500)).await;
         assert!(std::fs::metadata(&index).expect("meta").len() > 0);

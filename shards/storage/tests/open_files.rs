@@ -22,10 +22,6 @@ fn config() -> LogConfig {
     }
 }
 
-fn open_descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
-}
-
 fn context(cache: &Rc<FileCache>) -> LogContext {
     LogContext {
         files: cache.clone(),

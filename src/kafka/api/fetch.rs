@@ -220,8 +220,8 @@ impl Handler for Fetch {
             }
         }
 
-        // Encoding order is request order: topics, then their partitions.
-        ranges.sort_by_key(|(slot, _)| *slot);
+        // `wanted` is in request order, which is encoding order: topics, then partitions.
+        debug_assert!(ranges.windows(2).all(|w| w[0].0 < w[1].0));
         let files = ranges.into_iter().map(|(_, r)| r).collect();
         let mut body = FetchResponse::default();
         body.session_id = 0;

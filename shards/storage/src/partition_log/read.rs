@@ -177,7 +177,7 @@ impl PartitionLog {
         offset: i64,
         max_bytes: usize,
     ) -> Result<Bytes, ReadError> {
-        let io = |e: std::io::Error| ReadError::Storage(super::io_err(&self.dir, &e));
+        let io = |e: std::io::Error| self.read_io_err(e);
         let opened = file.open().await.map_err(io)?;
         let span = max_bytes as u64 + self.lookahead();
         let Some(found) = self.find_batch(&opened, start, size, offset, span).await? else {
@@ -208,6 +208,11 @@ impl PartitionLog {
         Ok(records)
     }
 
+    /// An I/O error of a read, as the read answers it.
+    fn read_io_err(&self, e: std::io::Error) -> ReadError {
+        ReadError::Storage(super::io_err(&self.dir, &e))
+    }
+
     /// How far past the bytes asked for a segment read reaches: the walk from an index
     /// entry to the wanted batch.
     fn lookahead(&self) -> u64 {
@@ -225,7 +230,7 @@ impl PartitionLog {
         offset: i64,
         span: u64,
     ) -> Result<Option<FoundBatch>, ReadError> {
-        let io = |e: std::io::Error| ReadError::Storage(super::io_err(&self.dir, &e));
+        let io = |e: std::io::Error| self.read_io_err(e);
         let read_from = |from: u64| span.min(size - from) as usize;
         let mut buf_pos = start; // the file position of `buf[0]`
         let mut buf = Bytes::from(
@@ -288,7 +293,7 @@ impl PartitionLog {
         max_bytes: usize,
         hw: i64,
     ) -> Result<Option<FileRange>, ReadError> {
-        let io = |e: std::io::Error| ReadError::Storage(super::io_err(&self.dir, &e));
+        let io = |e: std::io::Error| self.read_io_err(e);
         let opened = file.open().await.map_err(io)?;
         let found = self
             .find_batch(&opened, start, size, offset, self.lookahead())
@@ -373,10 +378,7 @@ impl PartitionLog {
         // inside a segment; held segments may outlive their deletion a little).
         let lso = self.log_start_offset();
         for (file, pos, size) in candidates {
-            let file = file
-                .open()
-                .await
-                .map_err(|e| ReadError::Storage(super::io_err(&self.dir, &e)))?;
+            let file = file.open().await.map_err(|e| self.read_io_err(e))?;
             let mut hit = None;
             file_scan::scan(&file, pos, size, false, |h, _, bytes| {
                 if h.base_offset >= hw {
@@ -441,10 +443,7 @@ impl PartitionLog {
         let lso = self.log_start_offset();
         let mut best: Option<(i64, i64)> = None;
         for (file, size) in files {
-            let file = file
-                .open()
-                .await
-                .map_err(|e| ReadError::Storage(super::io_err(&self.dir, &e)))?;
+            let file = file.open().await.map_err(|e| self.read_io_err(e))?;
             file_scan::scan(&file, 0, size, false, |h, _, bytes| {
                 if h.base_offset >= hw {
                     return false;
