@@ -19,6 +19,7 @@ Workloads (fixed; see issue "load generator"):
   W4 produce + consume at about half of W2's rate: produce-ack and end-to-end latency
   W5 catch-up consume of data already on disk (>= 2 GiB full, 256 MiB quick)
   W6 1,000 partitions, keyed traffic, 16 producers
+  W7 one consumer reading from the tail cache (data that fits it), against loopback TCP
 
 With --peer kafka (benches/kafka_peer.py), every workload also runs, right after
 corelog's, against Apache Kafka at the release tests/java/pom.xml pins (jars from Maven
@@ -496,47 +497,71 @@ def main() -> int:
              "--producers", "2", "--consumers", "1", "--rate", str(rate), "--linger-ms", "1",
              *common], limit=limits["disk_write_mb_s"])
 
-        # W5: fill, then read back from offset 0 on the same broker.
-        catch_up_bytes = (256 << 20) if quick else (2 << 30)
-        n = catch_up_bytes // 1024
-        w5_desc = f"catch-up consume of {catch_up_bytes >> 20} MiB on disk"
-        w5_fill = ["--topic", "w5", "--message-size", "1024", "--acks", "1", "--partitions", "8",
-                   "--producers", "4", "--batch-size", "262144", "--messages", str(n)]
-        w5_read = ["--topic", "w5", "--messages", str(n), "--consumers", "1", "--message-size", "1024"]
-        broker = Broker(work, args.shards, [])
-        try:
-            log(f"W5: filling {catch_up_bytes >> 20} MiB")
-            load(broker, out, "W5-fill", "produce", w5_fill)
-            res, cpu = load(broker, out, "W5", "consume", w5_read)
-        finally:
-            broker.stop()
-        rows.append(make_row("W5", w5_desc, "consume", [], res, cpu, limits["disk_read_mb_s"],
-                             "disk read"))
-        log(f"W5: {res.get('msgs_per_s')} msg/s, {res.get('mb_per_s')} MB/s")
-        if peer:
-            kb = kafka_broker("W5")
+        def fill_then_read(name, desc, partitions, fill, read, limit, limit_name,
+                           before_kafka_read=None):
+            """Fills a topic, then reads it back from offset 0 on the same broker; on
+            Kafka too with --peer (`before_kafka_read(kb)` returns extra row fields)."""
+            broker = Broker(work, args.shards, [])
             try:
-                kb.create_topic("w5", 8)
-                log(f"W5 on Kafka: filling {catch_up_bytes >> 20} MiB")
-                load(kb, out, "W5-fill-kafka", "produce", w5_fill)
-                # corelog reads with O_DIRECT; make Kafka read from the disk too, not from
-                # the page cache its writes left behind.
-                evicted = kb.evict_page_cache()
-                log(f"W5 on Kafka: {evicted >> 20} MiB of log files written back and evicted "
-                    "from the page cache")
-                kres, kcpu = load(kb, out, "W5-kafka", "consume", w5_read)
+                log(f"{name}: filling")
+                load(broker, out, f"{name}-fill", "produce", fill)
+                res, cpu = load(broker, out, name, "consume", read)
+            finally:
+                broker.stop()
+            rows.append(make_row(name, desc, "consume", [], res, cpu, limit, limit_name))
+            log(f"{name}: {res.get('msgs_per_s')} msg/s, {res.get('mb_per_s')} MB/s")
+            if not peer:
+                return
+            kb = kafka_broker(name)
+            try:
+                kb.create_topic(fill[fill.index("--topic") + 1], partitions)
+                log(f"{name} on Kafka: filling")
+                load(kb, out, f"{name}-fill-kafka", "produce", fill)
+                extra = before_kafka_read(kb) if before_kafka_read else {}
+                kres, kcpu = load(kb, out, f"{name}-kafka", "consume", read)
             finally:
                 kb.stop()
-            r = make_row("W5", w5_desc, "consume", [], kres, kcpu, limits["disk_read_mb_s"],
-                         "disk read", kind="kafka")
-            r["page_cache_evicted_bytes"] = evicted
+            r = make_row(name, desc, "consume", [], kres, kcpu, limit, limit_name, kind="kafka")
+            r.update(extra)
             peer_rows.append(r)
-            log(f"W5 on Kafka: {kres.get('msgs_per_s')} msg/s, {kres.get('mb_per_s')} MB/s")
+            log(f"{name} on Kafka: {kres.get('msgs_per_s')} msg/s, {kres.get('mb_per_s')} MB/s")
+
+        def evict(kb):
+            # corelog reads with O_DIRECT; make Kafka read from the disk too, not from
+            # the page cache its writes left behind.
+            evicted = kb.evict_page_cache()
+            log(f"W5 on Kafka: {evicted >> 20} MiB of log files written back and evicted "
+                "from the page cache")
+            return {"page_cache_evicted_bytes": evicted}
+
+        # W5: fill, then read back from the disk.
+        catch_up_bytes = (256 << 20) if quick else (2 << 30)
+        n = catch_up_bytes // 1024
+        fill_then_read(
+            "W5", f"catch-up consume of {catch_up_bytes >> 20} MiB on disk", 8,
+            ["--topic", "w5", "--message-size", "1024", "--acks", "1", "--partitions", "8",
+             "--producers", "4", "--batch-size", "262144", "--messages", str(n)],
+            ["--topic", "w5", "--messages", str(n), "--consumers", "1", "--message-size", "1024"],
+            limits["disk_read_mb_s"], "disk read", before_kafka_read=evict)
 
         run("W6", "1,000 partitions, keyed (uniform over 100k keys), 16 producers", "produce",
             ["--topic", "w6", "--message-size", "1024", "--acks", "1", "--partitions", "1000",
              "--producers", "16", "--keys", "uniform:100000", "--batch-size", "16384",
              "--linger-ms", "5", *common], limit=limits["disk_write_mb_s"])
+
+        # W7: one consumer at the head of the log, reading from memory: a fill that fits
+        # the partitions' tail caches (2 MiB each by default), then one consumer from
+        # offset 0. Its limit is loopback TCP: nothing comes from the disk. Kafka reads
+        # what it just wrote from the page cache, its tail cache.
+        tail_parts = 64 if quick else 384
+        tail_bytes = tail_parts * (3 << 19)  # 1.5 MiB a partition, inside its 2 MiB cache
+        n = tail_bytes // 1024
+        fill_then_read(
+            "W7", f"one consumer reading {tail_bytes >> 20} MiB from the tail cache", tail_parts,
+            ["--topic", "w7", "--message-size", "1024", "--acks", "1", "--partitions",
+             str(tail_parts), "--producers", "4", "--batch-size", "262144", "--messages", str(n)],
+            ["--topic", "w7", "--messages", str(n), "--consumers", "1", "--message-size", "1024"],
+            limits["loopback_mb_s"], "loopback")
 
         doc = {"stamp": stamp, "quick": quick, "shards": args.shards, "cpus": os.cpu_count(),
                "limits": limits, "workloads": rows}
@@ -572,6 +597,7 @@ def main() -> int:
 DURABILITY_OF = {
     "W1": ("acks=1", "acks=1"), "W2": ("acks=all", "acks=all flush"), "W3": ("acks=1", "acks=1"),
     "W4": ("acks=all", "acks=all"), "W5": ("acks=1", "acks=1"), "W6": ("acks=1", "acks=1"),
+    "W7": ("acks=1", "acks=1"),
 }
 DURABILITY_SHORT = {
     ("corelog", "acks=1"): "O_DIRECT write done; fdatasync ≤ 1 s later",
@@ -802,7 +828,7 @@ def peer_markdown(doc: dict) -> list[str]:
     from kafka_peer import DURABILITY  # noqa: PLC0415
     lines += [
         "",
-        "Latency is produce-ack latency (W4 also end-to-end; W5 fetch round trip). CPU-s per GB: "
+        "Latency is produce-ack latency (W4 also end-to-end; W5 and W7 fetch round trip). CPU-s per GB: "
         "utime + stime of the whole broker process (all threads, /proc/PID/stat, sampled every "
         "50 ms) over the load generator's measured window, divided by the GB (10^9 bytes) it "
         "produced plus fetched in that window. Kernel work done outside the process is not in "
@@ -812,9 +838,9 @@ def peer_markdown(doc: dict) -> list[str]:
         "",
         "Durability, as each broker acknowledges:",
         "",
-        f"- corelog, acks=1 (W1, W3, W5's fill, W6): {DURABILITY['corelog']['acks=1']}.",
+        f"- corelog, acks=1 (W1, W3, W5's and W7's fills, W6): {DURABILITY['corelog']['acks=1']}.",
         f"- corelog, acks=all (W2, W4): {DURABILITY['corelog']['acks=all']}.",
-        f"- Kafka, acks=1 (W1, W3, W5's fill, W6): {DURABILITY['kafka']['acks=1']}.",
+        f"- Kafka, acks=1 (W1, W3, W5's and W7's fills, W6): {DURABILITY['kafka']['acks=1']}.",
         f"- Kafka, W2: {DURABILITY['kafka']['acks=all flush']}. Both brokers fsync before "
         "acknowledging W2: corelog's ack-all durability and Kafka's flush.messages=1 alike.",
         f"- Kafka, W4: {DURABILITY['kafka']['acks=all']} (its default; corelog fsyncs before "
@@ -822,6 +848,8 @@ def peer_markdown(doc: dict) -> list[str]:
         "- W5 reads what a fill at acks=1 wrote; before the read Kafka's log files were "
         "written back and dropped from the page cache (fsync + POSIX_FADV_DONTNEED, "
         "only those files), so both brokers read from the disk (corelog reads with O_DIRECT).",
+        "- W7 reads what a fill at acks=1 just wrote, from memory on both: corelog's tail "
+        "caches, Kafka's page cache.",
         "",
         "Per workload, both brokers (process cores = broker CPU-s ÷ window; machine = all "
         "busy CPUs, including the load generator and anything else running):",

@@ -5,15 +5,17 @@
 //!
 //! kafka-protocol does the encoding; its `bytes` fields go through
 //! `ByteBufMut::put_shared` (a marked patch in `vendor/kafka-protocol`), which
-//! [`PartsBuf`] answers by keeping a reference. A records field that is a file range is
-//! encoded as a placeholder of the range's length: a slice of a static zero region the
-//! size of the largest range, which is never read (it stays unmapped memory), and which
-//! the buffer recognises by its address and replaces with the next range, in encoding
-//! order.
+//! [`PartsBuf`] answers by keeping a reference. A records field that kafka-protocol
+//! cannot hold as one `Bytes` without a copy — a file range, or several tail-cache
+//! entries — is encoded as a placeholder of its length: a slice of a static zero region
+//! the size of the largest range, which is never read (it stays unmapped memory), and
+//! which the buffer recognises by its address and replaces with the next
+//! [`DeferredRecords`], in encoding order.
 //!
 //! Invariants: the parts, in order, are exactly the bytes kafka-protocol would encode
-//! into one buffer for the same response with the ranges' bytes in place of the
-//! placeholders (tested below); every placeholder is matched by one range of its length.
+//! into one buffer for the same response with the deferred records' bytes in place of
+//! the placeholders (tested below); every placeholder is matched by one deferred records
+//! of its length.
 
 use crate::kafka::frame::FrameError;
 use bytes::{BufMut, Bytes, BytesMut};
@@ -46,11 +48,40 @@ fn placeholder_region() -> &'static [u8] {
     unsafe { &*PLACEHOLDER.0.get() }
 }
 
-/// The records field for `range`: a placeholder of its length (see the module doc).
-pub fn placeholder(range: &FileRange) -> Bytes {
-    assert!(range.len() <= FILE_RANGE_MAX_BYTES && !range.is_empty());
-    Bytes::from_static(&placeholder_region()[..range.len()])
+/// Records that a response's placeholder stands for.
+#[derive(Debug)]
+pub enum DeferredRecords {
+    /// Sent from the segment file (`splice`).
+    File(FileRange),
+    /// Tail-cache entries, each sent by reference (or copied into the frame's buffer
+    /// when smaller than `SHARED_MIN_BYTES`).
+    Cached(Vec<Bytes>),
 }
+
+impl DeferredRecords {
+    pub fn len(&self) -> usize {
+        match self {
+            DeferredRecords::File(f) => f.len(),
+            DeferredRecords::Cached(chunks) => chunks.iter().map(Bytes::len).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The records field that stands for these records: a placeholder of their length
+    /// (see the module doc). None when they are too long for one (over
+    /// `PLACEHOLDER_MAX_BYTES`) or empty.
+    pub fn placeholder(&self) -> Option<Bytes> {
+        let len = self.len();
+        (len > 0 && len <= PLACEHOLDER_MAX_BYTES)
+            .then(|| Bytes::from_static(&placeholder_region()[..len]))
+    }
+}
+
+/// The longest records a placeholder can stand for: the largest file range.
+pub const PLACEHOLDER_MAX_BYTES: usize = FILE_RANGE_MAX_BYTES;
 
 fn is_placeholder(b: &Bytes) -> bool {
     !b.is_empty() && std::ptr::eq(b.as_ptr(), placeholder_region().as_ptr())
@@ -107,14 +138,14 @@ impl ResponseFrame {
     }
 }
 
-/// Encodes a response frame; `files` are the ranges `body`'s placeholders stand for, in
-/// the order the body encodes them.
+/// Encodes a response frame; `deferred` are the records `body`'s placeholders stand for,
+/// in the order the body encodes them.
 pub fn encode<T: Encodable>(
     api_key: ApiKey,
     api_version: i16,
     correlation_id: i32,
     body: &T,
-    files: Vec<FileRange>,
+    deferred: Vec<DeferredRecords>,
 ) -> Result<ResponseFrame, FrameError> {
     let failed = |e: anyhow::Error| FrameError::Body {
         api: api_key,
@@ -127,7 +158,7 @@ pub fn encode<T: Encodable>(
         .compute_size(header_version)
         .and_then(|h| body.compute_size(api_version).map(|b| h + b))
         .map_err(failed)?;
-    let mut buf = PartsBuf::new(files, size.min(64 << 10));
+    let mut buf = PartsBuf::new(deferred, size.min(64 << 10));
     buf.put_i32(size as i32);
     header
         .encode(&mut buf, header_version)
@@ -138,23 +169,31 @@ pub fn encode<T: Encodable>(
     Ok(frame)
 }
 
-/// A kafka-protocol buffer that keeps large `bytes` fields by reference and puts file
-/// ranges in place of their placeholders.
+/// A kafka-protocol buffer that keeps large `bytes` fields by reference and puts the
+/// deferred records in place of their placeholders.
 struct PartsBuf {
     parts: Vec<FramePart>,
     /// Bytes in `parts`.
     done: usize,
     current: BytesMut,
-    files: VecDeque<FileRange>,
+    deferred: VecDeque<DeferredRecords>,
 }
 
 impl PartsBuf {
-    fn new(files: Vec<FileRange>, capacity: usize) -> PartsBuf {
+    fn new(deferred: Vec<DeferredRecords>, capacity: usize) -> PartsBuf {
         PartsBuf {
             parts: Vec::new(),
             done: 0,
             current: BytesMut::with_capacity(capacity),
-            files: files.into(),
+            deferred: deferred.into(),
+        }
+    }
+
+    fn put_bytes(&mut self, bytes: &Bytes) {
+        if bytes.len() >= SHARED_MIN_BYTES {
+            self.push(FramePart::Bytes(bytes.clone()));
+        } else {
+            self.current.put_slice(bytes);
         }
     }
 
@@ -170,8 +209,8 @@ impl PartsBuf {
 
     fn finish(mut self) -> ResponseFrame {
         assert!(
-            self.files.is_empty(),
-            "every file range has a placeholder in the response"
+            self.deferred.is_empty(),
+            "all deferred records have a placeholder in the response"
         );
         let tail = self.current.split().freeze();
         if !tail.is_empty() {
@@ -224,17 +263,22 @@ impl ByteBufMut for PartsBuf {
     }
 
     fn put_shared(&mut self, bytes: &Bytes) {
-        if is_placeholder(bytes) {
-            let range = self
-                .files
-                .pop_front()
-                .expect("a placeholder is encoded only for a file range");
-            assert_eq!(range.len(), bytes.len(), "ranges come in encoding order");
-            self.push(FramePart::File(range));
-        } else if bytes.len() >= SHARED_MIN_BYTES {
-            self.push(FramePart::Bytes(bytes.clone()));
-        } else {
-            self.current.put_slice(bytes);
+        if !is_placeholder(bytes) {
+            self.put_bytes(bytes);
+            return;
+        }
+        let records = self
+            .deferred
+            .pop_front()
+            .expect("a placeholder is encoded only for deferred records");
+        assert_eq!(records.len(), bytes.len(), "deferred records come in encoding order");
+        match records {
+            DeferredRecords::File(range) => self.push(FramePart::File(range)),
+            DeferredRecords::Cached(chunks) => {
+                for c in &chunks {
+                    self.put_bytes(c);
+                }
+            }
         }
     }
 }
@@ -307,13 +351,14 @@ mod tests {
         std::fs::write(&path, vec![1u8; 300_000]).expect("write");
         let range = |pos, len| FileRange::new(std::fs::File::open(&path).expect("open"), pos, len);
         let (a, b) = (range(0, 70_000), range(100, 90_000));
+        let file = |r: &FileRange| DeferredRecords::File(r.clone());
         for version in [4, 11, 12, 13, 16, 18] {
             let body = response(vec![
-                Some(placeholder(&a)),
+                file(&a).placeholder(),
                 Some(Bytes::from_static(b"x")),
-                Some(placeholder(&b)),
+                file(&b).placeholder(),
             ]);
-            let frame = encode(ApiKey::Fetch, version, 1, &body, vec![a.clone(), b.clone()])
+            let frame = encode(ApiKey::Fetch, version, 1, &body, vec![file(&a), file(&b)])
                 .expect("encode");
             let len = frame.len();
             let kinds: Vec<&str> = frame
@@ -348,6 +393,39 @@ mod tests {
             }
             assert_eq!(rebuilt.len(), len);
             assert_eq!(rebuilt, one.to_vec(), "version {version}");
+        }
+    }
+
+    /// Several tail-cache entries behind one placeholder go out as the entries
+    /// themselves (the large ones by reference), and the frame is what kafka-protocol
+    /// encodes for their concatenation.
+    #[test]
+    fn cached_chunks_are_sent_by_reference_in_place_of_their_placeholder() {
+        let chunk = |byte: u8, len: usize| Bytes::from(vec![byte; len]);
+        let chunks = vec![
+            chunk(1, SHARED_MIN_BYTES * 2),
+            chunk(2, 100),
+            chunk(3, SHARED_MIN_BYTES),
+        ];
+        let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
+        for version in [4, 11, 12, 16, 18] {
+            let cached = DeferredRecords::Cached(chunks.clone());
+            let body = response(vec![Some(Bytes::from_static(b"x")), cached.placeholder()]);
+            let frame = encode(ApiKey::Fetch, version, 7, &body, vec![cached]).expect("encode");
+            let shared: Vec<*const u8> = frame
+                .parts
+                .iter()
+                .filter_map(|p| match p {
+                    FramePart::Bytes(b) => Some(b.as_ptr()),
+                    FramePart::File(_) => None,
+                })
+                .collect();
+            assert!(shared.contains(&chunks[0].as_ptr()), "v{version}: large entry by reference");
+            assert!(shared.contains(&chunks[2].as_ptr()), "v{version}: large entry by reference");
+            let real = response(vec![Some(Bytes::from_static(b"x")), Some(Bytes::from(joined.clone()))]);
+            let one = crate::kafka::frame::encode_response(ApiKey::Fetch, version, 7, &real)
+                .expect("encode whole");
+            assert_eq!(whole(frame), one.to_vec(), "version {version}");
         }
     }
 }

@@ -375,13 +375,7 @@ fn exhausted_error(path: &Path, e: &std::io::Error, shed: usize) -> std::io::Err
 mod tests {
     use super::*;
 
-    fn run<F: std::future::Future<Output = ()> + 'static>(f: impl FnOnce() -> F + Send + 'static) {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(move || f())
-            .expect("executor")
-            .join()
-            .expect("join");
-    }
+    use crate::test_executor::run;
 
     #[test]
     fn keeps_at_most_capacity_and_evicts_least_recently_used() {

@@ -63,6 +63,9 @@ impl FileRange {
 #[derive(Debug, Clone)]
 pub enum Records {
     Memory(Bytes),
+    /// Batches from the tail cache as several of its entries, in order: each is sent by
+    /// reference, never gathered into one buffer. At least two, none empty.
+    Cached(Vec<Bytes>),
     File(FileRange),
 }
 
@@ -70,7 +73,19 @@ impl Records {
     pub fn len(&self) -> usize {
         match self {
             Records::Memory(b) => b.len(),
+            Records::Cached(chunks) => chunks.iter().map(Bytes::len).sum(),
             Records::File(f) => f.len(),
+        }
+    }
+
+    /// In-memory batches as the fewest variants can say them: none or one chunk is
+    /// `Memory`, more are `Cached`. Empty chunks are dropped.
+    pub fn from_chunks(mut chunks: Vec<Bytes>) -> Records {
+        chunks.retain(|c| !c.is_empty());
+        match chunks.len() {
+            0 => Records::default(),
+            1 => Records::Memory(chunks.pop().expect("one chunk")),
+            _ => Records::Cached(chunks),
         }
     }
 

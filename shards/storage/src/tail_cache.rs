@@ -106,8 +106,15 @@ impl TailCache {
     }
 
     /// The whole batch containing `offset` and the batches after it, up to `max_bytes`
-    /// (at least one whole batch). `None` when the cache does not hold `offset`.
+    /// (at least one whole batch), in one buffer: a read that spans several entries
+    /// copies them once. `None` when the cache does not hold `offset`.
     pub fn read(&self, offset: i64, max_bytes: usize) -> Option<Bytes> {
+        self.read_chunks(offset, max_bytes).map(concat_chunks)
+    }
+
+    /// What [`Self::read`] returns, as the cache holds it: slices of its entries, in
+    /// order, without a copy (for records sent to a socket by reference). Never empty.
+    pub fn read_chunks(&self, offset: i64, max_bytes: usize) -> Option<Vec<Bytes>> {
         let first = self.entries.front()?;
         if offset < first.base_offset {
             return None;
@@ -123,28 +130,60 @@ impl TailCache {
                 break;
             }
         }
-        let from = from?;
-        let head = entry.bytes.slice(from..);
+        let head = entry.bytes.slice(from?..);
         if head.len() >= max_bytes || start + 1 == self.entries.len() {
-            return Some(trim_to_whole_batches(head, max_bytes));
+            return Some(vec![trim_to_whole_batches(head, max_bytes)]);
         }
-        // Several entries: gather whole entries while they fit (one copy per fetch, not
-        // per record; see kernel-notes.md "Reads").
-        let mut out = BytesMut::with_capacity(max_bytes.min(self.bytes));
-        out.extend_from_slice(&head);
+        // Whole entries while they fit, then the whole batches of the next that do.
+        let mut used = head.len();
+        let mut out = vec![head];
         for next in self.entries.range(start + 1..) {
-            if out.len() + next.bytes.len() > max_bytes {
-                let room = max_bytes - out.len();
+            if used + next.bytes.len() > max_bytes {
+                let room = max_bytes - used;
                 let part = trim_to_whole_batches(next.bytes.clone(), room);
-                if part.len() <= room {
-                    out.extend_from_slice(&part);
+                if !part.is_empty() && part.len() <= room {
+                    out.push(part);
                 }
                 break;
             }
-            out.extend_from_slice(&next.bytes);
+            used += next.bytes.len();
+            out.push(next.bytes.clone());
         }
-        Some(out.freeze())
+        Some(out)
     }
+}
+
+/// `chunks` in one buffer: the only chunk as it is, several copied once.
+pub fn concat_chunks(mut chunks: Vec<Bytes>) -> Bytes {
+    if chunks.len() <= 1 {
+        return chunks.pop().unwrap_or_default();
+    }
+    let mut out = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
+    for c in &chunks {
+        out.extend_from_slice(c);
+    }
+    out.freeze()
+}
+
+/// [`trim_to_whole_batches`] over chunks of whole batches, in order: the longest prefix
+/// at most `max_bytes` long, but never less than the first batch.
+pub fn trim_chunks_to_whole_batches(chunks: Vec<Bytes>, max_bytes: usize) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(chunks.len());
+    let mut used = 0usize;
+    for c in chunks {
+        let room = max_bytes.saturating_sub(used);
+        if c.len() <= room {
+            used += c.len();
+            out.push(c);
+            continue;
+        }
+        let part = trim_to_whole_batches(c, room);
+        if !part.is_empty() && (used == 0 || part.len() <= room) {
+            out.push(part);
+        }
+        break;
+    }
+    out
 }
 
 /// The longest prefix of `bytes` made of whole batches and at most `max_bytes` long, but
@@ -218,5 +257,80 @@ mod tests {
         c.set_budget(1000);
         c.push(entry(11, 100));
         assert_eq!(c.held_bytes(), 100, "growing again caches again");
+    }
+
+    /// Entries of real batches: entry `i` holds `per_entry` one-record batches of
+    /// `value_len`-byte values, from offset `i * per_entry`.
+    fn batch_entries(entries: usize, per_entry: usize, value_len: usize) -> Vec<CachedBatches> {
+        use crate::batch_builder::{BatchBuilder, Record};
+        let value = vec![9u8; value_len];
+        (0..entries)
+            .map(|e| {
+                let mut bytes = Vec::new();
+                for b in 0..per_entry {
+                    let mut builder = BatchBuilder::new(0);
+                    builder.push(&Record {
+                        key: None,
+                        value: Some(&value),
+                        headers: &[],
+                        timestamp_delta: 0,
+                    });
+                    let mut batch = builder.build();
+                    crate::batch::set_base_offset(&mut batch, (e * per_entry + b) as i64);
+                    bytes.extend_from_slice(&batch);
+                }
+                let base = (e * per_entry) as i64;
+                CachedBatches {
+                    base_offset: base,
+                    next_offset: base + per_entry as i64,
+                    bytes: Bytes::from(bytes),
+                }
+            })
+            .collect()
+    }
+
+    /// A read across entries returns slices of the entries themselves (no copy), whole
+    /// batches only, within the limit but at least one batch; `read` is the same bytes
+    /// in one buffer.
+    #[test]
+    fn reads_across_entries_are_slices_of_the_entries() {
+        let mut c = TailCache::new(1 << 20);
+        let entries = batch_entries(4, 3, 100);
+        let batch_len = entries[0].bytes.len() / 3;
+        let pointers: Vec<*const u8> = entries.iter().map(|e| e.bytes.as_ptr()).collect();
+        for e in entries {
+            c.push(e);
+        }
+        // From offset 1 (inside entry 0) to well past the end: the rest of entry 0, then
+        // entries 1..3 whole, each by reference.
+        let chunks = c.read_chunks(1, usize::MAX).expect("cached");
+        assert_eq!(chunks.len(), 4);
+        assert_eq!(chunks[0].len(), 2 * batch_len);
+        for (chunk, ptr) in chunks.iter().zip(&pointers).skip(1) {
+            assert_eq!(chunk.as_ptr(), *ptr, "a whole entry is the entry itself");
+        }
+        assert_eq!(c.read(1, usize::MAX).expect("cached"), concat_chunks(chunks));
+        // A limit inside entry 2: whole batches only.
+        let chunks = c.read_chunks(0, 7 * batch_len + batch_len / 2).expect("cached");
+        assert_eq!(chunks.iter().map(Bytes::len).sum::<usize>(), 7 * batch_len);
+        assert_eq!(chunks.len(), 3);
+        // A limit below one batch still returns the first batch.
+        let chunks = c.read_chunks(5, 1).expect("cached");
+        assert_eq!(chunks.iter().map(Bytes::len).collect::<Vec<_>>(), vec![batch_len]);
+        assert!(c.read_chunks(12, usize::MAX).is_none(), "past the cache");
+    }
+
+    #[test]
+    fn trimming_chunks_keeps_whole_batches_and_at_least_one() {
+        let chunks: Vec<Bytes> = batch_entries(3, 2, 50).into_iter().map(|e| e.bytes).collect();
+        let batch_len = chunks[0].len() / 2;
+        let lens = |v: &[Bytes]| v.iter().map(Bytes::len).collect::<Vec<_>>();
+        let all = trim_chunks_to_whole_batches(chunks.clone(), usize::MAX);
+        assert_eq!(lens(&all), vec![2 * batch_len; 3]);
+        let some = trim_chunks_to_whole_batches(chunks.clone(), 3 * batch_len + 1);
+        assert_eq!(lens(&some), vec![2 * batch_len, batch_len]);
+        let one = trim_chunks_to_whole_batches(chunks.clone(), 1);
+        assert_eq!(lens(&one), vec![batch_len]);
+        assert!(trim_chunks_to_whole_batches(Vec::new(), 10).is_empty());
     }
 }

@@ -17,11 +17,11 @@ use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
-use crate::kafka::response_frame::placeholder;
+use crate::kafka::response_frame::DeferredRecords;
 use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
 use bytes::Bytes;
-use corelog_storage::tail_cache::trim_to_whole_batches;
-use corelog_storage::{FileRange, Records};
+use corelog_storage::tail_cache::{concat_chunks, trim_chunks_to_whole_batches};
+use corelog_storage::Records;
 use futures::channel::oneshot;
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
@@ -44,11 +44,11 @@ struct Wanted {
 
 pub struct Fetch;
 
-/// A fetch response and the segment-file ranges its placeholder records stand for, in
-/// encoding order (`response_frame`).
+/// A fetch response and the records its placeholders stand for (segment-file ranges,
+/// tail-cache entries), in encoding order (`response_frame`).
 pub struct FetchAnswer {
     body: FetchResponse,
-    files: Vec<FileRange>,
+    deferred: Vec<DeferredRecords>,
 }
 
 impl Encodable for FetchAnswer {
@@ -157,7 +157,7 @@ impl Handler for Fetch {
         // exceeded only by the first batch of the first non-empty partition, so a consumer
         // can always make progress past a batch larger than its limit.
         let mut used = 0usize;
-        let mut ranges: Vec<((usize, usize), FileRange)> = Vec::new();
+        let mut deferred: Vec<((usize, usize), DeferredRecords)> = Vec::new();
         for (w, o) in wanted.iter().zip(outputs) {
             let Some(slot) = slots.get_mut(w.slot.0).and_then(|t| t.get_mut(w.slot.1)) else {
                 continue;
@@ -173,42 +173,68 @@ impl Handler for Fetch {
                 slot.diverging_epoch.epoch = epoch;
                 slot.diverging_epoch.end_offset = end_offset;
             }
-            match o.result {
+            let chunks = match o.result {
                 Ok(Records::File(range)) => {
                     // Whole batches within this partition's limit already (or one batch):
                     // kept whole where the response has room for it, as bytes would be.
                     let fits = used == 0
                         || (used + range.len() <= max_bytes && range.len() <= w.max_bytes);
-                    if fits {
-                        used += range.len();
-                        slot.records = Some(placeholder(&range));
-                        ranges.push((w.slot, range));
-                    } else {
-                        slot.records = Some(Bytes::new());
-                    }
-                }
-                Ok(Records::Memory(records)) => {
-                    let records = if used == 0 {
-                        trim_to_whole_batches(records, max_bytes)
-                    } else if used >= max_bytes {
-                        Bytes::new()
-                    } else {
-                        // Only the first non-empty partition may exceed a limit, its own
-                        // included: here the partition's limit and what the response has left.
-                        let part =
-                            trim_to_whole_batches(records, (max_bytes - used).min(w.max_bytes));
-                        if used + part.len() > max_bytes || part.len() > w.max_bytes {
-                            Bytes::new()
-                        } else {
-                            part
+                    let records = DeferredRecords::File(range);
+                    match records.placeholder().filter(|_| fits) {
+                        Some(p) => {
+                            used += records.len();
+                            slot.records = Some(p);
+                            deferred.push((w.slot, records));
                         }
-                    };
-                    used += records.len();
-                    slot.records = Some(records);
+                        None => slot.records = Some(Bytes::new()),
+                    }
+                    continue;
                 }
+                Ok(Records::Memory(records)) => vec![records],
+                Ok(Records::Cached(chunks)) => chunks,
                 Err(e) => {
                     slot.error_code = error_code::partition(&e).code();
                     slot.records = Some(Bytes::new());
+                    continue;
+                }
+            };
+            let chunks = if used == 0 {
+                trim_chunks_to_whole_batches(chunks, max_bytes)
+            } else if used >= max_bytes {
+                Vec::new()
+            } else {
+                // Only the first non-empty partition may exceed a limit, its own included:
+                // here the partition's limit and what the response has left.
+                let part = trim_chunks_to_whole_batches(chunks, (max_bytes - used).min(w.max_bytes));
+                let len: usize = part.iter().map(Bytes::len).sum();
+                if used + len > max_bytes || len > w.max_bytes {
+                    Vec::new()
+                } else {
+                    part
+                }
+            };
+            let records = match Records::from_chunks(chunks) {
+                Records::Cached(chunks) => DeferredRecords::Cached(chunks),
+                other => {
+                    let Records::Memory(bytes) = other else {
+                        unreachable!("chunks are in memory");
+                    };
+                    used += bytes.len();
+                    slot.records = Some(bytes);
+                    continue;
+                }
+            };
+            used += records.len();
+            match records.placeholder() {
+                Some(p) => {
+                    slot.records = Some(p);
+                    deferred.push((w.slot, records));
+                }
+                None => {
+                    let DeferredRecords::Cached(chunks) = records else {
+                        unreachable!("cached records");
+                    };
+                    slot.records = Some(concat_chunks(chunks));
                 }
             }
         }
@@ -221,8 +247,8 @@ impl Handler for Fetch {
         }
 
         // `wanted` is in request order, which is encoding order: topics, then partitions.
-        debug_assert!(ranges.windows(2).all(|w| w[0].0 < w[1].0));
-        let files = ranges.into_iter().map(|(_, r)| r).collect();
+        debug_assert!(deferred.windows(2).all(|w| w[0].0 < w[1].0));
+        let deferred = deferred.into_iter().map(|(_, r)| r).collect();
         let mut body = FetchResponse::default();
         body.session_id = 0;
         for (t, parts) in req.topics.iter().zip(slots) {
@@ -251,11 +277,11 @@ impl Handler for Fetch {
                 &call.quota.connection,
             );
         }
-        Ok(FetchAnswer { body, files })
+        Ok(FetchAnswer { body, deferred })
     }
 
-    fn file_ranges(r: &mut Self::Response) -> Vec<FileRange> {
-        std::mem::take(&mut r.files)
+    fn deferred_records(r: &mut Self::Response) -> Vec<DeferredRecords> {
+        std::mem::take(&mut r.deferred)
     }
 
     fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {

@@ -10,8 +10,7 @@
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::{FrameError, RequestFrame};
-use crate::kafka::response_frame::{self, ResponseFrame};
-use corelog_storage::FileRange;
+use crate::kafka::response_frame::{self, DeferredRecords, ResponseFrame};
 use kafka_protocol::messages::{ApiKey, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
@@ -53,9 +52,9 @@ pub trait Handler {
         true
     }
 
-    /// The segment-file ranges `response`'s placeholder records stand for, in the order
-    /// it encodes them (`response_frame`); only Fetch has any.
-    fn file_ranges(_response: &mut Self::Response) -> Vec<FileRange> {
+    /// The records `response`'s placeholders stand for (segment-file ranges, tail-cache
+    /// entries), in the order it encodes them (`response_frame`); only Fetch has any.
+    fn deferred_records(_response: &mut Self::Response) -> Vec<DeferredRecords> {
         Vec::new()
     }
 }
@@ -94,6 +93,7 @@ pub async fn serve<H: Handler>(
     if !responds {
         return Ok(None);
     }
-    let files = H::file_ranges(&mut response);
-    response_frame::encode(H::KEY, api_version, header.correlation_id, &response, files).map(Some)
+    let deferred = H::deferred_records(&mut response);
+    response_frame::encode(H::KEY, api_version, header.correlation_id, &response, deferred)
+        .map(Some)
 }

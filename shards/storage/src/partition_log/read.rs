@@ -14,7 +14,7 @@ use crate::error::ReadError;
 use crate::file_cache::SegmentFile;
 use crate::file_range::{FileRange, Records, FILE_RANGE_MAX_BYTES, FILE_RANGE_MIN_BYTES};
 use crate::file_scan;
-use crate::tail_cache::trim_to_whole_batches;
+use crate::tail_cache::{concat_chunks, trim_to_whole_batches};
 use bytes::Bytes;
 
 /// What a segment read takes beyond the bytes asked for and the index interval: room for
@@ -101,8 +101,15 @@ impl PartitionLog {
                 if at >= hw {
                     return Ok((hw, lso, Records::default()));
                 }
-                if let Some(records) = st.tail.read(at, max_bytes) {
-                    return Ok((hw, lso, Records::Memory(keep_below(records, hw))));
+                if let Some(chunks) = st.tail.read_chunks(at, max_bytes) {
+                    let chunks = keep_chunks_below(chunks, hw);
+                    // Sent by reference, entry by entry; anyone else gets one buffer.
+                    let records = if allow_file {
+                        Records::from_chunks(chunks)
+                    } else {
+                        Records::Memory(concat_chunks(chunks))
+                    };
+                    return Ok((hw, lso, records));
                 }
                 let Some((_, seg)) = st.segments.range(..=at).next_back() else {
                     return Err(ReadError::OffsetOutOfRange {
@@ -499,6 +506,23 @@ fn first_record_at_or_after(
 /// The leading batches of `records` that lie wholly below `end`. Bounds fall on batch
 /// boundaries (written, synced and replicated offsets all do), so only a read bounded
 /// below the written offset drops anything.
+/// [`keep_below`] over the tail cache's chunks, in order.
+fn keep_chunks_below(chunks: Vec<Bytes>, end: i64) -> Vec<Bytes> {
+    let mut out = Vec::with_capacity(chunks.len());
+    for c in chunks {
+        let whole_len = c.len();
+        let kept = keep_below(c, end);
+        let whole = kept.len() == whole_len;
+        if !kept.is_empty() {
+            out.push(kept);
+        }
+        if !whole {
+            break;
+        }
+    }
+    out
+}
+
 fn keep_below(records: Bytes, end: i64) -> Bytes {
     let mut len = 0;
     for item in batches(&records) {
