@@ -263,6 +263,11 @@ impl Connection {
 /// Reads response frames until the socket fails; returns why it stopped.
 async fn read_loop(mut reader: ReadHalf<TcpStream>, conn: &std::rc::Weak<Connection>) -> String {
     let mut size_buf = [0u8; 4];
+    // Frames are read into one reused allocation (`reserve` takes it back once the last
+    // frame's bytes are dropped). A new allocation per frame is a new mapping for every
+    // large fetch response (glibc maps anything over 32 MiB), faulted in page by page
+    // while the socket is read into it and unmapped again: more CPU than the copy.
+    let mut frames = BytesMut::new();
     loop {
         if let Err(e) = reader.read_exact(&mut size_buf).await {
             return if e.kind() == std::io::ErrorKind::UnexpectedEof {
@@ -278,17 +283,19 @@ async fn read_loop(mut reader: ReadHalf<TcpStream>, conn: &std::rc::Weak<Connect
         if !(4..=RESPONSE_BYTES_MAX).contains(&size) {
             return format!("response size {size} out of range");
         }
-        let mut body = vec![0u8; size];
-        if let Err(e) = reader.read_exact(&mut body).await {
+        frames.reserve(size);
+        frames.resize(size, 0);
+        if let Err(e) = reader.read_exact(&mut frames[..]).await {
             return format!("read failed: {e}");
         }
+        let body = frames.split().freeze();
         let Some(conn) = conn.upgrade() else {
             return "connection dropped".to_owned();
         };
         let Some(pending) = conn.pending.borrow_mut().pop_front() else {
             return "response without a request".to_owned();
         };
-        let mut bytes = Bytes::from(body);
+        let mut bytes = body;
         let header = match ResponseHeader::decode(&mut bytes, pending.header_version) {
             Ok(h) => h,
             Err(e) => return format!("bad response header: {e}"),
