@@ -100,7 +100,9 @@ pub struct Flags {
     /// Time at the start excluded from all figures.
     #[arg(long, value_parser = parse_duration, default_value = "0s")]
     pub warmup: Duration,
-    /// Requests outstanding per connection.
+    /// Requests outstanding per connection; every producer and every consumer has its own
+    /// connections, as Kafka clients do, so this is per client, as Kafka's
+    /// `max.in.flight.requests.per.connection`.
     #[arg(long, default_value_t = 5)]
     pub max_in_flight: usize,
     /// Executors (threads), each with its own connections.

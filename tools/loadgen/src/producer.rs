@@ -1,7 +1,8 @@
 //! One producer: generates messages on the open-loop schedule (or as fast as possible),
 //! batches them per partition, and sends each leader's ready batches in one Produce.
 //!
-//! Runs as a task on one executor and uses only that executor's connections.
+//! Runs as a task on one executor, with a connection of its own to each leader (as every
+//! Kafka producer has), so its in-flight requests are its own.
 //!
 //! Invariants:
 //! - Work per message is an append into the partition's batch buffer (varints, key,
@@ -65,6 +66,10 @@ struct Producer {
     gate: Gate,
     /// Partitions whose batch is ready to send (full or lingered), in no order.
     ready: Vec<usize>,
+    /// This producer's own connection to each leader, as every Kafka producer has: its
+    /// requests in flight (`--max-in-flight`) are its own, not shared with the other
+    /// producers of its thread.
+    conns: BTreeMap<i32, Rc<Connection>>,
 }
 
 pub async fn run(ctx: Rc<ExecCtx>, id: usize, quota: Option<u64>) -> Result<()> {
@@ -91,6 +96,7 @@ pub async fn run(ctx: Rc<ExecCtx>, id: usize, quota: Option<u64>) -> Result<()> 
         sticky: id % partitions.max(1),
         gate: Gate::new(),
         ready: Vec::new(),
+        conns: BTreeMap::new(),
         ctx: ctx.clone(),
     };
     if f.idempotent {
@@ -210,6 +216,15 @@ impl Producer {
         }
     }
 
+    async fn conn(&mut self, leader: i32) -> Result<Rc<Connection>> {
+        if let Some(c) = self.conns.get(&leader) {
+            return Ok(c.clone());
+        }
+        let c = self.ctx.cluster.dedicated_conn(leader).await?;
+        self.conns.insert(leader, c.clone());
+        Ok(c)
+    }
+
     fn earliest_linger(&self) -> Option<Instant> {
         self.accs
             .iter()
@@ -255,7 +270,7 @@ impl Producer {
             // A partition can be marked ready more than once between sends.
             parts.sort_unstable();
             parts.dedup();
-            let conn = self.ctx.cluster.conn(leader).await?;
+            let conn = self.conn(leader).await?;
             let mut batches = Vec::with_capacity(parts.len());
             let mut sent = Vec::with_capacity(parts.len());
             for p in parts {
