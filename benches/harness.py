@@ -423,6 +423,18 @@ def main() -> int:
             "loopback_mb_s": iperf3(),
         }
         log(f"limits: {limits}")
+        # A max-rate workload can write at the disk's speed for its whole duration, and the
+        # broker refuses produces once the filesystem is 95 % full (--disk-fill-max-ratio):
+        # a run without that room measures refusals (the errors column), not throughput.
+        seconds = 6 if quick else 30
+        need = int(limits["disk_write_mb_s"] * 1e6 * seconds)
+        st = os.statvfs(work)
+        room = st.f_bavail * st.f_frsize - int(0.05 * st.f_blocks * st.f_frsize)
+        if room < need:
+            log(f"WARNING: {room / 1e9:.1f} GB left before the broker's 95 % guard, and a "
+                f"max-rate workload may write up to {need / 1e9:.1f} GB "
+                f"({limits['disk_write_mb_s']:.0f} MB/s for {seconds} s): if its errors "
+                "column is not 0, free space or set TMPDIR to a larger filesystem")
         d = "6s" if quick else "30s"
         warm = "1s" if quick else "3s"
         common = ["--duration", d, "--warmup", warm, "--threads", "1", "--max-in-flight", "5"]
