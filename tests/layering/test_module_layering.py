@@ -23,6 +23,7 @@ CRATES = {
     "corelog-metrics": "shards/metrics/src",
     "corelog-kafka-client": "tools/kafka-client/src",
     "corelog-load": "tools/loadgen/src",
+    "corelog-controller": "controller/src",
 }
 
 # The corelog crates each crate may depend on (normal dependencies).
@@ -34,6 +35,7 @@ ALLOWED = {
     "corelog-metrics": set(),
     "corelog-kafka-client": set(),
     "corelog-load": {"corelog-kafka-client", "corelog-metrics"},
+    "corelog-controller": set(),
 }
 MANIFESTS = {
     "corelog": "Cargo.toml",
@@ -43,6 +45,7 @@ MANIFESTS = {
     "corelog-metrics": "shards/metrics/Cargo.toml",
     "corelog-kafka-client": "tools/kafka-client/Cargo.toml",
     "corelog-load": "tools/loadgen/Cargo.toml",
+    "corelog-controller": "controller/Cargo.toml",
 }
 
 
