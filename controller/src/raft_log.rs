@@ -74,6 +74,10 @@ struct Inner<C: RaftTypeConfig> {
     vote: Option<Vote<NodeIdOf<C>>>,
     committed: Option<LogId<NodeIdOf<C>>>,
     purged: Option<LogId<NodeIdOf<C>>>,
+    /// A write of the log failed part-way: what is in memory may no longer match the
+    /// file, so nothing more is written (openraft stops on the error; a reopen reads the
+    /// file as it is).
+    failed: bool,
 }
 
 impl<C> RaftLog<C>
@@ -83,7 +87,12 @@ where
 {
     /// Opens (or creates) the log in `dir`, cutting a torn tail.
     pub fn open(dir: &Path) -> io::Result<RaftLog<C>> {
-        fs::create_dir_all(dir)?;
+        if !dir.exists() {
+            fs::create_dir_all(dir)?;
+            if let Some(parent) = dir.parent() {
+                File::open(parent)?.sync_all()?;
+            }
+        }
         let vote = read_value(&dir.join(VOTE_FILE))?;
         let committed = read_value(&dir.join(COMMITTED_FILE))?;
         let purged: Option<LogId<NodeIdOf<C>>> = read_value(&dir.join(PURGED_FILE))?;
@@ -93,12 +102,24 @@ where
             .append(true)
             .create(true)
             .open(&path)?;
+        // The file's name is durable before anything in it is acknowledged.
+        File::open(dir)?.sync_all()?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
         let mut entries = BTreeMap::new();
         let mut at = 0usize;
         let mut purged_bytes = 0u64;
-        while let Some((entry, next)) = decode_frame::<C::Entry>(&bytes, at) {
+        loop {
+            let (entry, next) = match decode_frame::<C::Entry>(&bytes, at) {
+                Frame::Entry(entry, next) => (entry, next),
+                Frame::Torn => break,
+                Frame::Corrupt(why) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!("{}: {why}", path.display()),
+                    ))
+                }
+            };
             let index = entry.get_log_id().index;
             if purged.as_ref().is_some_and(|p| index <= p.index) {
                 purged_bytes = next as u64;
@@ -135,6 +156,7 @@ where
                 vote,
                 committed,
                 purged,
+                failed: false,
             })),
         })
     }
@@ -151,6 +173,18 @@ where
     C: RaftTypeConfig,
     C::Entry: Serialize + DeserializeOwned,
 {
+    /// Runs a write of the log; after one fails, refuses every later one.
+    fn guarded(&mut self, write: impl FnOnce(&mut Self) -> io::Result<()>) -> io::Result<()> {
+        if self.failed {
+            return Err(io::Error::other("an earlier write of the controller log failed"));
+        }
+        let result = write(self);
+        if result.is_err() {
+            self.failed = true;
+        }
+        result
+    }
+
     fn last_log_id(&self) -> Option<LogId<NodeIdOf<C>>> {
         self.entries
             .last_key_value()
@@ -176,6 +210,10 @@ where
                 .map(|(i, _, _)| *i)
                 .or_else(|| self.entries.last_key_value().map(|(i, _)| *i));
             assert!(after.is_none_or(|a| index > a), "entries are appended in index order");
+            debug_assert!(
+                self.purged.as_ref().is_none_or(|p| index > p.index),
+                "nothing is appended at or below the purge point"
+            );
             let at = self.len + buf.len() as u64;
             encode_frame(&entry, &mut buf)?;
             placed.push((index, at, entry));
@@ -235,17 +273,22 @@ where
             encode_frame(entry, &mut buf)?;
         }
         let tmp = self.dir.join(format!("{LOG_FILE}.tmp"));
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&buf)?;
-            f.sync_all()?;
+        // A temporary file left by a crash in an earlier rewrite is stale.
+        match fs::remove_file(&tmp) {
+            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {}
         }
-        fs::rename(&tmp, self.dir.join(LOG_FILE))?;
-        File::open(&self.dir)?.sync_all()?;
-        self.file = OpenOptions::new()
+        let mut f = OpenOptions::new()
             .read(true)
             .append(true)
-            .open(self.dir.join(LOG_FILE))?;
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(&buf)?;
+        f.sync_all()?;
+        fs::rename(&tmp, self.dir.join(LOG_FILE))?;
+        File::open(&self.dir)?.sync_all()?;
+        // The handle follows the rename: it is the new `raft.log`.
+        self.file = f;
         for (index, at) in positions {
             if let Some(slot) = self.entries.get_mut(&index) {
                 slot.0 = at;
@@ -259,28 +302,49 @@ where
 
 fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> io::Result<()> {
     let body = serde_json::to_vec(value).map_err(io::Error::other)?;
-    assert!(body.len() <= FRAME_MAX, "a controller log entry fits a frame");
+    if body.len() > FRAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a controller log entry of {} bytes (at most {FRAME_MAX})", body.len()),
+        ));
+    }
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
     out.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
     out.extend_from_slice(&body);
     Ok(())
 }
 
-/// The entry of the frame at `at` and where the next frame starts; `None` at the end or
-/// at a torn or corrupt frame.
-fn decode_frame<T: DeserializeOwned>(bytes: &[u8], at: usize) -> Option<(T, usize)> {
-    let header = bytes.get(at..at + FRAME_HEADER)?;
-    let len = u32::from_be_bytes(header[..4].try_into().ok()?) as usize;
-    let crc = u32::from_be_bytes(header[4..].try_into().ok()?);
+/// What `decode_frame` found at a position.
+enum Frame<T> {
+    /// An entry, and where the next frame starts.
+    Entry(T, usize),
+    /// The end of the file, or a frame that is incomplete or fails its CRC: the tail of an
+    /// append that was never acknowledged.
+    Torn,
+    /// A frame whose CRC holds but whose entry does not decode: not a torn write, and
+    /// cutting the log there would drop acknowledged entries.
+    Corrupt(String),
+}
+
+fn decode_frame<T: DeserializeOwned>(bytes: &[u8], at: usize) -> Frame<T> {
+    let Some(header) = bytes.get(at..at + FRAME_HEADER) else {
+        return Frame::Torn;
+    };
+    let len = u32::from_be_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
     if len > FRAME_MAX {
-        return None;
+        return Frame::Torn;
     }
-    let body = bytes.get(at + FRAME_HEADER..at + FRAME_HEADER + len)?;
+    let Some(body) = bytes.get(at + FRAME_HEADER..at + FRAME_HEADER + len) else {
+        return Frame::Torn;
+    };
     if crc32c::crc32c(body) != crc {
-        return None;
+        return Frame::Torn;
     }
-    let value = serde_json::from_slice(body).ok()?;
-    Some((value, at + FRAME_HEADER + len))
+    match serde_json::from_slice(body) {
+        Ok(value) => Frame::Entry(value, at + FRAME_HEADER + len),
+        Err(e) => Frame::Corrupt(format!("the entry at byte {at} does not decode: {e}")),
+    }
 }
 
 /// The value in `path`, `None` when there is no file yet.
@@ -388,7 +452,7 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let result = self.lock().append(entries.into_iter().collect());
+        let result = self.lock().guarded(|log| log.append(entries.into_iter().collect()));
         match result {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));
@@ -407,13 +471,13 @@ where
         log_id: LogId<NodeIdOf<C>>,
     ) -> Result<(), StorageError<NodeIdOf<C>>> {
         self.lock()
-            .truncate(log_id.index)
+            .guarded(|log| log.truncate(log_id.index))
             .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 
     async fn purge(&mut self, log_id: LogId<NodeIdOf<C>>) -> Result<(), StorageError<NodeIdOf<C>>> {
         self.lock()
-            .purge(log_id)
+            .guarded(|log| log.purge(log_id))
             .map_err(|e| StorageIOError::write_logs(&e).into())
     }
 }

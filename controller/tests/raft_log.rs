@@ -232,3 +232,26 @@ async fn purged_entries_stay_gone_and_the_file_shrinks() {
     assert!(all(&mut log).await.is_empty());
     assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 1, 11)));
 }
+
+/// A frame whose checksum holds but whose entry does not decode is not a torn append:
+/// cutting there would drop acknowledged entries, so the log refuses to open.
+#[tokio::test(flavor = "current_thread")]
+async fn an_undecodable_entry_is_an_error_not_a_cut() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut log = RaftLog::<TestConfig>::open(dir.path()).unwrap();
+        append(&mut log, (1..=3).map(|i| entry(1, i, "c")).collect()).await;
+    }
+    let path = dir.path().join("raft.log");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let body = b"{\"not\":\"an entry\"}";
+    let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&crc32c::crc32c(body).to_be_bytes());
+    frame.extend_from_slice(body);
+    // Put it first, so the three good entries follow it.
+    frame.append(&mut bytes);
+    std::fs::write(&path, &frame).unwrap();
+    let err = RaftLog::<TestConfig>::open(dir.path()).err().expect("refused");
+    assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
+    assert_eq!(std::fs::read(&path).unwrap(), frame, "nothing cut");
+}
