@@ -176,7 +176,9 @@ where
     /// Runs a write of the log; after one fails, refuses every later one.
     fn guarded(&mut self, write: impl FnOnce(&mut Self) -> io::Result<()>) -> io::Result<()> {
         if self.failed {
-            return Err(io::Error::other("an earlier write of the controller log failed"));
+            return Err(io::Error::other(
+                "an earlier write of the controller log failed",
+            ));
         }
         let result = write(self);
         if result.is_err() {
@@ -209,7 +211,10 @@ where
                 .last()
                 .map(|(i, _, _)| *i)
                 .or_else(|| self.entries.last_key_value().map(|(i, _)| *i));
-            assert!(after.is_none_or(|a| index > a), "entries are appended in index order");
+            assert!(
+                after.is_none_or(|a| index > a),
+                "entries are appended in index order"
+            );
             debug_assert!(
                 self.purged.as_ref().is_none_or(|p| index > p.index),
                 "nothing is appended at or below the purge point"
@@ -218,7 +223,10 @@ where
             encode_frame(&entry, &mut buf)?;
             placed.push((index, at, entry));
         }
-        let written = self.file.write_all(&buf).and_then(|()| self.file.sync_data());
+        let written = self
+            .file
+            .write_all(&buf)
+            .and_then(|()| self.file.sync_data());
         if let Err(e) = written {
             // Cut what part of it reached the file: nothing after it may be appended to a
             // torn frame. openraft stops on the error anyway; the next open cuts it too.
@@ -305,7 +313,10 @@ fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> io::Result<()> {
     if body.len() > FRAME_MAX {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
-            format!("a controller log entry of {} bytes (at most {FRAME_MAX})", body.len()),
+            format!(
+                "a controller log entry of {} bytes (at most {FRAME_MAX})",
+                body.len()
+            ),
         ));
     }
     out.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -351,7 +362,10 @@ fn decode_frame<T: DeserializeOwned>(bytes: &[u8], at: usize) -> Frame<T> {
 fn read_value<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
     match fs::read(path) {
         Ok(bytes) => serde_json::from_slice::<Option<T>>(&bytes).map_err(|e| {
-            io::Error::new(io::ErrorKind::InvalidData, format!("{}: {e}", path.display()))
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {e}", path.display()),
+            )
         }),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
@@ -452,7 +466,9 @@ where
         I: IntoIterator<Item = C::Entry> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let result = self.lock().guarded(|log| log.append(entries.into_iter().collect()));
+        let result = self
+            .lock()
+            .guarded(|log| log.append(entries.into_iter().collect()));
         match result {
             Ok(()) => {
                 callback.log_io_completed(Ok(()));

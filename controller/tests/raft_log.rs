@@ -5,8 +5,8 @@ use corelog_controller::RaftLog;
 use openraft::storage::{RaftLogStorage, RaftStateMachine};
 use openraft::testing::{log_id, StoreBuilder, Suite};
 use openraft::{
-    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder, Snapshot,
-    SnapshotMeta, StorageError, StoredMembership, Vote,
+    BasicNode, Entry, EntryPayload, LogId, OptionalSend, RaftLogReader, RaftSnapshotBuilder,
+    Snapshot, SnapshotMeta, StorageError, StoredMembership, Vote,
 };
 use std::io::Cursor;
 use std::sync::{Arc, Mutex};
@@ -166,7 +166,11 @@ async fn reopening_keeps_what_was_written_and_cuts_a_torn_tail() {
     let dir = tempfile::tempdir().unwrap();
     {
         let mut log = RaftLog::<TestConfig>::open(dir.path()).unwrap();
-        append(&mut log, (1..=5).map(|i| entry(1, i, &format!("c{i}"))).collect()).await;
+        append(
+            &mut log,
+            (1..=5).map(|i| entry(1, i, &format!("c{i}"))).collect(),
+        )
+        .await;
         log.save_vote(&Vote::new(3, 2)).await.unwrap();
         log.save_committed(Some(log_id(1, 1, 4))).await.unwrap();
         log.truncate(log_id(1, 1, 5)).await.unwrap();
@@ -180,7 +184,11 @@ async fn reopening_keeps_what_was_written_and_cuts_a_torn_tail() {
     std::fs::write(&path, &bytes).unwrap();
 
     let mut log = RaftLog::<TestConfig>::open(dir.path()).unwrap();
-    assert_eq!(std::fs::metadata(&path).unwrap().len() as usize, whole, "torn tail cut");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len() as usize,
+        whole,
+        "torn tail cut"
+    );
     let want: Vec<(u64, String)> = vec![
         (1, "c1".into()),
         (2, "c2".into()),
@@ -205,10 +213,18 @@ async fn purged_entries_stay_gone_and_the_file_shrinks() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("raft.log");
     let mut log = RaftLog::<TestConfig>::open(dir.path()).unwrap();
-    append(&mut log, (1..=10).map(|i| entry(1, i, &"x".repeat(100))).collect()).await;
+    append(
+        &mut log,
+        (1..=10).map(|i| entry(1, i, &"x".repeat(100))).collect(),
+    )
+    .await;
     let full = std::fs::metadata(&path).unwrap().len();
     log.purge(log_id(1, 1, 3)).await.unwrap();
-    assert_eq!(std::fs::metadata(&path).unwrap().len(), full, "a small purge only records");
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        full,
+        "a small purge only records"
+    );
     log.purge(log_id(1, 1, 7)).await.unwrap();
     assert!(
         std::fs::metadata(&path).unwrap().len() < full / 2,
@@ -230,7 +246,10 @@ async fn purged_entries_stay_gone_and_the_file_shrinks() {
     drop(log);
     let mut log = RaftLog::<TestConfig>::open(dir.path()).unwrap();
     assert!(all(&mut log).await.is_empty());
-    assert_eq!(log.get_log_state().await.unwrap().last_log_id, Some(log_id(1, 1, 11)));
+    assert_eq!(
+        log.get_log_state().await.unwrap().last_log_id,
+        Some(log_id(1, 1, 11))
+    );
 }
 
 /// A frame whose checksum holds but whose entry does not decode is not a torn append:
@@ -251,7 +270,9 @@ async fn an_undecodable_entry_is_an_error_not_a_cut() {
     // Put it first, so the three good entries follow it.
     frame.append(&mut bytes);
     std::fs::write(&path, &frame).unwrap();
-    let err = RaftLog::<TestConfig>::open(dir.path()).err().expect("refused");
+    let err = RaftLog::<TestConfig>::open(dir.path())
+        .err()
+        .expect("refused");
     assert_eq!(err.kind(), std::io::ErrorKind::InvalidData);
     assert_eq!(std::fs::read(&path).unwrap(), frame, "nothing cut");
 }

@@ -271,7 +271,11 @@ impl ByteBufMut for PartsBuf {
             .deferred
             .pop_front()
             .expect("a placeholder is encoded only for deferred records");
-        assert_eq!(records.len(), bytes.len(), "deferred records come in encoding order");
+        assert_eq!(
+            records.len(),
+            bytes.len(),
+            "deferred records come in encoding order"
+        );
         match records {
             DeferredRecords::File(range) => self.push(FramePart::File(range)),
             DeferredRecords::Cached(chunks) => {
@@ -358,8 +362,8 @@ mod tests {
                 Some(Bytes::from_static(b"x")),
                 file(&b).placeholder(),
             ]);
-            let frame = encode(ApiKey::Fetch, version, 1, &body, vec![file(&a), file(&b)])
-                .expect("encode");
+            let frame =
+                encode(ApiKey::Fetch, version, 1, &body, vec![file(&a), file(&b)]).expect("encode");
             let len = frame.len();
             let kinds: Vec<&str> = frame
                 .parts
@@ -420,9 +424,18 @@ mod tests {
                     FramePart::File(_) => None,
                 })
                 .collect();
-            assert!(shared.contains(&chunks[0].as_ptr()), "v{version}: large entry by reference");
-            assert!(shared.contains(&chunks[2].as_ptr()), "v{version}: large entry by reference");
-            let real = response(vec![Some(Bytes::from_static(b"x")), Some(Bytes::from(joined.clone()))]);
+            assert!(
+                shared.contains(&chunks[0].as_ptr()),
+                "v{version}: large entry by reference"
+            );
+            assert!(
+                shared.contains(&chunks[2].as_ptr()),
+                "v{version}: large entry by reference"
+            );
+            let real = response(vec![
+                Some(Bytes::from_static(b"x")),
+                Some(Bytes::from(joined.clone())),
+            ]);
             let one = crate::kafka::frame::encode_response(ApiKey::Fetch, version, 7, &real)
                 .expect("encode whole");
             assert_eq!(whole(frame), one.to_vec(), "version {version}");

@@ -183,13 +183,13 @@ mod tests {
             let a_ = alignment as usize;
             // Each inner list is one flush's pushes.
             let rounds: &[&[usize]] = &[
-                &[100],          // within the first block
-                &[200, 50],      // still within it
-                &[a_],           // partial tail into the next block
-                &[a_ - 350],     // ends exactly on a block boundary
-                &[3 * a_ + 7],   // from a boundary: one write
-                &[1, 2, 3],      // tiny, inside the tail block
-                &[5 * a_, 900],  // partial tail into many fresh blocks
+                &[100],         // within the first block
+                &[200, 50],     // still within it
+                &[a_],          // partial tail into the next block
+                &[a_ - 350],    // ends exactly on a block boundary
+                &[3 * a_ + 7],  // from a boundary: one write
+                &[1, 2, 3],     // tiny, inside the tail block
+                &[5 * a_, 900], // partial tail into many fresh blocks
                 &[a_ - 1],      // from a partial tail, ends just short of a boundary
             ];
             let mut expect = Vec::new();
@@ -202,7 +202,11 @@ mod tests {
                 a.flush().await.expect("flush");
                 assert_eq!(a.flushed_len(), expect.len() as u64);
                 let on_disk = std::fs::read(&path).expect("read");
-                assert_eq!(&on_disk[..expect.len()], &expect[..], "after round {round:?}");
+                assert_eq!(
+                    &on_disk[..expect.len()],
+                    &expect[..],
+                    "after round {round:?}"
+                );
                 assert!(
                     on_disk[expect.len()..expect.len().div_ceil(a_) * a_]
                         .iter()

@@ -309,20 +309,31 @@ mod tests {
         for (chunk, ptr) in chunks.iter().zip(&pointers).skip(1) {
             assert_eq!(chunk.as_ptr(), *ptr, "a whole entry is the entry itself");
         }
-        assert_eq!(c.read(1, usize::MAX).expect("cached"), concat_chunks(chunks));
+        assert_eq!(
+            c.read(1, usize::MAX).expect("cached"),
+            concat_chunks(chunks)
+        );
         // A limit inside entry 2: whole batches only.
-        let chunks = c.read_chunks(0, 7 * batch_len + batch_len / 2).expect("cached");
+        let chunks = c
+            .read_chunks(0, 7 * batch_len + batch_len / 2)
+            .expect("cached");
         assert_eq!(chunks.iter().map(Bytes::len).sum::<usize>(), 7 * batch_len);
         assert_eq!(chunks.len(), 3);
         // A limit below one batch still returns the first batch.
         let chunks = c.read_chunks(5, 1).expect("cached");
-        assert_eq!(chunks.iter().map(Bytes::len).collect::<Vec<_>>(), vec![batch_len]);
+        assert_eq!(
+            chunks.iter().map(Bytes::len).collect::<Vec<_>>(),
+            vec![batch_len]
+        );
         assert!(c.read_chunks(12, usize::MAX).is_none(), "past the cache");
     }
 
     #[test]
     fn trimming_chunks_keeps_whole_batches_and_at_least_one() {
-        let chunks: Vec<Bytes> = batch_entries(3, 2, 50).into_iter().map(|e| e.bytes).collect();
+        let chunks: Vec<Bytes> = batch_entries(3, 2, 50)
+            .into_iter()
+            .map(|e| e.bytes)
+            .collect();
         let batch_len = chunks[0].len() / 2;
         let lens = |v: &[Bytes]| v.iter().map(Bytes::len).collect::<Vec<_>>();
         let all = trim_chunks_to_whole_batches(chunks.clone(), usize::MAX);

@@ -94,6 +94,12 @@ pub async fn serve<H: Handler>(
         return Ok(None);
     }
     let deferred = H::deferred_records(&mut response);
-    response_frame::encode(H::KEY, api_version, header.correlation_id, &response, deferred)
-        .map(Some)
+    response_frame::encode(
+        H::KEY,
+        api_version,
+        header.correlation_id,
+        &response,
+        deferred,
+    )
+    .map(Some)
 }
