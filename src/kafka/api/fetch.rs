@@ -17,7 +17,7 @@ use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
-use crate::kafka::response_frame::DeferredRecords;
+use crate::kafka::response_frame::{DeferredRecords, PLACEHOLDER_MAX_BYTES};
 use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
 use bytes::Bytes;
 use corelog_storage::tail_cache::{concat_chunks, trim_chunks_to_whole_batches};
@@ -205,7 +205,8 @@ impl Handler for Fetch {
             } else {
                 // Only the first non-empty partition may exceed a limit, its own included:
                 // here the partition's limit and what the response has left.
-                let part = trim_chunks_to_whole_batches(chunks, (max_bytes - used).min(w.max_bytes));
+                let part =
+                    trim_chunks_to_whole_batches(chunks, (max_bytes - used).min(w.max_bytes));
                 let len: usize = part.iter().map(Bytes::len).sum();
                 if used + len > max_bytes || len > w.max_bytes {
                     Vec::new()
@@ -213,30 +214,26 @@ impl Handler for Fetch {
                     part
                 }
             };
-            let records = match Records::from_chunks(chunks) {
-                Records::Cached(chunks) => DeferredRecords::Cached(chunks),
-                other => {
-                    let Records::Memory(bytes) = other else {
-                        unreachable!("chunks are in memory");
-                    };
+            let chunks = match Records::from_chunks(chunks) {
+                Records::Memory(bytes) => {
                     used += bytes.len();
                     slot.records = Some(bytes);
                     continue;
                 }
+                Records::Cached(chunks) => chunks,
+                Records::File(_) => unreachable!("chunks are in memory"),
             };
-            used += records.len();
-            match records.placeholder() {
-                Some(p) => {
-                    slot.records = Some(p);
-                    deferred.push((w.slot, records));
-                }
-                None => {
-                    let DeferredRecords::Cached(chunks) = records else {
-                        unreachable!("cached records");
-                    };
-                    slot.records = Some(concat_chunks(chunks));
-                }
+            let len: usize = chunks.iter().map(Bytes::len).sum();
+            used += len;
+            if len > PLACEHOLDER_MAX_BYTES {
+                // Longer than a placeholder can stand for: one buffer.
+                slot.records = Some(concat_chunks(chunks));
+                continue;
             }
+            let records = DeferredRecords::Cached(chunks);
+            slot.records = records.placeholder();
+            debug_assert!(slot.records.is_some(), "cached records are never empty");
+            deferred.push((w.slot, records));
         }
         for parts in slots.iter_mut() {
             for p in parts.iter_mut() {
