@@ -1,8 +1,19 @@
 //! The controller quorum: the cluster's metadata as the state machine of a replicated
 //! log, run by openraft (a proven Raft implementation, not our own).
 //!
-//! So far: the log's durable storage ([`raft_log`]). It runs on the controller's own
-//! thread, never on a shard: nothing here may be called from a data-plane core.
+//! The pieces, from the bottom:
+//! - [`image`]: the metadata as of one log index; [`command`]: what the log holds;
+//!   `apply`: the one deterministic function from (image, command) to the next image;
+//!   [`placement`]: Kafka's replica placement, seeded by the command.
+//! - [`raft_log`] and [`state_machine`]: openraft's storage — log, vote and snapshots on
+//!   disk, the image published to subscribers.
+//! - [`rpc`], [`network`], `server`: the controller port between nodes.
+//! - [`node`]: a whole node on its own thread — openraft, the port, and the duties of
+//!   the active controller (`liveness`: fencing) and of every broker (registering,
+//!   heartbeating, joining as an observer).
+//!
+//! Everything runs on the controller's own thread, never on a shard: a shard only awaits
+//! the futures [`ControllerNode`] hands out and reads published images.
 //!
 //! Why openraft (pinned to 0.9.25, its current release line) over raft-rs: openraft is
 //! the whole protocol behind four traits we implement — log storage, state machine,
@@ -15,6 +26,22 @@
 //!
 //! Depends on no other corelog crate.
 
+mod apply;
+pub mod client_quotas;
+pub mod command;
+pub mod image;
+mod liveness;
+pub mod network;
+pub mod node;
+mod node_config;
+mod node_state;
+pub mod placement;
 pub mod raft_log;
+pub mod rpc;
+mod server;
+pub mod state_machine;
 
+pub use command::{Command, CommandError, Outcome};
+pub use image::MetadataImage;
+pub use node::{ControllerNode, NodeConfig, NodeError, ProposeError};
 pub use raft_log::RaftLog;

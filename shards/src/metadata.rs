@@ -16,9 +16,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+pub use corelog_controller::image::{validate_topic_name, TopicNameError, TOPIC_NAME_LEN_MAX};
+
 pub const METADATA_FILE: &str = "cluster-metadata.json";
-/// Kafka's limit: a partition directory name `<topic>-<partition>` must fit in 255 bytes.
-pub const TOPIC_NAME_LEN_MAX: usize = 249;
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct TopicMeta {
@@ -118,38 +118,6 @@ impl ClusterMetadata {
             .map(|t| partition >= 0 && partition < t.partitions)
             .unwrap_or(false)
     }
-}
-
-#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
-pub enum TopicNameError {
-    #[error("topic name is empty")]
-    Empty,
-    #[error("topic name is longer than {TOPIC_NAME_LEN_MAX} characters")]
-    TooLong,
-    #[error("topic name '.' and '..' are reserved")]
-    Reserved,
-    #[error("topic name may contain only ASCII letters, digits, '.', '_' and '-'")]
-    IllegalCharacter,
-}
-
-/// Kafka's topic name rules.
-pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
-    if name.is_empty() {
-        return Err(TopicNameError::Empty);
-    }
-    if name.len() > TOPIC_NAME_LEN_MAX {
-        return Err(TopicNameError::TooLong);
-    }
-    if name == "." || name == ".." {
-        return Err(TopicNameError::Reserved);
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
-    {
-        return Err(TopicNameError::IllegalCharacter);
-    }
-    Ok(())
 }
 
 pub struct MetadataStore {
@@ -284,21 +252,6 @@ pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn topic_names() {
-        assert!(validate_topic_name("orders.v1_x-2").is_ok());
-        assert_eq!(validate_topic_name(""), Err(TopicNameError::Empty));
-        assert_eq!(validate_topic_name(".."), Err(TopicNameError::Reserved));
-        assert_eq!(
-            validate_topic_name("a/b"),
-            Err(TopicNameError::IllegalCharacter)
-        );
-        assert_eq!(
-            validate_topic_name(&"x".repeat(250)),
-            Err(TopicNameError::TooLong)
-        );
-    }
 
     #[test]
     fn persists_and_reloads() {

@@ -28,8 +28,8 @@ CRATES = {
 
 # The corelog crates each crate may depend on (normal dependencies).
 ALLOWED = {
-    "corelog": {"shards", "corelog-partition", "corelog-storage", "corelog-metrics"},
-    "shards": {"corelog-partition", "corelog-storage", "corelog-metrics"},
+    "corelog": {"shards", "corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller"},
+    "shards": {"corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller"},
     "corelog-partition": {"corelog-storage"},
     "corelog-storage": set(),
     "corelog-metrics": set(),

@@ -1,0 +1,146 @@
+//! The metadata log's commands and what applying one answers.
+//!
+//! A command carries everything its effect depends on — ids, the configs it sets, the
+//! seed of its replica placement — so applying it reads nothing but the image and the
+//! command and gives the same result on every node. Whoever proposes a command has
+//! validated what only it can (config values against the broker's defaults, quota
+//! values); applying checks everything that depends on the image (existence, liveness,
+//! epochs, bounds), because the image at apply time is the only one that counts.
+
+use crate::client_quotas::QuotaAlteration;
+use crate::image::Endpoint;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use uuid::Uuid;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Command {
+    /// The cluster's id, proposed by the first leader; ignored once one is set.
+    InitCluster {
+        cluster_id: String,
+    },
+    /// A broker (re)starting: a new incarnation replaces the old registration and starts
+    /// fenced; the same incarnation again (a retried request) changes nothing.
+    RegisterBroker {
+        id: i32,
+        incarnation: Uuid,
+        endpoint: Endpoint,
+        controller_addr: String,
+        rack: Option<String>,
+    },
+    /// The broker missed its heartbeats: it leads nothing until unfenced.
+    FenceBroker {
+        id: i32,
+        epoch: u64,
+    },
+    /// The broker has caught up with the log: it may lead again.
+    UnfenceBroker {
+        id: i32,
+        epoch: u64,
+    },
+    CreateTopics {
+        topics: Vec<NewTopic>,
+    },
+    DeleteTopics {
+        names: Vec<String>,
+    },
+    CreatePartitions {
+        topics: Vec<NewPartitions>,
+    },
+    /// Replaces topics' overrides, each only if they still are `from` (the overrides the
+    /// change was computed from), so two concurrent changes cannot lose one another.
+    SetTopicConfigs {
+        changes: Vec<ConfigChange>,
+    },
+    /// The same for one dynamic broker config layer ("" cluster-wide, "<id>" a broker).
+    SetBrokerConfigs {
+        change: ConfigChange,
+    },
+    AlterClientQuotas {
+        alterations: Vec<QuotaAlteration>,
+    },
+    /// The next block of `PRODUCER_ID_BLOCK` producer ids, for a registered broker.
+    AllocateProducerIds {
+        broker: i32,
+        epoch: u64,
+    },
+}
+
+/// Producer ids handed out at a time (Kafka's block size).
+pub const PRODUCER_ID_BLOCK: i64 = 1000;
+/// Upper bound on partitions per topic, so one command cannot open unbounded files.
+pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+/// Replicas per partition this broker can keep in step: followers do not replicate yet,
+/// so a partition lives on one broker.
+pub const REPLICATION_FACTOR_MAX: i32 = 1;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewTopic {
+    pub name: String,
+    /// Chosen by the proposer (random); applying refuses an id already in use.
+    pub id: Uuid,
+    pub partitions: i32,
+    pub replication_factor: i32,
+    /// Explicit replica lists, one per partition (CreateTopics' assignments); placed by
+    /// `placement` when absent.
+    pub assignments: Option<Vec<Vec<i32>>>,
+    pub configs: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewPartitions {
+    pub topic: String,
+    /// The new total.
+    pub count: i32,
+    pub assignments: Option<Vec<Vec<i32>>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConfigChange {
+    /// Topic name, or broker config resource.
+    pub name: String,
+    pub from: BTreeMap<String, String>,
+    pub to: BTreeMap<String, String>,
+}
+
+/// Why a command (or one item of it) was not applied. The broker maps each to a Kafka
+/// error code at its edge.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum CommandError {
+    #[error("topic already exists")]
+    TopicAlreadyExists,
+    #[error("unknown topic")]
+    UnknownTopic,
+    #[error("invalid topic name: {0}")]
+    InvalidTopicName(String),
+    #[error("{0}")]
+    InvalidPartitions(String),
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error("{0}")]
+    InvalidConfig(String),
+    /// The state the change was computed from has changed meanwhile: compute it again.
+    #[error("changed concurrently; retry")]
+    Conflict,
+    #[error("broker {0} is not registered in that epoch")]
+    StaleBrokerEpoch(i32),
+    #[error("{0}")]
+    PolicyViolation(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// What applying a command answers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Outcome {
+    /// A command with one result.
+    Done(Result<(), CommandError>),
+    /// A command of several items: one result each, in order.
+    Items(Vec<Result<(), CommandError>>),
+    /// `AllocateProducerIds`: the first id of the block.
+    ProducerIds(Result<i64, CommandError>),
+    /// Openraft's own entries (blank, membership) answer nothing.
+    None,
+}

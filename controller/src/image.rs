@@ -1,0 +1,237 @@
+//! The cluster's metadata as of one applied log index: brokers, topics and their
+//! partitions, configs, client quotas and the producer-id high mark. The controller's
+//! state machine owns the one mutable image; everyone else reads immutable snapshots of
+//! it (`Arc<MetadataImage>`), each stamped with the log index it reflects (`applied`), so
+//! a reader can tell which of two views is newer.
+//!
+//! Invariants (checked by `check_invariants`, asserted in debug builds after every
+//! applied command):
+//! - every partition has at least one replica, no replica twice, and every replica is a
+//!   registered broker;
+//! - the ISR is a non-empty subset of the replicas; the leader is -1 or a member of the
+//!   ISR that is not fenced;
+//! - topic ids are unique and `topic_ids` indexes exactly `topics`;
+//! - epochs only grow (checked where they change, in `apply`).
+
+use crate::client_quotas::ClientQuotas;
+use serde::{Deserialize, Serialize};
+use std::collections::{BTreeMap, HashMap};
+use uuid::Uuid;
+
+/// Kafka's limit: a partition directory name `<topic>-<partition>` must fit in 255 bytes.
+pub const TOPIC_NAME_LEN_MAX: usize = 249;
+/// No leader: every replica that could lead is fenced (Kafka's -1).
+pub const NO_LEADER: i32 = -1;
+
+/// Where a broker serves Kafka clients.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub host: String,
+    pub port: u16,
+}
+
+/// A registered broker. `epoch` is the log index of its latest registration (Kafka's
+/// broker epoch): requests that carry an older one come from a previous incarnation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub id: i32,
+    /// Chosen by the broker at each start: a new one is a restart.
+    pub incarnation: Uuid,
+    pub epoch: u64,
+    pub endpoint: Endpoint,
+    /// Its controller/inter-broker listener, `host:port`.
+    pub controller_addr: String,
+    pub rack: Option<String>,
+    /// A fenced broker leads nothing and is not offered to clients. Brokers register
+    /// fenced and are unfenced once they have caught up with the metadata log.
+    pub fenced: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionImage {
+    /// The assignment, in preference order: the first live ISR member leads.
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    pub leader: i32,
+    /// Grows by one with every leader change.
+    pub leader_epoch: i32,
+    /// Grows by one with every change of this partition's state.
+    pub partition_epoch: i32,
+}
+
+impl PartitionImage {
+    pub fn has_leader(&self) -> bool {
+        self.leader != NO_LEADER
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicImage {
+    pub name: String,
+    pub id: Uuid,
+    /// Topic-level overrides (`retention.ms`, ...), validated before they were proposed.
+    pub configs: BTreeMap<String, String>,
+    /// Indexed by partition id.
+    pub partitions: Vec<PartitionImage>,
+}
+
+impl TopicImage {
+    pub fn partition_count(&self) -> i32 {
+        i32::try_from(self.partitions.len()).unwrap_or(i32::MAX)
+    }
+
+    pub fn partition(&self, id: i32) -> Option<&PartitionImage> {
+        usize::try_from(id)
+            .ok()
+            .and_then(|i| self.partitions.get(i))
+    }
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct MetadataImage {
+    /// The log index this image reflects (0: nothing applied yet).
+    pub applied: u64,
+    /// Set by the first command the cluster ever applies; never changes after.
+    pub cluster_id: Option<String>,
+    pub brokers: BTreeMap<i32, BrokerRegistration>,
+    pub topics: BTreeMap<String, TopicImage>,
+    /// First producer id not yet handed out in a block: ids below it are never given out
+    /// again.
+    pub next_producer_id: i64,
+    pub client_quotas: ClientQuotas,
+    /// Dynamic broker configs by resource: "" the cluster-wide default, "<id>" one broker.
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Topic names by id, derived from `topics` (rebuilt after a snapshot is loaded).
+    #[serde(skip)]
+    pub(crate) topic_ids: HashMap<Uuid, String>,
+}
+
+impl MetadataImage {
+    pub fn topic(&self, name: &str) -> Option<&TopicImage> {
+        self.topics.get(name)
+    }
+
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicImage> {
+        self.topic_ids.get(&id).and_then(|n| self.topics.get(n))
+    }
+
+    pub fn broker(&self, id: i32) -> Option<&BrokerRegistration> {
+        self.brokers.get(&id)
+    }
+
+    /// Registered and not fenced, in id order.
+    pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
+        self.brokers.values().filter(|b| !b.fenced)
+    }
+
+    pub fn is_live(&self, id: i32) -> bool {
+        self.brokers.get(&id).is_some_and(|b| !b.fenced)
+    }
+
+    /// Rebuilds the derived indexes (after deserialising a snapshot).
+    pub(crate) fn reindex(&mut self) {
+        self.topic_ids = self
+            .topics
+            .values()
+            .map(|t| (t.id, t.name.clone()))
+            .collect();
+    }
+
+    /// Every invariant of the module doc; the first one broken, if any.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        if self.topic_ids.len() != self.topics.len() {
+            return Err("topic id index out of step with topics (or duplicate ids)".into());
+        }
+        for (name, t) in &self.topics {
+            if name != &t.name {
+                return Err(format!("topic {} filed under {name}", t.name));
+            }
+            if self.topic_ids.get(&t.id) != Some(name) {
+                return Err(format!("topic {name}: id {} not indexed", t.id));
+            }
+            for (i, p) in t.partitions.iter().enumerate() {
+                let at = || format!("{name}-{i}");
+                if p.replicas.is_empty() {
+                    return Err(format!("{}: no replicas", at()));
+                }
+                let mut seen = p.replicas.clone();
+                seen.sort_unstable();
+                seen.dedup();
+                if seen.len() != p.replicas.len() {
+                    return Err(format!("{}: a replica twice in {:?}", at(), p.replicas));
+                }
+                if let Some(r) = p.replicas.iter().find(|r| !self.brokers.contains_key(r)) {
+                    return Err(format!("{}: replica {r} is not a registered broker", at()));
+                }
+                if p.isr.is_empty() || p.isr.iter().any(|r| !p.replicas.contains(r)) {
+                    return Err(format!(
+                        "{}: ISR {:?} of replicas {:?}",
+                        at(),
+                        p.isr,
+                        p.replicas
+                    ));
+                }
+                if p.has_leader() && (!p.isr.contains(&p.leader) || !self.is_live(p.leader)) {
+                    return Err(format!(
+                        "{}: leader {} not a live ISR member",
+                        at(),
+                        p.leader
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum TopicNameError {
+    #[error("topic name is empty")]
+    Empty,
+    #[error("topic name is longer than {TOPIC_NAME_LEN_MAX} characters")]
+    TooLong,
+    #[error("topic name '.' and '..' are reserved")]
+    Reserved,
+    #[error("topic name may contain only ASCII letters, digits, '.', '_' and '-'")]
+    IllegalCharacter,
+}
+
+/// Kafka's topic name rules.
+pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
+    if name.is_empty() {
+        return Err(TopicNameError::Empty);
+    }
+    if name.len() > TOPIC_NAME_LEN_MAX {
+        return Err(TopicNameError::TooLong);
+    }
+    if name == "." || name == ".." {
+        return Err(TopicNameError::Reserved);
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(TopicNameError::IllegalCharacter);
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_names() {
+        assert!(validate_topic_name("orders.v1_x-2").is_ok());
+        assert_eq!(validate_topic_name(""), Err(TopicNameError::Empty));
+        assert_eq!(validate_topic_name(".."), Err(TopicNameError::Reserved));
+        assert_eq!(
+            validate_topic_name("a/b"),
+            Err(TopicNameError::IllegalCharacter)
+        );
+        assert_eq!(
+            validate_topic_name(&"x".repeat(250)),
+            Err(TopicNameError::TooLong)
+        );
+    }
+}

@@ -1,0 +1,215 @@
+//! The client side of the controller port: one connection per peer client, opened on
+//! first use and dropped at the first error (the next call opens a new one), every call
+//! bounded by a timeout. openraft gets its `RaftNetwork` from here; the node uses the same
+//! client to forward proposals and heartbeats to the active controller.
+
+use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError};
+use crate::state_machine::MetadataRaft;
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use std::io;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+use tokio::io::BufReader;
+use tokio::net::TcpStream;
+
+type NodeId = u64;
+
+/// The cluster id this node knows (set once learned), stamped on every request.
+#[derive(Clone, Default)]
+pub struct ClusterIdCell(Arc<RwLock<Option<String>>>);
+
+impl ClusterIdCell {
+    pub fn get(&self) -> Option<String> {
+        self.0.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub fn set(&self, id: String) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = Some(id);
+    }
+}
+
+/// A connection to one peer's controller port.
+pub struct PeerClient {
+    /// The peer's node id (for openraft's errors).
+    target: NodeId,
+    addr: String,
+    cluster_id: ClusterIdCell,
+    conn: Option<BufReader<TcpStream>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("cannot reach {addr}: {source}")]
+    Unreachable { addr: String, source: io::Error },
+    #[error("talking to {addr}: {source}")]
+    Network { addr: String, source: io::Error },
+    #[error("{addr} refused: {source}")]
+    Refused { addr: String, source: RpcError },
+}
+
+impl PeerClient {
+    pub fn new(target: NodeId, addr: String, cluster_id: ClusterIdCell) -> PeerClient {
+        PeerClient {
+            target,
+            addr,
+            cluster_id,
+            conn: None,
+        }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends `req` and waits for its response, within `timeout` all told.
+    pub async fn call(&mut self, req: Request, timeout: Duration) -> Result<Response, CallError> {
+        let envelope = Envelope {
+            cluster_id: self.cluster_id.get(),
+            body: req,
+        };
+        let addr = self.addr.clone();
+        let result = tokio::time::timeout(timeout, self.exchange(&envelope)).await;
+        let result = match result {
+            Ok(r) => r,
+            Err(_) => Err(CallError::Network {
+                addr: addr.clone(),
+                source: io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    format!("no answer within {timeout:?}"),
+                ),
+            }),
+        };
+        match result {
+            Ok(Response::Refused(e)) => Err(CallError::Refused { addr, source: e }),
+            Ok(r) => Ok(r),
+            Err(e) => {
+                self.conn = None;
+                Err(e)
+            }
+        }
+    }
+
+    async fn exchange(&mut self, envelope: &Envelope<Request>) -> Result<Response, CallError> {
+        if self.conn.is_none() {
+            let stream =
+                TcpStream::connect(&self.addr)
+                    .await
+                    .map_err(|source| CallError::Unreachable {
+                        addr: self.addr.clone(),
+                        source,
+                    })?;
+            stream.set_nodelay(true).ok();
+            self.conn = Some(BufReader::new(stream));
+        }
+        let net = |source: io::Error| CallError::Network {
+            addr: self.addr.clone(),
+            source,
+        };
+        let conn = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| net(io::ErrorKind::NotConnected.into()))?;
+        write_frame(conn, envelope).await.map_err(net)?;
+        match read_frame::<_, Response>(conn).await.map_err(net)? {
+            Some(r) => Ok(r),
+            None => Err(net(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed",
+            ))),
+        }
+    }
+}
+
+/// openraft's network: a `PeerClient` per target.
+#[derive(Clone)]
+pub struct Network {
+    pub cluster_id: ClusterIdCell,
+}
+
+impl RaftNetworkFactory<MetadataRaft> for Network {
+    type Network = PeerClient;
+
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
+        PeerClient::new(target, node.addr.clone(), self.cluster_id.clone())
+    }
+}
+
+fn to_rpc_error<E: std::error::Error>(e: CallError) -> RPCError<NodeId, BasicNode, E> {
+    match e {
+        CallError::Unreachable { .. } => RPCError::Unreachable(Unreachable::new(&e)),
+        _ => RPCError::Network(NetworkError::new(&e)),
+    }
+}
+
+fn unexpected<E: std::error::Error>(addr: &str) -> RPCError<NodeId, BasicNode, E> {
+    let e = io::Error::new(
+        io::ErrorKind::InvalidData,
+        format!("{addr} answered another request"),
+    );
+    RPCError::Network(NetworkError::new(&e))
+}
+
+fn remote<E: std::error::Error>(target: NodeId, e: E) -> RPCError<NodeId, BasicNode, E> {
+    RPCError::RemoteError(RemoteError::new(target, e))
+}
+
+impl RaftNetwork<MetadataRaft> for PeerClient {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<MetadataRaft>,
+        option: RPCOption,
+    ) -> Result<AppendEntriesResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let target = self.target;
+        match self
+            .call(Request::AppendEntries(rpc), option.hard_ttl())
+            .await
+            .map_err(to_rpc_error)?
+        {
+            Response::AppendEntries(r) => r.map_err(|e| remote(target, e)),
+            _ => Err(unexpected(&self.addr)),
+        }
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<MetadataRaft>,
+        option: RPCOption,
+    ) -> Result<
+        InstallSnapshotResponse<NodeId>,
+        RPCError<NodeId, BasicNode, RaftError<NodeId, InstallSnapshotError>>,
+    > {
+        let target = self.target;
+        match self
+            .call(Request::InstallSnapshot(rpc), option.hard_ttl())
+            .await
+            .map_err(to_rpc_error)?
+        {
+            Response::InstallSnapshot(r) => r.map_err(|e| remote(target, e)),
+            _ => Err(unexpected(&self.addr)),
+        }
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> Result<VoteResponse<NodeId>, RPCError<NodeId, BasicNode, RaftError<NodeId>>> {
+        let target = self.target;
+        match self
+            .call(Request::Vote(rpc), option.hard_ttl())
+            .await
+            .map_err(to_rpc_error)?
+        {
+            Response::Vote(r) => r.map_err(|e| remote(target, e)),
+            _ => Err(unexpected(&self.addr)),
+        }
+    }
+}

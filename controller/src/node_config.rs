@@ -1,0 +1,44 @@
+//! How a controller node is configured: its identity, its port, the quorum's voters,
+//! and the broker it speaks for.
+
+use crate::image::Endpoint;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    pub node_id: i32,
+    /// Where the node's files live (created if missing).
+    pub dir: PathBuf,
+    /// The controller port to bind, `host:port`.
+    pub listen: String,
+    /// The initial voters, id → `host:port` (Kafka's `controller.quorum.voters`).
+    pub voters: BTreeMap<i32, String>,
+    /// Where clients reach this broker.
+    pub endpoint: Endpoint,
+    pub rack: Option<String>,
+    /// A broker silent for this long is fenced (`broker.session.timeout.ms`).
+    pub session_timeout: Duration,
+    /// How often a broker heartbeats (`broker.heartbeat.interval.ms`).
+    pub heartbeat_interval: Duration,
+    /// A snapshot is taken after this many entries since the last one.
+    pub snapshot_every: u64,
+    /// The cluster id the first leader gives a new cluster (one is made up when `None`).
+    pub initial_cluster_id: Option<String>,
+}
+
+impl NodeConfig {
+    /// The address other nodes reach this one at: its entry among the voters, else the
+    /// listen address.
+    pub fn advertised(&self) -> String {
+        self.voters
+            .get(&self.node_id)
+            .cloned()
+            .unwrap_or_else(|| self.listen.clone())
+    }
+
+    pub fn is_voter(&self) -> bool {
+        self.voters.contains_key(&self.node_id)
+    }
+}

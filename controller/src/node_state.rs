@@ -1,0 +1,103 @@
+//! What a node's parts share — openraft, the state machine, the cluster id, the
+//! liveness table — and the questions they all ask of it: who leads, where, and how to
+//! write on this node's own openraft.
+
+use crate::network::ClusterIdCell;
+use crate::node_config::NodeConfig;
+use crate::rpc::{QuorumDescription, ReplicaState, RpcError};
+use crate::state_machine::{Applied, MetadataRaft, MetadataStateMachine, Proposal};
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{Raft, ServerState};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::Instant;
+use tokio::sync::watch;
+
+type NodeId = u64;
+
+/// What the active controller has heard from brokers (kept and used by `liveness`).
+#[derive(Default)]
+pub(crate) struct Liveness {
+    /// The term this node leads in and since when; `None` while it does not lead.
+    pub leading: Option<(u64, Instant)>,
+    /// broker → (when last heard, its epoch then, its applied index then).
+    pub heard: HashMap<i32, (Instant, u64, u64)>,
+}
+
+/// What the server, the duties and the handle share.
+pub(crate) struct Shared {
+    pub id: NodeId,
+    pub config: NodeConfig,
+    pub raft: Raft<MetadataRaft>,
+    pub sm: MetadataStateMachine,
+    pub cluster_id: ClusterIdCell,
+    pub liveness: Mutex<Liveness>,
+    /// This broker's registration epoch once registered.
+    pub registered: watch::Sender<Option<u64>>,
+}
+
+/// The active controller as this node knows it: its id and controller address.
+pub(crate) fn leader_addr(shared: &Shared) -> Option<(NodeId, String)> {
+    let m = shared.raft.metrics().borrow().clone();
+    let leader = m.current_leader?;
+    let addr = m
+        .membership_config
+        .membership()
+        .get_node(&leader)
+        .map(|n| n.addr.clone())?;
+    Some((leader, addr))
+}
+
+pub(crate) fn is_leader(shared: &Shared) -> bool {
+    let m = shared.raft.metrics();
+    let m = m.borrow();
+    m.current_leader == Some(shared.id) && m.state == ServerState::Leader
+}
+
+/// Writes `proposal` on this node's openraft: `Ok(Err(..))` when another node leads.
+pub(crate) async fn write_local(shared: &Shared, proposal: Proposal) -> Result<Applied, RpcError> {
+    match shared.raft.client_write(proposal).await {
+        Ok(r) => Ok(r.data),
+        Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
+            Err(RpcError::NotLeader {
+                leader: f.leader_id.zip(f.leader_node.map(|n| n.addr)),
+            })
+        }
+        Err(e) => Err(RpcError::Unavailable(e.to_string())),
+    }
+}
+
+/// The quorum's state when this node is the active controller.
+pub(crate) fn local_quorum(shared: &Shared) -> Option<QuorumDescription> {
+    if !is_leader(shared) {
+        return None;
+    }
+    let m = shared.raft.metrics().borrow().clone();
+    let membership = m.membership_config.membership();
+    let voters: BTreeSet<NodeId> = membership.voter_ids().collect();
+    let replication = m.replication.clone().unwrap_or_default();
+    let state = |id: NodeId| ReplicaState {
+        id,
+        log_end_offset: if id == shared.id {
+            m.last_log_index.map(|i| i as i64).unwrap_or(-1)
+        } else {
+            replication
+                .get(&id)
+                .and_then(|l| l.as_ref())
+                .map(|l| l.index as i64)
+                .unwrap_or(-1)
+        },
+        last_caught_up_ms_ago: -1,
+    };
+    Some(QuorumDescription {
+        leader: Some(shared.id),
+        term: m.current_term,
+        high_watermark: m.last_applied.map(|l| l.index as i64).unwrap_or(-1),
+        voters: voters.iter().map(|id| state(*id)).collect(),
+        observers: membership
+            .learner_ids()
+            .filter(|id| !voters.contains(id))
+            .map(state)
+            .collect(),
+    })
+}

@@ -1,0 +1,155 @@
+//! What controllers and brokers say to one another on the controller port, and how it is
+//! framed: `[length: u32 BE][message as JSON]`, one request then its response, in turn,
+//! on a connection.
+//!
+//! Every request names the sender's cluster id once it knows one; a node of another
+//! cluster is refused (`RpcError::ClusterMismatch`), so a broker started on a data
+//! directory of another cluster can neither vote nor be followed here.
+
+use crate::command::Command;
+use crate::state_machine::{Applied, MetadataRaft};
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use std::io;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use uuid::Uuid;
+
+/// A frame longer than this is refused (a snapshot chunk is the largest message).
+pub const FRAME_MAX: usize = 64 << 20;
+
+type NodeId = u64;
+
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Envelope<T> {
+    pub cluster_id: Option<String>,
+    pub body: T,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Request {
+    AppendEntries(AppendEntriesRequest<MetadataRaft>),
+    Vote(VoteRequest<NodeId>),
+    InstallSnapshot(InstallSnapshotRequest<MetadataRaft>),
+    /// A command for the active controller to commit; `id` makes retries idempotent.
+    Propose {
+        id: Uuid,
+        command: Command,
+    },
+    /// A broker asks to follow the log as a non-voting member.
+    Join {
+        id: NodeId,
+        addr: String,
+    },
+    Heartbeat(Heartbeat),
+    /// The quorum as this node sees it (DescribeQuorum).
+    DescribeQuorum,
+}
+
+/// A broker's liveness report to the active controller.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub broker: i32,
+    /// Its registration's epoch.
+    pub epoch: u64,
+    /// The last metadata log index it has applied.
+    pub applied: u64,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+pub enum Response {
+    AppendEntries(Result<AppendEntriesResponse<NodeId>, RaftError<NodeId>>),
+    Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
+    Propose(Result<Applied, RpcError>),
+    Join(Result<(), RpcError>),
+    Heartbeat(Result<(), RpcError>),
+    DescribeQuorum(Result<QuorumDescription, RpcError>),
+    /// The request could not be handled at all.
+    Refused(RpcError),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+pub enum RpcError {
+    /// This node is not the active controller; `leader` is the one it knows of.
+    #[error("not the active controller (leader: {leader:?})")]
+    NotLeader { leader: Option<(NodeId, String)> },
+    #[error("this node belongs to cluster {ours}, the request to cluster {theirs}")]
+    ClusterMismatch { ours: String, theirs: String },
+    #[error("the controller is shutting down or failed: {0}")]
+    Unavailable(String),
+}
+
+/// One voter's or observer's replication state (DescribeQuorum, KIP-836).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReplicaState {
+    pub id: NodeId,
+    /// The last log index known to be on it (-1: unknown).
+    pub log_end_offset: i64,
+    /// Milliseconds since the leader last heard from it (-1: unknown).
+    pub last_caught_up_ms_ago: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumDescription {
+    pub leader: Option<NodeId>,
+    pub term: u64,
+    pub high_watermark: i64,
+    pub voters: Vec<ReplicaState>,
+    pub observers: Vec<ReplicaState>,
+}
+
+pub async fn write_frame<W, T>(w: &mut W, msg: &T) -> io::Result<()>
+where
+    W: AsyncWriteExt + Unpin,
+    T: Serialize,
+{
+    let body =
+        serde_json::to_vec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+    if body.len() > FRAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "a controller message of {} bytes is over the {FRAME_MAX}-byte limit",
+                body.len()
+            ),
+        ));
+    }
+    let mut frame = Vec::with_capacity(4 + body.len());
+    frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    frame.extend_from_slice(&body);
+    w.write_all(&frame).await?;
+    w.flush().await
+}
+
+/// The next frame; `Ok(None)` at a clean end of the stream.
+pub async fn read_frame<R, T>(r: &mut R) -> io::Result<Option<T>>
+where
+    R: AsyncReadExt + Unpin,
+    T: DeserializeOwned,
+{
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > FRAME_MAX {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("a controller frame of {len} bytes is over the {FRAME_MAX}-byte limit"),
+        ));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    serde_json::from_slice(&body)
+        .map(Some)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
