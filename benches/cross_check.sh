@@ -16,6 +16,7 @@ start_broker() {
     port=$((20000 + RANDOM % 20000))
     rm -rf "$work/data"
     ./target/release/corelog serve --listen 127.0.0.1:$port --http 127.0.0.1:$((port + 1)) \
+    --controller-listen 127.0.0.1:$((port + 2)) \
         --data-dir "$work/data" --log-level warn &
     pid=$!
     for _ in $(seq 100); do curl -sf "http://127.0.0.1:$((port + 1))/health" >/dev/null && break; sleep 0.1; done

@@ -271,12 +271,13 @@ def process_cpu(sampler: CpuSampler, t_end: float, result: dict) -> dict:
 
 class Broker:
     def __init__(self, work: Path, shards: int, extra: list[str]):
-        self.port, self.http = free_port(), free_port()
+        self.port, self.http, self.controller = free_port(), free_port(), free_port()
         self.data = work / f"data-{self.port}"
         self.log = open(work / f"broker-{self.port}.log", "w")
         self.proc = subprocess.Popen(
             [str(BROKER), "serve", "--listen", f"127.0.0.1:{self.port}",
              "--http", f"127.0.0.1:{self.http}", "--data-dir", str(self.data),
+             "--controller-listen", f"127.0.0.1:{self.controller}",
              "--shards", str(shards), "--log-level", "warn", *extra],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.time() + 30

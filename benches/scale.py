@@ -44,13 +44,14 @@ def log(msg: str) -> None:
 class Broker:
     def __init__(self, data: Path, logfile: Path, shards: int | None):
         self.data, self.logfile, self.shards = data, logfile, shards
-        self.port, self.http = free_port(), free_port()
+        self.port, self.http, self.controller = free_port(), free_port(), free_port()
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> float:
         """Starts the broker; returns seconds until /ready answers 200."""
         args = [str(BROKER), "serve", "--data-dir", str(self.data),
-                "--listen", f"127.0.0.1:{self.port}", "--http", f"127.0.0.1:{self.http}"]
+                "--listen", f"127.0.0.1:{self.port}", "--http", f"127.0.0.1:{self.http}",
+                "--controller-listen", f"127.0.0.1:{self.controller}"]
         if self.shards:
             args += ["--shards", str(self.shards)]
         started = time.monotonic()

@@ -201,6 +201,33 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "quota.window.size.seconds")]
     pub quota_window_size_seconds: Option<u64>,
+    /// This broker's controller and inter-broker port, HOST:PORT (default
+    /// 127.0.0.1:9093).
+    #[arg(long)]
+    pub controller_listen: Option<String>,
+    /// The controller quorum's initial voters, `ID@HOST:PORT,...` (Kafka's
+    /// controller.quorum.voters); default: this broker alone. A broker not among them
+    /// follows the metadata log without voting.
+    #[arg(long)]
+    #[serde(alias = "controller.quorum.voters")]
+    pub controller_voters: Option<String>,
+    /// This broker's rack (Kafka's broker.rack): replicas spread over racks.
+    #[arg(long)]
+    #[serde(alias = "broker.rack")]
+    pub rack: Option<String>,
+    /// A broker that has not heartbeated for this long is fenced, ms (Kafka's
+    /// broker.session.timeout.ms).
+    #[arg(long)]
+    #[serde(alias = "broker.session.timeout.ms")]
+    pub broker_session_timeout_ms: Option<u64>,
+    /// How often this broker heartbeats to the active controller, ms (Kafka's
+    /// broker.heartbeat.interval.ms).
+    #[arg(long)]
+    #[serde(alias = "broker.heartbeat.interval.ms")]
+    pub broker_heartbeat_interval_ms: Option<u64>,
+    /// Metadata log entries between two snapshots of the metadata.
+    #[arg(long)]
+    pub metadata_snapshot_entries: Option<u64>,
 }
 
 impl ServeArgs {
@@ -284,6 +311,18 @@ impl ServeArgs {
             quota_window_size_seconds: self
                 .quota_window_size_seconds
                 .or(file.quota_window_size_seconds),
+            controller_listen: self.controller_listen.or(file.controller_listen),
+            controller_voters: self.controller_voters.or(file.controller_voters),
+            rack: self.rack.or(file.rack),
+            broker_session_timeout_ms: self
+                .broker_session_timeout_ms
+                .or(file.broker_session_timeout_ms),
+            broker_heartbeat_interval_ms: self
+                .broker_heartbeat_interval_ms
+                .or(file.broker_heartbeat_interval_ms),
+            metadata_snapshot_entries: self
+                .metadata_snapshot_entries
+                .or(file.metadata_snapshot_entries),
         }
     }
 }
@@ -308,6 +347,77 @@ pub struct BrokerConfig {
     pub retention_check_interval_ms: u64,
     pub limits: LimitsConfig,
     pub quota: crate::quota::QuotaConfig,
+    pub cluster: ClusterConfig,
+}
+
+/// This broker's place in the cluster (README "A cluster").
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    pub controller_listen: String,
+    /// id → HOST:PORT.
+    pub voters: std::collections::BTreeMap<i32, String>,
+    pub rack: Option<String>,
+    pub session_timeout: std::time::Duration,
+    pub heartbeat_interval: std::time::Duration,
+    pub snapshot_entries: u64,
+}
+
+impl ClusterConfig {
+    fn resolve(a: &ServeArgs, node_id: i32) -> anyhow::Result<ClusterConfig> {
+        if node_id < 0 {
+            bail!("--node-id must not be negative");
+        }
+        let controller_listen = a
+            .controller_listen
+            .clone()
+            .unwrap_or_else(|| "127.0.0.1:9093".into());
+        controller_listen
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .context("--controller-listen must be HOST:PORT")?;
+        let voters = match &a.controller_voters {
+            None => std::collections::BTreeMap::from([(node_id, controller_listen.clone())]),
+            Some(list) => parse_voters(list)?,
+        };
+        let session_timeout = a.broker_session_timeout_ms.unwrap_or(9000);
+        let heartbeat_interval = a.broker_heartbeat_interval_ms.unwrap_or(2000);
+        if heartbeat_interval == 0 || heartbeat_interval >= session_timeout {
+            bail!(
+                "broker-heartbeat-interval-ms must be above 0 and below broker-session-timeout-ms"
+            );
+        }
+        Ok(ClusterConfig {
+            controller_listen,
+            voters,
+            rack: a.rack.clone().filter(|r| !r.is_empty()),
+            session_timeout: std::time::Duration::from_millis(session_timeout),
+            heartbeat_interval: std::time::Duration::from_millis(heartbeat_interval),
+            snapshot_entries: a.metadata_snapshot_entries.unwrap_or(10_000).max(1),
+        })
+    }
+}
+
+/// `ID@HOST:PORT,...`, Kafka's controller.quorum.voters.
+fn parse_voters(list: &str) -> anyhow::Result<std::collections::BTreeMap<i32, String>> {
+    let mut voters = std::collections::BTreeMap::new();
+    for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item
+            .split_once('@')
+            .with_context(|| format!("controller voter {item:?} is not ID@HOST:PORT"))?;
+        let id: i32 = id
+            .parse()
+            .with_context(|| format!("controller voter {item:?}: the id is not a number"))?;
+        addr.rsplit_once(':')
+            .and_then(|(_, p)| p.parse::<u16>().ok())
+            .with_context(|| format!("controller voter {item:?}: the address is not HOST:PORT"))?;
+        if id < 0 || voters.insert(id, addr.to_string()).is_some() {
+            bail!("controller voter id {id} is negative or named twice");
+        }
+    }
+    if voters.is_empty() {
+        bail!("--controller-voters names no voter");
+    }
+    Ok(voters)
 }
 
 /// Connection and memory limits (README "Limits"; `net/connection_limits.rs`,
@@ -527,7 +637,10 @@ impl BrokerConfig {
             samples: quota_samples,
             window_ms: quota_window_s * 1000,
         };
+        let node_id = a.node_id.unwrap_or(0);
+        let cluster = ClusterConfig::resolve(&a, node_id)?;
         Ok(BrokerConfig {
+            cluster,
             quota,
             housekeeping,
             retention_check_interval_ms,
@@ -541,7 +654,7 @@ impl BrokerConfig {
                 .http
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9644))),
             log_level: a.log_level.unwrap_or_else(|| "info".into()),
-            node_id: a.node_id.unwrap_or(0),
+            node_id,
             auto_create_topics: a.auto_create_topics.unwrap_or(true),
             num_partitions,
             socket_request_max_bytes,

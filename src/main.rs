@@ -15,7 +15,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run a single-node broker.
+    /// Run a broker: a single node by default, or a member of a cluster.
     Serve(config::ServeArgs),
     /// Tell what this host gives the broker and what to change, before the first start.
     Check(CheckArgs),
@@ -100,8 +100,15 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         Command::Check(args) => return Ok(check(args)),
     };
     let config = config::BrokerConfig::resolve(args)?;
+    // openraft narrates every election and membership step at info; its warnings and
+    // errors are what an operator needs, unless the filter asks for more.
+    let level = if config.log_level.contains("openraft") {
+        config.log_level.clone()
+    } else {
+        format!("{},openraft=warn", config.log_level)
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&config.log_level))?;
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))?;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)

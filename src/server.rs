@@ -1,6 +1,8 @@
 //! Boot and shutdown of the thread-per-core server.
 //!
-//! Start-up: load the cluster metadata; start one glommio executor per shard, pinned to
+//! Start-up: start this broker's controller node (`cluster`) and wait until the quorum
+//! has admitted the broker (registered, unfenced, its metadata applied); start one
+//! glommio executor per shard, pinned to
 //! its own CPU (`PoolPlacement::MaxSpread`) when there are enough CPUs; every executor
 //! joins the channel mesh (its mesh peer id *is* its shard id), opens the partitions it
 //! owns, waits until every shard has done so, then binds the Kafka port with
@@ -78,15 +80,19 @@ pub fn run(
     // shard (net/connection_limits.rs).
     let connection_limits =
         crate::net::connection_limits::ConnectionLimits::new(&config.limits.connections);
-    let metadata = Arc::new(MetadataStore::load(&config.data_dir).with_context(|| {
-        format!(
-            "loading cluster metadata from {}",
-            config.data_dir.display()
-        )
-    })?);
-    metadata
-        .start_new_leader_epochs()
-        .context("starting the partitions' new leader epochs")?;
+    let metadata = Arc::new(
+        MetadataStore::new(&config.data_dir, config.shards)
+            .with_context(|| format!("opening {}", config.data_dir.display()))?,
+    );
+    let node = crate::cluster::start_controller(&config)?;
+    {
+        let metadata = metadata.clone();
+        node.on_publish(move |image| metadata.publish(image));
+    }
+    if !crate::cluster::wait_until_admitted(&node, &metadata, &life.stop) {
+        node.shutdown();
+        return Ok(());
+    }
     let config = Arc::new(config);
     let shard_config = Arc::new(ShardConfig {
         node_id: config.node_id,
@@ -118,14 +124,16 @@ pub fn run(
         .name("corelog-shard")
         .on_all_shards({
             let life = life.clone();
+            let node = node.clone();
             move || {
-                let (mesh, config, shard_config, metadata, life, queries) = (
+                let (mesh, config, shard_config, metadata, life, queries, node) = (
                     mesh.clone(),
                     config.clone(),
                     shard_config.clone(),
                     metadata.clone(),
                     life.clone(),
                     metrics_queries.clone(),
+                    node.clone(),
                 );
                 let connection_limits = connection_limits.clone();
                 async move {
@@ -133,7 +141,7 @@ pub fn run(
                         mesh,
                         config,
                         shard_config,
-                        metadata,
+                        ClusterHandles { metadata, node },
                         life.clone(),
                         queries,
                         connection_limits,
@@ -150,7 +158,9 @@ pub fn run(
         .map_err(|e| anyhow::anyhow!("{e}"))
         .context(crate::kernel::IO_URING_HINT)?;
     let mut first_error = None;
-    for r in handles.join_all() {
+    let joined = handles.join_all();
+    node.shutdown();
+    for r in joined {
         match r {
             Ok(Ok(())) => {}
             Ok(Err(e)) => {
@@ -167,17 +177,25 @@ pub fn run(
     }
 }
 
+/// What every shard shares of the cluster: the published metadata and the controller
+/// node that publishes it.
+struct ClusterHandles {
+    metadata: Arc<MetadataStore>,
+    node: corelog_controller::ControllerNode,
+}
+
 async fn shard_main(
     mesh: MeshBuilder<Envelope, glommio::channels::channel_mesh::Full>,
     config: Arc<BrokerConfig>,
     shard_config: Arc<ShardConfig>,
-    metadata: Arc<MetadataStore>,
+    cluster: ClusterHandles,
     life: Arc<Lifecycle>,
     metrics_queries: Arc<
         std::sync::Mutex<Option<futures::channel::mpsc::Receiver<crate::metrics::MetricsQuery>>>,
     >,
     connection_limits: Arc<crate::net::connection_limits::ConnectionLimits>,
 ) -> anyhow::Result<()> {
+    let ClusterHandles { metadata, node } = cluster;
     let n = config.shards;
     let (senders, mut receivers) = mesh
         .join()
@@ -185,7 +203,7 @@ async fn shard_main(
         .map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
     let id = senders.peer_id();
     tracing::debug!(shard = id, "joined the shard mesh");
-    let shard = Shard::new(id, shard_config, metadata, senders);
+    let shard = Shard::new(id, shard_config, metadata, senders, node);
     for (_, rx) in receivers.streams() {
         let shard = shard.clone();
         glommio::spawn_local(async move {
@@ -295,6 +313,8 @@ async fn ensure_offsets_topic(shard: &Rc<Shard>, config: &BrokerConfig) -> anyho
         topics: vec![NewTopic {
             name: shards::group::OFFSETS_TOPIC.into(),
             partitions: config.groups.offsets_partitions,
+            replication_factor: 1,
+            assignments: None,
             configs: vec![("cleanup.policy".into(), "compact".into())],
         }],
         validate_only: false,

@@ -135,6 +135,21 @@ impl ControllerNode {
         self.shared.sm.image()
     }
 
+    /// Calls `publish` with the current image and then with every later one, on the
+    /// controller thread, in order.
+    pub fn on_publish(&self, publish: impl Fn(Arc<MetadataImage>) + Send + 'static) {
+        let mut images = self.shared.sm.subscribe();
+        self.rt.spawn(async move {
+            loop {
+                let image = images.borrow_and_update().clone();
+                publish(image);
+                if images.changed().await.is_err() {
+                    return;
+                }
+            }
+        });
+    }
+
     /// The active controller's id, if known.
     pub fn leader(&self) -> Option<i32> {
         self.shared

@@ -1,41 +1,59 @@
-//! The single-node controller: the only writer of cluster metadata. Runs on shard 0.
+//! The broker's side of the controller quorum, on shard 0: every admin change made on
+//! this broker is validated here and committed as a command through the active
+//! controller (wherever it runs: `ControllerNode::propose` carries it there, Kafka's
+//! forwarding).
 //!
-//! A topic change is: validate, build the next metadata snapshot, persist it (off the
-//! reactor, on glommio's blocking pool), publish it, then ask each owning shard to open
-//! (or drop) its partitions and wait for all of them — so when a client hears "created",
-//! every partition is ready to take produces. Changes are serialised by `lock`.
+//! What only a broker can check is checked here: config values against the broker's
+//! defaults, and the lists and layers they make. Everything that depends on the cluster
+//! (existence, live brokers, placement, bounds) is checked when the command is applied,
+//! on the image of that moment. Configs are compare-and-set: a command names the
+//! overrides it was computed from, and one computed from overrides that changed meanwhile
+//! is computed again.
 //!
-//! Not here yet: brokers, leaders and ISR beyond this one node (the cluster issue).
+//! A change is answered once this broker's shards have applied it (partitions opened or
+//! dropped, configs re-resolved: `reconcile`), so a client that hears "created" can
+//! produce to this broker's partitions at once. Changes are serialised by `lock`.
 
 use crate::mesh::*;
-use crate::metadata::{validate_topic_name, MetadataStore, TopicMeta};
+use crate::metadata::MetadataStore;
 use crate::shard_config::ShardConfig;
 use crate::topic_config;
-use futures::channel::oneshot;
+use corelog_controller::command::{self as cmd, Command, CommandError, Outcome};
+use corelog_controller::ControllerNode;
 use glommio::sync::Semaphore;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-/// Upper bound on partitions per topic, to keep one request from opening an unbounded
-/// number of files.
-pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
+pub use corelog_controller::command::PARTITIONS_PER_TOPIC_MAX;
+
+/// How long a change may wait for the active controller.
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(30);
+/// How often a config change is computed again after a concurrent change beat it.
+const CONFLICT_RETRIES: usize = 5;
 
 pub struct Controller {
     metadata: Arc<MetadataStore>,
     config: Arc<ShardConfig>,
+    node: ControllerNode,
     lock: Semaphore,
 }
 
 impl Controller {
-    pub fn new(metadata: Arc<MetadataStore>, config: Arc<ShardConfig>) -> Controller {
+    pub fn new(
+        metadata: Arc<MetadataStore>,
+        config: Arc<ShardConfig>,
+        node: ControllerNode,
+    ) -> Controller {
         Controller {
             metadata,
             config,
+            node,
             lock: Semaphore::new(1),
         }
     }
 
-    pub async fn handle(&self, peers: &Peers, req: ControllerRequest) {
+    pub async fn handle(&self, req: ControllerRequest) {
         let _permit = self.lock.acquire_permit(1).await;
         match req {
             ControllerRequest::CreateTopics {
@@ -43,11 +61,11 @@ impl Controller {
                 validate_only,
                 reply,
             } => {
-                let r = self.create_topics(peers, topics, validate_only).await;
-                let _ = reply.send(r);
+                let _ = reply.send(self.create_topics(topics, validate_only).await);
             }
             ControllerRequest::DeleteTopics { names, reply } => {
-                let r = self.delete_topics(peers, names).await;
+                let n = names.len();
+                let r = self.items(Command::DeleteTopics { names }, n).await;
                 let _ = reply.send(r);
             }
             ControllerRequest::CreatePartitions {
@@ -55,7 +73,22 @@ impl Controller {
                 validate_only,
                 reply,
             } => {
-                let r = self.create_partitions(peers, topics, validate_only).await;
+                let n = topics.len();
+                let command = Command::CreatePartitions {
+                    topics: topics
+                        .into_iter()
+                        .map(|(topic, count)| cmd::NewPartitions {
+                            topic,
+                            count,
+                            assignments: None,
+                        })
+                        .collect(),
+                };
+                let r = if validate_only {
+                    items_of(self.node.dry_run(&command), n)
+                } else {
+                    self.items(command, n).await
+                };
                 let _ = reply.send(r);
             }
             ControllerRequest::AlterTopicConfigs {
@@ -63,8 +96,7 @@ impl Controller {
                 validate_only,
                 reply,
             } => {
-                let r = self.alter_configs(peers, changes, validate_only).await;
-                let _ = reply.send(r);
+                let _ = reply.send(self.alter_configs(changes, validate_only).await);
             }
             ControllerRequest::AllocateProducerIds { reply } => {
                 let _ = reply.send(self.allocate_producer_ids().await);
@@ -76,295 +108,196 @@ impl Controller {
                 reply,
             } => {
                 let r = self
-                    .alter_broker_configs(peers, resource, ops, validate_only)
+                    .alter_broker_configs(resource, ops, validate_only)
                     .await;
                 let _ = reply.send(r);
             }
             ControllerRequest::AlterClientQuotas { alterations, reply } => {
-                let r = self.alter_client_quotas(alterations).await;
+                let n = alterations.len();
+                let r = if n == 0 {
+                    Vec::new()
+                } else {
+                    match self
+                        .commit(Command::AlterClientQuotas { alterations })
+                        .await
+                    {
+                        Ok(Outcome::Done(Ok(()))) => vec![Ok(()); n],
+                        Ok(Outcome::Done(Err(e))) => vec![Err(topic_error(e)); n],
+                        Ok(other) => vec![Err(unexpected(&other)); n],
+                        Err(e) => vec![Err(e); n],
+                    }
+                };
                 let _ = reply.send(r);
             }
         }
     }
 
-    /// The next block of producer ids; the new high mark is persisted first.
-    async fn allocate_producer_ids(&self) -> Result<i64, TopicError> {
-        let mut next = (*self.metadata.snapshot()).clone();
-        let start = next.next_producer_id;
-        next.next_producer_id = start
-            .checked_add(PRODUCER_ID_BLOCK)
-            .ok_or_else(|| TopicError::Storage("producer ids exhausted".into()))?;
-        self.persist(next).await?;
-        Ok(start)
+    /// Commits `command` and waits until this broker's shards have applied it.
+    async fn commit(&self, command: Command) -> Result<Outcome, TopicError> {
+        let applied = self
+            .node
+            .propose(command, PROPOSE_TIMEOUT)
+            .await
+            .map_err(|e| match e {
+                corelog_controller::ProposeError::Timeout(_) => TopicError::Timeout(e.to_string()),
+                corelog_controller::ProposeError::Unavailable(_) => {
+                    TopicError::NotController(e.to_string())
+                }
+            })?;
+        self.metadata.wait_reconciled(applied.index).await;
+        Ok(applied.outcome)
     }
 
-    async fn persist(&self, next: crate::metadata::ClusterMetadata) -> Result<(), TopicError> {
-        let store = self.metadata.clone();
-        glommio::executor()
-            .spawn_blocking(move || store.replace(next))
-            .await
-            .map_err(|e| TopicError::Storage(e.to_string()))
+    /// Commits a command of `n` items; one result each.
+    async fn items(&self, command: Command, n: usize) -> Vec<Result<(), TopicError>> {
+        match self.commit(command).await {
+            Ok(outcome) => items_of(outcome, n),
+            Err(e) => vec![Err(e); n],
+        }
+    }
+
+    /// The next block of producer ids, for this broker's current registration.
+    async fn allocate_producer_ids(&self) -> Result<i64, TopicError> {
+        let epoch = self
+            .node
+            .image()
+            .broker(self.config.node_id)
+            .map(|b| b.epoch)
+            .ok_or_else(|| TopicError::NotController("this broker is not registered yet".into()))?;
+        match self
+            .commit(Command::AllocateProducerIds {
+                broker: self.config.node_id,
+                epoch,
+            })
+            .await?
+        {
+            Outcome::ProducerIds(r) => r.map_err(topic_error),
+            other => Err(unexpected(&other)),
+        }
     }
 
     async fn create_topics(
         &self,
-        peers: &Peers,
         topics: Vec<NewTopic>,
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
-        let mut next = (*self.metadata.snapshot()).clone();
-        let defaults = self.broker_defaults(&next);
-        let mut results = Vec::with_capacity(topics.len());
-        let mut created = Vec::new();
+        let meta = self.metadata.snapshot();
+        let defaults = self.broker_defaults(&meta);
+        // Checked here: the configs; the rest when the command is applied.
+        let mut results: Vec<Option<Result<(), TopicError>>> = Vec::with_capacity(topics.len());
+        let mut proposed = Vec::new();
         for t in &topics {
-            let r = (|| {
-                validate_topic_name(&t.name).map_err(|e| TopicError::InvalidName(e.to_string()))?;
-                if next.topics.contains_key(&t.name) {
-                    return Err(TopicError::AlreadyExists);
-                }
-                if t.partitions < 1 || t.partitions > PARTITIONS_PER_TOPIC_MAX {
-                    return Err(TopicError::InvalidPartitions(format!(
-                        "partition count must be between 1 and {PARTITIONS_PER_TOPIC_MAX}, got {}",
-                        t.partitions
-                    )));
-                }
-                let overrides = t.configs.iter().cloned().collect::<BTreeMap<_, _>>();
-                if overrides.len() != t.configs.len() {
-                    return Err(TopicError::InvalidConfig(
-                        "a config key is named more than once".into(),
-                    ));
-                }
+            let overrides = t.configs.iter().cloned().collect::<BTreeMap<_, _>>();
+            let checked = if overrides.len() != t.configs.len() {
+                Err(TopicError::InvalidConfig(
+                    "a config key is named more than once".into(),
+                ))
+            } else {
                 topic_config::resolve(&defaults, &overrides)
-                    .map_err(|e| TopicError::InvalidConfig(e.message))?;
-                Ok(())
-            })();
-            if r.is_ok() && !validate_only {
-                next.topics.insert(
-                    t.name.clone(),
-                    TopicMeta {
+                    .map(|_| ())
+                    .map_err(|e| TopicError::InvalidConfig(e.message))
+            };
+            match checked {
+                Ok(()) => {
+                    proposed.push(cmd::NewTopic {
                         name: t.name.clone(),
                         id: uuid::Uuid::new_v4(),
                         partitions: t.partitions,
-                        configs: t.configs.iter().cloned().collect::<BTreeMap<_, _>>(),
-                        leader_epoch: 0,
-                    },
-                );
-                created.push((t.name.clone(), 0, t.partitions));
+                        replication_factor: t.replication_factor,
+                        assignments: t.assignments.clone(),
+                        configs: overrides,
+                    });
+                    results.push(None);
+                }
+                Err(e) => results.push(Some(Err(e))),
             }
-            results.push(r);
         }
-        if created.is_empty() {
-            return results;
-        }
-        if let Err(e) = self.persist(next).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        for (name, from, to) in created {
-            if let Err(e) = self.open_everywhere(peers, &name, from, to).await {
-                tracing::error!(topic = %name, error = %e, "opening partitions of a new topic");
+        if !proposed.is_empty() {
+            let n = proposed.len();
+            let command = Command::CreateTopics { topics: proposed };
+            let applied = if validate_only {
+                items_of(self.node.dry_run(&command), n)
+            } else {
+                self.items(command, n).await
+            };
+            let mut applied = applied.into_iter();
+            for slot in results.iter_mut().filter(|r| r.is_none()) {
+                *slot = applied.next();
             }
         }
         results
-    }
-
-    /// The partitions `range` of `topic` grouped by owning shard: (shard, partitions),
-    /// shards without any left out — one mesh message per shard.
-    fn by_owner(
-        &self,
-        peers: &Peers,
-        topic: &str,
-        range: std::ops::Range<i32>,
-    ) -> impl Iterator<Item = (usize, Vec<i32>)> {
-        let mut per_shard: Vec<Vec<i32>> = vec![Vec::new(); self.config.shard_count];
-        for p in range {
-            if let Some(v) = per_shard.get_mut(peers.owner_of(topic, p)) {
-                v.push(p);
-            }
-        }
-        per_shard
             .into_iter()
-            .enumerate()
-            .filter(|(_, ps)| !ps.is_empty())
-    }
-
-    async fn open_everywhere(
-        &self,
-        peers: &Peers,
-        topic: &str,
-        from: i32,
-        to: i32,
-    ) -> Result<(), TopicError> {
-        let topic: Arc<str> = topic.into();
-        let calls = self.by_owner(peers, &topic, from..to).map(|(target, ps)| {
-            let (tx, rx) = oneshot::channel();
-            let msg = PartitionRequest::OpenPartitions {
-                topic: topic.clone(),
-                partitions: ps,
-                reply: tx,
-            };
-            peers.call(target, msg, rx)
-        });
-        for r in futures::future::join_all(calls).await {
-            match r {
-                Some(Ok(())) => {}
-                Some(Err(e)) => return Err(e),
-                None => return Err(TopicError::Storage("shard unavailable".into())),
-            }
-        }
-        Ok(())
-    }
-
-    async fn delete_topics(
-        &self,
-        peers: &Peers,
-        names: Vec<String>,
-    ) -> Vec<Result<(), TopicError>> {
-        let mut next = (*self.metadata.snapshot()).clone();
-        let mut results = Vec::with_capacity(names.len());
-        let mut removed = Vec::new();
-        for n in &names {
-            match next.topics.remove(n) {
-                Some(t) => {
-                    removed.push(t);
-                    results.push(Ok(()));
-                }
-                None => results.push(Err(TopicError::Unknown)),
-            }
-        }
-        if removed.is_empty() {
-            return results;
-        }
-        if let Err(e) = self.persist(next).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        for t in removed {
-            let topic: Arc<str> = t.name.as_str().into();
-            let calls = self
-                .by_owner(peers, &topic, 0..t.partitions)
-                .map(|(target, ps)| {
-                    let (tx, rx) = oneshot::channel();
-                    let msg = PartitionRequest::DropPartitions {
-                        topic: topic.clone(),
-                        partitions: ps,
-                        reply: tx,
-                    };
-                    peers.call(target, msg, rx)
-                });
-            futures::future::join_all(calls).await;
-        }
-        results
-    }
-
-    async fn create_partitions(
-        &self,
-        peers: &Peers,
-        topics: Vec<(String, i32)>,
-        validate_only: bool,
-    ) -> Vec<Result<(), TopicError>> {
-        let mut next = (*self.metadata.snapshot()).clone();
-        let mut results = Vec::with_capacity(topics.len());
-        let mut grown = Vec::new();
-        for (name, count) in &topics {
-            let r = match next.topics.get_mut(name) {
-                None => Err(TopicError::Unknown),
-                Some(t) if *count <= t.partitions => Err(TopicError::InvalidPartitions(format!(
-                    "topic currently has {} partitions, which is higher than or equal to the requested {count}",
-                    t.partitions
-                ))),
-                Some(_) if *count > PARTITIONS_PER_TOPIC_MAX => Err(TopicError::InvalidPartitions(format!(
-                    "at most {PARTITIONS_PER_TOPIC_MAX} partitions per topic"
-                ))),
-                Some(t) => {
-                    if !validate_only {
-                        grown.push((name.clone(), t.partitions, *count));
-                        t.partitions = *count;
-                    }
-                    Ok(())
-                }
-            };
-            results.push(r);
-        }
-        if grown.is_empty() {
-            return results;
-        }
-        if let Err(e) = self.persist(next).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        for (name, from, to) in grown {
-            if let Err(e) = self.open_everywhere(peers, &name, from, to).await {
-                tracing::error!(topic = %name, error = %e, "opening new partitions");
-            }
-        }
-        results
+            .map(|r| r.unwrap_or_else(|| Err(TopicError::Storage("no result".into()))))
+            .collect()
     }
 
     /// AlterConfigs / IncrementalAlterConfigs on topics: each change is validated whole
-    /// (every override resolves against the broker defaults) before anything is stored;
-    /// then the owning shards re-resolve their partitions' configs.
+    /// (every override resolves against the broker defaults) before it is proposed.
     async fn alter_configs(
         &self,
-        peers: &Peers,
         changes: Vec<TopicConfigChange>,
         validate_only: bool,
     ) -> Vec<Result<(), TopicError>> {
-        let mut next = (*self.metadata.snapshot()).clone();
-        let defaults = self.broker_defaults(&next);
-        let mut results = Vec::with_capacity(changes.len());
-        let mut altered: Vec<String> = Vec::new();
+        let mut out = Vec::with_capacity(changes.len());
         for change in &changes {
-            let r = (|| {
-                let t = next.topics.get(&change.topic).ok_or(TopicError::Unknown)?;
-                let overrides = apply_ops(&defaults, &t.configs, &change.ops)
-                    .map_err(|e| TopicError::InvalidConfig(e.message))?;
-                let resolved = topic_config::resolve(&defaults, &overrides)
-                    .map_err(|e| TopicError::InvalidConfig(e.message))?;
-                // The group coordinator's state is the latest record per key: the
-                // offsets topic is compacted and nothing else (the shard enforces it).
-                if change.topic == crate::group::OFFSETS_TOPIC
-                    && (resolved.cleanup.delete || !resolved.cleanup.compact)
-                {
-                    return Err(TopicError::InvalidConfig(format!(
-                        "cleanup.policy of {} must be compact",
-                        crate::group::OFFSETS_TOPIC
-                    )));
-                }
-                Ok(overrides)
-            })();
-            match r {
-                Ok(overrides) if !validate_only => {
-                    if let Some(t) = next.topics.get_mut(&change.topic) {
-                        t.configs = overrides;
-                        altered.push(change.topic.clone());
-                    }
-                    results.push(Ok(()));
-                }
-                Ok(_) => results.push(Ok(())),
-                Err(e) => results.push(Err(e)),
-            }
-        }
-        if altered.is_empty() {
-            return results;
-        }
-        if let Err(e) = self.persist(next).await {
-            return results.into_iter().map(|r| r.and(Err(e.clone()))).collect();
-        }
-        for name in altered {
-            let topic: Arc<str> = name.as_str().into();
-            let calls = (0..self.config.shard_count).map(|target| {
-                let (tx, rx) = oneshot::channel();
-                let msg = PartitionRequest::ApplyTopicConfig {
-                    topic: topic.clone(),
-                    reply: tx,
+            let mut result = Err(TopicError::Timeout(
+                "config changed concurrently, again and again".into(),
+            ));
+            for _ in 0..CONFLICT_RETRIES {
+                let meta = self.metadata.snapshot();
+                let proposal = self.topic_config_change(&meta, change);
+                let Ok(c) = proposal else {
+                    result = proposal.map(|_| ());
+                    break;
                 };
-                peers.call(target, msg, rx)
-            });
-            futures::future::join_all(calls).await;
+                if validate_only {
+                    result = Ok(());
+                    break;
+                }
+                result = match self
+                    .items(Command::SetTopicConfigs { changes: vec![c] }, 1)
+                    .await
+                    .pop()
+                {
+                    Some(Err(TopicError::Conflict)) => continue,
+                    Some(r) => r,
+                    None => Err(TopicError::Storage("no result".into())),
+                };
+                break;
+            }
+            out.push(result);
         }
-        results
+        out
     }
-}
 
-impl Controller {
+    fn topic_config_change(
+        &self,
+        meta: &crate::metadata::ClusterMetadata,
+        change: &TopicConfigChange,
+    ) -> Result<cmd::ConfigChange, TopicError> {
+        let defaults = self.broker_defaults(meta);
+        let t = meta.topic(&change.topic).ok_or(TopicError::Unknown)?;
+        let overrides = apply_ops(&defaults, &t.configs, &change.ops)
+            .map_err(|e| TopicError::InvalidConfig(e.message))?;
+        let resolved = topic_config::resolve(&defaults, &overrides)
+            .map_err(|e| TopicError::InvalidConfig(e.message))?;
+        // The group coordinator's state is the latest record per key: the offsets topic
+        // is compacted and nothing else (the shard enforces it).
+        if change.topic == crate::group::OFFSETS_TOPIC
+            && (resolved.cleanup.delete || !resolved.cleanup.compact)
+        {
+            return Err(TopicError::InvalidConfig(format!(
+                "cleanup.policy of {} must be compact",
+                crate::group::OFFSETS_TOPIC
+            )));
+        }
+        Ok(cmd::ConfigChange {
+            name: change.topic.clone(),
+            from: t.configs.clone(),
+            to: overrides,
+        })
+    }
+
     /// The defaults topics inherit under `meta`: the start-up config with the dynamic
     /// broker configs applied.
     fn broker_defaults(
@@ -376,18 +309,39 @@ impl Controller {
     }
 
     /// AlterConfigs / IncrementalAlterConfigs on a BROKER resource ("" the cluster-wide
-    /// default, or this node): the changed layer is validated whole, persisted, and then
-    /// every shard re-resolves its partitions' configs, so topics without an override of
-    /// a key take the new value at once (Kafka's dynamic `log.*` defaults).
+    /// default, or a node): the changed layer is validated whole and committed; every
+    /// broker's shards then re-resolve their partitions' configs, so topics without an
+    /// override of a key take the new value at once (Kafka's dynamic `log.*` defaults).
     async fn alter_broker_configs(
         &self,
-        peers: &Peers,
         resource: String,
         ops: ConfigOps,
         validate_only: bool,
     ) -> Result<(), TopicError> {
-        let mut next = (*self.metadata.snapshot()).clone();
-        let effective = self.broker_defaults(&next);
+        for _ in 0..CONFLICT_RETRIES {
+            let meta = self.metadata.snapshot();
+            let change = self.broker_config_change(&meta, &resource, &ops)?;
+            if validate_only {
+                return Ok(());
+            }
+            match self.commit(Command::SetBrokerConfigs { change }).await? {
+                Outcome::Done(Err(CommandError::Conflict)) => continue,
+                Outcome::Done(r) => return r.map_err(topic_error),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        Err(TopicError::Timeout(
+            "broker configs changed concurrently, again and again".into(),
+        ))
+    }
+
+    fn broker_config_change(
+        &self,
+        meta: &crate::metadata::ClusterMetadata,
+        resource: &str,
+        ops: &ConfigOps,
+    ) -> Result<cmd::ConfigChange, TopicError> {
+        let effective = self.broker_defaults(meta);
         let invalid = |e: topic_config::ConfigError| TopicError::InvalidConfig(e.message);
         // The layer and the ops under topic key names, so that apply_ops' list handling
         // and checks apply unchanged; then back to broker names.
@@ -400,28 +354,30 @@ impl Controller {
                     ))
                 })
         };
-        let current: BTreeMap<String, String> = next
+        let stored = meta
             .broker_configs
-            .get(&resource)
-            .into_iter()
-            .flatten()
+            .get(resource)
+            .cloned()
+            .unwrap_or_default();
+        let current: BTreeMap<String, String> = stored
+            .iter()
             .map(|(k, v)| Ok((to_topic(k)?, v.clone())))
             .collect::<Result<_, TopicError>>()?;
         let ops = match ops {
             ConfigOps::Replace(pairs) => ConfigOps::Replace(
                 pairs
-                    .into_iter()
-                    .map(|(k, v)| Ok((to_topic(&k)?, v)))
+                    .iter()
+                    .map(|(k, v)| Ok((to_topic(k)?, v.clone())))
                     .collect::<Result<_, TopicError>>()?,
             ),
             ConfigOps::Incremental(list) => ConfigOps::Incremental(
-                list.into_iter()
+                list.iter()
                     .map(|op| {
                         Ok(match op {
-                            ConfigOp::Set(k, v) => ConfigOp::Set(to_topic(&k)?, v),
-                            ConfigOp::Delete(k) => ConfigOp::Delete(to_topic(&k)?),
-                            ConfigOp::Append(k, v) => ConfigOp::Append(to_topic(&k)?, v),
-                            ConfigOp::Subtract(k, v) => ConfigOp::Subtract(to_topic(&k)?, v),
+                            ConfigOp::Set(k, v) => ConfigOp::Set(to_topic(k)?, v.clone()),
+                            ConfigOp::Delete(k) => ConfigOp::Delete(to_topic(k)?),
+                            ConfigOp::Append(k, v) => ConfigOp::Append(to_topic(k)?, v.clone()),
+                            ConfigOp::Subtract(k, v) => ConfigOp::Subtract(to_topic(k)?, v.clone()),
                         })
                     })
                     .collect::<Result<_, TopicError>>()?,
@@ -433,17 +389,25 @@ impl Controller {
             .filter_map(|(k, v)| topic_config::def(&k).map(|d| (d.broker_name.to_string(), v)))
             .collect();
         topic_config::check_broker_layer(&layer).map_err(invalid)?;
-        if layer.is_empty() {
-            next.broker_configs.remove(&resource);
-        } else {
-            next.broker_configs.insert(resource, layer);
-        }
         // The new defaults must hold together, and every topic's overrides must still
         // resolve over them: a topic is never left running without its own settings
         // (a compacted topic falling back to deletion would lose its data).
-        let defaults = self.broker_defaults(&next);
+        let mut layers = meta.broker_configs.clone();
+        if layer.is_empty() {
+            layers.remove(resource);
+        } else {
+            layers.insert(resource.to_string(), layer.clone());
+        }
+        let node = self.config.node_id.to_string();
+        let empty = BTreeMap::new();
+        let defaults = topic_config::BrokerDefaults {
+            static_config: &self.config.log,
+            cluster_default: layers.get("").unwrap_or(&empty),
+            node: layers.get(&node).unwrap_or(&empty),
+        }
+        .effective();
         topic_config::resolve(&defaults, &BTreeMap::new()).map_err(invalid)?;
-        for t in next.topics.values() {
+        for t in meta.topics.values() {
             topic_config::resolve(&defaults, &t.configs).map_err(|e| {
                 TopicError::InvalidConfig(format!(
                     "topic {}'s own configs would no longer apply: {}",
@@ -451,47 +415,42 @@ impl Controller {
                 ))
             })?;
         }
-        if validate_only {
-            return Ok(());
-        }
-        self.persist(next).await?;
-        let calls = (0..self.config.shard_count).map(|target| {
-            let (tx, rx) = oneshot::channel();
-            peers.call(
-                target,
-                PartitionRequest::ApplyBrokerConfig { reply: tx },
-                rx,
-            )
-        });
-        futures::future::join_all(calls).await;
-        Ok(())
+        Ok(cmd::ConfigChange {
+            name: resource.to_string(),
+            from: stored,
+            to: layer,
+        })
     }
+}
 
-    /// AlterClientQuotas: applies every (edge-validated) alteration to one new
-    /// snapshot, persisted once. Every shard sees the change at its next request
-    /// through its metadata snapshot; nothing needs to be told.
-    async fn alter_client_quotas(
-        &self,
-        alterations: Vec<crate::client_quota::QuotaAlteration>,
-    ) -> Vec<Result<(), TopicError>> {
-        if alterations.is_empty() {
-            return Vec::new();
+/// One result per item of a command of `n` items.
+fn items_of(outcome: Outcome, n: usize) -> Vec<Result<(), TopicError>> {
+    match outcome {
+        Outcome::Items(v) if v.len() == n => {
+            v.into_iter().map(|r| r.map_err(topic_error)).collect()
         }
-        let mut next = (*self.metadata.snapshot()).clone();
-        for alt in &alterations {
-            next.client_quotas.apply(alt);
-        }
-        // Every later metadata change copies and rewrites all of them: bounded.
-        if next.client_quotas.entries.len() > crate::client_quota::QUOTA_ENTITIES_MAX {
-            let e = TopicError::InvalidConfig(format!(
-                "more than {} quota entities",
-                crate::client_quota::QUOTA_ENTITIES_MAX
-            ));
-            return alterations.iter().map(|_| Err(e.clone())).collect();
-        }
-        match self.persist(next).await {
-            Ok(()) => alterations.iter().map(|_| Ok(())).collect(),
-            Err(e) => alterations.iter().map(|_| Err(e.clone())).collect(),
+        other => vec![Err(unexpected(&other)); n],
+    }
+}
+
+fn unexpected(outcome: &Outcome) -> TopicError {
+    TopicError::Storage(format!("the controller answered {outcome:?}"))
+}
+
+/// The broker's view of a command's failure.
+pub fn topic_error(e: CommandError) -> TopicError {
+    match e {
+        CommandError::TopicAlreadyExists => TopicError::AlreadyExists,
+        CommandError::UnknownTopic => TopicError::Unknown,
+        CommandError::InvalidTopicName(m) => TopicError::InvalidName(m),
+        CommandError::InvalidPartitions(m) => TopicError::InvalidPartitions(m),
+        CommandError::InvalidReplicationFactor(m) => TopicError::InvalidReplicationFactor(m),
+        CommandError::InvalidReplicaAssignment(m) => TopicError::InvalidReplicaAssignment(m),
+        CommandError::InvalidConfig(m) => TopicError::InvalidConfig(m),
+        CommandError::Conflict => TopicError::Conflict,
+        CommandError::PolicyViolation(m) => TopicError::PolicyViolation(m),
+        e @ (CommandError::StaleBrokerEpoch(_) | CommandError::Invalid(_)) => {
+            TopicError::Invalid(e.to_string())
         }
     }
 }

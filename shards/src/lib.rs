@@ -10,11 +10,12 @@
 //! - [`shard`]: the per-core partition table (`corelog_partition::Partition`s) and the
 //!   dispatch of mesh messages.
 //! - [`routing`]: partition → shard, a stable pure function.
-//! - [`metadata`]: the cluster's topic metadata, single writer (shard 0) and lock-free
-//!   readers on every core, persisted in the data directory.
+//! - [`metadata`]: the cluster metadata as the controller last published it, one writer
+//!   (the controller node) and lock-free readers on every core.
+//! - [`reconcile`]: each shard's partitions made to follow the metadata.
 //! - [`mesh`]: the cross-core request/reply messages.
-//! - [`controller`]: shard 0's writer of the metadata (topics, configs, quotas,
-//!   producer-id blocks).
+//! - [`controller`]: shard 0's side of the controller quorum: admin changes validated
+//!   and committed as commands (topics, configs, quotas, producer-id blocks).
 //! - [`group`]: the classic consumer-group coordinator and its `__consumer_offsets` log.
 //! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
 //! - [`topic_config`]: the topic configuration keys, their validation and description.
@@ -35,6 +36,7 @@ pub mod housekeeping;
 pub mod mesh;
 pub mod metadata;
 pub mod producer_ids;
+pub mod reconcile;
 pub mod routing;
 pub mod shard;
 pub mod shard_config;

@@ -162,6 +162,10 @@ pub struct PartitionDescription {
 pub struct NewTopic {
     pub name: String,
     pub partitions: i32,
+    /// Resolved by the edge (Kafka's -1 is the broker's default).
+    pub replication_factor: i32,
+    /// Explicit replica lists, one per partition.
+    pub assignments: Option<Vec<Vec<i32>>>,
     pub configs: Vec<(String, String)>,
 }
 
@@ -178,14 +182,25 @@ pub enum TopicError {
     InvalidPartitions(String),
     #[error("invalid config: {0}")]
     InvalidConfig(String),
-    #[error("replication factor must be 1 on a single-node broker")]
-    InvalidReplicationFactor,
+    #[error("invalid replication factor: {0}")]
+    InvalidReplicationFactor(String),
     #[error("invalid replica assignment: {0}")]
     InvalidReplicaAssignment(String),
     #[error("the topic is named more than once in the request")]
     Duplicate,
     #[error("storage error: {0}")]
     Storage(String),
+    #[error("{0}")]
+    PolicyViolation(String),
+    /// Computed from metadata that changed meanwhile (retried inside the broker).
+    #[error("changed concurrently")]
+    Conflict,
+    #[error("no active controller: {0}")]
+    NotController(String),
+    #[error("{0}")]
+    Timeout(String),
+    #[error("{0}")]
+    Invalid(String),
 }
 
 pub enum ControllerRequest {
@@ -301,22 +316,6 @@ pub enum PartitionRequest {
         partitions: Vec<EpochQuery>,
         reply: Reply<Vec<Result<(i32, i64), PartitionError>>>,
     },
-    OpenPartitions {
-        topic: Arc<str>,
-        partitions: Vec<i32>,
-        reply: Reply<Result<(), TopicError>>,
-    },
-    DropPartitions {
-        topic: Arc<str>,
-        partitions: Vec<i32>,
-        reply: Reply<()>,
-    },
-    /// The topic's configuration changed in the metadata: re-resolve it for the
-    /// partitions this shard owns.
-    ApplyTopicConfig { topic: Arc<str>, reply: Reply<()> },
-    /// The dynamic broker configs changed in the metadata: re-resolve every partition's
-    /// config on this shard.
-    ApplyBrokerConfig { reply: Reply<()> },
     /// DescribeLogDirs and DescribeProducers: each partition's size and, when asked, its
     /// idempotent producers.
     DescribePartitions {

@@ -1,65 +1,64 @@
-//! The cluster's topic metadata: names, ids, partition counts and configs.
+//! The cluster metadata as the shards see it: the controller's latest applied image
+//! (`corelog_controller::MetadataImage`), with the helpers a broker needs around it.
 //!
 //! Sharing across cores (decided up front: `RefCell` state shared across `.await` points
-//! is how thread-per-core brokers panic): one writer — the controller on shard 0 — and lock-free readers on every core. Readers
-//! load an `Arc<ClusterMetadata>` snapshot from an `ArcSwap` and never hold a borrow
-//! across an `.await`; the writer builds a new snapshot, persists it, then publishes it.
+//! is how thread-per-core brokers panic): one writer — the controller node's publisher, on
+//! the controller thread — and lock-free readers on every core. Readers load an
+//! `Arc<ClusterMetadata>` from an `ArcSwap` and never hold a borrow across an `.await`.
+//! Every view carries the log index it reflects (`version`); a newer one replaces an
+//! older one, never the reverse, and each replacement wakes whoever waits for a change.
 //!
-//! Persistence: `<data-dir>/cluster-metadata.json`, replaced atomically (write a
-//! temporary file, fsync, rename, fsync the directory), so a crash leaves either the old
-//! or the new metadata, never a mix.
+//! Persistence is the controller's (its Raft log and snapshots); nothing here is written.
 
 use arc_swap::ArcSwap;
-use serde::{Deserialize, Serialize};
+use corelog_controller::image::{PartitionImage, TopicImage};
+use corelog_controller::MetadataImage;
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 pub use corelog_controller::image::{validate_topic_name, TopicNameError, TOPIC_NAME_LEN_MAX};
 
-pub const METADATA_FILE: &str = "cluster-metadata.json";
+/// Where a single node kept its metadata before the controller quorum (read once, to
+/// carry its cluster id over).
+pub const LEGACY_METADATA_FILE: &str = "cluster-metadata.json";
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-pub struct TopicMeta {
-    pub name: String,
-    pub id: uuid::Uuid,
-    pub partitions: i32,
-    #[serde(default)]
-    pub configs: BTreeMap<String, String>,
-    /// The leader epoch every partition of the topic is led in. This node leads them
-    /// all, so they share it; it starts at 0 and grows by one each time the node starts
-    /// (`start_new_leader_epochs`). Absent (0) in files written before epochs were kept.
-    #[serde(default)]
-    pub leader_epoch: i32,
+/// One applied image of the cluster metadata.
+#[derive(Debug, Clone, Default)]
+pub struct ClusterMetadata {
+    image: Arc<MetadataImage>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
-pub struct ClusterMetadata {
-    pub cluster_id: String,
-    pub topics: BTreeMap<String, TopicMeta>,
-    /// First producer id not yet handed out in a block (see `ControllerRequest::
-    /// AllocateProducerIds`): ids below it are never given out again, across restarts.
-    #[serde(default)]
-    pub next_producer_id: i64,
-    /// Client quota overrides (AlterClientQuotas); absent in files written before them.
-    #[serde(default)]
-    pub client_quotas: crate::client_quota::ClientQuotas,
-    /// Dynamic broker configs (AlterConfigs / IncrementalAlterConfigs on BROKER
-    /// resources) by resource name: "" the cluster-wide default, "<id>" one node. Keys are
-    /// broker names (`log.retention.ms`), validated before they were stored.
-    #[serde(default)]
-    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
-    /// Topic names by id (Fetch v13+ and Metadata address topics by id): derived from
-    /// `topics` by the store before it publishes a snapshot, never persisted.
-    #[serde(skip)]
-    topic_ids: std::collections::HashMap<uuid::Uuid, String>,
+impl std::ops::Deref for ClusterMetadata {
+    type Target = MetadataImage;
+
+    fn deref(&self) -> &MetadataImage {
+        &self.image
+    }
 }
 
 /// A layer with nothing set.
 static NO_CONFIGS: BTreeMap<String, String> = BTreeMap::new();
 
 impl ClusterMetadata {
+    pub fn new(image: Arc<MetadataImage>) -> ClusterMetadata {
+        ClusterMetadata { image }
+    }
+
+    pub fn image(&self) -> &Arc<MetadataImage> {
+        &self.image
+    }
+
+    /// The metadata log index this view reflects.
+    pub fn version(&self) -> u64 {
+        self.image.applied
+    }
+
+    pub fn cluster_id(&self) -> &str {
+        self.image.cluster_id.as_deref().unwrap_or_default()
+    }
+
     /// The broker-wide defaults every topic of node `node_id` inherits, in layers.
     pub fn broker_defaults<'a>(
         &'a self,
@@ -75,23 +74,6 @@ impl ClusterMetadata {
                 .unwrap_or(&NO_CONFIGS),
         }
     }
-}
-
-impl ClusterMetadata {
-    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
-        self.topics.get(name)
-    }
-
-    pub fn topic_by_id(&self, id: uuid::Uuid) -> Option<&TopicMeta> {
-        // A snapshot the store did not index (built by hand) is searched instead.
-        if self.topic_ids.len() != self.topics.len() {
-            return self.topics.values().find(|t| t.id == id);
-        }
-        self.topic_ids
-            .get(&id)
-            .and_then(|name| self.topics.get(name))
-            .filter(|t| t.id == id)
-    }
 
     /// Kafka's internal topics (hidden by admin clients' listTopics); a user topic whose
     /// name merely starts with `__` is not one.
@@ -99,85 +81,105 @@ impl ClusterMetadata {
         topic == crate::group::OFFSETS_TOPIC
     }
 
-    /// Rebuilds the id index from `topics`.
-    fn index_topic_ids(&mut self) {
-        self.topic_ids = self
-            .topics
-            .values()
-            .map(|t| (t.id, t.name.clone()))
-            .collect();
-        debug_assert_eq!(
-            self.topic_ids.len(),
-            self.topics.len(),
-            "topic ids are unique"
-        );
+    pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
+        self.partition(topic, partition).is_some()
     }
 
-    pub fn has_partition(&self, topic: &str, partition: i32) -> bool {
-        self.topic(topic)
-            .map(|t| partition >= 0 && partition < t.partitions)
-            .unwrap_or(false)
+    pub fn partition(&self, topic: &str, partition: i32) -> Option<&PartitionImage> {
+        self.topic(topic).and_then(|t| t.partition(partition))
+    }
+
+    /// Whether broker `node_id` serves clients' requests for the partition: it must lead
+    /// it. Kafka's answers otherwise: an unknown partition, or "not the leader" with the
+    /// leader clients should go to (-1 when the partition is offline).
+    pub fn check_leader(&self, node_id: i32, topic: &str, partition: i32) -> Result<(), NotServed> {
+        match self.partition(topic, partition) {
+            None => Err(NotServed::UnknownTopicOrPartition),
+            Some(p) if p.leader == node_id => Ok(()),
+            Some(p) => Err(NotServed::NotLeader {
+                leader: p.leader,
+                leader_epoch: p.leader_epoch,
+            }),
+        }
+    }
+
+    /// Whether `node_id` holds a replica of the partition.
+    pub fn hosts(&self, node_id: i32, topic: &str, partition: i32) -> bool {
+        self.partition(topic, partition)
+            .is_some_and(|p| p.replicas.contains(&node_id))
+    }
+
+    /// The topics with a replica on `node_id`, each with the partitions it holds.
+    pub fn hosted_by(&self, node_id: i32) -> impl Iterator<Item = (&TopicImage, Vec<i32>)> {
+        self.topics.values().filter_map(move |t| {
+            let mine: Vec<i32> = (0..t.partition_count())
+                .filter(|p| {
+                    t.partition(*p)
+                        .is_some_and(|part| part.replicas.contains(&node_id))
+                })
+                .collect();
+            (!mine.is_empty()).then_some((t, mine))
+        })
     }
 }
 
+/// Why a broker does not serve a partition's request (`ClusterMetadata::check_leader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NotServed {
+    UnknownTopicOrPartition,
+    /// Another broker leads it (`leader` -1: none does, the partition is offline).
+    NotLeader {
+        leader: i32,
+        leader_epoch: i32,
+    },
+}
+
+/// The published metadata: one writer, readers on every core.
 pub struct MetadataStore {
     data_dir: PathBuf,
     current: ArcSwap<ClusterMetadata>,
+    changed: event_listener::Event,
+    /// The version each shard has reconciled its partitions with.
+    reconciled: Vec<AtomicU64>,
+    reconciled_changed: event_listener::Event,
 }
 
 impl MetadataStore {
-    /// Loads the persisted metadata, or starts empty with a new cluster id.
-    pub fn load(data_dir: &Path) -> std::io::Result<MetadataStore> {
+    /// An empty view (nothing applied yet) for the broker with its data in `data_dir`;
+    /// removes what deleted partitions left behind there.
+    pub fn new(data_dir: &Path, shard_count: usize) -> std::io::Result<MetadataStore> {
         std::fs::create_dir_all(data_dir)?;
         remove_deleted_leftovers(data_dir);
-        let path = data_dir.join(METADATA_FILE);
-        let meta = match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("{}: {e}", path.display()),
-                )
-            })?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                let meta = ClusterMetadata {
-                    cluster_id: uuid::Uuid::new_v4().simple().to_string(),
-                    topics: BTreeMap::new(),
-                    next_producer_id: 0,
-                    client_quotas: Default::default(),
-                    broker_configs: BTreeMap::new(),
-                    topic_ids: Default::default(),
-                };
-                persist(data_dir, &meta)?;
-                meta
-            }
-            Err(e) => return Err(e),
-        };
-        let mut meta = meta;
-        meta.index_topic_ids();
         Ok(MetadataStore {
             data_dir: data_dir.to_path_buf(),
-            current: ArcSwap::from_pointee(meta),
+            current: ArcSwap::from_pointee(ClusterMetadata::default()),
+            changed: event_listener::Event::new(),
+            reconciled: (0..shard_count).map(|_| AtomicU64::new(0)).collect(),
+            reconciled_changed: event_listener::Event::new(),
         })
     }
 
-    /// Starts a new leader epoch for every topic, persisted before any partition opens:
-    /// the node is the leader again after an absence, as a controller makes a replica
-    /// that comes back leader of its partitions in a new epoch. Batches written from now
-    /// on carry it, so a consumer that read past what a crash lost can tell (KIP-320).
-    pub fn start_new_leader_epochs(&self) -> std::io::Result<()> {
-        let mut next = (*self.snapshot()).clone();
-        if next.topics.is_empty() {
-            return Ok(());
+    /// Shard `shard` has made its partitions what version `version` says.
+    pub fn mark_reconciled(&self, shard: usize, version: u64) {
+        if let Some(v) = self.reconciled.get(shard) {
+            v.fetch_max(version, Ordering::AcqRel);
+            self.reconciled_changed.notify(usize::MAX);
         }
-        for t in next.topics.values_mut() {
-            t.leader_epoch = t.leader_epoch.checked_add(1).ok_or_else(|| {
-                std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("topic {}: leader epoch overflows", t.name),
-                )
-            })?;
+    }
+
+    /// Resolves once every shard has reconciled version `version` or a later one.
+    pub async fn wait_reconciled(&self, version: u64) {
+        loop {
+            let listener = self.reconciled_changed.listen();
+            if self
+                .reconciled
+                .iter()
+                .all(|v| v.load(Ordering::Acquire) >= version)
+            {
+                return;
+            }
+            listener.await;
         }
-        self.replace(next)
     }
 
     pub fn snapshot(&self) -> Arc<ClusterMetadata> {
@@ -188,26 +190,32 @@ impl MetadataStore {
         &self.data_dir
     }
 
-    /// Persists `next` and publishes it. Only the controller (shard 0) calls this, one
-    /// change at a time.
-    pub fn replace(&self, mut next: ClusterMetadata) -> std::io::Result<()> {
-        persist(&self.data_dir, &next)?;
-        next.index_topic_ids();
-        self.current.store(Arc::new(next));
-        Ok(())
+    /// Publishes `image` if it is newer than the current view. The controller node's
+    /// publisher is the only caller.
+    pub fn publish(&self, image: Arc<MetadataImage>) {
+        let current = self.current.load();
+        if image.applied <= current.version() && current.version() != 0 {
+            return;
+        }
+        self.current.store(Arc::new(ClusterMetadata::new(image)));
+        self.changed.notify(usize::MAX);
     }
-}
 
-fn persist(data_dir: &Path, meta: &ClusterMetadata) -> std::io::Result<()> {
-    let tmp = data_dir.join(format!("{METADATA_FILE}.tmp"));
-    let bytes = serde_json::to_vec_pretty(meta)
-        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e))?;
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(&bytes)?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, data_dir.join(METADATA_FILE))?;
-    std::fs::File::open(data_dir)?.sync_all()
+    /// Resolves once a view with a version of at least `version` is published.
+    pub async fn wait_for(&self, version: u64) {
+        loop {
+            let listener = self.changed.listen();
+            if self.snapshot().version() >= version {
+                return;
+            }
+            listener.await;
+        }
+    }
+
+    /// Resolves at the next publication after the view of `version`.
+    pub async fn wait_past(&self, version: u64) {
+        self.wait_for(version.saturating_add(1)).await
+    }
 }
 
 /// Suffix of a deleted partition's directory until it is removed.
@@ -253,24 +261,25 @@ pub fn partition_dir(data_dir: &Path, topic: &str, partition: i32) -> PathBuf {
 mod tests {
     use super::*;
 
+    fn image(applied: u64) -> Arc<MetadataImage> {
+        let mut image = MetadataImage::default();
+        image.applied = applied;
+        Arc::new(image)
+    }
+
     #[test]
-    fn persists_and_reloads() {
+    fn only_newer_views_replace_older_ones() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let store = MetadataStore::load(dir.path()).expect("load");
-        let mut next = (*store.snapshot()).clone();
-        next.topics.insert(
-            "t".into(),
-            TopicMeta {
-                name: "t".into(),
-                id: uuid::Uuid::new_v4(),
-                partitions: 3,
-                configs: BTreeMap::new(),
-                leader_epoch: 0,
-            },
-        );
-        store.replace(next.clone()).expect("replace");
-        let again = MetadataStore::load(dir.path()).expect("reload");
-        assert_eq!(again.snapshot().topics, next.topics);
-        assert_eq!(again.snapshot().cluster_id, store.snapshot().cluster_id);
+        let store = MetadataStore::new(dir.path(), 2).expect("store");
+        assert_eq!(store.snapshot().version(), 0);
+        store.publish(image(5));
+        store.publish(image(3));
+        assert_eq!(store.snapshot().version(), 5);
+        store.publish(image(6));
+        assert_eq!(store.snapshot().version(), 6);
+        futures_lite::future::block_on(store.wait_for(6));
+        store.mark_reconciled(0, 6);
+        store.mark_reconciled(1, 7);
+        futures_lite::future::block_on(store.wait_reconciled(6));
     }
 }

@@ -54,6 +54,10 @@ pub struct Shard {
     pub peers: Rc<Peers>,
     admin_lock: Semaphore,
     controller: Option<Controller>,
+    /// This broker's controller node: proposals, the registration, the quorum.
+    pub node: corelog_controller::ControllerNode,
+    /// What `reconcile` last made of the metadata.
+    pub(crate) reconciled: RefCell<crate::reconcile::Reconciled>,
     pub groups: GroupCoordinator,
     /// Retention, compaction, producer expiry and the disk budget.
     pub housekeeping: Rc<Housekeeping>,
@@ -72,6 +76,7 @@ impl Shard {
         config: Arc<ShardConfig>,
         metadata: Arc<MetadataStore>,
         senders: Senders<Envelope>,
+        node: corelog_controller::ControllerNode,
     ) -> Rc<Shard> {
         let config_shards = config.shard_count;
         let storage_context = crate::storage_context::storage_context(config.open_segment_files);
@@ -79,7 +84,9 @@ impl Shard {
         let shard = Rc::new(Shard {
             id,
             controller: (id == crate::routing::CONTROLLER_SHARD)
-                .then(|| Controller::new(metadata.clone(), config.clone())),
+                .then(|| Controller::new(metadata.clone(), config.clone(), node.clone())),
+            node,
+            reconciled: RefCell::new(Default::default()),
             groups: GroupCoordinator::new(config.groups.clone()),
             housekeeping: Rc::new(Housekeeping::new(
                 config.housekeeping.clone(),
@@ -153,17 +160,80 @@ impl Shard {
         self.housekeeping.produce_refused()
     }
 
-    /// Opens this shard's partitions of every known topic (start-up).
+    /// Opens this shard's partitions of the metadata as published now (start-up), then
+    /// follows every later version.
     pub async fn open_owned_partitions(self: &Rc<Self>) -> Result<(), TopicError> {
         let meta = self.metadata.snapshot();
-        for topic in meta.topics.values() {
-            let mine: Vec<i32> = (0..topic.partitions)
-                .filter(|p| self.owner_of(&topic.name, *p) == self.id)
-                .collect();
-            self.open_partitions(topic.name.as_str().into(), mine)
-                .await?;
+        let result = self.reconcile(&meta).await;
+        self.start_reconciling(meta.version());
+        result
+    }
+
+    /// Makes this shard's partitions what `meta` says (`reconcile::plan`), then marks the
+    /// version reconciled, failures included (they are logged and returned).
+    pub async fn reconcile(
+        self: &Rc<Self>,
+        meta: &crate::metadata::ClusterMetadata,
+    ) -> Result<(), TopicError> {
+        let open: Vec<crate::reconcile::OpenPartition> = self
+            .logs()
+            .into_iter()
+            .map(|(tp, log)| crate::reconcile::OpenPartition {
+                leader_epoch: log.leader_epoch(),
+                tp,
+            })
+            .collect();
+        let plan = crate::reconcile::plan(
+            meta,
+            self.config.node_id,
+            |topic, p| self.owner_of(topic, p) == self.id,
+            &open,
+            &mut self.reconciled.borrow_mut(),
+        );
+        let mut result = Ok(());
+        for (topic, partitions) in plan.drop {
+            self.drop_partitions(topic, partitions).await;
         }
-        Ok(())
+        if plan.reconfigure_all {
+            self.apply_all_topic_configs();
+        }
+        for topic in &plan.reconfigure {
+            self.apply_topic_config(topic);
+        }
+        for (topic, partitions) in plan.open {
+            if let Err(e) = self.open_partitions(topic.clone(), partitions).await {
+                tracing::error!(topic = %topic, error = %e, "opening partitions");
+                result = Err(e);
+            }
+        }
+        for (tp, epoch) in plan.new_epochs {
+            let Some(log) = self.partition(&tp) else {
+                continue;
+            };
+            if let Err(e) = log.set_leader_epoch(epoch).await {
+                tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "taking up a new leader epoch");
+                result = Err(TopicError::Storage(e.to_string()));
+            }
+        }
+        self.metadata.mark_reconciled(self.id, meta.version());
+        result
+    }
+
+    /// Reconciles every version published after `from`, for as long as the shard runs.
+    pub fn start_reconciling(self: &Rc<Self>, from: u64) {
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            let mut done = from;
+            loop {
+                shard.metadata.wait_past(done).await;
+                let meta = shard.metadata.snapshot();
+                if let Err(e) = shard.reconcile(&meta).await {
+                    tracing::error!(shard = shard.id, version = meta.version(), error = %e, "reconciling partitions with the metadata");
+                }
+                done = meta.version();
+            }
+        })
+        .detach();
     }
 
     pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
@@ -225,29 +295,6 @@ impl Shard {
                     .collect();
                 let _ = reply.send(out);
             }
-            ShardMessage::Partition(PartitionRequest::OpenPartitions {
-                topic,
-                partitions,
-                reply,
-            }) => {
-                let _ = reply.send(self.open_partitions(topic, partitions).await);
-            }
-            ShardMessage::Partition(PartitionRequest::DropPartitions {
-                topic,
-                partitions,
-                reply,
-            }) => {
-                self.drop_partitions(topic, partitions).await;
-                let _ = reply.send(());
-            }
-            ShardMessage::Partition(PartitionRequest::ApplyTopicConfig { topic, reply }) => {
-                self.apply_topic_config(&topic);
-                let _ = reply.send(());
-            }
-            ShardMessage::Partition(PartitionRequest::ApplyBrokerConfig { reply }) => {
-                self.apply_all_topic_configs();
-                let _ = reply.send(());
-            }
             ShardMessage::Partition(PartitionRequest::DescribePartitions {
                 partitions,
                 with_producers,
@@ -287,7 +334,7 @@ impl Shard {
             }
             ShardMessage::Housekeeping(m) => self.housekeeping.handle(m, &self.peers).await,
             ShardMessage::Controller(req) => match &self.controller {
-                Some(c) => c.handle(&self.peers, req).await,
+                Some(c) => c.handle(req).await,
                 None => tracing::error!(
                     shard = self.id,
                     "controller request sent to a shard that is not the controller"
@@ -505,18 +552,15 @@ impl Shard {
             .await?)
     }
 
-    async fn open_partitions(
+    pub(crate) async fn open_partitions(
         &self,
         topic: Arc<str>,
         partitions: Vec<i32>,
     ) -> Result<(), TopicError> {
         let _permit = self.admin_lock.acquire_permit(1).await;
         let config = self.topic_log_config(&topic);
-        let leader_epoch = self
-            .metadata
-            .snapshot()
-            .topic(&topic)
-            .map_or(0, |t| t.leader_epoch);
+        let meta = self.metadata.snapshot();
+        let leader_epoch = |p: i32| meta.partition(&topic, p).map_or(0, |s| s.leader_epoch);
         let wanted: Vec<TopicPartition> = partitions
             .into_iter()
             .map(|p| {
@@ -542,7 +586,7 @@ impl Shard {
                     dir,
                     config.clone(),
                     self.storage_context.clone(),
-                    leader_epoch,
+                    leader_epoch(tp.partition),
                 )
             }))
             .await;
@@ -614,7 +658,7 @@ impl Shard {
 
     /// Re-resolves the config of every partition on this shard (after a dynamic broker
     /// config changed the defaults they inherit).
-    fn apply_all_topic_configs(&self) {
+    pub(crate) fn apply_all_topic_configs(&self) {
         let topics: std::collections::BTreeSet<Arc<str>> = self
             .partitions
             .borrow()
@@ -627,7 +671,7 @@ impl Shard {
     }
 
     /// Re-resolves the config of `topic`'s partitions on this shard (after AlterConfigs).
-    fn apply_topic_config(&self, topic: &str) {
+    pub(crate) fn apply_topic_config(&self, topic: &str) {
         let config = self.topic_log_config(topic);
         for (tp, log) in self.partitions.borrow().iter() {
             if &*tp.topic == topic {
@@ -636,7 +680,7 @@ impl Shard {
         }
     }
 
-    async fn drop_partitions(&self, topic: Arc<str>, partitions: Vec<i32>) {
+    pub(crate) async fn drop_partitions(&self, topic: Arc<str>, partitions: Vec<i32>) {
         let _permit = self.admin_lock.acquire_permit(1).await;
         for p in partitions {
             let tp = TopicPartition {

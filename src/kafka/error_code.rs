@@ -63,6 +63,16 @@ pub fn partition(e: &PartitionError) -> ResponseError {
     }
 }
 
+/// A partition request this broker does not serve.
+pub fn not_served(e: &shards::metadata::NotServed) -> ResponseError {
+    match e {
+        shards::metadata::NotServed::UnknownTopicOrPartition => {
+            ResponseError::UnknownTopicOrPartition
+        }
+        shards::metadata::NotServed::NotLeader { .. } => ResponseError::NotLeaderOrFollower,
+    }
+}
+
 pub fn topic(e: &TopicError) -> ResponseError {
     match e {
         TopicError::AlreadyExists => ResponseError::TopicAlreadyExists,
@@ -70,10 +80,15 @@ pub fn topic(e: &TopicError) -> ResponseError {
         TopicError::InvalidName(_) => ResponseError::InvalidTopicException,
         TopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         TopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
-        TopicError::InvalidReplicationFactor => ResponseError::InvalidReplicationFactor,
+        TopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
         TopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
         TopicError::Duplicate => ResponseError::InvalidRequest,
         TopicError::Storage(_) => ResponseError::KafkaStorageError,
+        TopicError::PolicyViolation(_) => ResponseError::PolicyViolation,
+        // Retried inside the broker; should one still come out, the client retries.
+        TopicError::Conflict | TopicError::NotController(_) => ResponseError::NotController,
+        TopicError::Timeout(_) => ResponseError::RequestTimedOut,
+        TopicError::Invalid(_) => ResponseError::InvalidRequest,
     }
 }
 

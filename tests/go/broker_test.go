@@ -93,6 +93,7 @@ func tryStartBroker(t *testing.T, bin string, extraArgs []string) (*broker, erro
 	dataDir, _ = filepath.EvalSymlinks(dataDir)
 	port := freePort(t)
 	httpPort := freePort(t)
+	controllerPort := freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append([]string{
 		"serve",
@@ -101,6 +102,7 @@ func tryStartBroker(t *testing.T, bin string, extraArgs []string) (*broker, erro
 		"--data-dir", dataDir,
 		"--shards", "2",
 		"--http", fmt.Sprintf("127.0.0.1:%d", httpPort),
+		"--controller-listen", fmt.Sprintf("127.0.0.1:%d", controllerPort),
 		"--log-level", "info",
 		"--group-initial-rebalance-delay-ms", "0",
 	}, extraArgs...)

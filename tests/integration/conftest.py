@@ -102,7 +102,7 @@ class Broker:
         self.data_dir = workdir / "data"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / "broker.log"
-        self.port, self.http_port = free_ports(2)
+        self.port, self.http_port, self.controller_port = free_ports(3)
         self.shards = shards
         self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen | None = None
@@ -125,6 +125,7 @@ class Broker:
             "--data-dir", str(self.data_dir),
             "--shards", str(self.shards),
             "--http", self.http,
+            "--controller-listen", f"127.0.0.1:{self.controller_port}",
             "--log-level", "info",
             *self.extra_args,
         ]

@@ -1,7 +1,7 @@
-//! CreateTopics (v0–v7): through the controller (`controller_call`), which persists the
-//! topic and has every owning shard open its partitions before answering. A single node
-//! takes replication factor 1 (or -1, the default) only, and replica assignments that
-//! name this node.
+//! CreateTopics (v0–v7): through the controller quorum (`controller_call`), which
+//! places the partitions over the live brokers (or checks the given assignments) and
+//! answers once this broker's shards have opened theirs. Replication factor -1 is the
+//! default (1); above 1 it is refused until partitions replicate.
 
 use super::controller_call::{create_or_validate, message};
 use super::handler::{Call, Handler};
@@ -44,37 +44,48 @@ impl Handler for CreateTopics {
                 if duplicates.contains(&name) {
                     return Err(TopicError::Duplicate);
                 }
-                if t.replication_factor != -1 && t.replication_factor != 1 {
-                    return Err(TopicError::InvalidReplicationFactor);
-                }
-                let partitions = if !t.assignments.is_empty() {
-                    if t.num_partitions != -1 {
-                        return Err(TopicError::InvalidReplicaAssignment(
-                            "both num_partitions and replica assignments were given".into(),
-                        ));
-                    }
-                    let mut indexes: Vec<i32> =
-                        t.assignments.iter().map(|a| a.partition_index).collect();
-                    indexes.sort_unstable();
-                    let dense = indexes.iter().enumerate().all(|(i, p)| *p == i as i32);
-                    let ours = t.assignments.iter().all(|a| {
-                        a.broker_ids.len() == 1
-                            && a.broker_ids.first().map(|b| b.0) == Some(ctx.config.node_id)
-                    });
-                    if !dense || !ours {
-                        return Err(TopicError::InvalidReplicaAssignment(
-                            "partitions must be 0..n, each on this node only".into(),
-                        ));
-                    }
-                    t.assignments.len() as i32
-                } else if t.num_partitions == -1 {
-                    ctx.config.num_partitions
+                // Kafka's default.replication.factor is 1.
+                let replication_factor = if t.replication_factor == -1 {
+                    1
                 } else {
-                    t.num_partitions
+                    i32::from(t.replication_factor)
+                };
+                let (partitions, assignments) = if !t.assignments.is_empty() {
+                    if t.num_partitions != -1 || t.replication_factor != -1 {
+                        return Err(TopicError::InvalidReplicaAssignment(
+                            "replica assignments were given with num_partitions or replication_factor".into(),
+                        ));
+                    }
+                    let mut sorted: Vec<&_> = t.assignments.iter().collect();
+                    sorted.sort_by_key(|a| a.partition_index);
+                    let dense = sorted
+                        .iter()
+                        .enumerate()
+                        .all(|(i, a)| a.partition_index == i as i32);
+                    if !dense {
+                        return Err(TopicError::InvalidReplicaAssignment(
+                            "the assignments' partitions must be 0..n".into(),
+                        ));
+                    }
+                    let lists: Vec<Vec<i32>> = sorted
+                        .iter()
+                        .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                        .collect();
+                    (lists.len() as i32, Some(lists))
+                } else if t.num_partitions == -1 {
+                    (ctx.config.num_partitions, None)
+                } else {
+                    (t.num_partitions, None)
+                };
+                let replication_factor = match &assignments {
+                    Some(lists) => lists.first().map_or(0, |l| l.len() as i32),
+                    None => replication_factor,
                 };
                 Ok(NewTopic {
                     name: name.clone(),
                     partitions,
+                    replication_factor,
+                    assignments,
                     configs: t
                         .configs
                         .iter()
@@ -121,11 +132,16 @@ impl Handler for CreateTopics {
                 Ok(()) => {
                     if let Some(tm) = meta.topic(&t.name.0) {
                         out.topic_id = tm.id;
-                        out.num_partitions = tm.partitions;
+                        out.num_partitions = tm.partition_count();
+                        out.replication_factor = tm
+                            .partitions
+                            .first()
+                            .map_or(-1, |p| i16::try_from(p.replicas.len()).unwrap_or(-1));
                     } else if let Some(p) = &plan {
-                        out.num_partitions = p.partitions; // validate_only
+                        // validate_only
+                        out.num_partitions = p.partitions;
+                        out.replication_factor = i16::try_from(p.replication_factor).unwrap_or(-1);
                     }
-                    out.replication_factor = 1;
                     // KIP-525 (v5+): the topic's resulting configs, as DescribeConfigs shows them.
                     if call.version >= 5 {
                         let overrides = match &plan {
@@ -159,7 +175,6 @@ impl Handler for CreateTopics {
             }
             body.topics.push(out);
         }
-        for _t in &body.topics {}
         Ok(body)
     }
 

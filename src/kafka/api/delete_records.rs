@@ -55,8 +55,10 @@ impl Handler for DeleteRecords {
                 out.low_watermark = -1;
                 if name == shards::group::OFFSETS_TOPIC {
                     out.error_code = ResponseError::InvalidTopicException.code();
-                } else if !meta.has_partition(name, p.partition_index) {
-                    out.error_code = ResponseError::UnknownTopicOrPartition.code();
+                } else if let Err(e) =
+                    meta.check_leader(ctx.config.node_id, name, p.partition_index)
+                {
+                    out.error_code = crate::kafka::error_code::not_served(&e).code();
                 } else if compact_only {
                     out.error_code = ResponseError::PolicyViolation.code();
                 } else if p.offset < -1 {

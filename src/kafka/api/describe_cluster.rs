@@ -42,18 +42,24 @@ impl Handler for DescribeCluster {
         if version >= 1 {
             body.endpoint_type = endpoint_type;
         }
-        body.cluster_id = StrBytes::from_string(ctx.shard.metadata.snapshot().cluster_id.clone());
+        let meta = ctx.shard.metadata.snapshot();
+        body.cluster_id = StrBytes::from_string(meta.cluster_id().to_string());
         body.cluster_authorized_operations =
             ops::if_requested(req.include_cluster_authorized_operations, ops::CLUSTER);
         match endpoint_type {
             ENDPOINT_BROKERS => {
-                let mut broker = DescribeClusterBroker::default();
-                broker.broker_id = BrokerId(ctx.config.node_id);
-                broker.host = StrBytes::from_string(ctx.config.advertise_host.clone());
-                broker.port = ctx.config.advertise_port;
-                broker.rack = None;
-                body.brokers = vec![broker];
-                body.controller_id = BrokerId(ctx.config.node_id);
+                body.brokers = meta
+                    .live_brokers()
+                    .map(|b| {
+                        let mut broker = DescribeClusterBroker::default();
+                        broker.broker_id = BrokerId(b.id);
+                        broker.host = StrBytes::from_string(b.endpoint.host.clone());
+                        broker.port = i32::from(b.endpoint.port);
+                        broker.rack = b.rack.clone().map(StrBytes::from_string);
+                        broker
+                    })
+                    .collect();
+                body.controller_id = BrokerId(ctx.shard.node.leader().unwrap_or(-1));
             }
             other => {
                 // Kafka's AuthHelper: asking a broker for controllers is a mismatch; an

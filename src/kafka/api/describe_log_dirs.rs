@@ -33,7 +33,7 @@ impl Handler for DescribeLogDirs {
         match &req.topics {
             None => {
                 for t in meta.topics.values() {
-                    wanted.insert(t.name.clone(), (0..t.partitions).collect());
+                    wanted.insert(t.name.clone(), (0..t.partition_count()).collect());
                 }
             }
             Some(topics) => {

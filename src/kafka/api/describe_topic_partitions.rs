@@ -88,15 +88,24 @@ impl Handler for DescribeTopicPartitions {
             }
             out.topic_id = t.id;
             out.is_internal = shards::metadata::ClusterMetadata::is_internal(&name);
-            let node = BrokerId(ctx.config.node_id);
             let mut p = first_partition;
-            while p < t.partitions && budget > 0 {
+            while p < t.partition_count() && budget > 0 {
+                let Some(state) = t.partition(p) else { break };
                 let mut part = DescribeTopicPartitionsResponsePartition::default();
                 part.partition_index = p;
-                part.leader_id = node;
-                part.leader_epoch = t.leader_epoch;
-                part.replica_nodes = vec![node];
-                part.isr_nodes = vec![node];
+                part.leader_id = BrokerId(state.leader);
+                part.leader_epoch = state.leader_epoch;
+                part.replica_nodes = state.replicas.iter().map(|b| BrokerId(*b)).collect();
+                part.isr_nodes = state.isr.iter().map(|b| BrokerId(*b)).collect();
+                part.offline_replicas = state
+                    .replicas
+                    .iter()
+                    .filter(|b| !meta.is_live(**b))
+                    .map(|b| BrokerId(*b))
+                    .collect();
+                if !state.has_leader() {
+                    part.error_code = kafka_protocol::ResponseError::LeaderNotAvailable.code();
+                }
                 part.eligible_leader_replicas = Some(Vec::new());
                 part.last_known_elr = Some(Vec::new());
                 out.partitions.push(part);
@@ -104,7 +113,7 @@ impl Handler for DescribeTopicPartitions {
                 budget -= 1;
             }
             body.topics.push(out);
-            if p < t.partitions {
+            if p < t.partition_count() {
                 body.next_cursor = Some(cursor_at(&name, p));
                 break;
             }

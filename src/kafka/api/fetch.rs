@@ -89,6 +89,8 @@ impl Handler for Fetch {
 
         let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
         let mut wanted: Vec<Wanted> = Vec::new();
+        // Leaders named in NOT_LEADER_OR_FOLLOWER answers; v16+ carries their endpoints.
+        let mut leaders_named = std::collections::BTreeSet::new();
         for (ti, t) in req.topics.iter().enumerate() {
             // v13+ name topics by id only; an id this cluster does not know is
             // UNKNOWN_TOPIC_ID for each of its partitions (the client refreshes metadata).
@@ -110,7 +112,20 @@ impl Handler for Fetch {
                 out.log_start_offset = -1;
                 out.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
                 out.aborted_transactions = None;
-                if !meta.has_partition(name, p.partition) {
+                let served = meta.check_leader(ctx.config.node_id, name, p.partition);
+                if let Err(shards::metadata::NotServed::NotLeader {
+                    leader,
+                    leader_epoch,
+                }) = served
+                {
+                    // KIP-951 (v12+ tagged): where the client should go.
+                    out.error_code = ResponseError::NotLeaderOrFollower.code();
+                    out.current_leader.leader_id = kafka_protocol::messages::BrokerId(leader);
+                    out.current_leader.leader_epoch = leader_epoch;
+                    if leader >= 0 {
+                        leaders_named.insert(leader);
+                    }
+                } else if served.is_err() {
                     out.error_code = unknown.code();
                 } else {
                     wanted.push(Wanted {
@@ -254,6 +269,24 @@ impl Handler for Fetch {
             tr.topic_id = t.topic_id;
             tr.partitions = parts;
             body.responses.push(tr);
+        }
+        if call.version >= 16 {
+            body.node_endpoints = leaders_named
+                .iter()
+                .filter_map(|id| meta.broker(*id))
+                .map(|b| {
+                    let mut e = kafka_protocol::messages::fetch_response::NodeEndpoint::default();
+                    e.node_id = kafka_protocol::messages::BrokerId(b.id);
+                    e.host =
+                        kafka_protocol::protocol::StrBytes::from_string(b.endpoint.host.clone());
+                    e.port = i32::from(b.endpoint.port);
+                    e.rack = b
+                        .rack
+                        .clone()
+                        .map(kafka_protocol::protocol::StrBytes::from_string);
+                    e
+                })
+                .collect();
         }
         // The consumer quota counts the response's size (Kafka does the same). The data
         // is sent even when this response puts the client over: the hold that follows

@@ -64,8 +64,10 @@ impl Handler for ListOffsets {
                 out.leader_epoch = -1;
                 if named.get(&(name, p.partition_index)).copied().unwrap_or(0) > 1 {
                     out.error_code = ResponseError::InvalidRequest.code();
-                } else if !meta.has_partition(name, p.partition_index) {
-                    out.error_code = ResponseError::UnknownTopicOrPartition.code();
+                } else if let Err(e) =
+                    meta.check_leader(ctx.config.node_id, name, p.partition_index)
+                {
+                    out.error_code = crate::kafka::error_code::not_served(&e).code();
                 } else if p.timestamp < LATEST_TIERED_TIMESTAMP {
                     // Special values Kafka added later (-6: earliest pending upload, v11).
                     out.error_code = ResponseError::UnsupportedVersion.code();

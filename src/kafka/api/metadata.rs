@@ -1,4 +1,7 @@
-//! Metadata (v0–v13; v13 adds a top-level error code, never set here): brokers (this node), topics, partitions, leaders; auto-creation.
+//! Metadata (v0–v13; v13 adds a top-level error code, never set here): the cluster's
+//! live brokers, the active controller, topics and, per partition, leader, leader epoch,
+//! replicas, ISR and offline replicas; auto-creation. An offline partition (no live
+//! replica can lead) carries LEADER_NOT_AVAILABLE, as in Kafka.
 //!
 //! Topics are created on a Metadata request when `auto.create.topics.enable` is on and,
 //! from v4, the request allows it (librdkafka's own test suite leans on this). Creation is synchronous through the controller, so the response
@@ -10,6 +13,7 @@ use super::Ctx;
 use crate::kafka::authorized_operations::{self as ops, NOT_REQUESTED};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_controller::image::TopicImage;
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
@@ -17,7 +21,7 @@ use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataRespon
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use shards::mesh::{NewTopic, TopicError};
-use shards::metadata::{validate_topic_name, ClusterMetadata, TopicMeta};
+use shards::metadata::{validate_topic_name, ClusterMetadata};
 
 pub struct Metadata;
 
@@ -57,7 +61,7 @@ impl Handler for Metadata {
         match requested {
             None => {
                 for t in meta.topics.values() {
-                    topics.push(topic_entry(ctx, t, topic_ops));
+                    topics.push(topic_entry(&meta, t, topic_ops));
                 }
             }
             Some(list) => {
@@ -77,6 +81,8 @@ impl Handler for Metadata {
                         .map(|n| NewTopic {
                             name: n.clone(),
                             partitions: ctx.config.num_partitions,
+                            replication_factor: 1,
+                            assignments: None,
                             configs: Vec::new(),
                         })
                         .collect();
@@ -101,7 +107,7 @@ impl Handler for Metadata {
                         None => meta.topic_by_id(id),
                     };
                     let entry = match (found, &name) {
-                        (Some(t), _) => topic_entry(ctx, t, topic_ops),
+                        (Some(t), _) => topic_entry(&meta, t, topic_ops),
                         (None, Some(n)) => {
                             let code = if validate_topic_name(n).is_err() {
                                 ResponseError::InvalidTopicException
@@ -118,7 +124,6 @@ impl Handler for Metadata {
                 }
             }
         }
-        for _t in &topics {}
         let body = response(ctx, &meta, topics, cluster_ops);
         Ok(body)
     }
@@ -136,34 +141,51 @@ fn response(
     topics: Vec<MetadataResponseTopic>,
     cluster_ops: i32,
 ) -> MetadataResponse {
-    let mut broker = MetadataResponseBroker::default();
-    broker.node_id = BrokerId(ctx.config.node_id);
-    broker.host = StrBytes::from_string(ctx.config.advertise_host.clone());
-    broker.port = ctx.config.advertise_port;
     let mut r = MetadataResponse::default();
-    r.brokers = vec![broker];
-    r.cluster_id = Some(StrBytes::from_string(meta.cluster_id.clone()));
-    r.controller_id = BrokerId(ctx.config.node_id);
+    r.brokers = meta
+        .live_brokers()
+        .map(|b| {
+            let mut broker = MetadataResponseBroker::default();
+            broker.node_id = BrokerId(b.id);
+            broker.host = StrBytes::from_string(b.endpoint.host.clone());
+            broker.port = i32::from(b.endpoint.port);
+            broker.rack = b.rack.clone().map(StrBytes::from_string);
+            broker
+        })
+        .collect();
+    r.cluster_id = Some(StrBytes::from_string(meta.cluster_id().to_string()));
+    r.controller_id = BrokerId(ctx.shard.node.leader().unwrap_or(-1));
     r.topics = topics;
     r.cluster_authorized_operations = cluster_ops;
     r
 }
 
-fn topic_entry(ctx: &Ctx, t: &TopicMeta, topic_ops: i32) -> MetadataResponseTopic {
-    let node = BrokerId(ctx.config.node_id);
+fn topic_entry(meta: &ClusterMetadata, t: &TopicImage, topic_ops: i32) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.name = Some(TopicName(StrBytes::from_string(t.name.clone())));
     out.topic_id = t.id;
     out.is_internal = ClusterMetadata::is_internal(&t.name);
     out.topic_authorized_operations = topic_ops;
-    out.partitions = (0..t.partitions)
-        .map(|p| {
+    out.partitions = t
+        .partitions
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
             let mut mp = MetadataResponsePartition::default();
-            mp.partition_index = p;
-            mp.leader_id = node;
-            mp.leader_epoch = t.leader_epoch;
-            mp.replica_nodes = vec![node];
-            mp.isr_nodes = vec![node];
+            mp.partition_index = i as i32;
+            mp.leader_id = BrokerId(p.leader);
+            mp.leader_epoch = p.leader_epoch;
+            mp.replica_nodes = p.replicas.iter().map(|b| BrokerId(*b)).collect();
+            mp.isr_nodes = p.isr.iter().map(|b| BrokerId(*b)).collect();
+            mp.offline_replicas = p
+                .replicas
+                .iter()
+                .filter(|b| !meta.is_live(**b))
+                .map(|b| BrokerId(*b))
+                .collect();
+            if !p.has_leader() {
+                mp.error_code = ResponseError::LeaderNotAvailable.code();
+            }
             mp
         })
         .collect();

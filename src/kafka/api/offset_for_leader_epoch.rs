@@ -43,8 +43,8 @@ impl Handler for OffsetForLeaderEpoch {
             for (pi, p) in t.partitions.iter().enumerate() {
                 let mut out = EpochEndOffset::default();
                 out.partition = p.partition;
-                if !meta.has_partition(name, p.partition) {
-                    out.error_code = ResponseError::UnknownTopicOrPartition.code();
+                if let Err(e) = meta.check_leader(ctx.config.node_id, name, p.partition) {
+                    out.error_code = crate::kafka::error_code::not_served(&e).code();
                 } else {
                     let query = EpochQuery {
                         tp: TopicPartition {

@@ -92,6 +92,8 @@ impl Handler for Produce {
                 .map(|name| NewTopic {
                     name,
                     partitions: ctx.config.num_partitions,
+                    replication_factor: 1,
+                    assignments: None,
                     configs: Vec::new(),
                 })
                 .collect();
@@ -127,8 +129,13 @@ impl Handler for Produce {
                     _ if validate_topic_name(name).is_err() => {
                         Some(ResponseError::InvalidTopicException)
                     }
-                    _ if !meta.has_partition(name, p.index) => {
-                        Some(ResponseError::UnknownTopicOrPartition)
+                    _ if meta
+                        .check_leader(ctx.config.node_id, name, p.index)
+                        .is_err() =>
+                    {
+                        meta.check_leader(ctx.config.node_id, name, p.index)
+                            .err()
+                            .map(|e| error_code::not_served(&e))
                     }
                     (_, None) => Some(ResponseError::InvalidRecord),
                     (_, Some(records)) if single_batch(records).is_err() => {

@@ -92,6 +92,12 @@ impl Broker {
                 break http;
             }
         };
+        let controller = loop {
+            let c = format!("127.0.0.1:{}", free_port());
+            if c != kafka && c != http {
+                break c;
+            }
+        };
         let log_path = dir.path().join("broker.log");
         let log = std::fs::File::create(&log_path).unwrap();
         let child = Command::new(bin)
@@ -101,6 +107,8 @@ impl Broker {
                 &kafka,
                 "--http",
                 &http,
+                "--controller-listen",
+                &controller,
                 "--shards",
                 "2",
                 "--data-dir",

@@ -91,6 +91,7 @@ public final class CorelogBroker
     private Path logFile;
     private int kafkaPort;
     private int httpPort;
+    private int controllerPort;
     /** Log lines before the running test began. */
     private int logMark;
     /** Talking to a broker this class did not start (see the class comment). */
@@ -136,6 +137,10 @@ public final class CorelogBroker
             while (httpPort == kafkaPort) {
                 httpPort = freePort();
             }
+            controllerPort = freePort();
+            while (controllerPort == kafkaPort || controllerPort == httpPort) {
+                controllerPort = freePort();
+            }
             dataDir = Files.createTempDirectory("corelog-it-" + name + "-");
             logFile = logDir.resolve(name + "-" + kafkaPort + ".log");
             Process p;
@@ -169,6 +174,7 @@ public final class CorelogBroker
                 "--data-dir", dataDir.toString(),
                 "--shards", "2",
                 "--http", "127.0.0.1:" + httpPort,
+                "--controller-listen", "127.0.0.1:" + controllerPort,
                 "--log-level", "info",
                 "--group-initial-rebalance-delay-ms", "0"));
         cmd.addAll(extraArgs);

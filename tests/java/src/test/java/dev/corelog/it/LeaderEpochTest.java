@@ -15,7 +15,6 @@ import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
-import java.util.Optional;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -77,10 +76,21 @@ class LeaderEpochTest {
             }
         }
         assertEquals(expected, values, "every record once, in order, across two restarts");
+        // Each restart is a new registration: the partition goes offline (one epoch) and
+        // comes back led by the new incarnation (another), as in Kafka. So the epochs of
+        // the rounds grow, and every record of a round carries its round's epoch.
+        Map<Integer, Integer> epochOfRound = new java.util.TreeMap<>();
         for (ConsumerRecord<byte[], byte[]> r : seen) {
             int round = new String(r.value(), StandardCharsets.UTF_8).charAt(1) - '0';
-            assertEquals(Optional.of(round), r.leaderEpoch(), "record " + r.offset() + " carries its epoch");
+            int epoch = r.leaderEpoch().orElseThrow();
+            assertEquals(epoch, (int) epochOfRound.computeIfAbsent(round, k -> epoch),
+                    "record " + r.offset() + " carries its round's epoch");
         }
+        List<Integer> epochs = new ArrayList<>(epochOfRound.values());
+        assertEquals(3, epochs.size());
+        assertEquals(0, (int) epochs.get(0), "a new topic starts in epoch 0");
+        assertTrue(epochs.get(0) < epochs.get(1) && epochs.get(1) < epochs.get(2),
+                "every restart leads in a newer epoch: " + epochs);
     }
 
     @Test
