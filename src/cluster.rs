@@ -1,5 +1,6 @@
 //! This broker's membership of the cluster: its controller node started from the
-//! broker's configuration, and the wait at start-up until the quorum has admitted it.
+//! broker's configuration, the wait at start-up until the quorum has admitted it, and
+//! the one-time import of a single node's metadata from an earlier release.
 //!
 //! A broker serves nothing before it is admitted — registered in this incarnation,
 //! unfenced, and its shards' metadata at least as new as that — so the first requests it
@@ -44,17 +45,95 @@ pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode>
 fn legacy_cluster_id(config: &BrokerConfig) -> Option<String> {
     let bytes = std::fs::read(config.data_dir.join(LEGACY_METADATA_FILE)).ok()?;
     let value: serde_json::Value = serde_json::from_slice(&bytes).ok()?;
-    if value
-        .get("topics")
-        .and_then(|t| t.as_object())
-        .is_some_and(|t| !t.is_empty())
-    {
-        tracing::warn!(
-            file = LEGACY_METADATA_FILE,
-            "this data directory holds topics of a single-node release; their metadata is not carried into the controller quorum"
-        );
-    }
     value.get("cluster_id")?.as_str().map(str::to_string)
+}
+
+/// `cluster-metadata.json` as a single node of an earlier release wrote it.
+#[derive(serde::Deserialize)]
+struct LegacyMetadata {
+    #[serde(default)]
+    topics: std::collections::BTreeMap<String, LegacyTopic>,
+    #[serde(default)]
+    next_producer_id: i64,
+    #[serde(default)]
+    client_quotas: corelog_controller::client_quotas::ClientQuotas,
+    #[serde(default)]
+    broker_configs: std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>,
+}
+
+#[derive(serde::Deserialize)]
+struct LegacyTopic {
+    name: String,
+    id: uuid::Uuid,
+    partitions: i32,
+    #[serde(default)]
+    configs: std::collections::BTreeMap<String, String>,
+    #[serde(default)]
+    leader_epoch: i32,
+}
+
+/// Carries the topics, quotas, broker configs and producer-id mark that a single node of
+/// an earlier release kept in `cluster-metadata.json` into the metadata log, once, before
+/// any shard opens a partition; then renames the file `.imported`. A cluster that has
+/// topics of its own imports nothing: the file stays, and the broker says so.
+pub fn import_single_node(
+    config: &BrokerConfig,
+    node: &ControllerNode,
+    metadata: &MetadataStore,
+) -> anyhow::Result<()> {
+    use corelog_controller::command::{Command, Outcome, SingleNodeMetadata, SingleNodeTopic};
+    let path = config.data_dir.join(LEGACY_METADATA_FILE);
+    let bytes = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+    };
+    let legacy: LegacyMetadata =
+        serde_json::from_slice(&bytes).with_context(|| format!("parsing {}", path.display()))?;
+    let image = node.image();
+    // A crash between the import and the rename: imported already.
+    let imported = !legacy.topics.is_empty()
+        && legacy
+            .topics
+            .values()
+            .all(|t| image.topic(&t.name).is_some_and(|i| i.id == t.id));
+    if !imported {
+        let n = legacy.topics.len();
+        let command = Command::ImportSingleNode(SingleNodeMetadata {
+            broker: config.node_id,
+            topics: legacy
+                .topics
+                .into_values()
+                .map(|t| SingleNodeTopic {
+                    name: t.name,
+                    id: t.id,
+                    partitions: t.partitions,
+                    configs: t.configs,
+                    leader_epoch: t.leader_epoch,
+                })
+                .collect(),
+            next_producer_id: legacy.next_producer_id,
+            client_quotas: legacy.client_quotas,
+            broker_configs: legacy.broker_configs,
+        });
+        let applied = futures::executor::block_on(node.propose(command, Duration::from_secs(30)))
+            .map_err(|e| anyhow::anyhow!("importing {}: {e}", path.display()))?;
+        match applied.outcome {
+            Outcome::Done(Ok(())) => {
+                while metadata.snapshot().version() < applied.index {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                tracing::info!(topics = n, file = %path.display(), "a single node's metadata imported into the metadata log");
+            }
+            other => {
+                tracing::warn!(outcome = ?other, file = %path.display(), "a single node's metadata not imported: the cluster has topics of its own");
+                return Ok(());
+            }
+        }
+    }
+    let done = path.with_extension("json.imported");
+    std::fs::rename(&path, &done).with_context(|| format!("renaming {}", path.display()))?;
+    Ok(())
 }
 
 /// Blocks until this broker is admitted, or `stop` is raised (`false`).

@@ -679,6 +679,43 @@ mod tests {
     }
 
     #[test]
+    fn cluster_flags() {
+        let c = BrokerConfig::resolve(ServeArgs::default()).expect("defaults resolve");
+        assert_eq!(c.cluster.controller_listen, "127.0.0.1:9093");
+        assert_eq!(
+            c.cluster.voters,
+            std::collections::BTreeMap::from([(0, "127.0.0.1:9093".to_string())]),
+            "alone, a broker is its own quorum"
+        );
+        assert_eq!(c.cluster.session_timeout.as_millis(), 9000);
+        let args = ServeArgs {
+            node_id: Some(2),
+            controller_voters: Some("1@h1:9093, 2@h2:9093,3@[::1]:9093".into()),
+            rack: Some("r1".into()),
+            ..Default::default()
+        };
+        let c = BrokerConfig::resolve(args).expect("resolves");
+        assert_eq!(c.cluster.voters.len(), 3);
+        assert_eq!(c.cluster.voters[&3], "[::1]:9093");
+        assert_eq!(c.cluster.rack.as_deref(), Some("r1"));
+        for bad in ["", "1@h", "x@h:1", "1@h:1,1@h:2", "-1@h:1"] {
+            let args = ServeArgs {
+                controller_voters: Some(bad.into()),
+                ..Default::default()
+            };
+            assert!(BrokerConfig::resolve(args).is_err(), "{bad:?} is refused");
+        }
+        let args = ServeArgs {
+            broker_heartbeat_interval_ms: Some(9000),
+            ..Default::default()
+        };
+        assert!(
+            BrokerConfig::resolve(args).is_err(),
+            "heartbeats within the session"
+        );
+    }
+
+    #[test]
     fn file_with_kafka_aliases_and_flags_win() {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("c.toml");

@@ -38,7 +38,6 @@ pub struct Lifecycle {
     pub groups_loaded: AtomicUsize,
     pub closed: AtomicUsize,
     pub failed: AtomicBool,
-    pub offsets_topic_ready: AtomicBool,
 }
 
 impl Lifecycle {
@@ -92,6 +91,10 @@ pub fn run(
     if !crate::cluster::wait_until_admitted(&node, &metadata, &life.stop) {
         node.shutdown();
         return Ok(());
+    }
+    if let Err(e) = crate::cluster::import_single_node(&config, &node, &metadata) {
+        node.shutdown();
+        return Err(e);
     }
     let config = Arc::new(config);
     let shard_config = Arc::new(ShardConfig {
@@ -238,21 +241,8 @@ async fn shard_main(
         return Ok(());
     }
 
-    // The internal offsets topic exists before any group request can arrive; then every
-    // shard replays the partitions it owns.
-    if id == 0 {
-        if let Err(e) = ensure_offsets_topic(&shard, &config).await {
-            life.failed.store(true, Ordering::Release);
-            anyhow::bail!("creating {}: {e}", shards::group::OFFSETS_TOPIC);
-        }
-        life.offsets_topic_ready.store(true, Ordering::Release);
-    }
-    while !life.offsets_topic_ready.load(Ordering::Acquire) {
-        if life.failed.load(Ordering::Acquire) {
-            return Ok(());
-        }
-        glommio::timer::sleep(Duration::from_millis(2)).await;
-    }
+    // Every shard replays the `__consumer_offsets` partitions it holds (the topic is
+    // created on the first FindCoordinator, when the cluster's brokers are up).
     shard.start_group_coordinator().await;
     shard.housekeeping.start(shard.clone(), shard.peers.clone());
     shard.start_closing_idle_files();
@@ -295,37 +285,4 @@ async fn shard_main(
     barrier(&life.closed, n, &life).await;
     tracing::debug!(shard = id, "shard stopped");
     Ok(())
-}
-
-/// Creates `__consumer_offsets` through the controller if it does not exist yet.
-async fn ensure_offsets_topic(shard: &Rc<Shard>, config: &BrokerConfig) -> anyhow::Result<()> {
-    use shards::mesh::{ControllerRequest, NewTopic, ShardMessage, TopicError};
-    if shard
-        .metadata
-        .snapshot()
-        .topic(shards::group::OFFSETS_TOPIC)
-        .is_some()
-    {
-        return Ok(());
-    }
-    let (tx, rx) = futures::channel::oneshot::channel();
-    let msg = ShardMessage::Controller(ControllerRequest::CreateTopics {
-        topics: vec![NewTopic {
-            name: shards::group::OFFSETS_TOPIC.into(),
-            partitions: config.groups.offsets_partitions,
-            replication_factor: 1,
-            assignments: None,
-            configs: vec![("cleanup.policy".into(), "compact".into())],
-        }],
-        validate_only: false,
-        reply: tx,
-    });
-    match shard.peers.call(0, msg, rx).await {
-        Some(results) => match results.into_iter().next() {
-            Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),
-            Some(Err(e)) => Err(anyhow::anyhow!("{e}")),
-            None => Err(anyhow::anyhow!("no answer from the controller")),
-        },
-        None => Err(anyhow::anyhow!("the controller is unavailable")),
-    }
 }

@@ -87,6 +87,7 @@ impl MetadataImage {
             Command::AllocateProducerIds { broker, epoch } => {
                 Outcome::ProducerIds(self.allocate_producer_ids(*broker, *epoch))
             }
+            Command::ImportSingleNode(m) => Outcome::Done(self.import_single_node(m)),
         };
         debug_assert_eq!(self.check_invariants(), Ok(()), "after {cmd:?}");
         out
@@ -317,6 +318,64 @@ impl MetadataImage {
             )));
         }
         self.client_quotas = next;
+        Ok(())
+    }
+
+    fn import_single_node(&mut self, m: &SingleNodeMetadata) -> Result<(), CommandError> {
+        if !self.topics.is_empty() {
+            return Err(CommandError::Invalid(
+                "the cluster has topics already; a single node's metadata is imported only into a new cluster".into(),
+            ));
+        }
+        if !self.is_live(m.broker) {
+            return Err(CommandError::Invalid(format!(
+                "broker {} is not live",
+                m.broker
+            )));
+        }
+        let mut names = std::collections::BTreeSet::new();
+        let mut ids = std::collections::BTreeSet::new();
+        for t in &m.topics {
+            validate_topic_name(&t.name)
+                .map_err(|e| CommandError::InvalidTopicName(e.to_string()))?;
+            if !(1..=PARTITIONS_PER_TOPIC_MAX).contains(&t.partitions) || t.leader_epoch < 0 {
+                return Err(CommandError::Invalid(format!(
+                    "topic {}: {} partitions, epoch {}",
+                    t.name, t.partitions, t.leader_epoch
+                )));
+            }
+            if t.id.is_nil() || !names.insert(t.name.as_str()) || !ids.insert(t.id) {
+                return Err(CommandError::Invalid(format!(
+                    "topic {} or its id named twice",
+                    t.name
+                )));
+            }
+        }
+        for t in &m.topics {
+            let epoch = t.leader_epoch.saturating_add(1);
+            let partitions = (0..t.partitions)
+                .map(|_| PartitionImage {
+                    replicas: vec![m.broker],
+                    isr: vec![m.broker],
+                    leader: m.broker,
+                    leader_epoch: epoch,
+                    partition_epoch: 0,
+                })
+                .collect();
+            self.topics.insert(
+                t.name.clone(),
+                TopicImage {
+                    name: t.name.clone(),
+                    id: t.id,
+                    configs: t.configs.clone(),
+                    partitions,
+                },
+            );
+            self.topic_ids.insert(t.id, t.name.clone());
+        }
+        self.next_producer_id = self.next_producer_id.max(m.next_producer_id);
+        self.client_quotas = m.client_quotas.clone();
+        self.broker_configs = m.broker_configs.clone();
         Ok(())
     }
 
@@ -721,6 +780,36 @@ mod tests {
                 Outcome::Items(v) if matches!(v[0], Err(CommandError::InvalidReplicaAssignment(_)))
             ));
         }
+    }
+
+    #[test]
+    fn a_single_nodes_metadata_is_imported_once() {
+        let (mut img, _) = cluster(1);
+        let import = Command::ImportSingleNode(SingleNodeMetadata {
+            broker: 1,
+            topics: vec![SingleNodeTopic {
+                name: "old".into(),
+                id: Uuid::from_u128(5),
+                partitions: 3,
+                configs: BTreeMap::from([("retention.ms".into(), "9".into())]),
+                leader_epoch: 4,
+            }],
+            next_producer_id: 3000,
+            client_quotas: Default::default(),
+            broker_configs: BTreeMap::new(),
+        });
+        assert_eq!(next(&mut img, import.clone()), Outcome::Done(Ok(())));
+        let t = img.topic("old").unwrap();
+        assert_eq!(t.partition_count(), 3);
+        assert!(t
+            .partitions
+            .iter()
+            .all(|p| p.leader == 1 && p.leader_epoch == 5));
+        assert_eq!(img.next_producer_id, 3000);
+        assert!(matches!(
+            next(&mut img, import),
+            Outcome::Done(Err(CommandError::Invalid(_)))
+        ));
     }
 
     #[test]

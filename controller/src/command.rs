@@ -64,6 +64,30 @@ pub enum Command {
         broker: i32,
         epoch: u64,
     },
+    /// The metadata a single node of an earlier release kept in its data directory,
+    /// carried into a cluster that has no topic yet: every topic on that node, each
+    /// partition led in the epoch after the one it had.
+    ImportSingleNode(SingleNodeMetadata),
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SingleNodeMetadata {
+    /// The node that held every partition (a live broker of this cluster).
+    pub broker: i32,
+    pub topics: Vec<SingleNodeTopic>,
+    pub next_producer_id: i64,
+    pub client_quotas: crate::client_quotas::ClientQuotas,
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SingleNodeTopic {
+    pub name: String,
+    pub id: Uuid,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+    /// The epoch its partitions were last led in.
+    pub leader_epoch: i32,
 }
 
 /// Producer ids handed out at a time (Kafka's block size).

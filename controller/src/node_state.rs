@@ -78,6 +78,10 @@ pub(crate) fn local_quorum(shared: &Shared) -> Option<QuorumDescription> {
     let replication = m.replication.clone().unwrap_or_default();
     let state = |id: NodeId| ReplicaState {
         id,
+        addr: membership
+            .get_node(&id)
+            .map(|n| n.addr.clone())
+            .unwrap_or_default(),
         log_end_offset: if id == shared.id {
             m.last_log_index.map(|i| i as i64).unwrap_or(-1)
         } else {

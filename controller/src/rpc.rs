@@ -90,6 +90,8 @@ pub enum RpcError {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaState {
     pub id: NodeId,
+    /// Its controller address, `host:port`.
+    pub addr: String,
     /// The last log index known to be on it (-1: unknown).
     pub log_end_offset: i64,
     /// Milliseconds since the leader last heard from it (-1: unknown).

@@ -113,6 +113,7 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         GroupError::FencedInstanceId => ResponseError::FencedInstanceId,
         GroupError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        GroupError::NotCoordinator => ResponseError::NotCoordinator,
         GroupError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
         GroupError::OffsetMetadataTooLarge => ResponseError::OffsetMetadataTooLarge,
         GroupError::CommitTooLarge => ResponseError::InvalidCommitOffsetSize,

@@ -132,6 +132,13 @@ class Broker:
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "Broker":
+        self.launch()
+        self.wait_healthy()
+        return self
+
+    def launch(self) -> "Broker":
+        """Starts the process without waiting for it (cluster members wait for one
+        another: start them all, then wait_healthy each)."""
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
         binary = corelog_bin()
         if not binary.exists():
@@ -148,7 +155,6 @@ class Broker:
                 env={**os.environ, "RUST_BACKTRACE": os.environ.get("RUST_BACKTRACE", "1")},
                 preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
             )
-        self.wait_healthy()
         return self
 
     def health(self, timeout: float = 2.0) -> tuple[int, bytes] | None:
@@ -287,6 +293,28 @@ class BrokerPool:
         return b
 
     __call__ = start
+
+    def cluster(self, voters: int = 3, observers: int = 0, shards: int = 2,
+                extra_args: list[str] | None = None) -> list[Broker]:
+        """Brokers 1..voters+observers on loopback, the first ``voters`` the controller
+        quorum's voters, the rest observers; all healthy (admitted) on return."""
+        brokers = []
+        for node_id in range(1, voters + observers + 1):
+            wd = Path(tempfile.mkdtemp(prefix=f"corelog-it-n{node_id}-"))
+            self.workdirs.append(wd)
+            b = Broker(wd, shards=shards, name=f"node{node_id}")
+            b.node_id = node_id
+            brokers.append(b)
+        quorum = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in brokers[:voters])
+        for b in brokers:
+            b.extra_args = ["--node-id", str(b.node_id), "--controller-voters", quorum,
+                            *(extra_args or [])]
+            self.brokers.append(b)
+        for b in brokers:
+            b.launch()
+        for b in brokers:
+            b.wait_healthy()
+        return brokers
 
     def close(self) -> None:
         for b in self.brokers:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import collections
 import re
 import shutil
 import signal
@@ -939,3 +940,36 @@ def test_deprecated_spellings_still_work(kb):
     r = kafka("kafka-consumer-perf-test.sh", "--bootstrap-server", bs, "--topic", topic, "--messages", "5002",
               broker=kb)
     assert int(consumer_perf_row(r)["data.consumed.in.nMsg"]) == 5002, r.why()
+
+
+# ---------------------------------------------------------------------------------------
+# a cluster
+# ---------------------------------------------------------------------------------------
+
+def test_topics_and_quorum_tools_on_a_three_broker_cluster(kafka_tools, broker_factory):
+    brokers = broker_factory.cluster(voters=3, extra_args=BROKER_ARGS)
+    servers = ",".join(b.bootstrap for b in brokers)
+    kafka("kafka-topics.sh", "--bootstrap-server", brokers[2].bootstrap, "--create",
+          "--topic", "cli-spread", "--partitions", "6", broker=brokers[2])
+    r = kafka("kafka-topics.sh", "--bootstrap-server", servers, "--describe", "--topic", "cli-spread",
+              broker=brokers[0])
+    placed = re.findall(r"Partition: (\d+)\s+Leader: (\d+)\s+Replicas: (\d+)\s+Isr: (\d+)", r.text)
+    assert len(placed) == 6, f"six partitions described{r.why()}"
+    assert all(l == rep == isr for _, l, rep, isr in placed), r.text
+    assert sorted(collections.Counter(l for _, l, _, _ in placed).items()) == [("1", 2), ("2", 2), ("3", 2)], r.text
+    r = kafka("kafka-topics.sh", "--bootstrap-server", servers, "--create", "--topic", "cli-rf3",
+              "--partitions", "1", "--replication-factor", "3", broker=brokers[0], check=False)
+    assert r.rc != 0 and "InvalidReplicationFactor" in r.text, f"replication factor 3 refused{r.why()}"
+
+    # KIP-836 through any broker: the leader, its epoch, the voters.
+    r = kafka("kafka-metadata-quorum.sh", "--bootstrap-server", brokers[1].bootstrap, "describe", "--status",
+              broker=brokers[1])
+    leader = re.search(r"LeaderId:\s+(\d+)", r.text)
+    assert leader and leader.group(1) in ("1", "2", "3"), f"a leader among the voters{r.why()}"
+    assert re.search(r"LeaderEpoch:\s+\d+", r.text) and re.search(r"HighWatermark:\s+\d+", r.text), r.text
+    voters = re.search(r"CurrentVoters:\s+(.*)", r.text)
+    assert voters and all(f'"id": {i}' in voters.group(1) or f"{i}" in voters.group(1) for i in (1, 2, 3)), r.text
+    r = kafka("kafka-metadata-quorum.sh", "--bootstrap-server", brokers[0].bootstrap, "describe", "--replication",
+              broker=brokers[0])
+    roles = re.findall(r"^(\d+)\s+.*\b(Leader|Follower|Observer)\b", r.text, re.M)
+    assert sorted(roles) == sorted([(leader.group(1), "Leader")] + [(i, "Follower") for i in "123" if i != leader.group(1)]), r.text

@@ -508,6 +508,8 @@ def test_request_percentage_holds_a_busy_client(broker_factory):
     """request_percentage=1 (10 ms of a core per second) slows a client hammering
     Metadata; an unquoted client on the same broker is not held."""
     b = broker_factory.start()
+    # Metadata for 50 partitions: enough work per request for the quota to bite.
+    create_topic(b.bootstrap, "weight", 50)
     set_quota(b.bootstrap, [("client-id", "busy")], "request_percentage", 1.0)
 
     def hammer(client_id, seconds):

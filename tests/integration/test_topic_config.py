@@ -414,6 +414,10 @@ def test_raw_describe_configs_names_a_resource_once(broker):
 
 def test_offsets_topic_stays_compacted(broker):
     admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    # The topic is made by the first group request (FindCoordinator), as in Kafka.
+    from confluent_kafka import ConsumerGroupTopicPartitions
+    admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions("g-compacted")])["g-compacted"].result(TIMEOUT)
     res = ConfigResource(ConfigResource.Type.TOPIC, "__consumer_offsets", incremental_configs=[
         ConfigEntry("cleanup.policy", "delete", incremental_operation=AlterConfigOpType.SET)])
     with pytest.raises(KafkaException) as e:

@@ -31,6 +31,8 @@ pub enum GroupError {
     FencedInstanceId,
     #[error("the group coordinator is loading or unavailable")]
     CoordinatorNotAvailable,
+    #[error("this broker is not the group's coordinator")]
+    NotCoordinator,
     #[error("unknown topic or partition")]
     UnknownTopicOrPartition,
     #[error("offset metadata too large")]

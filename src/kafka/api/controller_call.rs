@@ -3,10 +3,10 @@
 //!
 //! CreateTopics (v0–v7), DeleteTopics (v0–v6), CreatePartitions (v0–v3).
 //!
-//! All three go to the controller on shard 0, which persists the change and has every
-//! owning shard open (or drop) its partitions before answering. This is a single-node
-//! broker: a replication factor other than 1 (or -1, "default") is
-//! INVALID_REPLICATION_FACTOR, and explicit replica assignments must name this node.
+//! All three go to shard 0, which validates the change, commits it through the active
+//! controller and answers once this broker's shards have applied it. `__consumer_offsets`
+//! is created here too, on the first FindCoordinator (as Kafka does), so that its
+//! partitions spread over the brokers live by then.
 
 use super::Ctx;
 use futures::channel::oneshot;
@@ -60,4 +60,25 @@ pub async fn create_via_controller(
 
 pub(super) fn message(e: &TopicError) -> Option<StrBytes> {
     Some(StrBytes::from_string(e.to_string()))
+}
+
+/// Creates `__consumer_offsets` if it does not exist yet: compacted, partitions as
+/// configured, placed over the live brokers.
+pub async fn ensure_offsets_topic(ctx: &Ctx) -> Result<(), TopicError> {
+    let topic = shards::group::OFFSETS_TOPIC;
+    if ctx.shard.metadata.snapshot().topic(topic).is_some() {
+        return Ok(());
+    }
+    let new = NewTopic {
+        name: topic.into(),
+        partitions: ctx.config.groups.offsets_partitions,
+        replication_factor: 1,
+        assignments: None,
+        configs: vec![("cleanup.policy".into(), "compact".into())],
+    };
+    match create_via_controller(ctx, vec![new]).await.pop() {
+        Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),
+        Some(Err(e)) => Err(e),
+        None => Err(TopicError::Storage("no answer from the controller".into())),
+    }
 }

@@ -36,7 +36,8 @@ impl Handler for DeleteGroups {
             )
             .await
             {
-                Some(GroupAnswer::Done(r)) => code(&r.err()),
+                Ok(GroupAnswer::Done(r)) => code(&r.err()),
+                Err(e) => crate::kafka::error_code::group(&e).code(),
                 _ => ResponseError::CoordinatorNotAvailable.code(),
             };
             body.results.push(out);

@@ -44,7 +44,7 @@ impl Handler for DescribeGroups {
             )
             .await
             {
-                Some(GroupAnswer::Described(d)) => {
+                Ok(GroupAnswer::Described(d)) => {
                     out.group_state = sb(d.state);
                     out.protocol_type = sb(d.protocol_type);
                     out.protocol_data = sb(d.protocol);
@@ -65,6 +65,7 @@ impl Handler for DescribeGroups {
                         })
                         .collect();
                 }
+                Err(e) => out.error_code = crate::kafka::error_code::group(&e).code(),
                 _ => out.error_code = ResponseError::CoordinatorNotAvailable.code(),
             }
             body.groups.push(out);

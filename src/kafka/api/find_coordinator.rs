@@ -1,6 +1,7 @@
-//! FindCoordinator (v0–v4): this single node coordinates every group (the routing to
-//! the group's coordinator core happens inside, see `group_routing`); a transactional id
-//! is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, another key type INVALID_REQUEST.
+//! FindCoordinator (v0–v4): a group's coordinator is the broker leading the group's
+//! `__consumer_offsets` partition (created on the first request, `controller_call`);
+//! COORDINATOR_NOT_AVAILABLE while that partition has no leader. A transactional id is
+//! refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, another key type INVALID_REQUEST.
 
 use super::group_routing::sb;
 use super::handler::{Call, Handler};
@@ -8,6 +9,7 @@ use super::Ctx;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 /// FindCoordinator's key types: 0 a group, 1 a transactional id. Transactions are not
@@ -47,37 +49,63 @@ impl Handler for FindCoordinator {
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let v = call.version;
+        let keys: Vec<String> = if v >= 4 {
+            req.coordinator_keys.iter().map(|k| k.to_string()).collect()
+        } else {
+            vec![req.key.to_string()]
+        };
         let error = coordinator_key_error(req.key_type);
+        if error.is_none() {
+            if let Err(e) = super::controller_call::ensure_offsets_topic(ctx).await {
+                tracing::warn!(error = %e, "creating {}", shards::group::OFFSETS_TOPIC);
+            }
+        }
+        let meta = ctx.shard.metadata.snapshot();
         // Kafka's error answer names no coordinator.
-        let (node_id, host, port, code, message) = match error {
-            None => (
-                ctx.config.node_id,
-                sb(ctx.config.advertise_host.clone()),
-                ctx.config.advertise_port,
-                0,
-                None,
-            ),
-            Some(e) => (
-                -1,
-                sb(String::new()),
-                -1,
-                e.code(),
-                Some(sb(coordinator_message(e))),
-            ),
+        let answer = |key: &str| -> (i32, StrBytes, i32, i16, Option<StrBytes>) {
+            let refuse =
+                |e: ResponseError, m: String| (-1, sb(String::new()), -1, e.code(), Some(sb(m)));
+            if let Some(e) = error {
+                return refuse(e, coordinator_message(e));
+            }
+            let partition = ctx.shard.groups.offsets_partition(key);
+            let leader = meta
+                .partition(shards::group::OFFSETS_TOPIC, partition)
+                .map(|p| p.leader)
+                .and_then(|l| meta.broker(l).filter(|b| !b.fenced));
+            match leader {
+                Some(b) => (
+                    b.id,
+                    sb(b.endpoint.host.clone()),
+                    i32::from(b.endpoint.port),
+                    0,
+                    None,
+                ),
+                None => refuse(
+                    ResponseError::CoordinatorNotAvailable,
+                    format!(
+                        "partition {partition} of {} has no leader",
+                        shards::group::OFFSETS_TOPIC
+                    ),
+                ),
+            }
         };
         let mut body = FindCoordinatorResponse::default();
         if v >= 4 {
             for key in &req.coordinator_keys {
+                let (node_id, host, port, code, message) = answer(key.as_str());
                 let mut c = Coordinator::default();
                 c.key = key.clone();
                 c.node_id = BrokerId(node_id);
-                c.host = host.clone();
+                c.host = host;
                 c.port = port;
                 c.error_code = code;
-                c.error_message = message.clone();
+                c.error_message = message;
                 body.coordinators.push(c);
             }
         } else {
+            let (node_id, host, port, code, message) =
+                answer(keys.first().map_or("", String::as_str));
             body.error_code = code;
             body.error_message = message;
             body.node_id = BrokerId(node_id);

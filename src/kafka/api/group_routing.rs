@@ -9,8 +9,8 @@
 //! Each handler decodes the request into the coordinator's domain types
 //! (`shards::group::types`), sends it to the group's coordinator shard — the owner of
 //! partition `hash(group) % 50` of `__consumer_offsets` — over the mesh, and encodes the
-//! answer. ListGroups asks every shard. This is a single node, so FindCoordinator always
-//! names this broker; the routing to the right core happens inside.
+//! answer. ListGroups asks every shard. FindCoordinator names the broker leading that
+//! partition; a group request that reaches another broker gets NOT_COORDINATOR.
 
 use super::Ctx;
 use crate::kafka::error_code;
@@ -31,14 +31,34 @@ pub(super) fn code(e: &Option<GroupError>) -> i16 {
     e.as_ref().map(|e| error_code::group(e).code()).unwrap_or(0)
 }
 
-/// Sends `op` to `group`'s coordinator shard.
-pub(super) async fn ask_coordinator(ctx: &Ctx, group: &str, op: GroupOp) -> Option<GroupAnswer> {
+/// Sends `op` to `group`'s coordinator shard, if this broker coordinates the group: it
+/// leads the group's `__consumer_offsets` partition (NOT_COORDINATOR when another broker
+/// does; COORDINATOR_NOT_AVAILABLE while none does).
+pub(super) async fn ask_coordinator(
+    ctx: &Ctx,
+    group: &str,
+    op: GroupOp,
+) -> Result<GroupAnswer, GroupError> {
+    let partition = ctx.shard.groups.offsets_partition(group);
+    // A client that skipped FindCoordinator still finds the topic made.
+    if let Err(e) = super::controller_call::ensure_offsets_topic(ctx).await {
+        tracing::warn!(error = %e, "creating {}", shards::group::OFFSETS_TOPIC);
+    }
+    let meta = ctx.shard.metadata.snapshot();
+    match meta.check_leader(ctx.config.node_id, shards::group::OFFSETS_TOPIC, partition) {
+        Ok(()) => {}
+        Err(shards::metadata::NotServed::NotLeader { leader, .. }) if leader >= 0 => {
+            return Err(GroupError::NotCoordinator)
+        }
+        Err(_) => return Err(GroupError::CoordinatorNotAvailable),
+    }
     let target = ctx.shard.coordinator_of(group);
     let (tx, rx) = oneshot::channel();
     ctx.shard
         .peers
         .call(target, ShardMessage::Group { op, reply: tx }, rx)
         .await
+        .ok_or(GroupError::CoordinatorNotAvailable)
 }
 
 pub(super) fn unavailable() -> GroupError {

@@ -28,7 +28,8 @@ impl Handler for Heartbeat {
             group_instance_id: req.group_instance_id.as_ref().map(s),
         });
         let result = match ask_coordinator(ctx, &group, op).await {
-            Some(GroupAnswer::Done(r)) => r,
+            Ok(GroupAnswer::Done(r)) => r,
+            Err(e) => Err(e),
             _ => Err(unavailable()),
         };
         let mut body = HeartbeatResponse::default();

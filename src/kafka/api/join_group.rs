@@ -50,7 +50,8 @@ impl Handler for JoinGroup {
             require_known_member_id: v >= 4,
         });
         let answer = match ask_coordinator(ctx, &group, op).await {
-            Some(GroupAnswer::Join(a)) => a,
+            Ok(GroupAnswer::Join(a)) => a,
+            Err(e) => JoinAnswer::error(e, s(&req.member_id)),
             _ => JoinAnswer::error(unavailable(), s(&req.member_id)),
         };
         let mut body = JoinGroupResponse::default();

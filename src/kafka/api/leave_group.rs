@@ -50,7 +50,8 @@ impl Handler for LeaveGroup {
         )
         .await
         {
-            Some(GroupAnswer::Leave(r)) => r,
+            Ok(GroupAnswer::Leave(r)) => r,
+            Err(e) => Err(e),
             _ => Err(unavailable()),
         };
         let mut body = LeaveGroupResponse::default();

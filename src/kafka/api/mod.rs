@@ -27,6 +27,7 @@ pub mod describe_configs;
 pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
+pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod describe_user_scram_credentials;
 pub mod fan_out;
@@ -138,6 +139,7 @@ apis![
     alter_client_quotas::AlterClientQuotas,
     describe_log_dirs::DescribeLogDirs,
     describe_cluster::DescribeCluster,
+    describe_quorum::DescribeQuorum,
     describe_producers::DescribeProducers,
     describe_topic_partitions::DescribeTopicPartitions,
     describe_user_scram_credentials::DescribeUserScramCredentials,

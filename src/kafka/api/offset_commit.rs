@@ -70,7 +70,8 @@ impl Handler for OffsetCommit {
                 offsets,
             });
             match ask_coordinator(ctx, &group, op).await {
-                Some(GroupAnswer::Commit(r)) => r,
+                Ok(GroupAnswer::Commit(r)) => r,
+                Err(e) => vec![Err(e); n],
                 _ => vec![Err(unavailable()); n],
             }
         };

@@ -45,7 +45,8 @@ impl Handler for OffsetDelete {
         )
         .await
         {
-            Some(GroupAnswer::OffsetsDeleted(r)) => r,
+            Ok(GroupAnswer::OffsetsDeleted(r)) => r,
+            Err(e) => Err(e),
             _ => Err(unavailable()),
         };
         let mut body = OffsetDeleteResponse::default();

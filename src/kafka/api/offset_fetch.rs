@@ -25,7 +25,8 @@ async fn fetch_group_offsets(
         topics,
     };
     match ask_coordinator(ctx, group, op).await {
-        Some(GroupAnswer::Offsets(r)) => r,
+        Ok(GroupAnswer::Offsets(r)) => r,
+        Err(e) => Err(e),
         _ => Err(unavailable()),
     }
 }

@@ -37,7 +37,8 @@ impl Handler for SyncGroup {
                 .collect(),
         });
         let answer = match ask_coordinator(ctx, &group, op).await {
-            Some(GroupAnswer::Sync(a)) => a,
+            Ok(GroupAnswer::Sync(a)) => a,
+            Err(e) => SyncAnswer::error(e),
             _ => SyncAnswer::error(unavailable()),
         };
         let mut body = SyncGroupResponse::default();
