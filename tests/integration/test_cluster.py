@@ -197,6 +197,7 @@ def test_controller_killed_while_topics_are_created(broker_factory):
     new = wait_until(lambda: (c := metadata(alive).controller_id) not in (old, -1) and c, 15,
                      "a new active controller")
     elected_after = time.monotonic() - killed_at
+    print(f"a new active controller {elected_after:.2f} s after the old one was killed")
     assert elected_after < 10, f"a new controller after {elected_after:.1f}s"
     t.join(120)
     assert not t.is_alive()
