@@ -66,7 +66,12 @@ pub(super) fn message(e: &TopicError) -> Option<StrBytes> {
 /// configured, placed over the live brokers.
 pub async fn ensure_offsets_topic(ctx: &Ctx) -> Result<(), TopicError> {
     let topic = shards::group::OFFSETS_TOPIC;
-    if ctx.shard.metadata.snapshot().topic(topic).is_some() {
+    let meta = ctx.shard.metadata.snapshot();
+    if meta.topic(topic).is_some() {
+        // Published is not yet open: a request racing the one that created the topic
+        // waits until this broker's shards have opened its partitions (at once, once they
+        // have).
+        ctx.shard.metadata.wait_reconciled(meta.version()).await;
         return Ok(());
     }
     let new = NewTopic {
