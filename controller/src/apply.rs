@@ -152,6 +152,15 @@ impl MetadataImage {
         Ok(())
     }
 
+    /// Files a new topic under its name and its id (the one place both maps grow).
+    fn add_topic(&mut self, topic: TopicImage) {
+        debug_assert!(
+            !self.topics.contains_key(&topic.name) && !self.topic_ids.contains_key(&topic.id)
+        );
+        self.topic_ids.insert(topic.id, topic.name.clone());
+        self.topics.insert(topic.name.clone(), topic);
+    }
+
     fn candidates(&self) -> Vec<Candidate> {
         self.live_brokers()
             .map(|b| Candidate {
@@ -226,16 +235,12 @@ impl MetadataImage {
             t.replication_factor,
             seed_of(t.id),
         )?;
-        self.topics.insert(
-            t.name.clone(),
-            TopicImage {
-                name: t.name.clone(),
-                id: t.id,
-                configs: t.configs.clone(),
-                partitions: lists.into_iter().map(new_partition).collect(),
-            },
-        );
-        self.topic_ids.insert(t.id, t.name.clone());
+        self.add_topic(TopicImage {
+            name: t.name.clone(),
+            id: t.id,
+            configs: t.configs.clone(),
+            partitions: lists.into_iter().map(new_partition).collect(),
+        });
         Ok(())
     }
 
@@ -362,16 +367,12 @@ impl MetadataImage {
                     partition_epoch: 0,
                 })
                 .collect();
-            self.topics.insert(
-                t.name.clone(),
-                TopicImage {
-                    name: t.name.clone(),
-                    id: t.id,
-                    configs: t.configs.clone(),
-                    partitions,
-                },
-            );
-            self.topic_ids.insert(t.id, t.name.clone());
+            self.add_topic(TopicImage {
+                name: t.name.clone(),
+                id: t.id,
+                configs: t.configs.clone(),
+                partitions,
+            });
         }
         self.next_producer_id = self.next_producer_id.max(m.next_producer_id);
         self.client_quotas = m.client_quotas.clone();

@@ -17,6 +17,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
+from test_kafka_python import wait_until
 
 # Short sessions so that a dead broker is fenced within seconds.
 FAST = ["--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
@@ -30,17 +31,6 @@ def bootstrap(brokers) -> str:
 
 def admin(brokers) -> AdminClient:
     return AdminClient({"bootstrap.servers": bootstrap(brokers)})
-
-
-def wait_until(pred, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        last = pred()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
-        time.sleep(interval)
 
 
 def metadata(brokers, topic: str | None = None):
