@@ -5,15 +5,27 @@
 //! same log holds the same image. A command that fails a check changes nothing it failed
 //! on; a command of several items applies the items that pass.
 //!
-//! Leadership rules (Kafka's): a partition is led by the first replica, in assignment
-//! order, that is in the ISR and not fenced; when there is none the partition is offline
-//! (leader -1). Fencing takes the broker out of the ISR unless it is the last member
-//! (the ISR then keeps it, and the partition waits for it). Every leader change bumps the
-//! leader epoch; every change of a partition bumps the partition epoch.
+//! Leadership rules (Kafka's, `PartitionChangeBuilder`): a broker may lead, or join an
+//! ISR, while it is active — registered, not fenced, not in controlled shutdown. A
+//! partition keeps its leader while the leader is an active ISR member; otherwise it is
+//! led by the first replica, in assignment order, that is an active ISR member; when
+//! there is none the partition is offline (leader -1), unless unclean leader election is
+//! enabled for its topic (`unclean.leader.election.enable`, the topic's override else the
+//! cluster-wide broker config, off by default): then the first active replica leads and
+//! the ISR becomes just that replica, records only the old ISR had being lost. Elections
+//! run on every partition of a broker whose liveness changes (fencing, unfencing, a
+//! restart's new registration, controlled shutdown) and on the offline partitions of
+//! every topic whose effective unclean setting may have changed. Fencing (and controlled
+//! shutdown, which fences for good until the broker registers again) takes the broker out
+//! of the ISR unless it is the last member (the ISR then keeps it, and the partition
+//! waits for it, or elects uncleanly). The ISR otherwise changes only by its leader's
+//! `AlterPartition`, which never changes the leader. Every leader change bumps the leader
+//! epoch; every change of a partition bumps the partition epoch.
 
 use crate::command::*;
 use crate::image::{
-    validate_topic_name, BrokerRegistration, MetadataImage, PartitionImage, TopicImage, NO_LEADER,
+    unclean_leader_election, validate_topic_name, BrokerRegistration, MetadataImage,
+    PartitionImage, TopicImage, NO_LEADER,
 };
 use crate::placement::{self, Candidate};
 impl MetadataImage {
@@ -46,6 +58,19 @@ impl MetadataImage {
             Command::UnfenceBroker { id, epoch } => {
                 Outcome::Done(self.set_fenced(*id, *epoch, false))
             }
+            Command::ControlledShutdown { id, epoch } => {
+                Outcome::Done(self.controlled_shutdown(*id, *epoch))
+            }
+            Command::AlterPartition {
+                broker,
+                broker_epoch,
+                changes,
+            } => Outcome::Items(
+                changes
+                    .iter()
+                    .map(|c| self.alter_isr(*broker, *broker_epoch, c))
+                    .collect(),
+            ),
             Command::CreateTopics { topics } => {
                 Outcome::Items(topics.iter().map(|t| self.create_topic(t)).collect())
             }
@@ -64,22 +89,9 @@ impl MetadataImage {
             Command::CreatePartitions { topics } => {
                 Outcome::Items(topics.iter().map(|t| self.create_partitions(t)).collect())
             }
-            Command::SetTopicConfigs { changes } => Outcome::Items(
-                changes
-                    .iter()
-                    .map(|c| {
-                        let t = self
-                            .topics
-                            .get_mut(&c.name)
-                            .ok_or(CommandError::UnknownTopic)?;
-                        if t.configs != c.from {
-                            return Err(CommandError::Conflict);
-                        }
-                        t.configs = c.to.clone();
-                        Ok(())
-                    })
-                    .collect(),
-            ),
+            Command::SetTopicConfigs { changes } => {
+                Outcome::Items(changes.iter().map(|c| self.set_topic_configs(c)).collect())
+            }
             Command::SetBrokerConfigs { change } => Outcome::Done(self.set_broker_configs(change)),
             Command::AlterClientQuotas { alterations } => {
                 Outcome::Done(self.alter_client_quotas(alterations))
@@ -123,14 +135,24 @@ impl MetadataImage {
                 controller_addr: controller_addr.to_string(),
                 rack: rack.clone(),
                 fenced: true,
+                shutting_down: false,
             },
         );
         Ok(())
     }
 
+    /// Fences or unfences registration `id` of `epoch` and re-elects its partitions.
+    /// Unfencing a registration in controlled shutdown is refused: it would let a broker
+    /// that is stopping lead again (an `UnfenceBroker` decided before the shutdown can
+    /// commit after it).
     fn set_fenced(&mut self, id: i32, epoch: u64, fenced: bool) -> Result<(), CommandError> {
         match self.brokers.get_mut(&id) {
             Some(b) if b.epoch == epoch => {
+                if !fenced && b.shutting_down {
+                    return Err(CommandError::Invalid(format!(
+                        "broker {id} is shutting down; it is unfenced only once it registers again"
+                    )));
+                }
                 if b.fenced == fenced {
                     return Ok(());
                 }
@@ -138,16 +160,134 @@ impl MetadataImage {
             }
             _ => return Err(CommandError::StaleBrokerEpoch(id)),
         }
+        self.reelect(fenced.then_some(id), |_, p| p.replicas.contains(&id));
+        Ok(())
+    }
+
+    /// Kafka's controlled shutdown: the registration is marked shutting down, then fenced
+    /// (if it is not already: a fenced broker has had the fencing's effect). From here on
+    /// nothing makes it active again but a new registration.
+    fn controlled_shutdown(&mut self, id: i32, epoch: u64) -> Result<(), CommandError> {
+        match self.brokers.get_mut(&id) {
+            Some(b) if b.epoch == epoch => b.shutting_down = true,
+            _ => return Err(CommandError::StaleBrokerEpoch(id)),
+        }
+        self.set_fenced(id, epoch, true)?;
+        debug_assert!(self
+            .brokers
+            .get(&id)
+            .is_some_and(|b| b.fenced && !b.is_active()));
+        Ok(())
+    }
+
+    /// Runs the election on every partition `picks` (by topic and partition), first
+    /// taking `leaving` (a broker just fenced) out of its ISR unless it is the last
+    /// member. Partitions whose leader stays valid and whose ISR stays are untouched, so
+    /// picking more partitions than are affected changes nothing more.
+    fn reelect(
+        &mut self,
+        leaving: Option<i32>,
+        picks: impl Fn(&TopicImage, &PartitionImage) -> bool,
+    ) {
         let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let cluster_configs = self.broker_configs.get("");
         for t in self.topics.values_mut() {
-            for p in t.partitions.iter_mut().filter(|p| p.replicas.contains(&id)) {
+            let unclean = unclean_leader_election(&t.configs, cluster_configs);
+            let picked: Vec<usize> = (0..t.partitions.len())
+                .filter(|i| picks(t, &t.partitions[*i]))
+                .collect();
+            for i in picked {
+                let p = &mut t.partitions[i];
                 let mut next = p.clone();
-                if fenced && next.isr.len() > 1 {
-                    next.isr.retain(|r| *r != id);
+                if let Some(id) = leaving {
+                    if next.isr.len() > 1 {
+                        next.isr.retain(|r| *r != id);
+                    }
                 }
-                next.leader = elect(&next, &live);
+                elect(&mut next, &live, unclean);
                 change_partition(p, next);
             }
+        }
+    }
+
+    /// Replaces a topic's overrides if they still are `from`; its offline partitions then
+    /// get an unclean leader if that is now enabled.
+    fn set_topic_configs(&mut self, c: &ConfigChange) -> Result<(), CommandError> {
+        let t = self
+            .topics
+            .get_mut(&c.name)
+            .ok_or(CommandError::UnknownTopic)?;
+        if t.configs != c.from {
+            return Err(CommandError::Conflict);
+        }
+        t.configs = c.to.clone();
+        self.reelect(None, |t, p| t.name == c.name && !p.has_leader());
+        Ok(())
+    }
+
+    /// One change of an `AlterPartition`, Kafka's checks in order: the proposer is an
+    /// active registration of that epoch, the partition exists, the proposer leads it
+    /// in the epochs the change was computed from, the ISR is well formed and keeps the
+    /// leader, and every broker it adds is active. The leader stays, so only the
+    /// partition epoch moves.
+    fn alter_isr(
+        &mut self,
+        broker: i32,
+        broker_epoch: u64,
+        c: &IsrChange,
+    ) -> Result<(), CommandError> {
+        if !self
+            .brokers
+            .get(&broker)
+            .is_some_and(|b| b.epoch == broker_epoch && b.is_active())
+        {
+            return Err(CommandError::StaleBrokerEpoch(broker));
+        }
+        let name = self
+            .topic_ids
+            .get(&c.topic_id)
+            .ok_or(CommandError::UnknownTopicId)?;
+        let p = self
+            .topics
+            .get(name)
+            .and_then(|t| t.partition(c.partition))
+            .ok_or(CommandError::UnknownTopicOrPartition)?;
+        if p.leader != broker {
+            return Err(CommandError::NotLeaderOrFollower);
+        }
+        if p.leader_epoch != c.leader_epoch {
+            return Err(CommandError::FencedLeaderEpoch);
+        }
+        if p.partition_epoch != c.partition_epoch {
+            return Err(CommandError::InvalidUpdateVersion);
+        }
+        check_isr(p, &c.isr)?;
+        if let Some(r) = c
+            .isr
+            .iter()
+            .find(|r| !p.isr.contains(r) && !self.is_live(**r))
+        {
+            return Err(CommandError::IneligibleReplica(*r));
+        }
+        let isr: Vec<i32> = p
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| c.isr.contains(r))
+            .collect();
+        if isr == p.isr {
+            return Ok(());
+        }
+        let mut next = p.clone();
+        next.isr = isr;
+        let name = name.clone();
+        if let Some(p) = self.topics.get_mut(&name).and_then(|t| {
+            usize::try_from(c.partition)
+                .ok()
+                .and_then(|i| t.partitions.get_mut(i))
+        }) {
+            change_partition(p, next);
+            debug_assert!(p.leader == broker && p.leader_epoch == c.leader_epoch);
         }
         Ok(())
     }
@@ -299,6 +439,10 @@ impl MetadataImage {
         } else {
             self.broker_configs.insert(c.name.clone(), c.to.clone());
         }
+        if c.name.is_empty() {
+            // The cluster-wide layer is every topic's default for unclean election.
+            self.reelect(None, |_, p| !p.has_leader());
+        }
         Ok(())
     }
 
@@ -393,16 +537,12 @@ impl MetadataImage {
 }
 
 /// Replication factors this broker accepts (Kafka's "-1, the default" is resolved by the
-/// proposer).
+/// proposer). The upper bound is the live brokers: placement and the explicit
+/// assignments' checks refuse more replicas than there are.
 fn check_replication_factor(rf: i32) -> Result<(), CommandError> {
     if rf < 1 {
         return Err(CommandError::InvalidReplicationFactor(format!(
             "replication factor must be at least 1, got {rf}"
-        )));
-    }
-    if rf > REPLICATION_FACTOR_MAX {
-        return Err(CommandError::InvalidReplicationFactor(format!(
-            "replication factor {rf} is not supported: partitions are not replicated yet (at most {REPLICATION_FACTOR_MAX})"
         )));
     }
     Ok(())
@@ -426,13 +566,55 @@ fn new_partition(replicas: Vec<i32>) -> PartitionImage {
     }
 }
 
-/// The first replica, in assignment order, that is in the ISR and live.
-fn elect(p: &PartitionImage, live: &[i32]) -> i32 {
-    p.replicas
+/// Elects `p`'s leader among the `live` brokers (the leadership rules of the module doc):
+/// the current leader while it is a live ISR member, else the first live ISR member in
+/// assignment order, else — only when `unclean` — the first live replica, which then is
+/// the whole ISR, else nobody.
+fn elect(p: &mut PartitionImage, live: &[i32], unclean: bool) {
+    let eligible = |r: &i32| p.isr.contains(r) && live.contains(r);
+    if eligible(&p.leader) {
+        return;
+    }
+    p.leader = p
+        .replicas
         .iter()
         .copied()
-        .find(|r| p.isr.contains(r) && live.contains(r))
-        .unwrap_or(NO_LEADER)
+        .find(eligible)
+        .unwrap_or(NO_LEADER);
+    if p.leader == NO_LEADER && unclean {
+        if let Some(r) = p.replicas.iter().copied().find(|r| live.contains(r)) {
+            p.leader = r;
+            p.isr = vec![r];
+        }
+    }
+    debug_assert!(!p.has_leader() || (p.isr.contains(&p.leader) && live.contains(&p.leader)));
+}
+
+/// The checks of a proposed ISR that need nothing but the partition: non-empty, nobody
+/// twice, replicas only, the leader kept (an ISR without its leader would leave the
+/// partition led from outside its ISR).
+fn check_isr(p: &PartitionImage, isr: &[i32]) -> Result<(), CommandError> {
+    let mut sorted = isr.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if isr.is_empty() || sorted.len() != isr.len() {
+        return Err(CommandError::Invalid(format!(
+            "ISR {isr:?} is empty or names a broker twice"
+        )));
+    }
+    if let Some(r) = isr.iter().find(|r| !p.replicas.contains(r)) {
+        return Err(CommandError::Invalid(format!(
+            "ISR member {r} is not a replica of the partition ({:?})",
+            p.replicas
+        )));
+    }
+    if !isr.contains(&p.leader) {
+        return Err(CommandError::Invalid(format!(
+            "ISR {isr:?} leaves out the leader {}",
+            p.leader
+        )));
+    }
+    Ok(())
 }
 
 /// Replaces `p` by `next`, bumping the epochs if anything changed.
@@ -479,9 +661,13 @@ mod tests {
         index
     }
 
+    /// Applies `cmd` as the next entry; checks the invariants even where debug
+    /// assertions are off (release test builds).
     fn next(img: &mut MetadataImage, cmd: Command) -> Outcome {
         let i = img.applied + 1;
-        img.apply(i, &cmd)
+        let out = img.apply(i, &cmd);
+        assert_eq!(img.check_invariants(), Ok(()), "after {cmd:?}");
+        out
     }
 
     fn topic(name: &str, partitions: i32) -> NewTopic {
@@ -525,14 +711,119 @@ mod tests {
         assert_eq!(img.topic_by_id(t.id).map(|t| t.name.as_str()), Some("t"));
     }
 
+    /// A topic with explicit replica lists (its replication factor is theirs).
+    fn assigned(name: &str, lists: Vec<Vec<i32>>) -> NewTopic {
+        let mut t = topic(name, lists.len() as i32);
+        t.replication_factor = lists[0].len() as i32;
+        t.assignments = Some(lists);
+        t
+    }
+
+    fn create(img: &mut MetadataImage, t: NewTopic) -> Result<(), CommandError> {
+        match next(img, Command::CreateTopics { topics: vec![t] }) {
+            Outcome::Items(mut v) if v.len() == 1 => v.remove(0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn part(img: &MetadataImage, name: &str, i: usize) -> PartitionImage {
+        img.topic(name).unwrap().partitions[i].clone()
+    }
+
+    fn fence(img: &mut MetadataImage, id: i32, fenced: bool) -> Result<(), CommandError> {
+        let epoch = img.broker(id).unwrap().epoch;
+        let cmd = if fenced {
+            Command::FenceBroker { id, epoch }
+        } else {
+            Command::UnfenceBroker { id, epoch }
+        };
+        match next(img, cmd) {
+            Outcome::Done(r) => r,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// A change of partition `i` of `name` to `isr`, computed from its current state.
+    fn isr_change(img: &MetadataImage, name: &str, i: i32, isr: &[i32]) -> IsrChange {
+        let t = img.topic(name).unwrap();
+        let p = t.partition(i).unwrap();
+        IsrChange {
+            topic_id: t.id,
+            partition: i,
+            leader_epoch: p.leader_epoch,
+            partition_epoch: p.partition_epoch,
+            isr: isr.to_vec(),
+        }
+    }
+
+    /// `broker` proposes partition `i` of `name` to have `isr`, from its current state.
+    fn set_isr(
+        img: &mut MetadataImage,
+        broker: i32,
+        name: &str,
+        i: i32,
+        isr: &[i32],
+    ) -> Result<(), CommandError> {
+        let change = isr_change(img, name, i, isr);
+        let mut v = alter(img, broker, vec![change]);
+        assert_eq!(v.len(), 1);
+        v.remove(0)
+    }
+
+    /// `broker`, in its current epoch, proposes `changes`.
+    fn alter(
+        img: &mut MetadataImage,
+        broker: i32,
+        changes: Vec<IsrChange>,
+    ) -> Vec<Result<(), CommandError>> {
+        let broker_epoch = img.broker(broker).unwrap().epoch;
+        match next(
+            img,
+            Command::AlterPartition {
+                broker,
+                broker_epoch,
+                changes,
+            },
+        ) {
+            Outcome::Items(v) => v,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn shutdown(img: &mut MetadataImage, id: i32) -> Outcome {
+        let epoch = img.broker(id).unwrap().epoch;
+        next(img, Command::ControlledShutdown { id, epoch })
+    }
+
+    fn unclean(on: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([(UNCLEAN_LEADER_ELECTION_ENABLE.to_string(), on.to_string())])
+    }
+
     #[test]
     fn replication_factor_checked() {
         let (mut img, _) = cluster(2);
         let mut t = topic("rf", 1);
+        t.replication_factor = 3;
+        assert!(matches!(
+            create(&mut img, t),
+            Err(CommandError::InvalidReplicationFactor(_))
+        ));
+        let mut t = topic("rf", 1);
+        t.replication_factor = 0;
+        assert!(matches!(
+            create(&mut img, t),
+            Err(CommandError::InvalidReplicationFactor(_))
+        ));
+        let mut t = topic("rf", 1);
+        t.replication_factor = 2;
+        assert_eq!(create(&mut img, t), Ok(()));
+        // Only live brokers count: with one fenced, two replicas no longer fit.
+        fence(&mut img, 2, true).unwrap();
+        let mut t = topic("rf2", 1);
         t.replication_factor = 2;
         assert!(matches!(
-            next(&mut img, Command::CreateTopics { topics: vec![t] }),
-            Outcome::Items(v) if matches!(v[0], Err(CommandError::InvalidReplicationFactor(_)))
+            create(&mut img, t),
+            Err(CommandError::InvalidReplicationFactor(_))
         ));
         let mut img = MetadataImage::default();
         assert!(matches!(
@@ -814,6 +1105,348 @@ mod tests {
     }
 
     #[test]
+    fn replicated_partitions_start_with_every_replica_in_sync() {
+        let (mut img, _) = cluster(3);
+        let mut t = topic("r", 12);
+        t.replication_factor = 3;
+        assert_eq!(create(&mut img, t), Ok(()));
+        let mut leaders = BTreeMap::new();
+        for p in &img.topic("r").unwrap().partitions {
+            let mut distinct = p.replicas.clone();
+            distinct.sort_unstable();
+            assert_eq!(distinct, vec![1, 2, 3]);
+            assert_eq!(p.isr, p.replicas);
+            assert_eq!(Some(&p.leader), p.replicas.first());
+            assert_eq!((p.leader_epoch, p.partition_epoch), (0, 0));
+            *leaders.entry(p.leader).or_insert(0) += 1;
+        }
+        assert_eq!(leaders.values().copied().collect::<Vec<_>>(), vec![4, 4, 4]);
+        // Explicit lists of several replicas, and more partitions like them.
+        assert_eq!(
+            create(&mut img, assigned("a", vec![vec![3, 1], vec![2, 3]])),
+            Ok(())
+        );
+        let p = part(&img, "a", 0);
+        assert_eq!((p.leader, p.isr.clone()), (3, vec![3, 1]));
+        let grow = |assignments| Command::CreatePartitions {
+            topics: vec![NewPartitions {
+                topic: "a".into(),
+                count: 3,
+                assignments: Some(assignments),
+            }],
+        };
+        assert!(matches!(
+            next(&mut img, grow(vec![vec![1]])),
+            Outcome::Items(v) if matches!(v[0], Err(CommandError::InvalidReplicaAssignment(_)))
+        ));
+        assert_eq!(
+            next(&mut img, grow(vec![vec![1, 2]])),
+            Outcome::Items(vec![Ok(())])
+        );
+        let p = part(&img, "a", 2);
+        assert_eq!((p.leader, p.isr.clone()), (1, vec![1, 2]));
+    }
+
+    #[test]
+    fn fencing_shrinks_isrs_and_moves_leaders_within_them() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2, 3], vec![2, 1, 3]])).unwrap();
+        fence(&mut img, 1, true).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2, 3]));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (1, 1));
+        // A follower fenced: the ISR shrinks, the leader (and its epoch) stays.
+        let q = part(&img, "t", 1);
+        assert_eq!((q.leader, q.isr.clone()), (2, vec![2, 3]));
+        assert_eq!((q.leader_epoch, q.partition_epoch), (0, 1));
+        // Unfenced, it leads nothing: it rejoins ISRs only by their leaders' AlterPartition.
+        fence(&mut img, 1, false).unwrap();
+        assert_eq!(part(&img, "t", 0), p);
+        assert_eq!(part(&img, "t", 1), q);
+        // Its leader keeps a partition even once the first replica is back in sync.
+        assert_eq!(set_isr(&mut img, 2, "t", 0, &[1, 2, 3]), Ok(()));
+        fence(&mut img, 3, true).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![1, 2]));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (1, 3));
+    }
+
+    #[test]
+    fn alter_partition_checks_in_order() {
+        let (mut img, epochs) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2, 3]])).unwrap();
+        let good = isr_change(&img, "t", 0, &[1, 3]);
+        let with = |f: &dyn Fn(&mut IsrChange)| {
+            let mut c = good.clone();
+            f(&mut c);
+            c
+        };
+        let stale = next(
+            &mut img,
+            Command::AlterPartition {
+                broker: 1,
+                broker_epoch: epochs[0] + 100,
+                changes: vec![good.clone()],
+            },
+        );
+        assert_eq!(
+            stale,
+            Outcome::Items(vec![Err(CommandError::StaleBrokerEpoch(1))])
+        );
+        let unknown = next(
+            &mut img,
+            Command::AlterPartition {
+                broker: 9,
+                broker_epoch: epochs[0],
+                changes: vec![good.clone()],
+            },
+        );
+        assert_eq!(
+            unknown,
+            Outcome::Items(vec![Err(CommandError::StaleBrokerEpoch(9))])
+        );
+        let refused = alter(
+            &mut img,
+            1,
+            vec![
+                with(&|c| c.topic_id = Uuid::from_u128(77)),
+                with(&|c| c.partition = 1),
+                with(&|c| c.partition = -1),
+                with(&|c| c.leader_epoch = 1),
+                with(&|c| c.partition_epoch = 1),
+            ],
+        );
+        assert_eq!(
+            refused,
+            vec![
+                Err(CommandError::UnknownTopicId),
+                Err(CommandError::UnknownTopicOrPartition),
+                Err(CommandError::UnknownTopicOrPartition),
+                Err(CommandError::FencedLeaderEpoch),
+                Err(CommandError::InvalidUpdateVersion),
+            ]
+        );
+        assert_eq!(
+            alter(&mut img, 2, vec![good.clone()]),
+            vec![Err(CommandError::NotLeaderOrFollower)]
+        );
+        for isr in [vec![], vec![1, 1], vec![1, 4], vec![2, 3]] {
+            let r = alter(&mut img, 1, vec![with(&|c| c.isr = isr.clone())]);
+            assert!(
+                matches!(r[..], [Err(CommandError::Invalid(_))]),
+                "{isr:?}: {r:?}"
+            );
+        }
+        // Nothing refused changed anything.
+        assert_eq!(part(&img, "t", 0), new_partition(vec![1, 2, 3]));
+        // A fenced broker proposes nothing, even in its epoch.
+        fence(&mut img, 1, true).unwrap();
+        assert_eq!(
+            alter(&mut img, 1, vec![good]),
+            vec![Err(CommandError::StaleBrokerEpoch(1))]
+        );
+    }
+
+    #[test]
+    fn alter_partition_shrinks_then_expands_the_isr() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2, 3]])).unwrap();
+        assert_eq!(set_isr(&mut img, 1, "t", 0, &[3, 1]), Ok(()));
+        let p = part(&img, "t", 0);
+        // Stored in assignment order; the leader and its epoch stay.
+        assert_eq!((p.leader, p.isr.clone()), (1, vec![1, 3]));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (0, 1));
+        // The same ISR again: nothing changes, not even the partition epoch.
+        assert_eq!(set_isr(&mut img, 1, "t", 0, &[1, 3]), Ok(()));
+        assert_eq!(part(&img, "t", 0), p);
+        // A change computed from the state before the shrink is refused.
+        let mut old = isr_change(&img, "t", 0, &[1, 2, 3]);
+        old.partition_epoch = 0;
+        assert_eq!(
+            alter(&mut img, 1, vec![old]),
+            vec![Err(CommandError::InvalidUpdateVersion)]
+        );
+        // Only an active broker joins: not a fenced one ...
+        fence(&mut img, 2, true).unwrap();
+        assert_eq!(part(&img, "t", 0), p);
+        assert_eq!(
+            set_isr(&mut img, 1, "t", 0, &[1, 2, 3]),
+            Err(CommandError::IneligibleReplica(2))
+        );
+        fence(&mut img, 2, false).unwrap();
+        // ... and two changes of one partition in one command: the second is stale.
+        let expand = isr_change(&img, "t", 0, &[2, 1, 3]);
+        assert_eq!(
+            alter(&mut img, 1, vec![expand.clone(), expand]),
+            vec![Ok(()), Err(CommandError::InvalidUpdateVersion)]
+        );
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (1, vec![1, 2, 3]));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (0, 2));
+        // Not one shutting down either.
+        assert_eq!(set_isr(&mut img, 1, "t", 0, &[1, 2]), Ok(()));
+        assert_eq!(shutdown(&mut img, 3), Outcome::Done(Ok(())));
+        assert_eq!(
+            set_isr(&mut img, 1, "t", 0, &[1, 2, 3]),
+            Err(CommandError::IneligibleReplica(3))
+        );
+    }
+
+    /// Replicas [1, 2], with 2 out of the ISR, then 1 fenced: nobody in sync is live.
+    fn offline_with_a_live_replica_out_of_sync(configs: BTreeMap<String, String>) -> MetadataImage {
+        let (mut img, _) = cluster(2);
+        let mut t = assigned("t", vec![vec![1, 2]]);
+        t.configs = configs;
+        create(&mut img, t).unwrap();
+        assert_eq!(set_isr(&mut img, 1, "t", 0, &[1]), Ok(()));
+        fence(&mut img, 1, true).unwrap();
+        img
+    }
+
+    #[test]
+    fn without_unclean_election_an_offline_partition_waits_for_its_isr() {
+        let img = offline_with_a_live_replica_out_of_sync(BTreeMap::new());
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![1]));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (1, 2));
+        // "false" is off too, whatever the cluster-wide default says.
+        let mut img = offline_with_a_live_replica_out_of_sync(unclean("false"));
+        let set = ConfigChange {
+            name: String::new(),
+            from: BTreeMap::new(),
+            to: unclean("true"),
+        };
+        assert_eq!(
+            next(&mut img, Command::SetBrokerConfigs { change: set }),
+            Outcome::Done(Ok(()))
+        );
+        assert_eq!(part(&img, "t", 0).leader, NO_LEADER);
+    }
+
+    #[test]
+    fn unclean_election_leads_from_outside_the_isr() {
+        // Enabled beforehand: the fencing itself elects uncleanly.
+        let img = offline_with_a_live_replica_out_of_sync(unclean("true"));
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (1, 2));
+
+        // Enabled for the topic while offline.
+        let mut img = offline_with_a_live_replica_out_of_sync(BTreeMap::new());
+        let set = Command::SetTopicConfigs {
+            changes: vec![ConfigChange {
+                name: "t".into(),
+                from: BTreeMap::new(),
+                to: unclean("true"),
+            }],
+        };
+        assert_eq!(next(&mut img, set), Outcome::Items(vec![Ok(())]));
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (2, 3));
+
+        // Enabled cluster-wide while offline.
+        let mut img = offline_with_a_live_replica_out_of_sync(BTreeMap::new());
+        let set = ConfigChange {
+            name: String::new(),
+            from: BTreeMap::new(),
+            to: unclean("true"),
+        };
+        assert_eq!(
+            next(&mut img, Command::SetBrokerConfigs { change: set }),
+            Outcome::Done(Ok(()))
+        );
+        assert_eq!(part(&img, "t", 0).leader, 2);
+
+        // Nobody live at all: offline, until an out-of-sync replica is unfenced.
+        let (mut img, _) = cluster(2);
+        let mut t = assigned("t", vec![vec![1, 2]]);
+        t.configs = unclean("true");
+        create(&mut img, t).unwrap();
+        assert_eq!(set_isr(&mut img, 1, "t", 0, &[1]), Ok(()));
+        fence(&mut img, 2, true).unwrap();
+        fence(&mut img, 1, true).unwrap();
+        assert_eq!(part(&img, "t", 0).leader, NO_LEADER);
+        fence(&mut img, 2, false).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone(), p.leader_epoch), (2, vec![2], 2));
+    }
+
+    #[test]
+    fn controlled_shutdown_fences_for_good_until_the_broker_registers_again() {
+        let (mut img, epochs) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2, 3]])).unwrap();
+        create(&mut img, assigned("s", vec![vec![1]])).unwrap();
+        assert_eq!(
+            next(
+                &mut img,
+                Command::ControlledShutdown {
+                    id: 1,
+                    epoch: epochs[0] + 100
+                }
+            ),
+            Outcome::Done(Err(CommandError::StaleBrokerEpoch(1)))
+        );
+        assert!(img.broker(1).unwrap().is_active());
+        assert_eq!(shutdown(&mut img, 1), Outcome::Done(Ok(())));
+        let b = img.broker(1).unwrap();
+        assert!(b.fenced && b.shutting_down && !img.is_live(1));
+        // Exactly fencing's effect: leadership moves, the ISR shrinks but keeps its last.
+        let p = part(&img, "t", 0);
+        assert_eq!(
+            (p.leader, p.isr.clone(), p.leader_epoch),
+            (2, vec![2, 3], 1)
+        );
+        let q = part(&img, "s", 0);
+        assert_eq!(
+            (q.leader, q.isr.clone(), q.leader_epoch),
+            (NO_LEADER, vec![1], 1)
+        );
+        // A retry changes nothing; unfencing is refused; new replicas go elsewhere.
+        let before = serde_json::to_string(&img.topics).unwrap();
+        assert_eq!(shutdown(&mut img, 1), Outcome::Done(Ok(())));
+        assert!(matches!(
+            fence(&mut img, 1, false),
+            Err(CommandError::Invalid(_))
+        ));
+        assert!(img.broker(1).unwrap().fenced);
+        assert_eq!(serde_json::to_string(&img.topics).unwrap(), before);
+        let mut t = topic("u", 1);
+        t.replication_factor = 3;
+        assert!(matches!(
+            create(&mut img, t),
+            Err(CommandError::InvalidReplicationFactor(_))
+        ));
+        assert!(matches!(
+            create(&mut img, assigned("u", vec![vec![1, 2]])),
+            Err(CommandError::InvalidReplicaAssignment(_))
+        ));
+        // Not even an unclean election picks it.
+        let set = ConfigChange {
+            name: String::new(),
+            from: BTreeMap::new(),
+            to: unclean("true"),
+        };
+        assert_eq!(
+            next(&mut img, Command::SetBrokerConfigs { change: set }),
+            Outcome::Done(Ok(()))
+        );
+        assert_eq!(part(&img, "s", 0).leader, NO_LEADER);
+        fence(&mut img, 3, true).unwrap();
+        fence(&mut img, 2, true).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![2]));
+        // A restart is a new registration: fenced until caught up, then active again.
+        let epoch = register(&mut img, 1, None);
+        let b = img.broker(1).unwrap();
+        assert!(b.epoch == epoch && !b.shutting_down && b.is_active());
+        let q = part(&img, "s", 0);
+        assert_eq!((q.leader, q.isr.clone(), q.leader_epoch), (1, vec![1], 2));
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.isr.clone()), (1, vec![1]));
+    }
+
+    #[test]
     fn same_log_same_image() {
         let log: Vec<Command> = {
             let mut v = Vec::new();
@@ -841,6 +1474,12 @@ mod tests {
                 v.push(Command::CreateTopics { topics: vec![t] });
             }
             v.push(Command::FenceBroker { id: 3, epoch: 3 });
+            let mut t = topic("r", 4);
+            t.id = Uuid::from_u128(2000);
+            t.replication_factor = 2;
+            t.configs = unclean("true");
+            v.push(Command::CreateTopics { topics: vec![t] });
+            v.push(Command::ControlledShutdown { id: 2, epoch: 2 });
             v
         };
         let run = || {

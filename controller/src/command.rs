@@ -33,10 +33,28 @@ pub enum Command {
         id: i32,
         epoch: u64,
     },
-    /// The broker has caught up with the log: it may lead again.
+    /// The broker has caught up with the log: it may lead again. Refused for a
+    /// registration that is shutting down: only a new registration comes back.
     UnfenceBroker {
         id: i32,
         epoch: u64,
+    },
+    /// The broker is stopping (it got SIGTERM), Kafka's controlled shutdown: its
+    /// registration is marked shutting down and fenced, so every partition it leads
+    /// moves to another ISR member and it leaves every ISR it is not the last member of.
+    /// It stays fenced, and is never elected, until it registers again (a restart is a
+    /// new incarnation, which starts afresh).
+    ControlledShutdown {
+        id: i32,
+        epoch: u64,
+    },
+    /// A partition leader shrinking or expanding its partitions' ISRs (Kafka's
+    /// AlterPartition): one result per change, in order; each is applied on its own.
+    AlterPartition {
+        broker: i32,
+        /// The leader's registration epoch: a request of an earlier incarnation is stale.
+        broker_epoch: u64,
+        changes: Vec<IsrChange>,
     },
     CreateTopics {
         topics: Vec<NewTopic>,
@@ -70,6 +88,19 @@ pub enum Command {
     ImportSingleNode(SingleNodeMetadata),
 }
 
+/// One partition's new ISR, computed by its leader from the state it names: applied only
+/// if the partition is still in that state (same leader epoch and partition epoch), so a
+/// change computed from an older state can never undo a newer one.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IsrChange {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    /// The ISR proposed; stored in assignment order whatever order it comes in.
+    pub isr: Vec<i32>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SingleNodeMetadata {
     /// The node that held every partition (a live broker of this cluster).
@@ -94,9 +125,10 @@ pub struct SingleNodeTopic {
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// Upper bound on partitions per topic, so one command cannot open unbounded files.
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
-/// Replicas per partition this broker can keep in step: followers do not replicate yet,
-/// so a partition lives on one broker.
-pub const REPLICATION_FACTOR_MAX: i32 = 1;
+/// The topic config (and cluster-wide broker config) that lets a partition with no live
+/// ISR member be led by a live replica outside the ISR, at the price of the records only
+/// the ISR had. "true" or "false"; off unless set.
+pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewTopic {
@@ -148,8 +180,25 @@ pub enum CommandError {
     /// The state the change was computed from has changed meanwhile: compute it again.
     #[error("changed concurrently; retry")]
     Conflict,
+    /// Also: the broker is fenced (a fenced broker proposes nothing on its partitions).
     #[error("broker {0} is not registered in that epoch")]
     StaleBrokerEpoch(i32),
+    #[error("unknown topic id")]
+    UnknownTopicId,
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    /// The proposer does not lead the partition.
+    #[error("not the leader of the partition")]
+    NotLeaderOrFollower,
+    /// The proposer's leader epoch is not the partition's.
+    #[error("fenced leader epoch")]
+    FencedLeaderEpoch,
+    /// The partition changed since the proposer read it (its partition epoch moved on).
+    #[error("the partition epoch is not the current one")]
+    InvalidUpdateVersion,
+    /// The broker may not join the ISR: not registered, fenced or shutting down.
+    #[error("broker {0} is not eligible to join the ISR")]
+    IneligibleReplica(i32),
     #[error("{0}")]
     PolicyViolation(String),
     #[error("{0}")]

@@ -8,8 +8,12 @@
 //! applied command):
 //! - every partition has at least one replica, no replica twice, and every replica is a
 //!   registered broker;
-//! - the ISR is a non-empty subset of the replicas; the leader is -1 or a member of the
-//!   ISR that is not fenced;
+//! - the ISR is a non-empty subset of the replicas, in assignment order (so no member
+//!   twice); the leader is -1 or a member of the ISR that is active (registered, not
+//!   fenced, not shutting down);
+//! - no election is missed: a partition without a leader has no active ISR member, and,
+//!   when unclean leader election is enabled for its topic, no active replica at all;
+//! - a registration that is shutting down is fenced;
 //! - topic ids are unique and `topic_ids` indexes exactly `topics`;
 //! - epochs only grow (checked where they change, in `apply`).
 
@@ -45,6 +49,17 @@ pub struct BrokerRegistration {
     /// A fenced broker leads nothing and is not offered to clients. Brokers register
     /// fenced and are unfenced once they have caught up with the metadata log.
     pub fenced: bool,
+    /// In controlled shutdown (Kafka's): fenced and never unfenced again; only a new
+    /// registration (a restart) clears it. Absent from images of earlier releases.
+    #[serde(default)]
+    pub shutting_down: bool,
+}
+
+impl BrokerRegistration {
+    /// May lead and join ISRs: not fenced, not shutting down (Kafka's "active").
+    pub fn is_active(&self) -> bool {
+        !self.fenced && !self.shutting_down
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -119,13 +134,20 @@ impl MetadataImage {
         self.brokers.get(&id)
     }
 
-    /// Registered and not fenced, in id order.
+    /// Registered and active (not fenced, not shutting down), in id order.
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
-        self.brokers.values().filter(|b| !b.fenced)
+        self.brokers.values().filter(|b| b.is_active())
     }
 
+    /// Registered and active: may lead, join an ISR, take new replicas.
     pub fn is_live(&self, id: i32) -> bool {
-        self.brokers.get(&id).is_some_and(|b| !b.fenced)
+        self.brokers.get(&id).is_some_and(|b| b.is_active())
+    }
+
+    /// Whether a partition of `topic` with no live ISR member is led by a live replica
+    /// outside its ISR (see `unclean_leader_election`).
+    pub fn unclean_leader_election(&self, topic: &TopicImage) -> bool {
+        unclean_leader_election(&topic.configs, self.broker_configs.get(""))
     }
 
     /// Rebuilds the derived indexes (after deserialising a snapshot).
@@ -139,6 +161,9 @@ impl MetadataImage {
 
     /// Every invariant of the module doc; the first one broken, if any.
     pub fn check_invariants(&self) -> Result<(), String> {
+        if let Some(b) = self.brokers.values().find(|b| b.shutting_down && !b.fenced) {
+            return Err(format!("broker {} is shutting down but not fenced", b.id));
+        }
         if self.topic_ids.len() != self.topics.len() {
             return Err("topic id index out of step with topics (or duplicate ids)".into());
         }
@@ -163,9 +188,9 @@ impl MetadataImage {
                 if let Some(r) = p.replicas.iter().find(|r| !self.brokers.contains_key(r)) {
                     return Err(format!("{}: replica {r} is not a registered broker", at()));
                 }
-                if p.isr.is_empty() || p.isr.iter().any(|r| !p.replicas.contains(r)) {
+                if p.isr.is_empty() || !is_subsequence(&p.isr, &p.replicas) {
                     return Err(format!(
-                        "{}: ISR {:?} of replicas {:?}",
+                        "{}: ISR {:?} is not a non-empty subset of replicas {:?} in their order",
                         at(),
                         p.isr,
                         p.replicas
@@ -178,10 +203,41 @@ impl MetadataImage {
                         p.leader
                     ));
                 }
+                if !p.has_leader() {
+                    let eligible: &[i32] = if self.unclean_leader_election(t) {
+                        &p.replicas
+                    } else {
+                        &p.isr
+                    };
+                    if let Some(r) = eligible.iter().find(|r| self.is_live(**r)) {
+                        return Err(format!("{}: no leader, yet {r} could lead", at()));
+                    }
+                }
             }
         }
         Ok(())
     }
+}
+
+/// Whether `sub` is `of` with some members left out, the rest in the same order (so,
+/// when `of` names nobody twice, neither does `sub`).
+fn is_subsequence(sub: &[i32], of: &[i32]) -> bool {
+    let mut rest = of.iter();
+    sub.iter().all(|s| rest.any(|o| o == s))
+}
+
+/// The effective `unclean.leader.election.enable` of a topic: its override, else the
+/// cluster-wide broker config layer (""), else off (Kafka's default). Values were checked
+/// when proposed; anything but "true" (in any case, as Kafka parses booleans) is off.
+pub(crate) fn unclean_leader_election(
+    topic_configs: &BTreeMap<String, String>,
+    cluster_configs: Option<&BTreeMap<String, String>>,
+) -> bool {
+    let key = crate::command::UNCLEAN_LEADER_ELECTION_ENABLE;
+    topic_configs
+        .get(key)
+        .or_else(|| cluster_configs.and_then(|c| c.get(key)))
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
 }
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -219,6 +275,39 @@ pub fn validate_topic_name(name: &str) -> Result<(), TopicNameError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn registrations_of_earlier_releases_load_as_not_shutting_down() {
+        let old = r#"{"id":1,"incarnation":"00000000-0000-0000-0000-000000000001","epoch":3,
+            "endpoint":{"host":"h","port":1},"controller_addr":"h:2","rack":null,"fenced":false}"#;
+        let b: BrokerRegistration = serde_json::from_str(old).unwrap();
+        assert!(!b.shutting_down && b.is_active());
+    }
+
+    #[test]
+    fn subsequences() {
+        assert!(is_subsequence(&[1, 3], &[1, 2, 3]));
+        assert!(is_subsequence(&[2], &[1, 2, 3]));
+        assert!(!is_subsequence(&[3, 1], &[1, 2, 3]));
+        assert!(!is_subsequence(&[1, 1], &[1, 2, 3]));
+        assert!(!is_subsequence(&[4], &[1, 2, 3]));
+    }
+
+    #[test]
+    fn unclean_election_is_the_topic_override_else_the_cluster_default_else_off() {
+        let key = crate::command::UNCLEAN_LEADER_ELECTION_ENABLE;
+        let conf = |v: &str| BTreeMap::from([(key.to_string(), v.to_string())]);
+        let none = BTreeMap::new();
+        assert!(!unclean_leader_election(&none, None));
+        assert!(!unclean_leader_election(&none, Some(&none)));
+        assert!(unclean_leader_election(&none, Some(&conf("true"))));
+        assert!(unclean_leader_election(&conf("TRUE"), None));
+        assert!(!unclean_leader_election(
+            &conf("false"),
+            Some(&conf("true"))
+        ));
+        assert!(unclean_leader_election(&conf("true"), Some(&conf("false"))));
+    }
 
     #[test]
     fn topic_names() {

@@ -3,13 +3,16 @@
 //! Heartbeats are not logged: only the active controller keeps them, in memory, and
 //! only what they decide is committed — `FenceBroker` for a broker silent for the session
 //! timeout, `UnfenceBroker` for a fenced broker that heartbeats in its current epoch and
-//! has applied the log up to its own registration (so it knows every partition it holds).
-//! A newly elected controller has heard nobody yet; it gives every unfenced broker one
-//! session timeout from its election before fencing it.
+//! has applied the log up to its own registration (so it knows every partition it holds)
+//! and is not in controlled shutdown (a broker that is stopping stays fenced until it
+//! registers again, as a new incarnation). A newly elected controller has heard nobody
+//! yet; it gives every unfenced broker one session timeout from its election before
+//! fencing it.
 //!
 //! The first controller of a new cluster also names the cluster (`InitCluster`).
 
 use crate::command::Command;
+use crate::image::BrokerRegistration;
 use crate::node_state::{self as node, Liveness, Shared};
 use crate::rpc::Heartbeat;
 use crate::state_machine::Proposal;
@@ -76,21 +79,85 @@ fn decide(l: &Liveness, shared: &Shared) -> Vec<Command> {
                 .unwrap_or_else(|| Uuid::new_v4().simple().to_string()),
         });
     }
-    for b in image.brokers.values() {
-        let heard = l.heard.get(&b.id).filter(|(_, epoch, _)| *epoch == b.epoch);
-        let recent = heard.is_some_and(|(at, _, _)| now.duration_since(*at) < timeout);
-        if !b.fenced && !recent && now.duration_since(since) >= timeout {
-            out.push(Command::FenceBroker {
-                id: b.id,
-                epoch: b.epoch,
-            });
-        }
-        if b.fenced && recent && heard.is_some_and(|(_, _, applied)| *applied >= b.epoch) {
-            out.push(Command::UnfenceBroker {
-                id: b.id,
-                epoch: b.epoch,
-            });
+    out.extend(
+        image
+            .brokers
+            .values()
+            .filter_map(|b| decide_broker(b, l.heard.get(&b.id), now, since, timeout)),
+    );
+    out
+}
+
+/// What to do about one broker, last `heard` (when, in which epoch, having applied what),
+/// when this node has led since `leading_since`: fence an unfenced broker not heard in
+/// its epoch for `timeout`; unfence a fenced broker heard recently in its epoch that has
+/// applied its own registration — never one in controlled shutdown, which stays fenced
+/// until it registers again (apply refuses that too, but it is not proposed).
+fn decide_broker(
+    b: &BrokerRegistration,
+    heard: Option<&(Instant, u64, u64)>,
+    now: Instant,
+    leading_since: Instant,
+    timeout: Duration,
+) -> Option<Command> {
+    let heard = heard.filter(|(_, epoch, _)| *epoch == b.epoch);
+    let recent = heard.is_some_and(|(at, _, _)| now.duration_since(*at) < timeout);
+    let (id, epoch) = (b.id, b.epoch);
+    if !b.fenced && !recent && now.duration_since(leading_since) >= timeout {
+        return Some(Command::FenceBroker { id, epoch });
+    }
+    let caught_up = heard.is_some_and(|(_, _, applied)| *applied >= b.epoch);
+    if b.fenced && !b.shutting_down && recent && caught_up {
+        return Some(Command::UnfenceBroker { id, epoch });
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::image::Endpoint;
+
+    fn broker(fenced: bool, shutting_down: bool) -> BrokerRegistration {
+        BrokerRegistration {
+            id: 1,
+            incarnation: Uuid::from_u128(1),
+            epoch: 7,
+            endpoint: Endpoint {
+                host: "h".into(),
+                port: 1,
+            },
+            controller_addr: String::new(),
+            rack: None,
+            fenced,
+            shutting_down,
         }
     }
-    out
+
+    #[test]
+    fn fences_the_silent_and_unfences_the_caught_up_but_never_one_shutting_down() {
+        let timeout = Duration::from_secs(10);
+        let since = Instant::now();
+        let now = since + Duration::from_secs(60);
+        let fresh = (now, 7, 7);
+        let decide = |b: &BrokerRegistration, heard: Option<&(Instant, u64, u64)>| {
+            decide_broker(b, heard, now, since, timeout)
+        };
+        let fence = Some(Command::FenceBroker { id: 1, epoch: 7 });
+        let unfence = Some(Command::UnfenceBroker { id: 1, epoch: 7 });
+        assert_eq!(decide(&broker(false, false), None), fence);
+        // Heard, but in another epoch (an earlier incarnation): silent.
+        assert_eq!(decide(&broker(false, false), Some(&(now, 6, 7))), fence);
+        assert_eq!(decide(&broker(false, false), Some(&fresh)), None);
+        assert_eq!(decide(&broker(true, false), Some(&fresh)), unfence);
+        // Not caught up with its own registration yet.
+        assert_eq!(decide(&broker(true, false), Some(&(now, 7, 6))), None);
+        assert_eq!(decide(&broker(true, true), Some(&fresh)), None);
+        assert_eq!(decide(&broker(true, true), None), None);
+        // A new controller gives everyone a session timeout first.
+        assert_eq!(
+            decide_broker(&broker(false, false), None, since, since, timeout),
+            None
+        );
+    }
 }

@@ -449,9 +449,14 @@ pub fn topic_error(e: CommandError) -> TopicError {
         CommandError::InvalidConfig(m) => TopicError::InvalidConfig(m),
         CommandError::Conflict => TopicError::Conflict,
         CommandError::PolicyViolation(m) => TopicError::PolicyViolation(m),
-        e @ (CommandError::StaleBrokerEpoch(_) | CommandError::Invalid(_)) => {
-            TopicError::Invalid(e.to_string())
-        }
+        e @ (CommandError::StaleBrokerEpoch(_)
+        | CommandError::UnknownTopicId
+        | CommandError::UnknownTopicOrPartition
+        | CommandError::NotLeaderOrFollower
+        | CommandError::FencedLeaderEpoch
+        | CommandError::InvalidUpdateVersion
+        | CommandError::IneligibleReplica(_)
+        | CommandError::Invalid(_)) => TopicError::Invalid(e.to_string()),
     }
 }
 
