@@ -9,6 +9,11 @@ use super::error::StorageError;
 use std::io::Write;
 use std::path::Path;
 
+/// The log cleaner's checkpoint: the first offset not yet compacted. Named here, not in
+/// `compaction`, because the log lowers it when it is truncated (and the log never
+/// depends on compaction).
+pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+
 /// The offset stored in `dir/name`, or `None` if the file does not exist.
 pub fn read(dir: &Path, name: &str) -> Result<Option<i64>, StorageError> {
     let path = dir.join(name);

@@ -52,6 +52,11 @@ pub enum AppendError {
     /// An idempotent producer's batch that breaks its sequence or epoch.
     #[error(transparent)]
     Sequence(#[from] SequenceError),
+    /// A follower's batches do not continue its log (`PartitionLog::append_replicated`):
+    /// the first must start at the log end offset and each next one right after the last
+    /// offset of the one before. Nothing of the request was queued.
+    #[error("replicated batch starts at offset {found}, expected {expected}")]
+    OffsetMismatch { expected: i64, found: i64 },
 }
 
 /// Which topic rule the rejected records break; it decides the Kafka error code.

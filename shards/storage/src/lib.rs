@@ -60,4 +60,4 @@ pub use context::{Clock, LogContext, NoObserver, Observer, Stage, SystemClock};
 pub use error::{AppendError, ReadError, RecordRule, RejectedRecords, StorageError};
 pub use file_cache::{FileCache, FileCacheStats, SegmentFile};
 pub use file_range::{FileRange, Records};
-pub use partition_log::{AckLevel, AppendTicket, PartitionLog, ReadOutcome};
+pub use partition_log::{AckLevel, AppendTicket, PartitionLog, ReadOutcome, TruncateOutcome};

@@ -51,7 +51,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
+/// Where the first offset not yet compacted is kept (named in `checkpoint`, beside the
+/// log start, because truncating a log lowers it too).
+pub use crate::checkpoint::CLEANER_CHECKPOINT;
 
 /// Output buffered before it is written to the cleaned file.
 pub const OUTPUT_CHUNK_BYTES: usize = 1 << 20;

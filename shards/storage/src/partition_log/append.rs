@@ -5,13 +5,14 @@
 //!
 //! Invariant: a request is queued whole or not at all; a refused batch changes no state.
 
-use super::{AckLevel, AppendTicket, PartitionLog, Pending};
+use super::{AckLevel, AppendTicket, LogState, PartitionLog, Pending};
 use crate::batch::{self, batches, BatchHeader};
 use crate::batch_filter;
 use crate::config::{CompressionType, Durability, LogConfig, TimestampType};
 use crate::error::{AppendError, RecordRule, RejectedRecords};
 use crate::producer_state::{ProducerBatch, SequenceCheck};
 use bytes::BytesMut;
+use std::cell::RefMut;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -110,11 +111,34 @@ impl PartitionLog {
                 .borrow_mut()
                 .record(p, base_offset, next, now_ms, written);
         }
-        st.pending.push_back(Pending {
+        self.enqueue(
+            st,
+            Pending {
+                base_offset,
+                next_offset: next,
+                bytes: copy.freeze(),
+            },
+            flush_messages,
+        );
+        Ok(AppendTicket {
             base_offset,
             next_offset: next,
-            bytes: copy.freeze(),
-        });
+        })
+    }
+
+    /// Queues `pending` for the flusher — its offsets are taken: `next_offset` already
+    /// ends where it ends — and wakes it. Shared by `append` and `append_replicated`. The
+    /// state borrow ends here, before anyone is woken.
+    pub(super) fn enqueue(
+        &self,
+        mut st: RefMut<'_, LogState>,
+        pending: Pending,
+        flush_messages: i64,
+    ) {
+        let next = pending.next_offset;
+        debug_assert_eq!(next, st.next_offset, "queued entries end at the log end");
+        debug_assert!(pending.base_offset < next, "a queued entry holds offsets");
+        st.pending.push_back(pending);
         // `flush.messages` holds whatever the acks (acks=0 never waits): an append that
         // leaves that many offsets unsynced asks for a sync now, as Kafka's append path
         // flushes.
@@ -127,10 +151,6 @@ impl PartitionLog {
         if flush_due {
             self.sync_work.notify(1);
         }
-        Ok(AppendTicket {
-            base_offset,
-            next_offset: next,
-        })
     }
 
     /// Whether the produce that got `ticket` is acknowledged only once synced: by the

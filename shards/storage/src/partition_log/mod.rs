@@ -15,17 +15,27 @@
 //!    durability setting asks for one; it covers everything written when it was issued
 //!    (group commit), and writes go on while it runs.
 //!
+//! A follower's append, [`PartitionLog::append_replicated`], differs only in step 1: the
+//! batches fetched from the leader keep the base offsets and leader epochs the leader gave
+//! them, and must continue the log exactly; nothing of `append`'s topic rules, sequence
+//! checks or size limit applies. A follower whose log diverged from its leader's closes
+//! the log, cuts its directory back with [`PartitionLog::truncate_closed`] and opens it
+//! again.
+//!
 //! Invariants (asserted where cheap):
 //! `log_start_offset <= synced_offset <= written_offset <= next_offset`; pending entries
 //! are contiguous from `written_offset` to `next_offset`; readers never see offsets at or
 //! past `written_offset`; no `RefCell` borrow is held across an `.await`.
 //!
 //! One module per job, each an `impl PartitionLog` block over the state defined here:
-//! `open` (with `recovery` of the active segment), `append`, `read`, `flusher`,
-//! `syncer`, `segment_set` (roll targets, deletion, the cleaner's swap, holds) and
-//! `retention` (retention and DeleteRecords move `log_start_offset`). Compaction itself
-//! is `crate::compaction`. Not here: leader epochs and the high watermark of a replicated
-//! partition, which the partition layer above keeps.
+//! `open` (with `recovery` of the active segment), `append`, `replicated` (a follower's
+//! append of its leader's batches: `append_replicated`), `read`, `flusher`, `syncer`,
+//! `segment_set` (roll targets, deletion, the cleaner's swap, holds), `retention`
+//! (retention and DeleteRecords move `log_start_offset`) and `truncate` (a closed log's
+//! directory cut back to an offset, for a follower whose log diverged:
+//! `truncate_closed`). Compaction itself is `crate::compaction`. Not here: leader epochs
+//! and the high watermark of a replicated partition, which the partition layer above
+//! keeps.
 
 mod append;
 mod files;
@@ -33,11 +43,14 @@ mod flusher;
 mod open;
 mod read;
 pub(crate) mod recovery;
+mod replicated;
 mod retention;
 mod segment_set;
 mod syncer;
+mod truncate;
 
 pub(crate) use segment_set::SealedSegment;
+pub use truncate::TruncateOutcome;
 
 use crate::aligned_appender::AlignedAppender;
 use crate::config::LogConfig;
