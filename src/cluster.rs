@@ -20,6 +20,9 @@ pub const METADATA_DIR: &str = "__cluster_metadata";
 /// How often the wait for admission says what it waits for.
 const ADMISSION_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
+/// How long a stopping broker waits for its leadership to move before it stops anyway.
+const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
 pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode> {
     let port = u16::try_from(config.advertise_port).context("advertised port")?;
     let node = NodeConfig {
@@ -176,5 +179,45 @@ pub fn wait_until_admitted(
             );
         }
         std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Moves leadership away before this broker stops (Kafka's controlled shutdown): asks
+/// the controller to take it out of every ISR and lead its partitions elsewhere, then
+/// waits until this broker's shards have taken up the metadata that says so. Clients
+/// meanwhile get NOT_LEADER_OR_FOLLOWER, which they retry at the new leaders, instead of
+/// a broker that vanishes under them. A broker alone in its cluster hands nothing over.
+pub async fn controlled_shutdown(node: &ControllerNode, metadata: &MetadataStore, node_id: i32) {
+    let Some(epoch) = *node.registration().borrow() else {
+        return;
+    };
+    if metadata.snapshot().live_brokers().all(|b| b.id == node_id) {
+        return;
+    }
+    let started = Instant::now();
+    let command = corelog_controller::command::Command::ControlledShutdown { id: node_id, epoch };
+    let proposing = node.propose(command, CONTROLLED_SHUTDOWN_TIMEOUT / 2);
+    let handed_over = async {
+        match proposing.await {
+            Ok(applied) => {
+                metadata.wait_reconciled(applied.index).await;
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "controlled shutdown not committed; stopping without it");
+                false
+            }
+        }
+    };
+    let timeout = async {
+        glommio::timer::sleep(CONTROLLED_SHUTDOWN_TIMEOUT).await;
+        tracing::warn!("controlled shutdown timed out; stopping");
+        false
+    };
+    if futures_lite::future::or(handed_over, timeout).await {
+        tracing::info!(
+            ms = started.elapsed().as_millis() as u64,
+            "leadership moved away for the shutdown"
+        );
     }
 }

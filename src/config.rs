@@ -228,6 +228,21 @@ pub struct ServeArgs {
     /// Metadata log entries between two snapshots of the metadata.
     #[arg(long)]
     pub metadata_snapshot_entries: Option<u64>,
+    /// A follower that has not caught up with its leader for this long leaves the ISR,
+    /// ms (Kafka's replica.lag.time.max.ms).
+    #[arg(long)]
+    #[serde(alias = "replica.lag.time.max.ms")]
+    pub replica_lag_time_max_ms: Option<u64>,
+    /// Replicas of a topic created without a replication factor (Kafka's
+    /// default.replication.factor).
+    #[arg(long)]
+    #[serde(alias = "default.replication.factor")]
+    pub default_replication_factor: Option<i32>,
+    /// Replicas of `__consumer_offsets`, at most one per live broker when it is created
+    /// (Kafka's offsets.topic.replication.factor).
+    #[arg(long)]
+    #[serde(alias = "offsets.topic.replication.factor")]
+    pub offsets_topic_replication_factor: Option<i32>,
 }
 
 impl ServeArgs {
@@ -323,6 +338,15 @@ impl ServeArgs {
             metadata_snapshot_entries: self
                 .metadata_snapshot_entries
                 .or(file.metadata_snapshot_entries),
+            replica_lag_time_max_ms: self
+                .replica_lag_time_max_ms
+                .or(file.replica_lag_time_max_ms),
+            default_replication_factor: self
+                .default_replication_factor
+                .or(file.default_replication_factor),
+            offsets_topic_replication_factor: self
+                .offsets_topic_replication_factor
+                .or(file.offsets_topic_replication_factor),
         }
     }
 }
@@ -360,6 +384,9 @@ pub struct ClusterConfig {
     pub session_timeout: std::time::Duration,
     pub heartbeat_interval: std::time::Duration,
     pub snapshot_entries: u64,
+    pub replication: shards::shard_config::ReplicationConfig,
+    pub default_replication_factor: i32,
+    pub offsets_topic_replication_factor: i32,
 }
 
 impl ClusterConfig {
@@ -393,8 +420,29 @@ impl ClusterConfig {
             session_timeout: std::time::Duration::from_millis(session_timeout),
             heartbeat_interval: std::time::Duration::from_millis(heartbeat_interval),
             snapshot_entries: a.metadata_snapshot_entries.unwrap_or(10_000).max(1),
+            replication: shards::shard_config::ReplicationConfig {
+                lag_time_max_ms: i64::try_from(a.replica_lag_time_max_ms.unwrap_or(30_000))
+                    .unwrap_or(i64::MAX)
+                    .max(1),
+                ..Default::default()
+            },
+            default_replication_factor: positive(
+                a.default_replication_factor.unwrap_or(1),
+                "--default-replication-factor",
+            )?,
+            offsets_topic_replication_factor: positive(
+                a.offsets_topic_replication_factor.unwrap_or(3),
+                "--offsets-topic-replication-factor",
+            )?,
         })
     }
+}
+
+fn positive(value: i32, flag: &str) -> anyhow::Result<i32> {
+    if value < 1 {
+        bail!("{flag} must be at least 1");
+    }
+    Ok(value)
 }
 
 /// `ID@HOST:PORT,...`, Kafka's controller.quorum.voters.

@@ -8,8 +8,9 @@
 //! owns, waits until every shard has done so, then binds the Kafka port with
 //! SO_REUSEPORT and accepts. The process is ready (`/health`) when all shards listen.
 //!
-//! Shutdown (SIGINT/SIGTERM): every shard stops accepting and reading new requests,
-//! lets in-flight ones answer (bounded by `SHUTDOWN_DRAIN_MS`), waits for all shards to
+//! Shutdown (SIGINT/SIGTERM): shard 0 first moves this broker's leadership to other
+//! brokers (`cluster::controlled_shutdown`); then every shard stops accepting and
+//! reading new requests, lets in-flight ones answer (bounded by `SHUTDOWN_DRAIN_MS`), waits for all shards to
 //! get there, then flushes, syncs and closes its logs.
 
 use crate::config::BrokerConfig;
@@ -36,6 +37,9 @@ pub struct Lifecycle {
     pub drained: AtomicUsize,
     /// Shards whose group coordinator has replayed its __consumer_offsets partitions.
     pub groups_loaded: AtomicUsize,
+    /// Set once a stopping broker has moved its leadership away (or given up trying):
+    /// only then do the shards stop serving.
+    pub handed_off: AtomicBool,
     pub closed: AtomicUsize,
     pub failed: AtomicBool,
 }
@@ -107,6 +111,7 @@ pub fn run(
         tail_cache_shard_bytes: config.limits.tail_cache_shard_bytes,
         open_segment_files: (config.limits.max_open_segment_files / config.shards.max(1))
             .max(corelog_storage::file_cache::MIN_CAPACITY),
+        replication: config.cluster.replication.clone(),
     });
     let n = config.shards;
     let cpus = std::thread::available_parallelism()
@@ -246,6 +251,7 @@ async fn shard_main(
     shard.start_group_coordinator().await;
     shard.housekeeping.start(shard.clone(), shard.peers.clone());
     shard.start_closing_idle_files();
+    shard.start_replica_duties();
     life.groups_loaded.fetch_add(1, Ordering::AcqRel);
     if !barrier(&life.groups_loaded, n, &life).await {
         return Ok(());
@@ -262,10 +268,25 @@ async fn shard_main(
     });
     let shutdown = Rc::new(ShutdownSignal::default());
     {
-        // Turn the process-wide stop flag into this shard's signal.
-        let (life, shutdown) = (life.clone(), shutdown.clone());
+        // Turn the process-wide stop flag into this shard's signal, once shard 0 has
+        // moved this broker's leadership away (controlled shutdown).
+        let (life, shutdown, shard) = (life.clone(), shutdown.clone(), shard.clone());
         glommio::spawn_local(async move {
             while !life.stop.load(Ordering::Acquire) && !life.failed.load(Ordering::Acquire) {
+                glommio::timer::sleep(Duration::from_millis(20)).await;
+            }
+            if id == 0 {
+                if !life.failed.load(Ordering::Acquire) {
+                    crate::cluster::controlled_shutdown(
+                        &shard.node,
+                        &shard.metadata,
+                        shard.config.node_id,
+                    )
+                    .await;
+                }
+                life.handed_off.store(true, Ordering::Release);
+            }
+            while !life.handed_off.load(Ordering::Acquire) && !life.failed.load(Ordering::Acquire) {
                 glommio::timer::sleep(Duration::from_millis(20)).await;
             }
             shutdown.fire();

@@ -125,10 +125,7 @@ pub struct SingleNodeTopic {
 pub const PRODUCER_ID_BLOCK: i64 = 1000;
 /// Upper bound on partitions per topic, so one command cannot open unbounded files.
 pub const PARTITIONS_PER_TOPIC_MAX: i32 = 10_000;
-/// The topic config (and cluster-wide broker config) that lets a partition with no live
-/// ISR member be led by a live replica outside the ISR, at the price of the records only
-/// the ISR had. "true" or "false"; off unless set.
-pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+pub use crate::image::UNCLEAN_LEADER_ELECTION_ENABLE;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewTopic {

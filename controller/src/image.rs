@@ -22,6 +22,11 @@ use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
 use uuid::Uuid;
 
+/// The topic config (and cluster-wide broker config) that lets a partition with no live
+/// ISR member be led by a live replica outside the ISR, at the price of the records only
+/// the ISR had. "true" or "false"; off unless set.
+pub const UNCLEAN_LEADER_ELECTION_ENABLE: &str = "unclean.leader.election.enable";
+
 /// Kafka's limit: a partition directory name `<topic>-<partition>` must fit in 255 bytes.
 pub const TOPIC_NAME_LEN_MAX: usize = 249;
 /// No leader: every replica that could lead is fenced (Kafka's -1).
@@ -233,7 +238,7 @@ pub(crate) fn unclean_leader_election(
     topic_configs: &BTreeMap<String, String>,
     cluster_configs: Option<&BTreeMap<String, String>>,
 ) -> bool {
-    let key = crate::command::UNCLEAN_LEADER_ELECTION_ENABLE;
+    let key = UNCLEAN_LEADER_ELECTION_ENABLE;
     topic_configs
         .get(key)
         .or_else(|| cluster_configs.and_then(|c| c.get(key)))
@@ -295,7 +300,7 @@ mod tests {
 
     #[test]
     fn unclean_election_is_the_topic_override_else_the_cluster_default_else_off() {
-        let key = crate::command::UNCLEAN_LEADER_ELECTION_ENABLE;
+        let key = UNCLEAN_LEADER_ELECTION_ENABLE;
         let conf = |v: &str| BTreeMap::from([(key.to_string(), v.to_string())]);
         let none = BTreeMap::new();
         assert!(!unclean_leader_election(&none, None));

@@ -13,6 +13,10 @@
 //! - [`metadata`]: the cluster metadata as the controller last published it, one writer
 //!   (the controller node) and lock-free readers on every core.
 //! - [`reconcile`]: each shard's partitions made to follow the metadata.
+//! - [`replication`]: each partition's role taken up from the metadata, followers'
+//!   fetches recorded, ISR changes proposed, high watermarks checkpointed.
+//! - [`replica_fetcher`]: one fetcher per (leader, shard) replicating what this shard
+//!   follows.
 //! - [`mesh`]: the cross-core request/reply messages.
 //! - [`controller`]: shard 0's side of the controller quorum: admin changes validated
 //!   and committed as commands (topics, configs, quotas, producer-id blocks).
@@ -37,6 +41,8 @@ pub mod mesh;
 pub mod metadata;
 pub mod producer_ids;
 pub mod reconcile;
+pub mod replica_fetcher;
+pub mod replication;
 pub mod routing;
 pub mod shard;
 pub mod shard_config;

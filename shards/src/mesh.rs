@@ -68,12 +68,30 @@ pub enum PartitionError {
     /// The disk budget is exhausted; produce is refused until retention frees space.
     #[error("produce refused: {0}")]
     DiskFull(Arc<str>),
-    /// `acks=all` with `min.insync.replicas` above the one replica a single node has.
-    #[error("min.insync.replicas is {0}, but this single-node partition has one in-sync replica")]
-    NotEnoughReplicas(i32),
+    /// `acks=all` while the ISR is smaller than `min.insync.replicas`.
+    #[error("the ISR has {isr} replicas, fewer than min.insync.replicas {min}")]
+    NotEnoughReplicas { isr: usize, min: usize },
+    /// `acks=all` committed, but the ISR shrank below `min.insync.replicas` meanwhile.
+    #[error("the ISR shrank below min.insync.replicas after the append")]
+    NotEnoughReplicasAfterAppend,
+    /// This broker holds the partition but does not lead it (any more).
+    #[error("this broker does not lead the partition")]
+    NotLeaderOrFollower,
     /// The request named another leader epoch than the partition's.
     #[error(transparent)]
     Epoch(#[from] EpochError),
+}
+
+impl From<corelog_partition::AckError> for PartitionError {
+    fn from(e: corelog_partition::AckError) -> Self {
+        match e {
+            corelog_partition::AckError::Append(a) => PartitionError::Append(a),
+            corelog_partition::AckError::NotLeader => PartitionError::NotLeaderOrFollower,
+            corelog_partition::AckError::NotEnoughReplicasAfterAppend => {
+                PartitionError::NotEnoughReplicasAfterAppend
+            }
+        }
+    }
 }
 
 pub struct ProduceInput {
@@ -90,6 +108,15 @@ pub struct ProduceOutput {
 pub struct ProduceAck {
     pub base_offset: i64,
     pub log_start_offset: i64,
+}
+
+/// Who a fetch is for, which bounds what it reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FetchReader {
+    Consumer(Isolation),
+    /// The follower replica on broker `id`: reads to the written end, and its fetch
+    /// offset is its log end (recorded by the leader).
+    Replica(i32),
 }
 
 pub struct FetchInput {
@@ -296,14 +323,15 @@ pub enum PartitionRequest {
     Fetch {
         partitions: Vec<FetchInput>,
         budget: usize,
-        isolation: Isolation,
+        reader: FetchReader,
         reply: Reply<Vec<FetchOutput>>,
     },
-    /// Completes when any listed partition's high watermark passes its offset, or at
-    /// the deadline.
+    /// Completes when any listed partition's high watermark (for a replica: its written
+    /// end) passes its offset, or at the deadline.
     WaitForData {
         partitions: Vec<(TopicPartition, i64)>,
         deadline: Instant,
+        replica: bool,
         reply: Reply<()>,
     },
     /// (partition, timestamp) → (offset, timestamp); Kafka's -1 latest, -2 earliest.

@@ -4,8 +4,9 @@
 //! The plan: drop the open partitions whose topic is gone (or was deleted and created
 //! again: another topic id) or no longer has a replica here; re-resolve the configs of
 //! topics whose overrides changed, or of all when the broker config layers changed; open
-//! the partitions this broker holds a replica of and the shard owns that are not open;
-//! take up the leader epochs of the partitions this broker leads in a newer epoch.
+//! the partitions this broker holds a replica of and the shard owns that are not open.
+//! Each open partition's role (leader or follower, its epoch and ISR) is not planned:
+//! the shard takes it up from the metadata after the plan (`Shard::apply_roles`).
 //!
 //! Invariants: a plan never both drops and opens the same partition unless its topic id
 //! changed (drops are carried out first); `Reconciled` is advanced by the plan itself,
@@ -13,7 +14,7 @@
 
 use crate::mesh::TopicPartition;
 use crate::metadata::ClusterMetadata;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 /// What a shard last made of each topic it holds partitions of: the topic id and the
@@ -27,7 +28,6 @@ pub struct Reconciled {
 /// One open partition as the plan needs to know it.
 pub struct OpenPartition {
     pub tp: TopicPartition,
-    pub leader_epoch: i32,
 }
 
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -39,8 +39,6 @@ pub struct Plan {
     /// These topics' partitions re-resolved.
     pub reconfigure: Vec<Arc<str>>,
     pub open: BTreeMap<Arc<str>, Vec<i32>>,
-    /// (partition, the epoch it is led in now by this broker).
-    pub new_epochs: Vec<(TopicPartition, i32)>,
 }
 
 impl Plan {
@@ -58,7 +56,7 @@ pub fn plan(
     reconciled: &mut Reconciled,
 ) -> Plan {
     let mut plan = Plan::default();
-    let mut still_open: HashMap<TopicPartition, i32> = HashMap::new();
+    let mut still_open: HashSet<TopicPartition> = HashSet::new();
     for o in open {
         let known = reconciled.topics.get(&o.tp.topic).map(|(id, _)| *id);
         let current = meta.topic(&o.tp.topic).map(|t| t.id);
@@ -71,12 +69,12 @@ pub fn plan(
                 .or_default()
                 .push(o.tp.partition);
         } else {
-            still_open.insert(o.tp.clone(), o.leader_epoch);
+            still_open.insert(o.tp.clone());
         }
     }
     reconciled
         .topics
-        .retain(|t, _| still_open.keys().any(|tp| tp.topic == *t));
+        .retain(|t, _| still_open.iter().any(|tp| tp.topic == *t));
     if reconciled.broker_configs != meta.broker_configs {
         reconciled.broker_configs = meta.broker_configs.clone();
         plan.reconfigure_all = true;
@@ -98,15 +96,8 @@ pub fn plan(
                 topic: name.clone(),
                 partition: p,
             };
-            let Some(state) = t.partition(p) else {
-                continue;
-            };
-            match still_open.get(&tp) {
-                None => plan.open.entry(name.clone()).or_default().push(p),
-                Some(epoch) if state.leader == node && state.leader_epoch > *epoch => {
-                    plan.new_epochs.push((tp, state.leader_epoch));
-                }
-                Some(_) => {}
+            if t.partition(p).is_some() && !still_open.contains(&tp) {
+                plan.open.entry(name.clone()).or_default().push(p);
             }
         }
     }
@@ -173,7 +164,6 @@ mod tests {
                         topic: t.clone(),
                         partition: *p,
                     },
-                    leader_epoch: 0,
                 })
             })
             .collect()
@@ -252,8 +242,9 @@ mod tests {
         );
         let j = img.applied + 1;
         img.apply(j, &Command::UnfenceBroker { id: 1, epoch: i });
+        // The partitions stay open: their new leadership is the shard's to take up
+        // (`Shard::apply_roles`), not a plan's.
         let p = plan(&meta(&img), 1, all, &open, &mut done);
-        assert_eq!(p.new_epochs.len(), 2);
-        assert!(p.new_epochs.iter().all(|(_, e)| *e == 2));
+        assert!(p.is_empty(), "{p:?}");
     }
 }

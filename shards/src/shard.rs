@@ -24,7 +24,7 @@ use crate::metadata::{partition_dir, MetadataStore};
 use crate::producer_ids::ProducerIds;
 use crate::routing::{shard_of, ShardId};
 pub use crate::shard_config::ShardConfig;
-use corelog_partition::{Isolation, Partition};
+use corelog_partition::{Partition, Reader};
 use corelog_storage::{AckLevel, LogConfig};
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
@@ -52,7 +52,7 @@ pub struct Shard {
     partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
     /// This shard's end of the mesh, shared with the services it holds.
     pub peers: Rc<Peers>,
-    admin_lock: Semaphore,
+    pub(crate) admin_lock: Semaphore,
     controller: Option<Controller>,
     /// This broker's controller node: proposals, the registration, the quorum.
     pub node: corelog_controller::ControllerNode,
@@ -67,7 +67,11 @@ pub struct Shard {
     /// Other shards' quota usage reports, drained by the broker's quota manager.
     pub quota_usage: crate::client_quota::UsageInbox,
     /// The clock and observer this shard's logs are opened with.
-    storage_context: corelog_storage::LogContext,
+    pub(crate) storage_context: corelog_storage::LogContext,
+    /// The followers' fetchers of the partitions this shard follows (`replication`).
+    pub(crate) fetchers: crate::replica_fetcher::ReplicaFetchers<Shard>,
+    /// The high watermarks checkpointed before this start (`replication`), read once.
+    pub(crate) hw_checkpoints: std::cell::OnceCell<HashMap<TopicPartition, i64>>,
 }
 
 impl Shard {
@@ -79,6 +83,7 @@ impl Shard {
         node: corelog_controller::ControllerNode,
     ) -> Rc<Shard> {
         let config_shards = config.shard_count;
+        let fetch_config = config.replication.fetch.clone();
         let storage_context = crate::storage_context::storage_context(config.open_segment_files);
         let peers = Rc::new(Peers::new(id, config.shard_count, senders));
         let shard = Rc::new(Shard {
@@ -101,9 +106,12 @@ impl Shard {
             producer_ids: ProducerIds::default(),
             quota_usage: crate::client_quota::UsageInbox::new(config_shards),
             storage_context,
+            fetchers: crate::replica_fetcher::ReplicaFetchers::new(fetch_config),
+            hw_checkpoints: Default::default(),
         });
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));
+        shard.fetchers.set_host(Rc::downgrade(&shard));
         shard
     }
 
@@ -178,10 +186,7 @@ impl Shard {
         let open: Vec<crate::reconcile::OpenPartition> = self
             .logs()
             .into_iter()
-            .map(|(tp, log)| crate::reconcile::OpenPartition {
-                leader_epoch: log.leader_epoch(),
-                tp,
-            })
+            .map(|(tp, _)| crate::reconcile::OpenPartition { tp })
             .collect();
         let plan = crate::reconcile::plan(
             meta,
@@ -206,14 +211,8 @@ impl Shard {
                 result = Err(e);
             }
         }
-        for (tp, epoch) in plan.new_epochs {
-            let Some(log) = self.partition(&tp) else {
-                continue;
-            };
-            if let Err(e) = log.set_leader_epoch(epoch).await {
-                tracing::error!(topic = %tp.topic, partition = tp.partition, error = %e, "taking up a new leader epoch");
-                result = Err(TopicError::Storage(e.to_string()));
-            }
+        if let Err(e) = self.apply_roles(meta).await {
+            result = Err(e);
         }
         self.metadata.mark_reconciled(self.id, meta.version());
         result
@@ -240,6 +239,12 @@ impl Shard {
         self.partitions.borrow().get(tp).cloned()
     }
 
+    /// Puts `partition` in the table in the place of `tp`'s (a reopened log).
+    pub(crate) fn replace_partition(&self, tp: TopicPartition, partition: Rc<Partition>) {
+        self.partitions.borrow_mut().insert(tp, partition);
+        self.share_tail_cache();
+    }
+
     pub fn open_partition_count(&self) -> usize {
         self.partitions.borrow().len()
     }
@@ -259,18 +264,19 @@ impl Shard {
             ShardMessage::Partition(PartitionRequest::Fetch {
                 partitions,
                 budget,
-                isolation,
+                reader,
                 reply,
             }) => {
-                let out = self.fetch(partitions, budget, isolation).await;
+                let out = self.fetch(partitions, budget, reader).await;
                 let _ = reply.send(out);
             }
             ShardMessage::Partition(PartitionRequest::WaitForData {
                 partitions,
                 deadline,
+                replica,
                 reply,
             }) => {
-                self.wait_for_data(partitions, deadline).await;
+                self.wait_for_data(partitions, deadline, replica).await;
                 let _ = reply.send(());
             }
             ShardMessage::Partition(PartitionRequest::ListOffsets { partitions, reply }) => {
@@ -358,6 +364,7 @@ impl Shard {
                     evictions: files.evictions,
                     exhausted: files.exhausted,
                 };
+                snapshot.replication = self.replication_metrics(snapshot.replication);
                 let _ = reply.send(snapshot);
             }
             ShardMessage::Shutdown { reply } => {
@@ -391,9 +398,15 @@ impl Shard {
                         .clone()
                         .unwrap_or_else(|| "disk budget exhausted".into()),
                 )),
-                Ok(log) if acks == Acks::All && log.log().min_insync_replicas() > 1 => Err(
-                    PartitionError::NotEnoughReplicas(log.log().min_insync_replicas()),
-                ),
+                // The metadata may name this broker a moment before its shard took up the
+                // leadership (or after it gave it up): only the partition's role counts.
+                Ok(log) if !log.is_leader() => Err(PartitionError::NotLeaderOrFollower),
+                Ok(log) if acks == Acks::All && log.isr_len() < log.min_insync_replicas() => {
+                    Err(PartitionError::NotEnoughReplicas {
+                        isr: log.isr_len(),
+                        min: log.min_insync_replicas(),
+                    })
+                }
                 Ok(log) => log
                     .append(&input.records)
                     .map(|t| (log, t))
@@ -403,8 +416,7 @@ impl Shard {
         }
         let level = match acks {
             Acks::None => None,
-            Acks::Leader => Some(AckLevel::Leader),
-            Acks::All => Some(AckLevel::All),
+            Acks::Leader | Acks::All => Some(acks),
         };
         // Each partition times out on its own: one slow partition must not turn the
         // others' results (acknowledged, or refused for good) into a retriable timeout.
@@ -415,7 +427,18 @@ impl Shard {
                 let timer =
                     glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
                 let waited = futures_lite::future::or(
-                    async { Some(log.wait(ticket, level).await) },
+                    async {
+                        Some(match level {
+                            Acks::All => log
+                                .wait_committed(ticket)
+                                .await
+                                .map_err(PartitionError::from),
+                            _ => log
+                                .wait(ticket, AckLevel::Leader)
+                                .await
+                                .map_err(PartitionError::from),
+                        })
+                    },
                     async {
                         timer.await;
                         None
@@ -448,8 +471,12 @@ impl Shard {
         &self,
         inputs: Vec<FetchInput>,
         budget: usize,
-        isolation: Isolation,
+        reader: FetchReader,
     ) -> Vec<FetchOutput> {
+        let read_as = match reader {
+            FetchReader::Consumer(isolation) => Reader::Consumer(isolation),
+            FetchReader::Replica(_) => Reader::Replica,
+        };
         let mut out: Vec<Option<FetchOutput>> = (0..inputs.len()).map(|_| None).collect();
         let mut reads: Vec<(usize, Rc<Partition>)> = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
@@ -493,7 +520,7 @@ impl Shard {
                 planned += max_bytes;
                 wave.push(async move {
                     let r = log
-                        .read_for_send(input.offset, input.last_fetched_epoch, max_bytes, isolation)
+                        .read_for_send(input.offset, input.last_fetched_epoch, max_bytes, read_as)
                         .await;
                     (*i, log, r)
                 });
@@ -503,9 +530,28 @@ impl Shard {
                 out[i] = Some(match r {
                     Ok(read) => {
                         left = left.saturating_sub(read.records.len());
+                        let mut high_watermark = read.high_watermark;
+                        if let (FetchReader::Replica(id), None) = (reader, read.diverging_epoch) {
+                            match self.record_follower_fetch(
+                                &inputs[i].tp,
+                                log,
+                                id,
+                                inputs[i].offset,
+                            ) {
+                                Ok(hw) => high_watermark = hw,
+                                Err(e) => {
+                                    out[i] = Some(FetchOutput::failed(
+                                        read.high_watermark,
+                                        read.log_start_offset,
+                                        e,
+                                    ));
+                                    continue;
+                                }
+                            }
+                        }
                         FetchOutput {
-                            high_watermark: read.high_watermark,
-                            last_stable_offset: read.last_stable_offset,
+                            high_watermark,
+                            last_stable_offset: high_watermark,
                             log_start_offset: read.log_start_offset,
                             diverging_epoch: read.diverging_epoch,
                             result: Ok(read.records),
@@ -522,7 +568,12 @@ impl Shard {
             .collect()
     }
 
-    async fn wait_for_data(&self, partitions: Vec<(TopicPartition, i64)>, deadline: Instant) {
+    async fn wait_for_data(
+        &self,
+        partitions: Vec<(TopicPartition, i64)>,
+        deadline: Instant,
+        replica: bool,
+    ) {
         let logs: Vec<(Rc<Partition>, i64)> = partitions
             .iter()
             .filter_map(|(tp, off)| self.partition(tp).map(|l| (l, *off)))
@@ -534,9 +585,15 @@ impl Shard {
             }
             return;
         }
-        let waits = logs
-            .iter()
-            .map(|(log, off)| Box::pin(log.wait_beyond(*off, deadline)));
+        let waits = logs.iter().map(|(log, off)| {
+            Box::pin(async move {
+                if replica {
+                    log.wait_beyond_log_end(*off, deadline).await
+                } else {
+                    log.wait_beyond(*off, deadline).await
+                }
+            })
+        });
         futures::future::select_all(waits).await;
     }
 
@@ -559,8 +616,6 @@ impl Shard {
     ) -> Result<(), TopicError> {
         let _permit = self.admin_lock.acquire_permit(1).await;
         let config = self.topic_log_config(&topic);
-        let meta = self.metadata.snapshot();
-        let leader_epoch = |p: i32| meta.partition(&topic, p).map_or(0, |s| s.leader_epoch);
         let wanted: Vec<TopicPartition> = partitions
             .into_iter()
             .map(|p| {
@@ -582,11 +637,11 @@ impl Shard {
         for group in wanted.chunks(PARTITION_OPENS_AT_ONCE) {
             let opened = futures::future::join_all(group.iter().map(|tp| {
                 let dir = partition_dir(&self.config.data_dir, &topic, tp.partition);
-                Partition::open(
+                Partition::open_replica(
                     dir,
                     config.clone(),
                     self.storage_context.clone(),
-                    leader_epoch(tp.partition),
+                    self.checkpointed_high_watermark(tp),
                 )
             }))
             .await;
@@ -689,6 +744,10 @@ impl Shard {
             };
             let removed = self.partitions.borrow_mut().remove(&tp);
             self.share_tail_cache();
+            self.fetchers.remove(&tp);
+            if &*topic == OFFSETS_TOPIC {
+                self.groups.unload_partition(p);
+            }
             if let Some(log) = removed {
                 log.close().await;
             }
@@ -717,22 +776,10 @@ impl Shard {
         self.owner_of(OFFSETS_TOPIC, self.groups.offsets_partition(group))
     }
 
-    fn offsets_logs(&self) -> Vec<(i32, Rc<Partition>)> {
-        let mut logs: Vec<(i32, Rc<Partition>)> = self
-            .partitions
-            .borrow()
-            .iter()
-            .filter(|(tp, _)| &*tp.topic == OFFSETS_TOPIC)
-            .map(|(tp, log)| (tp.partition, log.clone()))
-            .collect();
-        logs.sort_by_key(|(p, _)| *p);
-        logs
-    }
-
-    /// Replays this shard's `__consumer_offsets` partitions and starts the group timers
-    /// (session expiry every 100 ms, offset expiry every few seconds).
+    /// Starts the group timers (session expiry every 100 ms, offset expiry every few
+    /// seconds). The groups of each `__consumer_offsets` partition are loaded when this
+    /// broker takes up its leadership (`replication`).
     pub async fn start_group_coordinator(self: &Rc<Self>) {
-        self.groups.load(self.offsets_logs()).await;
         let shard = self.clone();
         glommio::spawn_local(async move {
             let mut ticks = 0u64;
@@ -757,8 +804,13 @@ impl Shard {
 
     /// Flushes and closes every partition (clean shutdown).
     pub async fn close_all(&self) {
+        self.fetchers.stop_all();
         let logs: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
         futures::future::join_all(logs.iter().map(|l| l.close())).await;
+        // After the close: every mark covers what the logs hold once synced.
+        if let Err(e) = self.checkpoint_high_watermarks(&mut HashMap::new()).await {
+            tracing::warn!(shard = self.id, error = %e, "writing the high-watermark checkpoint");
+        }
     }
 }
 

@@ -3,6 +3,7 @@
 use crate::group::coordinator::GroupConfig;
 use corelog_storage::LogConfig;
 use std::path::PathBuf;
+use std::time::Duration;
 
 pub struct ShardConfig {
     /// This broker's node id (its dynamic broker configs are stored under it).
@@ -16,4 +17,26 @@ pub struct ShardConfig {
     pub tail_cache_shard_bytes: u64,
     /// Segment files this shard keeps open at once (`corelog_storage::file_cache`).
     pub open_segment_files: usize,
+    pub replication: ReplicationConfig,
+}
+
+/// How this broker replicates (Kafka's settings of the same names).
+#[derive(Debug, Clone)]
+pub struct ReplicationConfig {
+    /// `replica.lag.time.max.ms`: a follower that has not caught up for this long leaves
+    /// the ISR.
+    pub lag_time_max_ms: i64,
+    /// `replica.high.watermark.checkpoint.interval.ms`.
+    pub checkpoint_interval: Duration,
+    pub fetch: crate::replica_fetcher::FetchConfig,
+}
+
+impl Default for ReplicationConfig {
+    fn default() -> Self {
+        ReplicationConfig {
+            lag_time_max_ms: 30_000,
+            checkpoint_interval: Duration::from_secs(5),
+            fetch: Default::default(),
+        }
+    }
 }

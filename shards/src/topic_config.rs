@@ -141,7 +141,7 @@ pub const DEFS: &[ConfigDef] = &[
         "min.insync.replicas",
         "min.insync.replicas",
         Int,
-        "replicas that must acknowledge acks=all (a single node has one)"
+        "in-sync replicas acks=all needs, and the high watermark waits for"
     ),
     def!(
         "retention.bytes",
@@ -172,6 +172,12 @@ pub const DEFS: &[ConfigDef] = &[
         "log.roll.ms",
         Long,
         "age at which the active segment rolls"
+    ),
+    def!(
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        Boolean,
+        "a replica outside the ISR may lead when no ISR member is alive, losing what only the ISR held"
     ),
 ];
 
@@ -296,6 +302,13 @@ pub fn set(config: &mut LogConfig, key: &str, value: &str) -> Result<(), ConfigE
         }
         "min.compaction.lag.ms" => c.min_compaction_lag_ms = long_in(key, value, 0, i64::MAX)?,
         "min.insync.replicas" => c.min_insync_replicas = int_in(key, value, 1)? as i32,
+        "unclean.leader.election.enable" => {
+            c.unclean_leader_election_enable = match value.trim().to_ascii_lowercase().as_str() {
+                "true" => true,
+                "false" => false,
+                _ => return Err(invalid(key, value, "not one of true, false")),
+            }
+        }
         "retention.bytes" => c.retention_bytes = long_in(key, value, -1, i64::MAX)?,
         "retention.ms" => c.retention_ms = long_in(key, value, -1, i64::MAX)?,
         "segment.bytes" => c.segment_bytes = int_in(key, value, SEGMENT_BYTES_MIN)? as u64,
@@ -345,6 +358,7 @@ pub fn get(c: &LogConfig, key: &str) -> Option<String> {
         "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio.to_string(),
         "min.compaction.lag.ms" => c.min_compaction_lag_ms.to_string(),
         "min.insync.replicas" => c.min_insync_replicas.to_string(),
+        "unclean.leader.election.enable" => c.unclean_leader_election_enable.to_string(),
         "retention.bytes" => c.retention_bytes.to_string(),
         "retention.ms" => c.retention_ms.to_string(),
         "segment.bytes" => c.segment_bytes.to_string(),

@@ -47,6 +47,9 @@ pub fn partition(e: &PartitionError) -> ResponseError {
             AppendError::Sequence(SequenceError::StaleEpoch { .. }) => {
                 ResponseError::InvalidProducerEpoch
             }
+            // Only a follower's append of its leader's batches can fail so; no client
+            // request reaches it.
+            AppendError::OffsetMismatch { .. } => ResponseError::UnknownServerError,
         },
         PartitionError::Read(r) => match r {
             ReadError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
@@ -57,7 +60,9 @@ pub fn partition(e: &PartitionError) -> ResponseError {
         PartitionError::ShuttingDown => ResponseError::NotLeaderOrFollower,
         // Retriable: producers back off and retry until retention frees space.
         PartitionError::DiskFull(_) => ResponseError::KafkaStorageError,
-        PartitionError::NotEnoughReplicas(_) => ResponseError::NotEnoughReplicas,
+        PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+        PartitionError::NotEnoughReplicasAfterAppend => ResponseError::NotEnoughReplicasAfterAppend,
+        PartitionError::NotLeaderOrFollower => ResponseError::NotLeaderOrFollower,
         PartitionError::Epoch(EpochError::Fenced { .. }) => ResponseError::FencedLeaderEpoch,
         PartitionError::Epoch(EpochError::Unknown { .. }) => ResponseError::UnknownLeaderEpoch,
     }

@@ -122,6 +122,8 @@ impl Collector for Snapshots {
         let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
         let (mut file_opens, mut file_evictions, mut files_exhausted) = (vec![], vec![], vec![]);
         let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
+        let mut replication: Vec<(Vec<(String, String)>, corelog_metrics::ReplicationMetrics)> =
+            Vec::new();
         for s in &self.0 {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
@@ -168,7 +170,8 @@ impl Collector for Snapshots {
             files_capacity.push((by_shard.clone(), s.segment_files.capacity));
             file_opens.push((by_shard.clone(), s.segment_files.opens));
             file_evictions.push((by_shard.clone(), s.segment_files.evictions));
-            files_exhausted.push((by_shard, s.segment_files.exhausted));
+            files_exhausted.push((by_shard.clone(), s.segment_files.exhausted));
+            replication.push((by_shard, s.replication));
             for kind in shards::client_quota::QuotaKind::ALL {
                 let i = kind.index();
                 let labels = vec![
@@ -227,7 +230,7 @@ impl Collector for Snapshots {
         histogram(
             &mut encoder,
             "corelog_stage_latency_seconds",
-            "Latency of internal stages: append (direct-I/O write), fsync (group commit), request_queue, mesh.",
+            "Latency of internal stages: append (direct-I/O write), fsync (group commit), request_queue, mesh, replica_fetch (a follower's fetch round trip).",
             &stages,
         )?;
         counter(
@@ -301,6 +304,66 @@ impl Collector for Snapshots {
             "corelog_segment_file_evictions",
             "Segment files closed because the shard's bound was reached.",
             &file_evictions,
+        )?;
+        let series = |f: fn(&corelog_metrics::ReplicationMetrics) -> u64| {
+            replication
+                .iter()
+                .map(|(l, r)| (l.clone(), f(r)))
+                .collect::<Vec<_>>()
+        };
+        counter(
+            &mut encoder,
+            "corelog_isr_shrinks",
+            "ISR shrinks committed for partitions this shard leads.",
+            &series(|r| r.isr_shrinks),
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_isr_expands",
+            "ISR expansions committed for partitions this shard leads.",
+            &series(|r| r.isr_expands),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_leader_partitions",
+            "Partitions this shard leads.",
+            &series(|r| r.leaders),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_follower_partitions",
+            "Partitions this shard follows.",
+            &series(|r| r.followers),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_under_replicated_partitions",
+            "Led partitions whose ISR is smaller than their replica set.",
+            &series(|r| r.under_replicated),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_under_min_isr_partitions",
+            "Led partitions whose ISR is below min.insync.replicas (acks=all is refused).",
+            &series(|r| r.under_min_isr),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_follower_lag_offsets_max",
+            "The largest lag, in offsets, of a follower behind a leader of this shard.",
+            &series(|r| r.follower_lag_offsets_max),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_follower_lag_milliseconds_max",
+            "The longest a follower of a leader of this shard has not been caught up.",
+            &series(|r| r.follower_lag_ms_max),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_uncommitted_offsets",
+            "Offsets this shard's leaders hold above their high watermark (high-watermark lag).",
+            &series(|r| r.uncommitted_offsets),
         )?;
         counter(
             &mut encoder,

@@ -957,9 +957,19 @@ def test_topics_and_quorum_tools_on_a_three_broker_cluster(kafka_tools, broker_f
     assert len(placed) == 6, f"six partitions described{r.why()}"
     assert all(l == rep == isr for _, l, rep, isr in placed), r.text
     assert sorted(collections.Counter(l for _, l, _, _ in placed).items()) == [("1", 2), ("2", 2), ("3", 2)], r.text
-    r = kafka("kafka-topics.sh", "--bootstrap-server", servers, "--create", "--topic", "cli-rf3",
-              "--partitions", "1", "--replication-factor", "3", broker=brokers[0], check=False)
-    assert r.rc != 0 and "InvalidReplicationFactor" in r.text, f"replication factor 3 refused{r.why()}"
+    # Replicated: every broker holds each partition and is in its ISR.
+    kafka("kafka-topics.sh", "--bootstrap-server", servers, "--create", "--topic", "cli-rf3",
+          "--partitions", "2", "--replication-factor", "3", broker=brokers[0])
+    r = kafka("kafka-topics.sh", "--bootstrap-server", servers, "--describe", "--topic", "cli-rf3",
+              broker=brokers[0])
+    placed = re.findall(r"Partition: (\d+)\s+Leader: (\d+)\s+Replicas: ([\d,]+)\s+Isr: ([\d,]+)", r.text)
+    assert len(placed) == 2, f"two partitions described{r.why()}"
+    for _, leader, replicas, isr in placed:
+        assert sorted(replicas.split(",")) == ["1", "2", "3"] and sorted(isr.split(",")) == ["1", "2", "3"], r.text
+        assert leader == replicas.split(",")[0], r.text
+    r = kafka("kafka-topics.sh", "--bootstrap-server", servers, "--create", "--topic", "cli-rf4",
+              "--partitions", "1", "--replication-factor", "4", broker=brokers[0], check=False)
+    assert r.rc != 0 and "InvalidReplicationFactor" in r.text, f"replication factor 4 refused{r.why()}"
 
     # KIP-836 through any broker: the leader, its epoch, the voters.
     r = kafka("kafka-metadata-quorum.sh", "--bootstrap-server", brokers[1].bootstrap, "describe", "--status",

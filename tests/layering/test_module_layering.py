@@ -29,7 +29,7 @@ CRATES = {
 # The corelog crates each crate may depend on (normal dependencies).
 ALLOWED = {
     "corelog": {"shards", "corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller"},
-    "shards": {"corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller"},
+    "shards": {"corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller", "corelog-kafka-client"},
     "corelog-partition": {"corelog-storage"},
     "corelog-storage": set(),
     "corelog-metrics": set(),

@@ -31,14 +31,17 @@ pub enum Stage {
     RequestQueue,
     /// From a cross-core message being sent to its handler starting on the other shard.
     Mesh,
+    /// A follower's fetch from its leader: request sent to response read.
+    ReplicaFetch,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 4] = [
+    pub const ALL: [Stage; 5] = [
         Stage::Append,
         Stage::Fsync,
         Stage::RequestQueue,
         Stage::Mesh,
+        Stage::ReplicaFetch,
     ];
 
     pub fn name(self) -> &'static str {
@@ -47,6 +50,7 @@ impl Stage {
             Stage::Fsync => "fsync",
             Stage::RequestQueue => "request_queue",
             Stage::Mesh => "mesh",
+            Stage::ReplicaFetch => "replica_fetch",
         }
     }
 }
@@ -116,6 +120,58 @@ pub struct MetricsSnapshot {
     pub segment_files: SegmentFileCounters,
     /// Client quota throttling on this shard.
     pub quota: QuotaMetrics,
+    pub replication: ReplicationMetrics,
+}
+
+/// Replication on one shard: counters since start, and gauges the shard fills in when
+/// it is asked for a snapshot (they are not recorded).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReplicationMetrics {
+    /// ISR changes this shard's leaders committed.
+    pub isr_shrinks: u64,
+    pub isr_expands: u64,
+    /// Partitions led here / followed here.
+    pub leaders: u64,
+    pub followers: u64,
+    /// Led partitions whose ISR is smaller than their replica set (Kafka's
+    /// UnderReplicatedPartitions), and those below `min.insync.replicas`.
+    pub under_replicated: u64,
+    pub under_min_isr: u64,
+    /// The largest lag of a follower behind a leader of this shard, in offsets, and the
+    /// longest time one has not been caught up, ms.
+    pub follower_lag_offsets_max: u64,
+    pub follower_lag_ms_max: u64,
+    /// Offsets written by this shard's leaders but not yet committed (log end minus
+    /// high watermark, summed).
+    pub uncommitted_offsets: u64,
+}
+
+impl ReplicationMetrics {
+    fn merge(&mut self, o: &ReplicationMetrics) {
+        self.isr_shrinks += o.isr_shrinks;
+        self.isr_expands += o.isr_expands;
+        self.leaders += o.leaders;
+        self.followers += o.followers;
+        self.under_replicated += o.under_replicated;
+        self.under_min_isr += o.under_min_isr;
+        self.follower_lag_offsets_max = self
+            .follower_lag_offsets_max
+            .max(o.follower_lag_offsets_max);
+        self.follower_lag_ms_max = self.follower_lag_ms_max.max(o.follower_lag_ms_max);
+        self.uncommitted_offsets += o.uncommitted_offsets;
+    }
+}
+
+/// One ISR change committed by a leader of this shard.
+pub fn record_isr_change(expand: bool) {
+    RECORDER.with(|r| {
+        let mut r = r.borrow_mut();
+        if expand {
+            r.replication.isr_expands += 1;
+        } else {
+            r.replication.isr_shrinks += 1;
+        }
+    });
 }
 
 /// How often the connection and memory limits were hit (README "Limits").
@@ -223,6 +279,7 @@ impl MetricsSnapshot {
         self.limits.merge(&other.limits);
         self.segment_files.merge(&other.segment_files);
         self.quota.merge(&other.quota);
+        self.replication.merge(&other.replication);
     }
 
     pub fn merged(snapshots: &[MetricsSnapshot]) -> MetricsSnapshot {
@@ -243,6 +300,7 @@ struct Recorder {
     spliced_bytes: u64,
     limits: LimitCounters,
     quota: QuotaMetrics,
+    replication: ReplicationMetrics,
 }
 
 thread_local! {
@@ -260,6 +318,7 @@ thread_local! {
             accept_out_of_descriptors: 0,
         },
         quota: QuotaMetrics::default(),
+        replication: ReplicationMetrics::default(),
     });
 }
 
@@ -326,6 +385,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             limits: r.limits,
             segment_files: SegmentFileCounters::default(),
             quota: r.quota,
+            replication: r.replication,
         }
     })
 }

@@ -1,7 +1,8 @@
 //! `corelog-partition`: the layer between a shard and its partition logs, holding what
-//! replication needs — the leader epoch and its persisted cache (epoch → first offset,
-//! as Kafka's `leader-epoch-checkpoint`), the high watermark kept apart from the written
-//! and synced offsets, the last stable offset and the log start.
+//! replication needs — the replica's role, the leader epoch and its persisted cache
+//! (epoch → first offset, as Kafka's `leader-epoch-checkpoint`), a leader's view of its
+//! followers and ISR (`replica_set`), the high watermark kept apart from the written and
+//! synced offsets, the last stable offset and the log start.
 //!
 //! Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords, the group
 //! coordinator's offsets log and housekeeping's retention all go through a [`Partition`];
@@ -12,9 +13,12 @@
 
 pub mod leader_epoch_cache;
 mod partition;
+pub mod replica_set;
 
 pub use leader_epoch_cache::{LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
 pub use partition::{
-    EpochError, FoundOffset, Isolation, Partition, PartitionRead, EARLIEST_LOCAL_TIMESTAMP,
-    EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP,
+    AckError, EpochError, FollowerFetch, FoundOffset, Isolation, IsrProposal, Partition,
+    PartitionRead, Reader, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
+    LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };
+pub use replica_set::{Assignment, ReplicaSet};

@@ -1,25 +1,35 @@
-//! One partition as a replica sees it: its log, the leader epoch it is led in, the
-//! leader-epoch cache, and the offsets a reader may see.
+//! One partition as a replica sees it: its log, its role (leader or follower, as the
+//! metadata says), the leader epoch, the leader-epoch cache, the high watermark and the
+//! offsets a reader may see.
 //!
 //! Offsets, in the order they may never pass one another:
-//! `log_start_offset <= high_watermark <= written_offset <= log_end_offset`, with
-//! `last_stable_offset == high_watermark` (no transactions are served, so none holds it
-//! back). On one node the high watermark is what the durability setting acknowledges:
-//! the synced offset under `ack-all` and `always`, the written offset under `interval`.
-//! A cluster will lower it to what every in-sync replica holds; nothing above this layer
-//! needs to change for that.
+//! `log_start_offset <= high_watermark <= durable end <= written_offset <= log_end_offset`,
+//! with `last_stable_offset == high_watermark` (no transactions are served, so none holds
+//! it back). The *durable end* is what this replica acknowledges as its own: the synced
+//! offset under `ack-all` and `always`, the written offset under `interval`.
+//!
+//! The high watermark only grows (a truncation below it, after an unclean election, is
+//! the one exception, and reopens the partition). A leader raises it to the bound its
+//! [`ReplicaSet`] allows: the smallest durable end over the ISR, its own included, while
+//! the ISR holds at least `min.insync.replicas`. A lone leader's bound is its own durable
+//! end. A follower takes the leader's, capped by its own durable end.
 //!
 //! Invariants: consumers read only below the high watermark (or the last stable offset
-//! for `read_committed`); every batch appended is stamped with the current leader epoch,
-//! and that epoch is in the cache, starting at or before the batch; a request naming a
-//! leader epoch other than the current one is refused before it touches the log.
+//! for `read_committed`), followers of this leader up to the written end; every batch a
+//! leader appends is stamped with the current leader epoch, and that epoch is in the
+//! cache, starting at or before the batch; a follower's cache follows the epochs of the
+//! batches it appends, never its own; a request naming a leader epoch other than the
+//! current one is refused before it touches the log; only a leader appends produced
+//! records, only a follower replicated ones.
 
 use crate::leader_epoch_cache::{LeaderEpochCache, CHECKPOINT_FILE};
+use crate::replica_set::{Assignment, ReplicaSet};
 use bytes::Bytes;
 use corelog_storage::error::{AppendError, ReadError, StorageError};
 use corelog_storage::{
     AckLevel, AppendTicket, Durability, LogConfig, LogContext, PartitionLog, Records,
 };
+use event_listener::Event;
 use std::cell::{Cell, RefCell};
 use std::path::PathBuf;
 use std::rc::Rc;
@@ -54,6 +64,15 @@ impl Isolation {
             Isolation::ReadUncommitted
         }
     }
+}
+
+/// Who reads, which bounds what it may see.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reader {
+    /// A consumer: below the high watermark, or the last stable offset.
+    Consumer(Isolation),
+    /// A follower replica of this leader: up to the written end.
+    Replica,
 }
 
 /// A request's `current_leader_epoch` against this partition's.
@@ -100,67 +119,136 @@ impl FoundOffset {
     };
 }
 
+/// Why an acks=all produce was not acknowledged once appended.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AckError {
+    #[error(transparent)]
+    Append(#[from] AppendError),
+    /// This replica stopped leading before the ISR had the records.
+    #[error("no longer the leader")]
+    NotLeader,
+    /// The records are committed, but the ISR shrank below `min.insync.replicas` meanwhile.
+    #[error("the ISR shrank below min.insync.replicas after the append")]
+    NotEnoughReplicasAfterAppend,
+}
+
+/// An ISR change a leader wants the controller to commit (AlterPartition), with the
+/// epochs it was computed in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IsrProposal {
+    pub leader_epoch: i32,
+    pub partition_epoch: i32,
+    pub isr: Vec<i32>,
+}
+
+/// A follower's fetch as the leader records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FollowerFetch {
+    /// Recorded; `Some` when the follower should join the ISR (already marked proposed).
+    Recorded(Option<IsrProposal>),
+    /// This replica does not lead the partition.
+    NotLeader,
+    /// The fetching broker holds no replica of the partition.
+    UnknownReplica,
+}
+
+/// This replica's part in the partition, as the metadata last said.
+#[derive(Debug, Clone)]
+enum Role {
+    /// Opened, its role not yet given: it serves nothing.
+    Unassigned,
+    Leader(ReplicaSet),
+    /// Fetches from `leader` (-1: the partition has no leader now).
+    Follower {
+        leader: i32,
+    },
+}
+
 pub struct Partition {
     log: Rc<PartitionLog>,
     dir: PathBuf,
+    /// The clock the log runs on (follower lag is measured with it).
+    context: LogContext,
     leader_epoch: Cell<i32>,
+    /// Never borrowed across an `.await`.
+    role: RefCell<Role>,
+    high_watermark: Cell<i64>,
+    /// Fired when the high watermark grows, the role or ISR changes, and at close: what
+    /// acks=all and consumers of a replicated partition wait on beyond the log's own
+    /// progress.
+    hw_moved: Event,
     /// Never borrowed across an `.await`.
     epochs: RefCell<LeaderEpochCache>,
     /// Serialises checkpoint writes, so the file always holds the newest cache.
     checkpoint_writes: glommio::sync::Semaphore,
-    /// The cache changed at open and is not yet in its checkpoint: the first append
-    /// writes it, holding the log's writes until it is durable ([`Partition::append`]),
-    /// so an idle partition writes nothing at start-up.
+    /// The cache changed (at open, or when this replica took up an epoch) and is not yet
+    /// in its checkpoint: the first append writes it, holding the log's writes until it
+    /// is durable ([`Partition::append`]), so an idle partition writes nothing.
     epochs_unpersisted: Cell<bool>,
 }
 
 impl Partition {
-    /// Opens the log in `dir` and its leader-epoch cache, drops cache entries past the
-    /// recovered log end or below the log start, and becomes leader in `leader_epoch`
-    /// from the log end.
+    /// Opens the log in `dir` and leads it alone in `leader_epoch` (a partition no other
+    /// broker replicates; `leader` names this broker).
     pub async fn open(
         dir: PathBuf,
         config: LogConfig,
         context: LogContext,
+        leader: i32,
         leader_epoch: i32,
     ) -> Result<Rc<Partition>, StorageError> {
-        let log = PartitionLog::open(dir.clone(), config, context).await?;
+        let partition = Partition::open_replica(dir, config, context, -1).await?;
+        if let Err(e) = partition.become_leader(leader_epoch, ReplicaSet::alone(leader)) {
+            partition.log.close().await;
+            return Err(e);
+        }
+        Ok(partition)
+    }
+
+    /// Opens the log in `dir` and its leader-epoch cache, and drops cache entries past the
+    /// recovered log end or below the log start. The partition serves nothing until the
+    /// metadata gives it a role ([`Self::become_leader`], [`Self::become_follower`]).
+    /// `high_watermark` is the checkpointed one (-1: none), held within the log.
+    pub async fn open_replica(
+        dir: PathBuf,
+        config: LogConfig,
+        context: LogContext,
+        high_watermark: i64,
+    ) -> Result<Rc<Partition>, StorageError> {
+        let log = PartitionLog::open(dir.clone(), config, context.clone()).await?;
         let path = dir.join(CHECKPOINT_FILE);
         let mut epochs = match std::fs::read_to_string(&path) {
-            Ok(text) => {
-                LeaderEpochCache::decode(&text).map_err(|e| StorageError::new(path.display(), e))?
-            }
+            Ok(text) => match LeaderEpochCache::decode(&text) {
+                Ok(c) => c,
+                Err(e) => {
+                    log.close().await;
+                    return Err(StorageError::new(path.display(), e));
+                }
+            },
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => LeaderEpochCache::default(),
-            Err(e) => return Err(StorageError::new(path.display(), e)),
+            Err(e) => {
+                log.close().await;
+                return Err(StorageError::new(path.display(), e));
+            }
         };
         let mut changed = epochs.truncate_from_end(log.written_offset());
         changed |= epochs.truncate_from_start(log.log_start_offset());
-        if let Some(latest) = epochs.latest().filter(|l| l.epoch > leader_epoch) {
-            // Batches exist stamped with a newer epoch than the one clients will be told:
-            // leading in the older one would fence every up-to-date client.
-            log.close().await;
-            return Err(StorageError::new(
-                path.display(),
-                format!(
-                    "the partition holds leader epoch {} but is to lead in older epoch {leader_epoch}",
-                    latest.epoch
-                ),
-            ));
-        }
-        let partition = Rc::new(Partition {
+        let high_watermark = high_watermark.clamp(log.log_start_offset(), log.written_offset());
+        Ok(Rc::new(Partition {
             log,
             dir,
-            leader_epoch: Cell::new(leader_epoch),
+            context,
+            leader_epoch: Cell::new(-1),
+            role: RefCell::new(Role::Unassigned),
+            high_watermark: Cell::new(high_watermark),
+            hw_moved: Event::new(),
             epochs: RefCell::new(epochs),
             checkpoint_writes: glommio::sync::Semaphore::new(1),
-            epochs_unpersisted: Cell::new(false),
-        });
-        changed |= partition.assign_current_epoch();
-        // Not written now: thousands of partitions would each replace a file (a new inode
-        // and two syncs) at every start. Nothing depends on the file before a batch is
-        // stamped with the new epoch, and a crash before that starts yet another epoch.
-        partition.epochs_unpersisted.set(changed);
-        Ok(partition)
+            // Not written now: thousands of partitions would each replace a file (a new
+            // inode and two syncs) at every start. Nothing depends on the file before a
+            // batch is written after the change.
+            epochs_unpersisted: Cell::new(changed),
+        }))
     }
 
     /// The log underneath, for what works on segments directly (compaction, sizes,
@@ -169,26 +257,116 @@ impl Partition {
         &self.log
     }
 
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
     pub fn leader_epoch(&self) -> i32 {
         self.leader_epoch.get()
     }
 
-    /// Becomes leader in a newer epoch (from the log end). An older or equal epoch is
-    /// ignored.
-    pub async fn set_leader_epoch(&self, epoch: i32) -> Result<(), StorageError> {
-        if epoch <= self.leader_epoch.get() {
+    /// Leads the partition in `epoch` with `replicas`: in a newer epoch (or after another
+    /// role) from the log end, with what the followers fetch from now on; in the current
+    /// epoch, it takes up the newer ISR and replica list. An older epoch is ignored.
+    /// Refused when the log holds batches of a newer epoch than `epoch`: leading in the
+    /// older one would fence every up-to-date client.
+    pub fn become_leader(&self, epoch: i32, replicas: ReplicaSet) -> Result<(), StorageError> {
+        let current = self.leader_epoch.get();
+        if epoch < current {
             return Ok(());
         }
-        self.leader_epoch.set(epoch);
-        if self.assign_current_epoch() {
-            self.persist_epochs().await?;
+        if epoch == current {
+            if let Role::Leader(set) = &mut *self.role.borrow_mut() {
+                let assignment = Assignment {
+                    replicas: replicas.replicas().to_vec(),
+                    isr: replicas.isr().to_vec(),
+                    partition_epoch: replicas.partition_epoch(),
+                };
+                set.update(assignment, self.context.now_ms());
+                self.hw_moved.notify(usize::MAX);
+                return Ok(());
+            }
         }
+        if let Some(latest) = self.epochs.borrow().latest().filter(|l| l.epoch > epoch) {
+            return Err(StorageError::new(
+                self.dir.join(CHECKPOINT_FILE).display(),
+                format!(
+                    "the partition holds leader epoch {} but is to lead in older epoch {epoch}",
+                    latest.epoch
+                ),
+            ));
+        }
+        self.leader_epoch.set(epoch);
+        *self.role.borrow_mut() = Role::Leader(replicas);
+        if self.assign_current_epoch() {
+            self.epochs_unpersisted.set(true);
+        }
+        self.hw_moved.notify(usize::MAX);
         Ok(())
+    }
+
+    /// Follows `leader` (-1: none now) in `epoch`; an older epoch is ignored. Produces
+    /// waiting for acknowledgement as leader are answered NOT_LEADER_OR_FOLLOWER.
+    pub fn become_follower(&self, leader: i32, epoch: i32) {
+        if epoch < self.leader_epoch.get() {
+            return;
+        }
+        self.leader_epoch.set(epoch);
+        *self.role.borrow_mut() = Role::Follower { leader };
+        self.hw_moved.notify(usize::MAX);
+    }
+
+    pub fn is_leader(&self) -> bool {
+        matches!(*self.role.borrow(), Role::Leader(_))
+    }
+
+    /// The broker this replica follows, if it is a follower.
+    pub fn following(&self) -> Option<i32> {
+        match *self.role.borrow() {
+            Role::Follower { leader } => Some(leader),
+            _ => None,
+        }
+    }
+
+    /// The leader's view of its replicas; `None` unless leader.
+    pub fn replica_set(&self) -> Option<ReplicaSet> {
+        match &*self.role.borrow() {
+            Role::Leader(set) => Some(set.clone()),
+            _ => None,
+        }
+    }
+
+    /// The partition epoch of the state this leader took up; `None` unless leader.
+    pub fn partition_epoch(&self) -> Option<i32> {
+        match &*self.role.borrow() {
+            Role::Leader(set) => Some(set.partition_epoch()),
+            _ => None,
+        }
+    }
+
+    /// The committed ISR's size as the leader knows it (0 unless leader).
+    pub fn isr_len(&self) -> usize {
+        match &*self.role.borrow() {
+            Role::Leader(set) => set.isr().len(),
+            _ => 0,
+        }
+    }
+
+    /// `min.insync.replicas` of the topic, as a count.
+    pub fn min_insync_replicas(&self) -> usize {
+        usize::try_from(self.log.min_insync_replicas())
+            .unwrap_or(1)
+            .max(1)
     }
 
     /// A copy of the leader-epoch cache.
     pub fn epoch_cache(&self) -> LeaderEpochCache {
         self.epochs.borrow().clone()
+    }
+
+    /// The newest epoch of a batch this replica holds (or took up as leader); -1 if none.
+    pub fn latest_epoch(&self) -> i32 {
+        self.epochs.borrow().latest().map_or(-1, |e| e.epoch)
     }
 
     pub fn log_start_offset(&self) -> i64 {
@@ -200,12 +378,34 @@ impl Partition {
         self.log.log_end_offset()
     }
 
-    /// What consumers may read up to (exclusive); see the module documentation.
-    pub fn high_watermark(&self) -> i64 {
+    /// What this replica acknowledges as its own: see the module documentation.
+    pub fn durable_end(&self) -> i64 {
         if self.hw_is_synced() {
             self.log.synced_offset()
         } else {
             self.log.written_offset()
+        }
+    }
+
+    /// What consumers may read up to (exclusive): a leader first raises it to what its
+    /// ISR allows now (see the module documentation).
+    pub fn high_watermark(&self) -> i64 {
+        if let Role::Leader(set) = &*self.role.borrow() {
+            let bound = set.high_watermark_bound(self.durable_end(), self.min_insync_replicas());
+            if let Some(bound) = bound.filter(|b| *b > self.high_watermark.get()) {
+                self.high_watermark.set(bound);
+                self.hw_moved.notify(usize::MAX);
+            }
+        }
+        self.high_watermark.get()
+    }
+
+    /// A follower takes up its leader's high watermark, capped by what it holds itself.
+    pub fn follow_high_watermark(&self, leader_high_watermark: i64) {
+        let hw = leader_high_watermark.min(self.durable_end());
+        if hw > self.high_watermark.get() {
+            self.high_watermark.set(hw);
+            self.hw_moved.notify(usize::MAX);
         }
     }
 
@@ -241,24 +441,81 @@ impl Partition {
         }
     }
 
+    /// Records a fetch by follower `replica` at `fetch_offset` (a read that did not
+    /// diverge: a diverging follower's offset says nothing of what it shares with this
+    /// log), raises the high watermark, and proposes the follower's return to the ISR
+    /// once it holds everything committed and the current epoch's start.
+    pub fn record_follower_fetch(&self, replica: i32, fetch_offset: i64) -> FollowerFetch {
+        let now = self.context.now_ms();
+        let leader_end = self.log.log_end_offset();
+        {
+            let mut role = self.role.borrow_mut();
+            let Role::Leader(set) = &mut *role else {
+                return FollowerFetch::NotLeader;
+            };
+            if !set.record_fetch(replica, fetch_offset, leader_end, now) {
+                return FollowerFetch::UnknownReplica;
+            }
+        }
+        let hw = self.high_watermark();
+        let epoch = self.leader_epoch.get();
+        let epoch_start = self
+            .epochs
+            .borrow()
+            .entries()
+            .iter()
+            .rev()
+            .find(|e| e.epoch == epoch)
+            .map_or(i64::MAX, |e| e.start_offset);
+        let mut role = self.role.borrow_mut();
+        let Role::Leader(set) = &mut *role else {
+            return FollowerFetch::NotLeader;
+        };
+        let proposal = set.expansion(hw, epoch_start).map(|isr| {
+            set.propose(isr.clone());
+            IsrProposal {
+                leader_epoch: epoch,
+                partition_epoch: set.partition_epoch(),
+                isr,
+            }
+        });
+        FollowerFetch::Recorded(proposal)
+    }
+
+    /// The ISR without the followers that have not caught up for `lag_ms`, marked
+    /// proposed; `None` when nobody lags, a change is in flight, or this is no leader.
+    pub fn isr_shrink(&self, lag_ms: i64) -> Option<IsrProposal> {
+        let now = self.context.now_ms();
+        let epoch = self.leader_epoch.get();
+        let mut role = self.role.borrow_mut();
+        let Role::Leader(set) = &mut *role else {
+            return None;
+        };
+        let isr = set.shrink(now, lag_ms)?;
+        set.propose(isr.clone());
+        Some(IsrProposal {
+            leader_epoch: epoch,
+            partition_epoch: set.partition_epoch(),
+            isr,
+        })
+    }
+
+    /// The proposed ISR change was refused or lost; the committed ISR stands.
+    pub fn isr_proposal_failed(&self) {
+        if let Role::Leader(set) = &mut *self.role.borrow_mut() {
+            set.proposal_failed();
+        }
+    }
+
     /// Validates and queues `records`, stamped with the current leader epoch.
     /// Appends batches stamped with the current epoch. The first append after the epoch
-    /// cache changed at open starts writing its checkpoint and holds the log's writes
-    /// until it is durable: no batch of the new epoch reaches the file before the cache
-    /// that names the epoch does, and appends stay synchronous, so their order is the
-    /// order they arrived in. Should the checkpoint fail, the log fails with it.
+    /// cache changed starts writing its checkpoint and holds the log's writes until it is
+    /// durable: no batch of the new epoch reaches the file before the cache that names
+    /// the epoch does, and appends stay synchronous, so their order is the order they
+    /// arrived in. Should the checkpoint fail, the log fails with it.
     pub fn append(self: &Rc<Self>, records: &[u8]) -> Result<AppendTicket, AppendError> {
-        if self.epochs_unpersisted.replace(false) {
-            let hold = self.log.hold_writes();
-            let partition = self.clone();
-            glommio::spawn_local(async move {
-                if let Err(e) = partition.persist_epochs().await {
-                    partition.log.fail_with(e); // logged there, with the path
-                }
-                drop(hold);
-            })
-            .detach();
-        }
+        debug_assert!(self.is_leader(), "only a leader appends produced records");
+        self.persist_epochs_before_writes();
         debug_assert!(
             self.epochs
                 .borrow()
@@ -269,9 +526,84 @@ impl Partition {
         self.log.append(records, self.leader_epoch.get())
     }
 
-    /// Waits for an append per `acks`; acks=all returns once the high watermark covers it.
+    /// Appends batches fetched from the leader as they are (offsets and epochs kept). An
+    /// epoch newer than the cache's latest starts at its first batch here, as it did on
+    /// the leader, and the checkpoint naming it is durable before the batch is written.
+    pub fn append_as_follower(
+        self: &Rc<Self>,
+        records: &[u8],
+    ) -> Result<AppendTicket, AppendError> {
+        debug_assert!(
+            self.following().is_some(),
+            "only a follower appends replicated records"
+        );
+        let ticket = self.log.append_replicated(records)?;
+        // Synchronous with the append: the flusher cannot write the batches before the
+        // hold below is taken.
+        {
+            let mut epochs = self.epochs.borrow_mut();
+            for item in corelog_storage::batch::batches(records) {
+                let Ok((header, _)) = item else {
+                    break; // a trailing partial batch: not appended either
+                };
+                if header.base_offset >= ticket.next_offset {
+                    break;
+                }
+                if epochs.assign(header.partition_leader_epoch, header.base_offset) {
+                    self.epochs_unpersisted.set(true);
+                }
+            }
+        }
+        self.persist_epochs_before_writes();
+        Ok(ticket)
+    }
+
+    /// When the cache is not yet durable, starts writing it and holds the log's writes
+    /// until it is.
+    fn persist_epochs_before_writes(self: &Rc<Self>) {
+        if !self.epochs_unpersisted.replace(false) {
+            return;
+        }
+        let hold = self.log.hold_writes();
+        let partition = self.clone();
+        glommio::spawn_local(async move {
+            if let Err(e) = partition.persist_epochs().await {
+                partition.log.fail_with(e); // logged there, with the path
+            }
+            drop(hold);
+        })
+        .detach();
+    }
+
+    /// Waits for an append per `acks`: acks=1 once written here.
     pub async fn wait(&self, ticket: AppendTicket, level: AckLevel) -> Result<(), AppendError> {
         self.log.wait(ticket, level).await
+    }
+
+    /// Waits until an acks=all produce is committed: durable here, and the high watermark
+    /// past it (every ISR member holds it). Fails when this replica stops leading first,
+    /// or when the ISR is below `min.insync.replicas` once it is committed.
+    pub async fn wait_committed(&self, ticket: AppendTicket) -> Result<(), AckError> {
+        self.log.wait(ticket, AckLevel::All).await?;
+        loop {
+            let listener = self.hw_moved.listen();
+            if !self.is_leader() {
+                return Err(AckError::NotLeader);
+            }
+            if self.high_watermark() >= ticket.next_offset {
+                if self.isr_len() < self.min_insync_replicas() {
+                    return Err(AckError::NotEnoughReplicasAfterAppend);
+                }
+                return Ok(());
+            }
+            if let Some(e) = self.log.failure() {
+                return Err(AppendError::Storage(e).into());
+            }
+            if self.log.is_closing() {
+                return Err(AppendError::Closed.into());
+            }
+            listener.await;
+        }
     }
 
     /// A consumer's read: whole batches from `offset`, below the isolation level's bound.
@@ -288,8 +620,26 @@ impl Partition {
         max_bytes: usize,
         isolation: Isolation,
     ) -> Result<PartitionRead, ReadError> {
+        self.read_as(
+            offset,
+            last_fetched_epoch,
+            max_bytes,
+            Reader::Consumer(isolation),
+        )
+        .await
+    }
+
+    /// [`Self::read`] for `reader`: `Reader::Replica` reads to the written end (what a
+    /// new leader replays of its own log).
+    pub async fn read_as(
+        &self,
+        offset: i64,
+        last_fetched_epoch: i32,
+        max_bytes: usize,
+        reader: Reader,
+    ) -> Result<PartitionRead, ReadError> {
         let read = self
-            .read_records(offset, last_fetched_epoch, max_bytes, isolation, false)
+            .read_records(offset, last_fetched_epoch, max_bytes, reader, false)
             .await?;
         let Records::Memory(records) = read.records else {
             unreachable!("only a read for sending answers with a file range");
@@ -305,14 +655,15 @@ impl Partition {
 
     /// [`Self::read`] for records that go to a socket: data read from a segment file
     /// may come as a range of it (`corelog_storage::FileRange`), sent without a copy.
+    /// A follower's read (`Reader::Replica`) goes up to the written end.
     pub async fn read_for_send(
         &self,
         offset: i64,
         last_fetched_epoch: i32,
         max_bytes: usize,
-        isolation: Isolation,
+        reader: Reader,
     ) -> Result<PartitionRead<Records>, ReadError> {
-        self.read_records(offset, last_fetched_epoch, max_bytes, isolation, true)
+        self.read_records(offset, last_fetched_epoch, max_bytes, reader, true)
             .await
     }
 
@@ -321,7 +672,7 @@ impl Partition {
         offset: i64,
         last_fetched_epoch: i32,
         max_bytes: usize,
-        isolation: Isolation,
+        reader: Reader,
         for_send: bool,
     ) -> Result<PartitionRead<Records>, ReadError> {
         if last_fetched_epoch >= 0 {
@@ -344,7 +695,10 @@ impl Partition {
                 });
             }
         }
-        let bound = self.bound(isolation);
+        let bound = match reader {
+            Reader::Consumer(isolation) => self.bound(isolation),
+            Reader::Replica => self.log.written_offset(),
+        };
         let (end_offset, log_start_offset, records) = if for_send {
             self.log.read_for_send(offset, max_bytes, bound).await?
         } else {
@@ -355,8 +709,11 @@ impl Partition {
                 Records::Memory(read.records),
             )
         };
-        // Read after the log: it only grows, and covers everything returned.
-        let high_watermark = self.high_watermark().max(end_offset);
+        // Read after the log: it only grows, and for a consumer covers everything returned.
+        let high_watermark = match reader {
+            Reader::Consumer(_) => self.high_watermark().max(end_offset),
+            Reader::Replica => self.high_watermark(),
+        };
         Ok(PartitionRead {
             high_watermark,
             last_stable_offset: high_watermark,
@@ -369,9 +726,57 @@ impl Partition {
     /// Waits until a consumer at `offset` has something to read (the high watermark
     /// passes it), the log closes, or `deadline`.
     pub async fn wait_beyond(&self, offset: i64, deadline: Instant) {
+        // This replica's own progress first; beyond it only followers move the mark.
         self.log
             .wait_beyond(offset, deadline, self.hw_is_synced())
-            .await
+            .await;
+        loop {
+            let listener = self.hw_moved.listen();
+            if self.high_watermark() > offset || self.log.is_closing() {
+                return;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            let timeout = glommio::timer::sleep(deadline - now);
+            futures_lite::future::or(listener, timeout).await;
+        }
+    }
+
+    /// Waits until a follower at `offset` has something to fetch (the written end passes
+    /// it), the log closes, or `deadline`.
+    pub async fn wait_beyond_log_end(&self, offset: i64, deadline: Instant) {
+        self.log.wait_beyond(offset, deadline, false).await
+    }
+
+    /// Cuts this follower's log at `offset` (its divergent tail, found with leader
+    /// epochs; a batch boundary) and opens it again: the log closes, its files are cut
+    /// (`PartitionLog::truncate_closed`, which also drops the producer snapshots past the
+    /// cut, so producer state is rebuilt from what remains), and the partition returned
+    /// takes this one's place, following the same leader in the same epoch, with the
+    /// epochs past the cut dropped and the high watermark no higher than the cut. Whoever
+    /// still holds this one finds it closed.
+    pub async fn truncate_and_reopen(&self, offset: i64) -> Result<Rc<Partition>, StorageError> {
+        debug_assert!(!self.is_leader(), "a leader's log is never cut");
+        let config = self.log.config();
+        // The flusher finishes first, and with it a pending write of the epoch cache.
+        self.close().await;
+        let dir = self.dir.clone();
+        let outcome = glommio::executor()
+            .spawn_blocking(move || PartitionLog::truncate_closed(&dir, offset))
+            .await?;
+        tracing::info!(dir = %self.dir.display(), offset, ?outcome, "log truncated to its leader's");
+        let high_watermark = self.high_watermark.get().min(offset);
+        let reopened = Partition::open_replica(
+            self.dir.clone(),
+            config,
+            self.context.clone(),
+            high_watermark,
+        )
+        .await?;
+        reopened.become_follower(self.following().unwrap_or(-1), self.leader_epoch.get());
+        Ok(reopened)
     }
 
     /// Where leader epoch `epoch` ended (OffsetForLeaderEpoch): `(epoch, end offset)`
@@ -445,7 +850,8 @@ impl Partition {
     }
 
     pub async fn close(&self) {
-        self.log.close().await
+        self.log.close().await;
+        self.hw_moved.notify(usize::MAX);
     }
 
     async fn start_moved(&self) -> Result<(), StorageError> {

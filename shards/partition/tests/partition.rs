@@ -43,9 +43,15 @@ fn config(durability: Durability) -> LogConfig {
 }
 
 async fn open(dir: &PathBuf, durability: Durability, epoch: i32) -> Rc<Partition> {
-    Partition::open(dir.clone(), config(durability), LogContext::system(), epoch)
-        .await
-        .expect("open")
+    Partition::open(
+        dir.clone(),
+        config(durability),
+        LogContext::system(),
+        1,
+        epoch,
+    )
+    .await
+    .expect("open")
 }
 
 async fn produce(p: &Rc<Partition>, value: &str, level: AckLevel) -> i64 {
@@ -136,6 +142,7 @@ fn epochs_are_stamped_cached_and_survive_reopening() {
             path.clone(),
             config(Durability::AckAll),
             LogContext::system(),
+            1,
             2,
         )
         .await
@@ -194,7 +201,8 @@ fn divergence_and_the_log_start_move_the_cache() {
         let p = open(&path, Durability::AckAll, 1).await;
         produce(&p, "a", AckLevel::All).await;
         produce(&p, "b", AckLevel::All).await;
-        p.set_leader_epoch(2).await.expect("new epoch");
+        p.become_leader(2, corelog_partition::ReplicaSet::alone(1))
+            .expect("new epoch");
         produce(&p, "c", AckLevel::All).await;
         // A fetcher holding offsets up to 2 in epoch 1 (which ended at 2 here) is fine at
         // 2 and diverges at 3.

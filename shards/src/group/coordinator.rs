@@ -7,12 +7,17 @@
 //! durable (acks=all) before answering. Join and sync answers that must wait for other
 //! members arrive through oneshot channels the state machine completes.
 //!
-//! Start-up replays every owned `__consumer_offsets` partition from its start: offset
-//! records (and their tombstones) rebuild committed offsets; group records bring the group
-//! back, Empty — its members must rejoin, as after a Kafka coordinator failover.
+//! The coordinator serves the groups of the `__consumer_offsets` partitions this broker
+//! leads. When it becomes a partition's leader it replays the partition from its start
+//! to its log end (`load_partition`): offset records (and their tombstones) rebuild
+//! committed offsets; group records bring the group back, Empty — its members must
+//! rejoin, as after a Kafka coordinator failover. When it stops leading one, its groups
+//! are forgotten (`unload_partition`). Until a partition is loaded its groups are
+//! answered COORDINATOR_NOT_AVAILABLE (retriable).
 //!
-//! Invariants: a group is only touched on its coordinator shard; no `RefCell` borrow is
-//! held across an `.await`; an answer to a commit means its records are synced.
+//! Invariants: a group is only touched on its coordinator shard, and only while its
+//! partition is loaded; no `RefCell` borrow is held across an `.await`; an answer to a
+//! commit means its records are committed (on every in-sync replica, synced).
 //!
 //! `__consumer_offsets` is a compacted topic: the log cleaner keeps the latest record of
 //! every key (group metadata, each committed offset) and drops tombstones after
@@ -27,13 +32,12 @@ use super::state::{Group, GroupState};
 use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
 use crate::routing::TopicPartition;
-use corelog_partition::{Isolation, Partition};
+use corelog_partition::{AckError, Partition, Reader};
 use corelog_storage::batch;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
-use corelog_storage::AckLevel;
 use futures::channel::oneshot;
-use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -74,7 +78,11 @@ fn now_ms() -> i64 {
 pub struct GroupCoordinator {
     config: GroupConfig,
     groups: RefCell<HashMap<String, Group>>,
-    loaded: Cell<bool>,
+    /// The partitions whose groups are loaded.
+    loaded: RefCell<HashSet<i32>>,
+    /// Bumped at every load and unload of a partition: a load that finds it moved was
+    /// overtaken and undoes itself.
+    generations: RefCell<HashMap<i32, u64>>,
 }
 
 impl GroupCoordinator {
@@ -82,7 +90,8 @@ impl GroupCoordinator {
         GroupCoordinator {
             config,
             groups: RefCell::new(HashMap::new()),
-            loaded: Cell::new(false),
+            loaded: RefCell::new(HashSet::new()),
+            generations: RefCell::new(HashMap::new()),
         }
     }
 
@@ -94,46 +103,81 @@ impl GroupCoordinator {
         partition_for_group(group, self.config.offsets_partitions)
     }
 
-    /// Replays the owned `__consumer_offsets` partitions (`logs`: partition → log).
-    pub async fn load(&self, logs: Vec<(i32, Rc<Partition>)>) {
+    fn next_generation(&self, partition: i32) -> u64 {
+        let mut generations = self.generations.borrow_mut();
+        let g = generations.entry(partition).or_insert(0);
+        *g += 1;
+        *g
+    }
+
+    /// Replays `__consumer_offsets` partition `partition` (`log`, which this broker now
+    /// leads) to its log end: what the previous leader wrote is committed as soon as the
+    /// followers confirm it, and this leader's view must include it.
+    pub async fn load_partition(&self, partition: i32, log: Rc<Partition>) {
+        let generation = self.next_generation(partition);
         let mut records = 0usize;
-        for (partition, log) in logs {
-            let mut offset = log.log_start_offset();
-            let end = log.high_watermark();
-            while offset < end {
-                let read = match log
-                    .read(offset, -1, 1 << 20, Isolation::ReadUncommitted)
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(e) => {
-                        tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
-                        break;
-                    }
-                };
-                if read.records.is_empty() {
+        let mut offset = log.log_start_offset();
+        let end = log.log_end_offset();
+        while offset < end {
+            let read = match log.read_as(offset, -1, 1 << 20, Reader::Replica).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
                     break;
                 }
-                for item in batch::batches(&read.records) {
-                    let Ok((h, range)) = item else { break };
-                    offset = h.last_offset() + 1;
-                    let Some(bytes) = read.records.get(range) else {
-                        break;
-                    };
-                    for r in batch::records(bytes).unwrap_or_default() {
-                        records += 1;
-                        self.apply(r.key, r.value);
-                    }
+            };
+            if read.records.is_empty() {
+                break;
+            }
+            for item in batch::batches(&read.records) {
+                let Ok((h, range)) = item else { break };
+                offset = h.last_offset() + 1;
+                let Some(bytes) = read.records.get(range) else {
+                    break;
+                };
+                for r in batch::records(bytes).unwrap_or_default() {
+                    records += 1;
+                    self.apply(r.key, r.value);
                 }
             }
             glommio::yield_if_needed().await;
         }
-        self.loaded.set(true);
+        if self.generations.borrow().get(&partition) != Some(&generation) {
+            // Unloaded (or loaded again) meanwhile: what this replay added is not ours.
+            self.forget_partition(partition);
+            return;
+        }
+        self.loaded.borrow_mut().insert(partition);
         tracing::debug!(
+            partition,
             records,
             groups = self.groups.borrow().len(),
-            "group coordinator loaded"
+            "group coordinator loaded a partition"
         );
+    }
+
+    /// This broker no longer leads `partition`: its groups go (their members find the
+    /// new coordinator).
+    pub fn unload_partition(&self, partition: i32) {
+        self.next_generation(partition);
+        if self.loaded.borrow_mut().remove(&partition) {
+            self.forget_partition(partition);
+            tracing::debug!(partition, "group coordinator unloaded a partition");
+        }
+    }
+
+    fn forget_partition(&self, partition: i32) {
+        let n = self.config.offsets_partitions;
+        self.groups
+            .borrow_mut()
+            .retain(|g, _| partition_for_group(g, n) != partition);
+    }
+
+    fn serves(&self, op: &GroupOp) -> bool {
+        match op.group() {
+            Some(g) => self.loaded.borrow().contains(&self.offsets_partition(g)),
+            None => true,
+        }
     }
 
     fn apply(&self, key: Option<&[u8]>, value: Option<&[u8]>) {
@@ -196,7 +240,7 @@ impl GroupCoordinator {
         op: GroupOp,
         log_of: impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> GroupAnswer {
-        if !self.loaded.get() {
+        if !self.serves(&op) {
             return not_available(op);
         }
         let now = Instant::now();
@@ -644,6 +688,14 @@ impl GroupCoordinator {
             });
         }
         let bytes = b.build();
+        if !log.is_leader() {
+            return Err(GroupError::NotCoordinator);
+        }
+        // Kafka answers a commit that cannot reach enough replicas as a coordinator that
+        // is not available (clients retry).
+        if log.isr_len() < log.min_insync_replicas() {
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
         let ticket = log.append(&bytes).map_err(|e| match e {
             // Not retriable: the same commit will never fit (Kafka's INVALID_COMMIT_OFFSET_SIZE).
             corelog_storage::AppendError::InvalidBatch(
@@ -651,9 +703,11 @@ impl GroupCoordinator {
             ) => GroupError::CommitTooLarge,
             other => GroupError::Storage(other.to_string()),
         })?;
-        log.wait(ticket, AckLevel::All)
-            .await
-            .map_err(|e| GroupError::Storage(e.to_string()))
+        log.wait_committed(ticket).await.map_err(|e| match e {
+            AckError::NotLeader => GroupError::NotCoordinator,
+            AckError::NotEnoughReplicasAfterAppend => GroupError::CoordinatorNotAvailable,
+            AckError::Append(e) => GroupError::Storage(e.to_string()),
+        })
     }
 }
 

@@ -223,6 +223,24 @@ pub enum GroupOp {
     },
 }
 
+impl GroupOp {
+    /// The group the operation is about; `None` for a listing of every group.
+    pub fn group(&self) -> Option<&str> {
+        match self {
+            GroupOp::Join(r) => Some(&r.group),
+            GroupOp::Sync(r) => Some(&r.group),
+            GroupOp::Heartbeat(r) => Some(&r.group),
+            GroupOp::Commit(r) => Some(&r.group),
+            GroupOp::Leave { group, .. }
+            | GroupOp::FetchOffsets { group, .. }
+            | GroupOp::Describe { group }
+            | GroupOp::Delete { group }
+            | GroupOp::DeleteOffsets { group, .. } => Some(group),
+            GroupOp::List => None,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub enum GroupAnswer {
     Join(JoinAnswer),

@@ -110,9 +110,13 @@ pub struct LogConfig {
     /// (`message.timestamp.difference.max.ms`).
     pub timestamp_difference_max_ms: i64,
     pub compression: CompressionType,
-    /// Replicas that must acknowledge `acks=all` (`min.insync.replicas`); a single node
-    /// has one, so a larger value refuses `acks=all` with NOT_ENOUGH_REPLICAS.
+    /// Replicas that must acknowledge `acks=all` (`min.insync.replicas`): with a smaller
+    /// ISR, `acks=all` is refused with NOT_ENOUGH_REPLICAS and the high watermark waits.
     pub min_insync_replicas: i32,
+    /// Whether a replica outside the ISR may lead when no ISR member is alive, at the
+    /// cost of what only the ISR held (`unclean.leader.election.enable`). The controller
+    /// decides elections; the log only carries the setting for DescribeConfigs.
+    pub unclean_leader_election_enable: bool,
     /// Deleted segment files stay (renamed `.deleted`) this long before they are
     /// unlinked (`file.delete.delay.ms`).
     pub file_delete_delay_ms: i64,
@@ -153,6 +157,7 @@ impl Default for LogConfig {
             timestamp_difference_max_ms: i64::MAX,
             compression: CompressionType::Producer,
             min_insync_replicas: 1,
+            unclean_leader_election_enable: false,
             file_delete_delay_ms: 60_000,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,

@@ -63,7 +63,8 @@ pub(super) fn message(e: &TopicError) -> Option<StrBytes> {
 }
 
 /// Creates `__consumer_offsets` if it does not exist yet: compacted, partitions as
-/// configured, placed over the live brokers.
+/// configured, placed over the live brokers, `offsets.topic.replication.factor` replicas
+/// (at most one per live broker).
 pub async fn ensure_offsets_topic(ctx: &Ctx) -> Result<(), TopicError> {
     let topic = shards::group::OFFSETS_TOPIC;
     let meta = ctx.shard.metadata.snapshot();
@@ -74,10 +75,18 @@ pub async fn ensure_offsets_topic(ctx: &Ctx) -> Result<(), TopicError> {
         ctx.shard.metadata.wait_reconciled(meta.version()).await;
         return Ok(());
     }
+    // As many replicas as asked, and as there are live brokers to hold them: a cluster
+    // smaller than the setting (a single node) still gets its coordinators.
+    let live = i32::try_from(meta.live_brokers().count()).unwrap_or(i32::MAX);
     let new = NewTopic {
         name: topic.into(),
         partitions: ctx.config.groups.offsets_partitions,
-        replication_factor: 1,
+        replication_factor: ctx
+            .config
+            .cluster
+            .offsets_topic_replication_factor
+            .min(live)
+            .max(1),
         assignments: None,
         configs: vec![("cleanup.policy".into(), "compact".into())],
     };

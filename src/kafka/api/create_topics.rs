@@ -44,9 +44,8 @@ impl Handler for CreateTopics {
                 if duplicates.contains(&name) {
                     return Err(TopicError::Duplicate);
                 }
-                // Kafka's default.replication.factor is 1.
                 let replication_factor = if t.replication_factor == -1 {
-                    1
+                    ctx.config.cluster.default_replication_factor
                 } else {
                     i32::from(t.replication_factor)
                 };

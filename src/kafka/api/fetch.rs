@@ -1,5 +1,7 @@
-//! Fetch (v4–v18) for consumers (from v13 topics are named by id; the fields of
-//! follower fetches, v15+, have no use on a single node): whole batches from the one containing the fetch offset,
+//! Fetch (v4–v18) for consumers and for follower replicas (a `replica_id`, in
+//! `replica_state` from v15; from v13 topics are named by id): whole batches from the
+//! one containing the fetch offset — for a consumer below the high watermark, for a
+//! follower up to the written end, its fetch offset recorded as its log end —,
 //! `partition_max_bytes` and `max_bytes` as limits that only the first batch of the first
 //! non-empty partition may exceed (KIP-74; at least one whole batch is always returned,
 //! or a consumer could never pass a batch larger than its limit), and a real long-poll
@@ -28,7 +30,9 @@ use kafka_protocol::messages::{ApiKey, FetchRequest, FetchResponse};
 use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::Encodable;
 use kafka_protocol::ResponseError;
-use shards::mesh::{FetchInput, FetchOutput, Isolation, PartitionRequest, TopicPartition};
+use shards::mesh::{
+    FetchInput, FetchOutput, FetchReader, Isolation, PartitionRequest, TopicPartition,
+};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -85,6 +89,17 @@ impl Handler for Fetch {
         // v4+; without transactions the last stable offset is the high watermark, so both
         // levels read the same records, each bounded as Kafka bounds it.
         let isolation = Isolation::from_wire(req.isolation_level);
+        // A follower replica names its broker (v15+ in `replica_state`); consumers -1.
+        let replica_id = if call.version >= 15 {
+            req.replica_state.replica_id.0
+        } else {
+            req.replica_id.0
+        };
+        let reader = if replica_id >= 0 {
+            FetchReader::Replica(replica_id)
+        } else {
+            FetchReader::Consumer(isolation)
+        };
         let meta = ctx.shard.metadata.snapshot();
 
         let mut slots: Vec<Vec<PartitionData>> = Vec::with_capacity(req.topics.len());
@@ -152,7 +167,7 @@ impl Handler for Fetch {
             slots.push(parts);
         }
 
-        let mut outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
+        let mut outputs = read_round(ctx, &wanted, max_bytes, reader).await;
         loop {
             let total: usize = outputs
                 .iter()
@@ -164,8 +179,8 @@ impl Handler for Fetch {
             if wanted.is_empty() || total >= min_bytes || any_error || Instant::now() >= deadline {
                 break;
             }
-            wait_round(ctx, &wanted, &outputs, deadline).await;
-            outputs = read_round(ctx, &wanted, max_bytes, isolation).await;
+            wait_round(ctx, &wanted, &outputs, deadline, reader).await;
+            outputs = read_round(ctx, &wanted, max_bytes, reader).await;
         }
 
         // Fill slots in request order, keeping the response within max_bytes (KIP-74): it is
@@ -290,14 +305,15 @@ impl Handler for Fetch {
         }
         // The consumer quota counts the response's size (Kafka does the same). The data
         // is sent even when this response puts the client over: the hold that follows
-        // pays it back (no second empty response).
-        if !ctx
-            .shard
-            .metadata
-            .snapshot()
-            .client_quotas
-            .entries
-            .is_empty()
+        // pays it back (no second empty response). Replication is not a client's.
+        if replica_id < 0
+            && !ctx
+                .shard
+                .metadata
+                .snapshot()
+                .client_quotas
+                .entries
+                .is_empty()
         {
             let response_bytes = body.compute_size(call.version).unwrap_or(used) as u64;
             body.throttle_time_ms = ctx.quotas.charge(
@@ -331,7 +347,7 @@ async fn read_round(
     ctx: &Ctx,
     wanted: &[Wanted],
     max_bytes: usize,
-    isolation: Isolation,
+    reader: FetchReader,
 ) -> Vec<FetchOutput> {
     let mut per_shard = PerShard::new(ctx.shard.shard_count());
     for (i, w) in wanted.iter().enumerate() {
@@ -353,7 +369,7 @@ async fn read_round(
         .call(&ctx.shard, |partitions, reply| PartitionRequest::Fetch {
             partitions,
             budget: max_bytes,
-            isolation,
+            reader,
             reply,
         })
         .await;
@@ -372,13 +388,24 @@ async fn read_round(
         .collect()
 }
 
-/// Waits until any wanted partition's high watermark moves past the one just seen, or
-/// the deadline.
-async fn wait_round(ctx: &Ctx, wanted: &[Wanted], seen: &[FetchOutput], deadline: Instant) {
+/// Waits until any wanted partition's high watermark (for a follower: its written end)
+/// moves past the one just seen, or the deadline.
+async fn wait_round(
+    ctx: &Ctx,
+    wanted: &[Wanted],
+    seen: &[FetchOutput],
+    deadline: Instant,
+    reader: FetchReader,
+) {
+    let replica = matches!(reader, FetchReader::Replica(_));
     let mut per_shard: Vec<Vec<(TopicPartition, i64)>> =
         (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
     for (w, o) in wanted.iter().zip(seen) {
-        let beyond = o.high_watermark.max(w.offset);
+        let beyond = if replica {
+            w.offset
+        } else {
+            o.high_watermark.max(w.offset)
+        };
         if let Some(list) = per_shard.get_mut(ctx.shard.owner_of(&w.tp.topic, w.tp.partition)) {
             list.push((w.tp.clone(), beyond));
         }
@@ -392,6 +419,7 @@ async fn wait_round(ctx: &Ctx, wanted: &[Wanted], seen: &[FetchOutput], deadline
             let msg = PartitionRequest::WaitForData {
                 partitions,
                 deadline,
+                replica,
                 reply: tx,
             };
             let shard = ctx.shard.clone();

@@ -81,7 +81,7 @@ impl Handler for Metadata {
                         .map(|n| NewTopic {
                             name: n.clone(),
                             partitions: ctx.config.num_partitions,
-                            replication_factor: 1,
+                            replication_factor: ctx.config.cluster.default_replication_factor,
                             assignments: None,
                             configs: Vec::new(),
                         })

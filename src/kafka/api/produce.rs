@@ -92,7 +92,7 @@ impl Handler for Produce {
                 .map(|name| NewTopic {
                     name,
                     partitions: ctx.config.num_partitions,
-                    replication_factor: 1,
+                    replication_factor: ctx.config.cluster.default_replication_factor,
                     assignments: None,
                     configs: Vec::new(),
                 })

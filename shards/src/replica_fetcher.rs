@@ -1,0 +1,442 @@
+//! Followers' fetchers: one task per (leader broker, shard) that fetches every partition
+//! this shard follows from that leader in one Fetch request per round (Kafka's
+//! `ReplicaFetcherThread`, one per owning core).
+//!
+//! A round asks the leader for each partition from its log end — the fetch offset says
+//! "I hold everything below this" — with the epoch of the last batch held, so that the
+//! leader answers a divergence instead of records (Fetch's `DivergingEpoch`, KIP-320).
+//! What comes back is appended as it is; then the round waits until everything it
+//! appended is acknowledged per the durability setting (with the default, synced: one
+//! group commit per partition per round) before the next fetch. So the offset a
+//! follower fetches from is never ahead of what it would keep across a power loss, and
+//! the leader may count it for the high watermark.
+//!
+//! A divergence cuts the partition's log where the two logs agree (Kafka's
+//! `AbstractFetcherThread` rules, below) and the next round fetches from there.
+//!
+//! Invariants: a partition is in at most one fetcher, the one of the leader the metadata
+//! names (`assign` moves it); a response is applied to a partition only if it still
+//! follows the same leader in the same epoch the request was built with; a partition
+//! that failed sits out rounds for the backoff; no `RefCell` borrow crosses an `.await`.
+
+use crate::metadata::ClusterMetadata;
+use crate::routing::TopicPartition;
+use corelog_kafka_client::connection::Connection;
+use corelog_partition::Partition;
+use corelog_storage::AckLevel;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::ResponseError;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, HashMap};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Fetch v15: replica state (id and broker epoch) in its own field, topics by id.
+const FETCH_VERSION: i16 = 15;
+
+/// How followers fetch (Kafka's `replica.fetch.*` settings).
+#[derive(Debug, Clone)]
+pub struct FetchConfig {
+    /// `replica.fetch.wait.max.ms`: how long the leader may hold a fetch with no data.
+    pub wait_max_ms: i32,
+    /// `replica.fetch.max.bytes`: per partition.
+    pub partition_max_bytes: i32,
+    /// `replica.fetch.response.max.bytes`: per request.
+    pub response_max_bytes: i32,
+    /// `replica.fetch.backoff.ms`: after an error, before the partition is fetched again.
+    pub backoff: Duration,
+}
+
+impl Default for FetchConfig {
+    fn default() -> Self {
+        FetchConfig {
+            wait_max_ms: 500,
+            partition_max_bytes: 1 << 20,
+            response_max_bytes: 10 << 20,
+            backoff: Duration::from_millis(1000),
+        }
+    }
+}
+
+/// What a fetcher needs of the shard that holds the partitions.
+pub trait ReplicaHost: 'static {
+    fn node_id(&self) -> i32;
+    /// This broker's registration epoch (-1 until registered).
+    fn broker_epoch(&self) -> i64;
+    fn metadata(&self) -> Arc<ClusterMetadata>;
+    fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>>;
+    /// Cuts the partition's log at `offset` and puts the reopened partition in its place.
+    fn truncate(
+        self: Rc<Self>,
+        tp: TopicPartition,
+        offset: i64,
+    ) -> impl std::future::Future<Output = ()> + 'static;
+}
+
+/// A shard's fetchers, one per leader it follows partitions of.
+pub struct ReplicaFetchers<H: ReplicaHost> {
+    config: FetchConfig,
+    host: RefCell<Weak<H>>,
+    by_leader: RefCell<HashMap<i32, Rc<Fetcher>>>,
+}
+
+struct Fetcher {
+    leader: i32,
+    partitions: RefCell<HashMap<TopicPartition, Option<Instant>>>,
+    /// Fired when partitions are added, and to stop.
+    changed: event_listener::Event,
+    stopped: Cell<bool>,
+}
+
+impl<H: ReplicaHost> ReplicaFetchers<H> {
+    pub fn new(config: FetchConfig) -> Self {
+        ReplicaFetchers {
+            config,
+            host: RefCell::new(Weak::new()),
+            by_leader: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Sets the shard the fetchers serve (once it exists).
+    pub fn set_host(&self, host: Weak<H>) {
+        *self.host.borrow_mut() = host;
+    }
+
+    /// `tp` is fetched from `leader` from now on (and from no other).
+    pub fn assign(&self, tp: &TopicPartition, leader: i32) {
+        let mut by_leader = self.by_leader.borrow_mut();
+        for (l, f) in by_leader.iter() {
+            if *l != leader {
+                f.partitions.borrow_mut().remove(tp);
+            }
+        }
+        let fetcher = by_leader.entry(leader).or_insert_with(|| {
+            let f = Rc::new(Fetcher {
+                leader,
+                partitions: RefCell::new(HashMap::new()),
+                changed: event_listener::Event::new(),
+                stopped: Cell::new(false),
+            });
+            glommio::spawn_local(run(
+                f.clone(),
+                self.host.borrow().clone(),
+                self.config.clone(),
+            ))
+            .detach();
+            f
+        });
+        if fetcher
+            .partitions
+            .borrow_mut()
+            .insert(tp.clone(), None)
+            .is_none()
+        {
+            fetcher.changed.notify(usize::MAX);
+        }
+    }
+
+    /// `tp` is fetched by no fetcher.
+    pub fn remove(&self, tp: &TopicPartition) {
+        for f in self.by_leader.borrow().values() {
+            f.partitions.borrow_mut().remove(tp);
+        }
+    }
+
+    /// Partitions fetched, per leader.
+    pub fn assigned(&self) -> BTreeMap<i32, usize> {
+        self.by_leader
+            .borrow()
+            .iter()
+            .map(|(l, f)| (*l, f.partitions.borrow().len()))
+            .collect()
+    }
+
+    /// Stops every fetcher (shutdown): no round starts after this.
+    pub fn stop_all(&self) {
+        for f in self.by_leader.borrow().values() {
+            f.stopped.set(true);
+            f.changed.notify(usize::MAX);
+        }
+    }
+}
+
+/// One partition of a request, as it was when the request was built.
+struct Sent {
+    partition: Rc<Partition>,
+    leader_epoch: i32,
+    fetch_offset: i64,
+}
+
+async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchConfig) {
+    let mut conn: Option<Rc<Connection>> = None;
+    loop {
+        if fetcher.stopped.get() {
+            return;
+        }
+        let listener = fetcher.changed.listen();
+        let Some(h) = host.upgrade() else {
+            return;
+        };
+        let meta = h.metadata();
+        let now = Instant::now();
+        let (sent, request, next_due) = build_request(&fetcher, &*h, &meta, &config, now);
+        if sent.is_empty() {
+            drop(h);
+            match next_due {
+                Some(due) => {
+                    let wait = glommio::timer::sleep(due.saturating_duration_since(now));
+                    futures_lite::future::or(listener, wait).await;
+                }
+                None => listener.await,
+            }
+            continue;
+        }
+        let Some(addr) = leader_addr(&meta, fetcher.leader) else {
+            drop(h);
+            glommio::timer::sleep(config.backoff).await;
+            continue;
+        };
+        if conn.as_ref().is_some_and(|c| c.addr != addr) {
+            conn = None;
+        }
+        let c = match &conn {
+            Some(c) => c.clone(),
+            None => {
+                let client_id = format!("corelog-replica-{}", h.node_id());
+                match Connection::connect(addr, &client_id, 1, Duration::from_secs(5)).await {
+                    Ok(c) => {
+                        conn = Some(c.clone());
+                        c
+                    }
+                    Err(e) => {
+                        tracing::debug!(leader = fetcher.leader, %addr, error = %e, "replica fetcher cannot reach its leader");
+                        drop(h);
+                        glommio::timer::sleep(config.backoff).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        drop(h);
+        let started = Instant::now();
+        let response: FetchResponse = match c.request(ApiKey::Fetch, FETCH_VERSION, &request).await
+        {
+            Ok(r) => {
+                corelog_metrics::record_stage(
+                    corelog_metrics::Stage::ReplicaFetch,
+                    started.elapsed(),
+                );
+                r
+            }
+            Err(e) => {
+                tracing::debug!(leader = fetcher.leader, %addr, error = %e, "replica fetch failed");
+                conn = None;
+                glommio::timer::sleep(config.backoff).await;
+                continue;
+            }
+        };
+        if response.error_code != 0 {
+            tracing::warn!(leader = fetcher.leader, error = ?ResponseError::try_from_code(response.error_code), "replica fetch refused");
+            glommio::timer::sleep(config.backoff).await;
+            continue;
+        }
+        let Some(h) = host.upgrade() else {
+            return;
+        };
+        apply_response(&fetcher, h, &meta, sent, response, &config).await;
+    }
+}
+
+/// The request for every partition not sitting out a backoff; also when the next one
+/// that sits out is due.
+fn build_request<H: ReplicaHost>(
+    fetcher: &Fetcher,
+    host: &H,
+    meta: &ClusterMetadata,
+    config: &FetchConfig,
+    now: Instant,
+) -> (HashMap<TopicPartition, Sent>, FetchRequest, Option<Instant>) {
+    let mut sent = HashMap::new();
+    let mut topics: BTreeMap<Arc<str>, FetchTopic> = BTreeMap::new();
+    let mut next_due: Option<Instant> = None;
+    for (tp, delayed) in fetcher.partitions.borrow_mut().iter_mut() {
+        if let Some(until) = *delayed {
+            if until > now {
+                next_due = Some(next_due.map_or(until, |d| d.min(until)));
+                continue;
+            }
+            *delayed = None;
+        }
+        let Some(partition) = host.partition(tp) else {
+            continue;
+        };
+        if partition.following() != Some(fetcher.leader) {
+            continue;
+        }
+        let Some(topic) = meta.topic(&tp.topic) else {
+            continue;
+        };
+        let mut fp = FetchPartition::default();
+        fp.partition = tp.partition;
+        fp.current_leader_epoch = partition.leader_epoch();
+        fp.fetch_offset = partition.log_end_offset();
+        fp.last_fetched_epoch = partition.latest_epoch();
+        fp.log_start_offset = partition.log_start_offset();
+        fp.partition_max_bytes = config.partition_max_bytes;
+        topics
+            .entry(tp.topic.clone())
+            .or_insert_with(|| {
+                let mut t = FetchTopic::default();
+                t.topic_id = topic.id;
+                t
+            })
+            .partitions
+            .push(fp);
+        sent.insert(
+            tp.clone(),
+            Sent {
+                leader_epoch: partition.leader_epoch(),
+                fetch_offset: partition.log_end_offset(),
+                partition,
+            },
+        );
+    }
+    let mut request = FetchRequest::default();
+    let mut replica = ReplicaState::default();
+    replica.replica_id = BrokerId(host.node_id());
+    replica.replica_epoch = host.broker_epoch();
+    request.replica_state = replica;
+    request.max_wait_ms = config.wait_max_ms;
+    request.min_bytes = 1;
+    request.max_bytes = config.response_max_bytes;
+    // A full fetch each round: no incremental session (KIP-227).
+    request.session_id = 0;
+    request.session_epoch = -1;
+    request.topics = topics.into_values().collect();
+    (sent, request, next_due)
+}
+
+fn leader_addr(meta: &ClusterMetadata, leader: i32) -> Option<SocketAddr> {
+    let b = meta.brokers.get(&leader)?;
+    (b.endpoint.host.as_str(), b.endpoint.port)
+        .to_socket_addrs()
+        .ok()?
+        .next()
+}
+
+/// Appends what came back, waits until it is acknowledged here, takes up the leader's
+/// high watermark, and cuts diverged logs.
+async fn apply_response<H: ReplicaHost>(
+    fetcher: &Fetcher,
+    host: Rc<H>,
+    meta: &ClusterMetadata,
+    mut sent: HashMap<TopicPartition, Sent>,
+    response: FetchResponse,
+    config: &FetchConfig,
+) {
+    let mut appended = Vec::new();
+    let mut truncations = Vec::new();
+    let mut failed = Vec::new();
+    for t in response.responses {
+        let Some(topic) = meta.topic_by_id(t.topic_id) else {
+            continue;
+        };
+        let name: Arc<str> = topic.name.as_str().into();
+        for p in t.partitions {
+            let tp = TopicPartition {
+                topic: name.clone(),
+                partition: p.partition_index,
+            };
+            let Some(s) = sent.remove(&tp) else {
+                continue;
+            };
+            // Applied only to the partition the request was built for, still following
+            // this leader in the same epoch.
+            let current = host.partition(&tp);
+            if !current.is_some_and(|c| Rc::ptr_eq(&c, &s.partition))
+                || s.partition.following() != Some(fetcher.leader)
+                || s.partition.leader_epoch() != s.leader_epoch
+            {
+                continue;
+            }
+            match ResponseError::try_from_code(p.error_code) {
+                None if p.diverging_epoch.epoch >= 0 => {
+                    let to = truncation_offset(
+                        &s.partition,
+                        p.diverging_epoch.epoch,
+                        p.diverging_epoch.end_offset,
+                    );
+                    truncations.push((tp, to));
+                }
+                None => match p.records.as_ref().filter(|r| !r.is_empty()) {
+                    Some(records) => match s.partition.append_as_follower(records) {
+                        Ok(ticket) => appended.push((tp, s.partition, ticket, p.high_watermark)),
+                        Err(e) => {
+                            tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "replicated batches refused");
+                            failed.push(tp);
+                        }
+                    },
+                    None => s.partition.follow_high_watermark(p.high_watermark),
+                },
+                Some(ResponseError::OffsetOutOfRange) if s.fetch_offset > p.high_watermark => {
+                    // Ahead of the leader with no epoch to tell where: what lies below
+                    // its high watermark is committed, so both logs hold it.
+                    truncations.push((tp, p.high_watermark.max(0)));
+                }
+                Some(e) => {
+                    tracing::debug!(topic = %tp.topic, partition = tp.partition, leader = fetcher.leader, error = ?e, "replica fetch of a partition failed");
+                    failed.push(tp);
+                }
+            }
+        }
+    }
+    let acknowledged = futures::future::join_all(appended.into_iter().map(
+        |(tp, partition, ticket, leader_hw)| async move {
+            match partition.wait(ticket, AckLevel::All).await {
+                Ok(()) => {
+                    partition.follow_high_watermark(leader_hw);
+                    None
+                }
+                Err(e) => {
+                    tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "replicated batches not acknowledged");
+                    Some(tp)
+                }
+            }
+        },
+    ))
+    .await;
+    failed.extend(acknowledged.into_iter().flatten());
+    for (tp, offset) in truncations {
+        host.clone().truncate(tp, offset).await;
+    }
+    if !failed.is_empty() {
+        let until = Instant::now() + config.backoff;
+        let mut partitions = fetcher.partitions.borrow_mut();
+        for tp in failed {
+            if let Some(d) = partitions.get_mut(&tp) {
+                *d = Some(until);
+            }
+        }
+    }
+}
+
+/// Where a follower cuts its log when its leader answers that `leader_epoch` ended at
+/// `leader_end` there (Kafka's `AbstractFetcherThread.getOffsetTruncationState`): the
+/// end of that epoch here, or the leader's end of it, whichever is lower, never past this
+/// log's end. When this log does not know that epoch, its own end for the largest epoch
+/// below is taken, and the next round asks again from there.
+fn truncation_offset(partition: &Partition, leader_epoch: i32, leader_end: i64) -> i64 {
+    let log_end = partition.log_end_offset();
+    let (epoch, end) = partition.end_offset_for_epoch(leader_epoch);
+    let to = if epoch == corelog_partition::UNDEFINED_EPOCH {
+        leader_end
+    } else if epoch != leader_epoch {
+        end
+    } else {
+        end.min(leader_end)
+    };
+    to.min(log_end).max(partition.log_start_offset())
+}
