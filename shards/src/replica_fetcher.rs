@@ -22,7 +22,7 @@
 use crate::metadata::ClusterMetadata;
 use crate::routing::TopicPartition;
 use corelog_kafka_client::connection::Connection;
-use corelog_partition::Partition;
+use corelog_partition::{Cut, Partition};
 use corelog_storage::AckLevel;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
@@ -68,11 +68,11 @@ pub trait ReplicaHost: 'static {
     fn broker_epoch(&self) -> i64;
     fn metadata(&self) -> Arc<ClusterMetadata>;
     fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>>;
-    /// Cuts the partition's log at `offset` and puts the reopened partition in its place.
+    /// Cuts the partition's log and puts the reopened partition in its place.
     fn truncate(
         self: Rc<Self>,
         tp: TopicPartition,
-        offset: i64,
+        cut: Cut,
     ) -> impl std::future::Future<Output = ()> + 'static;
 }
 
@@ -369,7 +369,7 @@ async fn apply_response<H: ReplicaHost>(
                         p.diverging_epoch.epoch,
                         p.diverging_epoch.end_offset,
                     );
-                    truncations.push((tp, to));
+                    truncations.push((tp, Cut::Tail(to)));
                 }
                 None => match p.records.as_ref().filter(|r| !r.is_empty()) {
                     Some(records) => match s.partition.append_as_follower(records) {
@@ -381,10 +381,20 @@ async fn apply_response<H: ReplicaHost>(
                     },
                     None => s.partition.follow_high_watermark(p.high_watermark),
                 },
+                Some(ResponseError::OffsetOutOfRange) if s.fetch_offset < p.log_start_offset => {
+                    // Behind what the leader still holds (its retention moved on): start
+                    // over from its log start (Kafka's truncateFullyAndStartAt).
+                    truncations.push((
+                        tp,
+                        Cut::Everything {
+                            new_start: p.log_start_offset,
+                        },
+                    ));
+                }
                 Some(ResponseError::OffsetOutOfRange) if s.fetch_offset > p.high_watermark => {
                     // Ahead of the leader with no epoch to tell where: what lies below
                     // its high watermark is committed, so both logs hold it.
-                    truncations.push((tp, p.high_watermark.max(0)));
+                    truncations.push((tp, Cut::Tail(p.high_watermark.max(0))));
                 }
                 Some(e) => {
                     tracing::debug!(topic = %tp.topic, partition = tp.partition, leader = fetcher.leader, error = ?e, "replica fetch of a partition failed");
@@ -409,8 +419,8 @@ async fn apply_response<H: ReplicaHost>(
     ))
     .await;
     failed.extend(acknowledged.into_iter().flatten());
-    for (tp, offset) in truncations {
-        host.clone().truncate(tp, offset).await;
+    for (tp, cut) in truncations {
+        host.clone().truncate(tp, cut).await;
     }
     if !failed.is_empty() {
         let until = Instant::now() + config.backoff;

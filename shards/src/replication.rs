@@ -26,7 +26,7 @@ use crate::replica_fetcher::ReplicaHost;
 use crate::shard::Shard;
 use corelog_controller::command::{Command, IsrChange, Outcome};
 use corelog_controller::image::PartitionImage;
-use corelog_partition::{Assignment, FollowerFetch, IsrProposal, Partition, ReplicaSet};
+use corelog_partition::{Assignment, Cut, FollowerFetch, IsrProposal, Partition, ReplicaSet};
 use corelog_storage::error::StorageError;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -338,7 +338,7 @@ impl ReplicaHost for Shard {
         Shard::partition(self, tp)
     }
 
-    async fn truncate(self: Rc<Self>, tp: TopicPartition, offset: i64) {
+    async fn truncate(self: Rc<Self>, tp: TopicPartition, cut: Cut) {
         let _permit = self.admin_lock.acquire_permit(1).await;
         let Some(old) = Shard::partition(&self, &tp) else {
             return;
@@ -346,7 +346,7 @@ impl ReplicaHost for Shard {
         if old.following().is_none() {
             return;
         }
-        match old.truncate_and_reopen(offset).await {
+        match old.truncate_and_reopen(cut).await {
             Ok(reopened) => {
                 self.replace_partition(tp.clone(), reopened.clone());
                 let meta = self.metadata.snapshot();
@@ -359,7 +359,7 @@ impl ReplicaHost for Shard {
             Err(e) => {
                 // The partition stays closed (refusing everything) until a restart
                 // recovers it.
-                tracing::error!(topic = %tp.topic, partition = tp.partition, offset, error = %e, "truncating a diverged log");
+                tracing::error!(topic = %tp.topic, partition = tp.partition, ?cut, error = %e, "cutting a follower's log");
             }
         }
     }

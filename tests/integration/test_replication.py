@@ -475,3 +475,43 @@ def test_group_offsets_survive_their_coordinators_death(broker_factory):
     c.close()
     assert rest[:1] == [b"g500"], "the new coordinator knows the committed offset"
     assert got + rest == [f"g{i}".encode() for i in range(1000)]
+
+
+def test_a_follower_behind_the_leaders_log_start_starts_over_there(broker_factory):
+    brokers = broker_factory.cluster(voters=3, extra_args=FAST + ["--retention-check-interval-ms", "300"])
+    create(brokers, "ret", 1, 3, {"segment.bytes": "16384", "retention.bytes": "65536"})
+    leader, replicas, _ = partition_state(brokers, "ret")[0]
+    follower = by_id(brokers, next(r for r in replicas if r != leader))
+    follower.kill()
+    alive = [b for b in brokers if b is not follower]
+    wait_until(lambda: follower.node_id not in partition_state(alive, "ret")[0][2], 20,
+               "the ISR shrinks without the dead follower")
+    p = Producer({"bootstrap.servers": bootstrap(alive), "acks": "all", "linger.ms": 5})
+    for i in range(40_000):
+        p.produce("ret", value=b"%08d" % i + b"." * 92)
+        if i % 1000 == 0:
+            p.poll(0)
+    assert p.flush(TIMEOUT) == 0
+
+    def log_start():
+        c = Consumer({"bootstrap.servers": bootstrap(alive), "group.id": "ls"})
+        try:
+            return c.get_watermark_offsets(TopicPartition("ret", 0), timeout=10)[0]
+        finally:
+            c.close()
+    wait_until(lambda: log_start() > 10_000, 30, "retention moves the leader's log start")
+
+    # The follower asks for offset 0, below what the leader holds: it empties its log,
+    # starts at the leader's log start, catches up and rejoins.
+    follower.restart()
+    wait_until(lambda: sorted(partition_state(brokers, "ret")[0][2]) == [1, 2, 3], 60,
+               "the follower rejoins the ISR")
+    for b in brokers:
+        b.stop()
+    lead_log = batches_on_disk(by_id(brokers, leader).data_dir, "ret", 0)
+    follower_log = batches_on_disk(follower.data_dir, "ret", 0)
+    assert end_offset(follower_log) == end_offset(lead_log) == 40_000
+    first = base_and_last(follower_log[0])[0]
+    assert first >= 10_000, "the follower holds nothing from before the leader's log start"
+    common = [b for b in lead_log if base_and_last(b)[0] >= first]
+    assert follower_log[-len(common):] == common, "where both hold batches, they are the same"

@@ -17,7 +17,7 @@ pub mod replica_set;
 
 pub use leader_epoch_cache::{LeaderEpochCache, UNDEFINED_EPOCH, UNDEFINED_OFFSET};
 pub use partition::{
-    AckError, EpochError, FollowerFetch, FoundOffset, Isolation, IsrProposal, Partition,
+    AckError, Cut, EpochError, FollowerFetch, FoundOffset, Isolation, IsrProposal, Partition,
     PartitionRead, Reader, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };

@@ -66,6 +66,15 @@ impl Isolation {
     }
 }
 
+/// How a follower's log is cut to follow its leader's ([`Partition::truncate_and_reopen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cut {
+    /// Everything from this offset on (a batch boundary) goes.
+    Tail(i64),
+    /// Everything goes; the log starts, empty, at `new_start`.
+    Everything { new_start: i64 },
+}
+
 /// Who reads, which bounds what it may see.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Reader {
@@ -750,24 +759,32 @@ impl Partition {
         self.log.wait_beyond(offset, deadline, false).await
     }
 
-    /// Cuts this follower's log at `offset` (its divergent tail, found with leader
-    /// epochs; a batch boundary) and opens it again: the log closes, its files are cut
-    /// (`PartitionLog::truncate_closed`, which also drops the producer snapshots past the
-    /// cut, so producer state is rebuilt from what remains), and the partition returned
-    /// takes this one's place, following the same leader in the same epoch, with the
-    /// epochs past the cut dropped and the high watermark no higher than the cut. Whoever
-    /// still holds this one finds it closed.
-    pub async fn truncate_and_reopen(&self, offset: i64) -> Result<Rc<Partition>, StorageError> {
+    /// Cuts this follower's log (`Cut::Tail`: its divergent tail, found with leader
+    /// epochs, at a batch boundary; `Cut::Everything`: all of it, when it ends below the
+    /// leader's log start) and opens it again: the log closes, its files are cut
+    /// (`PartitionLog::truncate_closed` / `reset_closed`, which also drop the producer
+    /// snapshots past the cut, so producer state is rebuilt from what remains), and the
+    /// partition returned takes this one's place, following the same leader in the same
+    /// epoch, with the epochs past the cut dropped and the high watermark no higher than
+    /// the new end. Whoever still holds this one finds it closed.
+    pub async fn truncate_and_reopen(&self, cut: Cut) -> Result<Rc<Partition>, StorageError> {
         debug_assert!(!self.is_leader(), "a leader's log is never cut");
         let config = self.log.config();
         // The flusher finishes first, and with it a pending write of the epoch cache.
         self.close().await;
         let dir = self.dir.clone();
         let outcome = glommio::executor()
-            .spawn_blocking(move || PartitionLog::truncate_closed(&dir, offset))
+            .spawn_blocking(move || match cut {
+                Cut::Tail(offset) => PartitionLog::truncate_closed(&dir, offset),
+                Cut::Everything { new_start } => PartitionLog::reset_closed(&dir, new_start),
+            })
             .await?;
-        tracing::info!(dir = %self.dir.display(), offset, ?outcome, "log truncated to its leader's");
-        let high_watermark = self.high_watermark.get().min(offset);
+        tracing::info!(dir = %self.dir.display(), ?cut, ?outcome, "log cut to follow its leader's");
+        let high_watermark = match cut {
+            Cut::Tail(_) => self.high_watermark.get().min(outcome.log_end_offset),
+            // open_replica holds it within the new, empty log.
+            Cut::Everything { new_start } => new_start,
+        };
         let reopened = Partition::open_replica(
             self.dir.clone(),
             config,
@@ -839,10 +856,13 @@ impl Partition {
         Ok(start)
     }
 
-    /// Retention (time and size) of the log, then the epochs it left behind. Returns the
-    /// number of segments deleted.
+    /// Retention (time and size) of the log, never past the high watermark, then the
+    /// epochs it left behind. Returns the number of segments deleted.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize, StorageError> {
-        let deleted = self.log.enforce_retention(now_ms).await;
+        let deleted = self
+            .log
+            .enforce_retention(now_ms, self.high_watermark())
+            .await;
         if deleted > 0 {
             self.start_moved().await?;
         }

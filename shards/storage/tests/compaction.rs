@@ -1299,14 +1299,14 @@ fn size_retention_deletes_the_oldest_segments_down_to_retention_bytes() {
         let total: u64 = before.iter().map(|s| s.size).sum();
         assert_eq!(log.size_bytes(), total);
         // Nothing configured: nothing goes.
-        assert_eq!(log.enforce_retention(NOW).await, 0);
+        assert_eq!(log.enforce_retention(NOW, i64::MAX).await, 0);
 
         let limit = total / 2;
         log.set_config(LogConfig {
             retention_bytes: limit as i64,
             ..config.clone()
         });
-        let deleted = log.enforce_retention(NOW).await;
+        let deleted = log.enforce_retention(NOW, i64::MAX).await;
         let after = log.segment_stats();
         assert!(deleted > 0);
         assert_eq!(after.len() + deleted, before.len());
@@ -1334,14 +1334,18 @@ fn size_retention_deletes_the_oldest_segments_down_to_retention_bytes() {
             after.iter().map(|s| s.base_offset).collect::<Vec<_>>()
         );
         assert_tidy(&path);
-        assert_eq!(log.enforce_retention(NOW).await, 0, "nothing more is due");
+        assert_eq!(
+            log.enforce_retention(NOW, i64::MAX).await,
+            0,
+            "nothing more is due"
+        );
 
         // retention.bytes 0: every sealed segment goes, never the active one.
         log.set_config(LogConfig {
             retention_bytes: 0,
             ..config.clone()
         });
-        log.enforce_retention(NOW).await;
+        log.enforce_retention(NOW, i64::MAX).await;
         let last = log.segment_stats();
         assert_eq!(last.len(), 1);
         assert_eq!(
@@ -1402,7 +1406,7 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
         let before = log.segment_stats();
         assert!(before.len() >= 6);
         assert_eq!(
-            log.enforce_retention(NOW).await,
+            log.enforce_retention(NOW, i64::MAX).await,
             0,
             "cleanup.policy compact deletes nothing"
         );
@@ -1415,8 +1419,12 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
             ..config.clone()
         });
         // Before everything is old enough: nothing.
-        assert_eq!(log.enforce_retention(old + retention_ms - 1_000).await, 0);
-        let deleted = log.enforce_retention(NOW).await;
+        assert_eq!(
+            log.enforce_retention(old + retention_ms - 1_000, i64::MAX)
+                .await,
+            0
+        );
+        let deleted = log.enforce_retention(NOW, i64::MAX).await;
         let first_young = model
             .recs
             .iter()
@@ -1436,8 +1444,18 @@ fn time_retention_deletes_segments_whose_newest_record_is_too_old() {
             log_bases(&path),
             after.iter().map(|s| s.base_offset).collect::<Vec<_>>()
         );
-        // Far in the future every sealed segment is old; the active one stays.
-        log.enforce_retention(NOW + 100 * retention_ms).await;
+        // Far in the future every sealed segment is old, but none that reaches past the
+        // upper bound (the high watermark) goes; then, unbounded, all but the active one.
+        let bound = after.get(2).map_or(i64::MAX, |s| s.base_offset);
+        log.enforce_retention(NOW + 100 * retention_ms, bound).await;
+        assert!(
+            log.segment_stats()
+                .first()
+                .is_some_and(|s| s.base_offset <= bound),
+            "the segment holding the bound stays"
+        );
+        log.enforce_retention(NOW + 100 * retention_ms, i64::MAX)
+            .await;
         assert_eq!(log.segment_stats().len(), 1);
         assert_eq!(
             log.log_start_offset(),

@@ -472,3 +472,62 @@ fn truncating_at_or_below_the_log_start_resets_the_log_there() {
         });
     }
 }
+
+/// A follower below its leader's log start: everything goes, and the log starts (empty)
+/// at the leader's start, past its old end; a replicated batch from there is taken, and
+/// the whole survives a restart.
+#[test]
+fn resetting_past_the_end_starts_an_empty_log_there() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let sent = write_log(&path);
+    let end = sent.last().map_or(0, |s| s.next);
+    let start = end + 1_000;
+    let segments = segment_bases(&path).len();
+    let outcome = PartitionLog::reset_closed(&path, start).expect("reset");
+    assert_eq!(
+        outcome,
+        TruncateOutcome {
+            log_end_offset: start,
+            truncated: true,
+            reset: true,
+            segments_removed: segments,
+        }
+    );
+    assert_eq!(segment_bases(&path), vec![start]);
+    assert!(
+        files_with(&path, ".snapshot").is_empty(),
+        "producers forgotten"
+    );
+    let p = path.clone();
+    run(move || async move {
+        let log = open(&p).await;
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (start, start)
+        );
+        // The leader's batch at its log start, as it wrote it.
+        let mut b = batch(1, 2, 30, 5_000_000);
+        corelog_storage::batch::set_base_offset(&mut b, start);
+        let t = log.append_replicated(&b).expect("replicated");
+        log.wait(t, AckLevel::All).await.expect("ack");
+        assert_eq!(log.log_end_offset(), start + 2);
+        log.close().await;
+        let log = open(&p).await;
+        assert_eq!(
+            (log.log_start_offset(), log.log_end_offset()),
+            (start, start + 2)
+        );
+        log.close().await;
+    });
+    // An empty directory (nothing fetched yet) resets too.
+    let empty = dir.path().join("e-0");
+    std::fs::create_dir_all(&empty).expect("dir");
+    PartitionLog::reset_closed(&empty, 42).expect("reset");
+    let e = empty.clone();
+    run(move || async move {
+        let log = open(&e).await;
+        assert_eq!((log.log_start_offset(), log.log_end_offset()), (42, 42));
+        log.close().await;
+    });
+}

@@ -9,9 +9,13 @@ use crate::error::ReadError;
 
 impl PartitionLog {
     /// Applies `retention.ms` and `retention.bytes` (when `cleanup.policy` includes
-    /// delete) as of `now_ms`, and deletes segments left below the log start offset.
-    /// Returns how many segments went.
-    pub async fn enforce_retention(&self, now_ms: i64) -> usize {
+    /// delete) as of `now_ms` to the segments that end at or below `upper_bound`, and
+    /// deletes segments left below the log start offset. Returns how many segments went.
+    ///
+    /// `upper_bound` is the owner's high watermark (Kafka's bound too): retention never
+    /// deletes what the in-sync replicas have not all got yet, or a follower would find
+    /// the leader's log start past records never committed.
+    pub async fn enforce_retention(&self, now_ms: i64, upper_bound: i64) -> usize {
         let config = self.config();
         let stats = self.segment_stats();
         // Segments wholly below the log start (DeleteRecords) go whatever the policy.
@@ -24,6 +28,7 @@ impl PartitionLog {
                 now_ms,
             )
             .unwrap_or(i64::MIN)
+            .min(upper_bound)
         } else {
             i64::MIN
         };

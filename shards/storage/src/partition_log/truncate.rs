@@ -155,6 +155,50 @@ impl PartitionLog {
     }
 }
 
+impl PartitionLog {
+    /// Empties the closed log in `dir` and starts it at `start`, durably (Kafka's
+    /// `truncateFullyAndStartAt`): for a follower whose log ends below its leader's log
+    /// start, so that nothing it holds can continue the leader's. Every segment and
+    /// producer snapshot goes; one empty segment named `start` is left, and the log-start
+    /// checkpoint says `start`. The order of the changes is the truncation's (a crash
+    /// midway leaves a prefix of the old log, and a retry finishes).
+    ///
+    /// Blocking, as [`PartitionLog::truncate_closed`].
+    pub fn reset_closed(dir: &Path, start: i64) -> Result<TruncateOutcome, StorageError> {
+        if start < 0 {
+            return Err(storage_err(
+                dir,
+                format!("reset to negative offset {start}"),
+            ));
+        }
+        crate::segment_swap::recover_swaps(dir)?;
+        let bases = list_segments(dir)?;
+        if bases.is_empty() {
+            let path = segment::file_path(dir, start, LOG_SUFFIX);
+            File::create(&path).map_err(|e| io_err(&path, &e))?;
+            sync_dir(dir)?;
+            apply(dir, Step::SetStartCheckpoint(start))?;
+        } else {
+            let plan = Plan {
+                new_end: start,
+                cut: None,
+                later: bases.clone(),
+                reset: true,
+            };
+            for step in plan.steps(start) {
+                apply(dir, step)?;
+            }
+        }
+        tracing::info!(dir = %dir.display(), start, removed = bases.len(), "reset the log to start at its leader's log start");
+        Ok(TruncateOutcome {
+            log_end_offset: start,
+            truncated: true,
+            reset: true,
+            segments_removed: bases.len(),
+        })
+    }
+}
+
 /// Base offsets of the segments in `dir`, ascending (`*.deleted` leftovers are no
 /// segments).
 fn list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
