@@ -916,6 +916,61 @@ def test_verifiable_producer_consumer_nothing_lost(kb, tmp_path):
                   for row in table(r)) == [(p, ends[p], ends[p], "0") for p in (0, 1, 2)], r.why()
 
 
+def test_verifiable_producer_consumer_across_leader_kills(kafka_tools, broker_factory, tmp_path):
+    """The same check on three brokers with replication factor 3 (min.insync.replicas 2):
+    partition leaders are killed (-9) and restarted while the verifiable producer writes
+    at acks=all (idempotent, the Java client's default) and a verifiable consumer group
+    reads. Every acked record is in the log exactly once, at the offset it was acked at,
+    and the group consumes each of them."""
+    fast = [*BROKER_ARGS, "--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
+            "--replica-lag-time-max-ms", "3000"]
+    brokers = broker_factory.cluster(voters=3, extra_args=fast)
+    bs = ",".join(b.bootstrap for b in brokers)
+    topic, group, n = "cli-verifiable-rf3", "cli-verifiable-rf3-group", 20000
+    kafka("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", topic, "--partitions", "3",
+          "--replication-factor", "3", "--config", "min.insync.replicas=2", broker=brokers[0])
+    config = tmp_path / "producer.properties"
+    config.write_text("enable.idempotence=true\nretries=2147483647\ndelivery.timeout.ms=120000\n"
+                      "request.timeout.ms=10000\n")
+    consumer = Background("kafka-verifiable-consumer.sh", "--bootstrap-server", bs, "--topic", topic,
+                          "--group-id", group, "--verbose", path=tmp_path / "consumer.out", broker=brokers[0])
+    producer = None
+    try:
+        consumer.wait_for("consumer assigned", lambda: consumer.events("partitions_assigned"))
+        producer = Background("kafka-verifiable-producer.sh", "--bootstrap-server", bs, "--topic", topic,
+                              "--max-messages", n, "--throughput", "2000", "--acks", "-1",
+                              "--producer.config", str(config), path=tmp_path / "producer.out",
+                              broker=brokers[0])
+        for round_ in range(3):
+            time.sleep(2)
+            r = kafka("kafka-topics.sh", "--bootstrap-server", bs, "--describe", "--topic", topic,
+                      broker=brokers[0])
+            leaders = re.findall(r"Partition: (\d+)\s+Leader: (\d+)", r.text)
+            victim = next(b for b in brokers if str(b.node_id) == leaders[round_ % 3][1])
+            victim.kill()
+            time.sleep(4)
+            victim.restart()
+        producer.wait_for("producer done", lambda: producer.proc.poll() is not None, timeout=180)
+        assert producer.proc.returncode == 0, producer.why()
+        assert not producer.events("producer_send_error"), producer.why()
+        acked = {(e["partition"], e["offset"]): e["value"] for e in producer.events("producer_send_success")}
+        assert sorted(int(v) for v in acked.values()) == list(range(n)), "every record acked once"
+        ends: dict[int, int] = {}
+        for p, o in acked:
+            ends[p] = max(ends.get(p, 0), o + 1)
+        # No gap and nothing twice: the log holds exactly the acked records.
+        assert sum(ends.values()) == n, ("the log holds more than what was acked", ends)
+        consumer.wait_for("every acked record consumed",
+                          lambda: {(e["partition"], e["offset"]) for e in consumer.events("record_data")}
+                          >= set(acked), timeout=120)
+        for e in consumer.events("record_data"):
+            assert acked[(e["partition"], e["offset"])] == e["value"], f"{e} is not what was acked there"
+    finally:
+        consumer.stop()
+        if producer is not None:
+            producer.stop()
+
+
 # ---------------------------------------------------------------------------------------
 # the spellings of Kafka before KIP-1147 (deprecated in 4.4, still what 3.x users type)
 # ---------------------------------------------------------------------------------------
