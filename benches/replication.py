@@ -1,0 +1,223 @@
+#!/usr/bin/env python3
+"""What replication costs: the harness's W2 (produce 1 KiB, acks=all) and W4 (produce +
+consume at a fixed rate, acks=all) on one corelog broker with replication factor 1 and
+on three corelog brokers on this machine with replication factor 3 (min.insync.replicas
+2), and, with --peer kafka, on three Apache Kafka brokers (combined KRaft mode, the
+release tests/java/pom.xml pins) with replication factor 3 beside them.
+
+    python3 benches/replication.py [--quick] [--peer kafka] [--shards N]
+
+The same corelog-load command drives every run (the topic created by it with the
+replication factor); W4's rate is half of corelog's W2 rate at replication factor 3, the
+same for all three. Every broker runs on this machine, so three brokers share its cores
+and its disk: the figures measure what replication costs here, not what three machines
+would do. Durability as run: corelog's default `ack-all` (an acks=all produce is
+answered once every ISR member has synced it: a follower fetches offset X only after
+syncing everything below X); Kafka's defaults (acks=all waits for the ISR's fetches, no
+fsync anywhere). Results: benches/results/<stamp>-replication/results.{md,json}.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import kafka_peer  # noqa: E402
+from harness import BROKER, LOAD, ROOT, free_port, log  # noqa: E402
+
+NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+class CorelogCluster:
+    """`n` corelog brokers on loopback, each with `shards` shards, one quorum."""
+
+    def __init__(self, work: Path, n: int, shards: int):
+        self.nodes = []
+        ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, _, c) in enumerate(ports))
+        for i, (port, http, controller) in enumerate(ports):
+            data = work / f"corelog-{i + 1}"
+            logf = open(work / f"corelog-{i + 1}.log", "w")
+            proc = subprocess.Popen(
+                [str(BROKER), "serve", "--node-id", str(i + 1), "--listen", f"127.0.0.1:{port}",
+                 "--http", f"127.0.0.1:{http}", "--data-dir", str(data),
+                 "--controller-listen", f"127.0.0.1:{controller}", "--controller-voters", voters,
+                 "--shards", str(shards), "--log-level", "warn",
+                 "--topic-default", f"min.insync.replicas={min(2, n)}"],
+                stdout=logf, stderr=subprocess.STDOUT)
+            self.nodes.append((port, http, data, proc, logf))
+        deadline = time.time() + 60
+        for _, http, _, proc, _ in self.nodes:
+            while True:
+                try:
+                    with NO_PROXY.open(f"http://127.0.0.1:{http}/health", timeout=1) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    pass
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("a corelog broker did not become healthy")
+                time.sleep(0.1)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port, *_ in self.nodes)
+
+    def stop(self) -> None:
+        for _, _, data, proc, logf in self.nodes:
+            proc.send_signal(signal.SIGTERM)
+        for _, _, data, proc, logf in self.nodes:
+            try:
+                proc.wait(60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            logf.close()
+            shutil.rmtree(data, ignore_errors=True)
+
+
+class KafkaCluster:
+    """Three Apache Kafka brokers in combined KRaft mode on loopback."""
+
+    def __init__(self, work: Path, n: int = 3):
+        kafka_peer.fetch()
+        ports = [(free_port(), free_port()) for _ in range(n)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        cluster_id = "-"
+        while cluster_id.startswith("-"):
+            import base64
+            import uuid
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.nodes = []
+        for i, (port, controller) in enumerate(ports):
+            d = work / f"kafka-{i + 1}"
+            d.mkdir(parents=True)
+            props = kafka_peer.server_properties(port, controller, d / "data", {
+                "node.id": str(i + 1), "controller.quorum.voters": voters,
+                "offsets.topic.replication.factor": str(n),
+                "default.replication.factor": str(n), "min.insync.replicas": str(min(2, n)),
+            })
+            conf = d / "server.properties"
+            conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+            kafka_peer.cli("kafka-storage", "format", "--cluster-id", cluster_id, "--config",
+                           str(conf), timeout=120)
+            logf = open(work / f"kafka-{i + 1}.log", "w")
+            env = dict(os.environ, KAFKA_HEAP_OPTS=kafka_peer.SERVER_HEAP,
+                       KAFKA_OPTS=kafka_peer.SERVER_JVM_OPTS)
+            proc = subprocess.Popen([str(kafka_peer.KAFKA_CLI), "kafka-server-start", str(conf)],
+                                    stdout=logf, stderr=subprocess.STDOUT, env=env)
+            self.nodes.append((port, d, proc, logf))
+        deadline = time.time() + 180
+        while kafka_peer._metadata_brokers(ports[0][0]) < n:
+            if time.time() > deadline or any(p.poll() is not None for _, _, p, _ in self.nodes):
+                self.stop()
+                raise RuntimeError("the Kafka cluster did not come up")
+            time.sleep(0.5)
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(f"127.0.0.1:{port}" for port, *_ in self.nodes)
+
+    def stop(self) -> None:
+        for _, _, proc, _ in self.nodes:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for _, d, proc, logf in self.nodes:
+            try:
+                proc.wait(90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+            logf.close()
+            shutil.rmtree(d, ignore_errors=True)
+
+
+def run_load(bootstrap: str, out: Path, name: str, mode: str, args: list[str]) -> dict:
+    j = out / f"{name}.json"
+    cmd = [str(LOAD), mode, "--bootstrap", bootstrap, "--json", str(j), *args]
+    log(f"{name}: {' '.join(cmd[1:])}")
+    with open(out / f"{name}.log", "w") as f:
+        subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, check=True, timeout=600)
+    return json.loads(j.read_text())
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--peer", choices=["kafka"])
+    ap.add_argument("--shards", type=int, default=1, help="shards of each corelog broker")
+    a = ap.parse_args()
+    subprocess.run(["cargo", "build", "--release", "-p", "corelog", "-p", "corelog-load"],
+                   cwd=ROOT, check=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out = ROOT / "benches" / "results" / f"{stamp}-replication"
+    out.mkdir(parents=True)
+    duration = "8s" if a.quick else "30s"
+    common = ["--duration", duration, "--warmup", "2s", "--threads", "1", "--max-in-flight", "5"]
+
+    def w2(rf: int) -> list[str]:
+        return ["--topic", f"w2-rf{rf}", "--message-size", "1024", "--acks", "all",
+                "--partitions", "8", "--producers", "4", "--batch-size", "65536",
+                "--linger-ms", "2", "--replication-factor", str(rf), *common]
+
+    def w4(rf: int, rate: int) -> list[str]:
+        return ["--topic", f"w4-rf{rf}", "--message-size", "1024", "--acks", "all",
+                "--partitions", "8", "--producers", "2", "--consumers", "1", "--rate", str(rate),
+                "--linger-ms", "1", "--replication-factor", str(rf), *common]
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="corelog-repl-bench-") as tmp:
+        work = Path(tmp)
+        results = {}
+        for who, n, rf in [("corelog", 3, 3), ("corelog", 1, 1)]:
+            cluster = CorelogCluster(work, n, a.shards)
+            try:
+                results[(who, rf, "W2")] = run_load(cluster.bootstrap, out, f"W2-{who}-rf{rf}", "produce", w2(rf))
+                if rf == 3:
+                    rate = max(1000, int(results[(who, rf, "W2")]["msgs_per_s"] / 2))
+                results[(who, rf, "W4")] = run_load(cluster.bootstrap, out, f"W4-{who}-rf{rf}", "e2e", w4(rf, rate))
+            finally:
+                cluster.stop()
+        if a.peer == "kafka":
+            cluster = KafkaCluster(work)
+            try:
+                results[("kafka", 3, "W2")] = run_load(cluster.bootstrap, out, "W2-kafka-rf3", "produce", w2(3))
+                results[("kafka", 3, "W4")] = run_load(cluster.bootstrap, out, "W4-kafka-rf3", "e2e", w4(3, rate))
+            finally:
+                cluster.stop()
+        for (who, rf, w), r in results.items():
+            lat = r.get("latency_ms", {})
+            e2e = r.get("e2e_latency_ms", {})
+            runs.append({"broker": who, "replication_factor": rf, "workload": w,
+                         "msgs_per_s": r.get("msgs_per_s"), "mb_per_s": r.get("mb_per_s"),
+                         "errors": r.get("errors"), "produce_ms": {k: lat.get(k) for k in ("p50", "p99", "p999")},
+                         "e2e_ms": {k: e2e.get(k) for k in ("p50", "p99", "p999")} if e2e else None})
+    doc = {"stamp": stamp, "quick": a.quick, "shards_per_corelog_broker": a.shards,
+           "cpus": os.cpu_count(), "w4_rate": rate, "runs": runs}
+    (out / "results.json").write_text(json.dumps(doc, indent=2))
+    lines = [f"# Replication cost ({stamp}{', quick' if a.quick else ''})", "",
+             f"{os.cpu_count()} CPUs; corelog brokers with {a.shards} shard(s) each; W4 at {rate:,} msg/s.",
+             "", "| broker | RF | workload | msg/s | MB/s | produce p50 / p99 / p99.9 ms | e2e p50 / p99 / p99.9 ms |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in runs:
+        p, e = r["produce_ms"], r["e2e_ms"] or {}
+        lines.append(f"| {r['broker']} | {r['replication_factor']} | {r['workload']} | {r['msgs_per_s']:,.0f} | "
+                     f"{r['mb_per_s']:,.1f} | {p.get('p50')} / {p.get('p99')} / {p.get('p999')} | "
+                     f"{e.get('p50', '-')} / {e.get('p99', '-')} / {e.get('p999', '-')} |")
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
