@@ -19,21 +19,19 @@ fsync anywhere). Results: benches/results/<stamp>-replication/results.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_peer  # noqa: E402
-from harness import BROKER, LOAD, ROOT, free_port, log  # noqa: E402
+from harness import BROKER, LOAD, free_port, log, prepare  # noqa: E402
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
@@ -157,11 +155,9 @@ def main() -> int:
     ap.add_argument("--peer", choices=["kafka"])
     ap.add_argument("--shards", type=int, default=1, help="shards of each corelog broker")
     a = ap.parse_args()
-    subprocess.run(["cargo", "build", "--release", "-p", "corelog", "-p", "corelog-load"],
-                   cwd=ROOT, check=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = ROOT / "benches" / "results" / f"{stamp}-replication"
-    out.mkdir(parents=True)
+    # Builds, makes the results directory and a scratch one, measures the disk.
+    out, scratch, disk = prepare("replication")
+    stamp = out.name
     duration = "8s" if a.quick else "30s"
     common = ["--duration", duration, "--warmup", "2s", "--threads", "1", "--max-in-flight", "5"]
 
@@ -176,8 +172,8 @@ def main() -> int:
                 "--linger-ms", "1", "--replication-factor", str(rf), *common]
 
     runs = []
-    with tempfile.TemporaryDirectory(prefix="corelog-repl-bench-") as tmp:
-        work = Path(tmp)
+    work = scratch
+    try:
         results = {}
         for who, n, rf in [("corelog", 3, 3), ("corelog", 1, 1)]:
             cluster = CorelogCluster(work, n, a.shards)
@@ -198,21 +194,30 @@ def main() -> int:
         for (who, rf, w), r in results.items():
             lat = r.get("latency_ms", {})
             e2e = r.get("e2e_latency_ms", {})
+            # Every replica writes what the producers send, all on this one disk.
+            replica_mb_s = (r.get("mb_per_s") or 0) * rf
             runs.append({"broker": who, "replication_factor": rf, "workload": w,
                          "msgs_per_s": r.get("msgs_per_s"), "mb_per_s": r.get("mb_per_s"),
+                         "replica_writes_mb_per_s": round(replica_mb_s, 1),
+                         "of_disk_limit": round(replica_mb_s / disk, 2) if disk else None,
                          "errors": r.get("errors"), "produce_ms": {k: lat.get(k) for k in ("p50", "p99", "p999")},
                          "e2e_ms": {k: e2e.get(k) for k in ("p50", "p99", "p999")} if e2e else None})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     doc = {"stamp": stamp, "quick": a.quick, "shards_per_corelog_broker": a.shards,
+           "disk_write_mb_s": disk,
            "cpus": os.cpu_count(), "w4_rate": rate, "runs": runs}
     (out / "results.json").write_text(json.dumps(doc, indent=2))
     lines = [f"# Replication cost ({stamp}{', quick' if a.quick else ''})", "",
-             f"{os.cpu_count()} CPUs; corelog brokers with {a.shards} shard(s) each; W4 at {rate:,} msg/s.",
-             "", "| broker | RF | workload | msg/s | MB/s | produce p50 / p99 / p99.9 ms | e2e p50 / p99 / p99.9 ms |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+             f"{os.cpu_count()} CPUs; corelog brokers with {a.shards} shard(s) each; W4 at {rate:,} msg/s; "
+             f"disk direct write {disk} MB/s (fio); all brokers on this one disk.",
+             "", "| broker | RF | workload | msg/s | MB/s | replica writes MB/s (of disk) | produce p50 / p99 / p99.9 ms | e2e p50 / p99 / p99.9 ms |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in runs:
         p, e = r["produce_ms"], r["e2e_ms"] or {}
         lines.append(f"| {r['broker']} | {r['replication_factor']} | {r['workload']} | {r['msgs_per_s']:,.0f} | "
-                     f"{r['mb_per_s']:,.1f} | {p.get('p50')} / {p.get('p99')} / {p.get('p999')} | "
+                     f"{r['mb_per_s']:,.1f} | {r['replica_writes_mb_per_s']:,.1f} ({r['of_disk_limit']}) | "
+                     f"{p.get('p50')} / {p.get('p99')} / {p.get('p999')} | "
                      f"{e.get('p50', '-')} / {e.get('p99', '-')} / {e.get('p999', '-')} |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
