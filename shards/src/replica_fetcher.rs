@@ -48,6 +48,9 @@ pub struct FetchConfig {
     pub response_max_bytes: i32,
     /// `replica.fetch.backoff.ms`: after an error, before the partition is fetched again.
     pub backoff: Duration,
+    /// `replica.socket.timeout.ms`: a fetch not answered within this is given up and
+    /// its connection dropped (well above `wait_max_ms`, which the leader may hold it).
+    pub request_timeout: Duration,
 }
 
 impl Default for FetchConfig {
@@ -57,6 +60,7 @@ impl Default for FetchConfig {
             partition_max_bytes: 1 << 20,
             response_max_bytes: 10 << 20,
             backoff: Duration::from_millis(1000),
+            request_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -222,8 +226,21 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
         };
         drop(h);
         let started = Instant::now();
-        let response: FetchResponse = match c.request(ApiKey::Fetch, FETCH_VERSION, &request).await
-        {
+        // A leader cut off or stopped answers nothing, and its TCP connection may not
+        // break for minutes: give up on it (Kafka's replica.socket.timeout.ms).
+        let timeout = async {
+            glommio::timer::sleep(config.request_timeout).await;
+            Err(corelog_kafka_client::ClientError::Connection {
+                addr,
+                reason: format!("no answer within {:?}", config.request_timeout),
+            })
+        };
+        let fetched = futures_lite::future::or(
+            c.request::<_, FetchResponse>(ApiKey::Fetch, FETCH_VERSION, &request),
+            timeout,
+        )
+        .await;
+        let response: FetchResponse = match fetched {
             Ok(r) => {
                 corelog_metrics::record_stage(
                     corelog_metrics::Stage::ReplicaFetch,

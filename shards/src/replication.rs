@@ -129,7 +129,13 @@ impl Shard {
         match log.record_follower_fetch(replica, offset) {
             FollowerFetch::Recorded(proposal) => {
                 if let Some(p) = proposal {
-                    self.propose_isr(tp, log, p);
+                    // Kafka's isReplicaIsrEligible: the controller refuses a fenced or
+                    // stopping broker, so proposing it would only repeat at every fetch.
+                    if self.metadata.snapshot().is_live(replica) {
+                        self.propose_isr(tp, log, p);
+                    } else {
+                        log.isr_proposal_failed();
+                    }
                 }
                 Ok(log.high_watermark())
             }
