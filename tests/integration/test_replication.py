@@ -326,7 +326,9 @@ def test_leaders_killed_under_idempotent_acks_all_load_lose_nothing(broker_facto
                        f"round {round_}: ISR whole again")
         time.sleep(2)
     assert load.acked, "the load acknowledged records"
-    assert_exactly_once(load.acked, consume_everything(brokers, "chaos", 6, len(load.acked)))
+    values = consume_everything(brokers, "chaos", 6, len(load.acked))
+    print(f"chaos: {rounds} kills, {len(load.acked)} records acknowledged, {len(values)} read back")
+    assert_exactly_once(load.acked, values)
 
 
 def test_a_diverged_leader_truncates_its_tail_when_it_returns(broker_factory):
