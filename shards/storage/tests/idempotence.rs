@@ -6,26 +6,10 @@
 mod common;
 
 use common::*;
-use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::producer_state::SequenceError;
 use corelog_storage::LogContext;
 use corelog_storage::{AckLevel, AppendError, PartitionLog};
 use std::path::Path;
-
-/// A batch of `count` records from producer `pid` at `epoch`, sequences from `seq`.
-fn idem(pid: i64, epoch: i16, seq: i32, count: usize) -> Vec<u8> {
-    let mut b = BatchBuilder::new(1_000).producer(pid, epoch, seq);
-    for i in 0..count {
-        let value = format!("p{pid}-s{}", i64::from(seq) + i as i64);
-        b.push(&Record {
-            key: None,
-            value: Some(value.as_bytes()),
-            headers: &[],
-            timestamp_delta: i as i64,
-        });
-    }
-    b.build()
-}
 
 async fn produce(log: &PartitionLog, bytes: &[u8]) -> Result<i64, AppendError> {
     let t = log.append(bytes, 0)?;

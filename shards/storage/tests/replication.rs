@@ -8,47 +8,15 @@ mod common;
 
 use common::*;
 use corelog_storage::batch::{self, batches, BatchError};
-use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::config::{CleanupPolicy, CompressionType, TimestampType};
 use corelog_storage::{AckLevel, AppendError, LogConfig, LogContext, PartitionLog};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
-/// A batch of `count` records from producer `pid` at `epoch`, sequences from `seq`, with
-/// no keys (what a compacted topic refuses from a client).
-fn idem(pid: i64, epoch: i16, seq: i32, count: usize) -> Vec<u8> {
-    let mut b = BatchBuilder::new(1_000).producer(pid, epoch, seq);
-    for i in 0..count {
-        let value = format!("p{pid}-s{}", i64::from(seq) + i as i64);
-        b.push(&Record {
-            key: None,
-            value: Some(value.as_bytes()),
-            headers: &[],
-            timestamp_delta: i as i64,
-        });
-    }
-    b.build()
-}
-
 async fn open(path: &Path, config: LogConfig) -> Rc<PartitionLog> {
     PartitionLog::open(path.to_path_buf(), config, LogContext::system())
         .await
         .expect("open")
-}
-
-/// Everything the log has written, as whole batches, read segment by segment.
-async fn read_all(log: &PartitionLog) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut at = log.log_start_offset();
-    while at < log.written_offset() {
-        let r = log.read(at, 1 << 20, i64::MAX).await.expect("read");
-        let Some(last) = headers(&r.records).last().copied() else {
-            break;
-        };
-        out.extend_from_slice(&r.records);
-        at = last.last_offset() + 1;
-    }
-    out
 }
 
 /// The `.log` files of `dir`, by name, with their bytes.

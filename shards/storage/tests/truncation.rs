@@ -6,7 +6,6 @@
 mod common;
 
 use common::*;
-use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::offset_index::OffsetIndex;
 use corelog_storage::time_index::TimeIndex;
 use corelog_storage::{AckLevel, LogContext, PartitionLog, TruncateOutcome};
@@ -26,22 +25,6 @@ struct Sent {
     /// Its largest record timestamp (they grow with every batch).
     max_ts: i64,
     idempotent: bool,
-}
-
-/// A batch of `count` records from producer [`PID`], sequences from `seq`, timestamps
-/// from `ts`.
-fn idem(seq: i32, count: usize, ts: i64) -> Vec<u8> {
-    let mut b = BatchBuilder::new(ts).producer(PID, 0, seq);
-    for i in 0..count {
-        let value = format!("s{}", i64::from(seq) + i as i64);
-        b.push(&Record {
-            key: None,
-            value: Some(value.as_bytes()),
-            headers: &[],
-            timestamp_delta: i as i64,
-        });
-    }
-    b.build()
 }
 
 async fn open(path: &Path) -> Rc<PartitionLog> {
@@ -73,7 +56,7 @@ fn write_log(path: &Path) -> Vec<Sent> {
             let count = 1 + i as usize % 3;
             let bytes = if idempotent {
                 seq += count as i32;
-                idem(seq - count as i32, count, ts)
+                idem_at(PID, 0, seq - count as i32, count, ts)
             } else {
                 batch(i, count, 30, ts)
             };
@@ -90,21 +73,6 @@ fn write_log(path: &Path) -> Vec<Sent> {
         log.close().await;
         sent
     })
-}
-
-/// Everything readable from the log start to the written end, as whole batches.
-async fn read_all(log: &PartitionLog) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut at = log.log_start_offset();
-    while at < log.written_offset() {
-        let r = log.read(at, 1 << 20, i64::MAX).await.expect("read");
-        let Some(last) = headers(&r.records).last().copied() else {
-            break;
-        };
-        out.extend_from_slice(&r.records);
-        at = last.last_offset() + 1;
-    }
-    out
 }
 
 /// The batches of the log below `offset`, as read before the truncation.

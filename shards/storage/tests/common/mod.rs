@@ -4,7 +4,7 @@
 
 use corelog_storage::batch::{batches, BatchHeader};
 use corelog_storage::batch_builder::{BatchBuilder, Record};
-use corelog_storage::{Durability, LogConfig};
+use corelog_storage::{Durability, LogConfig, PartitionLog};
 
 /// Runs the future made by `f` on a fresh glommio executor on a thread of its own (the
 /// way a shard runs). A new thread each time: glommio keeps per-thread reactor state, and
@@ -61,4 +61,40 @@ pub fn headers(bytes: &[u8]) -> Vec<BatchHeader> {
 /// Descriptors this process holds now.
 pub fn open_descriptors() -> usize {
     std::fs::read_dir("/proc/self/fd").map_or(0, |d| d.count())
+}
+
+/// A batch of `count` records from idempotent producer `pid` at `epoch`, sequences from
+/// `seq`, timestamps from `base_ts`, no keys.
+pub fn idem_at(pid: i64, epoch: i16, seq: i32, count: usize, base_ts: i64) -> Vec<u8> {
+    let mut b = BatchBuilder::new(base_ts).producer(pid, epoch, seq);
+    for i in 0..count {
+        let value = format!("p{pid}-s{}", i64::from(seq) + i as i64);
+        b.push(&Record {
+            key: None,
+            value: Some(value.as_bytes()),
+            headers: &[],
+            timestamp_delta: i as i64,
+        });
+    }
+    b.build()
+}
+
+/// [`idem_at`] at timestamp 1,000.
+pub fn idem(pid: i64, epoch: i16, seq: i32, count: usize) -> Vec<u8> {
+    idem_at(pid, epoch, seq, count, 1_000)
+}
+
+/// Everything readable from the log start to the written end, as whole batches.
+pub async fn read_all(log: &PartitionLog) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut at = log.log_start_offset();
+    while at < log.written_offset() {
+        let r = log.read(at, 1 << 20, i64::MAX).await.expect("read");
+        let Some(last) = headers(&r.records).last().copied() else {
+            break;
+        };
+        out.extend_from_slice(&r.records);
+        at = last.last_offset() + 1;
+    }
+    out
 }
