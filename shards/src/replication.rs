@@ -26,7 +26,7 @@ use crate::replica_fetcher::ReplicaHost;
 use crate::shard::Shard;
 use corelog_controller::command::{Command, IsrChange, Outcome};
 use corelog_controller::image::PartitionImage;
-use corelog_partition::{Assignment, Cut, FollowerFetch, IsrProposal, Partition, ReplicaSet};
+use corelog_partition::{Assignment, Cut, FollowerFetch, IsrProposal, Partition};
 use corelog_storage::error::StorageError;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -94,16 +94,12 @@ impl Shard {
                 return Ok(());
             }
             self.fetchers.remove(tp);
-            let replicas = ReplicaSet::new(
-                node,
-                Assignment {
-                    replicas: state.replicas.clone(),
-                    isr: state.isr.clone(),
-                    partition_epoch: state.partition_epoch,
-                },
-                self.storage_context.now_ms(),
-            );
-            return log.become_leader(state.leader_epoch, replicas);
+            let assignment = Assignment {
+                replicas: state.replicas.clone(),
+                isr: state.isr.clone(),
+                partition_epoch: state.partition_epoch,
+            };
+            return log.become_leader(state.leader_epoch, node, assignment);
         }
         if log.following() != Some(state.leader) || log.leader_epoch() != state.leader_epoch {
             log.become_follower(state.leader, state.leader_epoch);

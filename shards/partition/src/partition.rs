@@ -207,7 +207,7 @@ impl Partition {
         leader_epoch: i32,
     ) -> Result<Rc<Partition>, StorageError> {
         let partition = Partition::open_replica(dir, config, context, -1).await?;
-        if let Err(e) = partition.become_leader(leader_epoch, ReplicaSet::alone(leader)) {
+        if let Err(e) = partition.become_leader(leader_epoch, leader, Assignment::alone(leader)) {
             partition.log.close().await;
             return Err(e);
         }
@@ -274,23 +274,24 @@ impl Partition {
         self.leader_epoch.get()
     }
 
-    /// Leads the partition in `epoch` with `replicas`: in a newer epoch (or after another
-    /// role) from the log end, with what the followers fetch from now on; in the current
-    /// epoch, it takes up the newer ISR and replica list. An older epoch is ignored.
-    /// Refused when the log holds batches of a newer epoch than `epoch`: leading in the
-    /// older one would fence every up-to-date client.
-    pub fn become_leader(&self, epoch: i32, replicas: ReplicaSet) -> Result<(), StorageError> {
+    /// This broker (`leader`) leads the partition in `epoch` with `assignment`: in a
+    /// newer epoch (or after another role) from the log end, its followers known only by
+    /// what they fetch from now on; in the current epoch, it takes up the newer ISR and
+    /// replica list. An older epoch is ignored. Refused when the log holds batches of a
+    /// newer epoch than `epoch`: leading in the older one would fence every up-to-date
+    /// client.
+    pub fn become_leader(
+        &self,
+        epoch: i32,
+        leader: i32,
+        assignment: Assignment,
+    ) -> Result<(), StorageError> {
         let current = self.leader_epoch.get();
         if epoch < current {
             return Ok(());
         }
         if epoch == current {
             if let Role::Leader(set) = &mut *self.role.borrow_mut() {
-                let assignment = Assignment {
-                    replicas: replicas.replicas().to_vec(),
-                    isr: replicas.isr().to_vec(),
-                    partition_epoch: replicas.partition_epoch(),
-                };
                 set.update(assignment, self.context.now_ms());
                 self.hw_moved.notify(usize::MAX);
                 return Ok(());
@@ -306,7 +307,8 @@ impl Partition {
             ));
         }
         self.leader_epoch.set(epoch);
-        *self.role.borrow_mut() = Role::Leader(replicas);
+        *self.role.borrow_mut() =
+            Role::Leader(ReplicaSet::new(leader, assignment, self.context.now_ms()));
         if self.assign_current_epoch() {
             self.epochs_unpersisted.set(true);
         }

@@ -51,20 +51,18 @@ pub struct Assignment {
     pub partition_epoch: i32,
 }
 
-impl ReplicaSet {
+impl Assignment {
     /// A leader alone: no followers, an ISR of itself (a single node's partitions).
-    pub fn alone(leader: i32) -> ReplicaSet {
-        ReplicaSet::new(
-            leader,
-            Assignment {
-                replicas: vec![leader],
-                isr: vec![leader],
-                partition_epoch: 0,
-            },
-            0,
-        )
+    pub fn alone(leader: i32) -> Assignment {
+        Assignment {
+            replicas: vec![leader],
+            isr: vec![leader],
+            partition_epoch: 0,
+        }
     }
+}
 
+impl ReplicaSet {
     /// `leader` takes over the partition at `now_ms`: no follower has fetched yet.
     pub fn new(leader: i32, assignment: Assignment, now_ms: i64) -> ReplicaSet {
         let mut set = ReplicaSet {

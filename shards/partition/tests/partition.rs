@@ -201,7 +201,7 @@ fn divergence_and_the_log_start_move_the_cache() {
         let p = open(&path, Durability::AckAll, 1).await;
         produce(&p, "a", AckLevel::All).await;
         produce(&p, "b", AckLevel::All).await;
-        p.become_leader(2, corelog_partition::ReplicaSet::alone(1))
+        p.become_leader(2, 1, corelog_partition::Assignment::alone(1))
             .expect("new epoch");
         produce(&p, "c", AckLevel::All).await;
         // A fetcher holding offsets up to 2 in epoch 1 (which ended at 2 here) is fine at
