@@ -247,11 +247,13 @@ pub async fn producer_expiry_round(set: &dyn PartitionSet, expiration_ms: i64) {
     }
 }
 
-/// A compaction pass for each of this shard's compacted partitions that is due.
+/// A compaction pass for each of this shard's compacted partitions that is due, each
+/// below its high watermark (what a truncation may still cut is not compacted).
 pub async fn compaction_round(set: &dyn PartitionSet, buffer_bytes: usize) {
     let now = now_ms();
     for (tp, log) in set.partitions() {
-        match cleaner::clean_if_due(log.log(), buffer_bytes, now).await {
+        let high_watermark = log.high_watermark();
+        match cleaner::clean_if_due(log.log(), buffer_bytes, now, high_watermark).await {
             Ok(Some(stats)) => {
                 tracing::info!(topic = %tp.topic, partition = tp.partition, ?stats, "compacted")
             }

@@ -12,7 +12,10 @@
 //! the leader may count it for the high watermark.
 //!
 //! A divergence cuts the partition's log where the two logs agree (Kafka's
-//! `AbstractFetcherThread` rules, below) and the next round fetches from there.
+//! `AbstractFetcherThread` rules, below) and the next round fetches from there. The
+//! leader's log start, moved by its retention or by DeleteRecords, is taken up (never
+//! past this replica's high watermark), so a follower that becomes leader serves no
+//! record its leader had deleted.
 //!
 //! Invariants: a partition is in at most one fetcher, the one of the leader the metadata
 //! names (`assign` moves it); a response is applied to a partition only if it still
@@ -344,8 +347,18 @@ fn leader_addr(meta: &ClusterMetadata, leader: i32) -> Option<SocketAddr> {
         .next()
 }
 
+/// A partition the leader answered with records or none, no error and no divergence.
+struct Fetched {
+    tp: TopicPartition,
+    partition: Rc<Partition>,
+    /// What was appended of the records, if any came.
+    ticket: Option<corelog_storage::AppendTicket>,
+    leader_high_watermark: i64,
+    leader_log_start: i64,
+}
+
 /// Appends what came back, waits until it is acknowledged here, takes up the leader's
-/// high watermark, and cuts diverged logs.
+/// high watermark and log start, and cuts diverged logs.
 async fn apply_response<H: ReplicaHost>(
     fetcher: &Fetcher,
     host: Rc<H>,
@@ -354,7 +367,7 @@ async fn apply_response<H: ReplicaHost>(
     response: FetchResponse,
     config: &FetchConfig,
 ) {
-    let mut appended = Vec::new();
+    let mut fetched = Vec::new();
     let mut truncations = Vec::new();
     let mut failed = Vec::new();
     for t in response.responses {
@@ -388,16 +401,26 @@ async fn apply_response<H: ReplicaHost>(
                     );
                     truncations.push((tp, Cut::Tail(to)));
                 }
-                None => match p.records.as_ref().filter(|r| !r.is_empty()) {
-                    Some(records) => match s.partition.append_as_follower(records) {
-                        Ok(ticket) => appended.push((tp, s.partition, ticket, p.high_watermark)),
-                        Err(e) => {
-                            tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "replicated batches refused");
-                            failed.push(tp);
-                        }
-                    },
-                    None => s.partition.follow_high_watermark(p.high_watermark),
-                },
+                None => {
+                    let ticket = match p.records.as_ref().filter(|r| !r.is_empty()) {
+                        Some(records) => match s.partition.append_as_follower(records) {
+                            Ok(ticket) => Some(ticket),
+                            Err(e) => {
+                                tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "replicated batches refused");
+                                failed.push(tp);
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
+                    fetched.push(Fetched {
+                        tp,
+                        partition: s.partition,
+                        ticket,
+                        leader_high_watermark: p.high_watermark,
+                        leader_log_start: p.log_start_offset,
+                    });
+                }
                 Some(ResponseError::OffsetOutOfRange) if s.fetch_offset < p.log_start_offset => {
                     // Behind what the leader still holds (its retention moved on): start
                     // over from its log start (Kafka's truncateFullyAndStartAt).
@@ -420,20 +443,20 @@ async fn apply_response<H: ReplicaHost>(
             }
         }
     }
-    let acknowledged = futures::future::join_all(appended.into_iter().map(
-        |(tp, partition, ticket, leader_hw)| async move {
-            match partition.wait(ticket, AckLevel::All).await {
-                Ok(()) => {
-                    partition.follow_high_watermark(leader_hw);
-                    None
-                }
-                Err(e) => {
-                    tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "replicated batches not acknowledged");
-                    Some(tp)
-                }
+    let acknowledged = futures::future::join_all(fetched.into_iter().map(|f| async move {
+        if let Some(ticket) = f.ticket {
+            if let Err(e) = f.partition.wait(ticket, AckLevel::All).await {
+                tracing::warn!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "replicated batches not acknowledged");
+                return Some(f.tp);
             }
-        },
-    ))
+        }
+        f.partition.follow_high_watermark(f.leader_high_watermark);
+        if let Err(e) = f.partition.follow_log_start(f.leader_log_start).await {
+            tracing::warn!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "the leader's log start not taken up");
+            return Some(f.tp);
+        }
+        None
+    }))
     .await;
     failed.extend(acknowledged.into_iter().flatten());
     for (tp, cut) in truncations {

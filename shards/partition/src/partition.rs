@@ -858,6 +858,18 @@ impl Partition {
         Ok(start)
     }
 
+    /// A follower takes up its leader's log start (Kafka's follower does so from every
+    /// fetch response), capped by its own high watermark: what the leader deleted by
+    /// retention or DeleteRecords goes here too, and a follower that becomes leader
+    /// serves none of it. Nothing to do when the log already starts there.
+    pub async fn follow_log_start(&self, leader_log_start: i64) -> Result<(), ReadError> {
+        let target = leader_log_start.min(self.high_watermark());
+        if target <= self.log_start_offset() {
+            return Ok(());
+        }
+        self.delete_records(target).await.map(|_| ())
+    }
+
     /// Retention (time and size) of the log, never past the high watermark, then the
     /// epochs it left behind. Returns the number of segments deleted.
     pub async fn enforce_retention(&self, now_ms: i64) -> Result<usize, StorageError> {

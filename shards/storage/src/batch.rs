@@ -12,6 +12,8 @@
 //! - A buffer accepted by [`validate`] is exactly one whole magic-2 batch whose CRC
 //!   matches, whose `lastOffsetDelta` agrees with `recordCount`, whose codec is known and,
 //!   when uncompressed, whose records parse exactly and carry offset deltas 0, 1, 2, ...
+//!   [`validate_stored`] accepts besides what the log cleaner leaves of such a batch:
+//!   fewer records, with increasing deltas up to `lastOffsetDelta`.
 //! - [`set_base_offset`] and [`set_partition_leader_epoch`] only touch bytes in front of
 //!   the CRC-covered region (`[21..]`), so a valid batch stays valid.
 //!
@@ -188,7 +190,7 @@ impl BatchHeader {
 }
 
 /// Validates that `buf` is exactly one whole, intact RecordBatch v2 of at most
-/// `max_batch_bytes` bytes and returns its header.
+/// `max_batch_bytes` bytes, as a producer sends it, and returns its header.
 ///
 /// Checks, in order: framing ([`BatchError::TooShort`], [`BatchError::InvalidLength`]),
 /// size, magic, CRC-32C over `[21..]`, record count against `lastOffsetDelta`, codec,
@@ -196,6 +198,30 @@ impl BatchHeader {
 /// before any record is walked so that corruption is reported as corruption rather than
 /// as whatever malformed record it happens to produce.
 pub fn validate(buf: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, BatchError> {
+    validate_as(buf, max_batch_bytes, Form::Produced)
+}
+
+/// Validates that `buf` is exactly one whole, intact RecordBatch v2 as a log may store
+/// it: what [`validate`] accepts, or a batch the log cleaner rewrote. A cleaned batch
+/// keeps its base offset and `lastOffsetDelta` but holds fewer records (none, even: Kafka
+/// keeps an emptied batch that carries a producer's last sequence), so `recordCount` is
+/// at most `lastOffsetDelta + 1` and the offset deltas of an uncompressed batch only
+/// increase, within `[0, lastOffsetDelta]`. For batches that come from another log (a
+/// follower's append of its leader's batches).
+pub fn validate_stored(buf: &[u8]) -> Result<BatchHeader, BatchError> {
+    validate_as(buf, usize::MAX, Form::Stored)
+}
+
+/// Which record layout a batch may have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Form {
+    /// As produced: offset deltas 0, 1, 2, … and `recordCount == lastOffsetDelta + 1`.
+    Produced,
+    /// As a log stores it after compaction: increasing deltas, possibly with gaps.
+    Stored,
+}
+
+fn validate_as(buf: &[u8], max_batch_bytes: usize, form: Form) -> Result<BatchHeader, BatchError> {
     let header = BatchHeader::parse(buf)?;
     let size = header.total_len();
     if size != buf.len() {
@@ -218,26 +244,37 @@ pub fn validate(buf: &[u8], max_batch_bytes: usize) -> Result<BatchHeader, Batch
             actual,
         });
     }
-    if header.record_count < 1
-        || header.record_count.checked_sub(1) != Some(header.last_offset_delta)
-    {
+    let counted = match form {
+        Form::Produced => {
+            header.record_count >= 1
+                && header.record_count.checked_sub(1) == Some(header.last_offset_delta)
+        }
+        Form::Stored => {
+            header.record_count >= 0
+                && header.last_offset_delta >= 0
+                && header.record_count - 1 <= header.last_offset_delta
+        }
+    };
+    if !counted {
         return Err(BatchError::InvalidRecordCount);
     }
     if header.compression()? == Compression::None {
         let records = buf.get(BATCH_HEADER_LEN..).ok_or(BatchError::TooShort)?;
-        walk_records(records, header.record_count)?;
+        walk_records(records, &header, form)?;
     }
     Ok(header)
 }
 
-/// Walks the records of an uncompressed batch, checking that exactly `record_count`
-/// records fill `records` and that each one's fields fill exactly its declared length.
+/// Walks the records of an uncompressed batch, checking that exactly `recordCount`
+/// records fill `records`, that each one's fields fill exactly its declared length, and
+/// that its offset delta fits `form`.
 ///
-/// `record_count` is only a loop bound: every iteration consumes at least one byte or
+/// `recordCount` is only a loop bound: every iteration consumes at least one byte or
 /// fails, so a huge count on a short buffer ends at the first missing byte.
-fn walk_records(records: &[u8], record_count: i32) -> Result<(), BatchError> {
+fn walk_records(records: &[u8], header: &BatchHeader, form: Form) -> Result<(), BatchError> {
     let mut c = Cursor::new(records);
-    for index in 0..record_count {
+    let mut previous_delta = -1;
+    for index in 0..header.record_count {
         let length = c.varint().ok_or(BatchError::InvalidRecord(
             "record length is not a valid varint",
         ))?;
@@ -246,7 +283,21 @@ fn walk_records(records: &[u8], record_count: i32) -> Result<(), BatchError> {
         let body = c
             .bytes(length)
             .ok_or(BatchError::InvalidRecord("record length exceeds the batch"))?;
-        walk_record(body, index)?;
+        let delta = walk_record(body)?;
+        let in_place = match form {
+            // Offsets inside a produced batch are dense; a gap or reordering would make
+            // the broker's offset assignment (base + delta) disagree with what the
+            // producer meant.
+            Form::Produced => delta == index,
+            Form::Stored => delta > previous_delta && delta <= header.last_offset_delta,
+        };
+        if !in_place {
+            return Err(BatchError::InvalidRecord(match form {
+                Form::Produced => "record offset delta does not equal its position in the batch",
+                Form::Stored => "record offset deltas do not increase within the batch",
+            }));
+        }
+        previous_delta = delta;
     }
     if !c.is_empty() {
         return Err(BatchError::InvalidRecord(
@@ -256,18 +307,9 @@ fn walk_records(records: &[u8], record_count: i32) -> Result<(), BatchError> {
     Ok(())
 }
 
-/// Checks one record body: the record grammar, and an offset delta equal to the record's
-/// position in its batch.
-fn walk_record(body: &[u8], index: i32) -> Result<(), BatchError> {
-    let record = parse_record(body)?;
-    // Offsets inside a batch are dense; a gap or reordering would make the broker's
-    // offset assignment (base + delta) disagree with what the producer meant.
-    if record.offset_delta != index {
-        return Err(BatchError::InvalidRecord(
-            "record offset delta does not equal its position in the batch",
-        ));
-    }
-    Ok(())
+/// Checks one record body's grammar and returns its offset delta.
+fn walk_record(body: &[u8]) -> Result<i32, BatchError> {
+    Ok(parse_record(body)?.offset_delta)
 }
 
 /// The fields of one record body that the walk needs.
@@ -847,6 +889,64 @@ mod tests {
             validate(&with_records(&records, 2), MAX),
             Err(BatchError::InvalidRecord(_))
         ));
+    }
+
+    /// A batch the cleaner left: `count` records with `deltas`, `last_offset_delta` kept.
+    fn cleaned(deltas: &[i32], last_offset_delta: i32) -> Vec<u8> {
+        let records: Vec<u8> = deltas
+            .iter()
+            .flat_map(|d| raw_record(*d, EMPTY_TAIL))
+            .collect();
+        let mut buf = with_records(&records, deltas.len() as i32);
+        set_i32(&mut buf, 23, last_offset_delta);
+        fix_crc(&mut buf);
+        buf
+    }
+
+    #[test]
+    fn validate_stored_takes_what_the_cleaner_leaves_and_nothing_else() {
+        for (deltas, last) in [
+            (&[0, 3][..], 4),
+            (&[4][..], 4),
+            (&[][..], 2),
+            (&[0, 1, 2][..], 2),
+        ] {
+            let buf = cleaned(deltas, last);
+            let h = validate_stored(&buf).expect("a cleaned batch is a stored batch");
+            assert_eq!(
+                (h.record_count, h.last_offset_delta),
+                (deltas.len() as i32, last)
+            );
+            if deltas.len() as i32 != last + 1 {
+                assert!(
+                    validate(&buf, MAX).is_err(),
+                    "but not a produced one: {deltas:?}"
+                );
+            }
+        }
+        for (deltas, last) in [
+            (&[3, 1][..], 4),  // deltas going back
+            (&[1, 1][..], 4),  // a delta twice
+            (&[0, 5][..], 4),  // past lastOffsetDelta
+            (&[-1, 2][..], 4), // negative
+        ] {
+            assert!(
+                matches!(
+                    validate_stored(&cleaned(deltas, last)),
+                    Err(BatchError::InvalidRecord(_))
+                ),
+                "{deltas:?} of {last}"
+            );
+        }
+        // More records than offsets, or a negative range.
+        assert_eq!(
+            validate_stored(&cleaned(&[0, 1, 2], 1)).err(),
+            Some(BatchError::InvalidRecordCount)
+        );
+        assert_eq!(
+            validate_stored(&cleaned(&[], -1)).err(),
+            Some(BatchError::InvalidRecordCount)
+        );
     }
 
     #[test]

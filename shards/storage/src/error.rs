@@ -53,9 +53,9 @@ pub enum AppendError {
     #[error(transparent)]
     Sequence(#[from] SequenceError),
     /// A follower's batches do not continue its log (`PartitionLog::append_replicated`):
-    /// the first must start at the log end offset and each next one right after the last
-    /// offset of the one before. Nothing of the request was queued.
-    #[error("replicated batch starts at offset {found}, expected {expected}")]
+    /// the first must start at or after the log end offset and each next one after the
+    /// last offset of the one before. Nothing of the request was queued.
+    #[error("replicated batch starts at offset {found}, expected at least {expected}")]
     OffsetMismatch { expected: i64, found: i64 },
 }
 

@@ -34,7 +34,8 @@ pub async fn read_exact(file: &DmaFile, pos: u64, len: usize) -> std::io::Result
 }
 
 /// Visits every valid batch in `[start, end)` of `file` in order. With `verify`, each
-/// batch is fully validated (CRC-32C, record structure); otherwise only its header.
+/// batch is fully validated as a log stores it (`batch::validate_stored`: CRC-32C,
+/// record structure, a cleaned batch's gaps allowed); otherwise only its header.
 /// The visitor gets the header, the batch's file position and its bytes, and returns
 /// `false` to stop.
 pub async fn scan(
@@ -101,7 +102,7 @@ fn check_and_visit(
     visit: &mut impl FnMut(&BatchHeader, u64, &[u8]) -> bool,
 ) -> Option<ScanEnd> {
     if verify {
-        if let Err(e) = batch::validate(bytes, usize::MAX) {
+        if let Err(e) = batch::validate_stored(bytes) {
             return Some(invalid(pos, e));
         }
     }

@@ -370,8 +370,21 @@ fn visible(recs: Vec<Rec>, log_start: i64) -> Vec<Rec> {
 
 /// Runs forced passes until one finds nothing dirty; returns how many did work.
 async fn clean_fully(log: &PartitionLog, memory: usize, now: i64) -> usize {
+    clean_fully_below(log, memory, now, i64::MAX).await
+}
+
+/// [`clean_fully`] with the high watermark at `high_watermark`.
+async fn clean_fully_below(
+    log: &PartitionLog,
+    memory: usize,
+    now: i64,
+    high_watermark: i64,
+) -> usize {
     let mut passes = 0;
-    while let Some(stats) = clean(log, memory, now, true, None).await.expect("clean") {
+    while let Some(stats) = clean(log, memory, now, high_watermark, true, None)
+        .await
+        .expect("clean")
+    {
         passes += 1;
         // Progress: the dirty part shrinks, or (a pass for expired tombstones alone)
         // something is removed or merged.
@@ -576,7 +589,7 @@ async fn check_workload(w: Workload, dir: std::path::PathBuf) {
         );
         assert_tidy(&dir);
         // Nothing left to do: another pass finds nothing dirty.
-        assert!(clean(&log, memory, NOW, true, None)
+        assert!(clean(&log, memory, NOW, i64::MAX, true, None)
             .await
             .expect("clean")
             .is_none());
@@ -828,7 +841,7 @@ fn passes_concurrent_with_appends_and_rolls() {
         };
         let mut passes = 0;
         while !done.get() {
-            if clean(&log, SMALL_MEMORY, NOW, true, None)
+            if clean(&log, SMALL_MEMORY, NOW, i64::MAX, true, None)
                 .await
                 .expect("clean")
                 .is_some()
@@ -874,6 +887,53 @@ fn passes_concurrent_with_appends_and_rolls() {
     });
 }
 
+/// The cleaner stops at the owner's high watermark (Kafka's `firstUncleanableOffset`):
+/// a segment reaching past it is left as it is, superseded records and all, because
+/// what lies above the high watermark may still be cut by a truncation; once the high
+/// watermark passes the segment, it is cleaned.
+#[test]
+fn a_pass_stops_at_the_high_watermark() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = PartitionLog::open(path.clone(), compact_config(2048, 1), LogContext::system())
+            .await
+            .expect("open");
+        let mut model = Model::default();
+        for i in 0..60u32 {
+            let recs = [(key((i % 5) as u8), Some(value(i, 150)))];
+            produce(&log, &mut model, &recs, T0, Codec::Builder).await;
+        }
+        let active = force_roll(&log, &mut model, T0).await;
+        let bases: Vec<i64> = log.segment_stats().iter().map(|s| s.base_offset).collect();
+        assert!(bases.len() >= 4, "several sealed segments: {bases:?}");
+        // A high watermark inside the third segment: the first two are cleanable.
+        let (second_end, hw) = (bases[2], bases[2] + 1);
+        let stats = cleaner::clean(&log, BIG_MEMORY, NOW, hw, true, None)
+            .await
+            .expect("clean")
+            .expect("the first two segments are dirty");
+        assert_eq!((stats.first_dirty, stats.map_end), (0, second_end));
+        assert_eq!(
+            read_checkpoint(&path).expect("checkpoint"),
+            Some(second_end)
+        );
+        assert_same(
+            &read_all(&log, &model).await,
+            &compacted(&model.recs, second_end, false),
+            "nothing at or past the segment holding the high watermark is cleaned",
+        );
+        // The high watermark at the active segment: everything sealed is cleanable.
+        clean_fully_below(&log, BIG_MEMORY, NOW, active).await;
+        assert_same(
+            &read_all(&log, &model).await,
+            &compacted(&model.recs, active, false),
+            "once the high watermark passes",
+        );
+        log.close().await;
+    });
+}
+
 /// When a pass is due (`min.cleanable.dirty.ratio`, `max.compaction.lag.ms`) and how far
 /// it reaches (`min.compaction.lag.ms`: segments holding young records wait).
 #[test]
@@ -895,7 +955,7 @@ fn dirty_ratio_and_compaction_lags_decide_when_and_how_far() {
             produce(&log, &mut model, &recs, T0, Codec::Builder).await;
         }
         let end1 = force_roll(&log, &mut model, T0).await;
-        let stats = cleaner::clean_if_due(&log, BIG_MEMORY, NOW)
+        let stats = cleaner::clean_if_due(&log, BIG_MEMORY, NOW, i64::MAX)
             .await
             .expect("clean")
             .expect("due: all of the log is dirty");
@@ -917,7 +977,7 @@ fn dirty_ratio_and_compaction_lags_decide_when_and_how_far() {
         )
         .await;
         let end2 = force_roll(&log, &mut model, T0).await;
-        assert!(cleaner::clean_if_due(&log, BIG_MEMORY, NOW)
+        assert!(cleaner::clean_if_due(&log, BIG_MEMORY, NOW, i64::MAX)
             .await
             .expect("clean")
             .is_none());
@@ -927,7 +987,7 @@ fn dirty_ratio_and_compaction_lags_decide_when_and_how_far() {
             max_compaction_lag_ms: NOW - T0 - 1,
             ..config.clone()
         });
-        let stats = cleaner::clean_if_due(&log, BIG_MEMORY, NOW)
+        let stats = cleaner::clean_if_due(&log, BIG_MEMORY, NOW, i64::MAX)
             .await
             .expect("clean")
             .expect("due: overdue");
@@ -1089,7 +1149,7 @@ async fn crash_case(
     let want = compacted(&model.recs, end, false);
     assert_ne!(original, want, "{what}: compaction has something to remove");
 
-    let stats = clean(&log, BIG_MEMORY, NOW, true, Some(point))
+    let stats = clean(&log, BIG_MEMORY, NOW, i64::MAX, true, Some(point))
         .await
         .expect("crashing pass")
         .expect("a pass ran");

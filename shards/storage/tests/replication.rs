@@ -1,13 +1,17 @@
 //! A follower's append (`PartitionLog::append_replicated`) on real partition logs: a
 //! follower fed a leader's batches ends byte-identical, with the leader's offsets and
-//! epochs; batches that do not continue the log are refused whole; a partial batch at the
-//! end is left for the next fetch; the leader's topic rules and size limit are not
-//! applied again; idempotent producers are recorded so that duplicates are recognised.
+//! epochs; a compacted leader's batches, which skip offsets, are copied as they are and
+//! survive the follower's restart; batches that go backwards are refused whole; a
+//! partial batch at the end is left for the next fetch; the leader's topic rules and
+//! size limit are not applied again; idempotent producers are recorded so that duplicates
+//! are recognised.
 
 mod common;
 
 use common::*;
 use corelog_storage::batch::{self, batches, BatchError};
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::compaction::cleaner;
 use corelog_storage::config::{CleanupPolicy, CompressionType, TimestampType};
 use corelog_storage::{AckLevel, AppendError, LogConfig, LogContext, PartitionLog};
 use std::path::{Path, PathBuf};
@@ -128,8 +132,8 @@ fn batches_that_do_not_continue_the_log_are_refused_whole() {
             .expect("first");
         assert_eq!((t.base_offset, t.next_offset), (0, 3));
         log.wait(t, AckLevel::Leader).await.expect("ack");
-        // A fetch from the wrong offset: the first batch is not at the log end.
-        for base in [2, 4] {
+        // A fetch from the wrong offset: the first batch starts below the log end.
+        for base in [0, 2] {
             match log.append_replicated(&at_offsets(batch(1, 2, 10, 1), base)) {
                 Err(AppendError::OffsetMismatch { expected, found }) => {
                     assert_eq!((expected, found), (3, base))
@@ -137,14 +141,14 @@ fn batches_that_do_not_continue_the_log_are_refused_whole() {
                 other => panic!("expected an offset mismatch, got {other:?}"),
             }
         }
-        // The second batch leaves a gap after the first: nothing of either is queued.
+        // The second batch overlaps the first: nothing of either is queued.
         let mut two = at_offsets(batch(2, 2, 10, 1), 3);
-        two.extend_from_slice(&at_offsets(batch(3, 2, 10, 1), 6));
+        two.extend_from_slice(&at_offsets(batch(3, 2, 10, 1), 4));
         assert!(matches!(
             log.append_replicated(&two),
             Err(AppendError::OffsetMismatch {
                 expected: 5,
-                found: 6
+                found: 4
             })
         ));
         // A corrupt batch after a good one: refused whole too.
@@ -171,6 +175,135 @@ fn batches_that_do_not_continue_the_log_are_refused_whole() {
             vec![(0, 2), (3, 3)]
         );
         log.close().await;
+    });
+}
+
+/// A compacted topic's log: small segments, compaction at once, tombstones kept.
+fn compacted_config(segment_bytes: u64) -> LogConfig {
+    LogConfig {
+        cleanup: CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        min_compaction_lag_ms: 0,
+        delete_retention_ms: 1 << 50,
+        file_delete_delay_ms: 0,
+        ..small_config(segment_bytes)
+    }
+}
+
+/// One batch of `count` records numbered from `first`: record n has a key of its own
+/// when n is a multiple of 5 (kept by every compaction), else `key-(n % keys)`.
+fn keyed(first: u32, count: u32, keys: u32, base_ts: i64) -> Vec<u8> {
+    let mut b = BatchBuilder::new(base_ts);
+    for i in 0..count {
+        let n = first + i;
+        let key = if n % 5 == 0 {
+            format!("once-{n}")
+        } else {
+            format!("key-{}", n % keys)
+        };
+        let value = format!("value-{n}").repeat(4);
+        b.push(&Record {
+            key: Some(key.as_bytes()),
+            value: Some(value.as_bytes()),
+            headers: &[],
+            timestamp_delta: i64::from(i),
+        });
+    }
+    b.build()
+}
+
+/// The follower's fetch loop, reduced to storage: read the leader's log from the
+/// follower's log end (often an offset the leader's cleaner removed), `max_bytes` at a
+/// time, and append what comes back, until the leader has nothing more.
+async fn copy_by_fetching(leader: &PartitionLog, follower: &PartitionLog, max_bytes: usize) {
+    for _ in 0..10_000 {
+        let read = leader
+            .read(follower.log_end_offset(), max_bytes, i64::MAX)
+            .await
+            .expect("a follower's fetch offset is in range");
+        if read.records.is_empty() {
+            return;
+        }
+        let t = follower
+            .append_replicated(&read.records)
+            .expect("a compacted leader's batches continue the log");
+        assert!(t.next_offset > t.base_offset, "every fetch makes progress");
+        follower.wait(t, AckLevel::All).await.expect("ack");
+    }
+    panic!("the copy never ends");
+}
+
+#[test]
+fn a_compacted_leaders_batches_are_copied_gaps_and_all() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (leader_path, follower_path) = (dir.path().join("l-0"), dir.path().join("f-0"));
+    run(move || async move {
+        let leader = open(&leader_path, compacted_config(2048)).await;
+        // Ten keys written over and over, and keys written once, over batches of one to
+        // four records: compaction leaves batches with fewer records than offsets and
+        // removes whole batches.
+        let mut first = 0;
+        for i in 0..120u32 {
+            let count = 1 + i % 4;
+            let t = leader
+                .append(&keyed(first, count, 10, 1_000), 0)
+                .expect("append");
+            leader.wait(t, AckLevel::All).await.expect("ack");
+            first += count;
+        }
+        while cleaner::clean(&leader, 1 << 20, i64::MAX / 2, i64::MAX, true, None)
+            .await
+            .expect("clean")
+            .is_some()
+        {}
+        // The active segment holds the newest records, so the log ends at a batch.
+        let t = leader
+            .append(&keyed(first, 3, 10, 1_000), 0)
+            .expect("append");
+        leader.wait(t, AckLevel::All).await.expect("ack");
+        let stored = read_all(&leader).await;
+        let hs = headers(&stored);
+        assert!(
+            hs.iter()
+                .any(|h| h.record_count > 0 && h.record_count < h.last_offset_delta + 1),
+            "some batch lost records inside"
+        );
+        assert!(
+            hs.windows(2)
+                .any(|w| w[1].base_offset > w[0].last_offset() + 1),
+            "some batch is gone whole"
+        );
+
+        // One segment without index entries on the follower: its restart recovers all
+        // of it, gaps included.
+        let one_segment = LogConfig {
+            index_interval_bytes: 1 << 20,
+            ..small_config(1 << 20)
+        };
+        let follower = open(&follower_path, one_segment.clone()).await;
+        copy_by_fetching(&leader, &follower, 700).await;
+        assert_eq!(follower.log_end_offset(), leader.log_end_offset());
+        assert_eq!(
+            read_all(&follower).await,
+            stored,
+            "the leader's batches, as stored"
+        );
+        follower.close().await;
+        let follower = open(&follower_path, one_segment).await;
+        assert_eq!(follower.log_end_offset(), leader.log_end_offset());
+        assert_eq!(read_all(&follower).await, stored, "after a restart");
+        // It goes on from there, as a follower and as a leader.
+        let t = leader.append(&keyed(0, 2, 10, 1_000), 0).expect("append");
+        leader.wait(t, AckLevel::All).await.expect("ack");
+        copy_by_fetching(&leader, &follower, 700).await;
+        let t = follower
+            .append(&keyed(0, 1, 10, 1_000), 1)
+            .expect("append as leader");
+        assert_eq!(t.base_offset, leader.log_end_offset());
+        follower.close().await;
+        leader.close().await;
     });
 }
 

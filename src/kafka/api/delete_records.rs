@@ -92,7 +92,6 @@ impl Handler for DeleteRecords {
         }
         let mut body = DeleteRecordsResponse::default();
         for (t, parts) in req.topics.iter().zip(slots) {
-            for _p in &parts {}
             let mut tr = DeleteRecordsTopicResult::default();
             tr.name = t.name.clone();
             tr.partitions = parts;

@@ -2,7 +2,8 @@
 //!
 //! A pass, as Kafka's cleaner does it:
 //! 1. **Choose.** The *cleanable* log is the sealed segments up to the first one holding
-//!    a record younger than `min.compaction.lag.ms` (the active segment never). Its
+//!    a record younger than `min.compaction.lag.ms` or reaching past the owner's high
+//!    watermark (the active segment never; Kafka's `firstUncleanableOffset`). Its
 //!    *dirty* part starts at the cleaner checkpoint (`cleaner-offset-checkpoint`, the
 //!    first offset not yet compacted). The pass runs when dirty bytes / cleanable bytes
 //!    reach `min.cleanable.dirty.ratio`, or when the first dirty segment is older than
@@ -131,20 +132,28 @@ fn err(path: &Path, e: impl std::fmt::Display) -> StorageError {
 }
 
 /// Runs a pass if one is due. `Ok(None)` when nothing was due.
+///
+/// `upper_bound` is the owner's high watermark: only segments that end at or below it
+/// are cleaned. A record above it may still be cut by a truncation (a replica whose log
+/// diverged from its new leader's), and compacting it first would remove the committed
+/// record it supersedes, which nothing would bring back.
 pub async fn clean_if_due(
     log: &PartitionLog,
     memory_bytes: usize,
     now_ms: i64,
+    upper_bound: i64,
 ) -> Result<Option<CleanStats>, StorageError> {
-    clean(log, memory_bytes, now_ms, false, None).await
+    clean(log, memory_bytes, now_ms, upper_bound, false, None).await
 }
 
-/// One pass. `force` skips the dirty-ratio check (tests, and `__consumer_offsets`
-/// callers that want it now); `crash` stops early as a crash would.
+/// One pass, over segments that end at or below `upper_bound` (see [`clean_if_due`]).
+/// `force` skips the dirty-ratio check (tests, and `__consumer_offsets` callers that
+/// want it now); `crash` stops early as a crash would.
 pub async fn clean(
     log: &PartitionLog,
     memory_bytes: usize,
     now_ms: i64,
+    upper_bound: i64,
     force: bool,
     crash: Option<CrashPoint>,
 ) -> Result<Option<CleanStats>, StorageError> {
@@ -161,7 +170,7 @@ pub async fn clean(
     let mut cleanable: Vec<SealedSegment> = log
         .sealed_segments()
         .into_iter()
-        .take_while(|s| s.max_timestamp_ms <= lag_cut)
+        .take_while(|s| s.max_timestamp_ms <= lag_cut && s.next_base <= upper_bound)
         .collect();
     let Some(last) = cleanable.last() else {
         return Ok(None);

@@ -1,7 +1,7 @@
 //! Opening the active (last) segment after a clean stop or a crash.
 //!
 //! Only the tail after the last offset-index entry is re-read and fully validated
-//! (CRC-32C, record structure, contiguous offsets), so start-up time depends on the index
+//! (CRC-32C, record structure, increasing offsets), so start-up time depends on the index
 //! interval, not on the size of the log. The first invalid byte ends the log: a torn
 //! write, zero padding of the last direct-I/O block, or garbage. The file is truncated
 //! there and both indexes are rewritten to match, so the next append continues from a
@@ -58,7 +58,11 @@ pub(super) async fn recover_active(
         scanned = Vec::new();
         let mut expected = start_offset;
         let (end, how) = file_scan::scan(&file, start_pos, file_len, true, |h, pos, bytes| {
-            if h.base_offset != expected {
+            // An index entry names the base offset of the batch it points at exactly.
+            // After that, offsets only increase, and may skip: a follower's log copies
+            // its leader's, where the cleaner may have removed whole batches.
+            let from_entry = scanned.is_empty() && start_pos > 0;
+            if h.base_offset < expected || (from_entry && h.base_offset != expected) {
                 return false; // a stale batch from an older life of this file
             }
             expected = h.last_offset() + 1;

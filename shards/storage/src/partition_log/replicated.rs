@@ -6,14 +6,22 @@
 //! accepted the batches: the topic's rules (keys on compacted topics, timestamps, the
 //! codec and log-append time), idempotent producers' sequence checks and duplicate
 //! answers, and `max.message.bytes`. What it still does: every whole batch is validated
-//! (CRC-32C, structure) before anything is queued, the batches must continue the log
-//! exactly, idempotent producers' batches are recorded in the producer state (a follower
-//! that becomes leader knows every producer's last sequences), and the queueing is
-//! `append`'s: one copy into the pending buffer, `flush.messages`, the flusher woken.
+//! as a log stores it (CRC-32C, structure) before anything is queued, the batches must
+//! continue the log with increasing offsets, idempotent producers' batches are recorded
+//! in the producer state (a follower that becomes leader knows every producer's last
+//! sequences), and the queueing is `append`'s: one copy into the pending buffer,
+//! `flush.messages`, the flusher woken.
+//!
+//! The leader's log may have been compacted: its cleaner removes records from batches
+//! (keeping each batch's base offset and `lastOffsetDelta`) and whole batches. So the
+//! batches may skip offsets, between them and inside them, as Kafka's follower allows
+//! (`OffsetsOutOfOrderException` only when they go backwards). The offsets skipped are
+//! the ones the leader no longer holds.
 //!
 //! Invariants: a request is queued whole or not at all, and a refused one changes no
-//! state; what is queued starts at the log end offset and its batches are contiguous, so
-//! the log's offsets stay dense (what recovery and the flusher rely on).
+//! state; the batches' offsets increase from the log end offset; what is queued covers
+//! the offsets from the log end to one past its last batch, so the pending entries stay
+//! contiguous in offset space (what the flusher relies on) even where batches skip.
 
 use super::{AppendTicket, PartitionLog, Pending};
 use crate::batch::{self, batches, BatchError};
@@ -32,9 +40,9 @@ struct Chain {
 
 impl PartitionLog {
     /// Appends batches fetched from the leader as they are: their base offsets and
-    /// partition leader epochs are kept. The first batch must start at the log end offset
-    /// and each next one right after the one before, else
-    /// [`AppendError::OffsetMismatch`] and nothing is queued. A partial batch at the end
+    /// partition leader epochs are kept. The first batch must start at or after the log
+    /// end offset and each next one after the one before (past offsets the leader's
+    /// cleaner removed), else [`AppendError::OffsetMismatch`] and nothing is queued. A partial batch at the end
     /// of `records` (where a fetch response may stop) is left out; with no whole batch,
     /// the ticket is empty (base == next == log end) and nothing is queued. Wait on the
     /// ticket with [`Self::wait`].
@@ -102,9 +110,10 @@ impl PartitionLog {
     }
 }
 
-/// Checks the batches of `records` that are whole: each valid (CRC, structure), the first
-/// at `from`, each next right after the one before. A partial batch at the end ends the
-/// chain; bytes that cannot be a batch at all (an impossible length) are an error.
+/// Checks the batches of `records` that are whole: each valid as stored (CRC, structure,
+/// a cleaned batch's gaps), the first at or after `from`, each next after the one before.
+/// A partial batch at the end ends the chain; bytes that cannot be a batch at all (an
+/// impossible length) are an error.
 fn validate_chain(records: &[u8], from: i64) -> Result<Chain, AppendError> {
     let mut chain = Chain {
         len: 0,
@@ -121,8 +130,8 @@ fn validate_chain(records: &[u8], from: i64) -> Result<Chain, AppendError> {
         // No size limit: the leader accepted the batch, and a follower refusing it (say,
         // after `max.message.bytes` was lowered) could never fetch past it and would stay
         // behind for good.
-        batch::validate(bytes, usize::MAX)?;
-        if header.base_offset != chain.next_offset {
+        batch::validate_stored(bytes)?;
+        if header.base_offset < chain.next_offset {
             return Err(AppendError::OffsetMismatch {
                 expected: chain.next_offset,
                 found: header.base_offset,

@@ -16,10 +16,8 @@
 //!
 //! Where the log goes on: the log is left ending in an empty active segment named by the
 //! new end, except when the cut falls in the active segment, which is then cut in place.
-//! A sealed segment that was cut stays sealed — synced, trusted, never re-validated —
-//! because it may hold the sparse batches compaction leaves, which the active segment's
-//! recovery (full validation with dense offsets after the last index entry) would take
-//! for a torn tail and cut further.
+//! A sealed segment that was cut stays sealed — synced, trusted, never re-validated:
+//! only an active segment is recovered, and a cut sealed one holds nothing unsynced.
 //!
 //! Batches are found by their headers (framing, magic, ascending offsets), as reads find
 //! them; CRCs are not checked here. Whatever of the active segment's tail is torn,
