@@ -257,8 +257,18 @@ class Broker:
         return self.start()
 
     def teardown(self) -> None:
+        self.begin_teardown()
+        self.finish_teardown()
+
+    def begin_teardown(self) -> None:
+        """SIGTERM, without waiting (a stopped process is sent SIGCONT first)."""
         if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
             self.proc.send_signal(signal.SIGTERM)
+
+    def finish_teardown(self) -> None:
+        """Waits for the exit begun by begin_teardown(), SIGKILL after 10 s."""
+        if self.proc is not None:
             try:
                 self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -317,8 +327,12 @@ class BrokerPool:
         return brokers
 
     def close(self) -> None:
+        # All at once: a cluster's brokers stopped one after another would each wait for
+        # a controller (controlled shutdown) once the quorum's voters are gone.
         for b in self.brokers:
-            b.teardown()
+            b.begin_teardown()
+        for b in self.brokers:
+            b.finish_teardown()
         mode = os.environ.get("CORELOG_IT_KEEP", "")
         keep = mode == "all" or (mode == "1" and self.failed)
         for wd in self.workdirs:

@@ -18,7 +18,12 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   NewTopic, ResourceType)
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka.errors import NotEnoughReplicasError
+import kwire
 from test_kafka_python import wait_until
 
 # Short sessions and lag times so that failures show within seconds.
@@ -212,6 +217,9 @@ def metric(broker, name: str, label: str = "") -> float:
 
 
 def test_follower_down_isr_shrinks_catches_up_and_expands(broker_factory):
+    """A follower killed (-9) leaves the ISR; acks=all goes on with the two left while a
+    million records are written; the follower comes back, catches up the whole million
+    and rejoins the ISR, and every replica's log is then the leader's, byte for byte."""
     brokers = broker_factory.cluster(voters=3, extra_args=FAST)
     create(brokers, "lag", 1, 3, {"min.insync.replicas": "2"})
     leader, replicas, _ = partition_state(brokers, "lag")[0]
@@ -224,18 +232,26 @@ def test_follower_down_isr_shrinks_catches_up_and_expands(broker_factory):
     wait_until(lambda: metric(lead, "corelog_under_replicated_partitions") == 1, 10,
                "the leader counts the partition under-replicated")
 
-    # acks=all goes on with two in-sync replicas.
+    # acks=all goes on with two in-sync replicas. A million small records, in batches of
+    # up to 1 MiB (linger lets them fill); the local queue holds them all, so the loop
+    # never waits on a full queue. No delivery callback (a million Python calls): the
+    # idempotent producer writes each record once, and the logs below must end at n.
     p = Producer({"bootstrap.servers": bootstrap(alive), "acks": "all",
-                  "enable.idempotence": True, "linger.ms": 20, "batch.size": 1 << 20})
-    n = 300_000
+                  "enable.idempotence": True, "linger.ms": 50, "batch.size": 1 << 20,
+                  "queue.buffering.max.messages": 2_000_000,
+                  "queue.buffering.max.kbytes": 1 << 20})
+    n = 1_000_000
+    value = b"x" * 20
     for i in range(n):
         while True:
             try:
-                p.produce("lag", value=b"x" * 20)
+                p.produce("lag", value=value)
                 break
             except BufferError:
                 p.poll(0.1)
-    assert p.flush(60) == 0
+        if i % 100_000 == 0:
+            p.poll(0)
+    assert p.flush(90) == 0
 
     follower.restart()
     wait_until(lambda: sorted(partition_state(brokers, "lag")[0][2]) == [1, 2, 3], 60,
@@ -331,6 +347,31 @@ def test_leaders_killed_under_idempotent_acks_all_load_lose_nothing(broker_facto
     assert_exactly_once(load.acked, values)
 
 
+def new_writes_then_the_old_leader_returns(brokers, topic: str, old, new) -> None:
+    """The end of a divergence on replicas [4, 5] of `topic`, whose first 100 records
+    c0..c99 both hold: 30 acks=all writes n0..n29 to the new leader, the old leader
+    restarts, cuts its divergent tail and rejoins the ISR; a consumer reads the 130, and
+    both logs end identical on disk."""
+    p = Producer({"bootstrap.servers": bootstrap(b for b in brokers if b is not old),
+                  "acks": "all"})
+    for i in range(30):
+        p.produce(topic, value=f"n{i}".encode())
+    assert p.flush(TIMEOUT) == 0
+    old.restart()
+    wait_until(lambda: sorted(partition_state(brokers, topic)[0][2]) == [4, 5], 60,
+               "the old leader rejoins the ISR")
+    values = consume_everything(brokers, topic, 1, 130)
+    assert values == [f"c{i}".encode() for i in range(100)] + \
+        [f"n{i}".encode() for i in range(30)]
+    # The replicas first, cleanly, while the quorum can still take their shutdowns (a
+    # voter stopped after two others waits for a controller that is gone).
+    for x in (old, new):
+        x.stop()
+    a, b = (batches_on_disk(x.data_dir, topic, 0) for x in (old, new))
+    assert end_offset(a) == end_offset(b) == 130 and a == b, \
+        "the old leader's log is the new leader's, byte for byte"
+
+
 def test_a_diverged_leader_truncates_its_tail_when_it_returns(broker_factory):
     # Brokers 1-3 vote; 4 and 5 hold the topic, so that stopping them never touches the
     # quorum.
@@ -359,23 +400,9 @@ def test_a_diverged_leader_truncates_its_tail_when_it_returns(broker_factory):
     wait_until(lambda: partition_state(brokers[:3], "div")[0][0] == 5, 30,
                "the in-sync follower leads")
 
-    # The new leader's epoch takes new writes at the same offsets.
-    p2 = Producer({"bootstrap.servers": bootstrap(brokers[:3]), "acks": "all"})
-    for i in range(30):
-        p2.produce("div", value=f"n{i}".encode())
-    assert p2.flush(TIMEOUT) == 0
-
-    # The old leader returns, truncates what diverged, and follows.
-    l4.restart()
-    wait_until(lambda: sorted(partition_state(brokers, "div")[0][2]) == [4, 5], 60,
-               "the returning replica rejoins the ISR")
-    values = consume_everything(brokers, "div", 1, 130)
-    assert values == [f"c{i}".encode() for i in range(100)] + \
-        [f"n{i}".encode() for i in range(30)]
-    for b in brokers:
-        b.stop()
-    a, b = (batches_on_disk(x.data_dir, "div", 0) for x in (l4, f5))
-    assert end_offset(a) == end_offset(b) == 130 and a == b
+    # The new leader's epoch takes new writes at the same offsets; the old leader returns,
+    # truncates what diverged, and follows.
+    new_writes_then_the_old_leader_returns(brokers, "div", l4, f5)
 
 
 def test_a_stopped_leader_is_replaced_and_acknowledges_nothing_after(broker_factory):
@@ -527,3 +554,270 @@ def test_a_follower_behind_the_leaders_log_start_starts_over_there(broker_factor
     assert first >= 10_000, "the follower holds nothing from before the leader's log start"
     common = [b for b in lead_log if base_and_last(b)[0] >= first]
     assert follower_log[-len(common):] == common, "where both hold batches, they are the same"
+
+
+def kafka_python_consume_everything(brokers, topic: str, partitions: int,
+                                    expect: int) -> list[bytes]:
+    """kafka-python's KafkaConsumer reads every partition from the start until `expect`
+    records or quiet (a second client implementation beside consume_everything's)."""
+    c = KafkaConsumer(bootstrap_servers=bootstrap(brokers), group_id=None,
+                      enable_auto_commit=False, auto_offset_reset="earliest",
+                      fetch_max_wait_ms=100, request_timeout_ms=30_000)
+    seen: list[bytes] = []
+    try:
+        c.assign([KafkaTopicPartition(topic, p) for p in range(partitions)])
+        c.seek_to_beginning()
+        deadline = time.monotonic() + 60
+        quiet_since = time.monotonic()
+        while time.monotonic() < deadline:
+            polled = c.poll(timeout_ms=500, max_records=10_000)
+            if not polled and len(seen) >= expect and time.monotonic() - quiet_since > 2:
+                break
+            for records in polled.values():
+                quiet_since = time.monotonic()
+                seen.extend(r.value for r in records)
+    finally:
+        c.close()
+    return seen
+
+
+def test_kafka_python_acks_all_through_a_leader_kill_loses_nothing(broker_factory):
+    """kafka-python's idempotent acks=all KafkaProducer writes to an RF 3 topic while the
+    partition's leader is killed (-9) once in the middle: every record whose future
+    succeeded is read back exactly once by kafka-python's KafkaConsumer, and nothing is
+    read that was never sent."""
+    brokers = broker_factory.cluster(voters=3, extra_args=FAST)
+    create(brokers, "kpkill", 1, 3, {"min.insync.replicas": "2"})
+    producer = KafkaProducer(bootstrap_servers=bootstrap(brokers), acks="all",
+                             enable_idempotence=True, retries=2**31 - 1, linger_ms=5,
+                             retry_backoff_ms=100, request_timeout_ms=10_000,
+                             delivery_timeout_ms=90_000, metadata_max_age_ms=5_000)
+    sent: list[bytes] = []
+    futures = []
+
+    def send_for(seconds: float) -> None:
+        # About 2,000 records a second: enough to have requests in flight at the kill,
+        # little enough that the buffer never fills while there is no leader.
+        until = time.monotonic() + seconds
+        while time.monotonic() < until:
+            for _ in range(100):
+                v = f"kp{len(sent)}".encode()
+                sent.append(v)
+                futures.append(producer.send("kpkill", value=v, partition=0))
+            time.sleep(0.05)
+
+    try:
+        send_for(2)
+        wait_until(lambda: futures[0].is_done and futures[0].succeeded(), 30,
+                   "the first records acknowledged before the kill")
+        leader = leader_of(brokers, "kpkill")
+        before_kill = len(sent)
+        leader.kill()
+        # Past the session timeout (3 s): the leader is fenced and an ISR member leads.
+        send_for(6)
+        producer.flush(timeout=90)
+    finally:
+        producer.close(timeout=10)
+
+    acked = [v for v, f in zip(sent, futures) if f.is_done and f.succeeded()]
+    failed = [f.exception for f in futures if f.is_done and f.failed()]
+    print(f"kafka-python: {len(sent)} sent, {len(acked)} acknowledged, {len(failed)} failed")
+    assert all(f.is_done for f in futures), "flush() left records undelivered"
+    # Retries cover the failover: nothing fails for good, before or after the kill.
+    assert not failed, failed[:3]
+    alive = [b for b in brokers if b is not leader]
+    assert partition_state(alive, "kpkill")[0][0] not in (leader.node_id, -1), "a new leader"
+    assert any(f.succeeded() for f in futures[before_kill:]), "records acknowledged after the kill"
+    values = kafka_python_consume_everything(brokers, "kpkill", 1, len(acked))
+    assert_exactly_once(acked, values)
+    assert not set(values) - set(sent), "read a record that was never sent"
+
+
+def test_kafka_python_min_insync_replicas_refuses_acks_all_takes_acks_1(broker_factory):
+    """With two of a partition's three replicas stopped and min.insync.replicas=2,
+    kafka-python's acks='all' produce fails with NotEnoughReplicasError (error 19) —
+    refused before the append, also after retries — while acks=1 is written."""
+    # Brokers 1-3 vote; the topic lives on 1, 4 and 5, so that stopping 4 and 5 leaves
+    # the controller quorum whole to shrink the ISR to broker 1 alone.
+    brokers = broker_factory.cluster(voters=3, observers=2, extra_args=FAST)
+    create(brokers, "kpmin", 1, 3, {"min.insync.replicas": "2"}, assignment=[[1, 4, 5]])
+    first = KafkaProducer(bootstrap_servers=bootstrap(brokers), acks="all")
+    try:
+        sends = [first.send("kpmin", value=f"a{i}".encode(), partition=0) for i in range(10)]
+        assert [f.get(timeout=TIMEOUT).offset for f in sends] == list(range(10))
+    finally:
+        first.close(timeout=10)
+    for n in (4, 5):
+        by_id(brokers, n).stop()  # controlled shutdown: out of the ISR at once
+    alive = brokers[:3]
+    wait_until(lambda: partition_state(alive, "kpmin")[0][2] == [1], 30,
+               "the ISR is broker 1 alone")
+
+    # Not idempotent, so that a bounded number of retries is allowed (kafka-python ties
+    # idempotence to unbounded ones); error 19 is retriable, and after the retries the
+    # producer's future fails with it.
+    for retries in (0, 2):
+        p = KafkaProducer(bootstrap_servers=bootstrap(alive), acks="all",
+                          enable_idempotence=False, retries=retries, retry_backoff_ms=200,
+                          request_timeout_ms=10_000, delivery_timeout_ms=30_000)
+        try:
+            future = p.send("kpmin", value=b"refused", partition=0)
+            with pytest.raises(NotEnoughReplicasError):
+                future.get(timeout=TIMEOUT)
+        finally:
+            p.close(timeout=10)
+
+    p1 = KafkaProducer(bootstrap_servers=bootstrap(alive), acks=1, enable_idempotence=False)
+    try:
+        meta = p1.send("kpmin", value=b"taken", partition=0).get(timeout=TIMEOUT)
+    finally:
+        p1.close(timeout=10)
+    # Offset 10: the refused acks=all records were never appended.
+    assert meta.offset == 10, meta
+
+
+def metadata_partition(broker, topic: str, partition: int = 0) -> tuple[int, int]:
+    """(error_code, leader) of one partition in a raw Metadata v1 answer of `broker`."""
+    _, body = kwire.roundtrip(broker.bootstrap, kwire.metadata_v1(1, [topic]))
+    return kwire.parse_metadata_v1(body)["topics"][topic]["partitions"][partition]
+
+
+def raw_produce(broker, topic: str, values: list[bytes], acks: int,
+                timeout_ms: int, partition: int = 0) -> dict:
+    """One Produce v3 request of one uncompressed batch to `broker`, answered or not
+    within timeout_ms + 10 s: the partition's result (error_code, base_offset, ...)."""
+    now = int(time.time() * 1000)
+    batch = kwire.record_batch([(None, v, [], now) for v in values], now)
+    with kwire.connect(broker.bootstrap) as s:
+        s.sendall(kwire.produce_v3(7, topic, {partition: batch}, acks=acks,
+                                   timeout_ms=timeout_ms))
+        _, body = kwire.recv_response(s, timeout=timeout_ms / 1000 + 10)
+    return kwire.parse_produce_v3(body)[(topic, partition)]
+
+
+NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE = 6, 5
+REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND = 7, 20
+
+
+def test_unclean_leader_election_end_to_end(broker_factory):
+    """unclean.leader.election.enable=false (the default): when the last ISR member dies,
+    a returning replica outside the ISR does not lead; the partition stays offline (no
+    leader in Metadata, produce refused as retriable). Turned on with
+    IncrementalAlterConfigs, that replica leads with what it had (the records only the
+    dead leader held are lost, acknowledged or not), takes produces again, and the old
+    leader, back, cuts its divergent tail: both logs end identical."""
+    # Brokers 1-3 vote; 4 and 5 hold the topic, so that killing both never touches the
+    # quorum.
+    brokers = broker_factory.cluster(voters=3, observers=2, extra_args=FAST)
+    voters = brokers[:3]
+    create(brokers, "unc", 1, 2, assignment=[[4, 5]])
+    l4, f5 = by_id(brokers, 4), by_id(brokers, 5)
+    wait_until(lambda: partition_state(brokers, "unc")[0] == (4, [4, 5], [4, 5]), 20,
+               "broker 4 leads, 5 in sync")
+    p = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(100):
+        p.produce("unc", value=f"c{i}".encode())
+    assert p.flush(TIMEOUT) == 0
+
+    # The follower dies; fenced and lagging, it leaves the ISR, and the leader alone
+    # acknowledges 50 more acks=all records (min.insync.replicas is 1).
+    f5.kill()
+    wait_until(lambda: partition_state(voters + [l4], "unc")[0][2] == [4], 20,
+               "the ISR shrinks to the leader alone")
+    p = Producer({"bootstrap.servers": l4.bootstrap, "acks": "all"})
+    for i in range(50):
+        p.produce("unc", value=f"lost{i}".encode())
+    assert p.flush(TIMEOUT) == 0
+
+    # The leader dies too: the last ISR member, so it stays in the ISR and the partition
+    # goes offline.
+    l4.kill()
+    wait_until(lambda: partition_state(voters, "unc")[0][0] == -1, 20,
+               "the partition without a leader")
+
+    # The out-of-sync replica returns: registered and live, it still does not lead.
+    f5.restart()
+    wait_until(lambda: 5 in admin(voters).list_topics(timeout=TIMEOUT).brokers, 20,
+               "broker 5 registered again")
+    deadline = time.monotonic() + 4  # past a session timeout and several heartbeats
+    while time.monotonic() < deadline:
+        leader, _, isr = partition_state(brokers, "unc")[0]
+        assert (leader, isr) == (-1, [4]), f"leader {leader}, ISR {isr}: elected uncleanly"
+        time.sleep(0.5)
+    assert metadata_partition(f5, "unc") == (LEADER_NOT_AVAILABLE, -1)
+    refused = raw_produce(f5, "unc", [b"refused"], acks=-1, timeout_ms=5000)
+    assert refused["error_code"] in (NOT_LEADER_OR_FOLLOWER, LEADER_NOT_AVAILABLE), refused
+
+    # Unclean election on for the topic: the out-of-sync replica leads with its 100.
+    resource = ConfigResource(ResourceType.TOPIC, "unc", incremental_configs=[
+        ConfigEntry("unclean.leader.election.enable", "true",
+                    incremental_operation=AlterConfigOpType.SET)])
+    client = admin(voters)  # held: the future fails if its client is collected first
+    client.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+    wait_until(lambda: partition_state(voters + [f5], "unc")[0][:3:2] == (5, [5]), 20,
+               "broker 5 leads, alone in the ISR")
+    wait_until(lambda: metadata_partition(f5, "unc") == (0, 5), 10, "broker 5 serves as leader")
+    assert high_watermark(voters + [f5], "unc", 0) == 100, \
+        "the new leader's log ends where its own did: the 50 it never got are gone"
+    # New writes; the old leader returns: its offsets 100-149 are of an epoch that ended
+    # at 100 on the new leader, so it cuts them and follows.
+    new_writes_then_the_old_leader_returns(brokers, "unc", l4, f5)
+
+
+def test_isr_shrinking_under_a_waiting_acks_all_produce_is_not_enough_replicas_after_append(
+        broker_factory):
+    """min.insync.replicas=2 on RF 3 with the whole ISR: every follower is stopped
+    (SIGSTOP), an acks=all produce with a timeout well above the lag time is appended
+    by the leader and waits; the followers lag past --replica-lag-time-max-ms, the ISR
+    shrinks to the leader alone, below min.insync.replicas, and the waiting produce is
+    answered NOT_ENOUGH_REPLICAS_AFTER_APPEND (20) then — not REQUEST_TIMED_OUT at its
+    timeout. The record was appended: once the followers are back it is read, once."""
+    # Brokers 1-3 vote; the topic lives on 1, 4 and 5. A session timeout far above the
+    # stop, so that the followers are not fenced: the ISR shrinks by the leader's lag
+    # timer (2 s), not by the controller.
+    lag_ms, produce_timeout_ms = 2000, 15_000
+    args = ["--broker-session-timeout-ms", "30000", "--broker-heartbeat-interval-ms", "500",
+            "--replica-lag-time-max-ms", str(lag_ms)]
+    brokers = broker_factory.cluster(voters=3, observers=2, extra_args=args)
+    create(brokers, "nera", 1, 3, {"min.insync.replicas": "2"}, assignment=[[1, 4, 5]])
+    leader = by_id(brokers, 1)
+    followers = [by_id(brokers, 4), by_id(brokers, 5)]
+    wait_until(lambda: partition_state(brokers, "nera")[0][:3:2] == (1, [1, 4, 5]), 20,
+               "broker 1 leads with the whole ISR")
+    p = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all"})
+    for i in range(10):
+        p.produce("nera", value=f"a{i}".encode())
+    assert p.flush(TIMEOUT) == 0
+
+    stopped = []
+    try:
+        for f in followers:
+            os.kill(f.proc.pid, signal.SIGSTOP)
+            stopped.append(f)
+        # The followers' fetches waiting at the leader are answered (empty) first.
+        time.sleep(1)
+        started = time.monotonic()
+        result = raw_produce(leader, "nera", [b"after-append"], acks=-1,
+                             timeout_ms=produce_timeout_ms)
+        took = time.monotonic() - started
+        isr = partition_state(brokers[:3], "nera")[0][2]
+    finally:
+        for f in stopped:
+            os.kill(f.proc.pid, signal.SIGCONT)
+    print(f"acks=all produce answered {result} after {took:.1f}s, ISR then {isr}")
+    assert isr == [1], f"the ISR shrank to the leader alone, not {isr}"
+    assert result["error_code"] == NOT_ENOUGH_REPLICAS_AFTER_APPEND, (
+        f"answered error {result['error_code']} after {took:.1f}s "
+        f"(REQUEST_TIMED_OUT is {REQUEST_TIMED_OUT}), want NOT_ENOUGH_REPLICAS_AFTER_APPEND")
+    assert took < produce_timeout_ms / 1000 - 2, \
+        f"answered after {took:.1f}s: at the timeout, not when the ISR shrank"
+
+    # Back, the followers catch up and rejoin; the record appended before the error is
+    # committed then, and read once.
+    wait_until(lambda: sorted(partition_state(brokers, "nera")[0][2]) == [1, 4, 5], 60,
+               "the followers rejoin the ISR")
+    values = consume_everything(brokers, "nera", 1, 11)
+    assert values == [f"a{i}".encode() for i in range(10)] + [b"after-append"]
+    # The topic's brokers first, while the quorum can still take their shutdowns.
+    for f in followers:
+        f.stop()

@@ -136,7 +136,9 @@ pub enum AckError {
     /// This replica stopped leading before the ISR had the records.
     #[error("no longer the leader")]
     NotLeader,
-    /// The records are committed, but the ISR shrank below `min.insync.replicas` meanwhile.
+    /// The ISR shrank below `min.insync.replicas` after the append: the records may be
+    /// committed, or may wait (the high watermark does not move while the ISR is that
+    /// small) until the ISR grows back.
     #[error("the ISR shrank below min.insync.replicas after the append")]
     NotEnoughReplicasAfterAppend,
 }
@@ -593,7 +595,11 @@ impl Partition {
 
     /// Waits until an acks=all produce is committed: durable here, and the high watermark
     /// past it (every ISR member holds it). Fails when this replica stops leading first,
-    /// or when the ISR is below `min.insync.replicas` once it is committed.
+    /// and with NOT_ENOUGH_REPLICAS_AFTER_APPEND as soon as the ISR is below
+    /// `min.insync.replicas`, committed or not: Kafka answers so once the high watermark
+    /// passes, and here the high watermark stands still while the ISR is that small, so
+    /// the producer hears it now instead of at its timeout (it retries; an idempotent
+    /// retry is answered with these offsets once they are committed).
     pub async fn wait_committed(&self, ticket: AppendTicket) -> Result<(), AckError> {
         self.log.wait(ticket, AckLevel::All).await?;
         loop {
@@ -601,10 +607,11 @@ impl Partition {
             if !self.is_leader() {
                 return Err(AckError::NotLeader);
             }
+            // Checked first: the ISR that committed the records may since have shrunk.
+            if self.isr_len() < self.min_insync_replicas() {
+                return Err(AckError::NotEnoughReplicasAfterAppend);
+            }
             if self.high_watermark() >= ticket.next_offset {
-                if self.isr_len() < self.min_insync_replicas() {
-                    return Err(AckError::NotEnoughReplicasAfterAppend);
-                }
                 return Ok(());
             }
             if let Some(e) = self.log.failure() {

@@ -2,7 +2,9 @@
 //! high watermark per durability, reads bounded by it, divergence answered, and the
 //! cache following the log start.
 
-use corelog_partition::{EpochError, Isolation, Partition, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP};
+use corelog_partition::{
+    AckError, Assignment, EpochError, Isolation, Partition, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
+};
 use corelog_storage::batch::batches;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::{AckLevel, Durability, LogConfig, LogContext};
@@ -275,5 +277,69 @@ fn the_first_append_writes_the_new_epochs_checkpoint_before_its_batch() {
         p.wait(t2, AckLevel::All).await.expect("acknowledged");
         assert_eq!(epochs_from(&p, 0).await, vec![(0, 1), (1, 2), (2, 2)]);
         p.close().await;
+    });
+}
+
+/// acks=all with `min.insync.replicas` 2: a produce waiting on followers that never fetch
+/// goes on waiting while the ISR shrinks to 2, and is answered
+/// NOT_ENOUGH_REPLICAS_AFTER_APPEND as soon as it shrinks to the leader alone (the high
+/// watermark cannot pass it then), not at the producer's timeout. A follower that
+/// catches up commits the next one.
+#[test]
+fn a_waiting_acks_all_produce_hears_of_an_isr_below_min_insync_replicas() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let p = Rc::new(
+            Partition::open(
+                path,
+                LogConfig {
+                    min_insync_replicas: 2,
+                    ..config(Durability::AckAll)
+                },
+                LogContext::system(),
+                1,
+                0,
+            )
+            .await
+            .expect("open"),
+        );
+        let isr = |isr: &[i32], partition_epoch| Assignment {
+            replicas: vec![1, 2, 3],
+            isr: isr.to_vec(),
+            partition_epoch,
+        };
+        p.become_leader(0, 1, isr(&[1, 2, 3], 1)).expect("lead");
+        let t = p.append(&one_record("waits")).expect("append");
+        let waiting = {
+            let p = p.clone();
+            glommio::spawn_local(async move { p.wait_committed(t).await })
+        };
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+        p.become_leader(0, 1, isr(&[1, 2], 2)).expect("shrink to 2");
+        glommio::timer::sleep(Duration::from_millis(50)).await;
+        assert!(
+            p.high_watermark() < t.next_offset,
+            "nobody fetched: not committed"
+        );
+        p.become_leader(0, 1, isr(&[1], 3)).expect("shrink to 1");
+        let answer = futures_lite::future::or(async { Some(waiting.await) }, async {
+            glommio::timer::sleep(Duration::from_secs(5)).await;
+            None
+        })
+        .await;
+        assert!(
+            matches!(answer, Some(Err(AckError::NotEnoughReplicasAfterAppend))),
+            "{answer:?}"
+        );
+
+        // Back to two in sync: follower 2 fetches past both records, and the next
+        // produce is committed.
+        p.become_leader(0, 1, isr(&[1, 2], 4)).expect("expand");
+        let t2 = p.append(&one_record("committed")).expect("append");
+        p.wait(t2, AckLevel::All).await.expect("durable here");
+        p.record_follower_fetch(2, t2.next_offset);
+        p.wait_committed(t2).await.expect("committed by 1 and 2");
+        assert_eq!(p.high_watermark(), t2.next_offset);
     });
 }
