@@ -39,6 +39,7 @@ pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode>
         heartbeat_interval: config.cluster.heartbeat_interval,
         snapshot_every: config.cluster.snapshot_entries,
         initial_cluster_id: legacy_cluster_id(config),
+        leader_balance: config.cluster.leader_balance.clone(),
     };
     ControllerNode::start(node).map_err(|e| anyhow::anyhow!("starting the controller node: {e}"))
 }

@@ -243,6 +243,21 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "offsets.topic.replication.factor")]
     pub offsets_topic_replication_factor: Option<i32>,
+    /// The active controller hands leadership back to preferred replicas (Kafka's
+    /// auto.leader.rebalance.enable).
+    #[arg(long)]
+    #[serde(alias = "auto.leader.rebalance.enable")]
+    pub auto_leader_rebalance_enable: Option<bool>,
+    /// A broker leading fewer of the partitions it prefers than this share is given them
+    /// back, % (Kafka's leader.imbalance.per.broker.percentage).
+    #[arg(long)]
+    #[serde(alias = "leader.imbalance.per.broker.percentage")]
+    pub leader_imbalance_per_broker_percentage: Option<u32>,
+    /// How often leader imbalance is checked, s (Kafka's
+    /// leader.imbalance.check.interval.seconds).
+    #[arg(long)]
+    #[serde(alias = "leader.imbalance.check.interval.seconds")]
+    pub leader_imbalance_check_interval_seconds: Option<u64>,
 }
 
 impl ServeArgs {
@@ -347,6 +362,15 @@ impl ServeArgs {
             offsets_topic_replication_factor: self
                 .offsets_topic_replication_factor
                 .or(file.offsets_topic_replication_factor),
+            auto_leader_rebalance_enable: self
+                .auto_leader_rebalance_enable
+                .or(file.auto_leader_rebalance_enable),
+            leader_imbalance_per_broker_percentage: self
+                .leader_imbalance_per_broker_percentage
+                .or(file.leader_imbalance_per_broker_percentage),
+            leader_imbalance_check_interval_seconds: self
+                .leader_imbalance_check_interval_seconds
+                .or(file.leader_imbalance_check_interval_seconds),
         }
     }
 }
@@ -387,6 +411,29 @@ pub struct ClusterConfig {
     pub replication: shards::shard_config::ReplicationConfig,
     pub default_replication_factor: i32,
     pub offsets_topic_replication_factor: i32,
+    /// `None`: auto.leader.rebalance.enable is off.
+    pub leader_balance: Option<corelog_controller::leader_balance::LeaderBalance>,
+}
+
+/// Preferred-leader rebalancing from its three flags (Kafka's defaults: on, 10 %, 300 s).
+fn leader_balance(
+    a: &ServeArgs,
+) -> anyhow::Result<Option<corelog_controller::leader_balance::LeaderBalance>> {
+    if !a.auto_leader_rebalance_enable.unwrap_or(true) {
+        return Ok(None);
+    }
+    let percent = a.leader_imbalance_per_broker_percentage.unwrap_or(10);
+    if percent > 100 {
+        bail!("--leader-imbalance-per-broker-percentage must be at most 100");
+    }
+    let seconds = a.leader_imbalance_check_interval_seconds.unwrap_or(300);
+    if seconds == 0 {
+        bail!("--leader-imbalance-check-interval-seconds must be above 0");
+    }
+    Ok(Some(corelog_controller::leader_balance::LeaderBalance {
+        check_interval: std::time::Duration::from_secs(seconds),
+        max_imbalance_percent: percent,
+    }))
 }
 
 impl ClusterConfig {
@@ -434,6 +481,7 @@ impl ClusterConfig {
                 a.offsets_topic_replication_factor.unwrap_or(3),
                 "--offsets-topic-replication-factor",
             )?,
+            leader_balance: leader_balance(a)?,
         })
     }
 }

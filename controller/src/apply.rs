@@ -19,12 +19,19 @@
 //! shutdown, which fences for good until the broker registers again) takes the broker out
 //! of the ISR unless it is the last member (the ISR then keeps it, and the partition
 //! waits for it, or elects uncleanly). The ISR otherwise changes only by its leader's
-//! `AlterPartition`, which never changes the leader. Every leader change bumps the leader
-//! epoch; every change of a partition bumps the partition epoch.
+//! `AlterPartition`, which never changes the leader unless it completes a reassignment.
+//! Every leader change bumps the leader epoch; every change of a partition bumps the
+//! partition epoch.
+//!
+//! Reassignment (KIP-455, Kafka's `ReplicationControlManager`): a partition moved to new
+//! replicas holds the target and the replicas being removed together while the added
+//! ones catch up; every change of a partition ends in `settle`, which completes the
+//! reassignment as soon as the whole target is in the ISR — the replicas become the
+//! target, and a leader being removed hands over in the same change — and then elects.
 
 use crate::command::*;
 use crate::image::{
-    unclean_leader_election, validate_topic_name, BrokerRegistration, MetadataImage,
+    unclean_leader_election, validate_topic_name, without, BrokerRegistration, MetadataImage,
     PartitionImage, TopicImage, NO_LEADER,
 };
 use crate::placement::{self, Candidate};
@@ -74,6 +81,18 @@ impl MetadataImage {
             Command::CreateTopics { topics } => {
                 Outcome::Items(topics.iter().map(|t| self.create_topic(t)).collect())
             }
+            Command::AlterPartitionReassignments { items } => {
+                Outcome::Items(items.iter().map(|i| self.reassign(i)).collect())
+            }
+            Command::ElectLeaders {
+                election,
+                partitions,
+            } => Outcome::Items(
+                partitions
+                    .iter()
+                    .map(|(t, p)| self.elect_leader(*election, t, *p))
+                    .collect(),
+            ),
             Command::DeleteTopics { names } => Outcome::Items(
                 names
                     .iter()
@@ -204,7 +223,7 @@ impl MetadataImage {
                         next.isr.retain(|r| *r != id);
                     }
                 }
-                elect(&mut next, &live, unclean);
+                settle(&mut next, &live, unclean);
                 change_partition(p, next);
             }
         }
@@ -280,16 +299,127 @@ impl MetadataImage {
         }
         let mut next = p.clone();
         next.isr = isr;
+        // An expansion may complete a reassignment (and hand a removed leader's place
+        // over); otherwise the leader stays, and only the partition epoch moves.
+        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let unclean = self.unclean_leader_election_of(name);
+        settle(&mut next, &live, unclean);
         let name = name.clone();
-        if let Some(p) = self.topics.get_mut(&name).and_then(|t| {
-            usize::try_from(c.partition)
-                .ok()
-                .and_then(|i| t.partitions.get_mut(i))
-        }) {
+        if let Some(p) = self.partition_mut(&name, c.partition) {
             change_partition(p, next);
-            debug_assert!(p.leader == broker && p.leader_epoch == c.leader_epoch);
+            debug_assert!(
+                p.leader_epoch > c.leader_epoch
+                    || (p.leader == broker && p.leader_epoch == c.leader_epoch)
+            );
         }
         Ok(())
+    }
+
+    /// One item of an `AlterPartitionReassignments` (KIP-455, Kafka's checks): `target`
+    /// moves the partition to those replicas, `None` cancels the reassignment in
+    /// progress. A new target replaces one in progress; the replicas it adds join as
+    /// followers, and the reassignment completes once the whole target is in the ISR
+    /// (at once when it already is). A cancel restores the original replicas and drops
+    /// the added ones from the ISR; it is refused when that would leave no ISR member.
+    fn reassign(&mut self, item: &ReassignmentItem) -> Result<(), CommandError> {
+        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let unclean = self.unclean_leader_election_of(&item.topic);
+        let p = self
+            .topics
+            .get(&item.topic)
+            .and_then(|t| t.partition(item.partition))
+            .ok_or(CommandError::UnknownTopicOrPartition)?;
+        let mut next = p.clone();
+        match &item.target {
+            None if !p.is_reassigning() => return Err(CommandError::NoReassignmentInProgress),
+            None => revert_reassignment(&mut next)?,
+            Some(target) => {
+                check_target(target, |r| self.brokers.contains_key(&r))?;
+                let original = p.original();
+                if item.keep_replication_factor && target.len() != original.len() {
+                    return Err(CommandError::InvalidReplicationFactor(format!(
+                        "the target replicas {target:?} change the replication factor {}",
+                        original.len()
+                    )));
+                }
+                if p.is_reassigning() && *target == original {
+                    revert_reassignment(&mut next)?;
+                } else {
+                    let removing = without(&original, target);
+                    next.adding = without(target, &original);
+                    next.replicas = target.iter().chain(&removing).copied().collect();
+                    next.removing = removing;
+                    // The ISR in the new assignment order.
+                    next.isr = next
+                        .replicas
+                        .iter()
+                        .copied()
+                        .filter(|r| p.isr.contains(r))
+                        .collect();
+                }
+            }
+        }
+        settle(&mut next, &live, unclean);
+        let partition = self
+            .partition_mut(&item.topic, item.partition)
+            .ok_or(CommandError::UnknownTopicOrPartition)?;
+        change_partition(partition, next);
+        Ok(())
+    }
+
+    /// One partition of an `ElectLeaders` (Kafka's checks): preferred moves leadership to
+    /// the first replica of the assignment when it is a live ISR member; unclean leads a
+    /// partition that has no leader from its ISR if a member is live, else from its live
+    /// replicas with an ISR of just the new leader. A partition that already has the
+    /// leader asked for is ELECTION_NOT_NEEDED.
+    fn elect_leader(
+        &mut self,
+        election: Election,
+        topic: &str,
+        partition: i32,
+    ) -> Result<(), CommandError> {
+        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let p = self
+            .partition_mut(topic, partition)
+            .ok_or(CommandError::UnknownTopicOrPartition)?;
+        let mut next = p.clone();
+        match election {
+            Election::Preferred => {
+                let preferred = p.replicas.first().copied().unwrap_or(NO_LEADER);
+                if p.leader == preferred {
+                    return Err(CommandError::ElectionNotNeeded);
+                }
+                if !p.isr.contains(&preferred) || !live.contains(&preferred) {
+                    return Err(CommandError::PreferredLeaderNotAvailable(preferred));
+                }
+                next.leader = preferred;
+            }
+            Election::Unclean => {
+                if p.has_leader() {
+                    return Err(CommandError::ElectionNotNeeded);
+                }
+                elect(&mut next, &live, true);
+                if !next.has_leader() {
+                    return Err(CommandError::EligibleLeadersNotAvailable);
+                }
+            }
+        }
+        settle(&mut next, &live, false);
+        change_partition(p, next);
+        Ok(())
+    }
+
+    /// The partition `partition` of topic `name`, to change.
+    fn partition_mut(&mut self, name: &str, partition: i32) -> Option<&mut PartitionImage> {
+        let i = usize::try_from(partition).ok()?;
+        self.topics.get_mut(name)?.partitions.get_mut(i)
+    }
+
+    /// Whether topic `name` may elect uncleanly (off for a topic not found).
+    fn unclean_leader_election_of(&self, name: &str) -> bool {
+        self.topics
+            .get(name)
+            .is_some_and(|t| unclean_leader_election(&t.configs, self.broker_configs.get("")))
     }
 
     /// Files a new topic under its name and its id (the one place both maps grow).
@@ -509,6 +639,8 @@ impl MetadataImage {
                     leader: m.broker,
                     leader_epoch: epoch,
                     partition_epoch: 0,
+                    adding: Vec::new(),
+                    removing: Vec::new(),
                 })
                 .collect();
             self.add_topic(TopicImage {
@@ -563,6 +695,8 @@ fn new_partition(replicas: Vec<i32>) -> PartitionImage {
         replicas,
         leader_epoch: 0,
         partition_epoch: 0,
+        adding: Vec::new(),
+        removing: Vec::new(),
     }
 }
 
@@ -588,6 +722,71 @@ fn elect(p: &mut PartitionImage, live: &[i32], unclean: bool) {
         }
     }
     debug_assert!(!p.has_leader() || (p.isr.contains(&p.leader) && live.contains(&p.leader)));
+}
+
+/// Completes `p`'s reassignment, then elects (every change of a partition ends here, so
+/// a reassignment is never left in progress once it could complete).
+fn settle(p: &mut PartitionImage, live: &[i32], unclean: bool) {
+    complete_reassignment(p, live);
+    elect(p, live, unclean);
+}
+
+/// Completes `p`'s reassignment once its whole target is in the ISR (Kafka's
+/// `completeReassignmentIfNeeded`): the replicas and the ISR become the target; a leader
+/// being removed gives way to the first live ISR member of the target (the election
+/// after this). Left in progress while the leader is being removed and no target replica
+/// is live to take over.
+fn complete_reassignment(p: &mut PartitionImage, live: &[i32]) {
+    if !p.is_reassigning() {
+        return;
+    }
+    let target = p.target();
+    if !target.iter().all(|r| p.isr.contains(r)) {
+        return;
+    }
+    if p.has_leader() && !target.contains(&p.leader) && !target.iter().any(|r| live.contains(r)) {
+        return;
+    }
+    p.isr = target.clone();
+    p.replicas = target;
+    p.adding.clear();
+    p.removing.clear();
+}
+
+/// Cancels `p`'s reassignment: the original replicas, the ISR without the added ones.
+/// Refused when no ISR member would remain (only an unclean election could lead then).
+fn revert_reassignment(p: &mut PartitionImage) -> Result<(), CommandError> {
+    debug_assert!(p.is_reassigning());
+    let isr = without(&p.isr, &p.adding);
+    if isr.is_empty() {
+        return Err(CommandError::InvalidReplicaAssignment(format!(
+            "cancelling the reassignment would leave no in-sync replica of {:?}",
+            p.original()
+        )));
+    }
+    p.replicas = p.original();
+    p.isr = isr;
+    p.adding.clear();
+    p.removing.clear();
+    Ok(())
+}
+
+/// A reassignment's target: some replicas, none twice, each a registered broker.
+fn check_target(target: &[i32], registered: impl Fn(i32) -> bool) -> Result<(), CommandError> {
+    let mut sorted = target.to_vec();
+    sorted.sort_unstable();
+    sorted.dedup();
+    if target.is_empty() || sorted.len() != target.len() {
+        return Err(CommandError::InvalidReplicaAssignment(format!(
+            "the target replicas {target:?} are empty or name a broker twice"
+        )));
+    }
+    if let Some(r) = target.iter().find(|r| !registered(**r)) {
+        return Err(CommandError::InvalidReplicaAssignment(format!(
+            "broker {r} of the target replicas {target:?} is not registered"
+        )));
+    }
+    Ok(())
 }
 
 /// The checks of a proposed ISR that need nothing but the partition: non-empty, nobody
@@ -1145,6 +1344,261 @@ mod tests {
         );
         let p = part(&img, "a", 2);
         assert_eq!((p.leader, p.isr.clone()), (1, vec![1, 2]));
+    }
+
+    /// Moves partition `i` of `name` to `target` (`None`: cancels); its one result.
+    fn reassign(
+        img: &mut MetadataImage,
+        name: &str,
+        i: i32,
+        target: Option<Vec<i32>>,
+    ) -> Result<(), CommandError> {
+        let item = ReassignmentItem {
+            topic: name.into(),
+            partition: i,
+            target,
+            keep_replication_factor: false,
+        };
+        match next(
+            img,
+            Command::AlterPartitionReassignments { items: vec![item] },
+        ) {
+            Outcome::Items(mut v) if v.len() == 1 => v.remove(0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// (replicas, adding, removing, ISR, leader) of a partition.
+    fn moving(p: &PartitionImage) -> (Vec<i32>, Vec<i32>, Vec<i32>, Vec<i32>, i32) {
+        (
+            p.replicas.clone(),
+            p.adding.clone(),
+            p.removing.clone(),
+            p.isr.clone(),
+            p.leader,
+        )
+    }
+
+    #[test]
+    fn a_reassignment_completes_once_the_target_is_in_sync_and_the_removed_leader_hands_over() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2]])).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![2, 3])).unwrap();
+        // Target first, then the replica being removed; the leader stays meanwhile.
+        let p = part(&img, "t", 0);
+        assert_eq!(moving(&p), (vec![2, 3, 1], vec![3], vec![1], vec![2, 1], 1));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (0, 1));
+        assert_eq!((p.target(), p.original()), (vec![2, 3], vec![2, 1]));
+        // Broker 3 caught up: its leader adds it to the ISR, which completes the move and
+        // hands leadership from 1 (removed) to 2 in the same change.
+        set_isr(&mut img, 1, "t", 0, &[1, 2, 3]).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!(moving(&p), (vec![2, 3], vec![], vec![], vec![2, 3], 2));
+        assert_eq!((p.leader_epoch, p.partition_epoch), (1, 2));
+        assert!(!p.is_reassigning());
+        // Nothing to cancel now.
+        assert_eq!(
+            reassign(&mut img, "t", 0, None),
+            Err(CommandError::NoReassignmentInProgress)
+        );
+        // A new order of the same replicas is complete at once; the leader stays.
+        reassign(&mut img, "t", 0, Some(vec![3, 2])).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!(moving(&p), (vec![3, 2], vec![], vec![], vec![3, 2], 2));
+    }
+
+    #[test]
+    fn a_cancelled_reassignment_restores_the_original_replicas() {
+        let (mut img, _) = cluster(4);
+        create(&mut img, assigned("t", vec![vec![1, 2]])).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![3, 4])).unwrap();
+        assert_eq!(
+            moving(&part(&img, "t", 0)),
+            (vec![3, 4, 1, 2], vec![3, 4], vec![1, 2], vec![1, 2], 1)
+        );
+        // One added replica in sync: not complete while the other is not.
+        set_isr(&mut img, 1, "t", 0, &[1, 2, 3]).unwrap();
+        assert_eq!(part(&img, "t", 0).isr, vec![3, 1, 2]);
+        // A new target replaces the one in progress, measured from the original replicas:
+        // [2, 3] is in sync already, so it is complete at once, 1 handing over to 2.
+        reassign(&mut img, "t", 0, Some(vec![2, 3])).unwrap();
+        assert_eq!(
+            moving(&part(&img, "t", 0)),
+            (vec![2, 3], vec![], vec![], vec![2, 3], 2)
+        );
+        // Cancelled instead: back to 1, 2.
+        let (mut img, _) = cluster(4);
+        create(&mut img, assigned("t", vec![vec![1, 2]])).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![3, 4])).unwrap();
+        set_isr(&mut img, 1, "t", 0, &[1, 2, 3]).unwrap();
+        reassign(&mut img, "t", 0, None).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!(moving(&p), (vec![1, 2], vec![], vec![], vec![1, 2], 1));
+        // A target equal to the original replicas cancels too.
+        reassign(&mut img, "t", 0, Some(vec![1, 3])).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![1, 2])).unwrap();
+        assert_eq!(moving(&part(&img, "t", 0)).0, vec![1, 2]);
+        assert!(!part(&img, "t", 0).is_reassigning());
+    }
+
+    #[test]
+    fn reassignments_are_checked() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1]])).unwrap();
+        for bad in [vec![], vec![2, 2], vec![2, 9]] {
+            assert!(
+                matches!(
+                    reassign(&mut img, "t", 0, Some(bad.clone())),
+                    Err(CommandError::InvalidReplicaAssignment(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        assert_eq!(
+            reassign(&mut img, "t", 1, Some(vec![2])),
+            Err(CommandError::UnknownTopicOrPartition)
+        );
+        assert_eq!(
+            reassign(&mut img, "nope", 0, Some(vec![2])),
+            Err(CommandError::UnknownTopicOrPartition)
+        );
+        assert_eq!(part(&img, "t", 0).partition_epoch, 0, "nothing changed");
+
+        // Cancelling must leave an ISR member: here only an added replica is in sync.
+        reassign(&mut img, "t", 0, Some(vec![2, 3])).unwrap();
+        set_isr(&mut img, 1, "t", 0, &[1, 2]).unwrap();
+        fence(&mut img, 1, true).unwrap();
+        let p = part(&img, "t", 0);
+        assert_eq!(moving(&p), (vec![2, 3, 1], vec![2, 3], vec![1], vec![2], 2));
+        assert!(matches!(
+            reassign(&mut img, "t", 0, None),
+            Err(CommandError::InvalidReplicaAssignment(_))
+        ));
+    }
+
+    #[test]
+    fn a_reassignment_may_be_held_to_the_replication_factor() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2]])).unwrap();
+        let item = |target: Vec<i32>| ReassignmentItem {
+            topic: "t".into(),
+            partition: 0,
+            target: Some(target),
+            keep_replication_factor: true,
+        };
+        let out = next(
+            &mut img,
+            Command::AlterPartitionReassignments {
+                items: vec![item(vec![1, 2, 3]), item(vec![3, 2])],
+            },
+        );
+        assert!(matches!(
+            out,
+            Outcome::Items(v) if matches!(v[0], Err(CommandError::InvalidReplicationFactor(_)))
+                && v[1] == Ok(())
+        ));
+        assert_eq!(part(&img, "t", 0).target(), vec![3, 2]);
+    }
+
+    /// Elects partition `i` of `name`; its one result.
+    fn elect_one(
+        img: &mut MetadataImage,
+        election: Election,
+        name: &str,
+        i: i32,
+    ) -> Result<(), CommandError> {
+        let cmd = Command::ElectLeaders {
+            election,
+            partitions: vec![(name.into(), i)],
+        };
+        match next(img, cmd) {
+            Outcome::Items(mut v) if v.len() == 1 => v.remove(0),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn preferred_and_unclean_elections_on_request() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2, 3]])).unwrap();
+        use Election::*;
+        assert_eq!(
+            elect_one(&mut img, Preferred, "t", 0),
+            Err(CommandError::ElectionNotNeeded)
+        );
+        // 1 goes and comes back: 2 leads, 1 is back in the ISR but does not lead.
+        fence(&mut img, 1, true).unwrap();
+        fence(&mut img, 1, false).unwrap();
+        assert_eq!(part(&img, "t", 0).leader, 2);
+        assert_eq!(
+            elect_one(&mut img, Preferred, "t", 0),
+            Err(CommandError::PreferredLeaderNotAvailable(1)),
+            "not in the ISR yet"
+        );
+        set_isr(&mut img, 2, "t", 0, &[1, 2, 3]).unwrap();
+        let before = part(&img, "t", 0).leader_epoch;
+        assert_eq!(elect_one(&mut img, Preferred, "t", 0), Ok(()));
+        let p = part(&img, "t", 0);
+        assert_eq!((p.leader, p.leader_epoch), (1, before + 1));
+        assert_eq!(
+            elect_one(&mut img, Preferred, "t", 7),
+            Err(CommandError::UnknownTopicOrPartition)
+        );
+        // Unclean: only for a partition without a leader; from a live replica outside
+        // the ISR when no ISR member is live, the topic's setting notwithstanding.
+        assert_eq!(
+            elect_one(&mut img, Unclean, "t", 0),
+            Err(CommandError::ElectionNotNeeded)
+        );
+        create(&mut img, assigned("u", vec![vec![1, 2]])).unwrap();
+        fence(&mut img, 2, true).unwrap();
+        fence(&mut img, 1, true).unwrap();
+        assert_eq!(part(&img, "u", 0).isr, vec![1]);
+        assert_eq!(
+            elect_one(&mut img, Unclean, "u", 0),
+            Err(CommandError::EligibleLeadersNotAvailable)
+        );
+        fence(&mut img, 2, false).unwrap();
+        assert_eq!(
+            part(&img, "u", 0).leader,
+            NO_LEADER,
+            "unclean is off for the topic"
+        );
+        assert_eq!(elect_one(&mut img, Unclean, "u", 0), Ok(()));
+        let p = part(&img, "u", 0);
+        assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+    }
+
+    #[test]
+    fn a_reassignment_goes_on_through_a_failover() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2]])).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![2, 3])).unwrap();
+        // The leader, being removed, dies: the target's in-sync replica leads.
+        fence(&mut img, 1, true).unwrap();
+        assert_eq!(
+            moving(&part(&img, "t", 0)),
+            (vec![2, 3, 1], vec![3], vec![1], vec![2], 2)
+        );
+        // The new leader adds the caught-up replica: complete, though 1 is gone.
+        set_isr(&mut img, 2, "t", 0, &[2, 3]).unwrap();
+        assert_eq!(
+            moving(&part(&img, "t", 0)),
+            (vec![2, 3], vec![], vec![], vec![2, 3], 2)
+        );
+    }
+
+    #[test]
+    fn partitions_of_earlier_releases_load_without_a_reassignment() {
+        let old =
+            r#"{"replicas":[1,2],"isr":[1,2],"leader":1,"leader_epoch":3,"partition_epoch":4}"#;
+        let p: PartitionImage = serde_json::from_str(old).expect("loads");
+        assert!(!p.is_reassigning());
+        assert_eq!(
+            serde_json::to_string(&p).expect("saves"),
+            old,
+            "and saves the same"
+        );
     }
 
     #[test]

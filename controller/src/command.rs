@@ -59,6 +59,15 @@ pub enum Command {
     CreateTopics {
         topics: Vec<NewTopic>,
     },
+    /// Kafka's AlterPartitionReassignments: one result per item, each applied on its own.
+    AlterPartitionReassignments {
+        items: Vec<ReassignmentItem>,
+    },
+    /// Kafka's ElectLeaders: one result per partition, each elected on its own.
+    ElectLeaders {
+        election: Election,
+        partitions: Vec<(String, i32)>,
+    },
     DeleteTopics {
         names: Vec<String>,
     },
@@ -99,6 +108,30 @@ pub struct IsrChange {
     pub partition_epoch: i32,
     /// The ISR proposed; stored in assignment order whatever order it comes in.
     pub isr: Vec<i32>,
+}
+
+/// Which leader an `ElectLeaders` asks for (Kafka's `ElectionType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Election {
+    /// The preferred replica (the first of the assignment), if it is a live ISR member.
+    Preferred,
+    /// For a partition without a leader: the first live ISR member, else the first live
+    /// replica (losing what only the ISR held), whatever the topic's setting.
+    Unclean,
+}
+
+/// One partition of an `AlterPartitionReassignments`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ReassignmentItem {
+    pub topic: String,
+    pub partition: i32,
+    /// The replicas to move to, in preference order; `None` cancels the reassignment in
+    /// progress.
+    pub target: Option<Vec<i32>>,
+    /// Refuse a target with another number of replicas than the partition has (KIP-860,
+    /// AlterPartitionReassignments v1 with `allowReplicationFactorChange` false).
+    #[serde(default)]
+    pub keep_replication_factor: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -198,6 +231,18 @@ pub enum CommandError {
     IneligibleReplica(i32),
     #[error("{0}")]
     PolicyViolation(String),
+    /// A cancel of a partition that is not being reassigned.
+    #[error("no reassignment is in progress for the partition")]
+    NoReassignmentInProgress,
+    /// ElectLeaders: the partition already has the leader asked for.
+    #[error("the partition already has the leader this election would give it")]
+    ElectionNotNeeded,
+    /// ElectLeaders (preferred): the preferred replica is not a live ISR member.
+    #[error("the preferred replica {0} is not a live member of the ISR")]
+    PreferredLeaderNotAvailable(i32),
+    /// ElectLeaders (unclean): no replica of the partition is live.
+    #[error("no replica of the partition is live")]
+    EligibleLeadersNotAvailable,
     #[error("{0}")]
     Invalid(String),
 }

@@ -13,6 +13,10 @@
 //!   fenced, not shutting down);
 //! - no election is missed: a partition without a leader has no active ISR member, and,
 //!   when unclean leader election is enabled for its topic, no active replica at all;
+//! - a reassignment's adding and removing replicas are disjoint replicas of the
+//!   partition, the replicas list the target (the replicas not being removed) first, and
+//!   some replica is neither added nor removed or the target is not yet all in the ISR
+//!   (a reassignment whose target is all in the ISR has completed);
 //! - a registration that is shutting down is fenced;
 //! - topic ids are unique and `topic_ids` indexes exactly `topics`;
 //! - epochs only grow (checked where they change, in `apply`).
@@ -77,12 +81,45 @@ pub struct PartitionImage {
     pub leader_epoch: i32,
     /// Grows by one with every change of this partition's state.
     pub partition_epoch: i32,
+    /// A reassignment in progress (KIP-455): the replicas being added, which fetch and
+    /// must all join the ISR before the reassignment completes. `replicas` is then the
+    /// target followed by `removing`. Both lists are empty when none is in progress.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<i32>,
+    /// The replicas a reassignment in progress removes once it completes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<i32>,
 }
 
 impl PartitionImage {
     pub fn has_leader(&self) -> bool {
         self.leader != NO_LEADER
     }
+
+    /// Whether a reassignment is in progress.
+    pub fn is_reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replicas once the reassignment in progress completes (the replicas when none
+    /// is), in preference order.
+    pub fn target(&self) -> Vec<i32> {
+        without(&self.replicas, &self.removing)
+    }
+
+    /// The replicas before the reassignment in progress began (the replicas when none
+    /// is): what cancelling it restores.
+    pub fn original(&self) -> Vec<i32> {
+        without(&self.replicas, &self.adding)
+    }
+}
+
+/// `of` without the members of `left_out`, in `of`'s order.
+pub(crate) fn without(of: &[i32], left_out: &[i32]) -> Vec<i32> {
+    of.iter()
+        .copied()
+        .filter(|r| !left_out.contains(r))
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -208,6 +245,9 @@ impl MetadataImage {
                         p.leader
                     ));
                 }
+                if let Some(e) = reassignment_error(p) {
+                    return Err(format!("{}: {e}", at()));
+                }
                 if !p.has_leader() {
                     let eligible: &[i32] = if self.unclean_leader_election(t) {
                         &p.replicas
@@ -222,6 +262,39 @@ impl MetadataImage {
         }
         Ok(())
     }
+}
+
+/// What is wrong with `p`'s reassignment in progress, if anything (the module doc's
+/// invariant).
+fn reassignment_error(p: &PartitionImage) -> Option<String> {
+    if !p.is_reassigning() {
+        return None;
+    }
+    if let Some(r) = p
+        .adding
+        .iter()
+        .chain(&p.removing)
+        .find(|r| !p.replicas.contains(r))
+    {
+        return Some(format!("reassigned replica {r} is not a replica"));
+    }
+    if let Some(r) = p.adding.iter().find(|r| p.removing.contains(r)) {
+        return Some(format!("replica {r} both added and removed"));
+    }
+    let target = p.target();
+    if p.replicas.get(..target.len()) != Some(target.as_slice()) {
+        return Some(format!(
+            "replicas {:?} do not list the target {target:?} first",
+            p.replicas
+        ));
+    }
+    if target.iter().all(|r| p.isr.contains(r)) && p.has_leader() && target.contains(&p.leader) {
+        return Some(format!(
+            "reassignment to {target:?} left in progress with all of it in the ISR {:?}",
+            p.isr
+        ));
+    }
+    None
 }
 
 /// Whether `sub` is `of` with some members left out, the rest in the same order (so,

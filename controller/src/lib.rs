@@ -9,7 +9,8 @@
 //!   disk, the image published to subscribers.
 //! - [`rpc`], [`network`], `server`: the controller port between nodes.
 //! - [`node`]: a whole node on its own thread — openraft, the port, and the duties of
-//!   the active controller (`liveness`: fencing) and of every broker (registering,
+//!   the active controller (`liveness`: fencing; `leader_balance`: preferred leaders
+//!   back) and of every broker (registering,
 //!   heartbeating, joining as an observer).
 //!
 //! Everything runs on the controller's own thread, never on a shard: a shard only awaits
@@ -30,6 +31,7 @@ mod apply;
 pub mod client_quotas;
 pub mod command;
 pub mod image;
+pub mod leader_balance;
 mod liveness;
 pub mod network;
 pub mod node;

@@ -17,6 +17,7 @@
 
 use crate::command::Command;
 use crate::image::MetadataImage;
+use crate::leader_balance;
 use crate::liveness;
 use crate::network::{CallError, ClusterIdCell, Network, PeerClient};
 pub use crate::node_config::NodeConfig;
@@ -325,12 +326,15 @@ async fn run(
     listener: tokio::net::TcpListener,
     stop: &mut watch::Receiver<bool>,
 ) {
-    let tasks = [
+    let mut tasks = vec![
         tokio::spawn(server::serve(shared.clone(), listener)),
         tokio::spawn(liveness::lead(shared.clone())),
         tokio::spawn(broker_duties(shared.clone())),
         tokio::spawn(keep_identity(shared.clone())),
     ];
+    if let Some(balance) = shared.config.leader_balance.clone() {
+        tasks.push(tokio::spawn(leader_balance::lead(shared.clone(), balance)));
+    }
     while !*stop.borrow() {
         if stop.changed().await.is_err() {
             break;

@@ -26,6 +26,9 @@ pub struct NodeConfig {
     pub snapshot_every: u64,
     /// The cluster id the first leader gives a new cluster (one is made up when `None`).
     pub initial_cluster_id: Option<String>,
+    /// Preferred leaders handed back by the active controller (Kafka's
+    /// `auto.leader.rebalance.enable`); `None`: never.
+    pub leader_balance: Option<LeaderBalance>,
 }
 
 impl NodeConfig {
@@ -40,5 +43,23 @@ impl NodeConfig {
 
     pub fn is_voter(&self) -> bool {
         self.voters.contains_key(&self.node_id)
+    }
+}
+
+/// How the active controller rebalances leaders.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaderBalance {
+    /// `leader.imbalance.check.interval.seconds`.
+    pub check_interval: Duration,
+    /// `leader.imbalance.per.broker.percentage`: a broker above it is rebalanced.
+    pub max_imbalance_percent: u32,
+}
+
+impl Default for LeaderBalance {
+    fn default() -> Self {
+        LeaderBalance {
+            check_interval: Duration::from_secs(300),
+            max_imbalance_percent: 10,
+        }
     }
 }

@@ -56,6 +56,7 @@ impl Cluster {
             heartbeat_interval: Duration::from_millis(300),
             snapshot_every: self.snapshot_every,
             initial_cluster_id: None,
+            leader_balance: None,
         }
     }
 

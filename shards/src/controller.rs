@@ -112,6 +112,30 @@ impl Controller {
                     .await;
                 let _ = reply.send(r);
             }
+            ControllerRequest::AlterPartitionReassignments { items, reply } => {
+                let n = items.len();
+                let r = self
+                    .items(Command::AlterPartitionReassignments { items }, n)
+                    .await;
+                let _ = reply.send(r);
+            }
+            ControllerRequest::ElectLeaders {
+                election,
+                partitions,
+                reply,
+            } => {
+                let n = partitions.len();
+                let r = self
+                    .items(
+                        Command::ElectLeaders {
+                            election,
+                            partitions,
+                        },
+                        n,
+                    )
+                    .await;
+                let _ = reply.send(r);
+            }
             ControllerRequest::AlterClientQuotas { alterations, reply } => {
                 let n = alterations.len();
                 let r = if n == 0 {
@@ -449,9 +473,15 @@ pub fn topic_error(e: CommandError) -> TopicError {
         CommandError::InvalidConfig(m) => TopicError::InvalidConfig(m),
         CommandError::Conflict => TopicError::Conflict,
         CommandError::PolicyViolation(m) => TopicError::PolicyViolation(m),
+        CommandError::UnknownTopicOrPartition => TopicError::Unknown,
+        CommandError::NoReassignmentInProgress => TopicError::NoReassignmentInProgress,
+        CommandError::ElectionNotNeeded => TopicError::ElectionNotNeeded,
+        e @ CommandError::PreferredLeaderNotAvailable(_) => {
+            TopicError::PreferredLeaderNotAvailable(e.to_string())
+        }
+        CommandError::EligibleLeadersNotAvailable => TopicError::EligibleLeadersNotAvailable,
         e @ (CommandError::StaleBrokerEpoch(_)
         | CommandError::UnknownTopicId
-        | CommandError::UnknownTopicOrPartition
         | CommandError::NotLeaderOrFollower
         | CommandError::FencedLeaderEpoch
         | CommandError::InvalidUpdateVersion

@@ -226,6 +226,14 @@ pub enum TopicError {
     NotController(String),
     #[error("{0}")]
     Timeout(String),
+    #[error("no reassignment is in progress for the partition")]
+    NoReassignmentInProgress,
+    #[error("the partition already has the leader this election would give it")]
+    ElectionNotNeeded,
+    #[error("{0}")]
+    PreferredLeaderNotAvailable(String),
+    #[error("no replica of the partition is live")]
+    EligibleLeadersNotAvailable,
     #[error("{0}")]
     Invalid(String),
 }
@@ -268,6 +276,17 @@ pub enum ControllerRequest {
     /// AlterClientQuotas: entries already validated at the edge; one result each.
     AlterClientQuotas {
         alterations: Vec<crate::client_quota::QuotaAlteration>,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+    /// AlterPartitionReassignments: one result per item.
+    AlterPartitionReassignments {
+        items: Vec<corelog_controller::command::ReassignmentItem>,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+    /// ElectLeaders: one result per partition.
+    ElectLeaders {
+        election: corelog_controller::command::Election,
+        partitions: Vec<(String, i32)>,
         reply: Reply<Vec<Result<(), TopicError>>>,
     },
 }

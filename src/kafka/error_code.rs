@@ -93,6 +93,10 @@ pub fn topic(e: &TopicError) -> ResponseError {
         // Retried inside the broker; should one still come out, the client retries.
         TopicError::Conflict | TopicError::NotController(_) => ResponseError::NotController,
         TopicError::Timeout(_) => ResponseError::RequestTimedOut,
+        TopicError::NoReassignmentInProgress => ResponseError::NoReassignmentInProgress,
+        TopicError::ElectionNotNeeded => ResponseError::ElectionNotNeeded,
+        TopicError::PreferredLeaderNotAvailable(_) => ResponseError::PreferredLeaderNotAvailable,
+        TopicError::EligibleLeadersNotAvailable => ResponseError::EligibleLeadersNotAvailable,
         TopicError::Invalid(_) => ResponseError::InvalidRequest,
     }
 }

@@ -10,7 +10,8 @@
 # Tools: kafka-topics, kafka-configs, kafka-consumer-groups, kafka-console-producer,
 # kafka-console-consumer, kafka-get-offsets, kafka-delete-records,
 # kafka-producer-perf-test, kafka-consumer-perf-test, kafka-verifiable-producer,
-# kafka-verifiable-consumer, kafka-metadata-quorum, kafka-storage, kafka-server-start
+# kafka-verifiable-consumer, kafka-metadata-quorum, kafka-reassign-partitions,
+# kafka-leader-election, kafka-storage, kafka-server-start
 # (the last two run Apache Kafka itself, for the side-by-side benchmarks).
 #
 # Environment: KAFKA_CLI_LIBS (jar folder), KAFKA_HEAP_OPTS (default -Xmx512m),
@@ -62,6 +63,8 @@ case "$tool" in
     kafka-verifiable-producer)  main=org.apache.kafka.tools.VerifiableProducer ;;
     kafka-verifiable-consumer)  main=org.apache.kafka.tools.VerifiableConsumer ;;
     kafka-metadata-quorum)      main=org.apache.kafka.tools.MetadataQuorumCommand ;;
+    kafka-reassign-partitions)  main=org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
+    kafka-leader-election)      main=org.apache.kafka.tools.LeaderElectionCommand ;;
     kafka-storage)              main=kafka.tools.StorageTool ;;
     kafka-server-start)         main=kafka.Kafka ;;
     *) echo "kafka-cli: unknown tool '$tool'" >&2; exit 2 ;;

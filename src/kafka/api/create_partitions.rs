@@ -63,7 +63,6 @@ impl Handler for CreatePartitions {
             }
             body.results.push(out);
         }
-        for _t in &body.results {}
         Ok(body)
     }
 

@@ -13,6 +13,7 @@
 
 pub mod alter_client_quotas;
 pub mod alter_configs;
+pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod config_resources;
 pub mod controller_call;
@@ -30,6 +31,7 @@ pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
 pub mod describe_user_scram_credentials;
+pub mod elect_leaders;
 pub mod fan_out;
 pub mod fetch;
 pub mod find_coordinator;
@@ -42,6 +44,7 @@ pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
+pub mod list_partition_reassignments;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -143,6 +146,9 @@ apis![
     describe_producers::DescribeProducers,
     describe_topic_partitions::DescribeTopicPartitions,
     describe_user_scram_credentials::DescribeUserScramCredentials,
+    alter_partition_reassignments::AlterPartitionReassignments,
+    list_partition_reassignments::ListPartitionReassignments,
+    elect_leaders::ElectLeaders,
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
