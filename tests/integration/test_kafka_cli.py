@@ -1038,3 +1038,68 @@ def test_topics_and_quorum_tools_on_a_three_broker_cluster(kafka_tools, broker_f
               broker=brokers[0])
     roles = re.findall(r"^(\d+)\s+.*\b(Leader|Follower|Observer)\b", r.text, re.M)
     assert sorted(roles) == sorted([(leader.group(1), "Leader")] + [(i, "Follower") for i in "123" if i != leader.group(1)]), r.text
+
+
+def test_reassign_partitions_and_leader_election_tools(kafka_tools, broker_factory, tmp_path):
+    """kafka-reassign-partitions --generate proposes a placement over the brokers given
+    and --execute starts the moves (AlterPartitionReassignments), which complete once
+    the added replicas are in sync; kafka-leader-election (preferred) then gives each
+    partition to its first replica. (--verify clears replication throttles, which the
+    brokers do not take yet: not run here.)"""
+    fast = ["--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
+            "--auto-leader-rebalance-enable", "false", *BROKER_ARGS]
+    brokers = broker_factory.cluster(voters=3, extra_args=fast)
+    servers = ",".join(b.bootstrap for b in brokers)
+    kafka("kafka-topics.sh", "--bootstrap-server", servers, "--create", "--topic", "mv",
+          "--replica-assignment", "1:2,2:3", broker=brokers[0])
+    produce_lines(brokers[0], "mv", [f"k{i}:v{i}" for i in range(20)])
+
+    topics = tmp_path / "topics.json"
+    topics.write_text(json.dumps({"version": 1, "topics": [{"topic": "mv"}]}))
+    r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", servers,
+              "--topics-to-move-json-file", topics, "--broker-list", "1,2,3", "--generate",
+              broker=brokers[0])
+    current, proposed = (json.loads(line) for line in r.lines if line.startswith("{"))
+    assert [p["replicas"] for p in current["partitions"]] == [[1, 2], [2, 3]], r.text
+    assert sorted(p["partition"] for p in proposed["partitions"]) == [0, 1], r.text
+    assert all(len(p["replicas"]) == 2 and set(p["replicas"]) <= {1, 2, 3}
+               for p in proposed["partitions"]), r.text
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "mv", "partition": 0, "replicas": [2, 3]},
+        {"topic": "mv", "partition": 1, "replicas": [3, 1]}]}))
+    r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", servers,
+              "--reassignment-json-file", plan, "--execute", broker=brokers[0])
+    assert "Successfully started partition reassignments for mv-0,mv-1" in r.text, r.why()
+
+    def described() -> list[tuple[str, str, str]]:
+        r = kafka("kafka-topics.sh", "--bootstrap-server", servers, "--describe", "--topic", "mv",
+                  broker=brokers[0])
+        return re.findall(r"Partition: \d+\s+Leader: (\d+)\s+Replicas: ([\d,]+)\s+Isr: ([\d,]+)",
+                          r.text)
+    deadline = time.monotonic() + 60
+    while [(rep, isr) for _, rep, isr in described()] != [("2,3", "2,3"), ("3,1", "3,1")]:
+        assert time.monotonic() < deadline, f"the moves complete: {described()}"
+        time.sleep(1)
+    # mv-1's leader, 2, was removed: it handed over to 3, the first of the target.
+    assert [leader for leader, _, _ in described()] == ["2", "3"]
+
+    # Broker 2 dies and returns: mv-0 is led by 3 until the preferred election.
+    brokers[1].kill()
+    deadline = time.monotonic() + 30
+    while described()[0][0] != "3":
+        assert time.monotonic() < deadline, f"mv-0 fails over to 3: {described()}"
+        time.sleep(0.5)
+    brokers[1].restart()
+    deadline = time.monotonic() + 60
+    while described()[0][2] != "2,3":
+        assert time.monotonic() < deadline, f"broker 2 back in sync: {described()}"
+        time.sleep(1)
+    kafka("kafka-leader-election.sh", "--bootstrap-server", servers, "--election-type", "preferred",
+          "--all-topic-partitions", broker=brokers[0])
+    assert [leader for leader, _, _ in described()] == ["2", "3"]
+    r = kafka("kafka-console-consumer.sh", "--bootstrap-server", servers, "--topic", "mv",
+              "--from-beginning", "--max-messages", "20", "--timeout-ms", "20000",
+              broker=brokers[0])
+    assert sorted(r.lines) == sorted(f"v{i}" for i in range(20)), r.why()
