@@ -18,8 +18,9 @@
 //! every topic whose effective unclean setting may have changed. Fencing (and controlled
 //! shutdown, which fences for good until the broker registers again) takes the broker out
 //! of the ISR unless it is the last member (the ISR then keeps it, and the partition
-//! waits for it, or elects uncleanly). The ISR otherwise changes only by its leader's
-//! `AlterPartition`, which never changes the leader unless it completes a reassignment.
+//! waits for it, or elects uncleanly). The ISR otherwise changes by its leader's
+//! `AlterPartition`, which never changes the leader unless it completes a reassignment,
+//! and by reassignments (a completion or a cancel drops the replicas that go).
 //! Every leader change bumps the leader epoch; every change of a partition bumps the
 //! partition epoch.
 //!
@@ -332,7 +333,7 @@ impl MetadataImage {
         let mut next = p.clone();
         match &item.target {
             None if !p.is_reassigning() => return Err(CommandError::NoReassignmentInProgress),
-            None => revert_reassignment(&mut next)?,
+            None => revert_reassignment(&mut next, &live)?,
             Some(target) => {
                 check_target(target, |r| self.brokers.contains_key(&r))?;
                 let original = p.original();
@@ -343,19 +344,27 @@ impl MetadataImage {
                     )));
                 }
                 if p.is_reassigning() && *target == original {
-                    revert_reassignment(&mut next)?;
+                    revert_reassignment(&mut next, &live)?;
                 } else {
                     let removing = without(&original, target);
                     next.adding = without(target, &original);
                     next.replicas = target.iter().chain(&removing).copied().collect();
                     next.removing = removing;
-                    // The ISR in the new assignment order.
+                    // The ISR in the new assignment order. A new target replacing one
+                    // in progress may drop added replicas that joined the ISR: refused
+                    // if they were all it had (see `keeps_isr`).
                     next.isr = next
                         .replicas
                         .iter()
                         .copied()
                         .filter(|r| p.isr.contains(r))
                         .collect();
+                    if !keeps_isr(&p.isr, &next.isr, &live) {
+                        return Err(CommandError::InvalidReplicaAssignment(format!(
+                            "the target replicas {target:?} would leave no live in-sync replica of the ISR {:?}",
+                            p.isr
+                        )));
+                    }
                 }
             }
         }
@@ -534,7 +543,8 @@ impl MetadataImage {
         let rf = t
             .partitions
             .first()
-            .map(|p| i32::try_from(p.replicas.len()).unwrap_or(i32::MAX))
+            // The target's size: a partition being moved also lists the replicas it loses.
+            .map(|p| i32::try_from(p.target().len()).unwrap_or(i32::MAX))
             .unwrap_or(1);
         let lists = self.replica_lists(
             &np.assignments,
@@ -729,6 +739,18 @@ fn elect(p: &mut PartitionImage, live: &[i32], unclean: bool) {
 fn settle(p: &mut PartitionImage, live: &[i32], unclean: bool) {
     complete_reassignment(p, live);
     elect(p, live, unclean);
+    // An unclean election makes the ISR its new leader alone, which may be the whole
+    // target; the new leader stays (it is an ISR member).
+    complete_reassignment(p, live);
+    elect(p, live, false);
+}
+
+/// Whether an ISR going from `before` to `after` keeps a member: never none, and a live
+/// one if it had one (else the partition goes offline, and the replicas dropped from the
+/// assignment delete the only copies that were in sync).
+fn keeps_isr(before: &[i32], after: &[i32], live: &[i32]) -> bool {
+    let has_live = |isr: &[i32]| isr.iter().any(|r| live.contains(r));
+    !after.is_empty() && (has_live(after) || !has_live(before))
 }
 
 /// Completes `p`'s reassignment once its whole target is in the ISR (Kafka's
@@ -754,13 +776,14 @@ fn complete_reassignment(p: &mut PartitionImage, live: &[i32]) {
 }
 
 /// Cancels `p`'s reassignment: the original replicas, the ISR without the added ones.
-/// Refused when no ISR member would remain (only an unclean election could lead then).
-fn revert_reassignment(p: &mut PartitionImage) -> Result<(), CommandError> {
+/// Refused when that would leave no ISR member, or no live one where there was one (see
+/// `keeps_isr`).
+fn revert_reassignment(p: &mut PartitionImage, live: &[i32]) -> Result<(), CommandError> {
     debug_assert!(p.is_reassigning());
     let isr = without(&p.isr, &p.adding);
-    if isr.is_empty() {
+    if !keeps_isr(&p.isr, &isr, live) {
         return Err(CommandError::InvalidReplicaAssignment(format!(
-            "cancelling the reassignment would leave no in-sync replica of {:?}",
+            "cancelling the reassignment would leave no live in-sync replica of {:?}",
             p.original()
         )));
     }
@@ -1567,6 +1590,67 @@ mod tests {
         assert_eq!(elect_one(&mut img, Unclean, "u", 0), Ok(()));
         let p = part(&img, "u", 0);
         assert_eq!((p.leader, p.isr.clone()), (2, vec![2]));
+    }
+
+    #[test]
+    fn an_unclean_election_that_makes_the_target_the_isr_completes_the_move() {
+        let (mut img, _) = cluster(2);
+        let mut t = assigned("t", vec![vec![1]]);
+        t.configs = unclean("true");
+        create(&mut img, t).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![2])).unwrap();
+        // 1 dies before 2 caught up: 2 leads uncleanly, alone in the ISR, so the move
+        // is complete in the same change.
+        fence(&mut img, 1, true).unwrap();
+        assert_eq!(
+            moving(&part(&img, "t", 0)),
+            (vec![2], vec![], vec![], vec![2], 2)
+        );
+    }
+
+    #[test]
+    fn a_new_target_or_a_cancel_keeps_a_live_in_sync_replica() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1]])).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![2, 3])).unwrap();
+        set_isr(&mut img, 1, "t", 0, &[1, 2]).unwrap();
+        fence(&mut img, 1, true).unwrap();
+        let before = part(&img, "t", 0);
+        assert_eq!(
+            moving(&before),
+            (vec![2, 3, 1], vec![2, 3], vec![1], vec![2], 2)
+        );
+        // Dropping 2, the only live in-sync replica, is refused either way.
+        assert!(matches!(
+            reassign(&mut img, "t", 0, Some(vec![3])),
+            Err(CommandError::InvalidReplicaAssignment(_))
+        ));
+        assert!(matches!(
+            reassign(&mut img, "t", 0, None),
+            Err(CommandError::InvalidReplicaAssignment(_))
+        ));
+        assert_eq!(part(&img, "t", 0), before, "nothing changed");
+    }
+
+    #[test]
+    fn new_partitions_of_a_topic_being_moved_get_its_target_replication_factor() {
+        let (mut img, _) = cluster(3);
+        create(&mut img, assigned("t", vec![vec![1, 2]])).unwrap();
+        reassign(&mut img, "t", 0, Some(vec![3])).unwrap();
+        assert_eq!(
+            part(&img, "t", 0).replicas.len(),
+            3,
+            "target and removed together"
+        );
+        let grow = Command::CreatePartitions {
+            topics: vec![NewPartitions {
+                topic: "t".into(),
+                count: 2,
+                assignments: None,
+            }],
+        };
+        assert_eq!(next(&mut img, grow), Outcome::Items(vec![Ok(())]));
+        assert_eq!(part(&img, "t", 1).replicas.len(), 1);
     }
 
     #[test]

@@ -15,8 +15,9 @@
 //!   when unclean leader election is enabled for its topic, no active replica at all;
 //! - a reassignment's adding and removing replicas are disjoint replicas of the
 //!   partition, the replicas list the target (the replicas not being removed) first, and
-//!   some replica is neither added nor removed or the target is not yet all in the ISR
-//!   (a reassignment whose target is all in the ISR has completed);
+//!   a reassignment whose target is all in the ISR and whose leader is in the target has
+//!   completed (it stays in progress only while a removed replica leads and no target
+//!   replica is live to take over, or while nothing leads);
 //! - a registration that is shutting down is fenced;
 //! - topic ids are unique and `topic_ids` indexes exactly `topics`;
 //! - epochs only grow (checked where they change, in `apply`).

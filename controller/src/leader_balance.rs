@@ -53,7 +53,7 @@ pub fn partitions_to_rebalance(
 pub(crate) async fn lead(shared: Arc<Shared>, config: LeaderBalance) {
     let mut tick = tokio::time::interval(config.check_interval.max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is at once: give a new leader one interval
+    tick.tick().await; // the first tick is at once: wait one interval from start-up
     loop {
         tick.tick().await;
         if !node::is_leader(&shared) {
@@ -63,6 +63,7 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: LeaderBalance) {
         if partitions.is_empty() {
             continue;
         }
+        let n = partitions.len();
         let proposal = Proposal {
             id: Uuid::new_v4(),
             command: Command::ElectLeaders {
@@ -72,7 +73,7 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: LeaderBalance) {
         };
         match node::write_local(&shared, proposal).await {
             Ok(applied) => {
-                tracing::info!(outcome = ?applied.outcome, "preferred leaders rebalanced")
+                tracing::info!(partitions = n, outcome = ?applied.outcome, "preferred leaders rebalanced")
             }
             Err(e) => tracing::debug!(error = %e, "preferred leader rebalance not committed"),
         }
