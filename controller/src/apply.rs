@@ -467,10 +467,7 @@ impl MetadataImage {
                 )));
             }
             for r in lists {
-                let mut sorted = r.clone();
-                sorted.sort_unstable();
-                sorted.dedup();
-                if r.is_empty() || sorted.len() != r.len() {
+                if !names_each_once(r) {
                     return Err(CommandError::InvalidReplicaAssignment(format!(
                         "replica list {r:?} is empty or names a broker twice"
                     )));
@@ -794,12 +791,17 @@ fn revert_reassignment(p: &mut PartitionImage, live: &[i32]) -> Result<(), Comma
     Ok(())
 }
 
-/// A reassignment's target: some replicas, none twice, each a registered broker.
-fn check_target(target: &[i32], registered: impl Fn(i32) -> bool) -> Result<(), CommandError> {
-    let mut sorted = target.to_vec();
+/// Whether a list of brokers (replicas, a target, an ISR) names some, and none twice.
+fn names_each_once(brokers: &[i32]) -> bool {
+    let mut sorted = brokers.to_vec();
     sorted.sort_unstable();
     sorted.dedup();
-    if target.is_empty() || sorted.len() != target.len() {
+    !brokers.is_empty() && sorted.len() == brokers.len()
+}
+
+/// A reassignment's target: some replicas, none twice, each a registered broker.
+fn check_target(target: &[i32], registered: impl Fn(i32) -> bool) -> Result<(), CommandError> {
+    if !names_each_once(target) {
         return Err(CommandError::InvalidReplicaAssignment(format!(
             "the target replicas {target:?} are empty or name a broker twice"
         )));
@@ -816,10 +818,7 @@ fn check_target(target: &[i32], registered: impl Fn(i32) -> bool) -> Result<(), 
 /// twice, replicas only, the leader kept (an ISR without its leader would leave the
 /// partition led from outside its ISR).
 fn check_isr(p: &PartitionImage, isr: &[i32]) -> Result<(), CommandError> {
-    let mut sorted = isr.to_vec();
-    sorted.sort_unstable();
-    sorted.dedup();
-    if isr.is_empty() || sorted.len() != isr.len() {
+    if !names_each_once(isr) {
         return Err(CommandError::Invalid(format!(
             "ISR {isr:?} is empty or names a broker twice"
         )));

@@ -5,49 +5,21 @@ are read on disk once the brokers have stopped."""
 
 from __future__ import annotations
 
-import struct
 import time
 from pathlib import Path
 
+import kwire
 from confluent_kafka import Consumer, Producer, TopicPartition
 from test_kafka_python import wait_until
 from test_replication import (FAST, TIMEOUT, admin, batches_on_disk, base_and_last, bootstrap,
                               by_id, create, partition_state)
 
 
-def varint(buf: bytes, pos: int) -> tuple[int, int]:
-    """A zigzag varint (Kafka's record fields) at `pos`: (value, next position)."""
-    shift = raw = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        raw |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return (raw >> 1) ^ -(raw & 1), pos
-        shift += 7
-
-
 def records(batch: bytes) -> list[tuple[int, bytes | None, bytes | None]]:
     """(offset, key, value) of every record of an uncompressed batch."""
-    base, = struct.unpack_from(">q", batch, 0)
-    attributes, = struct.unpack_from(">h", batch, 21)
-    assert attributes & 0x07 == 0, "the test produces uncompressed batches"
-    count, = struct.unpack_from(">i", batch, 57)
-    out, pos = [], 61
-    for _ in range(count):
-        length, pos = varint(batch, pos)
-        end = pos + length
-        pos += 1  # attributes
-        _, pos = varint(batch, pos)  # timestamp delta
-        delta, pos = varint(batch, pos)
-        fields = []
-        for _ in range(2):
-            n, pos = varint(batch, pos)
-            fields.append(None if n < 0 else batch[pos:pos + n])
-            pos += max(n, 0)
-        out.append((base + delta, fields[0], fields[1]))
-        pos = end
-    return out
+    decoded, = kwire.decode_batches(batch)
+    assert decoded["attributes"] & 0x07 == 0, "the test produces uncompressed batches"
+    return [(r["offset"], r["key"], r["value"]) for r in decoded["records"]]
 
 
 def latest_per_key(batches: list[bytes]) -> dict[bytes, bytes]:
