@@ -259,8 +259,17 @@ fn an_observer_joins_and_takes_partitions() {
         .filter(|p| p.leader == 4)
         .count();
     assert_eq!(on_4, 2);
-    let q = block(c.node(4).describe_quorum()).expect("quorum");
-    assert_eq!(q.leader, Some(leader as u64));
+    // The leader the observer reports is the quorum's current one (an election may
+    // have moved it since it was first seen, on a loaded machine).
+    let q = wait_for(
+        Duration::from_secs(10),
+        "the observer to report the leader",
+        || {
+            let q = block(c.node(4).describe_quorum()).expect("quorum");
+            let now = c.leader(Duration::from_secs(10));
+            (q.leader == Some(now as u64)).then_some(q)
+        },
+    );
     assert_eq!(
         q.voters.iter().map(|v| v.id).collect::<Vec<_>>(),
         vec![1, 2, 3]
