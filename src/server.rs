@@ -133,6 +133,7 @@ pub fn run(
         .on_all_shards({
             let life = life.clone();
             let node = node.clone();
+            let throttles = Arc::new(shards::replication_throttle::ReplicationThrottles::default());
             move || {
                 let (mesh, config, shard_config, metadata, life, queries, node) = (
                     mesh.clone(),
@@ -144,12 +145,17 @@ pub fn run(
                     node.clone(),
                 );
                 let connection_limits = connection_limits.clone();
+                let throttles = throttles.clone();
                 async move {
                     let result = shard_main(
                         mesh,
                         config,
                         shard_config,
-                        ClusterHandles { metadata, node },
+                        ClusterHandles {
+                            metadata,
+                            node,
+                            throttles,
+                        },
                         life.clone(),
                         queries,
                         connection_limits,
@@ -185,11 +191,12 @@ pub fn run(
     }
 }
 
-/// What every shard shares of the cluster: the published metadata and the controller
-/// node that publishes it.
+/// What every shard shares of the cluster: the published metadata, the controller
+/// node that publishes it, and the broker's replication throttles.
 struct ClusterHandles {
     metadata: Arc<MetadataStore>,
     node: corelog_controller::ControllerNode,
+    throttles: Arc<shards::replication_throttle::ReplicationThrottles>,
 }
 
 async fn shard_main(
@@ -203,7 +210,11 @@ async fn shard_main(
     >,
     connection_limits: Arc<crate::net::connection_limits::ConnectionLimits>,
 ) -> anyhow::Result<()> {
-    let ClusterHandles { metadata, node } = cluster;
+    let ClusterHandles {
+        metadata,
+        node,
+        throttles,
+    } = cluster;
     let n = config.shards;
     let (senders, mut receivers) = mesh
         .join()
@@ -211,7 +222,7 @@ async fn shard_main(
         .map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
     let id = senders.peer_id();
     tracing::debug!(shard = id, "joined the shard mesh");
-    let shard = Shard::new(id, shard_config, metadata, senders, node);
+    let shard = Shard::new(id, shard_config, metadata, senders, node, throttles);
     for (_, rx) in receivers.streams() {
         let shard = shard.clone();
         glommio::spawn_local(async move {

@@ -383,34 +383,73 @@ impl Controller {
             .get(resource)
             .cloned()
             .unwrap_or_default();
+        // Broker-only keys (the replication throttles) are set and deleted as they are;
+        // the rest go through the topic keys.
+        let only = |k: &str| topic_config::broker_only_def(k).is_some();
         let current: BTreeMap<String, String> = stored
             .iter()
+            .filter(|(k, _)| !only(k))
             .map(|(k, v)| Ok((to_topic(k)?, v.clone())))
             .collect::<Result<_, TopicError>>()?;
+        let mut broker_only: BTreeMap<String, String> = stored
+            .iter()
+            .filter(|(k, _)| only(k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let ops = match ops {
-            ConfigOps::Replace(pairs) => ConfigOps::Replace(
-                pairs
-                    .iter()
-                    .map(|(k, v)| Ok((to_topic(k)?, v.clone())))
-                    .collect::<Result<_, TopicError>>()?,
-            ),
-            ConfigOps::Incremental(list) => ConfigOps::Incremental(
-                list.iter()
-                    .map(|op| {
-                        Ok(match op {
-                            ConfigOp::Set(k, v) => ConfigOp::Set(to_topic(k)?, v.clone()),
-                            ConfigOp::Delete(k) => ConfigOp::Delete(to_topic(k)?),
-                            ConfigOp::Append(k, v) => ConfigOp::Append(to_topic(k)?, v.clone()),
-                            ConfigOp::Subtract(k, v) => ConfigOp::Subtract(to_topic(k)?, v.clone()),
-                        })
-                    })
-                    .collect::<Result<_, TopicError>>()?,
-            ),
+            ConfigOps::Replace(pairs) => {
+                broker_only = pairs.iter().filter(|(k, _)| only(k)).cloned().collect();
+                ConfigOps::Replace(
+                    pairs
+                        .iter()
+                        .filter(|(k, _)| !only(k))
+                        .map(|(k, v)| Ok((to_topic(k)?, v.clone())))
+                        .collect::<Result<_, TopicError>>()?,
+                )
+            }
+            ConfigOps::Incremental(list) => {
+                let mut topic_ops = Vec::with_capacity(list.len());
+                for op in list {
+                    match op {
+                        ConfigOp::Set(k, v) if only(k) => {
+                            broker_only.insert(k.clone(), v.clone());
+                        }
+                        ConfigOp::Delete(k) if only(k) => {
+                            broker_only.remove(k);
+                        }
+                        ConfigOp::Append(k, _) | ConfigOp::Subtract(k, _) if only(k) => {
+                            return Err(TopicError::InvalidConfig(format!(
+                                "Config value append/subtract is not allowed for config key: {k}"
+                            )));
+                        }
+                        // Deleting a key that is not set changes nothing, whatever the key
+                        // (KRaft accepts it; `kafka-reassign-partitions --verify` deletes
+                        // throttles of every kind, set or not).
+                        ConfigOp::Delete(k) if !stored.contains_key(k) => {}
+                        ConfigOp::Set(k, v) => {
+                            topic_ops.push(ConfigOp::Set(to_topic(k)?, v.clone()))
+                        }
+                        ConfigOp::Delete(k) => topic_ops.push(ConfigOp::Delete(to_topic(k)?)),
+                        ConfigOp::Append(k, v) => {
+                            topic_ops.push(ConfigOp::Append(to_topic(k)?, v.clone()))
+                        }
+                        ConfigOp::Subtract(k, v) => {
+                            topic_ops.push(ConfigOp::Subtract(to_topic(k)?, v.clone()))
+                        }
+                    }
+                }
+                ConfigOps::Incremental(topic_ops)
+            }
         };
         let layer = apply_ops(&effective, &current, &ops).map_err(invalid)?;
         let layer: BTreeMap<String, String> = layer
             .into_iter()
-            .filter_map(|(k, v)| topic_config::def(&k).map(|d| (d.broker_name.to_string(), v)))
+            .filter_map(|(k, v)| {
+                topic_config::def(&k)
+                    .and_then(|d| d.broker_name)
+                    .map(|b| (b.to_string(), v))
+            })
+            .chain(broker_only)
             .collect();
         topic_config::check_broker_layer(&layer).map_err(invalid)?;
         // The new defaults must hold together, and every topic's overrides must still

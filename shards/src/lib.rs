@@ -43,6 +43,7 @@ pub mod producer_ids;
 pub mod reconcile;
 pub mod replica_fetcher;
 pub mod replication;
+pub mod replication_throttle;
 pub mod routing;
 pub mod shard;
 pub mod shard_config;

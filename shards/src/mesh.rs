@@ -138,6 +138,8 @@ pub struct FetchOutput {
     pub diverging_epoch: Option<(i32, i64)>,
     /// Whole batches in memory, or a range of a segment file to be sent without a copy.
     pub result: Result<corelog_storage::Records, PartitionError>,
+    /// Held back by the leader's replication throttle (no records), for about this long.
+    pub throttled_for: Option<std::time::Duration>,
 }
 
 impl FetchOutput {
@@ -152,6 +154,7 @@ impl FetchOutput {
             log_start_offset,
             diverging_epoch: None,
             result: Err(error),
+            throttled_for: None,
         }
     }
 }
@@ -318,6 +321,18 @@ pub enum ConfigOp {
     Append(String, String),
     /// Remove items from a list key.
     Subtract(String, String),
+}
+
+impl ConfigOp {
+    /// The key the operation changes.
+    pub fn key(&self) -> &str {
+        match self {
+            ConfigOp::Set(k, _)
+            | ConfigOp::Delete(k)
+            | ConfigOp::Append(k, _)
+            | ConfigOp::Subtract(k, _) => k,
+        }
+    }
 }
 
 /// What actually travels on the mesh: a message and when it was sent (for the mesh

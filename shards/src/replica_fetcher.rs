@@ -23,6 +23,7 @@
 //! that failed sits out rounds for the backoff; no `RefCell` borrow crosses an `.await`.
 
 use crate::metadata::ClusterMetadata;
+use crate::replication_throttle::{self, ReplicationThrottles, Side};
 use crate::routing::TopicPartition;
 use corelog_kafka_client::connection::Connection;
 use corelog_partition::{Cut, Partition};
@@ -75,6 +76,8 @@ pub trait ReplicaHost: 'static {
     fn broker_epoch(&self) -> i64;
     fn metadata(&self) -> Arc<ClusterMetadata>;
     fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>>;
+    /// The broker's replication throttles (`replication_throttle`).
+    fn throttles(&self) -> &ReplicationThrottles;
     /// Cuts the partition's log and puts the reopened partition in its place.
     fn truncate(
         self: Rc<Self>,
@@ -175,6 +178,8 @@ struct Sent {
     partition: Rc<Partition>,
     leader_epoch: i32,
     fetch_offset: i64,
+    /// The follower throttle's rate, when it counts this partition's bytes.
+    throttle: Option<u64>,
 }
 
 async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchConfig) {
@@ -270,8 +275,9 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
     }
 }
 
-/// The request for every partition not sitting out a backoff; also when the next one
-/// that sits out is due.
+/// The request for every partition not sitting out a backoff or held back by the
+/// follower's replication throttle (outside the ISR while the bucket is in debt: Kafka's
+/// shouldFollowerThrottle); also when the next one that sits out is due.
 fn build_request<H: ReplicaHost>(
     fetcher: &Fetcher,
     host: &H,
@@ -282,6 +288,8 @@ fn build_request<H: ReplicaHost>(
     let mut sent = HashMap::new();
     let mut topics: BTreeMap<Arc<str>, FetchTopic> = BTreeMap::new();
     let mut next_due: Option<Instant> = None;
+    let node = host.node_id();
+    let rate = replication_throttle::configured_rate(&meta.broker_configs, node, Side::Follower);
     for (tp, delayed) in fetcher.partitions.borrow_mut().iter_mut() {
         if let Some(until) = *delayed {
             if until > now {
@@ -299,6 +307,24 @@ fn build_request<H: ReplicaHost>(
         let Some(topic) = meta.topic(&tp.topic) else {
             continue;
         };
+        let throttle = replication_throttle::applies(
+            rate,
+            Some(&topic.configs),
+            Side::Follower,
+            tp.partition,
+            node,
+        );
+        if let Some(rate) = throttle {
+            let in_sync = topic
+                .partition(tp.partition)
+                .is_some_and(|p| p.isr.contains(&node));
+            let held = host.throttles().held_for(Side::Follower, rate, now);
+            if !in_sync && !held.is_zero() {
+                let until = now + held;
+                next_due = Some(next_due.map_or(until, |d| d.min(until)));
+                continue;
+            }
+        }
         let mut fp = FetchPartition::default();
         fp.partition = tp.partition;
         fp.current_leader_epoch = partition.leader_epoch();
@@ -320,6 +346,7 @@ fn build_request<H: ReplicaHost>(
             Sent {
                 leader_epoch: partition.leader_epoch(),
                 fetch_offset: partition.log_end_offset(),
+                throttle,
                 partition,
             },
         );
@@ -402,6 +429,14 @@ async fn apply_response<H: ReplicaHost>(
                     truncations.push((tp, Cut::Tail(to)));
                 }
                 None => {
+                    if let (Some(rate), Some(records)) = (s.throttle, p.records.as_ref()) {
+                        host.throttles().record(
+                            Side::Follower,
+                            rate,
+                            records.len(),
+                            Instant::now(),
+                        );
+                    }
                     let ticket = match p.records.as_ref().filter(|r| !r.is_empty()) {
                         Some(records) => match s.partition.append_as_follower(records) {
                             Ok(ticket) => Some(ticket),

@@ -340,6 +340,10 @@ impl ReplicaHost for Shard {
         Shard::partition(self, tp)
     }
 
+    fn throttles(&self) -> &crate::replication_throttle::ReplicationThrottles {
+        &self.throttles
+    }
+
     async fn truncate(self: Rc<Self>, tp: TopicPartition, cut: Cut) {
         let _permit = self.admin_lock.acquire_permit(1).await;
         let Some(old) = Shard::partition(&self, &tp) else {

@@ -22,6 +22,7 @@ use crate::housekeeping::{Housekeeping, PartitionSet};
 use crate::mesh::*;
 use crate::metadata::{partition_dir, MetadataStore};
 use crate::producer_ids::ProducerIds;
+use crate::replication_throttle::Side;
 use crate::routing::{shard_of, ShardId};
 pub use crate::shard_config::ShardConfig;
 use corelog_partition::{Partition, Reader};
@@ -72,6 +73,8 @@ pub struct Shard {
     pub(crate) fetchers: crate::replica_fetcher::ReplicaFetchers<Shard>,
     /// The high watermarks checkpointed before this start (`replication`), read once.
     pub(crate) hw_checkpoints: std::cell::OnceCell<HashMap<TopicPartition, i64>>,
+    /// The broker's replication throttles, shared by its shards.
+    pub throttles: Arc<crate::replication_throttle::ReplicationThrottles>,
 }
 
 impl Shard {
@@ -81,6 +84,7 @@ impl Shard {
         metadata: Arc<MetadataStore>,
         senders: Senders<Envelope>,
         node: corelog_controller::ControllerNode,
+        throttles: Arc<crate::replication_throttle::ReplicationThrottles>,
     ) -> Rc<Shard> {
         let config_shards = config.shard_count;
         let fetch_config = config.replication.fetch.clone();
@@ -108,6 +112,7 @@ impl Shard {
             storage_context,
             fetchers: crate::replica_fetcher::ReplicaFetchers::new(fetch_config),
             hw_checkpoints: Default::default(),
+            throttles,
         });
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));
@@ -492,6 +497,59 @@ impl Shard {
             };
             out[i] = Some(answer);
         }
+        // The leader's replication throttle: which reads it counts (by input, the rate),
+        // and the ones it holds back (a replica outside the ISR while the bucket is in
+        // debt) are answered with the leader's position only (Kafka's
+        // shouldLeaderThrottle). Without a rate, nothing is looked at.
+        let mut throttled: Vec<Option<u64>> = Vec::new();
+        if let FetchReader::Replica(id) = reader {
+            let meta = self.metadata.snapshot();
+            let node = self.config.node_id;
+            let rate = crate::replication_throttle::configured_rate(
+                &meta.broker_configs,
+                node,
+                Side::Leader,
+            );
+            if rate.is_some() {
+                throttled = vec![None; inputs.len()];
+                let now = Instant::now();
+                let mut kept = Vec::with_capacity(reads.len());
+                for (i, log) in reads {
+                    let tp = &inputs[i].tp;
+                    let configs = meta.topic(&tp.topic).map(|t| &t.configs);
+                    throttled[i] = crate::replication_throttle::applies(
+                        rate,
+                        configs,
+                        Side::Leader,
+                        tp.partition,
+                        node,
+                    );
+                    let held = match throttled[i] {
+                        Some(rate) if !log.in_isr(id) => {
+                            Some(self.throttles.held_for(Side::Leader, rate, now))
+                                .filter(|d| !d.is_zero())
+                        }
+                        _ => None,
+                    };
+                    let Some(held) = held else {
+                        kept.push((i, log));
+                        continue;
+                    };
+                    // Not recorded as the replica's position: its divergence is not
+                    // checked on this answer, so it must not count towards the ISR.
+                    let high_watermark = log.high_watermark();
+                    out[i] = Some(FetchOutput {
+                        high_watermark,
+                        last_stable_offset: high_watermark,
+                        log_start_offset: log.log_start_offset(),
+                        diverging_epoch: None,
+                        result: Ok(corelog_storage::Records::default()),
+                        throttled_for: Some(held),
+                    });
+                }
+                reads = kept;
+            }
+        }
         let mut left = budget;
         let mut next = 0;
         while next < reads.len() {
@@ -505,6 +563,7 @@ impl Shard {
                         log_start_offset: log.log_start_offset(),
                         diverging_epoch: None,
                         result: Ok(corelog_storage::Records::default()),
+                        throttled_for: None,
                     });
                 }
                 break;
@@ -530,6 +589,14 @@ impl Shard {
                 out[i] = Some(match r {
                     Ok(read) => {
                         left = left.saturating_sub(read.records.len());
+                        if let Some(rate) = throttled.get(i).copied().flatten() {
+                            self.throttles.record(
+                                Side::Leader,
+                                rate,
+                                read.records.len(),
+                                Instant::now(),
+                            );
+                        }
                         let mut high_watermark = read.high_watermark;
                         if let (FetchReader::Replica(id), None) = (reader, read.diverging_epoch) {
                             match self.record_follower_fetch(
@@ -555,6 +622,7 @@ impl Shard {
                             log_start_offset: read.log_start_offset,
                             diverging_epoch: read.diverging_epoch,
                             result: Ok(read.records),
+                            throttled_for: None,
                         }
                     }
                     Err(e) => {

@@ -41,8 +41,9 @@ pub enum ConfigSource {
 #[derive(Debug)]
 pub struct ConfigDef {
     pub name: &'static str,
-    /// The broker-wide key that supplies the default (Kafka's synonym).
-    pub broker_name: &'static str,
+    /// The broker-wide key that supplies the default (Kafka's synonym); `None` for a key
+    /// that only topics set (the throttled-replica lists).
+    pub broker_name: Option<&'static str>,
     pub config_type: ConfigType,
     pub doc: &'static str,
 }
@@ -51,7 +52,15 @@ macro_rules! def {
     ($name:literal, $broker:literal, $ty:ident, $doc:literal) => {
         ConfigDef {
             name: $name,
-            broker_name: $broker,
+            broker_name: Some($broker),
+            config_type: ConfigType::$ty,
+            doc: $doc,
+        }
+    };
+    ($name:literal, $ty:ident, $doc:literal) => {
+        ConfigDef {
+            name: $name,
+            broker_name: None,
             config_type: ConfigType::$ty,
             doc: $doc,
         }
@@ -96,10 +105,20 @@ pub const DEFS: &[ConfigDef] = &[
         "unsynced data is synced at least this often (the background sync runs at the smaller of this and --flush-interval-ms)"
     ),
     def!(
+        "follower.replication.throttled.replicas",
+        List,
+        "replicas (partition:broker, or * for all) whose broker throttles fetching them as a follower outside the ISR, to follower.replication.throttled.rate"
+    ),
+    def!(
         "index.interval.bytes",
         "log.index.interval.bytes",
         Int,
         "log bytes between two sparse offset-index entries"
+    ),
+    def!(
+        "leader.replication.throttled.replicas",
+        List,
+        "replicas (partition:broker, or * for all) whose broker throttles what it sends as their leader to followers outside the ISR, to leader.replication.throttled.rate"
     ),
     def!(
         "max.compaction.lag.ms",
@@ -206,7 +225,49 @@ pub fn def(name: &str) -> Option<&'static ConfigDef> {
 
 /// The topic key whose broker-wide synonym is `broker_name`.
 pub fn def_by_broker_name(broker_name: &str) -> Option<&'static ConfigDef> {
-    DEFS.iter().find(|d| d.broker_name == broker_name)
+    DEFS.iter().find(|d| d.broker_name == Some(broker_name))
+}
+
+/// A dynamic broker key with no topic synonym.
+#[derive(Debug)]
+pub struct BrokerOnlyDef {
+    pub name: &'static str,
+    pub config_type: ConfigType,
+    pub doc: &'static str,
+    /// Kafka's default, as described.
+    pub default: &'static str,
+}
+
+/// The dynamic broker keys that no topic key inherits. They live in the same dynamic
+/// layers as the topic defaults and are read where they act (`replication_throttle`).
+pub const BROKER_ONLY_DEFS: &[BrokerOnlyDef] = &[
+    BrokerOnlyDef {
+        name: crate::replication_throttle::FOLLOWER_RATE,
+        config_type: ConfigType::Long,
+        doc: "bytes per second this broker fetches, as a follower outside the ISR, of the replicas topics name in follower.replication.throttled.replicas",
+        default: "9223372036854775807",
+    },
+    BrokerOnlyDef {
+        name: crate::replication_throttle::LEADER_RATE,
+        config_type: ConfigType::Long,
+        doc: "bytes per second this broker sends, as leader, to followers outside the ISR of the replicas topics name in leader.replication.throttled.replicas",
+        default: "9223372036854775807",
+    },
+];
+
+pub fn broker_only_def(name: &str) -> Option<&'static BrokerOnlyDef> {
+    BROKER_ONLY_DEFS.iter().find(|d| d.name == name)
+}
+
+/// Whether `name` may be set dynamically on a BROKER resource.
+pub fn is_dynamic_broker_key(name: &str) -> bool {
+    def_by_broker_name(name).is_some() || broker_only_def(name).is_some()
+}
+
+/// Checks a value of a broker-only key.
+fn check_broker_only(d: &BrokerOnlyDef, value: &str) -> Result<(), ConfigError> {
+    debug_assert_eq!(d.config_type, ConfigType::Long);
+    long_in(d.name, value, 0, i64::MAX).map(|_| ())
 }
 
 fn long_in(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {
@@ -302,6 +363,16 @@ pub fn set(config: &mut LogConfig, key: &str, value: &str) -> Result<(), ConfigE
         }
         "min.compaction.lag.ms" => c.min_compaction_lag_ms = long_in(key, value, 0, i64::MAX)?,
         "min.insync.replicas" => c.min_insync_replicas = int_in(key, value, 1)? as i32,
+        "follower.replication.throttled.replicas" => {
+            c.follower_replication_throttled_replicas =
+                crate::replication_throttle::normalize_replicas(value)
+                    .map_err(|why| invalid(key, value, why))?
+        }
+        "leader.replication.throttled.replicas" => {
+            c.leader_replication_throttled_replicas =
+                crate::replication_throttle::normalize_replicas(value)
+                    .map_err(|why| invalid(key, value, why))?
+        }
         "unclean.leader.election.enable" => {
             c.unclean_leader_election_enable = match value.trim().to_ascii_lowercase().as_str() {
                 "true" => true,
@@ -358,6 +429,10 @@ pub fn get(c: &LogConfig, key: &str) -> Option<String> {
         "min.cleanable.dirty.ratio" => c.min_cleanable_dirty_ratio.to_string(),
         "min.compaction.lag.ms" => c.min_compaction_lag_ms.to_string(),
         "min.insync.replicas" => c.min_insync_replicas.to_string(),
+        "follower.replication.throttled.replicas" => {
+            c.follower_replication_throttled_replicas.clone()
+        }
+        "leader.replication.throttled.replicas" => c.leader_replication_throttled_replicas.clone(),
         "unclean.leader.election.enable" => c.unclean_leader_election_enable.to_string(),
         "retention.bytes" => c.retention_bytes.to_string(),
         "retention.ms" => c.retention_ms.to_string(),
@@ -430,6 +505,8 @@ impl BrokerDefaults<'_> {
             for (name, value) in layer {
                 let applied = match def_by_broker_name(name) {
                     Some(d) => set(&mut c, d.name, value),
+                    // Read where it acts, not by topics.
+                    None if broker_only_def(name).is_some() => Ok(()),
                     None => Err(ConfigError {
                         key: name.clone(),
                         message: format!("{name} is not a dynamic broker config"),
@@ -445,9 +522,12 @@ impl BrokerDefaults<'_> {
 
     /// Where the broker-wide value of `d` comes from.
     fn source(&self, d: &ConfigDef) -> ConfigSource {
-        if self.node.contains_key(d.broker_name) {
+        let Some(broker_name) = d.broker_name else {
+            return ConfigSource::DefaultConfig;
+        };
+        if self.node.contains_key(broker_name) {
             ConfigSource::DynamicBrokerConfig
-        } else if self.cluster_default.contains_key(d.broker_name) {
+        } else if self.cluster_default.contains_key(broker_name) {
             ConfigSource::DynamicDefaultBrokerConfig
         } else if get(self.static_config, d.name) != get(&LogConfig::default(), d.name) {
             ConfigSource::StaticBrokerConfig
@@ -459,11 +539,14 @@ impl BrokerDefaults<'_> {
     /// Every layer that sets `d`, strongest first, ending with Kafka's default.
     fn synonyms(&self, d: &ConfigDef) -> Vec<(String, String, ConfigSource)> {
         let mut out = Vec::with_capacity(4);
-        let name = d.broker_name.to_string();
-        if let Some(v) = self.node.get(d.broker_name) {
+        let Some(broker_name) = d.broker_name else {
+            return out;
+        };
+        let name = broker_name.to_string();
+        if let Some(v) = self.node.get(broker_name) {
             out.push((name.clone(), v.clone(), ConfigSource::DynamicBrokerConfig));
         }
-        if let Some(v) = self.cluster_default.get(d.broker_name) {
+        if let Some(v) = self.cluster_default.get(broker_name) {
             out.push((
                 name.clone(),
                 v.clone(),
@@ -508,10 +591,14 @@ fn stored(value: &str) -> String {
 }
 
 /// Checks a change to a dynamic broker layer: every key must be the broker name of a
-/// topic key and every value must parse. Returns the first refusal.
+/// topic key or a broker-only key, and every value must parse. Returns the first refusal.
 pub fn check_broker_layer(layer: &BTreeMap<String, String>) -> Result<(), ConfigError> {
     let mut c = LogConfig::default();
     for (name, value) in layer {
+        if let Some(d) = broker_only_def(name) {
+            check_broker_only(d, value)?;
+            continue;
+        }
         let d = def_by_broker_name(name).ok_or_else(|| ConfigError {
             key: name.clone(),
             message: format!("{name} is not a dynamic broker config"),
@@ -555,40 +642,78 @@ pub fn describe_topic(
         .collect()
 }
 
-/// The broker-wide keys (the topic defaults under their broker names), every one
-/// alterable dynamically.
+/// The broker-wide keys (the topic defaults under their broker names, then the
+/// broker-only keys), every one alterable dynamically.
 pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
     let effective = broker.effective();
-    DEFS.iter()
-        .map(|d| {
-            let synonyms = broker.synonyms(d);
-            let value = shown_value(&synonyms, &effective, d);
-            Described {
-                name: d.broker_name.to_string(),
-                value,
-                source: broker.source(d),
-                config_type: d.config_type,
-                doc: d.doc,
-                synonyms,
-            }
+    let topic_defaults = DEFS.iter().filter_map(|d| {
+        let name = d.broker_name?;
+        let synonyms = broker.synonyms(d);
+        let value = shown_value(&synonyms, &effective, d);
+        Some(Described {
+            name: name.to_string(),
+            value,
+            source: broker.source(d),
+            config_type: d.config_type,
+            doc: d.doc,
+            synonyms,
         })
-        .collect()
+    });
+    let broker_only = BROKER_ONLY_DEFS.iter().map(|d| {
+        let mut synonyms = Vec::with_capacity(3);
+        if let Some(v) = broker.node.get(d.name) {
+            synonyms.push((
+                d.name.to_string(),
+                v.clone(),
+                ConfigSource::DynamicBrokerConfig,
+            ));
+        }
+        if let Some(v) = broker.cluster_default.get(d.name) {
+            synonyms.push((
+                d.name.to_string(),
+                v.clone(),
+                ConfigSource::DynamicDefaultBrokerConfig,
+            ));
+        }
+        synonyms.push((
+            d.name.to_string(),
+            d.default.to_string(),
+            ConfigSource::DefaultConfig,
+        ));
+        let (_, value, source) = synonyms[0].clone();
+        Described {
+            name: d.name.to_string(),
+            value: stored(&value),
+            source,
+            config_type: d.config_type,
+            doc: d.doc,
+            synonyms,
+        }
+    });
+    topic_defaults.chain(broker_only).collect()
 }
 
 /// The keys set in the cluster-wide dynamic layer only: what Kafka describes for the
 /// BROKER resource "".
 pub fn describe_cluster_default(broker: &BrokerDefaults<'_>) -> Vec<Described> {
-    DEFS.iter()
-        .filter_map(|d| {
-            let value = broker.cluster_default.get(d.broker_name)?;
+    let topic_defaults = DEFS
+        .iter()
+        .filter_map(|d| Some((d.broker_name?, d.config_type, d.doc)));
+    let broker_only = BROKER_ONLY_DEFS
+        .iter()
+        .map(|d| (d.name, d.config_type, d.doc));
+    topic_defaults
+        .chain(broker_only)
+        .filter_map(|(name, config_type, doc)| {
+            let value = broker.cluster_default.get(name)?;
             Some(Described {
-                name: d.broker_name.to_string(),
+                name: name.to_string(),
                 value: value.clone(),
                 source: ConfigSource::DynamicDefaultBrokerConfig,
-                config_type: d.config_type,
-                doc: d.doc,
+                config_type,
+                doc,
                 synonyms: vec![(
-                    d.broker_name.to_string(),
+                    name.to_string(),
                     value.clone(),
                     ConfigSource::DynamicDefaultBrokerConfig,
                 )],
@@ -609,7 +734,9 @@ mod tests {
             let mut c = base.clone();
             set(&mut c, d.name, &shown).unwrap_or_else(|e| panic!("{}: {e}", d.name));
             assert_eq!(c, base, "{} round-trips", d.name);
-            assert!(def_by_broker_name(d.broker_name).is_some());
+            if let Some(b) = d.broker_name {
+                assert!(def_by_broker_name(b).is_some());
+            }
         }
     }
 
@@ -730,5 +857,58 @@ mod tests {
         bad.insert("num.partitions".to_string(), "3".to_string());
         assert!(check_broker_layer(&bad).is_err());
         assert!(check_broker_layer(&cluster).is_ok());
+    }
+
+    #[test]
+    fn replication_throttles_are_broker_only_keys_and_topic_only_lists() {
+        let mut node = BTreeMap::new();
+        node.insert(
+            crate::replication_throttle::LEADER_RATE.to_string(),
+            "1048576".to_string(),
+        );
+        assert!(check_broker_layer(&node).is_ok());
+        let base = LogConfig::default();
+        let none = BTreeMap::new();
+        let layers = BrokerDefaults {
+            static_config: &base,
+            cluster_default: &none,
+            node: &node,
+        };
+        // Not a topic default: it changes no topic's config.
+        assert_eq!(layers.effective(), base);
+        let b = describe_broker(&layers);
+        let rate = |name: &str| b.iter().find(|d| d.name == name).cloned().expect(name);
+        let leader = rate(crate::replication_throttle::LEADER_RATE);
+        assert_eq!(
+            (leader.value.as_str(), leader.source),
+            ("1048576", ConfigSource::DynamicBrokerConfig)
+        );
+        let follower = rate(crate::replication_throttle::FOLLOWER_RATE);
+        assert_eq!(
+            (follower.value.as_str(), follower.source),
+            ("9223372036854775807", ConfigSource::DefaultConfig)
+        );
+        let mut bad = node.clone();
+        bad.insert(
+            crate::replication_throttle::FOLLOWER_RATE.to_string(),
+            "-1".to_string(),
+        );
+        assert!(check_broker_layer(&bad).is_err());
+
+        // The replica lists are topic keys with no broker synonym.
+        let d = def("leader.replication.throttled.replicas").expect("defined");
+        assert_eq!(d.broker_name, None);
+        let mut o = BTreeMap::new();
+        o.insert(d.name.to_string(), " 0:1 , 1:2".to_string());
+        let c = resolve(&base, &o).expect("valid");
+        assert_eq!(c.leader_replication_throttled_replicas, "0:1,1:2");
+        o.insert(d.name.to_string(), "0-1".to_string());
+        assert!(resolve(&base, &o).is_err());
+        let t = describe_topic(&layers, &BTreeMap::new());
+        let shown = t.iter().find(|x| x.name == d.name).expect("described");
+        assert_eq!(
+            (shown.value.as_str(), shown.source),
+            ("", ConfigSource::DefaultConfig)
+        );
     }
 }

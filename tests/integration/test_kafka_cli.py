@@ -1044,8 +1044,8 @@ def test_reassign_partitions_and_leader_election_tools(kafka_tools, broker_facto
     """kafka-reassign-partitions --generate proposes a placement over the brokers given
     and --execute starts the moves (AlterPartitionReassignments), which complete once
     the added replicas are in sync; kafka-leader-election (preferred) then gives each
-    partition to its first replica. (--verify clears replication throttles, which the
-    brokers do not take yet: not run here.)"""
+    partition to its first replica. --execute --throttle sets the replication throttles
+    and --verify, once every move is complete, clears them."""
     fast = ["--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
             "--auto-leader-rebalance-enable", "false", *BROKER_ARGS]
     brokers = broker_factory.cluster(voters=3, extra_args=fast)
@@ -1070,18 +1070,41 @@ def test_reassign_partitions_and_leader_election_tools(kafka_tools, broker_facto
         {"topic": "mv", "partition": 0, "replicas": [2, 3]},
         {"topic": "mv", "partition": 1, "replicas": [3, 1]}]}))
     r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", servers,
-              "--reassignment-json-file", plan, "--execute", broker=brokers[0])
+              "--reassignment-json-file", plan, "--execute", "--throttle", "50000000",
+              broker=brokers[0])
     assert "Successfully started partition reassignments for mv-0,mv-1" in r.text, r.why()
+    # --throttle set the rates on every broker of the moves and the replica lists.
+    r = kafka("kafka-configs.sh", "--bootstrap-server", servers, "--describe",
+              "--entity-type", "brokers", "--entity-name", "3", broker=brokers[0])
+    assert "follower.replication.throttled.rate=50000000" in r.text, r.why()
+    r = kafka("kafka-configs.sh", "--bootstrap-server", servers, "--describe",
+              "--entity-type", "topics", "--entity-name", "mv", broker=brokers[0])
+    assert "leader.replication.throttled.replicas=" in r.text, r.why()
 
     def described() -> list[tuple[str, str, str]]:
         r = kafka("kafka-topics.sh", "--bootstrap-server", servers, "--describe", "--topic", "mv",
                   broker=brokers[0])
         return re.findall(r"Partition: \d+\s+Leader: (\d+)\s+Replicas: ([\d,]+)\s+Isr: ([\d,]+)",
                           r.text)
+    # --verify reports each move, and once all are complete clears the throttles.
     deadline = time.monotonic() + 60
-    while [(rep, isr) for _, rep, isr in described()] != [("2,3", "2,3"), ("3,1", "3,1")]:
-        assert time.monotonic() < deadline, f"the moves complete: {described()}"
+    while True:
+        r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", servers,
+                  "--reassignment-json-file", plan, "--verify", broker=brokers[0])
+        if "Reassignment of partition mv-1 is completed" in r.text \
+                and "Reassignment of partition mv-0 is completed" in r.text:
+            break
+        assert "is still in progress" in r.text, r.why()
+        assert time.monotonic() < deadline, f"the moves complete: {r.text}"
         time.sleep(1)
+    assert "Clearing broker-level throttles" in r.text, r.why()
+    assert [(rep, isr) for _, rep, isr in described()] == [("2,3", "2,3"), ("3,1", "3,1")]
+    r = kafka("kafka-configs.sh", "--bootstrap-server", servers, "--describe",
+              "--entity-type", "brokers", "--entity-name", "3", broker=brokers[0])
+    assert "throttled.rate" not in r.text, r.text
+    r = kafka("kafka-configs.sh", "--bootstrap-server", servers, "--describe",
+              "--entity-type", "topics", "--entity-name", "mv", broker=brokers[0])
+    assert "throttled.replicas" not in r.text, r.text
     # mv-1's leader, 2, was removed: it handed over to 3, the first of the target.
     assert [leader for leader, _, _ in described()] == ["2", "3"]
 

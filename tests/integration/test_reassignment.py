@@ -13,6 +13,8 @@ import os
 import signal
 import time
 
+from confluent_kafka import Producer
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import KafkaConnectionError
@@ -70,6 +72,32 @@ def stop_until_fenced(broker, others) -> None:
 
 def partition_dir(broker, topic: str, partition: int):
     return broker.data_dir / f"{topic}-{partition}"
+
+
+def set_configs(brokers, resource_type, name: str, configs: dict[str, str | None]) -> None:
+    """IncrementalAlterConfigs: SET each key with a value, DELETE each with None."""
+    resource = ConfigResource(resource_type, name, incremental_configs=[
+        ConfigEntry(k, v or "", incremental_operation=(
+            AlterConfigOpType.SET if v is not None else AlterConfigOpType.DELETE))
+        for k, v in configs.items()])
+    client = admin(brokers)  # held: the future fails if its client is collected first
+    client.incremental_alter_configs([resource])[resource].result(TIMEOUT)
+
+
+def produce_bytes(brokers, topic: str, total: int, record: int = 1000) -> float:
+    """Writes `total` bytes in records of `record` bytes with acks=all; the seconds it took
+    until every record was acknowledged."""
+    p = Producer({"bootstrap.servers": bootstrap(brokers), "acks": "all", "linger.ms": 5})
+    started = time.monotonic()
+    for i in range(total // record):
+        while True:
+            try:
+                p.produce(topic, value=b"x" * record, key=str(i).encode())
+                break
+            except BufferError:
+                p.poll(0.05)
+    assert p.flush(60) == 0, "every record acknowledged"
+    return time.monotonic() - started
 
 
 def test_moving_a_partition_from_1_2_to_2_3_under_acks_all_load_loses_nothing(broker_factory):
@@ -230,3 +258,49 @@ def test_the_active_controller_hands_preferred_leaders_back(broker_factory):
     lead_elsewhere_after_a_restart_of_broker_1(brokers, "ab")
     wait_until(lambda: leaders(brokers, "ab") == PREFERRED, 20,
                "preferred leaders restored by the controller")
+
+
+def test_a_throttled_move_keeps_to_its_rate_and_in_sync_replicas_are_not_held(broker_factory):
+    """Replication throttles (KIP-73): with leader and follower rates of 256 KiB/s and
+    both throttled-replica lists naming the partition's replicas, an acks=all producer to
+    the in-sync pair is not slowed (in-sync followers are never held back: 2 MB would take
+    8 s at the rate), while a third replica added by a reassignment, outside the ISR until
+    it catches up, copies the same 2 MB no faster than the rate allows. Deleting the rates
+    and lists, as `kafka-reassign-partitions --verify` does, is accepted."""
+    brokers = broker_factory.cluster(voters=3, extra_args=FAST)
+    create(brokers, "th", 1, 2, assignment=[[1, 2]])
+    wait_until(lambda: partition_state(brokers, "th")[0] == (1, [1, 2], [1, 2]), 20,
+               "broker 1 leads, 2 in sync")
+    rate = 256 * 1024
+    for n in (1, 2, 3):
+        set_configs(brokers, ResourceType.BROKER, str(n), {
+            "leader.replication.throttled.rate": str(rate),
+            "follower.replication.throttled.rate": str(rate)})
+    set_configs(brokers, ResourceType.TOPIC, "th", {
+        "leader.replication.throttled.replicas": "0:1,0:2",
+        "follower.replication.throttled.replicas": "0:3"})
+    took = produce_bytes(brokers, "th", 2 << 20)
+    assert took < 4, f"an acks=all produce to in-sync replicas is not throttled: {took:.1f} s"
+    assert partition_state(brokers, "th")[0] == (1, [1, 2], [1, 2])
+
+    started = time.monotonic()
+    assert reassign(brokers, "th", {0: [1, 2, 3]}) == {0: None}
+    wait_until(lambda: not in_progress(brokers, "th"), 60, "the move completes")
+    took = time.monotonic() - started
+    print(f"throttled move of 2 MB at 256 KiB/s: {took:.1f} s")
+    # 2 MB at 256 KiB/s is 8 s; the buckets start with one second's worth.
+    assert took > 5, f"the added replica was held to the rate: {took:.1f} s"
+    assert partition_state(brokers, "th")[0] == (1, [1, 2, 3], [1, 2, 3])
+
+    for n in (1, 2, 3):
+        set_configs(brokers, ResourceType.BROKER, str(n), {
+            "leader.replication.throttled.rate": None,
+            "follower.replication.throttled.rate": None,
+            "replica.alter.log.dirs.io.max.bytes.per.second": None})
+    set_configs(brokers, ResourceType.TOPIC, "th", {
+        "leader.replication.throttled.replicas": None,
+        "follower.replication.throttled.replicas": None})
+    client = admin(brokers)
+    resource = ConfigResource(ResourceType.BROKER, "1")
+    entries = client.describe_configs([resource])[resource].result(TIMEOUT)
+    assert entries["leader.replication.throttled.rate"].value == "9223372036854775807"

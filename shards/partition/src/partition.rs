@@ -357,6 +357,15 @@ impl Partition {
         }
     }
 
+    /// Whether `replica` is in the committed ISR as the leader knows it (false unless
+    /// leader).
+    pub fn in_isr(&self, replica: i32) -> bool {
+        match &*self.role.borrow() {
+            Role::Leader(set) => set.isr().contains(&replica),
+            _ => false,
+        }
+    }
+
     /// The committed ISR's size as the leader knows it (0 unless leader).
     pub fn isr_len(&self) -> usize {
         match &*self.role.borrow() {

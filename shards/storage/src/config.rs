@@ -117,6 +117,12 @@ pub struct LogConfig {
     /// cost of what only the ISR held (`unclean.leader.election.enable`). The controller
     /// decides elections; the log only carries the setting for DescribeConfigs.
     pub unclean_leader_election_enable: bool,
+    /// Replicas throttled on their leader (`leader.replication.throttled.replicas`: `*`
+    /// or `partition:broker,…`). Replication reads it; the log only carries it for
+    /// DescribeConfigs.
+    pub leader_replication_throttled_replicas: String,
+    /// Replicas throttled on their follower (`follower.replication.throttled.replicas`).
+    pub follower_replication_throttled_replicas: String,
     /// Deleted segment files stay (renamed `.deleted`) this long before they are
     /// unlinked (`file.delete.delay.ms`).
     pub file_delete_delay_ms: i64,
@@ -158,6 +164,8 @@ impl Default for LogConfig {
             compression: CompressionType::Producer,
             min_insync_replicas: 1,
             unclean_leader_election_enable: false,
+            leader_replication_throttled_replicas: String::new(),
+            follower_replication_throttled_replicas: String::new(),
             file_delete_delay_ms: 60_000,
             flush_messages: i64::MAX,
             flush_ms: i64::MAX,

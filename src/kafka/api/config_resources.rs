@@ -267,20 +267,12 @@ type Checked = Result<Change, (ResponseError, String)>;
 pub(super) fn op_keys(ops: &ConfigOps) -> Vec<&str> {
     match ops {
         ConfigOps::Replace(pairs) => pairs.iter().map(|(k, _)| k.as_str()).collect(),
-        ConfigOps::Incremental(list) => list
-            .iter()
-            .map(|op| match op {
-                ConfigOp::Set(k, _)
-                | ConfigOp::Delete(k)
-                | ConfigOp::Append(k, _)
-                | ConfigOp::Subtract(k, _) => k.as_str(),
-            })
-            .collect(),
+        ConfigOps::Incremental(list) => list.iter().map(ConfigOp::key).collect(),
     }
 }
 
 /// Sorts the keys of a broker change: static ones are INVALID_REQUEST (Kafka's wording),
-/// unknown ones INVALID_CONFIG; the dynamic ones go on.
+/// unknown ones INVALID_CONFIG unless only deleted; the dynamic ones go on.
 pub(super) fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (ResponseError, String)> {
     let keys = op_keys(ops);
     let fixed: Vec<String> = static_broker_configs(ctx)
@@ -297,9 +289,19 @@ pub(super) fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (Respo
             ),
         ));
     }
-    match keys
+    // Deleting an unknown key changes nothing and is accepted, as KRaft does
+    // (`kafka-reassign-partitions --verify` deletes throttle keys of every kind).
+    let set_keys: Vec<&str> = match ops {
+        ConfigOps::Incremental(list) => list
+            .iter()
+            .filter(|op| !matches!(op, ConfigOp::Delete(_)))
+            .map(ConfigOp::key)
+            .collect(),
+        ConfigOps::Replace(_) => keys,
+    };
+    match set_keys
         .iter()
-        .find(|k| topic_config::def_by_broker_name(k).is_none())
+        .find(|k| !topic_config::is_dynamic_broker_key(k))
     {
         Some(k) => Err((
             ResponseError::InvalidConfig,

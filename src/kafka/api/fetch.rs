@@ -389,7 +389,8 @@ async fn read_round(
 }
 
 /// Waits until any wanted partition's high watermark (for a follower: its written end)
-/// moves past the one just seen, or the deadline.
+/// moves past the one just seen, a throttled partition may be read again, or the
+/// deadline.
 async fn wait_round(
     ctx: &Ctx,
     wanted: &[Wanted],
@@ -400,7 +401,19 @@ async fn wait_round(
     let replica = matches!(reader, FetchReader::Replica(_));
     let mut per_shard: Vec<Vec<(TopicPartition, i64)>> =
         (0..ctx.shard.shard_count()).map(|_| Vec::new()).collect();
+    // A partition the leader's replication throttle held back has data waiting: it is
+    // not waited on, but read again once the throttle lets it go (or at the deadline),
+    // as Kafka's DelayedFetch leaves throttled bytes out of `min_bytes`.
+    let now = Instant::now();
+    let deadline = seen
+        .iter()
+        .filter_map(|o| o.throttled_for)
+        .map(|held| now + held)
+        .fold(deadline, Instant::min);
     for (w, o) in wanted.iter().zip(seen) {
+        if o.throttled_for.is_some() {
+            continue;
+        }
         let beyond = if replica {
             w.offset
         } else {
@@ -429,9 +442,9 @@ async fn wait_round(
         })
         .collect();
     if waits.is_empty() {
+        glommio::timer::sleep(deadline.saturating_duration_since(now)).await;
         return;
     }
-    let now = Instant::now();
     let timeout = glommio::timer::sleep(deadline.saturating_duration_since(now));
     futures_lite::future::or(
         async {
