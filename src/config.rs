@@ -258,6 +258,19 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "leader.imbalance.check.interval.seconds")]
     pub leader_imbalance_check_interval_seconds: Option<u64>,
+    /// The active controller moves replicas and leaders until every broker's counts are
+    /// within 10 % of the mean (brokers being decommissioned are drained either way).
+    #[arg(long)]
+    #[serde(alias = "partition.balancer.enable")]
+    pub partition_balancer_enable: Option<bool>,
+    /// How often the partition balancer plans a wave of moves, ms.
+    #[arg(long)]
+    #[serde(alias = "partition.balancer.interval.ms")]
+    pub partition_balancer_interval_ms: Option<u64>,
+    /// Partitions moving at once (every reassignment counts), at most.
+    #[arg(long)]
+    #[serde(alias = "partition.balancer.max.moves")]
+    pub partition_balancer_max_moves: Option<usize>,
 }
 
 impl ServeArgs {
@@ -371,6 +384,15 @@ impl ServeArgs {
             leader_imbalance_check_interval_seconds: self
                 .leader_imbalance_check_interval_seconds
                 .or(file.leader_imbalance_check_interval_seconds),
+            partition_balancer_enable: self
+                .partition_balancer_enable
+                .or(file.partition_balancer_enable),
+            partition_balancer_interval_ms: self
+                .partition_balancer_interval_ms
+                .or(file.partition_balancer_interval_ms),
+            partition_balancer_max_moves: self
+                .partition_balancer_max_moves
+                .or(file.partition_balancer_max_moves),
         }
     }
 }
@@ -413,6 +435,28 @@ pub struct ClusterConfig {
     pub offsets_topic_replication_factor: i32,
     /// `None`: auto.leader.rebalance.enable is off.
     pub leader_balance: Option<corelog_controller::leader_balance::LeaderBalance>,
+    pub balancer: corelog_controller::balancer::Balancer,
+}
+
+/// The partition balancer from its flags (on, every 10 s, 8 moves at once).
+fn balancer(a: &ServeArgs) -> anyhow::Result<corelog_controller::balancer::Balancer> {
+    let defaults = corelog_controller::balancer::Balancer::default();
+    let interval_ms = a
+        .partition_balancer_interval_ms
+        .unwrap_or(defaults.interval.as_millis() as u64);
+    if interval_ms == 0 {
+        bail!("--partition-balancer-interval-ms must be above 0");
+    }
+    let max_moves = a.partition_balancer_max_moves.unwrap_or(defaults.max_moves);
+    if max_moves == 0 {
+        bail!("--partition-balancer-max-moves must be at least 1");
+    }
+    Ok(corelog_controller::balancer::Balancer {
+        enabled: a.partition_balancer_enable.unwrap_or(defaults.enabled),
+        interval: std::time::Duration::from_millis(interval_ms),
+        max_moves,
+        ..defaults
+    })
 }
 
 /// Preferred-leader rebalancing from its three flags (Kafka's defaults: on, 10 %, 300 s).
@@ -482,6 +526,7 @@ impl ClusterConfig {
                 "--offsets-topic-replication-factor",
             )?,
             leader_balance: leader_balance(a)?,
+            balancer: balancer(a)?,
         })
     }
 }

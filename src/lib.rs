@@ -9,6 +9,7 @@
 //! nothing below it depends on it. It is a library so that benchmarks reach the hot paths
 //! (request decode, response framing) directly.
 
+pub mod admin;
 pub mod cluster;
 pub mod config;
 pub mod host_check;

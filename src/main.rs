@@ -1,6 +1,6 @@
 //! `corelog serve`: the command line of the broker (see the library, `lib.rs`).
 
-use corelog::{config, http, metrics, server};
+use corelog::{admin, config, http, metrics, server};
 
 use clap::{Parser, Subcommand};
 use std::sync::atomic::Ordering;
@@ -19,6 +19,8 @@ enum Command {
     Serve(config::ServeArgs),
     /// Tell what this host gives the broker and what to change, before the first start.
     Check(CheckArgs),
+    /// Operate a running cluster (decommission a broker).
+    Admin(admin::AdminArgs),
 }
 
 #[derive(clap::Args)]
@@ -98,6 +100,15 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let args = match cli.command {
         Command::Serve(args) => args,
         Command::Check(args) => return Ok(check(args)),
+        Command::Admin(args) => {
+            return match admin::run(args) {
+                Ok(()) => Ok(std::process::ExitCode::SUCCESS),
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    Ok(std::process::ExitCode::FAILURE)
+                }
+            }
+        }
     };
     let config = config::BrokerConfig::resolve(args)?;
     // openraft narrates every election and membership step at info; its warnings and

@@ -440,8 +440,11 @@ impl MetadataImage {
         self.topics.insert(topic.name.clone(), topic);
     }
 
+    /// The brokers new replicas may go to: live and not being decommissioned.
     fn candidates(&self) -> Vec<Candidate> {
+        let draining = self.draining_brokers();
         self.live_brokers()
+            .filter(|b| !draining.contains(&b.id))
             .map(|b| Candidate {
                 id: b.id,
                 rack: b.rack.clone(),

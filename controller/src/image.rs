@@ -145,6 +145,10 @@ impl TopicImage {
     }
 }
 
+/// The dynamic broker config (on a broker's own resource) that starts (`true`) or
+/// stops a broker's decommission (`balancer`).
+pub const DECOMMISSION_KEY: &str = "corelog.decommission";
+
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct MetadataImage {
     /// The log index this image reflects (0: nothing applied yet).
@@ -180,6 +184,20 @@ impl MetadataImage {
     /// Registered and active (not fenced, not shutting down), in id order.
     pub fn live_brokers(&self) -> impl Iterator<Item = &BrokerRegistration> {
         self.brokers.values().filter(|b| b.is_active())
+    }
+
+    /// The brokers being decommissioned: those whose own dynamic layer sets
+    /// [`DECOMMISSION_KEY`] to true. They take no new replicas; the balancer drains them.
+    pub fn draining_brokers(&self) -> std::collections::BTreeSet<i32> {
+        self.broker_configs
+            .iter()
+            .filter(|(_, layer)| {
+                layer
+                    .get(DECOMMISSION_KEY)
+                    .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+            })
+            .filter_map(|(name, _)| name.parse().ok())
+            .collect()
     }
 
     /// Registered and active: may lead, join an ISR, take new replicas.

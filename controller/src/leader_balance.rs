@@ -83,47 +83,9 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: LeaderBalance) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::command::NewTopic;
-    use crate::image::Endpoint;
 
     fn image_with(assignments: Vec<Vec<i32>>) -> MetadataImage {
-        let mut img = MetadataImage::default();
-        let next = |img: &mut MetadataImage, cmd: Command| {
-            let index = img.applied + 1;
-            img.apply(index, &cmd)
-        };
-        for id in 1..=3 {
-            next(
-                &mut img,
-                Command::RegisterBroker {
-                    id,
-                    incarnation: Uuid::new_v4(),
-                    endpoint: Endpoint {
-                        host: "127.0.0.1".into(),
-                        port: 9000 + id as u16,
-                    },
-                    controller_addr: String::new(),
-                    rack: None,
-                },
-            );
-            let epoch = img.applied;
-            next(&mut img, Command::UnfenceBroker { id, epoch });
-        }
-        let created = next(
-            &mut img,
-            Command::CreateTopics {
-                topics: vec![NewTopic {
-                    name: "t".into(),
-                    id: Uuid::new_v4(),
-                    partitions: assignments.len() as i32,
-                    replication_factor: assignments[0].len() as i32,
-                    assignments: Some(assignments),
-                    configs: Default::default(),
-                }],
-            },
-        );
-        assert_eq!(created, crate::Outcome::Items(vec![Ok(())]));
-        img
+        crate::test_images::cluster(3, assignments)
     }
 
     #[test]

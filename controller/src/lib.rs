@@ -28,6 +28,7 @@
 //! Depends on no other corelog crate.
 
 mod apply;
+pub mod balancer;
 pub mod client_quotas;
 pub mod command;
 pub mod image;
@@ -42,6 +43,8 @@ pub mod raft_log;
 pub mod rpc;
 mod server;
 pub mod state_machine;
+#[cfg(test)]
+mod test_images;
 
 pub use command::{Command, CommandError, Outcome};
 pub use image::MetadataImage;

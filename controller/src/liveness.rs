@@ -27,6 +27,9 @@ pub(crate) fn heard(shared: &Shared, hb: &Heartbeat) {
     let mut l = shared.liveness.lock().unwrap_or_else(|p| p.into_inner());
     l.heard
         .insert(hb.broker, (Instant::now(), hb.epoch, hb.applied));
+    if let Some(disk) = hb.disk {
+        l.disk.insert(hb.broker, disk);
+    }
 }
 
 /// Runs for as long as the node does; acts only while the node leads.

@@ -15,6 +15,7 @@
 //! refuses a directory of another node, and refuses to start when the quorum it reaches
 //! is another cluster's), the Raft log (`raft_log`), the snapshot (`state_machine`).
 
+use crate::balancer;
 use crate::command::Command;
 use crate::image::MetadataImage;
 use crate::leader_balance;
@@ -331,6 +332,10 @@ async fn run(
         tokio::spawn(liveness::lead(shared.clone())),
         tokio::spawn(broker_duties(shared.clone())),
         tokio::spawn(keep_identity(shared.clone())),
+        tokio::spawn(balancer::lead(
+            shared.clone(),
+            shared.config.balancer.clone(),
+        )),
     ];
     if let Some(balance) = shared.config.leader_balance.clone() {
         tasks.push(tokio::spawn(leader_balance::lead(shared.clone(), balance)));
@@ -527,6 +532,7 @@ async fn broker_duties(shared: Arc<Shared>) {
             broker: shared.config.node_id,
             epoch,
             applied: shared.sm.image().applied,
+            disk: disk_use(&shared.config.dir),
         };
         if is_leader(&shared) {
             liveness::heard(&shared, &hb);
@@ -583,4 +589,16 @@ async fn join(shared: &Shared) {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// The filesystem holding `dir`, as `df` counts it (blocks reserved for root are used).
+fn disk_use(dir: &std::path::Path) -> Option<balancer::DiskUse> {
+    let st = nix::sys::statvfs::statvfs(dir).ok()?;
+    let block = st.fragment_size() as u64;
+    let total = (st.blocks() as u64).saturating_mul(block);
+    let available = (st.blocks_available() as u64).saturating_mul(block);
+    Some(balancer::DiskUse {
+        used_bytes: total.saturating_sub(available),
+        total_bytes: total,
+    })
 }

@@ -29,6 +29,8 @@ pub struct NodeConfig {
     /// Preferred leaders handed back by the active controller (Kafka's
     /// `auto.leader.rebalance.enable`); `None`: never.
     pub leader_balance: Option<LeaderBalance>,
+    /// The partition balancer and decommissioning (`balancer`).
+    pub balancer: Balancer,
 }
 
 impl NodeConfig {
@@ -60,6 +62,32 @@ impl Default for LeaderBalance {
         LeaderBalance {
             check_interval: Duration::from_secs(300),
             max_imbalance_percent: 10,
+        }
+    }
+}
+
+/// How the active controller balances replicas and drains decommissioned brokers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balancer {
+    /// Replicas and leaders are evened out (`--partition-balancer-enable`); off, only
+    /// decommissioned brokers are drained.
+    pub enabled: bool,
+    /// How often a wave is planned (`--partition-balancer-interval-ms`).
+    pub interval: Duration,
+    /// Partitions moving at once, anyone's moves included
+    /// (`--partition-balancer-max-moves`).
+    pub max_moves: usize,
+    /// How far from the mean a broker's replica or leader count may be, in percent.
+    pub max_deviation_percent: u32,
+}
+
+impl Default for Balancer {
+    fn default() -> Self {
+        Balancer {
+            enabled: true,
+            interval: Duration::from_secs(10),
+            max_moves: 8,
+            max_deviation_percent: 10,
         }
     }
 }

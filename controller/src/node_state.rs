@@ -22,6 +22,8 @@ pub(crate) struct Liveness {
     pub leading: Option<(u64, Instant)>,
     /// broker → (when last heard, its epoch then, its applied index then).
     pub heard: HashMap<i32, (Instant, u64, u64)>,
+    /// broker → its data filesystem, as last heard.
+    pub disk: std::collections::BTreeMap<i32, crate::rpc::DiskUse>,
 }
 
 /// What the server, the duties and the handle share.
@@ -104,4 +106,15 @@ pub(crate) fn local_quorum(shared: &Shared) -> Option<QuorumDescription> {
             .map(state)
             .collect(),
     })
+}
+
+impl Shared {
+    /// Every broker's data filesystem, as the active controller last heard it.
+    pub(crate) fn disk_use(&self) -> std::collections::BTreeMap<i32, crate::rpc::DiskUse> {
+        self.liveness
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .disk
+            .clone()
+    }
 }

@@ -58,6 +58,26 @@ pub struct Heartbeat {
     pub epoch: u64,
     /// The last metadata log index it has applied.
     pub applied: u64,
+    /// Its data filesystem (the balancer's disk check); absent from older brokers.
+    #[serde(default)]
+    pub disk: Option<DiskUse>,
+}
+
+/// A broker's data filesystem, from its heartbeats.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+pub struct DiskUse {
+    pub used_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl DiskUse {
+    pub fn fill(&self) -> f64 {
+        if self.total_bytes == 0 {
+            0.0
+        } else {
+            self.used_bytes as f64 / self.total_bytes as f64
+        }
+    }
 }
 
 #[derive(Debug, Serialize, Deserialize)]

@@ -452,6 +452,12 @@ impl Controller {
             .chain(broker_only)
             .collect();
         topic_config::check_broker_layer(&layer).map_err(invalid)?;
+        if resource.is_empty() && layer.contains_key(corelog_controller::image::DECOMMISSION_KEY) {
+            return Err(TopicError::InvalidConfig(format!(
+                "{} is set on one broker's resource, not for every broker",
+                corelog_controller::image::DECOMMISSION_KEY
+            )));
+        }
         // The new defaults must hold together, and every topic's overrides must still
         // resolve over them: a topic is never left running without its own settings
         // (a compacted topic falling back to deletion would lose its data).

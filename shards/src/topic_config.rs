@@ -242,6 +242,12 @@ pub struct BrokerOnlyDef {
 /// layers as the topic defaults and are read where they act (`replication_throttle`).
 pub const BROKER_ONLY_DEFS: &[BrokerOnlyDef] = &[
     BrokerOnlyDef {
+        name: corelog_controller::image::DECOMMISSION_KEY,
+        config_type: ConfigType::Boolean,
+        doc: "true on a broker's own resource: the active controller moves every replica off it and places none there (corelog admin decommission); false or deleted: it takes replicas again",
+        default: "false",
+    },
+    BrokerOnlyDef {
         name: crate::replication_throttle::FOLLOWER_RATE,
         config_type: ConfigType::Long,
         doc: "bytes per second this broker fetches, as a follower outside the ISR, of the replicas topics name in follower.replication.throttled.replicas",
@@ -266,8 +272,16 @@ pub fn is_dynamic_broker_key(name: &str) -> bool {
 
 /// Checks a value of a broker-only key.
 fn check_broker_only(d: &BrokerOnlyDef, value: &str) -> Result<(), ConfigError> {
-    debug_assert_eq!(d.config_type, ConfigType::Long);
-    long_in(d.name, value, 0, i64::MAX).map(|_| ())
+    match d.config_type {
+        ConfigType::Boolean => match value.trim().to_ascii_lowercase().as_str() {
+            "true" | "false" => Ok(()),
+            _ => Err(invalid(d.name, value, "not one of true, false")),
+        },
+        _ => {
+            debug_assert_eq!(d.config_type, ConfigType::Long);
+            long_in(d.name, value, 0, i64::MAX).map(|_| ())
+        }
+    }
 }
 
 fn long_in(key: &str, value: &str, min: i64, max: i64) -> Result<i64, ConfigError> {

@@ -305,9 +305,13 @@ class BrokerPool:
     __call__ = start
 
     def cluster(self, voters: int = 3, observers: int = 0, shards: int = 2,
-                extra_args: list[str] | None = None) -> list[Broker]:
+                extra_args: list[str] | None = None, balancer: bool = False,
+                held_back: int = 0) -> list[Broker]:
         """Brokers 1..voters+observers on loopback, the first ``voters`` the controller
-        quorum's voters, the rest observers; all healthy (admitted) on return."""
+        quorum's voters, the rest observers; all healthy (admitted) on return, but the
+        last ``held_back`` ones, which are configured and not started (``start()`` them:
+        a broker joining the cluster). The partition balancer is off unless ``balancer``:
+        tests lay their partitions out on purpose."""
         brokers = []
         for node_id in range(1, voters + observers + 1):
             wd = Path(tempfile.mkdtemp(prefix=f"corelog-it-n{node_id}-"))
@@ -318,11 +322,13 @@ class BrokerPool:
         quorum = ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in brokers[:voters])
         for b in brokers:
             b.extra_args = ["--node-id", str(b.node_id), "--controller-voters", quorum,
+                            *([] if balancer else ["--partition-balancer-enable", "false"]),
                             *(extra_args or [])]
             self.brokers.append(b)
-        for b in brokers:
+        started = brokers[:len(brokers) - held_back]
+        for b in started:
             b.launch()
-        for b in brokers:
+        for b in started:
             b.wait_healthy()
         return brokers
 

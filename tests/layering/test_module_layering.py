@@ -28,7 +28,9 @@ CRATES = {
 
 # The corelog crates each crate may depend on (normal dependencies).
 ALLOWED = {
-    "corelog": {"shards", "corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller"},
+    # corelog-kafka-client: `corelog admin` speaks to a cluster as a Kafka client.
+    "corelog": {"shards", "corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller",
+                "corelog-kafka-client"},
     "shards": {"corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller", "corelog-kafka-client"},
     "corelog-partition": {"corelog-storage"},
     "corelog-storage": set(),

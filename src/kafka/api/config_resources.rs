@@ -330,7 +330,17 @@ pub(super) fn check_resource(
             topic: name.to_string(),
             ops,
         })),
-        RESOURCE_BROKER if name.is_empty() || name == ctx.config.node_id.to_string() => {
+        // Kafka's admin clients send a broker's configs to that broker. A decommission
+        // alone is taken for any broker id (`corelog admin decommission`): the broker
+        // to drain may be down, and the setting lives in the cluster metadata anyway.
+        RESOURCE_BROKER
+            if name.is_empty()
+                || name == ctx.config.node_id.to_string()
+                || (name.parse::<i32>().is_ok_and(|id| id >= 0)
+                    && op_keys(&ops)
+                        .iter()
+                        .all(|k| *k == corelog_controller::image::DECOMMISSION_KEY)) =>
+        {
             check_broker_keys(ctx, &ops)?;
             Ok(Change::Broker {
                 resource: name.to_string(),

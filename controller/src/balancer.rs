@@ -1,0 +1,653 @@
+//! The active controller's partition balancer and broker decommissioning.
+//!
+//! Every `interval`, on the image of that moment, [`plan`] decides a wave of moves, each
+//! an ordinary reassignment (KIP-455: added replicas fetch and join the ISR before the
+//! new set is committed, a removed leader hands over in that change), so a move the
+//! controller starts is as safe as one an operator starts, survives a controller
+//! failover, and is listed by ListPartitionReassignments:
+//!
+//! 1. **Drain** (always, balancer on or off): every replica on a broker being
+//!    decommissioned (its dynamic broker config `corelog.decommission=true`) moves to the
+//!    live broker that holds the fewest replicas and not this partition, keeping its
+//!    place in the preference order. Nothing is lost if the draining broker dies half
+//!    way: its partitions are still replicated, their moves complete from the new
+//!    leaders, and a partition whose only copy it held waits for it to come back.
+//! 2. **Replicas** (balancer on, every registered broker up or leaving): while some broker holds more replicas than the upper
+//!    bound or fewer than the lower bound — the mean ± `max_deviation_percent`, widened to
+//!    the nearest whole counts around the mean — one replica moves from the fullest
+//!    broker to the emptiest that does not hold that partition, a follower rather than a
+//!    leader where there is a choice.
+//! 3. **Leaders** (balancer on, only once no move is in progress or planned): the same
+//!    bounds on preferred leaderships (the first replica of each assignment); a
+//!    partition moves its preference to one of its in-sync replicas by reordering its
+//!    replicas (a reassignment with no data to copy), and a preferred election follows.
+//!
+//! Disk use is considered through the brokers' heartbeats: a broker whose data
+//! filesystem is fuller than [`FULL`] takes no replica, and among brokers with equal
+//! counts the emptier disk takes and the fuller gives first.
+//!
+//! A wave is at most `max_moves` partitions moving at once, those in progress (anyone's)
+//! included; the next wave waits for them. The balancer's own moves are marked on their
+//! topics' throttled-replica lists (as `kafka-reassign-partitions --throttle` marks its
+//! moves) and unmarked when they complete, so the brokers' replication throttle rates
+//! hold them and leave producers and in-sync replicas alone.
+//!
+//! Invariants: a plan moves a partition at most once, never one that is being moved,
+//! keeps every replica list free of duplicates and of its length, and only ever names
+//! live brokers not being decommissioned as new replicas.
+
+use crate::command::{Command, ConfigChange, Election, ReassignmentItem};
+use crate::image::MetadataImage;
+pub use crate::node_config::Balancer;
+use crate::node_state::{self as node, Shared};
+pub use crate::rpc::DiskUse;
+use crate::state_machine::Proposal;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+use uuid::Uuid;
+
+pub use crate::image::DECOMMISSION_KEY;
+
+/// A broker whose data filesystem is fuller than this takes no new replicas.
+pub const FULL: f64 = 0.85;
+
+/// The throttled-replica lists the balancer marks its moves on (topic configs).
+const LEADER_THROTTLED: &str = "leader.replication.throttled.replicas";
+const FOLLOWER_THROTTLED: &str = "follower.replication.throttled.replicas";
+
+/// One wave: the reassignments to start, and the partitions among them that only
+/// reorder their replicas (a preferred election follows those).
+#[derive(Debug, Default, PartialEq)]
+pub struct Plan {
+    pub moves: Vec<ReassignmentItem>,
+    pub reordered: Vec<(String, i32)>,
+}
+
+/// Bounds on a per-broker count whose mean is `total / brokers`: within
+/// `max_deviation_percent` of the mean, widened to the whole numbers around it.
+pub fn bounds(total: usize, brokers: usize, max_deviation_percent: u32) -> (usize, usize) {
+    if brokers == 0 {
+        return (0, usize::MAX);
+    }
+    let mean = total as f64 / brokers as f64;
+    let dev = f64::from(max_deviation_percent) / 100.0;
+    let lower = ((mean * (1.0 - dev)).ceil()).min(mean.floor()) as usize;
+    let upper = ((mean * (1.0 + dev)).floor()).max(mean.ceil()) as usize;
+    (lower, upper)
+}
+
+struct Planner<'a> {
+    disk: &'a BTreeMap<i32, DiskUse>,
+    /// The brokers that may take replicas, and how many each will hold.
+    counts: BTreeMap<i32, usize>,
+    /// (topic, partition) → replicas, for every partition not being moved.
+    settled: BTreeMap<(String, i32), Vec<i32>>,
+    moved: BTreeSet<(String, i32)>,
+    plan: Plan,
+    budget: usize,
+}
+
+impl Planner<'_> {
+    fn fill(&self, b: i32) -> f64 {
+        self.disk.get(&b).map_or(0.0, DiskUse::fill)
+    }
+
+    /// The emptiest broker that may take a replica of a partition on `replicas`.
+    fn taker(&self, replicas: &[i32]) -> Option<i32> {
+        self.counts
+            .iter()
+            .filter(|(b, _)| !replicas.contains(b) && self.fill(**b) < FULL)
+            .min_by(|(a, ca), (b, cb)| {
+                ca.cmp(cb)
+                    .then(self.fill(**a).total_cmp(&self.fill(**b)))
+                    .then(a.cmp(b))
+            })
+            .map(|(b, _)| *b)
+    }
+
+    fn start(&mut self, key: (String, i32), target: Vec<i32>) {
+        debug_assert!(self.budget > 0 && !self.moved.contains(&key));
+        self.settled.insert(key.clone(), target.clone());
+        self.plan.moves.push(ReassignmentItem {
+            topic: key.0.clone(),
+            partition: key.1,
+            target: Some(target),
+            keep_replication_factor: true,
+        });
+        self.moved.insert(key);
+        self.budget -= 1;
+    }
+
+    fn drain(&mut self, draining: &BTreeSet<i32>) {
+        let keys: Vec<(String, i32)> = self
+            .settled
+            .iter()
+            .filter(|(_, r)| r.iter().any(|b| draining.contains(b)))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in keys {
+            if self.budget == 0 {
+                return;
+            }
+            let mut target = self.settled[&key].clone();
+            let mut complete = true;
+            for i in 0..target.len() {
+                if !draining.contains(&target[i]) {
+                    continue;
+                }
+                match self.taker(&target) {
+                    Some(b) => {
+                        *self.counts.get_mut(&b).expect("a taker is counted") += 1;
+                        target[i] = b;
+                    }
+                    None => complete = false,
+                }
+            }
+            // Fewer brokers left than replicas: the partition stays until one joins.
+            if complete {
+                self.start(key, target);
+            }
+        }
+    }
+
+    fn balance_replicas(&mut self, total: usize, max_deviation_percent: u32) {
+        let (lower, upper) = bounds(total, self.counts.len(), max_deviation_percent);
+        while self.budget > 0 {
+            let Some((key, from, to)) = self.replica_move(lower, upper) else {
+                return;
+            };
+            let mut target = self.settled[&key].clone();
+            for r in target.iter_mut().filter(|r| **r == from) {
+                *r = to;
+            }
+            *self.counts.get_mut(&from).expect("counted") -= 1;
+            *self.counts.get_mut(&to).expect("counted") += 1;
+            self.start(key, target);
+        }
+    }
+
+    /// The next replica to move: from the fullest broker above the bounds (or any, to
+    /// one below them) to the emptiest that can take it, a follower first.
+    fn replica_move(&self, lower: usize, upper: usize) -> Option<((String, i32), i32, i32)> {
+        let by_load = |a: &i32, b: &i32| {
+            self.counts[a]
+                .cmp(&self.counts[b])
+                .then(self.fill(*a).total_cmp(&self.fill(*b)))
+                .then(a.cmp(b))
+        };
+        let mut givers: Vec<i32> = self.counts.keys().copied().collect();
+        givers.sort_by(|a, b| by_load(b, a));
+        let mut takers: Vec<i32> = self
+            .counts
+            .keys()
+            .copied()
+            .filter(|b| self.fill(*b) < FULL)
+            .collect();
+        takers.sort_by(by_load);
+        for &from in &givers {
+            for &to in &takers {
+                let (cf, ct) = (self.counts[&from], self.counts[&to]);
+                if cf <= ct + 1 || (cf <= upper && ct >= lower) {
+                    continue;
+                }
+                let candidates = self.settled.iter().filter(|(k, r)| {
+                    !self.moved.contains(*k) && r.contains(&from) && !r.contains(&to)
+                });
+                let mut leader_move = None;
+                for (k, r) in candidates {
+                    if r.first() != Some(&from) {
+                        return Some((k.clone(), from, to));
+                    }
+                    leader_move.get_or_insert_with(|| k.clone());
+                }
+                if let Some(k) = leader_move {
+                    return Some((k, from, to));
+                }
+            }
+        }
+        None
+    }
+
+    fn balance_leaders(&mut self, image: &MetadataImage, max_deviation_percent: u32) {
+        let mut leads: BTreeMap<i32, usize> = self.counts.keys().map(|b| (*b, 0)).collect();
+        for r in self.settled.values() {
+            if let Some(n) = r.first().and_then(|b| leads.get_mut(b)) {
+                *n += 1;
+            }
+        }
+        let total = leads.values().sum();
+        let (lower, upper) = bounds(total, leads.len(), max_deviation_percent);
+        while self.budget > 0 {
+            let mut order: Vec<i32> = leads.keys().copied().collect();
+            order.sort_by_key(|b| (leads[b], *b));
+            let found = order.iter().rev().find_map(|&from| {
+                order.iter().find_map(|&to| {
+                    let (cf, ct) = (leads[&from], leads[&to]);
+                    if cf <= ct + 1 || (cf <= upper && ct >= lower) {
+                        return None;
+                    }
+                    self.settled
+                        .iter()
+                        .find(|(k, r)| {
+                            !self.moved.contains(*k)
+                                && r.first() == Some(&from)
+                                && r.contains(&to)
+                                && image
+                                    .topic(&k.0)
+                                    .and_then(|t| t.partition(k.1))
+                                    .is_some_and(|p| p.isr.contains(&to))
+                        })
+                        .map(|(k, _)| (k.clone(), from, to))
+                })
+            });
+            let Some((key, from, to)) = found else {
+                return;
+            };
+            let mut target = self.settled[&key].clone();
+            target.retain(|b| *b != to);
+            target.insert(0, to);
+            *leads.get_mut(&from).expect("counted") -= 1;
+            *leads.get_mut(&to).expect("counted") += 1;
+            self.plan.reordered.push(key.clone());
+            self.start(key, target);
+        }
+    }
+}
+
+/// The next wave (see the module doc). `balance` off: drains only.
+pub fn plan(
+    image: &MetadataImage,
+    disk: &BTreeMap<i32, DiskUse>,
+    balance: bool,
+    max_moves: usize,
+    max_deviation_percent: u32,
+) -> Plan {
+    let draining = image.draining_brokers();
+    let mut in_progress = 0;
+    let mut settled = BTreeMap::new();
+    for t in image.topics.values() {
+        for (i, p) in (0..).zip(&t.partitions) {
+            if p.is_reassigning() {
+                in_progress += 1;
+            } else {
+                settled.insert((t.name.clone(), i), p.replicas.clone());
+            }
+        }
+    }
+    let mut counts: BTreeMap<i32, usize> = image
+        .live_brokers()
+        .map(|b| b.id)
+        .filter(|b| !draining.contains(b))
+        .map(|b| (b, 0))
+        .collect();
+    for t in image.topics.values() {
+        for p in &t.partitions {
+            for b in p.target() {
+                if let Some(n) = counts.get_mut(&b) {
+                    *n += 1;
+                }
+            }
+        }
+    }
+    let mut planner = Planner {
+        disk,
+        counts,
+        settled,
+        moved: BTreeSet::new(),
+        plan: Plan::default(),
+        budget: max_moves.saturating_sub(in_progress),
+    };
+    if planner.counts.is_empty() {
+        return Plan::default();
+    }
+    planner.drain(&draining);
+    // Only with every broker up (or leaving): a broker that is briefly down keeps its
+    // replicas, and evening out the others meanwhile would only move them twice.
+    let all_up = image
+        .brokers
+        .keys()
+        .all(|b| image.is_live(*b) || draining.contains(b));
+    if balance && all_up {
+        // Replicas still on draining brokers end up on the others: counted as theirs.
+        let total = image
+            .topics
+            .values()
+            .flat_map(|t| &t.partitions)
+            .map(|p| p.target().len())
+            .sum();
+        planner.balance_replicas(total, max_deviation_percent);
+        if planner.plan.moves.is_empty() && in_progress == 0 {
+            planner.balance_leaders(image, max_deviation_percent);
+        }
+    }
+    planner.plan
+}
+
+/// A throttled-replica list with `entries` added (`add`) or removed; items sorted.
+fn edit_list(list: Option<&String>, entries: &BTreeSet<String>, add: bool) -> String {
+    let mut items: BTreeSet<String> = list
+        .map(|l| {
+            l.split(',')
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty())
+                .collect()
+        })
+        .unwrap_or_default();
+    if items.contains("*") {
+        return "*".into();
+    }
+    for e in entries {
+        if add {
+            items.insert(e.clone());
+        } else {
+            items.remove(e);
+        }
+    }
+    items.into_iter().collect::<Vec<_>>().join(",")
+}
+
+/// The topic config changes that mark (`add`) or unmark moves on the throttled-replica
+/// lists: leader entries for the replicas a partition had, follower entries for the ones
+/// it gains.
+fn throttle_marks(
+    image: &MetadataImage,
+    marks: &BTreeMap<(String, i32), (Vec<i32>, Vec<i32>)>,
+    add: bool,
+) -> Vec<ConfigChange> {
+    let mut by_topic: BTreeMap<&str, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
+    for ((topic, p), (leaders, followers)) in marks {
+        let e = by_topic.entry(topic).or_default();
+        e.0.extend(leaders.iter().map(|b| format!("{p}:{b}")));
+        e.1.extend(followers.iter().map(|b| format!("{p}:{b}")));
+    }
+    by_topic
+        .into_iter()
+        .filter_map(|(topic, (leaders, followers))| {
+            let from = image.topic(topic)?.configs.clone();
+            let mut to = from.clone();
+            for (key, entries) in [(LEADER_THROTTLED, leaders), (FOLLOWER_THROTTLED, followers)] {
+                let list = edit_list(from.get(key), &entries, add);
+                if list.is_empty() {
+                    to.remove(key);
+                } else {
+                    to.insert(key.to_string(), list);
+                }
+            }
+            (to != from).then(|| ConfigChange {
+                name: topic.to_string(),
+                from,
+                to,
+            })
+        })
+        .collect()
+}
+
+async fn propose(shared: &Shared, command: Command) -> Option<crate::command::Outcome> {
+    let proposal = Proposal {
+        id: Uuid::new_v4(),
+        command,
+    };
+    match node::write_local(shared, proposal).await {
+        Ok(applied) => Some(applied.outcome),
+        Err(e) => {
+            tracing::debug!(error = %e, "balancer proposal not committed");
+            None
+        }
+    }
+}
+
+/// Runs for as long as the node does; acts only while the node leads.
+pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
+    let mut tick = tokio::time::interval(config.interval.max(Duration::from_millis(100)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // This controller's moves still marked on throttled-replica lists: (replicas it
+    // had, replicas it gains). A failover forgets them; the marks then stay until an
+    // operator clears them, as a --throttle left by an interrupted tool would.
+    let mut marked: BTreeMap<(String, i32), (Vec<i32>, Vec<i32>)> = BTreeMap::new();
+    loop {
+        tick.tick().await;
+        if !node::is_leader(&shared) {
+            marked.clear();
+            continue;
+        }
+        let image = shared.sm.image();
+        let done: BTreeMap<_, _> = marked
+            .iter()
+            .filter(|((t, p), _)| {
+                !image
+                    .topic(t)
+                    .and_then(|t| t.partition(*p))
+                    .is_some_and(|p| p.is_reassigning())
+            })
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        if !done.is_empty() {
+            let changes = throttle_marks(&image, &done, false);
+            let ok = changes.is_empty()
+                || matches!(
+                    propose(&shared, Command::SetTopicConfigs { changes }).await,
+                    Some(crate::command::Outcome::Done(Ok(())))
+                );
+            if ok {
+                marked.retain(|k, _| !done.contains_key(k));
+            }
+            continue;
+        }
+        let disk = shared.disk_use();
+        let wave = plan(
+            &image,
+            &disk,
+            config.enabled,
+            config.max_moves,
+            config.max_deviation_percent,
+        );
+        if wave.moves.is_empty() {
+            continue;
+        }
+        let marks: BTreeMap<(String, i32), (Vec<i32>, Vec<i32>)> = wave
+            .moves
+            .iter()
+            .filter_map(|m| {
+                let p = image.topic(&m.topic)?.partition(m.partition)?;
+                let target = m.target.clone()?;
+                let gains: Vec<i32> = target
+                    .iter()
+                    .copied()
+                    .filter(|b| !p.replicas.contains(b))
+                    .collect();
+                (!gains.is_empty())
+                    .then(|| ((m.topic.clone(), m.partition), (p.replicas.clone(), gains)))
+            })
+            .collect();
+        let changes = throttle_marks(&image, &marks, true);
+        if !changes.is_empty()
+            && !matches!(
+                propose(&shared, Command::SetTopicConfigs { changes }).await,
+                Some(crate::command::Outcome::Done(Ok(())))
+            )
+        {
+            // The topics changed meanwhile: plan again on the next image.
+            continue;
+        }
+        marked.extend(marks);
+        let n = wave.moves.len();
+        let outcome = propose(
+            &shared,
+            Command::AlterPartitionReassignments { items: wave.moves },
+        )
+        .await;
+        tracing::info!(partitions = n, reordered = wave.reordered.len(), outcome = ?outcome, "balancer moves started");
+        if !wave.reordered.is_empty() {
+            let outcome = propose(
+                &shared,
+                Command::ElectLeaders {
+                    election: Election::Preferred,
+                    partitions: wave.reordered,
+                },
+            )
+            .await;
+            tracing::debug!(outcome = ?outcome, "balancer's preferred elections");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_images::{apply, cluster, join};
+
+    /// Applies a plan's moves and completes them (every added replica in sync).
+    fn carry_out(img: &mut MetadataImage, plan: &Plan) {
+        let outcome = apply(
+            img,
+            Command::AlterPartitionReassignments {
+                items: plan.moves.clone(),
+            },
+        );
+        assert!(
+            matches!(&outcome, crate::Outcome::Items(v) if v.iter().all(Result::is_ok)),
+            "{outcome:?}"
+        );
+        // Every added replica catches up: the move completes, as the controller
+        // completes it once the whole target is in the ISR.
+        for p in img.topics.get_mut("t").unwrap().partitions.iter_mut() {
+            if p.is_reassigning() {
+                p.replicas = p.target();
+                p.isr = p.replicas.clone();
+                p.adding.clear();
+                p.removing.clear();
+                if !p.replicas.contains(&p.leader) {
+                    p.leader = p.replicas[0];
+                }
+            }
+        }
+    }
+
+    fn replicas_per_broker(img: &MetadataImage) -> BTreeMap<i32, usize> {
+        let mut n = BTreeMap::new();
+        for p in &img.topics["t"].partitions {
+            for b in &p.replicas {
+                *n.entry(*b).or_insert(0) += 1;
+            }
+        }
+        n
+    }
+
+    fn preferred_per_broker(img: &MetadataImage) -> BTreeMap<i32, usize> {
+        let mut n = BTreeMap::new();
+        for p in &img.topics["t"].partitions {
+            *n.entry(p.replicas[0]).or_insert(0) += 1;
+        }
+        n
+    }
+
+    #[test]
+    fn bounds_are_the_mean_give_or_take_the_deviation_in_whole_counts() {
+        assert_eq!(bounds(24, 4, 10), (6, 6));
+        assert_eq!(bounds(8, 3, 10), (2, 3));
+        assert_eq!(bounds(100, 4, 10), (23, 27));
+        assert_eq!(bounds(0, 3, 10), (0, 0));
+    }
+
+    #[test]
+    fn a_joining_broker_takes_replicas_then_leaders_until_all_are_within_bounds() {
+        let assignments: Vec<Vec<i32>> =
+            (0..12).map(|i| vec![i % 3 + 1, (i + 1) % 3 + 1]).collect();
+        let mut img = cluster(3, assignments);
+        let none = BTreeMap::new();
+        assert_eq!(plan(&img, &none, true, 8, 10), Plan::default(), "balanced");
+        join(&mut img, 4);
+        let mut waves = 0;
+        loop {
+            let p = plan(&img, &none, true, 4, 10);
+            if p.moves.is_empty() {
+                break;
+            }
+            assert!(p.moves.len() <= 4, "a wave is at most max_moves");
+            carry_out(&mut img, &p);
+            waves += 1;
+            assert!(waves < 20, "converges");
+        }
+        let per = replicas_per_broker(&img);
+        assert_eq!(per.values().copied().collect::<Vec<_>>(), vec![6, 6, 6, 6]);
+        let leads = preferred_per_broker(&img);
+        assert_eq!(
+            leads.values().copied().collect::<Vec<_>>(),
+            vec![3, 3, 3, 3]
+        );
+        for p in &img.topics["t"].partitions {
+            let set: BTreeSet<_> = p.replicas.iter().collect();
+            assert_eq!(set.len(), 2, "no duplicates: {:?}", p.replicas);
+        }
+    }
+
+    #[test]
+    fn switched_off_it_only_drains() {
+        let assignments: Vec<Vec<i32>> = (0..6).map(|i| vec![i % 3 + 1, (i + 1) % 3 + 1]).collect();
+        let mut img = cluster(3, assignments);
+        join(&mut img, 4);
+        let none = BTreeMap::new();
+        assert_eq!(plan(&img, &none, false, 8, 10), Plan::default());
+        img.broker_configs.insert(
+            "2".into(),
+            [(DECOMMISSION_KEY.to_string(), "true".to_string())].into(),
+        );
+        let p = plan(&img, &none, false, 8, 10);
+        assert_eq!(p.moves.len(), 4, "the four partitions on broker 2");
+        carry_out(&mut img, &p);
+        let per = replicas_per_broker(&img);
+        assert!(!per.contains_key(&2), "{per:?}");
+        assert_eq!(per.values().sum::<usize>(), 12);
+        assert_eq!(plan(&img, &none, false, 8, 10), Plan::default(), "drained");
+    }
+
+    #[test]
+    fn a_full_disk_takes_nothing_and_a_wave_counts_moves_in_progress() {
+        let assignments: Vec<Vec<i32>> = (0..6).map(|i| vec![i % 3 + 1, (i + 1) % 3 + 1]).collect();
+        let mut img = cluster(3, assignments);
+        join(&mut img, 4);
+        let mut disk = BTreeMap::new();
+        disk.insert(
+            4,
+            DiskUse {
+                used_bytes: 90,
+                total_bytes: 100,
+            },
+        );
+        assert!(plan(&img, &disk, true, 8, 10).moves.is_empty());
+        disk.clear();
+        let p = plan(&img, &BTreeMap::new(), true, 1, 10);
+        assert_eq!(p.moves.len(), 1);
+        apply(
+            &mut img,
+            Command::AlterPartitionReassignments {
+                items: p.moves.clone(),
+            },
+        );
+        assert!(
+            plan(&img, &disk, true, 1, 10).moves.is_empty(),
+            "the move in progress fills the wave"
+        );
+    }
+
+    #[test]
+    fn throttle_marks_merge_into_the_lists_and_come_off_again() {
+        let mut img = cluster(3, vec![vec![1, 2], vec![2, 3]]);
+        img.topics
+            .get_mut("t")
+            .unwrap()
+            .configs
+            .insert(LEADER_THROTTLED.into(), "1:2".into());
+        let mut marks = BTreeMap::new();
+        marks.insert(("t".to_string(), 0), (vec![1, 2], vec![3]));
+        let add = throttle_marks(&img, &marks, true);
+        assert_eq!(add.len(), 1);
+        assert_eq!(add[0].to[LEADER_THROTTLED], "0:1,0:2,1:2");
+        assert_eq!(add[0].to[FOLLOWER_THROTTLED], "0:3");
+        img.topics.get_mut("t").unwrap().configs = add[0].to.clone();
+        let remove = throttle_marks(&img, &marks, false);
+        assert_eq!(remove[0].to[LEADER_THROTTLED], "1:2");
+        assert!(!remove[0].to.contains_key(FOLLOWER_THROTTLED));
+    }
+}

@@ -1,0 +1,135 @@
+"""The partition balancer and decommissioning, end to end: a broker that joins a
+cluster is given replicas and preferred leaderships until every broker's counts are
+even (within 10 % of the mean), and a broker decommissioned with `corelog admin
+decommission` is drained under acks=all load — and the drain completes and loses
+nothing even when the broker dies half way. Real broker processes on loopback;
+librdkafka produces and consumes."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections import Counter
+
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+from confluent_kafka import KafkaException
+
+from conftest import corelog_bin
+from test_kafka_python import wait_until
+from test_replication import (FAST, TIMEOUT, Load, admin, assert_exactly_once, by_id,
+                              consume_everything, create, partition_state)
+
+# Waves every second, and preferred leaders handed back every second.
+QUICK = [*FAST, "--partition-balancer-interval-ms", "1000",
+         "--leader-imbalance-check-interval-seconds", "1"]
+
+
+def counts(brokers, topic: str) -> tuple[Counter, Counter, Counter]:
+    """Per broker: replicas, preferred leaderships (first replicas), leaderships."""
+    state = partition_state(brokers, topic)
+    replicas = Counter(b for _, r, _ in state.values() for b in r)
+    preferred = Counter(r[0] for _, r, _ in state.values())
+    leaders = Counter(leader for leader, _, _ in state.values())
+    return replicas, preferred, leaders
+
+
+def test_a_joining_broker_is_given_replicas_and_leaders_until_counts_are_even(broker_factory):
+    """Twelve partitions with two replicas each on brokers 1-3 (8 replicas and 4 leaders
+    each); broker 4 joins while an acks=all producer writes. The balancer, on by
+    default, moves replicas to it and then preferences, until each of the four holds 6
+    replicas and leads 3 partitions; every acknowledged record is read back once."""
+    brokers = broker_factory.cluster(voters=3, observers=1, held_back=1, balancer=True,
+                                     extra_args=QUICK)
+    voters, b4 = brokers[:3], by_id(brokers, 4)
+    create(voters, "bal", 12, 2,
+           assignment=[[i % 3 + 1, (i + 1) % 3 + 1] for i in range(12)])
+    with Load(voters, "bal") as load:
+        time.sleep(1.5)
+        assert counts(voters, "bal")[0] == Counter({1: 8, 2: 8, 3: 8}), "balanced on three"
+        b4.start()
+
+        def even() -> bool:
+            replicas, preferred, leaders = counts(brokers, "bal")
+            return (replicas == Counter({1: 6, 2: 6, 3: 6, 4: 6})
+                    and preferred == leaders == Counter({1: 3, 2: 3, 3: 3, 4: 3}))
+        wait_until(even, 90, f"replicas and leaders even over four brokers")
+        time.sleep(1)
+    assert not load.errors, load.errors[:3]
+    assert load.acked, "records acknowledged"
+    state = partition_state(brokers, "bal")
+    assert all(sorted(r) == sorted(isr) for _, r, isr in state.values()), state
+    values = consume_everything(brokers, "bal", 12, len(load.acked))
+    assert_exactly_once(load.acked, values)
+
+
+def decommission(broker, node: int, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [str(corelog_bin()), "admin", "decommission", "--node", str(node),
+         "--bootstrap", broker.bootstrap, *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def test_decommission_drains_a_broker_under_load_even_when_it_dies_half_way(broker_factory):
+    """Eight two-replica partitions over four brokers under acks=all load: `corelog
+    admin decommission --node 4 --wait` moves the replicas off broker 4 one wave at a
+    time (two moves at once here); broker 4 is killed once the first ones are done.
+    The rest still move (their other replicas lead and feed the new ones), the command
+    reports broker 4 empty, nothing acknowledged is lost, and a new topic places
+    nothing on broker 4."""
+    brokers = broker_factory.cluster(
+        voters=3, observers=1, balancer=True,
+        extra_args=[*QUICK, "--partition-balancer-max-moves", "2"])
+    voters, b4 = brokers[:3], by_id(brokers, 4)
+    create(voters, "dc", 8, 2)
+    on_4 = [p for p, (_, r, _) in partition_state(voters, "dc").items() if 4 in r]
+    assert len(on_4) == 4, partition_state(voters, "dc")
+    with Load(voters, "dc") as load:
+        time.sleep(1.5)
+        cli = decommission(voters[0], 4, "--wait", "--timeout-seconds", "120")
+        wait_until(lambda: sum(4 in r for _, r, _ in partition_state(voters, "dc").values()) < 4,
+                   60, "the first moves off broker 4 complete")
+        b4.kill()
+        out, _ = cli.communicate(timeout=150)
+        assert cli.returncode == 0, out
+        assert "broker 4 holds no replica" in out, out
+        time.sleep(1)
+    state = partition_state(voters, "dc")
+    assert not any(4 in r for _, r, _ in state.values()), state
+    assert all(len(r) == 2 and len(set(r)) == 2 for _, r, _ in state.values()), state
+    assert not load.errors, load.errors[:3]
+    values = consume_everything(voters, "dc", 8, len(load.acked))
+    assert_exactly_once(load.acked, values)
+    create(voters, "after", 6, 2)
+    assert not any(4 in r for _, r, _ in partition_state(voters, "after").values())
+
+
+def test_decommission_is_a_per_broker_boolean_and_can_be_cancelled(broker_factory):
+    """The config is refused with a value that is not a boolean; the command sets it
+    through any broker, and `--cancel` deletes it (the broker takes replicas again)."""
+    brokers = broker_factory.cluster(voters=3, extra_args=FAST)
+    client = admin(brokers)  # held: the future fails if its client is collected first
+
+    def alter(name: str, value: str) -> None:
+        r = ConfigResource(ResourceType.BROKER, name, incremental_configs=[
+            ConfigEntry("corelog.decommission", value,
+                        incremental_operation=AlterConfigOpType.SET)])
+        client.incremental_alter_configs([r])[r].result(TIMEOUT)
+
+    for name, value in [("2", "soon"), ("3", "")]:
+        try:
+            alter(name, value)
+        except KafkaException as e:
+            assert e.args[0].name() == "INVALID_CONFIG", e
+        else:
+            raise AssertionError(f"corelog.decommission={value} on '{name}' accepted")
+    cli = decommission(brokers[0], 3)
+    out, _ = cli.communicate(timeout=60)
+    assert cli.returncode == 0 and "decommission of broker 3 started" in out, out
+    r = ConfigResource(ResourceType.BROKER, "3")
+    entries = client.describe_configs([r])[r].result(TIMEOUT)
+    assert entries["corelog.decommission"].value == "true"
+    cli = decommission(brokers[0], 3, "--cancel")
+    out, _ = cli.communicate(timeout=60)
+    assert cli.returncode == 0 and "cancelled" in out, out
+    entries = client.describe_configs([r])[r].result(TIMEOUT)
+    assert entries["corelog.decommission"].value == "false"
