@@ -277,7 +277,8 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
 
 /// The request for every partition not sitting out a backoff or held back by the
 /// follower's replication throttle (outside the ISR while the bucket is in debt: Kafka's
-/// shouldFollowerThrottle); also when the next one that sits out is due.
+/// shouldFollowerThrottle; outside the ISR otherwise, asking for at most what the bucket
+/// holds); also when the next one that sits out is due.
 fn build_request<H: ReplicaHost>(
     fetcher: &Fetcher,
     host: &H,
@@ -314,15 +315,22 @@ fn build_request<H: ReplicaHost>(
             tp.partition,
             node,
         );
+        let mut max_bytes = config.partition_max_bytes;
         if let Some(rate) = throttle {
             let in_sync = topic
                 .partition(tp.partition)
                 .is_some_and(|p| p.isr.contains(&node));
-            let held = host.throttles().held_for(Side::Follower, rate, now);
-            if !in_sync && !held.is_zero() {
-                let until = now + held;
-                next_due = Some(next_due.map_or(until, |d| d.min(until)));
-                continue;
+            if !in_sync {
+                match host.throttles().allowance(Side::Follower, rate, now) {
+                    Ok(bytes) => {
+                        max_bytes = max_bytes.min(i32::try_from(bytes).unwrap_or(i32::MAX))
+                    }
+                    Err(held) => {
+                        let until = now + held;
+                        next_due = Some(next_due.map_or(until, |d| d.min(until)));
+                        continue;
+                    }
+                }
             }
         }
         let mut fp = FetchPartition::default();
@@ -331,7 +339,7 @@ fn build_request<H: ReplicaHost>(
         fp.fetch_offset = partition.log_end_offset();
         fp.last_fetched_epoch = partition.latest_epoch();
         fp.log_start_offset = partition.log_start_offset();
-        fp.partition_max_bytes = config.partition_max_bytes;
+        fp.partition_max_bytes = max_bytes;
         topics
             .entry(tp.topic.clone())
             .or_insert_with(|| {

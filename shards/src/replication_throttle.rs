@@ -19,10 +19,11 @@
 //!
 //! One token bucket per direction for the whole broker, shared by its shards: tokens
 //! refill at the rate, up to one second's worth; a replica is held back while the
-//! bucket is in debt. Only throttled replication touches it (a mutex taken once per
-//! partition per fetch, never per record), so the shared-nothing hot path is not
-//! involved. A read may overshoot the bucket by one fetch; the debt is paid back before
-//! the next, so the long-run rate is the configured one.
+//! bucket is in debt, and otherwise reads at most what the bucket holds. Only throttled
+//! replication touches it (a mutex taken once per partition per fetch, never per
+//! record), so the shared-nothing hot path is not involved. A read may still overshoot
+//! by one batch (a fetch always returns a whole one) or by reads that run at once; the
+//! debt is paid back before the next, so the long-run rate is the configured one.
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
@@ -180,18 +181,27 @@ impl ReplicationThrottles {
         f(&mut b)
     }
 
-    /// How long a replica outside the ISR waits before it may move again: zero unless
-    /// the bucket is in debt; at most a second, after which it asks again.
-    pub fn held_for(&self, side: Side, rate: u64, now: Instant) -> Duration {
+    /// What a replica outside the ISR may move now: `Ok` with the bytes the bucket holds
+    /// (at least 1: a read still returns one whole batch), or `Err` with how long to
+    /// wait while it is in debt (at most a second, after which it asks again).
+    pub fn allowance(&self, side: Side, rate: u64, now: Instant) -> Result<usize, Duration> {
         self.with(side, rate, now, |b| {
             if b.tokens >= 0.0 {
-                Duration::ZERO
+                Ok((b.tokens as usize).max(1))
             } else if rate == 0 {
-                Duration::from_secs(1)
+                Err(Duration::from_secs(1))
             } else {
-                Duration::from_secs_f64((-b.tokens / rate as f64).min(1.0))
+                Err(Duration::from_secs_f64((-b.tokens / rate as f64).min(1.0)))
             }
         })
+    }
+
+    /// How long a replica outside the ISR waits before it may move again: zero unless
+    /// the bucket is in debt.
+    pub fn held_for(&self, side: Side, rate: u64, now: Instant) -> Duration {
+        self.allowance(side, rate, now)
+            .err()
+            .unwrap_or(Duration::ZERO)
     }
 
     /// Counts `bytes` of throttled replication.
@@ -242,7 +252,7 @@ mod tests {
         let t = ReplicationThrottles::default();
         let start = Instant::now();
         let rate = 1000;
-        assert_eq!(t.held_for(Side::Leader, rate, start), Duration::ZERO);
+        assert_eq!(t.allowance(Side::Leader, rate, start), Ok(1000));
         t.record(Side::Leader, rate, 1500, start);
         let held = t.held_for(Side::Leader, rate, start);
         assert!(held > Duration::from_millis(400) && held <= Duration::from_millis(500));

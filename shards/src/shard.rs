@@ -497,11 +497,13 @@ impl Shard {
             };
             out[i] = Some(answer);
         }
-        // The leader's replication throttle: which reads it counts (by input, the rate),
-        // and the ones it holds back (a replica outside the ISR while the bucket is in
-        // debt) are answered with the leader's position only (Kafka's
+        // The leader's replication throttle: which reads it counts (by input, the rate);
+        // a replica outside the ISR reads at most what the bucket holds, and while the
+        // bucket is in debt is answered with the leader's position only (Kafka's
         // shouldLeaderThrottle). Without a rate, nothing is looked at.
         let mut throttled: Vec<Option<u64>> = Vec::new();
+        // Bytes a throttled read may take: what the bucket holds.
+        let mut caps: Vec<usize> = Vec::new();
         if let FetchReader::Replica(id) = reader {
             let meta = self.metadata.snapshot();
             let node = self.config.node_id;
@@ -512,6 +514,7 @@ impl Shard {
             );
             if rate.is_some() {
                 throttled = vec![None; inputs.len()];
+                caps = vec![usize::MAX; inputs.len()];
                 let now = Instant::now();
                 let mut kept = Vec::with_capacity(reads.len());
                 for (i, log) in reads {
@@ -526,8 +529,13 @@ impl Shard {
                     );
                     let held = match throttled[i] {
                         Some(rate) if !log.in_isr(id) => {
-                            Some(self.throttles.held_for(Side::Leader, rate, now))
-                                .filter(|d| !d.is_zero())
+                            match self.throttles.allowance(Side::Leader, rate, now) {
+                                Ok(bytes) => {
+                                    caps[i] = bytes;
+                                    None
+                                }
+                                Err(held) => Some(held),
+                            }
                         }
                         _ => None,
                     };
@@ -575,7 +583,8 @@ impl Shard {
                     break;
                 }
                 let input = &inputs[*i];
-                let max_bytes = input.max_bytes.min(left - planned);
+                let cap = caps.get(*i).copied().unwrap_or(usize::MAX);
+                let max_bytes = input.max_bytes.min(left - planned).min(cap);
                 planned += max_bytes;
                 wave.push(async move {
                     let r = log

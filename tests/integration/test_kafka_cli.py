@@ -1045,7 +1045,8 @@ def test_reassign_partitions_and_leader_election_tools(kafka_tools, broker_facto
     and --execute starts the moves (AlterPartitionReassignments), which complete once
     the added replicas are in sync; kafka-leader-election (preferred) then gives each
     partition to its first replica. --execute --throttle sets the replication throttles
-    and --verify, once every move is complete, clears them."""
+    and --verify, once every move is complete, clears them; --cancel stops a move the
+    throttle holds back."""
     fast = ["--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
             "--auto-leader-rebalance-enable", "false", *BROKER_ARGS]
     brokers = broker_factory.cluster(voters=3, extra_args=fast)
@@ -1126,3 +1127,21 @@ def test_reassign_partitions_and_leader_election_tools(kafka_tools, broker_facto
               "--from-beginning", "--max-messages", "20", "--timeout-ms", "20000",
               broker=brokers[0])
     assert sorted(r.lines) == sorted(f"v{i}" for i in range(20)), r.why()
+
+    # --cancel: a move held to 2 KB/s by its throttle (some 20 KB to copy) is still in
+    # progress when cancelled; mv-0 has its replicas back and the throttles are cleared.
+    produce_lines(brokers[0], "mv", [f"c{i}:{'x' * 200}" for i in range(200)])
+    back = tmp_path / "back.json"
+    back.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": "mv", "partition": 0, "replicas": [2, 1]}]}))
+    r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", servers,
+              "--reassignment-json-file", back, "--execute", "--throttle", "2000",
+              broker=brokers[0])
+    assert "Successfully started partition reassignment for mv-0" in r.text, r.why()
+    r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", servers,
+              "--reassignment-json-file", back, "--cancel", broker=brokers[0])
+    assert "Successfully cancelled partition reassignment for: mv-0" in r.text, r.why()
+    assert described()[0][1] == "2,3", described()
+    r = kafka("kafka-configs.sh", "--bootstrap-server", servers, "--describe",
+              "--entity-type", "brokers", "--entity-name", "1", broker=brokers[0])
+    assert "throttled.rate" not in r.text, r.text
