@@ -33,11 +33,21 @@ def counts(brokers, topic: str) -> tuple[Counter, Counter, Counter]:
     return replicas, preferred, leaders
 
 
+def throttle_marks(brokers, topic: str) -> set[tuple[str, str]]:
+    """The topic's throttled-replica lists that are set: (key, value)."""
+    client = admin(brokers)  # held: the future fails if its client is collected first
+    r = ConfigResource(ResourceType.TOPIC, topic)
+    entries = client.describe_configs([r])[r].result(TIMEOUT)
+    return {(k, e.value) for k, e in entries.items()
+            if k.endswith("replication.throttled.replicas") and e.value}
+
+
 def test_a_joining_broker_is_given_replicas_and_leaders_until_counts_are_even(broker_factory):
     """Twelve partitions with two replicas each on brokers 1-3 (8 replicas and 4 leaders
     each); broker 4 joins while an acks=all producer writes. The balancer, on by
     default, moves replicas to it and then preferences, until each of the four holds 6
-    replicas and leads 3 partitions; every acknowledged record is read back once."""
+    replicas and leads 3 partitions, its moves marked for the replication throttles
+    while they run; every acknowledged record is read back once."""
     brokers = broker_factory.cluster(voters=3, observers=1, held_back=1, balancer=True,
                                      extra_args=QUICK)
     voters, b4 = brokers[:3], by_id(brokers, 4)
@@ -47,12 +57,18 @@ def test_a_joining_broker_is_given_replicas_and_leaders_until_counts_are_even(br
         time.sleep(1.5)
         assert counts(voters, "bal")[0] == Counter({1: 8, 2: 8, 3: 8}), "balanced on three"
         b4.start()
+        marks_seen = set()
 
         def even() -> bool:
+            marks_seen.update(throttle_marks(brokers, "bal"))
             replicas, preferred, leaders = counts(brokers, "bal")
             return (replicas == Counter({1: 6, 2: 6, 3: 6, 4: 6})
                     and preferred == leaders == Counter({1: 3, 2: 3, 3: 3, 4: 3}))
-        wait_until(even, 90, f"replicas and leaders even over four brokers")
+        wait_until(even, 90, "replicas and leaders even over four brokers")
+        # The moves were marked for the replication throttles while they ran (broker 4
+        # the follower of each), and unmarked once done.
+        assert any(":4" in v for k, v in marks_seen if k.startswith("follower")), marks_seen
+        wait_until(lambda: not throttle_marks(brokers, "bal"), 20, "the throttle marks cleared")
         time.sleep(1)
     assert not load.errors, load.errors[:3]
     assert load.acked, "records acknowledged"
