@@ -33,9 +33,10 @@ until it reports every partition completed (and clears the throttles). "done in 
 says whether that was before the load run ended, "of it in window" how many of the
 move's seconds fell inside the load's measured window (the CLI's JVM takes seconds to
 start on a busy machine, so a move may begin late in it). "busy cores": every CPU's busy
-time over the load run, which also shows anything else running on the machine. Move MB/s: record bytes of `bulk` x 2
-(both replicas of every partition are new) / move seconds, also as a share of the disk's
-direct-write bandwidth (fio, as every focused benchmark measures it).
+time over the load run, which also shows anything else running on the machine. Move
+MB/s: record bytes of `bulk` x 2 (both replicas of every partition are new) / move
+seconds, also as a share of the disk's direct-write bandwidth (fio, as every focused
+benchmark measures it).
 
 Where corelog has its partition balancer (on by default) its brokers run with
 `--partition-balancer-enable false`: it would otherwise even out the placement set up
@@ -339,23 +340,6 @@ def prepare_without_build(name: str) -> tuple[Path, Path, float | None]:
     return out, work, disk
 
 
-def without_balancer(work: Path) -> bool:
-    """Where corelog has a partition balancer (`--partition-balancer-enable`, on by
-    default), it would even out the placement this benchmark sets up (every partition on
-    brokers 1 and 2) on its own; Kafka has none. So the brokers CorelogCluster starts get
-    `--partition-balancer-enable false`, through a wrapper that replication.BROKER names.
-    Returns whether it was needed."""
-    help_text = subprocess.run([str(BROKER), "serve", "--help"], capture_output=True,
-                               text=True).stdout
-    if "--partition-balancer-enable" not in help_text:
-        return False
-    wrapper = work / "corelog-without-balancer"
-    wrapper.write_text(f'#!/bin/sh\nexec "{BROKER}" "$@" --partition-balancer-enable false\n')
-    wrapper.chmod(0o755)
-    replication.BROKER = wrapper
-    return True
-
-
 def keep_logs(work: Path, out: Path, prefix: str) -> None:
     """Copies the brokers' logs (warnings; the last 256 KiB of each) next to the results."""
     for f in sorted(work.glob(f"{prefix}-*.log")):
@@ -389,7 +373,9 @@ def main() -> int:
     throttle = a.throttle or (10_000_000 if a.quick else 20_000_000)
     # Builds, makes the results directory and a scratch one, measures the disk.
     out, scratch, disk = (prepare_without_build if a.no_build else prepare)("reassignment")
-    balancer_off = without_balancer(scratch)
+    # corelog's partition balancer would even out the placement set up here (every
+    # partition on brokers 1 and 2) on its own; Kafka has none.
+    balancer_off = True
     built = dt.datetime.fromtimestamp(BROKER.stat().st_mtime, dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     stamp = out.name
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"],
@@ -400,7 +386,8 @@ def main() -> int:
     fills: dict = {}
     failures: dict = {}
     keep_scratch = False
-    brokers = [("corelog", lambda: CorelogCluster(scratch, 4, a.shards), "corelog")]
+    brokers = [("corelog", lambda: CorelogCluster(scratch, 4, a.shards,
+                                                      ["--partition-balancer-enable", "false"]), "corelog")]
     if a.peer == "kafka":
         brokers.append(("kafka", lambda: KafkaCluster(scratch, 4), "kafka"))
     try:

@@ -39,7 +39,7 @@ NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 class CorelogCluster:
     """`n` corelog brokers on loopback, each with `shards` shards, one quorum."""
 
-    def __init__(self, work: Path, n: int, shards: int):
+    def __init__(self, work: Path, n: int, shards: int, extra_args: list[str] | None = None):
         self.nodes = []
         ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
         voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, _, c) in enumerate(ports))
@@ -51,7 +51,7 @@ class CorelogCluster:
                  "--http", f"127.0.0.1:{http}", "--data-dir", str(data),
                  "--controller-listen", f"127.0.0.1:{controller}", "--controller-voters", voters,
                  "--shards", str(shards), "--log-level", "warn",
-                 "--topic-default", f"min.insync.replicas={min(2, n)}"],
+                 "--topic-default", f"min.insync.replicas={min(2, n)}", *(extra_args or [])],
                 stdout=logf, stderr=subprocess.STDOUT)
             self.nodes.append((port, http, data, proc, logf))
         deadline = time.time() + 60
