@@ -24,6 +24,7 @@ CRATES = {
     "corelog-kafka-client": "tools/kafka-client/src",
     "corelog-load": "tools/loadgen/src",
     "corelog-controller": "controller/src",
+    "corelog-fuzz-targets": "tools/fuzz-targets/src",
 }
 
 # The corelog crates each crate may depend on (normal dependencies).
@@ -38,6 +39,7 @@ ALLOWED = {
     "corelog-kafka-client": set(),
     "corelog-load": {"corelog-kafka-client", "corelog-metrics"},
     "corelog-controller": set(),
+    "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition"},
 }
 MANIFESTS = {
     "corelog": "Cargo.toml",
@@ -48,6 +50,7 @@ MANIFESTS = {
     "corelog-kafka-client": "tools/kafka-client/Cargo.toml",
     "corelog-load": "tools/loadgen/Cargo.toml",
     "corelog-controller": "controller/Cargo.toml",
+    "corelog-fuzz-targets": "tools/fuzz-targets/Cargo.toml",
 }
 
 

@@ -60,6 +60,15 @@ pub trait Handler {
 }
 
 /// Serves one request of `H`'s API, whose version the dispatcher has checked.
+/// Decodes `H`'s request body of `version` (a version `H` serves).
+pub fn decode<H: Handler>(version: i16, body: &mut bytes::Bytes) -> Result<H::Request, FrameError> {
+    H::Request::decode(body, version).map_err(|e| FrameError::Body {
+        api: H::KEY,
+        version,
+        reason: e.to_string(),
+    })
+}
+
 pub async fn serve<H: Handler>(
     ctx: &Ctx,
     frame: RequestFrame,
@@ -74,11 +83,7 @@ pub async fn serve<H: Handler>(
         mut body,
         ..
     } = frame;
-    let request = H::Request::decode(&mut body, api_version).map_err(|e| FrameError::Body {
-        api: H::KEY,
-        version: api_version,
-        reason: e.to_string(),
-    })?;
+    let request = decode::<H>(api_version, &mut body)?;
     drop(body);
     let responds = H::responds(&request);
     let call = Call {

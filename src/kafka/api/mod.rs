@@ -104,6 +104,25 @@ macro_rules! apis {
                 version: frame.api_version,
             })
         }
+
+        /// Decodes `frame`'s body as its handler would, without serving it (what the
+        /// fuzz targets run): an API or a version that is not served is the error a
+        /// connection would get.
+        pub fn decode_request(mut frame: RequestFrame) -> Result<(), FrameError> {
+            let key = frame.api_key;
+            let version = frame.api_version;
+            match supported_range(key) {
+                Some((min, max)) if (min..=max).contains(&version) => {}
+                _ => return Err(FrameError::UnsupportedVersion { api: key, version }),
+            }
+            $(
+                if key == <$module::$handler as Handler>::KEY {
+                    return handler::decode::<$module::$handler>(version, &mut frame.body)
+                        .map(drop);
+                }
+            )*
+            Err(FrameError::UnsupportedVersion { api: key, version })
+        }
     };
 }
 
