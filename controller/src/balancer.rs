@@ -131,23 +131,28 @@ impl Planner<'_> {
                 return;
             }
             let mut target = self.settled[&key].clone();
-            let mut complete = true;
+            let mut taken = Vec::new();
             for i in 0..target.len() {
                 if !draining.contains(&target[i]) {
                     continue;
                 }
-                match self.taker(&target) {
-                    Some(b) => {
-                        *self.counts.get_mut(&b).expect("a taker is counted") += 1;
-                        target[i] = b;
-                    }
-                    None => complete = false,
+                // Counted as it is taken, so a second slot of the same partition goes to
+                // the next emptiest broker.
+                let Some(b) = self.taker(&target) else {
+                    break;
+                };
+                *self.counts.get_mut(&b).expect("a taker is counted") += 1;
+                taken.push(b);
+                target[i] = b;
+            }
+            if target.iter().any(|b| draining.contains(b)) {
+                // Fewer brokers left than replicas: the partition stays until one joins.
+                for b in taken {
+                    *self.counts.get_mut(&b).expect("a taker is counted") -= 1;
                 }
+                continue;
             }
-            // Fewer brokers left than replicas: the partition stays until one joins.
-            if complete {
-                self.start(key, target);
-            }
+            self.start(key, target);
         }
     }
 
@@ -600,6 +605,23 @@ mod tests {
         assert!(!per.contains_key(&2), "{per:?}");
         assert_eq!(per.values().sum::<usize>(), 12);
         assert_eq!(plan(&img, &none, false, 8, 10), Plan::default(), "drained");
+    }
+
+    #[test]
+    fn a_partition_with_too_few_brokers_left_stays_where_it_is() {
+        let mut img = cluster(3, vec![vec![1, 2], vec![2, 3], vec![3, 1]]);
+        for b in ["1", "2"] {
+            img.broker_configs.insert(
+                b.into(),
+                [(DECOMMISSION_KEY.to_string(), "true".to_string())].into(),
+            );
+        }
+        // Only broker 3 is left: no partition can have two replicas off 1 and 2.
+        assert_eq!(plan(&img, &BTreeMap::new(), true, 8, 10), Plan::default());
+        join(&mut img, 4);
+        let p = plan(&img, &BTreeMap::new(), true, 8, 10);
+        let targets: Vec<_> = p.moves.iter().map(|m| m.target.clone().unwrap()).collect();
+        assert_eq!(targets, vec![vec![4, 3], vec![4, 3], vec![3, 4]]);
     }
 
     #[test]
