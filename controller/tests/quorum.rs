@@ -57,6 +57,11 @@ impl Cluster {
             snapshot_every: self.snapshot_every,
             initial_cluster_id: None,
             leader_balance: None,
+            // The tests place partitions on purpose.
+            balancer: corelog_controller::balancer::Balancer {
+                enabled: false,
+                ..Default::default()
+            },
         }
     }
 
