@@ -271,6 +271,10 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "partition.balancer.max.moves")]
     pub partition_balancer_max_moves: Option<usize>,
+    /// For tests only: route segment writes and syncs through a fault layer that
+    /// `POST /faults` on the HTTP endpoint arms (EIO, ENOSPC, torn writes, power loss).
+    #[arg(long)]
+    pub storage_fault_injection: Option<bool>,
 }
 
 impl ServeArgs {
@@ -282,6 +286,9 @@ impl ServeArgs {
             data_dir: self.data_dir.or(file.data_dir),
             shards: self.shards.or(file.shards),
             http: self.http.or(file.http),
+            storage_fault_injection: self
+                .storage_fault_injection
+                .or(file.storage_fault_injection),
             config: self.config,
             log_level: self.log_level.or(file.log_level),
             node_id: self.node_id.or(file.node_id),
@@ -406,6 +413,8 @@ pub struct BrokerConfig {
     pub data_dir: PathBuf,
     pub shards: usize,
     pub http: SocketAddr,
+    /// `--storage-fault-injection`: tests arm storage faults over the HTTP endpoint.
+    pub storage_fault_injection: bool,
     pub log_level: String,
     pub node_id: i32,
     pub auto_create_topics: bool,
@@ -794,6 +803,7 @@ impl BrokerConfig {
             http: a
                 .http
                 .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9644))),
+            storage_fault_injection: a.storage_fault_injection.unwrap_or(false),
             log_level: a.log_level.unwrap_or_else(|| "info".into()),
             node_id,
             auto_create_topics: a.auto_create_topics.unwrap_or(true),

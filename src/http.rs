@@ -1,6 +1,8 @@
 //! The HTTP endpoint: `/health`, `/metrics` (Prometheus text), `/histograms` (latency
 //! percentile distributions merged across shards; `?format=json`, or
-//! `/histograms/<name>.hgrm` for one).
+//! `/histograms/<name>.hgrm` for one), and — only when the broker runs with
+//! `--storage-fault-injection`, for tests — `POST /faults` with one fault command as its
+//! body (`corelog_storage::fault`).
 //!
 //! It runs on a small thread of its own with `tiny_http`: it is off the data path, and a
 //! blocking server there never stalls a shard's reactor. Metrics come from the shards
@@ -8,7 +10,9 @@
 
 use crate::metrics::{self, MetricsQuery};
 use crate::server::Lifecycle;
+use corelog_storage::StorageFaults;
 use futures::channel::mpsc;
+use std::io::Read;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -22,13 +26,14 @@ pub fn spawn(
     life: Arc<Lifecycle>,
     shards: usize,
     queries: mpsc::Sender<MetricsQuery>,
+    faults: Option<Arc<StorageFaults>>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
     let server = tiny_http::Server::http(addr)
         .map_err(|e| anyhow::anyhow!("binding the HTTP endpoint {addr}: {e}"))?;
     let handle = std::thread::Builder::new()
         .name("corelog-http".into())
         .spawn(move || loop {
-            let request = match server.recv_timeout(Duration::from_millis(100)) {
+            let mut request = match server.recv_timeout(Duration::from_millis(100)) {
                 Ok(Some(r)) => r,
                 Ok(None) => {
                     if life.stop.load(Ordering::Acquire) || life.failed.load(Ordering::Acquire) {
@@ -38,7 +43,11 @@ pub fn spawn(
                 }
                 Err(_) => return,
             };
-            let (status, content_type, body) = route(request.url(), &life, shards, &queries);
+            let (status, content_type, body) = if request.url() == "/faults" {
+                faults_command(&mut request, faults.as_deref())
+            } else {
+                route(request.url(), &life, shards, &queries)
+            };
             let header =
                 tiny_http::Header::from_bytes(&b"Content-Type"[..], content_type.as_bytes());
             let mut response = tiny_http::Response::from_string(body).with_status_code(status);
@@ -48,6 +57,36 @@ pub fn spawn(
             let _ = request.respond(response);
         })?;
     Ok(handle)
+}
+
+/// `POST /faults`: runs the body's fault command. A power loss never answers: the
+/// process is gone.
+fn faults_command(
+    request: &mut tiny_http::Request,
+    faults: Option<&StorageFaults>,
+) -> (u16, &'static str, String) {
+    const TEXT: &str = "text/plain; charset=utf-8";
+    let Some(faults) = faults else {
+        return (
+            404,
+            TEXT,
+            "storage fault injection is off (--storage-fault-injection true)\n".into(),
+        );
+    };
+    if *request.method() != tiny_http::Method::Post {
+        return (405, TEXT, "POST a fault command\n".into());
+    }
+    let mut body = String::new();
+    if std::io::Read::take(request.as_reader(), 4096)
+        .read_to_string(&mut body)
+        .is_err()
+    {
+        return (400, TEXT, "the body is not UTF-8 text\n".into());
+    }
+    match faults.command(body.trim()) {
+        Ok(said) => (200, TEXT, said),
+        Err(e) => (400, TEXT, format!("{e}\n")),
+    }
 }
 
 fn route(

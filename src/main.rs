@@ -145,8 +145,15 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     }
     spawn_startup_watchdog(life.clone(), config.shards);
     let (queries, query_rx) = metrics::channel();
-    let _http = http::spawn(config.http, life.clone(), config.shards, queries)?;
-    let result = server::run(config, life, query_rx);
+    let faults = config
+        .storage_fault_injection
+        .then(|| Arc::new(corelog_storage::StorageFaults::new()));
+    if faults.is_some() {
+        tracing::warn!("storage fault injection is on: POST /faults can fail this broker's disk");
+    }
+    let data_dir = Arc::new(shards::storage_context::DataDir::new(faults.clone()));
+    let _http = http::spawn(config.http, life.clone(), config.shards, queries, faults)?;
+    let result = server::run(config, life, query_rx, data_dir);
     match &result {
         Ok(()) => tracing::info!("stopped cleanly"),
         Err(e) => tracing::error!(error = %format!("{e:#}"), "corelog failed"),

@@ -23,6 +23,7 @@ use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
 use shards::mesh::{Envelope, MESH_CHANNEL_CAPACITY};
 use shards::metadata::MetadataStore;
 use shards::shard::{Shard, ShardConfig};
+use shards::storage_context::DataDir;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -68,6 +69,7 @@ pub fn run(
     config: BrokerConfig,
     life: Arc<Lifecycle>,
     metrics_queries: futures::channel::mpsc::Receiver<crate::metrics::MetricsQuery>,
+    data_dir: Arc<DataDir>,
 ) -> anyhow::Result<()> {
     // Shard 0 takes the receiving end of the HTTP endpoint's metrics queries.
     let metrics_queries = Arc::new(std::sync::Mutex::new(Some(metrics_queries)));
@@ -134,6 +136,7 @@ pub fn run(
             let life = life.clone();
             let node = node.clone();
             let throttles = Arc::new(shards::replication_throttle::ReplicationThrottles::default());
+            let data_dir = data_dir.clone();
             move || {
                 let (mesh, config, shard_config, metadata, life, queries, node) = (
                     mesh.clone(),
@@ -146,6 +149,7 @@ pub fn run(
                 );
                 let connection_limits = connection_limits.clone();
                 let throttles = throttles.clone();
+                let data_dir = data_dir.clone();
                 async move {
                     let result = shard_main(
                         mesh,
@@ -155,6 +159,7 @@ pub fn run(
                             metadata,
                             node,
                             throttles,
+                            data_dir,
                         },
                         life.clone(),
                         queries,
@@ -191,12 +196,13 @@ pub fn run(
     }
 }
 
-/// What every shard shares of the cluster: the published metadata, the controller
-/// node that publishes it, and the broker's replication throttles.
+/// What every shard shares of the broker: the published metadata, the controller node
+/// that publishes it, the broker's replication throttles and its data directory.
 struct ClusterHandles {
     metadata: Arc<MetadataStore>,
     node: corelog_controller::ControllerNode,
     throttles: Arc<shards::replication_throttle::ReplicationThrottles>,
+    data_dir: Arc<DataDir>,
 }
 
 async fn shard_main(
@@ -214,6 +220,7 @@ async fn shard_main(
         metadata,
         node,
         throttles,
+        data_dir,
     } = cluster;
     let n = config.shards;
     let (senders, mut receivers) = mesh
@@ -222,7 +229,15 @@ async fn shard_main(
         .map_err(|_| anyhow::anyhow!("joining the shard mesh"))?;
     let id = senders.peer_id();
     tracing::debug!(shard = id, "joined the shard mesh");
-    let shard = Shard::new(id, shard_config, metadata, senders, node, throttles);
+    let shard = Shard::new(
+        id,
+        shard_config,
+        metadata,
+        senders,
+        node,
+        throttles,
+        data_dir,
+    );
     for (_, rx) in receivers.streams() {
         let shard = shard.clone();
         glommio::spawn_local(async move {
@@ -304,6 +319,9 @@ async fn shard_main(
         })
         .detach();
     }
+    if id == 0 {
+        glommio::spawn_local(step_down_on_storage_failure(shard.clone(), life.clone())).detach();
+    }
     life.listening.fetch_add(1, Ordering::AcqRel);
     if id == 0 {
         tracing::info!(listen = %config.listen, shards = n, data_dir = %config.data_dir.display(), "corelog is serving");
@@ -317,4 +335,32 @@ async fn shard_main(
     barrier(&life.closed, n, &life).await;
     tracing::debug!(shard = id, "shard stopped");
     Ok(())
+}
+
+/// How often shard 0 looks at the data directory's health.
+const STORAGE_HEALTH_CHECK: Duration = Duration::from_millis(50);
+
+/// A log of this broker failed (a write or fsync error): its one data directory is no
+/// longer trusted — after a failed `fdatasync` nothing says what any file of it holds —
+/// so, as Kafka does when its only log directory fails, the broker gives up leadership.
+/// In a cluster that is a controlled shutdown without the shutdown: the controller leads
+/// every partition of this broker elsewhere and takes it out of every ISR, and it stays
+/// fenced (answering NOT_LEADER_OR_FOLLOWER, which clients retry at the new leaders)
+/// until it is restarted, when recovery checks every log. The failed partitions answer
+/// KAFKA_STORAGE_ERROR meanwhile; on a single node that is all that changes.
+async fn step_down_on_storage_failure(shard: Rc<Shard>, life: Arc<Lifecycle>) {
+    loop {
+        if life.stop.load(Ordering::Acquire) || life.failed.load(Ordering::Acquire) {
+            return;
+        }
+        if shard.data_dir.failed_logs() > 0 {
+            break;
+        }
+        glommio::timer::sleep(STORAGE_HEALTH_CHECK).await;
+    }
+    tracing::error!(
+        failure = shard.data_dir.first_failure().unwrap_or_default(),
+        "the data directory failed: this broker gives up leadership until it is restarted"
+    );
+    crate::cluster::controlled_shutdown(&shard.node, &shard.metadata, shard.config.node_id).await;
 }

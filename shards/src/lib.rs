@@ -25,7 +25,8 @@
 //! - [`topic_config`]: the topic configuration keys, their validation and description.
 //! - [`client_quota`]: quota entities and the usage reports shards exchange.
 //! - [`producer_ids`]: the block of producer ids a shard hands out.
-//! - [`storage_context`]: the clock and metrics observer handed to the storage engine.
+//! - [`storage_context`]: the clock and metrics observer handed to the storage engine,
+//!   and the data directory's health shared by the shards.
 //!
 //! It builds on `corelog-partition`, `corelog-storage` and `corelog-metrics`, and must
 //! never depend on the broker's edge (the `corelog` crate): Kafka error codes and wire

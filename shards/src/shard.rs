@@ -75,6 +75,8 @@ pub struct Shard {
     pub(crate) hw_checkpoints: std::cell::OnceCell<HashMap<TopicPartition, i64>>,
     /// The broker's replication throttles, shared by its shards.
     pub throttles: Arc<crate::replication_throttle::ReplicationThrottles>,
+    /// The data directory's health (and armed faults), shared by the shards.
+    pub data_dir: Arc<crate::storage_context::DataDir>,
 }
 
 impl Shard {
@@ -85,10 +87,12 @@ impl Shard {
         senders: Senders<Envelope>,
         node: corelog_controller::ControllerNode,
         throttles: Arc<crate::replication_throttle::ReplicationThrottles>,
+        data_dir: Arc<crate::storage_context::DataDir>,
     ) -> Rc<Shard> {
         let config_shards = config.shard_count;
         let fetch_config = config.replication.fetch.clone();
-        let storage_context = crate::storage_context::storage_context(config.open_segment_files);
+        let storage_context =
+            crate::storage_context::storage_context(config.open_segment_files, &data_dir);
         let peers = Rc::new(Peers::new(id, config.shard_count, senders));
         let shard = Rc::new(Shard {
             id,
@@ -113,6 +117,7 @@ impl Shard {
             fetchers: crate::replica_fetcher::ReplicaFetchers::new(fetch_config),
             hw_checkpoints: Default::default(),
             throttles,
+            data_dir,
         });
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));

@@ -116,10 +116,7 @@ impl AlignedAppender {
         let logical = self.logical_len();
         let keep_from = logical - logical % self.alignment;
         let new_tail = out[(keep_from - self.block_start) as usize..len].to_vec();
-        let written = file
-            .write_at(dma, self.block_start)
-            .await
-            .map_err(std::io::Error::from)?;
+        let written = self.file.write_at(&file, dma, self.block_start).await?;
         if (written as u64) < padded {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::WriteZero,
@@ -139,7 +136,7 @@ impl AlignedAppender {
 
     pub async fn sync(&self) -> std::io::Result<()> {
         let file = self.file.open().await?;
-        file.fdatasync().await.map_err(std::io::Error::from)
+        self.file.sync_data(&file).await
     }
 
     /// Cuts the zero padding of the last block off the file, so a sealed file is exactly
@@ -147,9 +144,7 @@ impl AlignedAppender {
     pub async fn truncate_to_logical(&self) -> std::io::Result<()> {
         assert!(!self.has_unflushed(), "truncate only after a flush");
         let file = self.file.open().await?;
-        file.truncate(self.logical_len())
-            .await
-            .map_err(std::io::Error::from)
+        self.file.truncate(&file, self.logical_len()).await
     }
 }
 

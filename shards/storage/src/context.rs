@@ -44,6 +44,11 @@ pub trait Observer {
     fn stage(&self, stage: Stage, latency: Duration);
     /// An idempotent producer's retry was answered with the offsets it already had.
     fn duplicate_batch(&self);
+    /// The log in `dir` failed for good (a write or sync error): it refuses appends until
+    /// it is opened again.
+    fn log_failed(&self, dir: &std::path::Path, error: &crate::error::StorageError) {
+        let _ = (dir, error);
+    }
 }
 
 /// Discards every observation.

@@ -8,13 +8,18 @@ use std::sync::Arc;
 /// An I/O failure of the log's files. It is sticky: once a write or sync fails the
 /// partition refuses further appends (the on-disk state past the failure is unknown) —
 /// except when no file could be opened because the process had no descriptor left
-/// (`out_of_descriptors`): nothing was written, and the writer waits and tries again.
+/// (`out_of_descriptors`), or a write found the filesystem full (`no_space`): nothing
+/// was acknowledged past what is on disk, the bytes are still in memory, and the writer
+/// waits and writes them again. A failed sync is never retried (its error carries no OS
+/// code, see `SegmentFile::sync_data`): after a failed `fdatasync` nothing says what the
+/// disk holds.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("storage error on {path}: {message}")]
 pub struct StorageError {
     pub path: Arc<str>,
     pub message: Arc<str>,
     pub out_of_descriptors: bool,
+    pub no_space: bool,
 }
 
 impl StorageError {
@@ -23,15 +28,22 @@ impl StorageError {
             path: path.to_string().into(),
             message: err.to_string().into(),
             out_of_descriptors: false,
+            no_space: false,
         }
     }
 
-    /// An I/O error, noting whether it was the descriptor limit.
+    /// An I/O error, noting whether it was the descriptor limit or a full filesystem.
     pub fn io(path: impl std::fmt::Display, err: &std::io::Error) -> Self {
         StorageError {
             out_of_descriptors: crate::file_cache::is_out_of_descriptors(err),
+            no_space: err.raw_os_error() == Some(libc::ENOSPC),
             ..StorageError::new(path, err)
         }
+    }
+
+    /// Whether the failed step can simply run again later (see the type's doc).
+    pub fn is_transient(&self) -> bool {
+        self.out_of_descriptors || self.no_space
     }
 }
 

@@ -25,11 +25,13 @@
 //! syncs files, not descriptors), and direct-I/O write errors are returned by the write
 //! itself, so reopening loses no error a caller acts on (kernel-notes.md, "Descriptors").
 
+use crate::fault::{Op, StorageFaults, Verdict};
 use glommio::io::{DmaFile, OpenOptions};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// How long a segment file stays open unused before [`FileCache::close_idle`] closes it:
@@ -49,6 +51,8 @@ pub struct FileCache {
     opens: Cell<u64>,
     evictions: Cell<u64>,
     exhausted: Cell<u64>,
+    /// Armed storage faults (`fault`), when the broker runs with them.
+    faults: Option<Arc<StorageFaults>>,
 }
 
 #[derive(Default)]
@@ -77,13 +81,23 @@ pub struct FileCacheStats {
 
 impl FileCache {
     pub fn new(capacity: usize) -> Rc<FileCache> {
+        FileCache::with_faults(capacity, None)
+    }
+
+    /// A cache whose files' writes and syncs go through `faults` (`fault`).
+    pub fn with_faults(capacity: usize, faults: Option<Arc<StorageFaults>>) -> Rc<FileCache> {
         Rc::new(FileCache {
             capacity: Cell::new(capacity.max(MIN_CAPACITY)),
             state: RefCell::default(),
             opens: Cell::new(0),
             evictions: Cell::new(0),
             exhausted: Cell::new(0),
+            faults,
         })
+    }
+
+    pub fn faults(&self) -> Option<&Arc<StorageFaults>> {
+        self.faults.as_ref()
     }
 
     pub fn stats(&self) -> FileCacheStats {
@@ -268,6 +282,11 @@ impl SegmentFile {
         self.0.path.borrow().clone()
     }
 
+    /// The storage faults its writes and syncs go through, when any are configured.
+    pub fn faults(&self) -> Option<&Arc<StorageFaults>> {
+        self.0.cache.faults()
+    }
+
     /// Whether both handles name the same file.
     pub fn same(&self, other: &SegmentFile) -> bool {
         Rc::ptr_eq(&self.0, &other.0)
@@ -287,6 +306,82 @@ impl SegmentFile {
         let file = self.open().await?;
         *self.0.pinned.borrow_mut() = Some(file);
         self.0.cache.forget(self.0.id);
+        Ok(())
+    }
+
+    /// Writes `buf` at `pos` through `opened` (this file, open), past the armed faults
+    /// (`fault`) when there are any. Errors keep their OS code (`os_error`).
+    pub async fn write_at(
+        &self,
+        opened: &DmaFile,
+        buf: glommio::io::DmaBuffer,
+        pos: u64,
+    ) -> std::io::Result<usize> {
+        let Some(faults) = self.faults() else {
+            return opened.write_at(buf, pos).await.map_err(os_error);
+        };
+        let path = self.path();
+        let len = buf.len() as u64;
+        let ticket = faults.begin(Op::Write, &path).await;
+        let result = match &ticket.verdict {
+            Verdict::Proceed => opened.write_at(buf, pos).await.map_err(os_error),
+            Verdict::Fail(e) => Err(std::io::Error::from_raw_os_error(
+                e.raw_os_error().unwrap_or(libc::EIO),
+            )),
+            Verdict::Tear(e) => {
+                // Half the bytes reach the file (buffered: a torn write need not be
+                // aligned), then the write fails.
+                let half = &buf.as_bytes()[..buf.len() / 2];
+                let torn = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|f| {
+                        use std::os::unix::fs::FileExt;
+                        f.write_all_at(half, pos)?;
+                        f.sync_data()
+                    });
+                torn.and(Err(std::io::Error::from_raw_os_error(
+                    e.raw_os_error().unwrap_or(libc::EIO),
+                )))
+            }
+        };
+        let end = match (&ticket.verdict, &result) {
+            (Verdict::Tear(_), _) => pos + len / 2,
+            (_, Ok(n)) => pos + *n as u64,
+            _ => pos,
+        };
+        let ok = result.is_ok();
+        faults.wrote(ticket, &path, pos, end, ok).await;
+        result
+    }
+
+    /// `fdatasync` of this file through `opened`, past the armed faults when there are
+    /// any. Its errors carry no OS code on purpose: whatever the code (ENOSPC too), a
+    /// failed sync leaves the disk's content unknown, so no caller may take it for a
+    /// transient error and sync again (`StorageError::is_transient`).
+    pub async fn sync_data(&self, opened: &DmaFile) -> std::io::Result<()> {
+        let Some(faults) = self.faults() else {
+            return opened.fdatasync().await.map_err(sync_error);
+        };
+        let path = self.path();
+        let ticket = faults.begin(Op::Sync, &path).await;
+        let result = match &ticket.verdict {
+            Verdict::Proceed => opened.fdatasync().await.map_err(sync_error),
+            Verdict::Fail(e) | Verdict::Tear(e) => {
+                Err(std::io::Error::other(format!("fdatasync failed: {e}")))
+            }
+        };
+        let ok = result.is_ok();
+        faults.synced(ticket, &path, ok).await;
+        result
+    }
+
+    /// Cuts this file to `len` bytes through `opened`.
+    pub async fn truncate(&self, opened: &DmaFile, len: u64) -> std::io::Result<()> {
+        opened.truncate(len).await.map_err(os_error)?;
+        if let Some(faults) = self.faults() {
+            faults.truncated(&self.path(), len);
+        }
         Ok(())
     }
 
@@ -330,6 +425,10 @@ async fn open_dma(path: &Path, access: Access) -> std::io::Result<DmaFile> {
         options.create(true);
     }
     options.dma_open(path).await.map_err(os_error)
+}
+
+fn sync_error(e: glommio::GlommioError<()>) -> std::io::Error {
+    std::io::Error::other(format!("fdatasync failed: {}", os_error(e)))
 }
 
 /// The error with its OS code kept (glommio's conversion keeps only the kind, and the

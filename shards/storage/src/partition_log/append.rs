@@ -76,7 +76,7 @@ impl PartitionLog {
         let flush_messages = config.flush_messages;
         drop(config);
         let mut st = self.state.borrow_mut();
-        if let Some(f) = &st.failure {
+        if let Some(f) = st.failure.as_ref().or(st.out_of_space.as_ref()) {
             return Err(AppendError::Storage(f.clone()));
         }
         if st.closing {

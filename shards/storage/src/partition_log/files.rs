@@ -73,9 +73,13 @@ pub(super) async fn create_file(
     files: &Rc<FileCache>,
     path: std::path::PathBuf,
 ) -> Result<(SegmentFile, u64), StorageError> {
+    let fresh = !path.exists();
     let (file, open) = SegmentFile::open_now(files, path.clone(), Access::Create)
         .await
         .map_err(|e| StorageError::io(path.display(), &e))?;
+    if let (true, Some(faults)) = (fresh, file.faults()) {
+        faults.created(&path);
+    }
     Ok((file, alignment_of(&open)))
 }
 

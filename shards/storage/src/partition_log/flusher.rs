@@ -6,7 +6,9 @@
 //! offset only grows.
 
 use super::files::create_active;
-use super::{io_err, storage_err, ActiveWriter, PartitionLog, Pending, DESCRIPTOR_RETRY};
+use super::{
+    io_err, storage_err, ActiveWriter, PartitionLog, Pending, DESCRIPTOR_RETRY, NO_SPACE_RETRY,
+};
 use crate::batch::batches;
 use crate::context::Stage;
 use crate::error::StorageError;
@@ -70,8 +72,9 @@ impl PartitionLog {
                 .await;
                 if !woken {
                     match log.write_indexes(&mut writer).await {
-                        // No descriptor: tried again after the next wait, appends first.
-                        Err(e) if e.out_of_descriptors => {}
+                        // No descriptor or no space: tried again after the next wait,
+                        // appends first.
+                        Err(e) if e.is_transient() => {}
                         Err(e) => {
                             log.fail(e);
                             return;
@@ -83,6 +86,9 @@ impl PartitionLog {
             if let Err(e) = log.flush_once(&mut writer).await {
                 log.fail(e);
                 return;
+            }
+            if log.state.borrow_mut().out_of_space.take().is_some() {
+                tracing::info!(dir = %log.dir.display(), "space again: appends accepted");
             }
             log.sync_work.notify(1);
             let (closing, empty) = {
@@ -232,9 +238,23 @@ impl PartitionLog {
         Ok(())
     }
 
-    /// An error that only says no descriptor was free is waited out (nothing was written,
-    /// so the same step can run again), closing or not; any other fails the log.
+    /// An error that only says no descriptor was free, or that the filesystem is full,
+    /// is waited out (nothing of the step took effect, so it can run again), closing or
+    /// not; any other fails the log. While the filesystem is full the log refuses new
+    /// appends, so what waits in memory is bounded by what was queued before.
     async fn retry_or_fail(&self, e: StorageError) -> Result<(), StorageError> {
+        // A log closing (the broker stopping) does not wait for space: what is still
+        // queued was never acknowledged.
+        if e.no_space && !self.state.borrow().closing {
+            let mut st = self.state.borrow_mut();
+            if st.out_of_space.is_none() {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "filesystem full: appends refused until a write succeeds");
+            }
+            st.out_of_space = Some(e);
+            drop(st);
+            glommio::timer::sleep(NO_SPACE_RETRY).await;
+            return Ok(());
+        }
         if !e.out_of_descriptors {
             return Err(e);
         }
@@ -267,13 +287,17 @@ impl PartitionLog {
             debug_assert_eq!(target % 4096, 0, "whole blocks are reserved");
             // Best effort: a filesystem without fallocate still takes the writes.
             let reserved = match writer.log.file().open().await {
-                Ok(file) => file.pre_allocate(target, false).await.map_err(Into::into),
+                Ok(file) => file
+                    .pre_allocate(target, false)
+                    .await
+                    .map_err(crate::file_cache::os_error),
                 Err(e) => Err(e),
             };
             match reserved {
                 Ok(()) => writer.preallocated = target,
-                // No descriptor now: the write below waits for one; reserve next round.
-                Err(e) if is_out_of_descriptors(&e) => {}
+                // No descriptor or no space now: the write below waits for one or writes
+                // into what is left; reserve next round.
+                Err(e) if is_out_of_descriptors(&e) || e.raw_os_error() == Some(libc::ENOSPC) => {}
                 Err(e) => {
                     tracing::debug!(dir = %self.dir.display(), error = %e, "fallocate failed; appending without preallocation");
                     writer.preallocated = u64::MAX;
@@ -317,9 +341,10 @@ impl PartitionLog {
             || writer.indexes_written_at.elapsed() >= INDEX_WRITE_INTERVAL
         {
             match self.write_indexes(writer).await {
-                // No descriptor for an index file now: its entries wait in the appender
-                // for the next round (or the idle timer); recovery covers them meanwhile.
-                Err(e) if e.out_of_descriptors => {}
+                // No descriptor or no space for an index file now: its entries wait in
+                // the appender for the next round (or the idle timer); recovery covers
+                // them meanwhile.
+                Err(e) if e.is_transient() => {}
                 other => other?,
             }
         }

@@ -133,6 +133,10 @@ struct LogState {
     active_file: SegmentFile,
     tail: TailCache,
     failure: Option<StorageError>,
+    /// The flusher's last write found the filesystem full and it is waiting to write
+    /// again: new appends are refused with this error meanwhile (what is already queued
+    /// stays queued and is written once space returns).
+    out_of_space: Option<StorageError>,
     closing: bool,
     closed: bool,
 }
@@ -200,6 +204,9 @@ fn io_err(path: &Path, e: &std::io::Error) -> StorageError {
 /// How long a writer waits before it tries again to open a file it had no descriptor
 /// for; it logs each time (the operator should raise the limit).
 const DESCRIPTOR_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// How long the flusher waits before it writes again into a full filesystem.
+const NO_SPACE_RETRY: std::time::Duration = std::time::Duration::from_millis(250);
 
 impl PartitionLog {
     pub fn dir(&self) -> &Path {
@@ -316,9 +323,13 @@ impl PartitionLog {
     }
 
     fn fail(&self, e: StorageError) {
-        tracing::error!(dir = %self.dir.display(), error = %e, "partition log failed; refusing further appends");
         let mut st = self.state.borrow_mut();
-        st.failure = Some(e);
+        // The first failure is the one reported and answered.
+        if st.failure.is_none() {
+            tracing::error!(dir = %self.dir.display(), error = %e, "partition log failed; refusing further appends");
+            self.context.observer.log_failed(&self.dir, &e);
+            st.failure = Some(e);
+        }
         st.closed = true;
         drop(st);
         self.progress.notify(usize::MAX);

@@ -132,6 +132,7 @@ impl PartitionLog {
                 active_file,
                 tail: TailCache::new(config.tail_cache_bytes),
                 failure: None,
+                out_of_space: None,
                 closing: false,
                 closed: false,
             }),

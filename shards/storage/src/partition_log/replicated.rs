@@ -50,7 +50,7 @@ impl PartitionLog {
         let now_ms = self.context.now_ms();
         let flush_messages = self.config.borrow().flush_messages;
         let mut st = self.state.borrow_mut();
-        if let Some(f) = &st.failure {
+        if let Some(f) = st.failure.as_ref().or(st.out_of_space.as_ref()) {
             return Err(AppendError::Storage(f.clone()));
         }
         if st.closing {

@@ -59,7 +59,7 @@ impl PartitionLog {
                     return;
                 }
             };
-            if let Err(e) = opened.fdatasync().await {
+            if let Err(e) = file.sync_data(&opened).await {
                 log.fail(storage_err(&log.dir, e));
                 return;
             }
