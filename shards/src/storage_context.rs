@@ -75,6 +75,7 @@ impl corelog_storage::Observer for StorageObserver {
     }
 
     fn log_failed(&self, dir: &Path, error: &StorageError) {
+        corelog_metrics::record_log_failure();
         self.data_dir.log_failed(dir, error);
     }
 }

@@ -117,6 +117,7 @@ impl Collector for Snapshots {
         let mut accepted = Vec::new();
         let mut rejected = Vec::new();
         let mut duplicates = Vec::new();
+        let mut log_failures = Vec::new();
         let mut spliced = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
@@ -161,6 +162,7 @@ impl Collector for Snapshots {
             ));
             let by_shard = vec![("shard".to_string(), shard.clone())];
             duplicates.push((by_shard.clone(), s.duplicate_batches));
+            log_failures.push((by_shard.clone(), s.log_failures));
             spliced.push((by_shard.clone(), s.spliced_bytes));
             refused_ip.push((by_shard.clone(), s.limits.connections_refused_per_ip));
             accept_waits.push((by_shard.clone(), s.limits.accept_waits));
@@ -244,6 +246,12 @@ impl Collector for Snapshots {
             "corelog_connections_rejected",
             "Connections closed for bad input (malformed or oversized frames, unknown APIs).",
             &rejected,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_log_failures",
+            "Partition logs failed by a write or fsync error (they answer KAFKA_STORAGE_ERROR; the broker gives up leadership until restarted).",
+            &log_failures,
         )?;
         counter(
             &mut encoder,

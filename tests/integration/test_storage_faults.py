@@ -69,6 +69,15 @@ def wait_high_watermarks(bootstrap: str, topic: str, partitions: int, acked, tim
         c.close()
 
 
+def metric_sum(broker, name: str) -> float:
+    """The sum over shards of one series of the broker's /metrics."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{broker.http}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
 def stored(bootstrap: str, topic: str, partitions: int) -> dict[int, int]:
     return {p: len(r) for p, r in read_log(bootstrap, topic, partitions).items()}
 
@@ -88,6 +97,7 @@ def test_an_fsync_error_is_never_acknowledged_and_fails_only_its_partition(broke
     # The other partition, on the same disk, is not failed by it.
     assert produce_raw(b.bootstrap, topic, 1, [b"fine"] * 5)["error_code"] == 0
     assert "partition log failed" in b.log_tail(400)
+    assert metric_sum(b, "corelog_log_failures_total") == 1
     deadline = time.monotonic() + 5
     while "the data directory failed" not in b.log_tail(400):
         assert time.monotonic() < deadline, "the broker did not report its data directory failed"

@@ -114,6 +114,8 @@ pub struct MetricsSnapshot {
     pub connections_accepted: u64,
     /// Idempotent producers' retries answered with the original offsets (not written).
     pub duplicate_batches: u64,
+    /// Partition logs failed by a write or sync error.
+    pub log_failures: u64,
     /// Fetched record bytes sent from segment files with splice (never in user space).
     pub spliced_bytes: u64,
     pub limits: LimitCounters,
@@ -275,6 +277,7 @@ impl MetricsSnapshot {
         self.connections_rejected += other.connections_rejected;
         self.connections_accepted += other.connections_accepted;
         self.duplicate_batches += other.duplicate_batches;
+        self.log_failures += other.log_failures;
         self.spliced_bytes += other.spliced_bytes;
         self.limits.merge(&other.limits);
         self.segment_files.merge(&other.segment_files);
@@ -297,6 +300,7 @@ struct Recorder {
     connections_rejected: u64,
     connections_accepted: u64,
     duplicate_batches: u64,
+    log_failures: u64,
     spliced_bytes: u64,
     limits: LimitCounters,
     quota: QuotaMetrics,
@@ -310,6 +314,7 @@ thread_local! {
         connections_rejected: 0,
         connections_accepted: 0,
         duplicate_batches: 0,
+        log_failures: 0,
         spliced_bytes: 0,
         limits: LimitCounters {
             connections_refused_per_ip: 0,
@@ -365,6 +370,10 @@ pub fn record_duplicate_batch() {
     RECORDER.with(|r| r.borrow_mut().duplicate_batches += 1);
 }
 
+pub fn record_log_failure() {
+    RECORDER.with(|r| r.borrow_mut().log_failures += 1);
+}
+
 /// Counts record bytes a connection of this shard sent with splice.
 pub fn record_sent_by_splice(bytes: u64) {
     RECORDER.with(|r| r.borrow_mut().spliced_bytes += bytes);
@@ -381,6 +390,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             connections_rejected: r.connections_rejected,
             connections_accepted: r.connections_accepted,
             duplicate_batches: r.duplicate_batches,
+            log_failures: r.log_failures,
             spliced_bytes: r.spliced_bytes,
             limits: r.limits,
             segment_files: SegmentFileCounters::default(),
