@@ -7,6 +7,14 @@ CI test (it takes minutes and its timings depend on the machine).
     python3 benches/crash_loop.py --mode cluster [--cycles 100] [--quick]
         [--seconds-per-cycle 2] [--seed 1] [--rate 2000] [--shards 2] [--log-level info]
         [--down-seconds 0] [--keep-logs]
+        [--fault sigkill|power-loss|power-loss-torn] [--all-at-once]
+
+--fault power-loss (or power-loss-torn) starts the brokers with
+`--storage-fault-injection true` and, instead of a SIGKILL, cuts a broker's power through
+`POST /faults`: the broker drops every byte it wrote but had not fdatasync'ed (or, torn,
+the second half of each file's unsynced bytes), right after a write completes, and dies
+of SIGKILL (corelog_storage::fault). --all-at-once (cluster mode) fails every broker in
+each cycle at the same moment, a correlated power loss.
 
 Modes:
   single   one broker, `corelog serve` with its defaults (durability ack-all) and 2 shards
@@ -149,11 +157,24 @@ class Node:
                                      env=dict(os.environ, NO_COLOR="1"))
         logf.close()
 
-    def kill(self) -> None:
+    def kill(self, fault: str = "sigkill") -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-        self._mark(f"SIGKILL of node {self.id} (exit {self.proc.returncode})")
+        if fault == "sigkill":
+            self.proc.send_signal(signal.SIGKILL)
+        else:
+            body = b"power-loss torn" if fault == "power-loss-torn" else b"power-loss"
+            req = urllib.request.Request(f"http://127.0.0.1:{self.http}/faults", data=body,
+                                         method="POST")
+            try:
+                NO_PROXY.open(req, timeout=20).read()
+            except OSError:
+                pass  # the process dies with the connection open
+        try:
+            self.proc.wait(30)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait()
+        self._mark(f"{fault} of node {self.id} (exit {self.proc.returncode})")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -472,9 +493,11 @@ def markdown(doc: dict) -> str:
              f"{doc['machine']['cpus']} CPUs, load average at the start {doc['machine']['loadavg_start']}; "
              f"{doc['setup']}", "",
              "| figure | value |", "| --- | --- |",
-             f"| cycles (SIGKILL + restart) | {doc['cycles_done']} of {doc['cycles']} |",
+             f"| cycles ({doc.get('fault', 'sigkill')}{' of every broker at once' if doc.get('all_at_once') else ''} + restart) | {doc['cycles_done']} of {doc['cycles']} |",
              f"| seconds under load per cycle | {doc['seconds_per_cycle']} x [0.75, 1.25] (seed {doc['seed']}) |",
              f"| killed broker down before its restart | {doc['down_seconds']} s |",
+             *([f"| files whose unsynced bytes a power loss dropped (all cycles) | {doc['power_loss_files_cut']} |"]
+               if doc.get('fault', 'sigkill') != 'sigkill' else []),
              f"| records produced | {doc['produced']:,} at {doc['rate']:,}/s |",
              f"| acknowledged records | {v['acknowledged']:,} |",
              f"| **lost (acknowledged, not read back)** | **{v['lost']}** |",
@@ -528,6 +551,18 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def dropped_unsynced(nodes: list[Node]) -> int:
+    """How many times a power loss found a file with unsynced bytes and dropped them (the
+    brokers log each): a power-loss run that dropped nothing tested nothing."""
+    n = 0
+    for node in nodes:
+        try:
+            n += node.log_path.read_text(errors="replace").count("power loss: unsynced bytes dropped")
+        except OSError:
+            pass
+    return n
+
+
 def keep_logs(nodes: list[Node], work: Path, out: Path) -> list[str]:
     kept = []
     for f in [n.log_path for n in nodes] + [work / "client.log"]:
@@ -557,13 +592,20 @@ def main() -> int:
                          "at once; above the 9 s broker session timeout the controller fences "
                          "it and its partitions fail over)")
     ap.add_argument("--keep-logs", action="store_true", help="keep the logs even on a clean run")
+    ap.add_argument("--fault", choices=["sigkill", "power-loss", "power-loss-torn"], default="sigkill",
+                    help="how a broker is failed (power loss: unsynced bytes dropped, then SIGKILL)")
+    ap.add_argument("--all-at-once", action="store_true",
+                    help="cluster mode: fail every broker in each cycle at once")
     a = ap.parse_args()
+    if a.all_at_once and a.mode != "cluster":
+        ap.error("--all-at-once needs --mode cluster")
     cycles = 10 if a.quick else a.cycles
     rng = random.Random(a.seed)
     rf = 1 if a.mode == "single" else 3
 
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    out = ROOT / "benches" / "results" / f"{stamp}-crash-loop-{a.mode}"
+    suffix = ("" if a.fault == "sigkill" else f"-{a.fault}") + ("-all" if a.all_at_once else "")
+    out = ROOT / "benches" / "results" / f"{stamp}-crash-loop-{a.mode}{suffix}"
     out.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f"crash-loop-{a.mode}-", dir=os.environ.get("TMPDIR", "/tmp")))
     client_log = logging.getLogger("rdkafka")
@@ -573,6 +615,9 @@ def main() -> int:
 
     loadavg_start = os.getloadavg()[0]
     nodes = make_nodes(a.mode, work, a.shards, a.log_level)
+    if a.fault != "sigkill":
+        for n in nodes:
+            n.extra += ["--storage-fault-injection", "true"]
     per_cycle: list[dict] = []
     failed_to_come_back = 0
     died = 0
@@ -622,12 +667,22 @@ def main() -> int:
                         f"(exit {[n.proc.returncode for n in dead]})")
                     break
                 victim, why = choose_victim(a.mode, cycle, nodes, admin)
+                if a.all_at_once:
+                    why = "all at once"
                 leads_before = leads_of(admin, victim) if a.mode == "cluster" else None
-                victim.kill()
+                victims = nodes if a.all_at_once else [victim]
+                killers = [threading.Thread(target=v.kill, args=(a.fault,)) for v in victims]
+                for k in killers:
+                    k.start()
+                for k in killers:
+                    k.join()
                 if a.down_seconds:
                     time.sleep(a.down_seconds)
-                victim.start()
-                healthy = victim.wait_healthy(HEALTHY_WITHIN)
+                for v in victims:
+                    v.start()
+                t_start = time.monotonic()
+                came_back = all([v.wait_healthy(HEALTHY_WITHIN) is not None for v in victims])
+                healthy = time.monotonic() - t_start if came_back else None
                 isr_s = None
                 if healthy is not None:
                     # A partition's stall shows in the gap that its first ack after the
@@ -700,7 +755,8 @@ def main() -> int:
                     "loadavg_end": round(os.getloadavg()[0], 2)},
         "setup": setup, "cycles": cycles, "cycles_done": len(per_cycle),
         "seconds_per_cycle": a.seconds_per_cycle, "seed": a.seed, "rate": a.rate,
-        "down_seconds": a.down_seconds,
+        "down_seconds": a.down_seconds, "fault": a.fault, "all_at_once": a.all_at_once,
+        "power_loss_files_cut": dropped_unsynced(nodes),
         "shards": a.shards, "broker_command": nodes[0].command(),
         "produced": load.sent if load else 0, "producers": load.producers if load else 0,
         "unflushed_at_end": load.unflushed if load else None,
