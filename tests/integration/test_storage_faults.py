@@ -94,6 +94,11 @@ def test_an_fsync_error_is_never_acknowledged_and_fails_only_its_partition(broke
     assert produce_raw(b.bootstrap, topic, 0, [b"lost"] * 10)["error_code"] == KAFKA_STORAGE_ERROR
     for acks in (-1, 1):
         assert produce_raw(b.bootstrap, topic, 0, [b"after"], acks=acks)["error_code"] == KAFKA_STORAGE_ERROR
+    # Offline: reads are refused too.
+    _, body = W.roundtrip(b.bootstrap, W.fetch_v4(next(_corr), topic, {0: 0, 1: 0}))
+    fetched = W.parse_fetch_v4(body)
+    assert fetched[(topic, 0)]["error_code"] == KAFKA_STORAGE_ERROR, fetched[(topic, 0)]
+    assert fetched[(topic, 1)]["error_code"] == 0
     # The other partition, on the same disk, is not failed by it.
     assert produce_raw(b.bootstrap, topic, 1, [b"fine"] * 5)["error_code"] == 0
     assert "partition log failed" in b.log_tail(400)
