@@ -276,3 +276,19 @@ def test_a_power_loss_of_the_whole_cluster_loses_nothing_acknowledged(broker_fac
     wait_high_watermarks(boot, topic, partitions, load.acked)
     total = check_log(boot, topic, partitions, {k: v[0] for k, v in load.acked.items()})
     assert total >= len(load.acked)
+
+
+def test_the_fault_endpoint_exists_only_when_asked_for(broker_factory):
+    import urllib.error
+    plain = broker_factory.start()
+    with pytest.raises(urllib.error.HTTPError) as e:
+        fault(plain, "power-loss")
+    assert e.value.code == 404
+    plain.assert_alive()
+    armed = broker_factory.start(extra_args=FAULTS)
+    for bad in ("fail write eperm", "tear sync", "fail write eio count=0", "x" * 5000):
+        with pytest.raises(urllib.error.HTTPError) as e:
+            fault(armed, bad)
+        assert e.value.code == 400, bad
+    assert fault(armed, "clear") == "cleared\n"
+    armed.assert_alive()
