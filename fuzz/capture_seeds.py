@@ -4,9 +4,14 @@ writes: one corelog broker on loopback behind a proxy that saves every request f
 clients send it (librdkafka through confluent-kafka, with every codec, producers,
 consumer groups and admin calls; kafka-python likewise), then the files the broker wrote
 (record batches from its segments, producer snapshots, leader-epoch checkpoints, offset
-and time indexes).
+and time indexes). Then a cluster of three voters and an observer, each voter's
+controller port behind a proxy that saves the controller-port frames both ways (requests
+as `Envelope<Request>`, responses), driven by admin calls, idempotent producers and a
+voter killed and restarted and the observer started behind the snapshots, and the metadata log and snapshot files
+its nodes wrote.
 
-    python3 fuzz/capture_seeds.py          # after cargo build --release
+    python3 fuzz/capture_seeds.py              # after cargo build --release
+    python3 fuzz/capture_seeds.py --cluster    # the cluster's seeds only
 
 Writes fuzz/corpus/<target>/<sha1 of the content>; an existing file is kept, so a rerun
 only adds. Frames over 64 KiB are left out (libFuzzer's inputs stay small)."""
@@ -222,10 +227,286 @@ def broker_files(data: Path) -> dict[str, int]:
     return added
 
 
+# -- the cluster: controller-port frames, metadata log and snapshot files ---------------
+
+# Frames kept per message kind (a heartbeat or an empty AppendEntries repeats endlessly).
+RPC_PER_KIND = 3
+# Entries between two metadata snapshots: small, so a short run writes several and purges.
+SNAPSHOT_ENTRIES = 20
+
+
+class RpcProxy:
+    """Forwards 127.0.0.1:port to a controller port, keeping up to RPC_PER_KIND frame
+    bodies of each request and response kind (the variant name, the JSON's first key)."""
+
+    def __init__(self, upstream: int, kept: dict[str, list[bytes]], lock: threading.Lock):
+        self.upstream, self.kept, self.lock = upstream, kept, lock
+        self.listener = socket.socket()
+        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.listener.bind(("127.0.0.1", 0))
+        self.listener.listen(64)
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            try:
+                server = socket.create_connection(("127.0.0.1", self.upstream))
+            except OSError:
+                client.close()
+                continue
+            threading.Thread(target=self.frames, args=(client, server, "request"),
+                             daemon=True).start()
+            threading.Thread(target=self.frames, args=(server, client, "response"),
+                             daemon=True).start()
+
+    def keep(self, side: str, body: bytes) -> None:
+        import json
+        try:
+            msg = json.loads(body)
+        except ValueError:
+            return
+        if side == "request":
+            msg = msg.get("body") if isinstance(msg, dict) else msg
+        kind = side + ":" + (next(iter(msg)) if isinstance(msg, dict) and msg else str(msg))
+        if isinstance(msg, dict) and kind.endswith(":AppendEntries") and side == "request":
+            # Heartbeats apart from those that carry entries.
+            kind += ":entries" if msg["AppendEntries"].get("entries") else ":empty"
+        with self.lock:
+            bodies = self.kept.setdefault(kind, [])
+            if len(bodies) < RPC_PER_KIND and body not in bodies and len(body) <= FRAME_MAX:
+                bodies.append(body)
+
+    def frames(self, src: socket.socket, dst: socket.socket, side: str) -> None:
+        try:
+            while True:
+                size = Proxy.read_exact(src, 4)
+                if size is None:
+                    break
+                (n,) = struct.unpack(">I", size)
+                body = Proxy.read_exact(src, n)
+                if body is None:
+                    break
+                self.keep(side, body)
+                dst.sendall(size + body)
+        except OSError:
+            pass
+        finally:
+            src.close()
+            dst.close()
+
+
+class Node:
+    def __init__(self, work: Path, node_id: int):
+        self.node_id = node_id
+        self.dir = work / f"n{node_id}"
+        self.dir.mkdir(parents=True)
+        self.port, self.http, self.controller = free_port(), free_port(), free_port()
+        self.proc: subprocess.Popen | None = None
+        self.argv: list[str] = []
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, stdout=open(self.dir / "broker.log", "a"),
+                                     stderr=subprocess.STDOUT)
+
+    def healthy(self) -> bool:
+        import urllib.request
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/health", timeout=1) as r:
+                return r.read().strip() == b"ok"
+        except OSError:
+            return False
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while not self.healthy():
+            if time.time() > deadline or self.proc.poll() is not None:
+                raise RuntimeError(f"node {self.node_id} not healthy:\n"
+                                   + (self.dir / "broker.log").read_text()[-3000:])
+            time.sleep(0.3)
+
+
+def attempt(what: str, call) -> None:
+    """Runs an admin call; what it proposed is what counts, so a refusal is only noted."""
+    try:
+        call()
+    except Exception as e:
+        print(f"{what}: {type(e).__name__}: {e}", file=sys.stderr)
+
+
+def cluster_workload(bootstrap: str, restart) -> None:
+    from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry,
+                                       ConfigResource as CResource, ResourceType)
+    from kafka import KafkaAdminClient, KafkaProducer, TopicPartition
+    from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTopic
+    a = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    c = AdminClient({"bootstrap.servers": bootstrap})
+    a.create_topics([NewTopic("c-three", 3, 3), NewTopic("c-one", 1, 1),
+                     NewTopic("c-compact", 2, 2, topic_configs={"cleanup.policy": "compact",
+                                                                "retention.ms": "600000"})])
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    for i in range(200):
+        p.send("c-three", key=f"k{i}".encode(), value=b"v" * (i % 50))
+    p.flush(30)
+    p.close()
+    attempt("topic config", lambda: a.alter_configs([ConfigResource(
+        ConfigResourceType.TOPIC, "c-one", configs={"retention.ms": "3600000"})]))
+
+    def broker_config() -> None:
+        res = CResource(ResourceType.BROKER, "2", incremental_configs=[ConfigEntry(
+            "corelog.decommission", "false", incremental_operation=AlterConfigOpType.SET)])
+        c.incremental_alter_configs([res])[res].result(30)
+    attempt("broker config", broker_config)
+    attempt("create partitions", lambda: a.create_partitions({"c-three": NewPartitions(5)}))
+    attempt("reassignment", lambda: a.alter_partition_reassignments(
+        {TopicPartition("c-one", 0): [2, 3]}))
+    time.sleep(2)
+    attempt("election", lambda: a.elect_leaders(0, {"c-three": [0, 1, 2]}, raise_errors=False))
+
+    def quotas() -> None:
+        from kafka.protocol.admin import AlterClientQuotasRequest as Req
+        entry, entity, op = Req.EntryData, Req.EntryData.EntityData, Req.EntryData.OpData
+        req = Req(validate_only=False, entries=[
+            entry(entity=[entity(entity_type="user", entity_name="alice")],
+                  ops=[op(key="producer_byte_rate", value=1048576.0, remove=False),
+                       op(key="request_percentage", value=12.5, remove=False)]),
+            entry(entity=[entity(entity_type="user", entity_name="alice"),
+                          entity(entity_type="client-id", entity_name=None)],
+                  ops=[op(key="consumer_byte_rate", value=2097152.0, remove=False),
+                       op(key="controller_mutation_rate", value=0.3, remove=False)])])
+        a._manager.run(a._send_request_to_controller, req, lambda r: iter(()))
+        req = Req(validate_only=False, entries=[
+            entry(entity=[entity(entity_type="user", entity_name="alice")],
+                  ops=[op(key="request_percentage", value=0.0, remove=True)])])
+        a._manager.run(a._send_request_to_controller, req, lambda r: iter(()))
+    attempt("client quotas", quotas)
+    # A voter down while the log moves past two snapshots: it catches up by a snapshot.
+    # (It may be the active controller: a new admin client finds the next one.)
+    def while_down() -> None:
+        time.sleep(5)
+        down = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+        for i in range(30):
+            attempt("create", lambda i=i: down.create_topics([NewTopic(f"c-down-{i}", 2, 2)]))
+        down.close()
+    restart(while_down)
+    a.close()
+    a = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=30000)
+    attempt("delete topics", lambda: a.delete_topics([f"c-down-{i}" for i in range(0, 30, 3)]))
+    p = KafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    p.send("c-one", b"after").get(30)
+    p.close()
+    a.close()
+
+
+def cluster_seeds() -> dict[str, int]:
+    work = Path(tempfile.mkdtemp(prefix="corelog-cluster-seeds-"))
+    kept: dict[str, list[bytes]] = {}
+    lock = threading.Lock()
+    nodes = [Node(work, i) for i in (1, 2, 3, 4)]
+    voters = nodes[:3]
+    proxies = [RpcProxy(n.controller, kept, lock) for n in voters]
+    quorum = ",".join(f"{n.node_id}@127.0.0.1:{px.port}" for n, px in zip(voters, proxies))
+    for n in nodes:
+        n.argv = [str(BIN), "serve", "--listen", f"127.0.0.1:{n.port}",
+                  "--data-dir", str(n.dir / "data"), "--http", f"127.0.0.1:{n.http}",
+                  "--controller-listen", f"127.0.0.1:{n.controller}", "--shards", "1",
+                  "--node-id", str(n.node_id), "--controller-voters", quorum,
+                  "--metadata-snapshot-entries", str(SNAPSHOT_ENTRIES),
+                  "--partition-balancer-enable", "false",
+                  "--group-initial-rebalance-delay-ms", "0", "--log-level", "warn"]
+    added = {"controller_rpc": 0, "metadata_log": 0, "metadata_snapshot": 0}
+
+    def grab() -> None:
+        """The metadata files each node has now (a log read while it is appended to may
+        end in a torn frame, as after a crash)."""
+        for n in nodes:
+            meta = n.dir / "data" / "__cluster_metadata"
+            log = meta / "log" / "raft.log"
+            if log.exists():
+                added["metadata_log"] += save("metadata_log", whole_frames(log.read_bytes()))
+            for name in ("vote", "committed", "purged"):
+                f = meta / "log" / name
+                if f.exists():
+                    added["metadata_log"] += save("metadata_log", f.read_bytes())
+            snap = meta / "state" / "snapshot"
+            if snap.exists() and snap.stat().st_size <= FRAME_MAX:
+                added["metadata_snapshot"] += save("metadata_snapshot", snap.read_bytes())
+
+    try:
+        for n in voters:
+            n.start()
+        for n in voters:
+            n.wait_healthy()
+        grab()
+
+        def restart(meanwhile) -> None:
+            grab()
+            down = nodes[2]
+            down.proc.kill()
+            down.proc.wait(30)
+            meanwhile()
+            grab()
+            down.start()
+            # Its metadata catches up at once; its partitions may take their time to
+            # recover, and only the metadata counts here.
+            attempt(f"node {down.node_id} restarted", lambda: down.wait_healthy(30))
+            # The observer joins now, behind the purged log: it starts from a snapshot.
+            nodes[3].start()
+            nodes[3].wait_healthy()
+            time.sleep(2)
+            grab()
+
+        cluster_workload(f"127.0.0.1:{nodes[0].port}", restart)
+        time.sleep(3)
+        for n in nodes:  # controlled shutdowns, then the last ones stop as they can
+            n.proc.send_signal(signal.SIGTERM)
+        for n in nodes:
+            try:
+                n.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                n.proc.kill()
+        grab()
+        for bodies in kept.values():
+            for body in bodies:
+                added["controller_rpc"] += save("controller_rpc", body)
+        return added
+    finally:
+        for n in nodes:
+            if n.proc is not None and n.proc.poll() is None:
+                n.proc.kill()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def whole_frames(log: bytes) -> bytes:
+    """The frames of a raft.log up to FRAME_MAX bytes in all (libFuzzer's inputs stay
+    small), cut at a frame's end."""
+    at = 0
+    while at + 8 <= len(log):
+        (n,) = struct.unpack(">I", log[at:at + 4])
+        if at + 8 + n > min(len(log), FRAME_MAX):
+            break
+        at += 8 + n
+    return log[:at]
+
+
 def main() -> int:
     if not BIN.exists():
         print(f"build first: {BIN} is missing", file=sys.stderr)
         return 1
+    if "--cluster" not in sys.argv[1:]:
+        broker_seeds = single_broker_seeds()
+        if broker_seeds:
+            return broker_seeds
+    for target, n in cluster_seeds().items():
+        print(f"{target}: {n} new files")
+    return 0
+
+
+def single_broker_seeds() -> int:
     work = Path(tempfile.mkdtemp(prefix="corelog-seeds-"))
     port, http, controller = free_port(), free_port(), free_port()
     broker = None

@@ -106,36 +106,17 @@ where
         File::open(dir)?.sync_all()?;
         let mut bytes = Vec::new();
         file.read_to_end(&mut bytes)?;
-        let mut entries = BTreeMap::new();
-        let mut at = 0usize;
-        let mut purged_bytes = 0u64;
-        loop {
-            let (entry, next) = match decode_frame::<C::Entry>(&bytes, at) {
-                Frame::Entry(entry, next) => (entry, next),
-                Frame::Torn => break,
-                Frame::Corrupt(why) => {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("{}: {why}", path.display()),
-                    ))
-                }
-            };
-            let index = entry.get_log_id().index;
-            if purged.as_ref().is_some_and(|p| index <= p.index) {
-                purged_bytes = next as u64;
-            } else {
-                if let Some((&last, _)) = entries.last_key_value() {
-                    if index <= last {
-                        return Err(io::Error::new(
-                            io::ErrorKind::InvalidData,
-                            format!("{}: entry {index} after entry {last}", path.display()),
-                        ));
-                    }
-                }
-                entries.insert(index, (at as u64, entry));
-            }
-            at = next;
-        }
+        let LogFile {
+            entries,
+            purged_bytes,
+            len,
+        } = decode_log::<C>(&bytes, purged.as_ref().map(|p| p.index)).map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("{}: {why}", path.display()),
+            )
+        })?;
+        let at = len as usize;
         if at < bytes.len() {
             tracing::warn!(
                 file = %path.display(),
@@ -310,7 +291,59 @@ where
     }
 }
 
-fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> io::Result<()> {
+/// `raft.log`'s bytes as [`RaftLog::open`] reads them (it calls this; so do the fuzz
+/// targets, `tools/fuzz-targets`).
+pub struct LogFile<E> {
+    /// Index → (position of its frame, the entry): the entries after the purge point, in
+    /// index order.
+    pub entries: BTreeMap<u64, (u64, E)>,
+    /// Bytes at the front that hold purged entries.
+    pub purged_bytes: u64,
+    /// Bytes of the whole frames read; what follows them is a torn tail, cut at open.
+    pub len: u64,
+}
+
+/// Decodes the frames of a `raft.log`, from the first until the end of `bytes` or a torn
+/// frame (incomplete, over `FRAME_MAX`, or failing its CRC: the tail of an append never
+/// acknowledged); entries at or below `purged` (the purge point's index) are skipped. An
+/// error for a frame whose CRC holds but whose entry does not decode, and for entries
+/// out of index order: neither is a torn write.
+pub fn decode_log<C>(bytes: &[u8], purged: Option<u64>) -> Result<LogFile<C::Entry>, String>
+where
+    C: RaftTypeConfig,
+    C::Entry: DeserializeOwned,
+{
+    let mut entries = BTreeMap::new();
+    let mut at = 0usize;
+    let mut purged_bytes = 0u64;
+    loop {
+        let (entry, next) = match decode_frame::<C::Entry>(bytes, at) {
+            Frame::Entry(entry, next) => (entry, next),
+            Frame::Torn => break,
+            Frame::Corrupt(why) => return Err(why),
+        };
+        let index = entry.get_log_id().index;
+        if purged.is_some_and(|p| index <= p) {
+            purged_bytes = next as u64;
+        } else {
+            if let Some((&last, _)) = entries.last_key_value() {
+                if index <= last {
+                    return Err(format!("entry {index} after entry {last}"));
+                }
+            }
+            entries.insert(index, (at as u64, entry));
+        }
+        at = next;
+    }
+    Ok(LogFile {
+        entries,
+        purged_bytes,
+        len: at as u64,
+    })
+}
+
+/// Appends `value`'s frame to `out`, as appends write it to `raft.log`.
+pub fn encode_frame<T: Serialize>(value: &T, out: &mut Vec<u8>) -> io::Result<()> {
     let body = serde_json::to_vec(value).map_err(io::Error::other)?;
     if body.len() > FRAME_MAX {
         return Err(io::Error::new(
@@ -360,10 +393,21 @@ fn decode_frame<T: DeserializeOwned>(bytes: &[u8], at: usize) -> Frame<T> {
     }
 }
 
+/// The value a `vote`, `committed` or `purged` file holds, as opening reads it (`None`:
+/// none yet).
+pub fn decode_value<T: DeserializeOwned>(bytes: &[u8]) -> serde_json::Result<Option<T>> {
+    serde_json::from_slice::<Option<T>>(bytes)
+}
+
+/// A `vote`, `committed` or `purged` file's bytes, as they are written (atomically).
+pub fn encode_value<T: Serialize>(value: &Option<T>) -> serde_json::Result<Vec<u8>> {
+    serde_json::to_vec(value)
+}
+
 /// The value in `path`, `None` when there is no file yet.
 fn read_value<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
     match fs::read(path) {
-        Ok(bytes) => serde_json::from_slice::<Option<T>>(&bytes).map_err(|e| {
+        Ok(bytes) => decode_value::<T>(&bytes).map_err(|e| {
             io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!("{}: {e}", path.display()),
@@ -375,11 +419,11 @@ fn read_value<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
 }
 
 /// Replaces `dir/name` with `value` atomically.
-fn write_value<T: Serialize>(dir: &Path, name: &str, value: &T) -> io::Result<()> {
+fn write_value<T: Serialize>(dir: &Path, name: &str, value: &Option<T>) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
     {
         let mut f = File::create(&tmp)?;
-        f.write_all(&serde_json::to_vec(value).map_err(io::Error::other)?)?;
+        f.write_all(&encode_value(value).map_err(io::Error::other)?)?;
         f.sync_all()?;
     }
     fs::rename(&tmp, dir.join(name))?;

@@ -127,11 +127,9 @@ pub struct QuorumDescription {
     pub observers: Vec<ReplicaState>,
 }
 
-pub async fn write_frame<W, T>(w: &mut W, msg: &T) -> io::Result<()>
-where
-    W: AsyncWriteExt + Unpin,
-    T: Serialize,
-{
+/// A message's frame body, as `write_frame` sends it: its JSON, refused over
+/// [`FRAME_MAX`].
+pub fn encode_body<T: Serialize>(msg: &T) -> io::Result<Vec<u8>> {
     let body =
         serde_json::to_vec(msg).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
     if body.len() > FRAME_MAX {
@@ -143,6 +141,21 @@ where
             ),
         ));
     }
+    Ok(body)
+}
+
+/// A frame's body (what follows its length), decoded as `read_frame` decodes it (it calls
+/// this; so do the fuzz targets, `tools/fuzz-targets`).
+pub fn decode_body<T: DeserializeOwned>(body: &[u8]) -> io::Result<T> {
+    serde_json::from_slice(body).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
+pub async fn write_frame<W, T>(w: &mut W, msg: &T) -> io::Result<()>
+where
+    W: AsyncWriteExt + Unpin,
+    T: Serialize,
+{
+    let body = encode_body(msg)?;
     let mut frame = Vec::with_capacity(4 + body.len());
     frame.extend_from_slice(&(body.len() as u32).to_be_bytes());
     frame.extend_from_slice(&body);
@@ -171,7 +184,5 @@ where
     }
     let mut body = vec![0u8; len];
     r.read_exact(&mut body).await?;
-    serde_json::from_slice(&body)
-        .map(Some)
-        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+    decode_body(&body).map(Some)
 }

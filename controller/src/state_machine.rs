@@ -66,11 +66,12 @@ const SNAPSHOT_FILE: &str = "snapshot";
 
 type NodeId = u64;
 
-/// The state a snapshot holds: the image and the remembered outcomes.
+/// The state a snapshot holds: the image and the remembered outcomes. As JSON, it is the
+/// snapshot's data openraft ships to a follower that installs it.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
-struct Contents {
-    image: MetadataImage,
-    recent: VecDeque<(Uuid, Applied)>,
+pub struct Contents {
+    pub image: MetadataImage,
+    pub recent: VecDeque<(Uuid, Applied)>,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -102,23 +103,15 @@ impl MetadataStateMachine {
     pub fn open(dir: &Path) -> io::Result<MetadataStateMachine> {
         fs::create_dir_all(dir)?;
         let (contents, last_applied, membership, snapshot) = match read_snapshot(dir)? {
-            Some((file, data)) => (
-                file.contents,
-                file.meta.last_log_id,
-                file.meta.last_membership.clone(),
-                Some((file.meta, data)),
+            Some((meta, contents, data)) => (
+                contents,
+                meta.last_log_id,
+                meta.last_membership.clone(),
+                Some((meta, data)),
             ),
             None => (Contents::default(), None, StoredMembership::default(), None),
         };
-        let mut image = contents.image;
-        image.reindex();
-        if let Err(e) = image.check_invariants() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!("{}: {e}", dir.join(SNAPSHOT_FILE).display()),
-            ));
-        }
-        let image = Arc::new(image);
+        let image = Arc::new(contents.image);
         let (tx, _) = watch::channel(image.clone());
         let recent_ids = contents.recent.iter().cloned().collect();
         Ok(MetadataStateMachine {
@@ -154,24 +147,69 @@ fn io_error(e: impl std::fmt::Display) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e.to_string())
 }
 
-fn read_snapshot(dir: &Path) -> io::Result<Option<(SnapshotFile, Vec<u8>)>> {
+/// The snapshot file in `dir`, decoded (`decode_snapshot_file`), and its data.
+fn read_snapshot(
+    dir: &Path,
+) -> io::Result<Option<(SnapshotMeta<NodeId, BasicNode>, Contents, Vec<u8>)>> {
     let path = dir.join(SNAPSHOT_FILE);
     let bytes = match fs::read(&path) {
         Ok(b) => b,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let bad = |why: &str| io_error(format!("{}: {why}", path.display()));
-    let (crc, body) = bytes
-        .split_at_checked(4)
-        .ok_or_else(|| bad("shorter than its header"))?;
-    let crc = u32::from_be_bytes(crc.try_into().map_err(|_| bad("header"))?);
+    let (meta, contents) = decode_snapshot_file(&bytes)
+        .map_err(|why| io_error(format!("{}: {why}", path.display())))?;
+    let data = encode_snapshot_data(&contents)?;
+    Ok(Some((meta, contents, data)))
+}
+
+/// A snapshot file's bytes as opening reads them (it calls this; so do the fuzz targets,
+/// `tools/fuzz-targets`): `[crc32c of the rest: u32 BE][{"meta", "contents"} as JSON]`,
+/// the CRC checked, then the contents loaded as `decode_snapshot_data` loads them.
+pub fn decode_snapshot_file(
+    bytes: &[u8],
+) -> Result<(SnapshotMeta<NodeId, BasicNode>, Contents), String> {
+    let (crc, body) = bytes.split_at_checked(4).ok_or("shorter than its header")?;
+    let crc = u32::from_be_bytes(crc.try_into().map_err(|_| "header")?);
     if crc32c::crc32c(body) != crc {
-        return Err(bad("CRC mismatch: the snapshot is corrupt"));
+        return Err("CRC mismatch: the snapshot is corrupt".into());
     }
-    let file: SnapshotFile = serde_json::from_slice(body).map_err(|e| bad(&e.to_string()))?;
-    let data = serde_json::to_vec(&file.contents).map_err(io_error)?;
-    Ok(Some((file, data)))
+    let file: SnapshotFile = serde_json::from_slice(body).map_err(|e| e.to_string())?;
+    Ok((file.meta, load(file.contents)?))
+}
+
+/// A snapshot's data (`Contents` as JSON) as installing it from the leader reads it (it
+/// calls this): the image re-indexed, and refused unless it keeps its invariants.
+pub fn decode_snapshot_data(data: &[u8]) -> Result<Contents, String> {
+    load(serde_json::from_slice(data).map_err(|e| e.to_string())?)
+}
+
+fn load(mut contents: Contents) -> Result<Contents, String> {
+    contents.image.reindex();
+    contents.image.check_invariants()?;
+    Ok(contents)
+}
+
+/// A snapshot's data: `Contents` as JSON.
+pub fn encode_snapshot_data(contents: &Contents) -> io::Result<Vec<u8>> {
+    serde_json::to_vec(contents).map_err(io_error)
+}
+
+/// A snapshot file's bytes, as `write_snapshot` writes them.
+pub fn encode_snapshot_file(
+    meta: &SnapshotMeta<NodeId, BasicNode>,
+    contents: &Contents,
+) -> io::Result<Vec<u8>> {
+    #[derive(Serialize)]
+    struct Ref<'a> {
+        meta: &'a SnapshotMeta<NodeId, BasicNode>,
+        contents: &'a Contents,
+    }
+    let body = serde_json::to_vec(&Ref { meta, contents }).map_err(io_error)?;
+    let mut file = Vec::with_capacity(4 + body.len());
+    file.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+    file.extend_from_slice(&body);
+    Ok(file)
 }
 
 /// Replaces the snapshot file atomically.
@@ -180,16 +218,10 @@ fn write_snapshot(
     meta: &SnapshotMeta<NodeId, BasicNode>,
     contents: &Contents,
 ) -> io::Result<()> {
-    #[derive(Serialize)]
-    struct Ref<'a> {
-        meta: &'a SnapshotMeta<NodeId, BasicNode>,
-        contents: &'a Contents,
-    }
-    let body = serde_json::to_vec(&Ref { meta, contents }).map_err(io_error)?;
+    let bytes = encode_snapshot_file(meta, contents)?;
     let tmp = dir.join(format!("{SNAPSHOT_FILE}.tmp"));
     let mut f = File::create(&tmp)?;
-    f.write_all(&crc32c::crc32c(&body).to_be_bytes())?;
-    f.write_all(&body)?;
+    f.write_all(&bytes)?;
     f.sync_all()?;
     drop(f);
     fs::rename(&tmp, dir.join(SNAPSHOT_FILE))?;
@@ -237,7 +269,7 @@ impl RaftSnapshotBuilder<MetadataRaft> for MetadataStateMachine {
         };
         write_snapshot(&self.dir, &meta, &contents)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        let data = serde_json::to_vec(&contents).map_err(|e| sm_error(io_error(e)))?;
+        let data = encode_snapshot_data(&contents).map_err(sm_error)?;
         self.lock().snapshot = Some((meta.clone(), data.clone()));
         tracing::info!(
             index = meta.last_log_id.map(|l| l.index).unwrap_or(0),
@@ -327,16 +359,10 @@ impl RaftStateMachine<MetadataRaft> for MetadataStateMachine {
         let read_err = |e: io::Error| {
             StorageError::from(StorageIOError::read_snapshot(Some(meta.signature()), &e))
         };
-        let contents: Contents =
-            serde_json::from_slice(&data).map_err(|e| read_err(io_error(e)))?;
-        let mut image = contents.image.clone();
-        image.reindex();
-        image
-            .check_invariants()
-            .map_err(|e| read_err(io_error(e)))?;
+        let contents = decode_snapshot_data(&data).map_err(|e| read_err(io_error(e)))?;
         write_snapshot(&self.dir, meta, &contents)
             .map_err(|e| StorageIOError::write_snapshot(Some(meta.signature()), &e))?;
-        let image = Arc::new(image);
+        let image = Arc::new(contents.image);
         {
             let mut st = self.lock();
             st.image = image.clone();
@@ -444,6 +470,84 @@ mod tests {
         let out = run(again.apply([entry(5, pid, create)])).expect("apply");
         assert_eq!(out[0], first);
         assert_eq!(again.image().topics.len(), 1);
+    }
+
+    /// Every finite f64, as a client quota, comes back bit for bit from the log's frames,
+    /// the snapshot file and the controller port (serde_json's `float_roundtrip`: without
+    /// it 99.99999999999999 decoded as 100.0, so the proposer and the other nodes held
+    /// different quotas).
+    #[test]
+    fn quota_values_survive_every_encoding_exactly() {
+        use crate::client_quotas::{EntityName, QuotaAlteration, QuotaEntity, QuotaOp};
+        let mut values = vec![99.99999999999999, 1116039.5085255767, 0.1, 5e-324, -0.0];
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        while values.len() < 20_000 {
+            x ^= x >> 12;
+            x ^= x << 25;
+            x ^= x >> 27;
+            let v = f64::from_bits(x.wrapping_mul(0x2545_f491_4f6c_dd1d));
+            if v.is_finite() {
+                values.push(v);
+            }
+        }
+        let entity = QuotaEntity {
+            user: Some(EntityName::Named("u".into())),
+            client_id: None,
+        };
+        let command = Command::AlterClientQuotas {
+            alterations: vec![QuotaAlteration {
+                entity: entity.clone(),
+                ops: values
+                    .iter()
+                    .enumerate()
+                    .map(|(i, v)| QuotaOp::Set(format!("k{i}"), *v))
+                    .collect(),
+            }],
+        };
+        let bits = |c: &Command| -> Vec<u64> {
+            let Command::AlterClientQuotas { alterations } = c else {
+                panic!("{c:?}")
+            };
+            alterations[0]
+                .ops
+                .iter()
+                .map(|op| match op {
+                    QuotaOp::Set(_, v) => v.to_bits(),
+                    QuotaOp::Remove(_) => panic!("{op:?}"),
+                })
+                .collect()
+        };
+        let want: Vec<u64> = values.iter().map(|v| v.to_bits()).collect();
+
+        let e = entry(1, Uuid::from_u128(1), command.clone());
+        let mut frames = Vec::new();
+        crate::raft_log::encode_frame(&e, &mut frames).expect("encodes");
+        let log = crate::raft_log::decode_log::<MetadataRaft>(&frames, None).expect("decodes");
+        let EntryPayload::Normal(p) = &log.entries[&1].1.payload else {
+            panic!("not a proposal")
+        };
+        assert_eq!(bits(&p.command), want, "through the log");
+
+        let body = crate::rpc::encode_body(&command).expect("encodes");
+        let again: Command = crate::rpc::decode_body(&body).expect("decodes");
+        assert_eq!(bits(&again), want, "through the controller port");
+
+        let mut contents = Contents::default();
+        contents.image.client_quotas.apply(&QuotaAlteration {
+            entity: entity.clone(),
+            ops: vec![QuotaOp::Set("request_percentage".into(), 99.99999999999999)],
+        });
+        let file = encode_snapshot_file(&SnapshotMeta::default(), &contents).expect("encodes");
+        let (_, loaded) = decode_snapshot_file(&file).expect("loads");
+        assert_eq!(
+            loaded
+                .image
+                .client_quotas
+                .get(&entity)
+                .map(|q| q["request_percentage"].to_bits()),
+            Some(99.99999999999999f64.to_bits()),
+            "through the snapshot"
+        );
     }
 
     #[test]

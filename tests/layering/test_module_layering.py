@@ -39,7 +39,8 @@ ALLOWED = {
     "corelog-kafka-client": set(),
     "corelog-load": {"corelog-kafka-client", "corelog-metrics"},
     "corelog-controller": set(),
-    "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition"},
+    # corelog-controller: the metadata log, snapshot and controller-port decoders.
+    "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller"},
 }
 MANIFESTS = {
     "corelog": "Cargo.toml",

@@ -1,8 +1,9 @@
 //! Every fuzz target over its seed corpus (`fuzz/corpus/<target>/`, captured from real
-//! clients and real broker files by `fuzz/capture_seeds.py`) and over a fixed set of
-//! mutations of each seed — bit flips, overwritten and inserted bytes, truncations and
-//! splices, from a seeded generator, so a failure reproduces. This is the CI smoke of the
-//! fuzz targets on the stable toolchain; `benches/fuzz.sh` runs them under libFuzzer.
+//! clients and real broker files by `fuzz/capture_seeds.py`; a `regression-*` file is an
+//! input that once failed) and over a fixed set of mutations of each seed — bit flips,
+//! overwritten and inserted bytes, truncations and splices, from a seeded generator, so a
+//! failure reproduces. This is the CI smoke of the fuzz targets on the stable toolchain;
+//! `benches/fuzz.sh` runs them under libFuzzer.
 
 use std::path::PathBuf;
 
@@ -103,8 +104,9 @@ fn every_target_survives_its_seeds_and_their_mutations() {
     }
 }
 
-/// The seeds are what they stand for — frames the broker serves, batches it stores — so
-/// the mutations start from inputs that reach deep into each decoder.
+/// The seeds are what they stand for — frames the broker serves, batches it stores, the
+/// controller's files and messages — so the mutations start from inputs that reach deep
+/// into each decoder.
 #[test]
 fn the_seeds_are_valid_inputs() {
     for (path, frame) in corpus("request") {
@@ -117,5 +119,40 @@ fn the_seeds_are_valid_inputs() {
     for (path, batch) in corpus("record_batch") {
         corelog_storage::batch::validate(&batch, 1 << 20)
             .unwrap_or_else(|e| panic!("{}: {e:?}", path.display()));
+    }
+    for (path, bytes) in corpus("metadata_log") {
+        use corelog_controller::raft_log;
+        use corelog_controller::state_machine::MetadataRaft;
+        let log = raft_log::decode_log::<MetadataRaft>(&bytes, None);
+        let entries = log.as_ref().map_or(0, |l| l.entries.len());
+        let vote = raft_log::decode_value::<openraft::Vote<u64>>(&bytes).is_ok();
+        let log_id = raft_log::decode_value::<openraft::LogId<u64>>(&bytes).is_ok();
+        assert!(
+            entries > 0 || vote || log_id,
+            "{}: neither a log with entries nor a vote, committed or purged file ({:?})",
+            path.display(),
+            log.err()
+        );
+    }
+    for (path, bytes) in corpus("metadata_snapshot") {
+        corelog_controller::state_machine::decode_snapshot_file(&bytes)
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    }
+    // A `regression-*` input is whatever once failed, not a message.
+    let captured = |(path, _): &(PathBuf, Vec<u8>)| {
+        !path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("regression-"))
+    };
+    for (path, body) in corpus("controller_rpc").into_iter().filter(captured) {
+        use corelog_controller::rpc::{decode_body, Envelope, Request, Response};
+        let request = decode_body::<Envelope<Request>>(&body).is_ok();
+        let response = decode_body::<Response>(&body).is_ok();
+        assert!(
+            request || response,
+            "{}: no controller message",
+            path.display()
+        );
     }
 }
