@@ -268,13 +268,9 @@ fn metadata_log_file(bytes: &[u8]) {
 }
 
 /// A state machine with nothing applied: opened in an empty directory, where applying
-/// writes nothing (only a snapshot would).
+/// writes nothing (only a snapshot would), so every process shares the one directory.
 fn state_machine() -> std::io::Result<MetadataStateMachine> {
-    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        std::env::temp_dir().join(format!("corelog-fuzz-state-machine-{}", std::process::id()))
-    });
-    MetadataStateMachine::open(dir)
+    MetadataStateMachine::open(&std::env::temp_dir().join("corelog-fuzz-state-machine"))
 }
 
 /// `bytes` with the CRC of every whole frame set to its body's, as `raft.log` frames
