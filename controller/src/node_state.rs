@@ -56,9 +56,46 @@ pub(crate) fn is_leader(shared: &Shared) -> bool {
     m.current_leader == Some(shared.id) && m.state == ServerState::Leader
 }
 
-/// Writes `proposal` on this node's openraft: `Ok(Err(..))` when another node leads.
+/// How long a write on this node's openraft may take before the proposer tries again.
+/// A write this node appended as leader and whose entry a new leader then replaced — by
+/// a snapshot install, after this node restarted still believing it led — is never
+/// answered by openraft; without a bound, a broker's registration waited forever. A
+/// retry carries the same proposal id, which the state machine answers once
+/// (`recent_ids`), so a write that was merely slow is not applied twice.
+const CLIENT_WRITE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// How often a write in flight looks whether this node is still the leader.
+const LEADERSHIP_CHECK: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// Writes `proposal` on this node's openraft: `Err(NotLeader)` when another node leads,
+/// `Err(Unavailable)` when the write failed, was not answered in time, or this node
+/// stopped leading while it waited (the proposer then asks the new leader).
 pub(crate) async fn write_local(shared: &Shared, proposal: Proposal) -> Result<Applied, RpcError> {
-    match shared.raft.client_write(proposal).await {
+    let leading = is_leader(shared);
+    let lost_leadership = async {
+        loop {
+            tokio::time::sleep(LEADERSHIP_CHECK).await;
+            if leading && !is_leader(shared) {
+                return;
+            }
+        }
+    };
+    let result = tokio::select! {
+        r = shared.raft.client_write(proposal) => r,
+        () = lost_leadership => {
+            return Err(RpcError::Unavailable("this node stopped leading while writing".into()));
+        }
+        () = tokio::time::sleep(CLIENT_WRITE_TIMEOUT) => {
+            tracing::warn!(
+                timeout_ms = CLIENT_WRITE_TIMEOUT.as_millis() as u64,
+                "a metadata write was not answered; proposing it again"
+            );
+            return Err(RpcError::Unavailable(format!(
+                "not answered within {CLIENT_WRITE_TIMEOUT:?}"
+            )));
+        }
+    };
+    match result {
         Ok(r) => Ok(r.data),
         Err(RaftError::APIError(ClientWriteError::ForwardToLeader(f))) => {
             Err(RpcError::NotLeader {
