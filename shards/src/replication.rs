@@ -231,12 +231,7 @@ impl Shard {
         if marks == *written {
             return Ok(());
         }
-        let mut text = format!("0\n{}\n", marks.len());
-        let mut lines: Vec<_> = marks.iter().collect();
-        lines.sort_by(|a, b| (&a.0.topic, a.0.partition).cmp(&(&b.0.topic, b.0.partition)));
-        for (tp, hw) in lines {
-            text.push_str(&format!("{} {} {}\n", tp.topic, tp.partition, hw));
-        }
+        let text = encode_high_watermarks(&marks);
         let dir = self.config.data_dir.clone();
         let name = format!("{CHECKPOINT_PREFIX}{}", self.id);
         glommio::executor()
@@ -303,24 +298,42 @@ fn read_checkpoints(dir: &std::path::Path) -> HashMap<TopicPartition, i64> {
         let Ok(text) = std::fs::read_to_string(entry.path()) else {
             continue;
         };
-        for line in text.lines().skip(2) {
-            let mut fields = line.split(' ');
-            let (Some(topic), Some(p), Some(hw)) = (fields.next(), fields.next(), fields.next())
-            else {
-                continue;
-            };
-            let (Ok(partition), Ok(hw)) = (p.parse::<i32>(), hw.parse::<i64>()) else {
-                continue;
-            };
-            let tp = TopicPartition {
-                topic: Arc::from(topic),
-                partition,
-            };
-            let e = marks.entry(tp).or_insert(hw);
-            *e = (*e).max(hw);
-        }
+        decode_high_watermarks(&text, &mut marks);
     }
     marks
+}
+
+/// A shard's high-watermark checkpoint file (Kafka's `replication-offset-checkpoint`
+/// layout: version, count, then `topic partition mark` lines), sorted.
+pub fn encode_high_watermarks(marks: &HashMap<TopicPartition, i64>) -> String {
+    let mut text = format!("0\n{}\n", marks.len());
+    let mut lines: Vec<_> = marks.iter().collect();
+    lines.sort_by(|a, b| (&a.0.topic, a.0.partition).cmp(&(&b.0.topic, b.0.partition)));
+    for (tp, hw) in lines {
+        text.push_str(&format!("{} {} {}\n", tp.topic, tp.partition, hw));
+    }
+    text
+}
+
+/// Adds the marks of one checkpoint file's `text` to `marks`, keeping the higher of two
+/// (marks only grow); lines that do not parse are skipped, since a checkpoint only
+/// shortens a follower's wait and a lost one costs nothing acknowledged.
+pub fn decode_high_watermarks(text: &str, marks: &mut HashMap<TopicPartition, i64>) {
+    for line in text.lines().skip(2) {
+        let mut fields = line.split(' ');
+        let (Some(topic), Some(p), Some(hw)) = (fields.next(), fields.next(), fields.next()) else {
+            continue;
+        };
+        let (Ok(partition), Ok(hw)) = (p.parse::<i32>(), hw.parse::<i64>()) else {
+            continue;
+        };
+        let tp = TopicPartition {
+            topic: Arc::from(topic),
+            partition,
+        };
+        let e = marks.entry(tp).or_insert(hw);
+        *e = (*e).max(hw);
+    }
 }
 
 impl ReplicaHost for Shard {

@@ -40,7 +40,7 @@ ALLOWED = {
     "corelog-load": {"corelog-kafka-client", "corelog-metrics"},
     "corelog-controller": set(),
     # corelog-controller: the metadata log, snapshot and controller-port decoders.
-    "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller"},
+    "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller", "shards"},
 }
 MANIFESTS = {
     "corelog": "Cargo.toml",

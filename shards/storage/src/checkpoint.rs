@@ -18,14 +18,17 @@ pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 pub fn read(dir: &Path, name: &str) -> Result<Option<i64>, StorageError> {
     let path = dir.join(name);
     match std::fs::read_to_string(&path) {
-        Ok(text) => text
-            .trim()
-            .parse::<i64>()
+        Ok(text) => decode(&text)
             .map(Some)
             .map_err(|e| StorageError::new(path.display(), format!("bad checkpoint file: {e}"))),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(StorageError::new(path.display(), e)),
     }
+}
+
+/// The offset a checkpoint file's `text` holds.
+pub fn decode(text: &str) -> Result<i64, std::num::ParseIntError> {
+    text.trim().parse::<i64>()
 }
 
 /// Replaces `dir/name` with `offset`. Blocking; run it off the reactor.

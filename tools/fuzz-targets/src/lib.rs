@@ -32,6 +32,7 @@ pub const TARGETS: &[(&str, fn(&[u8]))] = &[
     ("producer_snapshot", producer_snapshot),
     ("leader_epoch_checkpoint", leader_epoch_checkpoint),
     ("segment_indexes", segment_indexes),
+    ("checkpoints", checkpoints),
     ("metadata_log", metadata_log),
     ("metadata_snapshot", metadata_snapshot),
     ("controller_rpc", controller_rpc),
@@ -144,6 +145,34 @@ pub fn leader_epoch_checkpoint(data: &[u8]) {
     let again = corelog_partition::leader_epoch_cache::LeaderEpochCache::decode(&cache.encode())
         .expect("an encoded cache decodes");
     assert_eq!(again.entries(), cache.entries());
+}
+
+/// The text checkpoints a start reads back: a one-number file (`log-start-offset`,
+/// `cleaner-offset-checkpoint`) and a shard's high-watermark checkpoint. Whatever the
+/// marks decode to encodes back to a file that decodes to the same marks, each the
+/// highest the text gave its partition.
+pub fn checkpoints(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(offset) = corelog_storage::checkpoint::decode(text) {
+        assert_eq!(
+            corelog_storage::checkpoint::decode(&format!("{offset}\n")),
+            Ok(offset)
+        );
+    }
+    let mut marks = std::collections::HashMap::new();
+    shards::replication::decode_high_watermarks(text, &mut marks);
+    // A topic name with a space or a line break cannot be written back as one line;
+    // the broker never names a topic so (topic names are [a-zA-Z0-9._-]).
+    marks.retain(|tp, _| !tp.topic.contains([' ', '\n', '\r']) && !tp.topic.is_empty());
+    let encoded = shards::replication::encode_high_watermarks(&marks);
+    let mut again = std::collections::HashMap::new();
+    shards::replication::decode_high_watermarks(&encoded, &mut again);
+    assert_eq!(
+        again, marks,
+        "a checkpoint decodes to the marks it was written from"
+    );
 }
 
 /// A segment's offset and time indexes as recovery reads them (the first 16 bytes choose
