@@ -14,11 +14,21 @@ use std::time::{Duration, Instant};
 
 const SESSION: Duration = Duration::from_secs(2);
 
+/// A port free now, chosen below the kernel's ephemeral range (32768 and up by default):
+/// a port the kernel handed out for `127.0.0.1:0` could be taken, between this choice and
+/// the node's bind, as the source port of another test's outgoing connection (the tests
+/// of this binary run at once), which made a node's start fail with AddrInUse.
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let base = 20_000 + (std::process::id() % 60) * 100;
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = u16::try_from(base + n % 6_000).expect("below 32768");
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
 }
 
 struct Cluster {
