@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import shutil
@@ -65,10 +66,22 @@ def log(msg: str) -> None:
     print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
+# Below the kernel's ephemeral range and never handed out twice: a port from a bind to
+# port 0 could be chosen again for the next broker before the first bound it, or taken
+# as a client's source port meanwhile.
+_PORT_FIRST, _PORT_SPAN = 20_000, 12_000
+_next_port = itertools.count((os.getpid() % 120) * 100)
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    while True:
+        port = _PORT_FIRST + next(_next_port) % _PORT_SPAN
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 # ---------------------------------------------------------------------------- limits

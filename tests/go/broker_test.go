@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -55,13 +56,26 @@ func brokerBin(t *testing.T) string {
 	return abs
 }
 
+// nextPort counts the ports handed out. They come from below the kernel's ephemeral
+// range (32768 and up by default) and never twice: a port the kernel chose for a listen
+// on port 0 could be chosen again before the broker bound it, or taken meanwhile as a
+// client's source port, and the broker then failed to start.
+var nextPort atomic.Uint32
+
+func init() { nextPort.Store(uint32(os.Getpid()%120) * 100) }
+
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("free port: %v", err)
+	for tries := 0; tries < 12000; tries++ {
+		port := 20000 + int(nextPort.Add(1)%12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatalf("no free loopback port in 20000-31999")
+	return 0
 }
 
 // startBroker starts corelog with 2 shards and waits for /health to answer

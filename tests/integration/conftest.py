@@ -23,6 +23,7 @@ Environment
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -62,18 +63,29 @@ def _die_with_parent() -> None:
         pass
 
 
+# Ports for brokers come from below the kernel's ephemeral range (32768 and up by
+# default), each handed out once per test process: a port the kernel chose for a bind to
+# port 0 could be chosen again for the next broker before the first one bound it, or be
+# taken meanwhile as the source port of a client's connection (a broker then failed to
+# start with "Address already in use").
+_PORT_FIRST, _PORT_SPAN = 20_000, 12_000
+_next_port = itertools.count((os.getpid() % 120) * 100)
+
+
 def free_port() -> int:
-    """A currently unused loopback TCP port (small race, acceptable for tests)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A loopback TCP port free now and not handed out before by this process."""
+    while True:
+        port = _PORT_FIRST + next(_next_port) % _PORT_SPAN
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
 
 
 def free_ports(n: int) -> list[int]:
-    ports: set[int] = set()
-    while len(ports) < n:
-        ports.add(free_port())
-    return list(ports)
+    return [free_port() for _ in range(n)]
 
 
 def pytest_configure(config):

@@ -22,6 +22,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicInteger;
 import java.util.stream.Stream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -134,13 +135,7 @@ public final class CorelogBroker
         for (int attempt = 1; attempt <= START_ATTEMPTS_MAX; attempt++) {
             kafkaPort = freePort();
             httpPort = freePort();
-            while (httpPort == kafkaPort) {
-                httpPort = freePort();
-            }
             controllerPort = freePort();
-            while (controllerPort == kafkaPort || controllerPort == httpPort) {
-                controllerPort = freePort();
-            }
             dataDir = Files.createTempDirectory("corelog-it-" + name + "-");
             logFile = logDir.resolve(name + "-" + kafkaPort + ".log");
             Process p;
@@ -410,12 +405,29 @@ public final class CorelogBroker
         return dir.resolve("target/release/corelog");
     }
 
+    /**
+     * A loopback port free now, from below the kernel's ephemeral range (32768 and up by
+     * default) and never handed out twice by this JVM: a port the kernel chose for a bind
+     * to port 0 could be chosen again for the next broker before the first bound it, or
+     * taken meanwhile as a client's source port, and the broker then failed to start.
+     */
     private static int freePort() throws IOException {
-        try (ServerSocket s = new ServerSocket(0, 1, InetAddress.getLoopbackAddress())) {
-            s.setReuseAddress(true);
-            return s.getLocalPort();
+        for (int tries = 0; tries < PORT_SPAN; tries++) {
+            int port = PORT_FIRST + NEXT_PORT.getAndIncrement() % PORT_SPAN;
+            try (ServerSocket s = new ServerSocket(port, 1, InetAddress.getLoopbackAddress())) {
+                return port;
+            } catch (IOException taken) {
+                // in use: the next one
+            }
         }
+        throw new IOException(
+                "no free loopback port in " + PORT_FIRST + ".." + (PORT_FIRST + PORT_SPAN - 1));
     }
+
+    private static final int PORT_FIRST = 20_000;
+    private static final int PORT_SPAN = 12_000;
+    private static final AtomicInteger NEXT_PORT =
+            new AtomicInteger((int) (ProcessHandle.current().pid() % 120) * 100);
 
     private static void deleteRecursively(Path root) {
         if (root == null || !Files.exists(root)) {
