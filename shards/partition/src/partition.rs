@@ -534,7 +534,8 @@ impl Partition {
     /// cache changed starts writing its checkpoint and holds the log's writes until it is
     /// durable: no batch of the new epoch reaches the file before the cache that names
     /// the epoch does, and appends stay synchronous, so their order is the order they
-    /// arrived in. Should the checkpoint fail, the log fails with it.
+    /// arrived in. Should the checkpoint fail, the log fails with it; should it find the
+    /// filesystem full, it is tried again, and appends are refused meanwhile.
     pub fn append(self: &Rc<Self>, records: &[u8]) -> Result<AppendTicket, AppendError> {
         debug_assert!(self.is_leader(), "only a leader appends produced records");
         self.persist_epochs_before_writes();
@@ -589,8 +590,18 @@ impl Partition {
         let hold = self.log.hold_writes();
         let partition = self.clone();
         glommio::spawn_local(async move {
-            if let Err(e) = partition.persist_epochs().await {
-                partition.log.fail_with(e); // logged there, with the path
+            // A full filesystem is waited out as the log's own writes wait it out: new
+            // appends are refused meanwhile, and what is queued is written once the
+            // checkpoint is. Any other error fails the log.
+            loop {
+                let Err(e) = partition.persist_epochs().await else {
+                    partition.log.space_again();
+                    break;
+                };
+                if let Err(e) = partition.log.retry_or_fail(e).await {
+                    partition.log.fail_with(e); // logged there, with the path
+                    break;
+                }
             }
             drop(hold);
         })
@@ -931,11 +942,15 @@ impl Partition {
         // Taken after the permit: a later change is never overwritten by an older one.
         let text = self.epochs.borrow().encode();
         let dir = self.dir.clone();
+        let faults = self.log.files().faults().cloned();
         glommio::executor()
             .spawn_blocking(move || {
+                if let Some(faults) = faults {
+                    faults.replacing(&dir.join(CHECKPOINT_FILE))?;
+                }
                 corelog_storage::checkpoint::replace_file(&dir, CHECKPOINT_FILE, text.as_bytes())
             })
             .await
-            .map_err(|e| StorageError::new(self.dir.join(CHECKPOINT_FILE).display(), e))
+            .map_err(|e| StorageError::io(self.dir.join(CHECKPOINT_FILE).display(), &e))
     }
 }

@@ -1,15 +1,17 @@
 //! The partition layer on a real log: epochs stamped and cached across reopens, the
-//! high watermark per durability, reads bounded by it, divergence answered, and the
-//! cache following the log start.
+//! high watermark per durability, reads bounded by it, divergence answered, the cache
+//! following the log start, and its checkpoint waiting out a full filesystem.
 
 use corelog_partition::{
     AckError, Assignment, EpochError, Isolation, Partition, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
 use corelog_storage::batch::batches;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
-use corelog_storage::{AckLevel, Durability, LogConfig, LogContext};
+use corelog_storage::fault::StorageFaults;
+use corelog_storage::{AckLevel, AppendError, Durability, FileCache, LogConfig, LogContext};
 use std::path::PathBuf;
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 fn run<G, F, T>(f: G) -> T
@@ -276,6 +278,56 @@ fn the_first_append_writes_the_new_epochs_checkpoint_before_its_batch() {
         assert!(after.contains("2 1"), "{after}");
         p.wait(t2, AckLevel::All).await.expect("acknowledged");
         assert_eq!(epochs_from(&p, 0).await, vec![(0, 1), (1, 2), (2, 2)]);
+        p.close().await;
+    });
+}
+
+/// The leader-epoch checkpoint finding the filesystem full is tried again, as the log's
+/// own writes are, instead of failing the log: meanwhile new appends are refused with a
+/// no-space error, and the batch waiting on the checkpoint is written and acknowledged
+/// once space returns.
+#[test]
+fn a_full_filesystem_at_the_epoch_checkpoint_is_waited_out() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("c-0");
+    run(move || async move {
+        let faults = Arc::new(StorageFaults::new());
+        let context = LogContext {
+            files: FileCache::with_faults(64, Some(faults.clone())),
+            ..LogContext::system()
+        };
+        let p = Partition::open(path.clone(), config(Durability::AckAll), context, 1, 1)
+            .await
+            .expect("open");
+        faults
+            .command("fail write enospc path=leader-epoch-checkpoint count=3")
+            .expect("armed");
+        let mut queued = vec![p.append(&one_record("a")).expect("queued")];
+        let mut refused = None;
+        for _ in 0..100 {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+            match p.append(&one_record("b")) {
+                Ok(t) => queued.push(t), // before the first attempt failed
+                Err(AppendError::Storage(e)) => {
+                    refused = Some(e);
+                    break;
+                }
+                Err(e) => panic!("refused for another reason: {e}"),
+            }
+        }
+        let refused = refused.expect("appends refused while the filesystem is full");
+        assert!(refused.no_space, "{refused}");
+        for t in &queued {
+            p.wait(*t, AckLevel::All)
+                .await
+                .expect("acknowledged once there is space");
+        }
+        assert_eq!(faults.injected(), 3);
+        let checkpoint =
+            std::fs::read_to_string(path.join("leader-epoch-checkpoint")).expect("checkpoint");
+        assert!(checkpoint.contains("1 0"), "{checkpoint}");
+        let next = produce(&p, "c", AckLevel::All).await;
+        assert_eq!(next, queued.len() as i64, "dense offsets");
         p.close().await;
     });
 }

@@ -9,10 +9,11 @@
 //! (`POST /faults`, one command per request, see [`StorageFaults::command`]).
 //!
 //! What it covers: every write and sync of segment files (log, offset index, time index)
-//! — everything the flusher and syncer do, which is everything a produce waits for. The
-//! small files written with write + fsync + rename + directory fsync (checkpoints,
-//! producer snapshots, the cleaner's swaps) are durable when their call returns and are
-//! not tracked: a power loss leaves them as they are.
+//! — everything the flusher and syncer do, which is everything a produce waits for —
+//! and the leader-epoch checkpoint a log's writes wait on (`replacing`: failed as a
+//! write rule says). The small files written with write + fsync + rename + directory
+//! fsync (checkpoints, producer snapshots, the cleaner's swaps) are durable when their
+//! call returns and are not tracked: a power loss leaves them as they are.
 //!
 //! The power-loss model: per file, the end of what completed writes covered
 //! (`written_end`) and the part a completed `fdatasync` covered (`synced_end`: what was
@@ -230,6 +231,17 @@ impl StorageFaults {
         if let Some(e) = self.lock_files().get_mut(path) {
             e.written_end = e.written_end.min(len);
             e.synced_end = e.synced_end.min(len);
+        }
+    }
+
+    /// Lets a whole-file replacement of `path` (write, sync, rename: see
+    /// `checkpoint::replace_file`) start, or fails it as an armed write rule says; a torn
+    /// one fails before anything is written, as the rename would never happen. Blocking
+    /// callers use it: the leader-epoch checkpoint, which a log's writes wait on.
+    pub fn replacing(&self, path: &Path) -> io::Result<()> {
+        match self.decide(Op::Write, path) {
+            Verdict::Proceed => Ok(()),
+            Verdict::Fail(e) | Verdict::Tear(e) => Err(e),
         }
     }
 

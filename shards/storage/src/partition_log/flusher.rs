@@ -87,9 +87,7 @@ impl PartitionLog {
                 log.fail(e);
                 return;
             }
-            if log.state.borrow_mut().out_of_space.take().is_some() {
-                tracing::info!(dir = %log.dir.display(), "space again: appends accepted");
-            }
+            log.space_again();
             log.sync_work.notify(1);
             let (closing, empty) = {
                 let st = log.state.borrow();
@@ -240,18 +238,21 @@ impl PartitionLog {
 
     /// An error that only says no descriptor was free, or that the filesystem is full,
     /// is waited out (nothing of the step took effect, so it can run again), closing or
-    /// not; any other fails the log. While the filesystem is full the log refuses new
-    /// appends, so what waits in memory is bounded by what was queued before.
-    async fn retry_or_fail(&self, e: StorageError) -> Result<(), StorageError> {
+    /// not; any other is returned, to fail the log with. While the filesystem is full the
+    /// log refuses new appends, so what waits in memory is bounded by what was queued
+    /// before; `space_again` lifts that once a step succeeds. The owner uses it too, for
+    /// a step of its own that the log's writes wait on (its leader-epoch checkpoint).
+    pub async fn retry_or_fail(&self, e: StorageError) -> Result<(), StorageError> {
         // A log closing (the broker stopping) does not wait for space: what is still
         // queued was never acknowledged.
         if e.no_space && !self.state.borrow().closing {
-            let mut st = self.state.borrow_mut();
-            if st.out_of_space.is_none() {
-                tracing::warn!(dir = %self.dir.display(), error = %e, "filesystem full: appends refused until a write succeeds");
+            {
+                let mut st = self.state.borrow_mut();
+                if st.out_of_space.is_none() {
+                    tracing::warn!(dir = %self.dir.display(), error = %e, "filesystem full: appends refused until a write succeeds");
+                }
+                st.out_of_space = Some(e);
             }
-            st.out_of_space = Some(e);
-            drop(st);
             glommio::timer::sleep(NO_SPACE_RETRY).await;
             return Ok(());
         }
@@ -260,6 +261,13 @@ impl PartitionLog {
         }
         glommio::timer::sleep(DESCRIPTOR_RETRY).await;
         Ok(())
+    }
+
+    /// A write succeeded after the filesystem was found full: appends are accepted again.
+    pub fn space_again(&self) {
+        if self.state.borrow_mut().out_of_space.take().is_some() {
+            tracing::info!(dir = %self.dir.display(), "space again: appends accepted");
+        }
     }
 
     /// Writes what the appenders hold and publishes it to readers: segment size, index
