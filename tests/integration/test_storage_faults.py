@@ -117,12 +117,20 @@ def test_an_fsync_error_is_never_acknowledged_and_fails_only_its_partition(broke
     assert stored(b.bootstrap, topic, 2)[0] == counts[0] + 1
 
 
-def test_enospc_refuses_produces_cleanly_and_service_resumes(broker_factory):
+@pytest.mark.parametrize("where", ["segment", "leader-epoch-checkpoint"])
+def test_enospc_refuses_produces_cleanly_and_service_resumes(broker_factory, where):
+    """ENOSPC on a segment write, or on the leader-epoch checkpoint that the first produce
+    of a new epoch (here: after a restart) writes before its batch."""
     b = broker_factory.start(extra_args=FAULTS)
     topic = "no-space"
     create(b.bootstrap, topic, 1)
     assert produce_raw(b.bootstrap, topic, 0, [b"before"] * 10)["error_code"] == 0
-    fault(b, f"fail write enospc path=/{topic}-0/")
+    if where == "segment":
+        fault(b, f"fail write enospc path=/{topic}-0/")
+    else:
+        b.stop()
+        b.start()
+        fault(b, f"fail write enospc path=/{topic}-0/leader-epoch-checkpoint")
     # The first produce after the disk filled is queued and waits for space (it was never
     # acknowledged); every later one is refused at once with KAFKA_STORAGE_ERROR.
     waiting: dict = {}
@@ -133,6 +141,8 @@ def test_enospc_refuses_produces_cleanly_and_service_resumes(broker_factory):
     while "filesystem full" not in b.log_tail(400):
         assert time.monotonic() < deadline, "the write never hit the full disk"
         time.sleep(0.05)
+    full = [line for line in b.log_tail(400).splitlines() if "filesystem full" in line]
+    assert (where in full[0]) == (where != "segment"), full
     for acks in (-1, 1, -1):
         assert produce_raw(b.bootstrap, topic, 0, [b"refused"], acks=acks)["error_code"] \
             == KAFKA_STORAGE_ERROR
@@ -145,6 +155,7 @@ def test_enospc_refuses_produces_cleanly_and_service_resumes(broker_factory):
     assert produce_raw(b.bootstrap, topic, 0, [b"after"] * 5)["error_code"] == 0
     records = read_log(b.bootstrap, topic, 1)[0]
     assert [o for o, _ in records] == list(range(25)), "dense: before, queued, after"
+    assert metric_sum(b, "corelog_log_failures_total") == 0, "a full disk fails no log"
     b.assert_alive()
 
 
