@@ -52,16 +52,54 @@ def save(target: str, data: bytes) -> bool:
     return True
 
 
+def listen_loopback() -> socket.socket:
+    """A listening socket on a free loopback port, for a recording proxy."""
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    return listener
+
+
+def read_exact(s: socket.socket, n: int) -> bytes | None:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            return None
+        out += chunk
+    return out
+
+
+def relay_frames(src: socket.socket, dst: socket.socket, size_format: str, on_frame) -> None:
+    """Forwards size-prefixed frames from ``src`` to ``dst`` (the size packed as
+    ``size_format``), handing each frame, without its size, to ``on_frame`` first; closes
+    both sockets when either side ends."""
+    try:
+        while True:
+            size = read_exact(src, 4)
+            if size is None:
+                break
+            (n,) = struct.unpack(size_format, size)
+            frame = read_exact(src, n)
+            if frame is None:
+                break
+            on_frame(frame)
+            dst.sendall(size + frame)
+    except OSError:
+        pass
+    finally:
+        src.close()
+        dst.close()
+
+
 class Proxy:
     """Forwards 127.0.0.1:port to the broker, saving each request frame (without its
     size prefix) clients send."""
 
     def __init__(self, upstream: int):
         self.upstream = upstream
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
+        self.listener = listen_loopback()
         self.port = self.listener.getsockname()[1]
         self.frames = 0
         self.lock = threading.Lock()
@@ -77,35 +115,13 @@ class Proxy:
             threading.Thread(target=self.requests, args=(client, server), daemon=True).start()
             threading.Thread(target=self.pump, args=(server, client), daemon=True).start()
 
-    @staticmethod
-    def read_exact(s: socket.socket, n: int) -> bytes | None:
-        out = b""
-        while len(out) < n:
-            chunk = s.recv(n - len(out))
-            if not chunk:
-                return None
-            out += chunk
-        return out
-
     def requests(self, client: socket.socket, server: socket.socket) -> None:
-        try:
-            while True:
-                size = self.read_exact(client, 4)
-                if size is None:
-                    break
-                (n,) = struct.unpack(">i", size)
-                frame = self.read_exact(client, n)
-                if frame is None:
-                    break
-                if n <= FRAME_MAX and save("request", frame):
-                    with self.lock:
-                        self.frames += 1
-                server.sendall(size + frame)
-        except OSError:
-            pass
-        finally:
-            server.close()
-            client.close()
+        relay_frames(client, server, ">i", self.save_request)
+
+    def save_request(self, frame: bytes) -> None:
+        if len(frame) <= FRAME_MAX and save("request", frame):
+            with self.lock:
+                self.frames += 1
 
     @staticmethod
     def pump(src: socket.socket, dst: socket.socket) -> None:
@@ -241,10 +257,7 @@ class RpcProxy:
 
     def __init__(self, upstream: int, kept: dict[str, list[bytes]], lock: threading.Lock):
         self.upstream, self.kept, self.lock = upstream, kept, lock
-        self.listener = socket.socket()
-        self.listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
+        self.listener = listen_loopback()
         self.port = self.listener.getsockname()[1]
         threading.Thread(target=self.accept, daemon=True).start()
 
@@ -282,22 +295,7 @@ class RpcProxy:
                 bodies.append(body)
 
     def frames(self, src: socket.socket, dst: socket.socket, side: str) -> None:
-        try:
-            while True:
-                size = Proxy.read_exact(src, 4)
-                if size is None:
-                    break
-                (n,) = struct.unpack(">I", size)
-                body = Proxy.read_exact(src, n)
-                if body is None:
-                    break
-                self.keep(side, body)
-                dst.sendall(size + body)
-        except OSError:
-            pass
-        finally:
-            src.close()
-            dst.close()
+        relay_frames(src, dst, ">I", lambda body: self.keep(side, body))
 
 
 class Node:
