@@ -41,7 +41,7 @@ and data directory, at once or after --down-seconds; its HTTP /health is polled 
 acknowledgement after that (so that the longest any partition went without an
 acknowledgement, the cycle's stall as the producer sees it, closes inside the cycle).
 Which broker: single mode, the broker; cluster mode, in turn the active controller (the
-controller id that Metadata answers) on even cycles and the broker leading the most
+quorum leader DescribeQuorum names) on even cycles and the broker leading the most
 partitions of `crash` (lowest id on a tie) on odd cycles. In cluster mode the cycle then
 also waits (up to 60 s) until every partition's ISR holds all three replicas again, so
 that every kill hits a whole cluster; that time is recorded too. Per cycle: which broker,
@@ -106,6 +106,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import BROKER, ROOT, free_port  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import kwire  # noqa: E402
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 TOPIC = "crash"
@@ -338,6 +341,17 @@ def partition_state(admin: AdminClient) -> tuple[int, dict[int, tuple[int, list[
                               for p in t.partitions.values()}
 
 
+def active_controller(nodes) -> int:
+    """The quorum leader by DescribeQuorum (Metadata's controller_id names the broker
+    that answers, a live one, not the leader)."""
+    for n in nodes:
+        try:
+            return kwire.describe_quorum_leader(f"127.0.0.1:{n.port}", timeout=3)
+        except Exception:  # noqa: BLE001 - a dead broker: ask the next
+            continue
+    return -1
+
+
 def isr_full(admin: AdminClient, rf: int) -> bool:
     try:
         _, parts = partition_state(admin)
@@ -368,7 +382,8 @@ def choose_victim(mode: str, cycle: int, nodes: list[Node], admin: AdminClient) 
     if mode == "single":
         return nodes[0], "the broker"
     try:
-        controller, parts = partition_state(admin)
+        _, parts = partition_state(admin)
+        controller = active_controller(nodes)
     except Exception as e:  # noqa: BLE001
         n = nodes[cycle % len(nodes)]
         return n, f"round-robin (Metadata failed: {e})"

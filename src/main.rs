@@ -3,6 +3,7 @@
 use corelog::{admin, config, http, metrics, server};
 
 use clap::{Parser, Subcommand};
+use std::io::IsTerminal;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -120,9 +121,14 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))?;
+    // Colour only for a person at a terminal: escape codes in a file or a log collector's
+    // pipe make every line harder to read and to grep. NO_COLOR (no-color.org) turns it
+    // off at a terminal too.
+    let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
+        .with_ansi(colour)
         .init();
 
     let life = Arc::new(server::Lifecycle::default());

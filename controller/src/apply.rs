@@ -245,13 +245,59 @@ impl MetadataImage {
         Ok(())
     }
 
-    /// One change of an `AlterPartition`, Kafka's checks in order: the proposer is an
-    /// active registration of that epoch, the partition exists, the proposer leads it
-    /// in the epochs the change was computed from, the ISR is well formed and keeps the
-    /// leader, and every broker it adds is active. The leader stays, so only the
-    /// partition epoch moves.
+    /// One change of an `AlterPartition`: refused as [`Self::isr_change_refusal`] says,
+    /// else applied. The leader stays, so only the partition epoch moves.
     fn alter_isr(
         &mut self,
+        broker: i32,
+        broker_epoch: u64,
+        c: &IsrChange,
+    ) -> Result<(), CommandError> {
+        self.isr_change_refusal(broker, broker_epoch, c)?;
+        let name = self
+            .topic_ids
+            .get(&c.topic_id)
+            .ok_or(CommandError::UnknownTopicId)?;
+        let p = self
+            .topics
+            .get(name)
+            .and_then(|t| t.partition(c.partition))
+            .ok_or(CommandError::UnknownTopicOrPartition)?;
+        let isr: Vec<i32> = p
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| c.isr.contains(r))
+            .collect();
+        if isr == p.isr {
+            return Ok(());
+        }
+        let mut next = p.clone();
+        next.isr = isr;
+        // An expansion may complete a reassignment (and hand a removed leader's place
+        // over); otherwise the leader stays, and only the partition epoch moves.
+        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let unclean = self.unclean_leader_election_of(name);
+        settle(&mut next, &live, unclean);
+        let name = name.clone();
+        if let Some(p) = self.partition_mut(&name, c.partition) {
+            change_partition(p, next);
+            debug_assert!(
+                p.leader_epoch > c.leader_epoch
+                    || (p.leader == broker && p.leader_epoch == c.leader_epoch)
+            );
+        }
+        Ok(())
+    }
+
+    /// Why this image refuses one change of an `AlterPartition`, Kafka's checks in
+    /// order: the proposer is an active registration of that epoch, the partition
+    /// exists, the proposer leads it in the epochs the change was computed from, the ISR
+    /// is well formed and keeps the leader, and every broker it adds is active. A pure
+    /// question of the image: the active controller asks it before writing a proposal
+    /// (`node_state::write_local`), so a change it would refuse costs no log entry.
+    pub fn isr_change_refusal(
+        &self,
         broker: i32,
         broker_epoch: u64,
         c: &IsrChange,
@@ -288,30 +334,6 @@ impl MetadataImage {
             .find(|r| !p.isr.contains(r) && !self.is_live(**r))
         {
             return Err(CommandError::IneligibleReplica(*r));
-        }
-        let isr: Vec<i32> = p
-            .replicas
-            .iter()
-            .copied()
-            .filter(|r| c.isr.contains(r))
-            .collect();
-        if isr == p.isr {
-            return Ok(());
-        }
-        let mut next = p.clone();
-        next.isr = isr;
-        // An expansion may complete a reassignment (and hand a removed leader's place
-        // over); otherwise the leader stays, and only the partition epoch moves.
-        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
-        let unclean = self.unclean_leader_election_of(name);
-        settle(&mut next, &live, unclean);
-        let name = name.clone();
-        if let Some(p) = self.partition_mut(&name, c.partition) {
-            change_partition(p, next);
-            debug_assert!(
-                p.leader_epoch > c.leader_epoch
-                    || (p.leader == broker && p.leader_epoch == c.leader_epoch)
-            );
         }
         Ok(())
     }
@@ -452,44 +474,87 @@ impl MetadataImage {
             .collect()
     }
 
-    /// Replica lists for `count` partitions from `first`: the explicit ones checked, or
-    /// placed over the live brokers.
-    fn replica_lists(
+    /// `count` new partitions from `first`: the explicit replica lists checked as
+    /// Kafka's `validateManualPartitionAssignment` checks them, or placed over the live
+    /// brokers.
+    fn new_partitions(
         &self,
         explicit: &Option<Vec<Vec<i32>>>,
         first: i32,
         count: i32,
         replication_factor: i32,
         seed: u64,
-    ) -> Result<Vec<Vec<i32>>, CommandError> {
+    ) -> Result<Vec<PartitionImage>, CommandError> {
         if let Some(lists) = explicit {
             if i32::try_from(lists.len()).ok() != Some(count) {
                 return Err(CommandError::InvalidReplicaAssignment(format!(
-                    "{} replica lists for {count} partitions",
+                    "Attempted to add {count} additional partition(s), but only {} assignment(s) were specified.",
                     lists.len()
                 )));
             }
-            for r in lists {
-                if !names_each_once(r) {
-                    return Err(CommandError::InvalidReplicaAssignment(format!(
-                        "replica list {r:?} is empty or names a broker twice"
-                    )));
-                }
-                if i32::try_from(r.len()).ok() != Some(replication_factor) {
-                    return Err(CommandError::InvalidReplicaAssignment(format!(
-                        "replica list {r:?} does not have {replication_factor} replicas"
-                    )));
-                }
-                if let Some(b) = r.iter().find(|b| !self.is_live(**b)) {
-                    return Err(CommandError::InvalidReplicaAssignment(format!(
-                        "broker {b} is not a live broker of the cluster"
-                    )));
-                }
+            let mut expected = usize::try_from(replication_factor).ok().filter(|rf| *rf > 0);
+            let mut out = Vec::with_capacity(lists.len());
+            for (i, replicas) in lists.iter().enumerate() {
+                let partition = first.saturating_add(i32::try_from(i).unwrap_or(i32::MAX));
+                out.push(self.manual_partition(replicas, expected, partition)?);
+                expected.get_or_insert(replicas.len());
             }
-            return Ok(lists.clone());
+            return Ok(out);
         }
-        placement::assign(&self.candidates(), first, count, replication_factor, seed)
-            .map_err(|e| CommandError::InvalidReplicationFactor(e.to_string()))
+        let lists = placement::assign(&self.candidates(), first, count, replication_factor, seed)
+            .map_err(|e| CommandError::InvalidReplicationFactor(e.to_string()))?;
+        Ok(lists.into_iter().map(new_partition).collect())
+    }
+
+    /// One partition of a manual assignment, Kafka's checks in order: a replica list that
+    /// is not empty; each broker (in id order) registered and named once; as many
+    /// replicas as `expected` (the topic's replication factor, or the first list's
+    /// length); and at least one active replica. A fenced replica is allowed and left out
+    /// of the ISR until its leader proposes it, as in Kafka; the leader is the first
+    /// active one.
+    fn manual_partition(
+        &self,
+        replicas: &[i32],
+        expected: Option<usize>,
+        partition: i32,
+    ) -> Result<PartitionImage, CommandError> {
+        let refuse = |m: String| Err(CommandError::InvalidReplicaAssignment(m));
+        if replicas.is_empty() {
+            return refuse(
+                "The manual partition assignment includes an empty replica list.".into(),
+            );
+        }
+        let mut sorted = replicas.to_vec();
+        sorted.sort_unstable();
+        for (i, b) in sorted.iter().enumerate() {
+            if !self.brokers.contains_key(b) {
+                return refuse(format!(
+                    "The manual partition assignment includes broker {b}, but no such broker is registered."
+                ));
+            }
+            if i > 0 && sorted[i - 1] == *b {
+                return refuse(format!(
+                    "The manual partition assignment includes the broker {b} more than once."
+                ));
+            }
+        }
+        if let Some(rf) = expected.filter(|rf| *rf != replicas.len()) {
+            return refuse(format!(
+                "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
+                replicas.len()
+            ));
+        }
+        let isr: Vec<i32> = replicas.iter().copied().filter(|b| self.is_live(*b)).collect();
+        let Some(&leader) = isr.first() else {
+            return refuse(format!(
+                "All brokers specified in the manual partition assignment for partition {partition} are fenced or in controlled shutdown."
+            ));
+        };
+        Ok(PartitionImage {
+            leader,
+            isr,
+            ..new_partition(replicas.to_vec())
+        })
     }
 
     fn create_topic(&mut self, t: &NewTopic) -> Result<(), CommandError> {
@@ -506,8 +571,10 @@ impl MetadataImage {
                 t.partitions
             )));
         }
-        check_replication_factor(t.replication_factor)?;
-        let lists = self.replica_lists(
+        if t.assignments.is_none() {
+            check_replication_factor(t.replication_factor)?;
+        }
+        let partitions = self.new_partitions(
             &t.assignments,
             0,
             t.partitions,
@@ -518,7 +585,7 @@ impl MetadataImage {
             name: t.name.clone(),
             id: t.id,
             configs: t.configs.clone(),
-            partitions: lists.into_iter().map(new_partition).collect(),
+            partitions,
         });
         Ok(())
     }
@@ -529,10 +596,15 @@ impl MetadataImage {
             .get(&np.topic)
             .ok_or(CommandError::UnknownTopic)?;
         let current = t.partition_count();
-        if np.count <= current {
+        if np.count == current {
             return Err(CommandError::InvalidPartitions(format!(
-                "topic currently has {current} partitions, which is higher than or equal to the requested {}",
-                np.count
+                "Topic already has {current} partition(s)."
+            )));
+        }
+        if np.count < current {
+            return Err(CommandError::InvalidPartitions(format!(
+                "The topic {} currently has {current} partition(s); {} would not be an increase.",
+                np.topic, np.count
             )));
         }
         if np.count > PARTITIONS_PER_TOPIC_MAX {
@@ -546,7 +618,7 @@ impl MetadataImage {
             // The target's size: a partition being moved also lists the replicas it loses.
             .map(|p| i32::try_from(p.target().len()).unwrap_or(i32::MAX))
             .unwrap_or(1);
-        let lists = self.replica_lists(
+        let added = self.new_partitions(
             &np.assignments,
             current,
             np.count - current,
@@ -554,7 +626,7 @@ impl MetadataImage {
             seed_of(t.id),
         )?;
         if let Some(t) = self.topics.get_mut(&np.topic) {
-            t.partitions.extend(lists.into_iter().map(new_partition));
+            t.partitions.extend(added);
         }
         Ok(())
     }
@@ -1371,6 +1443,79 @@ mod tests {
         assert_eq!((p.leader, p.isr.clone()), (1, vec![1, 2]));
     }
 
+    /// Kafka's `validateManualPartitionAssignment`: the first failing check answers, in
+    /// its order; a fenced replica is allowed outside the ISR, but not every replica.
+    #[test]
+    fn manual_assignments_are_checked_as_kafka_checks_them() {
+        let (mut img, _) = cluster(3);
+        let refusal = |img: &mut MetadataImage, lists: Vec<Vec<i32>>| match create(
+            img,
+            NewTopic {
+                replication_factor: -1,
+                ..assigned("m", lists)
+            },
+        ) {
+            Err(CommandError::InvalidReplicaAssignment(m)) => m,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            refusal(&mut img, vec![vec![]]),
+            "The manual partition assignment includes an empty replica list."
+        );
+        // Brokers in id order: 9 is unknown before 2 is repeated.
+        assert_eq!(
+            refusal(&mut img, vec![vec![9, 2, 2]]),
+            "The manual partition assignment includes the broker 2 more than once."
+        );
+        assert_eq!(
+            refusal(&mut img, vec![vec![2, 9]]),
+            "The manual partition assignment includes broker 9, but no such broker is registered."
+        );
+        assert_eq!(
+            refusal(&mut img, vec![vec![1, 2], vec![3]]),
+            "The manual partition assignment includes a partition with 1 replica(s), but this is not consistent with previous partitions, which have 2 replica(s)."
+        );
+        fence(&mut img, 1, true).unwrap();
+        fence(&mut img, 2, true).unwrap();
+        assert_eq!(
+            refusal(&mut img, vec![vec![3], vec![2]]),
+            "All brokers specified in the manual partition assignment for partition 1 are fenced or in controlled shutdown."
+        );
+        create(&mut img, assigned("m", vec![vec![1, 3, 2]])).unwrap();
+        let p = part(&img, "m", 0);
+        assert_eq!(
+            (p.leader, p.replicas.clone(), p.isr.clone()),
+            (3, vec![1, 3, 2], vec![3])
+        );
+        let grow = |count, assignments| Command::CreatePartitions {
+            topics: vec![NewPartitions {
+                topic: "m".into(),
+                count,
+                assignments,
+            }],
+        };
+        let answer = |o: Outcome| match o {
+            Outcome::Items(mut v) => v.remove(0),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            answer(next(&mut img, grow(1, None))),
+            Err(CommandError::InvalidPartitions(
+                "Topic already has 1 partition(s).".into()
+            ))
+        );
+        assert_eq!(
+            answer(next(&mut img, grow(3, Some(vec![vec![3, 2, 1]])))),
+            Err(CommandError::InvalidReplicaAssignment(
+                "Attempted to add 2 additional partition(s), but only 1 assignment(s) were specified.".into()
+            ))
+        );
+        assert!(answer(next(&mut img, grow(2, Some(vec![vec![3, 2]])))).is_err());
+        assert_eq!(answer(next(&mut img, grow(2, Some(vec![vec![2, 1, 3]])))), Ok(()));
+        let p = part(&img, "m", 1);
+        assert_eq!((p.leader, p.isr.clone()), (3, vec![3]));
+    }
+
     /// Moves partition `i` of `name` to `target` (`None`: cancels); its one result.
     fn reassign(
         img: &mut MetadataImage,
@@ -1957,10 +2102,15 @@ mod tests {
             create(&mut img, t),
             Err(CommandError::InvalidReplicationFactor(_))
         ));
+        // Named explicitly, it is a replica outside the ISR (Kafka's manual assignment);
+        // alone, it cannot lead.
         assert!(matches!(
-            create(&mut img, assigned("u", vec![vec![1, 2]])),
+            create(&mut img, assigned("u", vec![vec![1]])),
             Err(CommandError::InvalidReplicaAssignment(_))
         ));
+        create(&mut img, assigned("u", vec![vec![1, 2]])).unwrap();
+        let u = part(&img, "u", 0);
+        assert_eq!((u.leader, u.replicas.clone(), u.isr.clone()), (2, vec![1, 2], vec![2]));
         // Not even an unclean election picks it.
         let set = ConfigChange {
             name: String::new(),

@@ -2,6 +2,7 @@
 //! liveness table — and the questions they all ask of it: who leads, where, and how to
 //! write on this node's own openraft.
 
+use crate::command::{Command, CommandError, Outcome};
 use crate::network::ClusterIdCell;
 use crate::node_config::NodeConfig;
 use crate::rpc::{QuorumDescription, ReplicaState, RpcError};
@@ -72,6 +73,11 @@ const LEADERSHIP_CHECK: std::time::Duration = std::time::Duration::from_millis(5
 /// stopped leading while it waited (the proposer then asks the new leader).
 pub(crate) async fn write_local(shared: &Shared, proposal: Proposal) -> Result<Applied, RpcError> {
     let leading = is_leader(shared);
+    if leading {
+        if let Some(refused) = refused_without_writing(shared, &proposal) {
+            return Ok(refused);
+        }
+    }
     let lost_leadership = async {
         loop {
             tokio::time::sleep(LEADERSHIP_CHECK).await;
@@ -104,6 +110,38 @@ pub(crate) async fn write_local(shared: &Shared, proposal: Proposal) -> Result<A
         }
         Err(e) => Err(RpcError::Unavailable(e.to_string())),
     }
+}
+
+/// The answer to an `AlterPartition` every change of which the active controller's image
+/// refuses: Kafka's controller answers such a request without writing a record, and so
+/// does this one. Without it, a leader whose follower the controller had just fenced
+/// wrote one refused entry per proposal until its own metadata caught up. A change that
+/// might pass is written, and applying it checks it again against the image of its
+/// turn. A proposal already applied (a retry) gets its recorded outcome.
+fn refused_without_writing(shared: &Shared, proposal: &Proposal) -> Option<Applied> {
+    let Command::AlterPartition {
+        broker,
+        broker_epoch,
+        changes,
+    } = &proposal.command
+    else {
+        return None;
+    };
+    if let Some(done) = shared.sm.answered(&proposal.id) {
+        return Some(done);
+    }
+    let image = shared.sm.image();
+    let refusals: Vec<Result<(), CommandError>> = changes
+        .iter()
+        .map(|c| image.isr_change_refusal(*broker, *broker_epoch, c))
+        .collect();
+    if refusals.iter().any(Result::is_ok) {
+        return None;
+    }
+    Some(Applied {
+        index: image.applied,
+        outcome: Outcome::Items(refusals),
+    })
 }
 
 /// The quorum's state when this node is the active controller.

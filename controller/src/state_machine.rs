@@ -137,6 +137,11 @@ impl MetadataStateMachine {
         self.lock().image.clone()
     }
 
+    /// The outcome of proposal `id` if it has been applied (and is still remembered).
+    pub fn answered(&self, id: &Uuid) -> Option<Applied> {
+        self.lock().recent_ids.get(id).cloned()
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock is a bug that already stopped the controller.
         self.state.lock().unwrap_or_else(|p| p.into_inner())

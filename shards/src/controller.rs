@@ -77,10 +77,10 @@ impl Controller {
                 let command = Command::CreatePartitions {
                     topics: topics
                         .into_iter()
-                        .map(|(topic, count)| cmd::NewPartitions {
+                        .map(|(topic, count, assignments)| cmd::NewPartitions {
                             topic,
                             count,
-                            assignments: None,
+                            assignments,
                         })
                         .collect(),
                 };

@@ -252,8 +252,8 @@ pub enum ControllerRequest {
         reply: Reply<Vec<Result<(), TopicError>>>,
     },
     CreatePartitions {
-        /// (topic, new total count)
-        topics: Vec<(String, i32)>,
+        /// (topic, new total count, the new partitions' replica lists if given)
+        topics: Vec<(String, i32, Option<Vec<Vec<i32>>>)>,
         validate_only: bool,
         reply: Reply<Vec<Result<(), TopicError>>>,
     },

@@ -122,16 +122,16 @@ impl Shard {
         replica: i32,
         offset: i64,
     ) -> Result<i64, PartitionError> {
-        match log.record_follower_fetch(replica, offset) {
+        // Kafka's isReplicaIsrEligible: the controller refuses a fenced or stopping
+        // broker, so proposing it would only be refused.
+        let eligible = || {
+            let meta = self.metadata.snapshot();
+            meta.is_live(replica).then(|| meta.version())
+        };
+        match log.record_follower_fetch(replica, offset, eligible) {
             FollowerFetch::Recorded(proposal) => {
                 if let Some(p) = proposal {
-                    // Kafka's isReplicaIsrEligible: the controller refuses a fenced or
-                    // stopping broker, so proposing it would only repeat at every fetch.
-                    if self.metadata.snapshot().is_live(replica) {
-                        self.propose_isr(tp, log, p);
-                    } else {
-                        log.isr_proposal_failed();
-                    }
+                    self.propose_isr(tp, log, p);
                 }
                 Ok(log.high_watermark())
             }
@@ -165,19 +165,26 @@ impl Shard {
         let proposing = self.node.propose(command, ALTER_PARTITION_TIMEOUT);
         let (tp, log) = (tp.clone(), log.clone());
         glommio::spawn_local(async move {
-            let refused = match proposing.await {
-                Ok(applied) => match applied.outcome {
-                    Outcome::Items(items) => items.into_iter().find_map(|r| r.err()).map(|e| e.to_string()),
-                    other => Some(format!("unexpected outcome {other:?}")),
-                },
-                Err(e) => Some(e.to_string()),
-            };
-            match refused {
-                Some(why) => {
-                    tracing::info!(topic = %tp.topic, partition = tp.partition, reason = %why, "ISR change not committed");
+            match proposing.await {
+                Ok(applied) => {
+                    let refused = match applied.outcome {
+                        Outcome::Items(items) => {
+                            items.into_iter().find_map(|r| r.err()).map(|e| e.to_string())
+                        }
+                        other => Some(format!("unexpected outcome {other:?}")),
+                    };
+                    match refused {
+                        Some(why) => {
+                            tracing::info!(topic = %tp.topic, partition = tp.partition, reason = %why, "ISR change refused");
+                            log.isr_proposal_refused(applied.index);
+                        }
+                        None => corelog_metrics::record_isr_change(expand),
+                    }
+                }
+                Err(e) => {
+                    tracing::info!(topic = %tp.topic, partition = tp.partition, error = %e, "ISR change not committed");
                     log.isr_proposal_failed();
                 }
-                None => corelog_metrics::record_isr_change(expand),
             }
         })
         .detach();
@@ -196,8 +203,9 @@ impl Shard {
             let period = Duration::from_millis(u64::try_from(lag / 2).unwrap_or(0).max(50));
             loop {
                 glommio::timer::sleep(period).await;
+                let version = shard.metadata.snapshot().version();
                 for (tp, log) in shard.logs() {
-                    if let Some(p) = log.isr_shrink(lag) {
+                    if let Some(p) = log.isr_shrink(lag, version) {
                         shard.propose_isr(&tp, &log, p);
                     }
                 }

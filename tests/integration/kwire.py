@@ -468,3 +468,34 @@ def flex_roundtrip(bootstrap: str, api_key: int, version: int, body: bytes) -> F
     r = Flex(resp)
     r.skip_tags()  # response header v1
     return r
+
+
+DESCRIBE_QUORUM = 55
+
+
+def describe_quorum_leader(bootstrap: str, timeout: float = 5.0) -> int:
+    """The metadata quorum's leader (the active controller) as broker `bootstrap` knows
+    it, by DescribeQuorum v0 (Kafka's `kafka-metadata-quorum describe --status`);
+    -1 if none."""
+    return describe_quorum(bootstrap, timeout)[0]
+
+
+def describe_quorum(bootstrap: str, timeout: float = 5.0) -> tuple[int, int]:
+    """(leader, high watermark) of the metadata log, by DescribeQuorum v0: the high
+    watermark counts the metadata log's committed entries. (-1, -1) on an error."""
+    body = (c_array([compact_string("__cluster_metadata")
+                     + c_array([i32(0) + tags()]) + tags()]) + tags())
+    _, resp = roundtrip(bootstrap, request(DESCRIBE_QUORUM, 0, 78, body, header_v2=True),
+                        timeout)
+    r = Flex(resp)
+    r.skip_tags()
+    assert r.i16() == 0, "DescribeQuorum refused"
+    assert r.c_len() == 1
+    r.c_string()
+    assert r.c_len() == 1
+    r.i32()
+    code = r.i16()
+    leader = r.i32()
+    r.i32()  # leader epoch
+    high_watermark = r.i64()
+    return (leader, high_watermark) if code == 0 else (-1, -1)

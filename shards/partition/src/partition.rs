@@ -466,8 +466,15 @@ impl Partition {
     /// Records a fetch by follower `replica` at `fetch_offset` (a read that did not
     /// diverge: a diverging follower's offset says nothing of what it shares with this
     /// log), raises the high watermark, and proposes the follower's return to the ISR
-    /// once it holds everything committed and the current epoch's start.
-    pub fn record_follower_fetch(&self, replica: i32, fetch_offset: i64) -> FollowerFetch {
+    /// once it holds everything committed and the current epoch's start. `eligible` is
+    /// asked only then: the metadata version if the broker may join an ISR (registered
+    /// and active), `None` if not.
+    pub fn record_follower_fetch(
+        &self,
+        replica: i32,
+        fetch_offset: i64,
+        eligible: impl FnOnce() -> Option<u64>,
+    ) -> FollowerFetch {
         let now = self.context.now_ms();
         let leader_end = self.log.log_end_offset();
         {
@@ -493,26 +500,35 @@ impl Partition {
         let Role::Leader(set) = &mut *role else {
             return FollowerFetch::NotLeader;
         };
-        let proposal = set.expansion(hw, epoch_start).map(|isr| {
-            set.propose(isr.clone());
-            IsrProposal {
-                leader_epoch: epoch,
-                partition_epoch: set.partition_epoch(),
-                isr,
+        let Some(isr) = set.expansion(replica, hw, epoch_start) else {
+            return FollowerFetch::Recorded(None);
+        };
+        match eligible() {
+            Some(version) if set.may_propose(version) => {
+                set.propose(isr.clone());
+                FollowerFetch::Recorded(Some(IsrProposal {
+                    leader_epoch: epoch,
+                    partition_epoch: set.partition_epoch(),
+                    isr,
+                }))
             }
-        });
-        FollowerFetch::Recorded(proposal)
+            _ => FollowerFetch::Recorded(None),
+        }
     }
 
     /// The ISR without the followers that have not caught up for `lag_ms`, marked
-    /// proposed; `None` when nobody lags, a change is in flight, or this is no leader.
-    pub fn isr_shrink(&self, lag_ms: i64) -> Option<IsrProposal> {
+    /// proposed; `None` when nobody lags, a change is in flight, this is no leader, or
+    /// the controller refused a proposal at `metadata_version` already.
+    pub fn isr_shrink(&self, lag_ms: i64, metadata_version: u64) -> Option<IsrProposal> {
         let now = self.context.now_ms();
         let epoch = self.leader_epoch.get();
         let mut role = self.role.borrow_mut();
         let Role::Leader(set) = &mut *role else {
             return None;
         };
+        if !set.may_propose(metadata_version) {
+            return None;
+        }
         let isr = set.shrink(now, lag_ms)?;
         set.propose(isr.clone());
         Some(IsrProposal {
@@ -522,10 +538,18 @@ impl Partition {
         })
     }
 
-    /// The proposed ISR change was refused or lost; the committed ISR stands.
+    /// The proposed ISR change was lost (not answered); the committed ISR stands.
     pub fn isr_proposal_failed(&self) {
         if let Role::Leader(set) = &mut *self.role.borrow_mut() {
             set.proposal_failed();
+        }
+    }
+
+    /// The controller refused the proposed ISR change at metadata `version`; the
+    /// committed ISR stands and nothing is proposed again until newer metadata.
+    pub fn isr_proposal_refused(&self, version: u64) {
+        if let Role::Leader(set) = &mut *self.role.borrow_mut() {
+            set.proposal_refused(version);
         }
     }
 

@@ -16,6 +16,14 @@
 //!   own durable end included), and there is none while the committed ISR is smaller
 //!   than `min.insync.replicas`.
 //!
+//! - an expansion adds the follower whose fetch showed it caught up, and only that one
+//!   (Kafka's `maybeExpandIsr(followerReplica)`): a replica that stopped fetching — a
+//!   fenced or paused broker, still at the log end of an idle partition — is never
+//!   proposed on another follower's fetch;
+//! - a proposal the controller refused is not made again until the metadata has moved
+//!   past the refusal (Kafka's leader waits for new metadata too): a refusal repeated
+//!   on every fetch would only load the controller.
+//!
 //! Invariants: the leader is in the committed ISR; every follower tracked is a replica
 //! and not the leader; at most one ISR change is proposed at a time.
 
@@ -40,6 +48,9 @@ pub struct ReplicaSet {
     partition_epoch: i32,
     /// The ISR of an AlterPartition in flight.
     proposed: Option<Vec<i32>>,
+    /// The metadata version at which the controller last refused a proposal of this
+    /// leader; none is made again at that version or below.
+    refused_at: Option<u64>,
     followers: Vec<FollowerState>,
 }
 
@@ -71,6 +82,7 @@ impl ReplicaSet {
             isr: Vec::new(),
             partition_epoch: -1,
             proposed: None,
+            refused_at: None,
             followers: Vec::new(),
         };
         set.update(assignment, now_ms);
@@ -86,6 +98,7 @@ impl ReplicaSet {
         }
         if assignment.partition_epoch > self.partition_epoch {
             self.proposed = None;
+            self.refused_at = None;
         }
         let leader = self.leader;
         let mut isr = assignment.isr;
@@ -180,19 +193,18 @@ impl ReplicaSet {
         Some(followers.fold(leader_end, i64::min))
     }
 
-    /// The ISR to propose with a follower added: the first follower outside the maximal
-    /// ISR whose log reaches the high watermark and the start of the current leader
-    /// epoch (Kafka's `isFollowerInSync`: it holds everything this leader committed).
-    pub fn expansion(&self, high_watermark: i64, epoch_start: i64) -> Option<Vec<i32>> {
-        if self.proposed.is_some() {
+    /// The ISR to propose with follower `id` added, if its log (as of the fetch just
+    /// recorded) reaches the high watermark and the start of the current leader epoch
+    /// (Kafka's `isFollowerInSync`: it holds everything this leader committed).
+    pub fn expansion(&self, id: i32, high_watermark: i64, epoch_start: i64) -> Option<Vec<i32>> {
+        if self.proposed.is_some() || self.in_maximal_isr(id) {
             return None;
         }
-        let joining = self.followers.iter().find(|f| {
-            !self.in_maximal_isr(f.id)
-                && f.log_end_offset >= high_watermark
-                && f.log_end_offset >= epoch_start
-        })?;
-        Some(self.in_assignment_order(|r| self.isr.contains(&r) || r == joining.id))
+        let f = self.followers.iter().find(|f| f.id == id)?;
+        if f.log_end_offset < high_watermark || f.log_end_offset < epoch_start {
+            return None;
+        }
+        Some(self.in_assignment_order(|r| self.isr.contains(&r) || r == id))
     }
 
     /// The ISR to propose without the followers that have not caught up for `lag_ms`.
@@ -219,9 +231,23 @@ impl ReplicaSet {
         self.proposed = Some(isr);
     }
 
-    /// The proposal in flight was refused or lost: the committed ISR stands.
+    /// The proposal in flight was lost (not answered): the committed ISR stands, and
+    /// the next occasion may propose again.
     pub fn proposal_failed(&mut self) {
         self.proposed = None;
+    }
+
+    /// The controller refused the proposal in flight when its metadata was at
+    /// `version`: the committed ISR stands, and nothing is proposed again until this
+    /// leader's metadata is newer than that.
+    pub fn proposal_refused(&mut self, version: u64) {
+        self.proposed = None;
+        self.refused_at = Some(self.refused_at.map_or(version, |v| v.max(version)));
+    }
+
+    /// Whether a proposal may be made while this leader's metadata is at `version`.
+    pub fn may_propose(&self, version: u64) -> bool {
+        self.refused_at.is_none_or(|r| version > r)
     }
 
     fn in_assignment_order(&self, keep: impl Fn(i32) -> bool) -> Vec<i32> {
@@ -301,14 +327,15 @@ mod tests {
         );
         s.record_fetch(2, 50, 50, 10);
         s.record_fetch(3, 30, 50, 10);
-        assert_eq!(s.expansion(50, 0), None, "3 is behind the high watermark");
+        assert_eq!(s.expansion(3, 50, 0), None, "3 is behind the high watermark");
         s.record_fetch(3, 50, 50, 20);
         assert_eq!(
-            s.expansion(50, 60),
+            s.expansion(3, 50, 60),
             None,
             "3 lacks the current epoch's start"
         );
-        let isr = s.expansion(50, 40).expect("3 rejoins");
+        assert_eq!(s.expansion(2, 50, 40), None, "2 is in the ISR already");
+        let isr = s.expansion(3, 50, 40).expect("3 rejoins");
         assert_eq!(isr, vec![1, 2, 3]);
         s.propose(isr);
         // A joining follower counts at once.
@@ -316,6 +343,46 @@ mod tests {
         assert_eq!(s.high_watermark_bound(60, 1), Some(45));
         s.proposal_failed();
         assert_eq!(s.high_watermark_bound(60, 1), Some(50));
+    }
+
+    /// Broker 3 stopped fetching at the log end of an idle partition (fenced, paused):
+    /// 2's fetches never propose it, and a refused proposal waits for newer metadata.
+    #[test]
+    fn only_the_fetching_follower_joins_and_a_refusal_is_not_repeated() {
+        let mut s = ReplicaSet::new(
+            1,
+            Assignment {
+                replicas: vec![1, 2, 3],
+                isr: vec![1],
+                partition_epoch: 4,
+            },
+            0,
+        );
+        s.record_fetch(3, 50, 50, 10);
+        s.record_fetch(2, 50, 50, 10);
+        assert_eq!(s.expansion(2, 50, 0), Some(vec![1, 2]));
+        assert_eq!(s.expansion(3, 50, 0), Some(vec![1, 3]));
+        s.propose(vec![1, 3]);
+        assert_eq!(s.expansion(2, 50, 0), None, "one change at a time");
+        s.proposal_refused(70);
+        assert!(!s.may_propose(70) && !s.may_propose(69));
+        assert!(s.may_propose(71), "the metadata moved past the refusal");
+        s.proposal_refused(60);
+        assert!(!s.may_propose(70), "an older refusal does not lift a newer one");
+        // A lost proposal (no answer) may be made again at once.
+        s.propose(vec![1, 2]);
+        s.proposal_failed();
+        assert!(!s.may_propose(70));
+        // A new partition epoch is a new state: the refusal no longer holds.
+        s.update(
+            Assignment {
+                replicas: vec![1, 2, 3],
+                isr: vec![1],
+                partition_epoch: 5,
+            },
+            20,
+        );
+        assert!(s.may_propose(0));
     }
 
     #[test]

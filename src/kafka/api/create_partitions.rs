@@ -1,4 +1,7 @@
-//! CreatePartitions (v0–v3): more partitions for a topic, through the controller.
+//! CreatePartitions (v0–v3): more partitions for a topic, through the controller, placed
+//! over the live brokers or on the replica lists the request gives (Kafka's checks:
+//! one list per new partition, the topic's replication factor, registered brokers each
+//! named once, at least one of them active).
 
 use super::controller_call::{ask_controller, message};
 use super::handler::{Call, Handler};
@@ -8,6 +11,7 @@ use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitionsResponse};
 use shards::mesh::{ControllerRequest, TopicError};
+use std::collections::HashSet;
 
 pub struct CreatePartitions;
 
@@ -22,23 +26,30 @@ impl Handler for CreatePartitions {
         req: Self::Request,
         _call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
+        // Kafka's ControllerApis: a topic named twice is refused as a whole.
+        let mut seen = HashSet::new();
+        let twice: HashSet<&str> = req
+            .topics
+            .iter()
+            .filter(|t| !seen.insert(t.name.0.as_str()))
+            .map(|t| t.name.0.as_str())
+            .collect();
         let mut pre: Vec<Option<TopicError>> = Vec::with_capacity(req.topics.len());
         let mut asks = Vec::new();
         for t in &req.topics {
-            let bad_assignment = t.assignments.as_ref().is_some_and(|a| {
-                !a.iter().all(|x| {
-                    x.broker_ids.len() == 1
-                        && x.broker_ids.first().map(|b| b.0) == Some(ctx.config.node_id)
-                })
-            });
-            if bad_assignment {
-                pre.push(Some(TopicError::InvalidReplicaAssignment(
-                    "each new partition must be on this node only".into(),
-                )));
-            } else {
-                pre.push(None);
-                asks.push((t.name.0.to_string(), t.count));
+            if twice.contains(t.name.0.as_str()) {
+                pre.push(Some(TopicError::Invalid("Duplicate topic name.".into())));
+                continue;
             }
+            pre.push(None);
+            // The new partitions' replica lists, checked by the controller against the
+            // topic's replication factor and the registered brokers.
+            let assignments = t.assignments.as_ref().map(|a| {
+                a.iter()
+                    .map(|x| x.broker_ids.iter().map(|b| b.0).collect())
+                    .collect()
+            });
+            asks.push((t.name.0.to_string(), t.count, assignments));
         }
         let results = ask_controller(ctx, asks.len(), |reply| {
             ControllerRequest::CreatePartitions {

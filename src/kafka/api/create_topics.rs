@@ -1,7 +1,8 @@
 //! CreateTopics (v0–v7): through the controller quorum (`controller_call`), which
 //! places the partitions over the live brokers (or checks the given assignments) and
-//! answers once this broker's shards have opened theirs. Replication factor -1 is the
-//! default (1); above 1 it is refused until partitions replicate.
+//! answers once this broker's shards have opened theirs. Replication factor and partition
+//! count -1 are the broker defaults (`default.replication.factor`, `num.partitions`); the
+//! request's own checks answer Kafka's codes and messages.
 
 use super::controller_call::{create_or_validate, message};
 use super::handler::{Call, Handler};
@@ -14,7 +15,7 @@ use kafka_protocol::messages::create_topics_response::{
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
 use shards::mesh::{NewTopic, TopicError};
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 pub struct CreateTopics;
 
@@ -44,41 +45,60 @@ impl Handler for CreateTopics {
                 if duplicates.contains(&name) {
                     return Err(TopicError::Duplicate);
                 }
-                let replication_factor = if t.replication_factor == -1 {
-                    ctx.config.cluster.default_replication_factor
-                } else {
-                    i32::from(t.replication_factor)
-                };
-                let (partitions, assignments) = if !t.assignments.is_empty() {
-                    if t.num_partitions != -1 || t.replication_factor != -1 {
-                        return Err(TopicError::InvalidReplicaAssignment(
-                            "replica assignments were given with num_partitions or replication_factor".into(),
+                // Kafka's ReplicationControlManager.createTopic, in its order and with
+                // its codes; what depends on the brokers is checked when the controller
+                // applies the creation.
+                let (partitions, assignments, replication_factor) = if !t.assignments.is_empty() {
+                    if t.replication_factor != -1 {
+                        return Err(TopicError::Invalid(
+                            "A manual partition assignment was specified, but replication factor was not set to -1.".into(),
                         ));
                     }
-                    let mut sorted: Vec<&_> = t.assignments.iter().collect();
-                    sorted.sort_by_key(|a| a.partition_index);
-                    let dense = sorted
-                        .iter()
-                        .enumerate()
-                        .all(|(i, a)| a.partition_index == i as i32);
-                    if !dense {
-                        return Err(TopicError::InvalidReplicaAssignment(
-                            "the assignments' partitions must be 0..n".into(),
+                    if t.num_partitions != -1 {
+                        return Err(TopicError::Invalid(
+                            "A manual partition assignment was specified, but numPartitions was not set to -1.".into(),
                         ));
                     }
-                    let lists: Vec<Vec<i32>> = sorted
-                        .iter()
-                        .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
-                        .collect();
-                    (lists.len() as i32, Some(lists))
-                } else if t.num_partitions == -1 {
-                    (ctx.config.num_partitions, None)
+                    let mut by_partition = BTreeMap::new();
+                    for a in &t.assignments {
+                        let replicas: Vec<i32> = a.broker_ids.iter().map(|b| b.0).collect();
+                        if by_partition.insert(a.partition_index, replicas).is_some() {
+                            return Err(TopicError::InvalidReplicaAssignment(format!(
+                                "Found multiple manual partition assignments for partition {}",
+                                a.partition_index
+                            )));
+                        }
+                    }
+                    if !by_partition.keys().copied().eq(0..by_partition.len() as i32) {
+                        return Err(TopicError::InvalidReplicaAssignment(
+                            "partitions should be a consecutive 0-based integer sequence".into(),
+                        ));
+                    }
+                    let lists: Vec<Vec<i32>> = by_partition.into_values().collect();
+                    let rf = lists.first().map_or(0, |l| l.len() as i32);
+                    (lists.len() as i32, Some(lists), rf)
                 } else {
-                    (t.num_partitions, None)
-                };
-                let replication_factor = match &assignments {
-                    Some(lists) => lists.first().map_or(0, |l| l.len() as i32),
-                    None => replication_factor,
+                    if t.replication_factor == 0 || t.replication_factor < -1 {
+                        return Err(TopicError::InvalidReplicationFactor(
+                            "Replication factor must be larger than 0, or -1 to use the default value.".into(),
+                        ));
+                    }
+                    if t.num_partitions == 0 || t.num_partitions < -1 {
+                        return Err(TopicError::InvalidPartitions(
+                            "Number of partitions was set to an invalid non-positive value.".into(),
+                        ));
+                    }
+                    let partitions = if t.num_partitions == -1 {
+                        ctx.config.num_partitions
+                    } else {
+                        t.num_partitions
+                    };
+                    let rf = if t.replication_factor == -1 {
+                        ctx.config.cluster.default_replication_factor
+                    } else {
+                        i32::from(t.replication_factor)
+                    };
+                    (partitions, None, rf)
                 };
                 Ok(NewTopic {
                     name: name.clone(),

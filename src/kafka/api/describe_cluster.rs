@@ -59,7 +59,8 @@ impl Handler for DescribeCluster {
                         broker
                     })
                     .collect();
-                body.controller_id = BrokerId(ctx.shard.node.leader().unwrap_or(-1));
+                body.controller_id =
+                    BrokerId(super::metadata::named_controller(ctx.config.node_id, &meta));
             }
             other => {
                 // Kafka's AuthHelper: asking a broker for controllers is a mismatch; an

@@ -1,5 +1,5 @@
 //! Metadata (v0–v13; v13 adds a top-level error code, never set here): the cluster's
-//! live brokers, the active controller, topics and, per partition, leader, leader epoch,
+//! live brokers, the broker to send admin requests to (`named_controller`), topics and, per partition, leader, leader epoch,
 //! replicas, ISR and offline replicas; auto-creation. An offline partition (no live
 //! replica can lead) carries LEADER_NOT_AVAILABLE, as in Kafka.
 //!
@@ -154,10 +154,25 @@ fn response(
         })
         .collect();
     r.cluster_id = Some(StrBytes::from_string(meta.cluster_id().to_string()));
-    r.controller_id = BrokerId(ctx.shard.node.leader().unwrap_or(-1));
+    r.controller_id = BrokerId(named_controller(ctx.config.node_id, meta));
     r.topics = topics;
     r.cluster_authorized_operations = cluster_ops;
     r
+}
+
+/// The broker a client is told to send its admin requests to: this one while it is
+/// live, else the first live broker, else -1. Any broker takes them and carries them to
+/// the active controller (`controller_call`), as Kafka's brokers forward them; naming the
+/// Raft leader instead sent every admin client to one broker, and when that broker
+/// died its clients kept sending to it until their metadata refreshed (librdkafka's
+/// periodic refresh is 5 minutes). A client that lost the broker it asked reconnects to
+/// another, which names itself. Kafka names a random live broker; this one is never a
+/// hop away.
+pub(super) fn named_controller(node_id: i32, meta: &ClusterMetadata) -> i32 {
+    if meta.is_live(node_id) {
+        return node_id;
+    }
+    meta.live_brokers().next().map_or(-1, |b| b.id)
 }
 
 fn topic_entry(meta: &ClusterMetadata, t: &TopicImage, topic_ops: i32) -> MetadataResponseTopic {

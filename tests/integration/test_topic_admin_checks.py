@@ -1,0 +1,59 @@
+"""CreateTopics' and CreatePartitions' request checks answer Kafka's codes and messages
+in a 3-broker cluster (`topic_admin_cases.py` lists them; the same cases pass against
+Apache Kafka: `benches/admin_checks_kafka.py`), and CreatePartitions takes explicit
+replica lists as Kafka's `kafka-topics --alter --partitions N --replica-assignment`
+sends them."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+from kafka import KafkaAdminClient
+
+import topic_admin_cases as cases
+from test_kafka_cli import KAFKA_CLI, KAFKA_LIBS, kafka
+from test_kafka_python import wait_until
+
+
+@pytest.fixture(scope="module")
+def cluster(module_broker_factory):
+    return module_broker_factory.cluster(voters=3)
+
+
+def bootstrap(brokers) -> str:
+    return ",".join(b.bootstrap for b in brokers)
+
+
+def test_create_topics_checks_answer_kafkas_codes(cluster):
+    wrong = cases.check_create_topics(bootstrap(cluster), "checks")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_create_partitions_with_replica_lists(cluster):
+    wrong = cases.check_create_partitions(bootstrap(cluster), "grow")
+    assert not wrong, "\n".join(wrong)
+
+
+@pytest.mark.skipif(shutil.which(os.environ.get("JAVA", "java")) is None
+                    or not any(KAFKA_LIBS.glob("kafka-tools-*.jar")),
+                    reason="needs Java and Kafka's jars (test.sh fetches them)")
+def test_kafka_topics_alter_with_a_replica_assignment(cluster):
+    b = cluster[0].bootstrap
+    kafka("kafka-topics", "--bootstrap-server", b, "--create", "--topic", "cli-grow",
+          "--replica-assignment", "1:2,2:3")
+    # The whole assignment, existing partitions first: the tool sends the new ones.
+    kafka("kafka-topics", "--bootstrap-server", b, "--alter", "--topic", "cli-grow",
+          "--partitions", "4", "--replica-assignment", "1:2,2:3,3:1,1:3")
+    client = KafkaAdminClient(bootstrap_servers=b)
+    try:
+        wait_until(lambda: cases.replicas_of(client, "cli-grow")
+                   == {0: [1, 2], 1: [2, 3], 2: [3, 1], 3: [1, 3]}, 20,
+                   "the new partitions on the brokers asked for")
+    finally:
+        client.close()
+    # A broker that does not exist is refused with Kafka's code, as the tool reports it.
+    r = kafka("kafka-topics", "--bootstrap-server", b, "--alter", "--topic", "cli-grow",
+              "--partitions", "5", "--replica-assignment", "1:2,2:3,3:1,1:3,2:9", check=False)
+    assert r.rc != 0 and "InvalidReplicaAssignmentException" in r.out + r.err, r.why()
+    assert "no such broker is registered" in r.out + r.err, r.why()
