@@ -488,7 +488,8 @@ pub fn resolve(
 #[derive(Debug, Clone, PartialEq)]
 pub struct Described {
     pub name: String,
-    pub value: String,
+    /// `None` for a key with no value (Kafka's null, e.g. an unset `broker.rack`).
+    pub value: Option<String>,
     pub source: ConfigSource,
     pub config_type: ConfigType,
     pub doc: &'static str,
@@ -646,7 +647,7 @@ pub fn describe_topic(
             let value = shown_value(&synonyms, &effective, d);
             Described {
                 name: d.name.to_string(),
-                value,
+                value: Some(value),
                 source,
                 config_type: d.config_type,
                 doc: d.doc,
@@ -666,7 +667,7 @@ pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
         let value = shown_value(&synonyms, &effective, d);
         Some(Described {
             name: name.to_string(),
-            value,
+            value: Some(value),
             source: broker.source(d),
             config_type: d.config_type,
             doc: d.doc,
@@ -697,7 +698,7 @@ pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
         let (_, value, source) = synonyms[0].clone();
         Described {
             name: d.name.to_string(),
-            value: stored(&value),
+            value: Some(stored(&value)),
             source,
             config_type: d.config_type,
             doc: d.doc,
@@ -722,7 +723,7 @@ pub fn describe_cluster_default(broker: &BrokerDefaults<'_>) -> Vec<Described> {
             let value = broker.cluster_default.get(name)?;
             Some(Described {
                 name: name.to_string(),
-                value: value.clone(),
+                value: Some(value.clone()),
                 source: ConfigSource::DynamicDefaultBrokerConfig,
                 config_type,
                 doc,
@@ -804,21 +805,21 @@ mod tests {
         assert_eq!(all.len(), DEFS.len());
         let find = |n: &str| all.iter().find(|d| d.name == n).cloned().expect(n);
         let seg = find("segment.bytes");
-        assert_eq!(seg.value, "65536");
+        assert_eq!(seg.value.as_deref(), Some("65536"));
         assert_eq!(seg.source, ConfigSource::TopicConfig);
         assert_eq!(seg.synonyms.len(), 2);
         let ret = find("retention.ms");
-        assert_eq!(ret.value, "5000");
+        assert_eq!(ret.value.as_deref(), Some("5000"));
         assert_eq!(ret.source, ConfigSource::StaticBrokerConfig);
         assert_eq!(ret.synonyms[0].0, "log.retention.ms");
         assert_eq!(ret.synonyms[1].1, "604800000");
         let comp = find("compression.type");
         assert_eq!(comp.source, ConfigSource::DefaultConfig);
-        assert_eq!(comp.value, "producer");
+        assert_eq!(comp.value.as_deref(), Some("producer"));
         let b = describe_broker(&layers);
         assert!(b
             .iter()
-            .any(|d| d.name == "log.retention.ms" && d.value == "5000"));
+            .any(|d| d.name == "log.retention.ms" && d.value.as_deref() == Some("5000")));
     }
 
     #[test]
@@ -894,12 +895,12 @@ mod tests {
         let rate = |name: &str| b.iter().find(|d| d.name == name).cloned().expect(name);
         let leader = rate(crate::replication_throttle::LEADER_RATE);
         assert_eq!(
-            (leader.value.as_str(), leader.source),
+            (leader.value.as_deref().unwrap_or_default(), leader.source),
             ("1048576", ConfigSource::DynamicBrokerConfig)
         );
         let follower = rate(crate::replication_throttle::FOLLOWER_RATE);
         assert_eq!(
-            (follower.value.as_str(), follower.source),
+            (follower.value.as_deref().unwrap_or_default(), follower.source),
             ("9223372036854775807", ConfigSource::DefaultConfig)
         );
         let mut bad = node.clone();
@@ -921,7 +922,7 @@ mod tests {
         let t = describe_topic(&layers, &BTreeMap::new());
         let shown = t.iter().find(|x| x.name == d.name).expect("described");
         assert_eq!(
-            (shown.value.as_str(), shown.source),
+            (shown.value.as_deref().unwrap_or_default(), shown.source),
             ("", ConfigSource::DefaultConfig)
         );
     }

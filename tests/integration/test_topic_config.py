@@ -131,6 +131,27 @@ def test_broker_configs_are_described_with_their_sources(broker_factory):
     assert code == ERR_INVALID_REQUEST, message
 
 
+def test_broker_rack_is_described_as_kafka_describes_it(broker_factory):
+    """broker.rack: the start-up value (STATIC_BROKER_CONFIG, read-only, its own synonym),
+    or listed with a null value from Kafka's default when unset."""
+    racked = broker_factory.start(extra_args=["--rack", "rack-a"])
+    admin = AdminClient({"bootstrap.servers": racked.bootstrap})
+    res = ConfigResource(ConfigResource.Type.BROKER, "0")
+    d = admin.describe_configs([res])[res].result(TIMEOUT)
+    rack = d["broker.rack"]
+    assert (rack.value, rack.source, rack.is_read_only) == (
+        "rack-a", ConfigSource.STATIC_BROKER_CONFIG.value, True), rack
+    assert [(s.name, s.value, s.source) for s in rack.synonyms.values()] == [
+        ("broker.rack", "rack-a", ConfigSource.STATIC_BROKER_CONFIG.value)]
+    plain = broker_factory.start()
+    admin = AdminClient({"bootstrap.servers": plain.bootstrap})
+    d = admin.describe_configs([res])[res].result(TIMEOUT)
+    rack = d["broker.rack"]
+    assert (rack.value, rack.source, rack.is_read_only) == (
+        None, ConfigSource.DEFAULT_CONFIG.value, True), rack
+    assert not rack.synonyms
+
+
 def test_dynamic_broker_configs_apply_to_topics_at_once_and_persist(broker_factory):
     b = broker_factory.start()
     admin = AdminClient({"bootstrap.servers": b.bootstrap})

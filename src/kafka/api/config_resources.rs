@@ -95,7 +95,7 @@ pub(super) fn group_configs() -> Vec<Described> {
         .iter()
         .map(|(name, synonym, config_type, value, doc)| Described {
             name: name.to_string(),
-            value: value.to_string(),
+            value: Some(value.to_string()),
             source: ConfigSource::DefaultConfig,
             config_type: *config_type,
             doc,
@@ -135,13 +135,33 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
         Described {
             name: name.to_string(),
             synonyms: vec![(name.to_string(), value.clone(), source)],
-            value,
+            value: Some(value),
             source,
             config_type,
             doc,
         }
     };
+    // Kafka's broker.rack: null by default (listed, with no synonym), else the start-up
+    // value. Clients and tools read the rack of a broker here.
+    let rack = match &c.cluster.rack {
+        Some(r) => entry(
+            "broker.rack",
+            r.clone(),
+            None,
+            ConfigType::String,
+            "the rack of this broker: replicas of a partition spread over racks",
+        ),
+        None => Described {
+            name: "broker.rack".to_string(),
+            value: None,
+            source: ConfigSource::DefaultConfig,
+            config_type: ConfigType::String,
+            doc: "the rack of this broker: replicas of a partition spread over racks",
+            synonyms: Vec::new(),
+        },
+    };
     vec![
+        rack,
         entry(
             "node.id",
             c.node_id.to_string(),
@@ -223,7 +243,7 @@ pub(super) fn encode_entry(
 ) -> DescribeConfigsResourceResult {
     let mut out = DescribeConfigsResourceResult::default();
     out.name = s(d.name.clone());
-    out.value = Some(s(d.value.clone()));
+    out.value = d.value.clone().map(s);
     out.read_only = read_only;
     out.config_source = d.source as i8;
     out.is_sensitive = false;

@@ -179,7 +179,7 @@ impl Handler for CreateTopics {
                                 .map(|d| {
                                     let mut c = CreatableTopicConfigs::default();
                                     c.name = StrBytes::from_string(d.name);
-                                    c.value = Some(StrBytes::from_string(d.value));
+                                    c.value = d.value.map(StrBytes::from_string);
                                     c.config_source = d.source as i8;
                                     c
                                 })
