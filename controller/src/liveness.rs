@@ -5,7 +5,9 @@
 //! timeout, `UnfenceBroker` for a fenced broker that heartbeats in its current epoch and
 //! has applied the log up to its own registration (so it knows every partition it holds)
 //! and is not in controlled shutdown (a broker that is stopping stays fenced until it
-//! registers again, as a new incarnation). A newly elected controller has heard nobody
+//! registers again, as a new incarnation); a heartbeat that may unfence a broker wakes the
+//! check at once, and the broker sends it as soon as it has caught up. A newly elected
+//! controller has heard nobody
 //! yet; it gives every unfenced broker one session timeout from its election before
 //! fencing it.
 //!
@@ -24,11 +26,20 @@ use uuid::Uuid;
 const CHECK_INTERVAL: Duration = Duration::from_millis(250);
 
 pub(crate) fn heard(shared: &Shared, hb: &Heartbeat) {
-    let mut l = shared.liveness.lock().unwrap_or_else(|p| p.into_inner());
-    l.heard
-        .insert(hb.broker, (Instant::now(), hb.epoch, hb.applied));
-    if let Some(disk) = hb.disk {
-        l.disk.insert(hb.broker, disk);
+    {
+        let mut l = shared.liveness.lock().unwrap_or_else(|p| p.into_inner());
+        l.heard
+            .insert(hb.broker, (Instant::now(), hb.epoch, hb.applied));
+        if let Some(disk) = hb.disk {
+            l.disk.insert(hb.broker, disk);
+        }
+    }
+    // A fenced registration that is caught up is unfenced now, not at the next check.
+    let unfencing = shared.sm.image().broker(hb.broker).is_some_and(|b| {
+        b.fenced && !b.shutting_down && b.epoch == hb.epoch && hb.applied >= b.epoch
+    });
+    if unfencing {
+        shared.liveness_wake.notify_one();
     }
 }
 
@@ -37,7 +48,10 @@ pub(crate) async fn lead(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(CHECK_INTERVAL);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            () = shared.liveness_wake.notified() => {}
+        }
         let term = shared.raft.metrics().borrow().current_term;
         let decisions = {
             let mut l = shared.liveness.lock().unwrap_or_else(|p| p.into_inner());

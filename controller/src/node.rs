@@ -316,6 +316,7 @@ async fn boot(config: NodeConfig) -> Result<(Arc<Shared>, tokio::net::TcpListene
         sm,
         cluster_id,
         liveness: Mutex::new(Liveness::default()),
+        liveness_wake: tokio::sync::Notify::new(),
         registered,
     });
     Ok((shared, listener))
@@ -526,14 +527,32 @@ async fn broker_duties(shared: Arc<Shared>) {
     shared.registered.send_replace(Some(epoch));
     let mut tick = tokio::time::interval(shared.config.heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut images = shared.sm.subscribe();
+    // Whether a heartbeat has told the controller that this registration is caught up.
+    let mut told_caught_up = false;
     loop {
-        tick.tick().await;
+        tokio::select! {
+            _ = tick.tick() => {}
+            changed = images.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let image = images.borrow_and_update().clone();
+                if !image.broker(shared.config.node_id).is_some_and(|b| b.epoch == epoch && b.fenced) {
+                    told_caught_up = false;
+                }
+                if !caught_up_heartbeat_due(&image, shared.config.node_id, epoch, told_caught_up) {
+                    continue;
+                }
+            }
+        }
         let hb = Heartbeat {
             broker: shared.config.node_id,
             epoch,
             applied: shared.sm.image().applied,
             disk: disk_use(&shared.config.dir),
         };
+        told_caught_up |= hb.applied >= epoch;
         if is_leader(&shared) {
             liveness::heard(&shared, &hb);
             continue;
@@ -551,6 +570,20 @@ async fn broker_duties(shared: Arc<Shared>) {
             }
         }
     }
+}
+
+/// Whether broker `id`, registered in `epoch`, should heartbeat now rather than at its
+/// next tick: the controller unfences a fenced registration once a heartbeat shows it
+/// has applied the log up to that registration (Kafka's broker sends its next heartbeat
+/// at once when it catches up). So the first image that is caught up while the
+/// registration is fenced sends one, unless a heartbeat since it was fenced has said so
+/// already; a registration in controlled shutdown stays fenced whatever it says.
+fn caught_up_heartbeat_due(image: &MetadataImage, id: i32, epoch: u64, told: bool) -> bool {
+    !told
+        && image.applied >= epoch
+        && image
+            .broker(id)
+            .is_some_and(|b| b.epoch == epoch && b.fenced && !b.shutting_down)
 }
 
 /// Asks the voters, in turn, to add this node as a learner, until one has.
@@ -601,4 +634,30 @@ fn disk_use(dir: &std::path::Path) -> Option<balancer::DiskUse> {
         used_bytes: total.saturating_sub(available),
         total_bytes: total,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::test_images::{apply, join};
+
+    /// A restarted broker's registration is fenced until a heartbeat shows it caught up:
+    /// it heartbeats at the first image that has applied the registration, once.
+    #[test]
+    fn a_fenced_registration_heartbeats_as_soon_as_it_is_applied() {
+        let mut img = MetadataImage::default();
+        join(&mut img, 1);
+        let epoch = img.broker(1).expect("registered").epoch;
+        apply(&mut img, Command::FenceBroker { id: 1, epoch });
+        assert!(caught_up_heartbeat_due(&img, 1, epoch, false));
+        assert!(!caught_up_heartbeat_due(&img, 1, epoch, true), "said already");
+        // An image that has not applied the registration yet (a newer epoch): wait.
+        assert!(!caught_up_heartbeat_due(&img, 1, img.applied + 5, false));
+        // Unfenced, or stopping: nothing to hurry.
+        apply(&mut img, Command::UnfenceBroker { id: 1, epoch });
+        assert!(!caught_up_heartbeat_due(&img, 1, epoch, false));
+        apply(&mut img, Command::ControlledShutdown { id: 1, epoch });
+        assert!(!caught_up_heartbeat_due(&img, 1, epoch, false));
+        assert!(!caught_up_heartbeat_due(&img, 2, epoch, false), "unknown broker");
+    }
 }

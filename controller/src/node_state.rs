@@ -35,6 +35,9 @@ pub(crate) struct Shared {
     pub sm: MetadataStateMachine,
     pub cluster_id: ClusterIdCell,
     pub liveness: Mutex<Liveness>,
+    /// Raised when a heartbeat may unfence a broker, so the active controller decides at
+    /// once instead of at its next check.
+    pub liveness_wake: tokio::sync::Notify,
     /// This broker's registration epoch once registered.
     pub registered: watch::Sender<Option<u64>>,
 }
