@@ -1,6 +1,6 @@
 //! `corelog serve`: the command line of the broker (see the library, `lib.rs`).
 
-use corelog::{admin, config, http, metrics, server};
+use corelog::{admin, config, http, log_filter, metrics, server};
 
 use clap::{Parser, Subcommand};
 use std::io::IsTerminal;
@@ -125,10 +125,15 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     // pipe make every line harder to read and to grep. NO_COLOR (no-color.org) turns it
     // off at a terminal too.
     let colour = std::io::stdout().is_terminal() && std::env::var_os("NO_COLOR").is_none();
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_target(false)
-        .with_ansi(colour)
+    use tracing_subscriber::prelude::*;
+    tracing_subscriber::registry()
+        .with(log_filter::OpenraftPeerNoise)
+        .with(
+            tracing_subscriber::fmt::layer()
+                .with_target(false)
+                .with_ansi(colour)
+                .with_filter(filter),
+        )
         .init();
 
     let life = Arc::new(server::Lifecycle::default());

@@ -2,6 +2,12 @@
 //! first use and dropped at the first error (the next call opens a new one), every call
 //! bounded by a timeout. openraft gets its `RaftNetwork` from here; the node uses the same
 //! client to forward proposals and heartbeats to the active controller.
+//!
+//! Reachability is reported here, not by openraft: openraft logs a warning and an error
+//! for every failed replication or vote call (every 500 ms per unreachable peer), so its
+//! network errors carry [`PEER_UNREACHABLE`] and the broker's log filter drops openraft's
+//! events that do; `PeerHealth` logs a peer's loss once, then at most once a minute while
+//! it lasts (with how long), and its return. openraft's other errors (storage) stay.
 
 use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError};
 use crate::state_machine::MetadataRaft;
@@ -15,8 +21,9 @@ use openraft::raft::{
 };
 use openraft::BasicNode;
 use std::io;
-use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 use tokio::io::BufReader;
 use tokio::net::TcpStream;
 
@@ -43,13 +50,79 @@ pub struct PeerClient {
     addr: String,
     cluster_id: ClusterIdCell,
     conn: Option<BufReader<TcpStream>>,
+    /// Where reachability is reported (openraft's clients only).
+    health: Option<PeerHealth>,
+}
+
+/// Begins the text of every error that says a peer could not be reached or talked to.
+pub const PEER_UNREACHABLE: &str = "controller peer unreachable";
+
+/// How often a peer that stays unreachable is reported again.
+const REPORT_AGAIN_AFTER: Duration = Duration::from_secs(60);
+
+/// What this node's openraft clients know of each peer's reachability, shared by all of
+/// them (openraft makes one client per replication stream and per election).
+#[derive(Clone, Default)]
+pub struct PeerHealth(Arc<Mutex<HashMap<NodeId, PeerDown>>>);
+
+struct PeerDown {
+    since: Instant,
+    reported: Instant,
+    failed_calls: u64,
+}
+
+impl PeerHealth {
+    fn down(&self, target: NodeId, addr: &str, error: &CallError) {
+        let mut peers = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        let now = Instant::now();
+        match peers.get_mut(&target) {
+            None => {
+                tracing::warn!(peer = target, addr, error = %error, "controller peer is unreachable");
+                peers.insert(
+                    target,
+                    PeerDown {
+                        since: now,
+                        reported: now,
+                        failed_calls: 1,
+                    },
+                );
+            }
+            Some(d) => {
+                d.failed_calls += 1;
+                if now.duration_since(d.reported) >= REPORT_AGAIN_AFTER {
+                    d.reported = now;
+                    tracing::warn!(
+                        peer = target,
+                        addr,
+                        down_s = now.duration_since(d.since).as_secs(),
+                        failed_calls = d.failed_calls,
+                        error = %error,
+                        "controller peer is still unreachable"
+                    );
+                }
+            }
+        }
+    }
+
+    fn up(&self, target: NodeId, addr: &str) {
+        let mut peers = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(d) = peers.remove(&target) {
+            tracing::info!(
+                peer = target,
+                addr,
+                down_ms = d.since.elapsed().as_millis() as u64,
+                failed_calls = d.failed_calls,
+                "controller peer is reachable again"
+            );
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
-    #[error("cannot reach {addr}: {source}")]
+    #[error("controller peer unreachable: cannot connect to {addr}: {source}")]
     Unreachable { addr: String, source: io::Error },
-    #[error("talking to {addr}: {source}")]
+    #[error("controller peer unreachable: talking to {addr}: {source}")]
     Network { addr: String, source: io::Error },
     #[error("{addr} refused: {source}")]
     Refused { addr: String, source: RpcError },
@@ -62,7 +135,14 @@ impl PeerClient {
             addr,
             cluster_id,
             conn: None,
+            health: None,
         }
+    }
+
+    /// This client reports its peer's reachability to `health`.
+    pub fn reporting_to(mut self, health: PeerHealth) -> PeerClient {
+        self.health = Some(health);
+        self
     }
 
     pub fn addr(&self) -> &str {
@@ -87,6 +167,12 @@ impl PeerClient {
                 ),
             }),
         };
+        if let Some(health) = &self.health {
+            match &result {
+                Ok(_) => health.up(self.target, &addr),
+                Err(e) => health.down(self.target, &addr, e),
+            }
+        }
         match result {
             Ok(Response::Refused(e)) => Err(CallError::Refused { addr, source: e }),
             Ok(r) => Ok(r),
@@ -132,6 +218,7 @@ impl PeerClient {
 #[derive(Clone)]
 pub struct Network {
     pub cluster_id: ClusterIdCell,
+    pub health: PeerHealth,
 }
 
 impl RaftNetworkFactory<MetadataRaft> for Network {
@@ -139,6 +226,7 @@ impl RaftNetworkFactory<MetadataRaft> for Network {
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
         PeerClient::new(target, node.addr.clone(), self.cluster_id.clone())
+            .reporting_to(self.health.clone())
     }
 }
 

@@ -20,7 +20,7 @@ use crate::command::Command;
 use crate::image::MetadataImage;
 use crate::leader_balance;
 use crate::liveness;
-use crate::network::{CallError, ClusterIdCell, Network, PeerClient};
+use crate::network::{CallError, ClusterIdCell, Network, PeerClient, PeerHealth};
 pub use crate::node_config::NodeConfig;
 use crate::node_state::{is_leader, leader_addr, local_quorum, write_local, Liveness, Shared};
 use crate::raft_log::RaftLog;
@@ -285,6 +285,7 @@ async fn boot(config: NodeConfig) -> Result<(Arc<Shared>, tokio::net::TcpListene
         Arc::new(raft_config),
         Network {
             cluster_id: cluster_id.clone(),
+            health: PeerHealth::default(),
         },
         log,
         sm.clone(),

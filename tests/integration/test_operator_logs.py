@@ -55,3 +55,41 @@ def test_colour_at_a_terminal_unless_no_color(tmp_path):
     plain = _serve_on_a_terminal(tmp_path / "b", {**env, "NO_COLOR": "1"})
     assert b"serving" in plain, plain[-2000:]
     assert ESC not in plain, "NO_COLOR turns colour off"
+
+
+def _lines_since(broker, mark: int) -> list[str]:
+    return broker.log_path.read_bytes()[mark:].decode("utf-8", "replace").splitlines()
+
+
+def test_a_voter_down_is_reported_once_not_every_500_ms(broker_factory):
+    """With one voter of three killed, the others log its loss once (then at most once a
+    minute, and its return), instead of openraft's warning and error for every failed
+    replication or vote call (every 500 ms per peer)."""
+    import kwire
+    brokers = broker_factory.cluster(voters=3)
+    leader = kwire.describe_quorum_leader(brokers[0].bootstrap)
+    victim = next(b for b in brokers if b.node_id != leader)
+    survivors = [b for b in brokers if b is not victim]
+    marks = {b.name: b.log_path.stat().st_size for b in survivors}
+    victim.kill()
+    time.sleep(8)  # 16 rounds of openraft's retries
+    noisy, reported = [], []
+    for b in survivors:
+        for line in _lines_since(b, marks[b.name]):
+            if " WARN " in line or " ERROR " in line:
+                noisy.append(f"{b.name}: {line}")
+            if "controller peer is unreachable" in line:
+                reported.append(line)
+    assert reported, "the leader reports the voter it lost"
+    assert not [l for l in noisy if "RPCError" in l or "error replication" in l], noisy[:5]
+    assert len(noisy) <= 4, f"{len(noisy)} warnings and errors in 8 s:\n" + "\n".join(noisy[:10])
+    # Back: reported once more.
+    marks = {b.name: b.log_path.stat().st_size for b in survivors}
+    victim.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not any(
+            "controller peer is reachable again" in l
+            for b in survivors for l in _lines_since(b, marks[b.name])):
+        time.sleep(0.2)
+    assert any("controller peer is reachable again" in l
+               for b in survivors for l in _lines_since(b, marks[b.name]))
