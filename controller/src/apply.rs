@@ -253,16 +253,7 @@ impl MetadataImage {
         broker_epoch: u64,
         c: &IsrChange,
     ) -> Result<(), CommandError> {
-        self.isr_change_refusal(broker, broker_epoch, c)?;
-        let name = self
-            .topic_ids
-            .get(&c.topic_id)
-            .ok_or(CommandError::UnknownTopicId)?;
-        let p = self
-            .topics
-            .get(name)
-            .and_then(|t| t.partition(c.partition))
-            .ok_or(CommandError::UnknownTopicOrPartition)?;
+        let (name, p) = self.isr_change_refusal(broker, broker_epoch, c)?;
         let isr: Vec<i32> = p
             .replicas
             .iter()
@@ -296,12 +287,13 @@ impl MetadataImage {
     /// is well formed and keeps the leader, and every broker it adds is active. A pure
     /// question of the image: the active controller asks it before writing a proposal
     /// (`node_state::write_local`), so a change it would refuse costs no log entry.
+    /// Passed, it gives the partition's topic name and its current state.
     pub fn isr_change_refusal(
         &self,
         broker: i32,
         broker_epoch: u64,
         c: &IsrChange,
-    ) -> Result<(), CommandError> {
+    ) -> Result<(&String, &PartitionImage), CommandError> {
         if !self
             .brokers
             .get(&broker)
@@ -335,7 +327,7 @@ impl MetadataImage {
         {
             return Err(CommandError::IneligibleReplica(*r));
         }
-        Ok(())
+        Ok((name, p))
     }
 
     /// One item of an `AlterPartitionReassignments` (KIP-455, Kafka's checks): `target`
@@ -492,7 +484,9 @@ impl MetadataImage {
                     lists.len()
                 )));
             }
-            let mut expected = usize::try_from(replication_factor).ok().filter(|rf| *rf > 0);
+            let mut expected = usize::try_from(replication_factor)
+                .ok()
+                .filter(|rf| *rf > 0);
             let mut out = Vec::with_capacity(lists.len());
             for (i, replicas) in lists.iter().enumerate() {
                 let partition = first.saturating_add(i32::try_from(i).unwrap_or(i32::MAX));
@@ -544,7 +538,11 @@ impl MetadataImage {
                 replicas.len()
             ));
         }
-        let isr: Vec<i32> = replicas.iter().copied().filter(|b| self.is_live(*b)).collect();
+        let isr: Vec<i32> = replicas
+            .iter()
+            .copied()
+            .filter(|b| self.is_live(*b))
+            .collect();
         let Some(&leader) = isr.first() else {
             return refuse(format!(
                 "All brokers specified in the manual partition assignment for partition {partition} are fenced or in controlled shutdown."
@@ -1511,7 +1509,10 @@ mod tests {
             ))
         );
         assert!(answer(next(&mut img, grow(2, Some(vec![vec![3, 2]])))).is_err());
-        assert_eq!(answer(next(&mut img, grow(2, Some(vec![vec![2, 1, 3]])))), Ok(()));
+        assert_eq!(
+            answer(next(&mut img, grow(2, Some(vec![vec![2, 1, 3]])))),
+            Ok(())
+        );
         let p = part(&img, "m", 1);
         assert_eq!((p.leader, p.isr.clone()), (3, vec![3]));
     }
@@ -2110,7 +2111,10 @@ mod tests {
         ));
         create(&mut img, assigned("u", vec![vec![1, 2]])).unwrap();
         let u = part(&img, "u", 0);
-        assert_eq!((u.leader, u.replicas.clone(), u.isr.clone()), (2, vec![1, 2], vec![2]));
+        assert_eq!(
+            (u.leader, u.replicas.clone(), u.isr.clone()),
+            (2, vec![1, 2], vec![2])
+        );
         // Not even an unclean election picks it.
         let set = ConfigChange {
             name: String::new(),

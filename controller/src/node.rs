@@ -651,7 +651,10 @@ mod tests {
         let epoch = img.broker(1).expect("registered").epoch;
         apply(&mut img, Command::FenceBroker { id: 1, epoch });
         assert!(caught_up_heartbeat_due(&img, 1, epoch, false));
-        assert!(!caught_up_heartbeat_due(&img, 1, epoch, true), "said already");
+        assert!(
+            !caught_up_heartbeat_due(&img, 1, epoch, true),
+            "said already"
+        );
         // An image that has not applied the registration yet (a newer epoch): wait.
         assert!(!caught_up_heartbeat_due(&img, 1, img.applied + 5, false));
         // Unfenced, or stopping: nothing to hurry.
@@ -659,6 +662,9 @@ mod tests {
         assert!(!caught_up_heartbeat_due(&img, 1, epoch, false));
         apply(&mut img, Command::ControlledShutdown { id: 1, epoch });
         assert!(!caught_up_heartbeat_due(&img, 1, epoch, false));
-        assert!(!caught_up_heartbeat_due(&img, 2, epoch, false), "unknown broker");
+        assert!(
+            !caught_up_heartbeat_due(&img, 2, epoch, false),
+            "unknown broker"
+        );
     }
 }

@@ -136,7 +136,11 @@ fn refused_without_writing(shared: &Shared, proposal: &Proposal) -> Option<Appli
     let image = shared.sm.image();
     let refusals: Vec<Result<(), CommandError>> = changes
         .iter()
-        .map(|c| image.isr_change_refusal(*broker, *broker_epoch, c))
+        .map(|c| {
+            image
+                .isr_change_refusal(*broker, *broker_epoch, c)
+                .map(|_| ())
+        })
         .collect();
     if refusals.iter().any(Result::is_ok) {
         return None;

@@ -900,7 +900,10 @@ mod tests {
         );
         let follower = rate(crate::replication_throttle::FOLLOWER_RATE);
         assert_eq!(
-            (follower.value.as_deref().unwrap_or_default(), follower.source),
+            (
+                follower.value.as_deref().unwrap_or_default(),
+                follower.source
+            ),
             ("9223372036854775807", ConfigSource::DefaultConfig)
         );
         let mut bad = node.clone();

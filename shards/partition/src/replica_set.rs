@@ -327,7 +327,11 @@ mod tests {
         );
         s.record_fetch(2, 50, 50, 10);
         s.record_fetch(3, 30, 50, 10);
-        assert_eq!(s.expansion(3, 50, 0), None, "3 is behind the high watermark");
+        assert_eq!(
+            s.expansion(3, 50, 0),
+            None,
+            "3 is behind the high watermark"
+        );
         s.record_fetch(3, 50, 50, 20);
         assert_eq!(
             s.expansion(3, 50, 60),
@@ -368,7 +372,10 @@ mod tests {
         assert!(!s.may_propose(70) && !s.may_propose(69));
         assert!(s.may_propose(71), "the metadata moved past the refusal");
         s.proposal_refused(60);
-        assert!(!s.may_propose(70), "an older refusal does not lift a newer one");
+        assert!(
+            !s.may_propose(70),
+            "an older refusal does not lift a newer one"
+        );
         // A lost proposal (no answer) may be made again at once.
         s.propose(vec![1, 2]);
         s.proposal_failed();

@@ -69,7 +69,11 @@ impl Handler for CreateTopics {
                             )));
                         }
                     }
-                    if !by_partition.keys().copied().eq(0..by_partition.len() as i32) {
+                    if !by_partition
+                        .keys()
+                        .copied()
+                        .eq(0..by_partition.len() as i32)
+                    {
                         return Err(TopicError::InvalidReplicaAssignment(
                             "partitions should be a consecutive 0-based integer sequence".into(),
                         ));
