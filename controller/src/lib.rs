@@ -31,6 +31,7 @@ mod apply;
 pub mod balancer;
 pub mod client_quotas;
 pub mod command;
+mod heartbeats;
 pub mod image;
 pub mod leader_balance;
 mod liveness;

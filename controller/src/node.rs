@@ -17,12 +17,13 @@
 
 use crate::balancer;
 use crate::command::Command;
+use crate::heartbeats::Heartbeats;
 use crate::image::MetadataImage;
 use crate::leader_balance;
 use crate::liveness;
 use crate::network::{CallError, ClusterIdCell, Network, PeerClient, PeerHealth};
 pub use crate::node_config::NodeConfig;
-use crate::node_state::{is_leader, leader_addr, local_quorum, write_local, Liveness, Shared};
+use crate::node_state::{leader_addr, local_quorum, write_local, Liveness, Shared};
 use crate::raft_log::RaftLog;
 use crate::rpc::{Heartbeat, QuorumDescription, Request, Response, RpcError};
 use crate::server;
@@ -500,7 +501,7 @@ async fn propose(
 }
 
 /// This node as a broker: joins the log (a non-voter asks to), registers, then
-/// heartbeats to the active controller for as long as it runs.
+/// heartbeats to every voter for as long as it runs (`heartbeats`).
 async fn broker_duties(shared: Arc<Shared>) {
     if !shared.config.is_voter() {
         join(&shared).await;
@@ -529,6 +530,7 @@ async fn broker_duties(shared: Arc<Shared>) {
     let mut tick = tokio::time::interval(shared.config.heartbeat_interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut images = shared.sm.subscribe();
+    let mut heartbeats = Heartbeats::default();
     // Whether a heartbeat has told the controller that this registration is caught up.
     let mut told_caught_up = false;
     loop {
@@ -554,22 +556,7 @@ async fn broker_duties(shared: Arc<Shared>) {
             disk: disk_use(&shared.config.dir),
         };
         told_caught_up |= hb.applied >= epoch;
-        if is_leader(&shared) {
-            liveness::heard(&shared, &hb);
-            continue;
-        }
-        if let Some((lid, addr)) = leader_addr(&shared) {
-            let mut c = PeerClient::new(lid, addr, shared.cluster_id.clone());
-            if let Err(e) = c
-                .call(
-                    Request::Heartbeat(hb),
-                    shared.config.heartbeat_interval.max(CALL_TIMEOUT),
-                )
-                .await
-            {
-                tracing::debug!(error = %e, "heartbeat");
-            }
-        }
+        heartbeats.send(&shared, hb);
     }
 }
 

@@ -1,7 +1,8 @@
 //! The server side of the controller port: each connection is served in turn, one
-//! request then its response. Raft messages go to openraft; proposals, joins and
-//! heartbeats are taken only by the active controller (others answer `NotLeader` with the
-//! leader they know, and the caller goes there).
+//! request then its response. Raft messages go to openraft; proposals and joins are
+//! taken only by the active controller (others answer `NotLeader` with the leader they
+//! know, and the caller goes there); heartbeats are kept by every node, so that a voter
+//! elected later knows who was alive before it led (`liveness`).
 
 use crate::liveness;
 use crate::node_state::{self as node, Shared};
@@ -63,12 +64,10 @@ async fn handle(shared: &Shared, envelope: Envelope<Request>) -> Response {
             Response::Propose(node::write_local(shared, Proposal { id, command }).await)
         }
         Request::Join { id, addr } => Response::Join(join(shared, id, addr).await),
-        Request::Heartbeat(hb) => Response::Heartbeat(if node::is_leader(shared) {
+        Request::Heartbeat(hb) => {
             liveness::heard(shared, &hb);
-            Ok(())
-        } else {
-            Err(not_leader(shared))
-        }),
+            Response::Heartbeat(Ok(()))
+        }
         Request::DescribeQuorum => {
             Response::DescribeQuorum(node::local_quorum(shared).ok_or_else(|| not_leader(shared)))
         }

@@ -354,6 +354,51 @@ def test_leaders_killed_under_idempotent_acks_all_load_lose_nothing(broker_facto
     assert_exactly_once(load.acked, values)
 
 
+def test_partitions_of_a_controller_killed_with_them_move_a_session_timeout_after_its_death(
+        broker_factory):
+    """The active controller is a broker too, leading partitions. Killed (-9), its
+    partitions move when the new controller fences it: a session timeout after its last
+    heartbeat, which the new controller heard while it followed, and not a whole session
+    timeout after the new controller's own election."""
+    session = 6.0
+    args = ["--broker-session-timeout-ms", str(int(session * 1000)),
+            "--broker-heartbeat-interval-ms", "500", "--replica-lag-time-max-ms", "3000"]
+    brokers = broker_factory.cluster(voters=3, extra_args=args)
+    create(brokers, "cofail", 6, 3, {"min.insync.replicas": "2"})
+    wait_until(lambda: all(len(isr) == 3 for _, _, isr in
+                           partition_state(brokers, "cofail").values()), 30, "ISR whole")
+    victim = controller_of(brokers)
+    led = [p for p, (leader, _, _) in partition_state(brokers, "cofail").items()
+           if leader == victim.node_id]
+    assert led, "the active controller leads some partitions"
+    alive = [b for b in brokers if b is not victim]
+    time.sleep(1)  # every voter has heard every broker a few times
+
+    victim.kill()
+    killed = time.monotonic()
+    elected = moved = None
+    while moved is None and time.monotonic() - killed < 30:
+        if elected is None:
+            try:
+                if kwire.describe_quorum_leader(alive[0].bootstrap) not in (-1, victim.node_id):
+                    elected = time.monotonic()
+            except (OSError, AssertionError, kwire.Closed, TimeoutError):
+                pass
+        try:
+            leaders = [metadata_partition(alive[0], "cofail", p)[1] for p in led]
+        except (OSError, KeyError, kwire.Closed, TimeoutError):
+            leaders = []
+        if leaders and all(l not in (-1, victim.node_id) for l in leaders):
+            moved = time.monotonic()
+        time.sleep(0.05)
+    assert elected is not None and moved is not None, (elected, moved)
+    print(f"controller and leader killed: new controller {elected - killed:.2f} s, "
+          f"partitions moved {moved - killed:.2f} s after the kill "
+          f"({moved - elected:.2f} s after the election; session timeout {session:.0f} s)")
+    assert moved - killed < session + 1.5, "fenced about a session timeout after its death"
+    assert moved - elected < session, "the new controller did not wait a whole session timeout"
+
+
 def new_writes_then_the_old_leader_returns(brokers, topic: str, old, new) -> None:
     """The end of a divergence on replicas [4, 5] of `topic`, whose first 100 records
     c0..c99 both hold: 30 acks=all writes n0..n29 to the new leader, the old leader
