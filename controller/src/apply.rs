@@ -36,6 +36,7 @@ use crate::image::{
     PartitionImage, TopicImage, NO_LEADER,
 };
 use crate::placement::{self, Candidate};
+use std::collections::BTreeMap;
 impl MetadataImage {
     /// Applies `cmd`, the entry at log index `index` (> every index applied before).
     pub fn apply(&mut self, index: u64, cmd: &Command) -> Outcome {
@@ -112,6 +113,12 @@ impl MetadataImage {
             Command::SetTopicConfigs { changes } => {
                 Outcome::Items(changes.iter().map(|c| self.set_topic_configs(c)).collect())
             }
+            Command::MarkBalancerMoves { add, topics } => Outcome::Items(
+                topics
+                    .iter()
+                    .map(|m| self.mark_balancer_moves(*add, m))
+                    .collect(),
+            ),
             Command::SetBrokerConfigs { change } => Outcome::Done(self.set_broker_configs(change)),
             Command::AlterClientQuotas { alterations } => {
                 Outcome::Done(self.alter_client_quotas(alterations))
@@ -242,6 +249,33 @@ impl MetadataImage {
         }
         t.configs = c.to.clone();
         self.reelect(None, |t, p| t.name == c.name && !p.has_leader());
+        Ok(())
+    }
+
+    /// Marks (`add`) or unmarks the balancer's moves on one topic: its configs change as
+    /// `set_topic_configs` would change them, and its record of the balancer's moves
+    /// gains or loses those partitions, in the same step.
+    fn mark_balancer_moves(&mut self, add: bool, m: &BalancerMarks) -> Result<(), CommandError> {
+        let t = self
+            .topics
+            .get(&m.change.name)
+            .ok_or(CommandError::UnknownTopic)?;
+        if add && m.moves.keys().any(|p| t.partition(*p).is_none()) {
+            return Err(CommandError::UnknownTopicOrPartition);
+        }
+        self.set_topic_configs(&m.change)?;
+        let marked = &mut self
+            .topics
+            .get_mut(&m.change.name)
+            .expect("set_topic_configs found it")
+            .balancer_moves;
+        for (p, moved) in &m.moves {
+            if add {
+                marked.insert(*p, moved.clone());
+            } else {
+                marked.remove(p);
+            }
+        }
         Ok(())
     }
 
@@ -584,6 +618,7 @@ impl MetadataImage {
             id: t.id,
             configs: t.configs.clone(),
             partitions,
+            balancer_moves: BTreeMap::new(),
         });
         Ok(())
     }
@@ -728,6 +763,7 @@ impl MetadataImage {
                 id: t.id,
                 configs: t.configs.clone(),
                 partitions,
+                balancer_moves: BTreeMap::new(),
             });
         }
         self.next_producer_id = self.next_producer_id.max(m.next_producer_id);

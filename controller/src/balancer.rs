@@ -30,14 +30,17 @@
 //! included; the next wave waits for them. The balancer's own moves are marked on their
 //! topics' throttled-replica lists (as `kafka-reassign-partitions --throttle` marks its
 //! moves) and unmarked when they complete, so the brokers' replication throttle rates
-//! hold them and leave producers and in-sync replicas alone.
+//! hold them and leave producers and in-sync replicas alone. Which marks are the
+//! balancer's is kept in the image with them (`TopicImage::balancer_moves`), so the
+//! controller leading when a move completes unmarks it, whichever one started it, and
+//! marks an operator set are never taken off.
 //!
 //! Invariants: a plan moves a partition at most once, never one that is being moved,
 //! keeps every replica list free of duplicates and of its length, and only ever names
 //! live brokers not being decommissioned as new replicas.
 
-use crate::command::{Command, ConfigChange, Election, ReassignmentItem};
-use crate::image::MetadataImage;
+use crate::command::{BalancerMarks, Command, ConfigChange, Election, Outcome, ReassignmentItem};
+use crate::image::{MetadataImage, MovedReplicas};
 pub use crate::node_config::Balancer;
 use crate::node_state::{self as node, Shared};
 pub use crate::rpc::DiskUse;
@@ -352,26 +355,74 @@ fn edit_list(list: Option<&String>, entries: &BTreeSet<String>, add: bool) -> St
     items.into_iter().collect::<Vec<_>>().join(",")
 }
 
-/// The topic config changes that mark (`add`) or unmark moves on the throttled-replica
-/// lists: leader entries for the replicas a partition had, follower entries for the ones
-/// it gains.
-fn throttle_marks(
-    image: &MetadataImage,
-    marks: &BTreeMap<(String, i32), (Vec<i32>, Vec<i32>)>,
-    add: bool,
-) -> Vec<ConfigChange> {
-    let mut by_topic: BTreeMap<&str, (BTreeSet<String>, BTreeSet<String>)> = BTreeMap::new();
-    for ((topic, p), (leaders, followers)) in marks {
-        let e = by_topic.entry(topic).or_default();
-        e.0.extend(leaders.iter().map(|b| format!("{p}:{b}")));
-        e.1.extend(followers.iter().map(|b| format!("{p}:{b}")));
+/// Each topic's moves, by partition.
+type Moves = BTreeMap<String, BTreeMap<i32, MovedReplicas>>;
+
+/// The balancer's marked moves that have completed (or whose partition is gone): their
+/// marks come off.
+fn completed_moves(image: &MetadataImage) -> Moves {
+    image
+        .topics
+        .values()
+        .filter_map(|t| {
+            let done: BTreeMap<i32, MovedReplicas> = t
+                .balancer_moves
+                .iter()
+                .filter(|(p, _)| !t.partition(**p).is_some_and(|p| p.is_reassigning()))
+                .map(|(p, m)| (*p, m.clone()))
+                .collect();
+            (!done.is_empty()).then(|| (t.name.clone(), done))
+        })
+        .collect()
+}
+
+/// What a wave's moves mark: the replicas each partition had and those it gains (moves
+/// that only reorder gain nothing and copy nothing, so they are not marked).
+fn moves_of(image: &MetadataImage, wave: &[ReassignmentItem]) -> Moves {
+    let mut moves = Moves::new();
+    for m in wave {
+        let Some(p) = image.topic(&m.topic).and_then(|t| t.partition(m.partition)) else {
+            continue;
+        };
+        let Some(target) = &m.target else { continue };
+        let gains: Vec<i32> = target
+            .iter()
+            .copied()
+            .filter(|b| !p.replicas.contains(b))
+            .collect();
+        if !gains.is_empty() {
+            moves.entry(m.topic.clone()).or_default().insert(
+                m.partition,
+                MovedReplicas {
+                    had: p.replicas.clone(),
+                    gains,
+                },
+            );
+        }
     }
-    by_topic
-        .into_iter()
-        .filter_map(|(topic, (leaders, followers))| {
+    moves
+}
+
+/// The per-topic marks that put `moves` on (`add`) or take them off the throttled-replica
+/// lists: leader entries for the replicas a partition had, follower entries for the ones
+/// it gains. A topic whose lists already say as much (a `*`) is still listed, so its
+/// record of the balancer's moves changes with the rest.
+fn throttle_marks(image: &MetadataImage, moves: &Moves, add: bool) -> Vec<BalancerMarks> {
+    moves
+        .iter()
+        .filter_map(|(topic, moves)| {
             let from = image.topic(topic)?.configs.clone();
             let mut to = from.clone();
-            for (key, entries) in [(LEADER_THROTTLED, leaders), (FOLLOWER_THROTTLED, followers)] {
+            let entries = |of: fn(&MovedReplicas) -> &Vec<i32>| -> BTreeSet<String> {
+                moves
+                    .iter()
+                    .flat_map(|(p, m)| of(m).iter().map(move |b| format!("{p}:{b}")))
+                    .collect()
+            };
+            for (key, entries) in [
+                (LEADER_THROTTLED, entries(|m| &m.had)),
+                (FOLLOWER_THROTTLED, entries(|m| &m.gains)),
+            ] {
                 let list = edit_list(from.get(key), &entries, add);
                 if list.is_empty() {
                     to.remove(key);
@@ -379,13 +430,25 @@ fn throttle_marks(
                     to.insert(key.to_string(), list);
                 }
             }
-            (to != from).then(|| ConfigChange {
-                name: topic.to_string(),
-                from,
-                to,
+            Some(BalancerMarks {
+                change: ConfigChange {
+                    name: topic.clone(),
+                    from,
+                    to,
+                },
+                moves: moves.clone(),
             })
         })
         .collect()
+}
+
+/// Proposes (un)marking `moves`; whether every topic's marks were applied.
+async fn mark(shared: &Shared, image: &MetadataImage, moves: &Moves, add: bool) -> bool {
+    let topics = throttle_marks(image, moves, add);
+    match propose(shared, Command::MarkBalancerMoves { add, topics }).await {
+        Some(Outcome::Items(items)) => items.iter().all(Result::is_ok),
+        _ => false,
+    }
 }
 
 async fn propose(shared: &Shared, command: Command) -> Option<crate::command::Outcome> {
@@ -406,37 +469,17 @@ async fn propose(shared: &Shared, command: Command) -> Option<crate::command::Ou
 pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
     let mut tick = tokio::time::interval(config.interval.max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    // This controller's moves still marked on throttled-replica lists: (replicas it
-    // had, replicas it gains). A failover forgets them; the marks then stay until an
-    // operator clears them, as a --throttle left by an interrupted tool would.
-    let mut marked: BTreeMap<(String, i32), (Vec<i32>, Vec<i32>)> = BTreeMap::new();
     loop {
         tick.tick().await;
         if !node::is_leader(&shared) {
-            marked.clear();
             continue;
         }
         let image = shared.sm.image();
-        let done: BTreeMap<_, _> = marked
-            .iter()
-            .filter(|((t, p), _)| {
-                !image
-                    .topic(t)
-                    .and_then(|t| t.partition(*p))
-                    .is_some_and(|p| p.is_reassigning())
-            })
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
+        // Marks come off first, whoever marked them while leading: the next wave waits
+        // for its lists to be clean.
+        let done = completed_moves(&image);
         if !done.is_empty() {
-            let changes = throttle_marks(&image, &done, false);
-            let ok = changes.is_empty()
-                || matches!(
-                    propose(&shared, Command::SetTopicConfigs { changes }).await,
-                    Some(crate::command::Outcome::Done(Ok(())))
-                );
-            if ok {
-                marked.retain(|k, _| !done.contains_key(k));
-            }
+            mark(&shared, &image, &done, false).await;
             continue;
         }
         let disk = shared.disk_use();
@@ -450,32 +493,12 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
         if wave.moves.is_empty() {
             continue;
         }
-        let marks: BTreeMap<(String, i32), (Vec<i32>, Vec<i32>)> = wave
-            .moves
-            .iter()
-            .filter_map(|m| {
-                let p = image.topic(&m.topic)?.partition(m.partition)?;
-                let target = m.target.clone()?;
-                let gains: Vec<i32> = target
-                    .iter()
-                    .copied()
-                    .filter(|b| !p.replicas.contains(b))
-                    .collect();
-                (!gains.is_empty())
-                    .then(|| ((m.topic.clone(), m.partition), (p.replicas.clone(), gains)))
-            })
-            .collect();
-        let changes = throttle_marks(&image, &marks, true);
-        if !changes.is_empty()
-            && !matches!(
-                propose(&shared, Command::SetTopicConfigs { changes }).await,
-                Some(crate::command::Outcome::Done(Ok(())))
-            )
-        {
-            // The topics changed meanwhile: plan again on the next image.
+        let moves = moves_of(&image, &wave.moves);
+        if !moves.is_empty() && !mark(&shared, &image, &moves, true).await {
+            // The topics changed meanwhile: plan again on the next image (marks that
+            // did apply come off then, their partitions not moving).
             continue;
         }
-        marked.extend(marks);
         let n = wave.moves.len();
         let outcome = propose(
             &shared,
@@ -661,15 +684,109 @@ mod tests {
             .unwrap()
             .configs
             .insert(LEADER_THROTTLED.into(), "1:2".into());
-        let mut marks = BTreeMap::new();
-        marks.insert(("t".to_string(), 0), (vec![1, 2], vec![3]));
-        let add = throttle_marks(&img, &marks, true);
+        let moves: Moves = [(
+            "t".to_string(),
+            [(
+                0,
+                MovedReplicas {
+                    had: vec![1, 2],
+                    gains: vec![3],
+                },
+            )]
+            .into(),
+        )]
+        .into();
+        let add = throttle_marks(&img, &moves, true);
         assert_eq!(add.len(), 1);
-        assert_eq!(add[0].to[LEADER_THROTTLED], "0:1,0:2,1:2");
-        assert_eq!(add[0].to[FOLLOWER_THROTTLED], "0:3");
-        img.topics.get_mut("t").unwrap().configs = add[0].to.clone();
-        let remove = throttle_marks(&img, &marks, false);
-        assert_eq!(remove[0].to[LEADER_THROTTLED], "1:2");
-        assert!(!remove[0].to.contains_key(FOLLOWER_THROTTLED));
+        assert_eq!(add[0].change.to[LEADER_THROTTLED], "0:1,0:2,1:2");
+        assert_eq!(add[0].change.to[FOLLOWER_THROTTLED], "0:3");
+        img.topics.get_mut("t").unwrap().configs = add[0].change.to.clone();
+        let remove = throttle_marks(&img, &moves, false);
+        assert_eq!(remove[0].change.to[LEADER_THROTTLED], "1:2");
+        assert!(!remove[0].change.to.contains_key(FOLLOWER_THROTTLED));
+    }
+
+    /// The marks of a wave are in the image: whichever controller applies the image
+    /// once the moves complete finds them done and takes exactly them off, leaving an
+    /// operator's entries.
+    #[test]
+    fn a_waves_marks_come_off_once_its_moves_complete_whoever_leads() {
+        let mut img = cluster(3, vec![vec![1, 2], vec![2, 3], vec![3, 1], vec![1, 2]]);
+        img.topics
+            .get_mut("t")
+            .unwrap()
+            .configs
+            .insert(FOLLOWER_THROTTLED.into(), "3:3".into());
+        join(&mut img, 4);
+        let wave = plan(&img, &BTreeMap::new(), true, 2, 10);
+        assert_eq!(wave.moves.len(), 2, "{wave:?}");
+        let moves = moves_of(&img, &wave.moves);
+        assert_eq!(moves["t"].len(), 2);
+        let topics = throttle_marks(&img, &moves, true);
+        let marked = apply(&mut img, Command::MarkBalancerMoves { add: true, topics });
+        assert_eq!(marked, Outcome::Items(vec![Ok(())]));
+        assert_eq!(img.topics["t"].balancer_moves, moves["t"]);
+        apply(
+            &mut img,
+            Command::AlterPartitionReassignments {
+                items: wave.moves.clone(),
+            },
+        );
+        assert!(completed_moves(&img).is_empty(), "both still moving");
+        carry_out(&mut img, &Plan::default());
+        let done = completed_moves(&img);
+        assert_eq!(done, moves);
+        let topics = throttle_marks(&img, &done, false);
+        let unmarked = apply(&mut img, Command::MarkBalancerMoves { add: false, topics });
+        assert_eq!(unmarked, Outcome::Items(vec![Ok(())]));
+        let t = &img.topics["t"];
+        assert!(t.balancer_moves.is_empty());
+        assert!(!t.configs.contains_key(LEADER_THROTTLED), "{:?}", t.configs);
+        assert_eq!(
+            t.configs[FOLLOWER_THROTTLED], "3:3",
+            "the operator's entry stays"
+        );
+    }
+
+    #[test]
+    fn marks_computed_from_configs_that_changed_since_are_refused_whole() {
+        let mut img = cluster(3, vec![vec![1, 2]]);
+        let moves: Moves = [(
+            "t".to_string(),
+            [(
+                0,
+                MovedReplicas {
+                    had: vec![1, 2],
+                    gains: vec![3],
+                },
+            )]
+            .into(),
+        )]
+        .into();
+        let stale = throttle_marks(&img, &moves, true);
+        img.topics
+            .get_mut("t")
+            .unwrap()
+            .configs
+            .insert("retention.ms".into(), "1000".into());
+        let out = apply(
+            &mut img,
+            Command::MarkBalancerMoves {
+                add: true,
+                topics: stale,
+            },
+        );
+        assert_eq!(
+            out,
+            Outcome::Items(vec![Err(crate::CommandError::Conflict)])
+        );
+        assert!(img.topics["t"].balancer_moves.is_empty());
+        let gone: Moves = [("t".to_string(), [(5, MovedReplicas::default())].into())].into();
+        let topics = throttle_marks(&img, &gone, true);
+        let out = apply(&mut img, Command::MarkBalancerMoves { add: true, topics });
+        assert_eq!(
+            out,
+            Outcome::Items(vec![Err(crate::CommandError::UnknownTopicOrPartition)])
+        );
     }
 }

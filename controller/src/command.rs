@@ -8,7 +8,7 @@
 //! epochs, bounds), because the image at apply time is the only one that counts.
 
 use crate::client_quotas::QuotaAlteration;
-use crate::image::Endpoint;
+use crate::image::{Endpoint, MovedReplicas};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use uuid::Uuid;
@@ -82,6 +82,14 @@ pub enum Command {
     /// The same for one dynamic broker config layer ("" cluster-wide, "<id>" a broker).
     SetBrokerConfigs {
         change: ConfigChange,
+    },
+    /// The balancer marks (`add`) or unmarks its moves: per topic, the throttled-replica
+    /// lists change as `change` says (refused if the configs are no longer its `from`)
+    /// and the topic's record of the balancer's moves gains or loses `moves`, so a
+    /// controller that takes over knows which marks are the balancer's to take off.
+    MarkBalancerMoves {
+        add: bool,
+        topics: Vec<BalancerMarks>,
     },
     AlterClientQuotas {
         alterations: Vec<QuotaAlteration>,
@@ -187,6 +195,13 @@ pub struct ConfigChange {
     pub name: String,
     pub from: BTreeMap<String, String>,
     pub to: BTreeMap<String, String>,
+}
+
+/// One topic's part of a [`Command::MarkBalancerMoves`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BalancerMarks {
+    pub change: ConfigChange,
+    pub moves: BTreeMap<i32, MovedReplicas>,
 }
 
 /// Why a command (or one item of it) was not applied. The broker maps each to a Kafka

@@ -19,6 +19,7 @@
 //!   completed (it stays in progress only while a removed replica leads and no target
 //!   replica is live to take over, or while nothing leads);
 //! - a registration that is shutting down is fenced;
+//! - the balancer's marked moves name partitions of their topic;
 //! - topic ids are unique and `topic_ids` indexes exactly `topics`;
 //! - epochs only grow (checked where they change, in `apply`).
 
@@ -131,6 +132,19 @@ pub struct TopicImage {
     pub configs: BTreeMap<String, String>,
     /// Indexed by partition id.
     pub partitions: Vec<PartitionImage>,
+    /// The balancer's moves marked on this topic's throttled-replica lists, by partition:
+    /// kept in the image, so whichever controller leads when a move completes takes its
+    /// marks off (and marks an operator set stay theirs).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub balancer_moves: BTreeMap<i32, MovedReplicas>,
+}
+
+/// What one balancer move marked: leader entries for the replicas the partition had,
+/// follower entries for the replicas it gains.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MovedReplicas {
+    pub had: Vec<i32>,
+    pub gains: Vec<i32>,
 }
 
 impl TopicImage {
@@ -234,6 +248,11 @@ impl MetadataImage {
             }
             if self.topic_ids.get(&t.id) != Some(name) {
                 return Err(format!("topic {name}: id {} not indexed", t.id));
+            }
+            if let Some(p) = t.balancer_moves.keys().find(|p| t.partition(**p).is_none()) {
+                return Err(format!(
+                    "{name}: balancer move marked on partition {p}, which it lacks"
+                ));
             }
             for (i, p) in t.partitions.iter().enumerate() {
                 let at = || format!("{name}-{i}");

@@ -16,8 +16,9 @@ from confluent_kafka import KafkaException
 
 from conftest import corelog_bin
 from test_kafka_python import wait_until
+from test_reassignment import in_progress, produce_bytes, set_configs
 from test_replication import (FAST, TIMEOUT, Load, admin, assert_exactly_once, by_id,
-                              consume_everything, create, partition_state)
+                              consume_everything, controller_of, create, partition_state)
 
 # Waves every second, and preferred leaders handed back every second.
 QUICK = [*FAST, "--partition-balancer-interval-ms", "1000",
@@ -76,6 +77,38 @@ def test_a_joining_broker_is_given_replicas_and_leaders_until_counts_are_even(br
     assert all(sorted(r) == sorted(isr) for _, r, isr in state.values()), state
     values = consume_everything(brokers, "bal", 12, len(load.acked))
     assert_exactly_once(load.acked, values)
+
+
+def test_marks_of_moves_under_way_when_the_controller_dies_come_off_when_they_complete(
+        broker_factory):
+    """Six two-replica partitions on brokers 1-3 with 1 MB each and the leaders' replication
+    throttle at 128 KiB/s, so the moves to a joining broker 4 take seconds. While they
+    run, the active controller is killed (and restarted: whichever controller leads next
+    has not started them). Once the moves complete, the throttled-replica lists are empty
+    again, as they were before: which marks are the balancer's is kept with the cluster's
+    metadata, not in the memory of the controller that made them."""
+    brokers = broker_factory.cluster(voters=3, observers=1, held_back=1, balancer=True,
+                                     extra_args=QUICK)
+    voters, b4 = brokers[:3], by_id(brokers, 4)
+    create(voters, "fo", 6, 2, assignment=[[i % 3 + 1, (i + 1) % 3 + 1] for i in range(6)])
+    produce_bytes(voters, "fo", 6 << 20)
+    for n in ("1", "2", "3"):
+        set_configs(voters, ResourceType.BROKER, n,
+                    {"leader.replication.throttled.rate": str(128 * 1024)})
+    assert not throttle_marks(voters, "fo")
+    b4.start()
+    wait_until(lambda: throttle_marks(brokers, "fo") and in_progress(brokers, "fo"), 30,
+               "the balancer's moves marked and under way")
+    dead = controller_of(voters)
+    dead.kill()
+    time.sleep(1)
+    assert in_progress([b for b in brokers if b is not dead], "fo"), "still moving"
+    dead.start()
+    wait_until(lambda: counts(brokers, "fo")[0] == Counter({1: 3, 2: 3, 3: 3, 4: 3}), 120,
+               "three replicas on each of the four brokers")
+    wait_until(lambda: not in_progress(brokers, "fo"), 60, "every move complete")
+    wait_until(lambda: not throttle_marks(brokers, "fo"), 20,
+               "the throttle marks cleared by the controller leading now")
 
 
 def decommission(broker, node: int, *extra: str) -> subprocess.Popen:
