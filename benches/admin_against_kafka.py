@@ -6,6 +6,9 @@ what Kafka does:
 - `topic_admin_cases`: CreateTopics' and CreatePartitions' request checks, their codes and
   messages (kafka-python with raise_errors=False), and explicit replica lists for new
   partitions;
+- `coordinator_move`: librdkafka consumers joining a group while the leadership of its
+  `__consumer_offsets` partition moves; every consumer error the application saw
+  (the joins the old coordinator held must be answered with a code clients retry);
 - `admin_failover`: librdkafka's, the Java and kafka-python's admin clients creating a
   topic every 0.5 s while the quorum leader is SIGKILLed, librdkafka and Java started
   from the broker that dies, kafka-python from one that stays; the seconds from the new
@@ -31,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import admin_failover as af  # noqa: E402
+import coordinator_move  # noqa: E402
 import kwire  # noqa: E402
 import topic_admin_cases as cases  # noqa: E402
 from replication import CorelogCluster, KafkaCluster  # noqa: E402
@@ -57,6 +61,8 @@ def main() -> int:
     try:
         out["create_topics_mismatches"] = cases.check_create_topics(",".join(boots), "checks")
         out["create_partitions_mismatches"] = cases.check_create_partitions(",".join(boots), "grow")
+        errors, coordinators = coordinator_move.run(",".join(boots), "cm", "cm-group")
+        out["coordinator_move"] = {"coordinators": coordinators, "consumer_errors": errors}
         leader = kwire.describe_quorum_leader(boots[0])
         victim = leader - 1  # node ids are 1..3 in both clusters
         survivors = [b for i, b in enumerate(boots) if i != victim]

@@ -1213,6 +1213,28 @@ def test_find_coordinator_batched(broker):
     assert c["error_code"] == ERR_NONE and (c["node_id"], c["host"], c["port"]) == (node_id, host, port), c
 
 
+def test_metadata_naming_the_offsets_topic_creates_it_as_the_coordinators_need_it(broker):
+    """Metadata naming __consumer_offsets before any group exists (librdkafka's
+    list_topics, auto-creation on) creates it as the first FindCoordinator would:
+    compacted, with offsets.topic.num.partitions (50) partitions, so a group then forms.
+    Created as an ordinary topic of num.partitions (1), every group hashed to another
+    partition had no coordinator: its members waited without an error, for ever."""
+    from confluent_kafka.admin import ConfigResource, ResourceType
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    offsets = admin.list_topics("__consumer_offsets", timeout=30).topics["__consumer_offsets"]
+    assert offsets.error is None and len(offsets.partitions) == 50, offsets
+    r = ConfigResource(ResourceType.TOPIC, "__consumer_offsets")
+    assert admin.describe_configs([r])[r].result(30)["cleanup.policy"].value == "compact"
+    topic, P = "g-after-listing", 2
+    create_topic(broker.bootstrap, topic, P)
+    group = start_members(broker.bootstrap, "grp-after-listing", [topic], ["l0"])
+    try:
+        wait_stable(group, P)
+        wait_consumed(group, produce(broker.bootstrap, topic, 100))
+    finally:
+        stop_all(group)
+
+
 def test_offsets_topic_is_compacted_and_survives_restart(broker_factory):
     """Thousands of commits on tiny __consumer_offsets segments: the log cleaner compacts
     the topic (latest record per key, small segments merged), and after a restart every

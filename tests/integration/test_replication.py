@@ -23,7 +23,9 @@ from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, 
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import NotEnoughReplicasError
+import coordinator_move
 import kwire
+from coordinator_move import java_hash
 from test_kafka_python import wait_until
 
 # Short sessions and lag times so that failures show within seconds.
@@ -513,14 +515,6 @@ def test_controlled_shutdown_moves_leadership_first(broker_factory):
     assert_exactly_once(load.acked, consume_everything(brokers, "cs", 6, len(load.acked)))
 
 
-def java_hash(s: str) -> int:
-    """Java's String.hashCode, made non-negative as Kafka's Utils.abs does (n & 0x7fffffff)."""
-    h = 0
-    for ch in s:
-        h = (31 * h + ord(ch)) & 0xFFFFFFFF
-    return h & 0x7FFFFFFF
-
-
 def test_group_offsets_survive_their_coordinators_death(broker_factory):
     brokers = broker_factory.cluster(voters=3, extra_args=FAST)
     create(brokers, "gf", 1, 3)
@@ -566,6 +560,19 @@ def test_group_offsets_survive_their_coordinators_death(broker_factory):
     c.close()
     assert rest[:1] == [b"g500"], "the new coordinator knows the committed offset"
     assert got + rest == [f"g{i}".encode() for i in range(1000)]
+
+
+def test_joins_pending_while_the_group_coordinator_moves_are_retried(broker_factory):
+    """librdkafka consumers join a group one by one; while each new member's JoinGroup
+    waits for the others, the leadership of the group's __consumer_offsets partition
+    moves. The old coordinator answers the joins it holds NOT_COORDINATOR (as Kafka's
+    does when it unloads a group), which the clients retry at the new coordinator: no
+    consumer error reaches the application, and every member ends with a share of the
+    partitions. (Apache Kafka 4.4, same scenario: benches/admin_against_kafka.py.)"""
+    brokers = broker_factory.cluster(voters=3, extra_args=FAST)
+    errors, coordinators = coordinator_move.run(bootstrap(brokers), "cm", "cm-group")
+    assert len(set(coordinators)) > 1, coordinators
+    assert not errors, errors
 
 
 def test_a_follower_behind_the_leaders_log_start_starts_over_there(broker_factory):

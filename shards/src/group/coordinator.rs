@@ -156,8 +156,8 @@ impl GroupCoordinator {
         );
     }
 
-    /// This broker no longer leads `partition`: its groups go (their members find the
-    /// new coordinator).
+    /// This broker no longer leads `partition`: its groups go, their waiting joins and
+    /// syncs answered NOT_COORDINATOR (their members find the new coordinator).
     pub fn unload_partition(&self, partition: i32) {
         self.next_generation(partition);
         if self.loaded.borrow_mut().remove(&partition) {
@@ -168,9 +168,13 @@ impl GroupCoordinator {
 
     fn forget_partition(&self, partition: i32) {
         let n = self.config.offsets_partitions;
-        self.groups
-            .borrow_mut()
-            .retain(|g, _| partition_for_group(g, n) != partition);
+        self.groups.borrow_mut().retain(|id, g| {
+            let keep = partition_for_group(id, n) != partition;
+            if !keep {
+                g.unload();
+            }
+            keep
+        });
     }
 
     fn serves(&self, op: &GroupOp) -> bool {
@@ -260,8 +264,10 @@ impl GroupCoordinator {
                         .or_insert_with(|| Group::new(req.group.clone()));
                     g.join(req, now, self.config.initial_rebalance_delay, tx);
                 }
+                // A waiter dropped unanswered went with its group: this broker no
+                // longer coordinates it.
                 let answer = rx.await.unwrap_or_else(|_| {
-                    JoinAnswer::error(GroupError::RebalanceInProgress, String::new())
+                    JoinAnswer::error(GroupError::NotCoordinator, String::new())
                 });
                 GroupAnswer::Join(answer)
             }
@@ -286,7 +292,7 @@ impl GroupCoordinator {
                 }
                 GroupAnswer::Sync(
                     rx.await
-                        .unwrap_or_else(|_| SyncAnswer::error(GroupError::RebalanceInProgress)),
+                        .unwrap_or_else(|_| SyncAnswer::error(GroupError::NotCoordinator)),
                 )
             }
             GroupOp::Heartbeat(req) => {

@@ -660,6 +660,22 @@ impl Group {
         }
     }
 
+    /// This coordinator stops serving the group (its `__consumer_offsets` partition moved
+    /// away): it goes Dead, and every waiting JoinGroup and SyncGroup is answered
+    /// NOT_COORDINATOR, which clients take as "find the coordinator again and rejoin
+    /// there" — as Kafka's coordinator answers them when it unloads a group.
+    pub fn unload(&mut self) {
+        self.state = GroupState::Dead;
+        for m in self.members.values_mut() {
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinAnswer::error(GroupError::NotCoordinator, m.id.clone()));
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncAnswer::error(GroupError::NotCoordinator));
+            }
+        }
+    }
+
     /// Timers: expire members whose session ran out, end join phases that timed out,
     /// forget unclaimed KIP-394 member ids. Returns true if anything changed.
     pub fn tick(&mut self, now: Instant) -> bool {
@@ -873,6 +889,41 @@ mod tests {
         assert_eq!(a1.leader, m1, "the leader stays the leader");
         assert_eq!(a1.members.len(), 2);
         assert!(a2.members.is_empty(), "followers get no member list");
+    }
+
+    #[test]
+    fn unloading_answers_waiting_joins_and_syncs_not_coordinator() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        let mut r1 = join(&mut g, join_req("", &["range"]), now);
+        let m1 = answer(&mut r1).expect("id").member_id;
+        let mut r1 = join(&mut g, join_req(&m1, &["range"]), now);
+        assert_eq!(answer(&mut r1).expect("gen 1").generation, 1);
+        let (tx, mut s1) = oneshot::channel();
+        g.sync(
+            SyncRequest {
+                group: "g".into(),
+                generation: 1,
+                member_id: m1.clone(),
+                group_instance_id: None,
+                protocol_type: Some("consumer".into()),
+                protocol_name: Some("range".into()),
+                assignments: vec![(m1.clone(), Bytes::from_static(b"a"))],
+            },
+            now,
+            tx,
+        );
+        assert!(answer(&mut s1).is_some());
+        // m2 waits in a join for m1 to rejoin when the partition moves away.
+        let mut r2 = join(&mut g, join_req("", &["range"]), now);
+        let m2 = answer(&mut r2).expect("id").member_id;
+        let mut r2 = join(&mut g, join_req(&m2, &["range"]), now);
+        assert!(answer(&mut r2).is_none(), "waits for the other member");
+        g.unload();
+        let a2 = answer(&mut r2).expect("answered on unload");
+        assert_eq!(a2.error, Some(GroupError::NotCoordinator));
+        assert_eq!(a2.member_id, m2);
+        assert_eq!(g.state, GroupState::Dead);
     }
 
     #[test]

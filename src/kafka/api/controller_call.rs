@@ -62,6 +62,38 @@ pub(super) fn message(e: &TopicError) -> Option<StrBytes> {
     Some(StrBytes::from_string(e.to_string()))
 }
 
+/// Kafka's `auto.create.topics.enable` (Metadata and Produce naming topics that do not
+/// exist): each of `names` created with the broker's defaults, except `__consumer_offsets`,
+/// which is created as the group coordinators need it ([`ensure_offsets_topic`]) — never
+/// as an ordinary topic of `num.partitions`, which would leave groups hashed to partitions
+/// it lacks without a coordinator. One outcome per name, in order.
+pub async fn auto_create(ctx: &Ctx, names: &[String]) -> Vec<Result<(), TopicError>> {
+    let offsets = shards::group::OFFSETS_TOPIC;
+    let ordinary: Vec<NewTopic> = names
+        .iter()
+        .filter(|n| n.as_str() != offsets)
+        .map(|n| NewTopic {
+            name: n.clone(),
+            partitions: ctx.config.num_partitions,
+            replication_factor: ctx.config.cluster.default_replication_factor,
+            assignments: None,
+            configs: Vec::new(),
+        })
+        .collect();
+    let mut created = create_via_controller(ctx, ordinary).await.into_iter();
+    let mut out = Vec::with_capacity(names.len());
+    for n in names {
+        out.push(if n == offsets {
+            ensure_offsets_topic(ctx).await
+        } else {
+            created
+                .next()
+                .unwrap_or_else(|| Err(TopicError::Storage("no answer from the controller".into())))
+        });
+    }
+    out
+}
+
 /// Creates `__consumer_offsets` if it does not exist yet: compacted, partitions as
 /// configured, placed over the live brokers, `offsets.topic.replication.factor` replicas
 /// (at most one per live broker).

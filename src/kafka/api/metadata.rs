@@ -7,7 +7,7 @@
 //! from v4, the request allows it (librdkafka's own test suite leans on this). Creation is synchronous through the controller, so the response
 //! already lists the new topic's partitions.
 
-use super::controller_call::create_via_controller;
+use super::controller_call::auto_create;
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::authorized_operations::{self as ops, NOT_REQUESTED};
@@ -20,7 +20,7 @@ use kafka_protocol::messages::metadata_response::{
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{NewTopic, TopicError};
+use shards::mesh::TopicError;
 use shards::metadata::{validate_topic_name, ClusterMetadata};
 
 pub struct Metadata;
@@ -76,17 +76,7 @@ impl Handler for Metadata {
                     .collect();
                 let mut create_errors = std::collections::HashMap::new();
                 if auto && !missing.is_empty() {
-                    let new = missing
-                        .iter()
-                        .map(|n| NewTopic {
-                            name: n.clone(),
-                            partitions: ctx.config.num_partitions,
-                            replication_factor: ctx.config.cluster.default_replication_factor,
-                            assignments: None,
-                            configs: Vec::new(),
-                        })
-                        .collect();
-                    let results = create_via_controller(ctx, new).await;
+                    let results = auto_create(ctx, &missing).await;
                     for (n, r) in missing.iter().zip(results) {
                         match r {
                             Ok(()) | Err(TopicError::AlreadyExists) => {}

@@ -5,7 +5,7 @@
 //! validates (CRC-32C, sizes, offsets) and appends. One mesh message per shard, all
 //! shards in parallel, results put back in request order. acks=0 sends no response.
 
-use super::controller_call::create_via_controller;
+use super::controller_call::auto_create;
 use super::fan_out::PerShard;
 use super::handler::{Call, Handler};
 use super::Ctx;
@@ -18,9 +18,7 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{
-    Acks, NewTopic, PartitionError, PartitionRequest, ProduceInput, TopicPartition,
-};
+use shards::mesh::{Acks, PartitionError, PartitionRequest, ProduceInput, TopicPartition};
 use shards::metadata::validate_topic_name;
 use std::sync::Arc;
 
@@ -84,21 +82,14 @@ impl Handler for Produce {
         // Auto-create unknown topics named by a produce, as Kafka's auto.create.topics.enable.
         if ctx.config.auto_create_topics && acks.is_some() {
             let meta = ctx.shard.metadata.snapshot();
-            let missing: Vec<NewTopic> = req
+            let missing: Vec<String> = req
                 .topic_data
                 .iter()
                 .map(|t| t.name.0.to_string())
                 .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
-                .map(|name| NewTopic {
-                    name,
-                    partitions: ctx.config.num_partitions,
-                    replication_factor: ctx.config.cluster.default_replication_factor,
-                    assignments: None,
-                    configs: Vec::new(),
-                })
                 .collect();
             if !missing.is_empty() {
-                create_via_controller(ctx, missing).await;
+                auto_create(ctx, &missing).await;
             }
         }
         let meta = ctx.shard.metadata.snapshot();
