@@ -12,15 +12,19 @@
 //!    place in the preference order. Nothing is lost if the draining broker dies half
 //!    way: its partitions are still replicated, their moves complete from the new
 //!    leaders, and a partition whose only copy it held waits for it to come back.
-//! 2. **Replicas** (balancer on, every registered broker up or leaving): while some broker holds more replicas than the upper
-//!    bound or fewer than the lower bound — the mean ± `max_deviation_percent`, widened to
-//!    the nearest whole counts around the mean — one replica moves from the fullest
-//!    broker to the emptiest that does not hold that partition, a follower rather than a
-//!    leader where there is a choice.
+//! 2. **Replicas** (balancer on, every registered broker up or leaving): first within
+//!    each topic, then over the whole cluster, while some broker holds more replicas than
+//!    the upper bound or fewer than the lower bound — the mean ± `max_deviation_percent`,
+//!    widened to the nearest whole counts around the mean — one replica moves from the
+//!    fullest broker to the emptiest that does not hold that partition, a follower rather
+//!    than a leader where there is a choice. Per topic first, so a joining broker takes
+//!    its share of every topic (of its traffic), not only of the largest one; the
+//!    cluster-wide moves keep every topic within its bounds.
 //! 3. **Leaders** (balancer on, only once no move is in progress or planned): the same
-//!    bounds on preferred leaderships (the first replica of each assignment); a
-//!    partition moves its preference to one of its in-sync replicas by reordering its
-//!    replicas (a reassignment with no data to copy), and a preferred election follows.
+//!    bounds, per topic and then overall, on preferred leaderships (the first replica of
+//!    each assignment); a partition moves its preference to one of its in-sync replicas
+//!    by reordering its replicas (a reassignment with no data to copy), and a preferred
+//!    election follows.
 //!
 //! Disk use is considered through the brokers' heartbeats: a broker whose data
 //! filesystem is fuller than [`FULL`] takes no replica, and among brokers with equal
@@ -80,10 +84,77 @@ pub fn bounds(total: usize, brokers: usize, max_deviation_percent: u32) -> (usiz
     (lower, upper)
 }
 
+/// Per-broker counts of one thing (replicas, or preferred leaderships): over the whole
+/// cluster and within each topic, for the brokers that may take more.
+#[derive(Default)]
+struct Tally {
+    all: BTreeMap<i32, usize>,
+    by_topic: BTreeMap<String, BTreeMap<i32, usize>>,
+    /// Each topic's total (replicas on brokers that take none included).
+    topic_total: BTreeMap<String, usize>,
+    total: usize,
+}
+
+impl Tally {
+    fn new(brokers: impl Iterator<Item = i32>) -> Tally {
+        Tally {
+            all: brokers.map(|b| (b, 0)).collect(),
+            ..Tally::default()
+        }
+    }
+
+    fn add(&mut self, topic: &str, b: i32) {
+        self.total += 1;
+        *self.topic_total.entry(topic.to_string()).or_default() += 1;
+        let Some(n) = self.all.get_mut(&b) else {
+            return;
+        };
+        *n += 1;
+        let brokers = self.all.keys().copied();
+        let t = self
+            .by_topic
+            .entry(topic.to_string())
+            .or_insert_with(|| brokers.map(|b| (b, 0)).collect());
+        *t.get_mut(&b).expect("every counted broker") += 1;
+    }
+
+    /// One of `topic`'s counts goes from `from` to `to`.
+    fn shift(&mut self, topic: &str, from: i32, to: i32) {
+        for counts in [
+            &mut self.all,
+            self.by_topic
+                .get_mut(topic)
+                .expect("a topic moved from is counted"),
+        ] {
+            *counts.get_mut(&from).expect("counted") -= 1;
+            *counts.get_mut(&to).expect("counted") += 1;
+        }
+    }
+
+    fn topic_bounds(&self, topic: &str, dev: u32) -> (usize, usize) {
+        bounds(self.topic_total[topic], self.all.len(), dev)
+    }
+
+    /// Whether moving one of `topic`'s counts from `from` to `to` keeps the topic within
+    /// its bounds (or brings it closer to them).
+    fn keeps_topic_even(&self, topic: &str, from: i32, to: i32, dev: u32) -> bool {
+        let (lower, upper) = self.topic_bounds(topic, dev);
+        let t = &self.by_topic[topic];
+        (t[&from] > lower || t[&from] > t[&to] + 1) && (t[&to] < upper || t[&from] > t[&to] + 1)
+    }
+}
+
+/// Whether a count of `cf` on a giver and `ct` on a taker are worth a move: the giver
+/// has two more, and one of them is out of `(lower, upper)`.
+fn worth_moving(cf: usize, ct: usize, (lower, upper): (usize, usize)) -> bool {
+    cf > ct + 1 && (cf > upper || ct < lower)
+}
+
 struct Planner<'a> {
     disk: &'a BTreeMap<i32, DiskUse>,
-    /// The brokers that may take replicas, and how many each will hold.
-    counts: BTreeMap<i32, usize>,
+    /// Replicas of the brokers that may take them (a move in progress counts where it
+    /// goes).
+    replicas: Tally,
     /// (topic, partition) → replicas, for every partition not being moved.
     settled: BTreeMap<(String, i32), Vec<i32>>,
     moved: BTreeSet<(String, i32)>,
@@ -98,7 +169,8 @@ impl Planner<'_> {
 
     /// The emptiest broker that may take a replica of a partition on `replicas`.
     fn taker(&self, replicas: &[i32]) -> Option<i32> {
-        self.counts
+        self.replicas
+            .all
             .iter()
             .filter(|(b, _)| !replicas.contains(b) && self.fill(**b) < FULL)
             .min_by(|(a, ca), (b, cb)| {
@@ -107,6 +179,16 @@ impl Planner<'_> {
                     .then(a.cmp(b))
             })
             .map(|(b, _)| *b)
+    }
+
+    /// The partitions of `topic` (all topics: `None`) not being moved.
+    fn settled_of<'s>(
+        &'s self,
+        topic: Option<&'s str>,
+    ) -> impl Iterator<Item = (&'s (String, i32), &'s Vec<i32>)> + 's {
+        self.settled
+            .iter()
+            .filter(move |(k, _)| !self.moved.contains(*k) && topic.is_none_or(|t| k.0 == t))
     }
 
     fn start(&mut self, key: (String, i32), target: Vec<i32>) {
@@ -144,14 +226,14 @@ impl Planner<'_> {
                 let Some(b) = self.taker(&target) else {
                     break;
                 };
-                *self.counts.get_mut(&b).expect("a taker is counted") += 1;
+                *self.replicas.all.get_mut(&b).expect("a taker is counted") += 1;
                 taken.push(b);
                 target[i] = b;
             }
             if target.iter().any(|b| draining.contains(b)) {
                 // Fewer brokers left than replicas: the partition stays until one joins.
                 for b in taken {
-                    *self.counts.get_mut(&b).expect("a taker is counted") -= 1;
+                    *self.replicas.all.get_mut(&b).expect("a taker is counted") -= 1;
                 }
                 continue;
             }
@@ -159,35 +241,52 @@ impl Planner<'_> {
         }
     }
 
-    fn balance_replicas(&mut self, total: usize, max_deviation_percent: u32) {
-        let (lower, upper) = bounds(total, self.counts.len(), max_deviation_percent);
+    /// Replica moves until every topic, and then the cluster as a whole, is within the
+    /// bounds: a topic's replicas spread over all brokers (a joining broker takes its
+    /// share of each topic, so of each topic's traffic), and the totals even out by moves
+    /// that keep every topic so.
+    fn balance_replicas(&mut self, dev: u32) {
         while self.budget > 0 {
-            let Some((key, from, to)) = self.replica_move(lower, upper) else {
+            let topics: Vec<String> = self.replicas.by_topic.keys().cloned().collect();
+            let found = topics
+                .iter()
+                .find_map(|t| self.replica_move(Some(t), dev))
+                .or_else(|| self.replica_move(None, dev));
+            let Some((key, from, to)) = found else {
                 return;
             };
             let mut target = self.settled[&key].clone();
             for r in target.iter_mut().filter(|r| **r == from) {
                 *r = to;
             }
-            *self.counts.get_mut(&from).expect("counted") -= 1;
-            *self.counts.get_mut(&to).expect("counted") += 1;
+            self.replicas.shift(&key.0, from, to);
             self.start(key, target);
         }
     }
 
-    /// The next replica to move: from the fullest broker above the bounds (or any, to
-    /// one below them) to the emptiest that can take it, a follower first.
-    fn replica_move(&self, lower: usize, upper: usize) -> Option<((String, i32), i32, i32)> {
+    /// The next replica to move within `topic` (or the cluster: `None`): from the
+    /// fullest broker above the bounds (or any, to one below them) to the emptiest that
+    /// can take it, a follower first; ties go by the cluster-wide counts, then disk.
+    fn replica_move(&self, topic: Option<&str>, dev: u32) -> Option<((String, i32), i32, i32)> {
+        let tally = &self.replicas;
+        let counts = match topic {
+            Some(t) => &tally.by_topic[t],
+            None => &tally.all,
+        };
+        let limits = match topic {
+            Some(t) => tally.topic_bounds(t, dev),
+            None => bounds(tally.total, tally.all.len(), dev),
+        };
         let by_load = |a: &i32, b: &i32| {
-            self.counts[a]
-                .cmp(&self.counts[b])
+            counts[a]
+                .cmp(&counts[b])
+                .then(tally.all[a].cmp(&tally.all[b]))
                 .then(self.fill(*a).total_cmp(&self.fill(*b)))
                 .then(a.cmp(b))
         };
-        let mut givers: Vec<i32> = self.counts.keys().copied().collect();
+        let mut givers: Vec<i32> = counts.keys().copied().collect();
         givers.sort_by(|a, b| by_load(b, a));
-        let mut takers: Vec<i32> = self
-            .counts
+        let mut takers: Vec<i32> = counts
             .keys()
             .copied()
             .filter(|b| self.fill(*b) < FULL)
@@ -195,12 +294,13 @@ impl Planner<'_> {
         takers.sort_by(by_load);
         for &from in &givers {
             for &to in &takers {
-                let (cf, ct) = (self.counts[&from], self.counts[&to]);
-                if cf <= ct + 1 || (cf <= upper && ct >= lower) {
+                if !worth_moving(counts[&from], counts[&to], limits) {
                     continue;
                 }
-                let candidates = self.settled.iter().filter(|(k, r)| {
-                    !self.moved.contains(*k) && r.contains(&from) && !r.contains(&to)
+                let candidates = self.settled_of(topic).filter(|(k, r)| {
+                    r.contains(&from)
+                        && !r.contains(&to)
+                        && (topic.is_some() || tally.keeps_topic_even(&k.0, from, to, dev))
                 });
                 let mut leader_move = None;
                 for (k, r) in candidates {
@@ -217,49 +317,68 @@ impl Planner<'_> {
         None
     }
 
-    fn balance_leaders(&mut self, image: &MetadataImage, max_deviation_percent: u32) {
-        let mut leads: BTreeMap<i32, usize> = self.counts.keys().map(|b| (*b, 0)).collect();
-        for r in self.settled.values() {
-            if let Some(n) = r.first().and_then(|b| leads.get_mut(b)) {
-                *n += 1;
+    /// Preferred-leader moves, within each topic first and then over the cluster, as
+    /// replicas are balanced; a preference only moves to an in-sync replica.
+    fn balance_leaders(&mut self, image: &MetadataImage, dev: u32) {
+        let mut leads = Tally::new(self.replicas.all.keys().copied());
+        for ((topic, _), r) in &self.settled {
+            if let Some(b) = r.first() {
+                leads.add(topic, *b);
             }
         }
-        let total = leads.values().sum();
-        let (lower, upper) = bounds(total, leads.len(), max_deviation_percent);
         while self.budget > 0 {
-            let mut order: Vec<i32> = leads.keys().copied().collect();
-            order.sort_by_key(|b| (leads[b], *b));
-            let found = order.iter().rev().find_map(|&from| {
-                order.iter().find_map(|&to| {
-                    let (cf, ct) = (leads[&from], leads[&to]);
-                    if cf <= ct + 1 || (cf <= upper && ct >= lower) {
-                        return None;
-                    }
-                    self.settled
-                        .iter()
-                        .find(|(k, r)| {
-                            !self.moved.contains(*k)
-                                && r.first() == Some(&from)
-                                && r.contains(&to)
-                                && image
-                                    .topic(&k.0)
-                                    .and_then(|t| t.partition(k.1))
-                                    .is_some_and(|p| p.isr.contains(&to))
-                        })
-                        .map(|(k, _)| (k.clone(), from, to))
-                })
-            });
+            let topics: Vec<String> = leads.by_topic.keys().cloned().collect();
+            let found = topics
+                .iter()
+                .find_map(|t| self.leader_move(&leads, image, Some(t), dev))
+                .or_else(|| self.leader_move(&leads, image, None, dev));
             let Some((key, from, to)) = found else {
                 return;
             };
             let mut target = self.settled[&key].clone();
             target.retain(|b| *b != to);
             target.insert(0, to);
-            *leads.get_mut(&from).expect("counted") -= 1;
-            *leads.get_mut(&to).expect("counted") += 1;
+            leads.shift(&key.0, from, to);
             self.plan.reordered.push(key.clone());
             self.start(key, target);
         }
+    }
+
+    fn leader_move(
+        &self,
+        leads: &Tally,
+        image: &MetadataImage,
+        topic: Option<&str>,
+        dev: u32,
+    ) -> Option<((String, i32), i32, i32)> {
+        let counts = match topic {
+            Some(t) => &leads.by_topic[t],
+            None => &leads.all,
+        };
+        let limits = match topic {
+            Some(t) => leads.topic_bounds(t, dev),
+            None => bounds(leads.total, leads.all.len(), dev),
+        };
+        let mut order: Vec<i32> = counts.keys().copied().collect();
+        order.sort_by_key(|b| (counts[b], leads.all[b], *b));
+        order.iter().rev().find_map(|&from| {
+            order.iter().find_map(|&to| {
+                if !worth_moving(counts[&from], counts[&to], limits) {
+                    return None;
+                }
+                self.settled_of(topic)
+                    .find(|(k, r)| {
+                        r.first() == Some(&from)
+                            && r.contains(&to)
+                            && (topic.is_some() || leads.keeps_topic_even(&k.0, from, to, dev))
+                            && image
+                                .topic(&k.0)
+                                .and_then(|t| t.partition(k.1))
+                                .is_some_and(|p| p.isr.contains(&to))
+                    })
+                    .map(|(k, _)| (k.clone(), from, to))
+            })
+        })
     }
 }
 
@@ -283,30 +402,29 @@ pub fn plan(
             }
         }
     }
-    let mut counts: BTreeMap<i32, usize> = image
-        .live_brokers()
-        .map(|b| b.id)
-        .filter(|b| !draining.contains(b))
-        .map(|b| (b, 0))
-        .collect();
+    let mut replicas = Tally::new(
+        image
+            .live_brokers()
+            .map(|b| b.id)
+            .filter(|b| !draining.contains(b)),
+    );
+    // Replicas still on draining brokers end up on the others: counted in the totals.
     for t in image.topics.values() {
         for p in &t.partitions {
             for b in p.target() {
-                if let Some(n) = counts.get_mut(&b) {
-                    *n += 1;
-                }
+                replicas.add(&t.name, b);
             }
         }
     }
     let mut planner = Planner {
         disk,
-        counts,
+        replicas,
         settled,
         moved: BTreeSet::new(),
         plan: Plan::default(),
         budget: max_moves.saturating_sub(in_progress),
     };
-    if planner.counts.is_empty() {
+    if planner.replicas.all.is_empty() {
         return Plan::default();
     }
     planner.drain(&draining);
@@ -317,14 +435,7 @@ pub fn plan(
         .keys()
         .all(|b| image.is_live(*b) || draining.contains(b));
     if balance && all_up {
-        // Replicas still on draining brokers end up on the others: counted as theirs.
-        let total = image
-            .topics
-            .values()
-            .flat_map(|t| &t.partitions)
-            .map(|p| p.target().len())
-            .sum();
-        planner.balance_replicas(total, max_deviation_percent);
+        planner.balance_replicas(max_deviation_percent);
         if planner.plan.moves.is_empty() && in_progress == 0 {
             planner.balance_leaders(image, max_deviation_percent);
         }
@@ -523,7 +634,7 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_images::{apply, cluster, join};
+    use crate::test_images::{apply, cluster, create, join};
 
     /// Applies a plan's moves and completes them (every added replica in sync).
     fn carry_out(img: &mut MetadataImage, plan: &Plan) {
@@ -539,7 +650,11 @@ mod tests {
         );
         // Every added replica catches up: the move completes, as the controller
         // completes it once the whole target is in the ISR.
-        for p in img.topics.get_mut("t").unwrap().partitions.iter_mut() {
+        for p in img
+            .topics
+            .values_mut()
+            .flat_map(|t| t.partitions.iter_mut())
+        {
             if p.is_reassigning() {
                 p.replicas = p.target();
                 p.isr = p.replicas.clone();
@@ -674,6 +789,81 @@ mod tests {
             plan(&img, &disk, true, 1, 10).moves.is_empty(),
             "the move in progress fills the wave"
         );
+    }
+
+    /// Replicas and preferred leaderships of `topic` per broker.
+    fn topic_counts(
+        img: &MetadataImage,
+        topic: &str,
+    ) -> (BTreeMap<i32, usize>, BTreeMap<i32, usize>) {
+        let (mut replicas, mut preferred) = (BTreeMap::new(), BTreeMap::new());
+        for p in &img.topics[topic].partitions {
+            for b in &p.replicas {
+                *replicas.entry(*b).or_insert(0) += 1;
+            }
+            *preferred.entry(p.replicas[0]).or_insert(0) += 1;
+        }
+        (replicas, preferred)
+    }
+
+    /// The case that left a joining broker without any replica of the busy topic: its
+    /// share of the cluster's replicas was all taken from `__consumer_offsets`, whose
+    /// 150 replicas sort first. Each topic is spread over the four brokers now, and the
+    /// totals are even too.
+    #[test]
+    fn a_joining_broker_takes_its_share_of_every_topic() {
+        let mut img = cluster(
+            3,
+            (0..24)
+                .map(|i| vec![i % 3 + 1, (i + 1) % 3 + 1, (i + 2) % 3 + 1])
+                .collect(),
+        );
+        create(
+            &mut img,
+            "__consumer_offsets",
+            (0..50)
+                .map(|i| vec![(i + 1) % 3 + 1, (i + 2) % 3 + 1, i % 3 + 1])
+                .collect(),
+        );
+        join(&mut img, 4);
+        let none = BTreeMap::new();
+        for wave in 0.. {
+            assert!(wave < 100, "the balancer settles");
+            let p = plan(&img, &none, true, 8, 10);
+            if p.moves.is_empty() {
+                break;
+            }
+            carry_out(&mut img, &p);
+        }
+        for (topic, replicas) in [("t", 72), ("__consumer_offsets", 150)] {
+            let (lower, upper) = bounds(replicas, 4, 10);
+            let (per_broker, preferred) = topic_counts(&img, topic);
+            assert!(
+                per_broker.len() == 4 && per_broker.values().all(|n| (lower..=upper).contains(n)),
+                "{topic}: {per_broker:?}"
+            );
+            let (lower, upper) = bounds(replicas / 3, 4, 10);
+            assert!(
+                preferred.len() == 4 && preferred.values().all(|n| (lower..=upper).contains(n)),
+                "{topic} preferred: {preferred:?}"
+            );
+        }
+        let total = replicas_per_broker_all(&img);
+        let (lower, upper) = bounds(222, 4, 10);
+        assert!(
+            total.values().all(|n| (lower..=upper).contains(n)),
+            "{total:?}"
+        );
+    }
+
+    fn replicas_per_broker_all(img: &MetadataImage) -> BTreeMap<i32, usize> {
+        let mut n = BTreeMap::new();
+        for p in img.topics.values().flat_map(|t| &t.partitions) {
+            for b in &p.replicas {
+                *n.entry(*b).or_insert(0) += 1;
+            }
+        }
+        n
     }
 
     #[test]

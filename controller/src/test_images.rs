@@ -37,11 +37,17 @@ pub fn cluster(brokers: i32, assignments: Vec<Vec<i32>>) -> MetadataImage {
     for id in 1..=brokers {
         join(&mut img, id);
     }
+    create(&mut img, "t", assignments);
+    img
+}
+
+/// Creates topic `name` with one partition per assignment.
+pub fn create(img: &mut MetadataImage, name: &str, assignments: Vec<Vec<i32>>) {
     let created = apply(
-        &mut img,
+        img,
         Command::CreateTopics {
             topics: vec![NewTopic {
-                name: "t".into(),
+                name: name.into(),
                 id: Uuid::new_v4(),
                 partitions: assignments.len() as i32,
                 replication_factor: assignments[0].len() as i32,
@@ -51,5 +57,4 @@ pub fn cluster(brokers: i32, assignments: Vec<Vec<i32>>) -> MetadataImage {
         },
     );
     assert_eq!(created, crate::Outcome::Items(vec![Ok(())]));
-    img
 }

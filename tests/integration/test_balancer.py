@@ -7,18 +7,19 @@ librdkafka produces and consumes."""
 
 from __future__ import annotations
 
+import math
 import subprocess
 import time
 from collections import Counter
 
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
-from confluent_kafka import KafkaException
+from confluent_kafka import Consumer, KafkaException
 
 from conftest import corelog_bin
 from test_kafka_python import wait_until
-from test_reassignment import in_progress, produce_bytes, set_configs
-from test_replication import (FAST, TIMEOUT, Load, admin, assert_exactly_once, by_id,
-                              consume_everything, controller_of, create, partition_state)
+from test_reassignment import in_progress, produce_bytes, reassign, set_configs
+from test_replication import (FAST, TIMEOUT, Load, admin, assert_exactly_once, bootstrap,
+                              by_id, consume_everything, controller_of, create, partition_state)
 
 # Waves every second, and preferred leaders handed back every second.
 QUICK = [*FAST, "--partition-balancer-interval-ms", "1000",
@@ -76,6 +77,51 @@ def test_a_joining_broker_is_given_replicas_and_leaders_until_counts_are_even(br
     state = partition_state(brokers, "bal")
     assert all(sorted(r) == sorted(isr) for _, r, isr in state.values()), state
     values = consume_everything(brokers, "bal", 12, len(load.acked))
+    assert_exactly_once(load.acked, values)
+
+
+def within(counts: Counter, brokers: int, total: int) -> bool:
+    """Every one of `brokers` brokers holds a count within the balancer's bounds (the
+    mean ± 10 %, widened to the whole numbers around it)."""
+    mean = total / brokers
+    lower = min(math.ceil(mean * 0.9), math.floor(mean))
+    upper = max(math.floor(mean * 1.1), math.ceil(mean))
+    return len(counts) == brokers and all(lower <= n <= upper for n in counts.values())
+
+
+def test_a_joining_broker_takes_its_share_of_a_busy_topic_beside_the_offsets_topic(
+        broker_factory):
+    """A 24-partition, three-replica topic under acks=all load and read by a consumer
+    group (so __consumer_offsets' 50 three-replica partitions are on the same three
+    brokers), right after a reassignment; broker 4 joins. It takes its share of the busy
+    topic's replicas and preferred leaderships (17-19 of 72, 6 of 24), not just of the
+    cluster's total: before, its whole share came from __consumer_offsets, whose
+    partitions the balancer looked at first, and the busy topic never reached it."""
+    brokers = broker_factory.cluster(voters=3, observers=1, held_back=1, balancer=True,
+                                     extra_args=QUICK)
+    voters, b4 = brokers[:3], by_id(brokers, 4)
+    create(voters, "busy", 24, 3)
+    with Load(voters, "busy") as load:
+        group = Consumer({"bootstrap.servers": bootstrap(voters), "group.id": "busy-readers",
+                          "auto.offset.reset": "earliest"})
+        group.subscribe(["busy"])
+        wait_until(lambda: group.consume(100, timeout=0.5) and group.assignment(), 30,
+                   "the group reads the topic")
+        replicas = partition_state(voters, "busy")[0][1]
+        assert reassign(voters, "busy", {0: replicas[::-1]}) == {0: None}
+        wait_until(lambda: not in_progress(voters, "busy"), 30, "the reassignment completes")
+        b4.start()
+
+        def shared() -> bool:
+            group.consume(100, timeout=0.1)
+            replicas, preferred, _ = counts(brokers, "busy")
+            return within(replicas, 4, 72) and within(preferred, 4, 24)
+        wait_until(shared, 180, "broker 4 holds its share of the busy topic")
+        offsets, _, _ = counts(brokers, "__consumer_offsets")
+        assert within(offsets, 4, 150), offsets
+        group.close()
+    assert not load.errors, load.errors[:3]
+    values = consume_everything(brokers, "busy", 24, len(load.acked))
     assert_exactly_once(load.acked, values)
 
 
