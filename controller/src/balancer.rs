@@ -140,7 +140,8 @@ impl Tally {
     fn keeps_topic_even(&self, topic: &str, from: i32, to: i32, dev: u32) -> bool {
         let (lower, upper) = self.topic_bounds(topic, dev);
         let t = &self.by_topic[topic];
-        (t[&from] > lower || t[&from] > t[&to] + 1) && (t[&to] < upper || t[&from] > t[&to] + 1)
+        // Either the move evens the topic out, or both stay within the bounds.
+        t[&from] > t[&to] + 1 || (t[&from] > lower && t[&to] < upper)
     }
 }
 
