@@ -8,7 +8,7 @@
 //!
 //! Invariants: at most one heartbeat is in flight to each voter, so a voter that does
 //! not answer neither delays the heartbeats to the others nor gathers calls behind it;
-//! each call is bounded by [`call_timeout`], so a voter that becomes reachable again
+//! each call is bounded by [`liveness::call_timeout`], so a voter that becomes reachable again
 //! hears this broker within one call timeout and one interval, which is the grace a
 //! newly elected controller gives the table it kept as a follower (`liveness`).
 
@@ -18,17 +18,9 @@ use crate::node_state::Shared;
 use crate::rpc::{Heartbeat, Request};
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 use tokio::sync::Mutex;
 
 type NodeId = u64;
-
-/// How long one heartbeat call may take: one interval, and never under half a second
-/// (a loaded two-core machine answers a 100 ms interval late without anything being
-/// wrong, and each timeout costs a reconnection).
-pub(crate) fn call_timeout(interval: Duration) -> Duration {
-    interval.max(Duration::from_millis(500))
-}
 
 /// This broker's connections to the voters, one per voter at its current address.
 #[derive(Default)]
@@ -53,7 +45,7 @@ impl Heartbeats {
         };
         self.voters
             .retain(|id, (addr, _)| voters.iter().any(|(v, a)| v == id && a == addr));
-        let timeout = call_timeout(shared.config.heartbeat_interval);
+        let timeout = liveness::call_timeout(shared.config.heartbeat_interval);
         for (id, addr) in voters {
             let (_, client) = self.voters.entry(id).or_insert_with(|| {
                 let client = PeerClient::new(id, addr.clone(), shared.cluster_id.clone());
@@ -69,19 +61,5 @@ impl Heartbeats {
                 }
             });
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_heartbeat_call_waits_one_interval_but_never_under_half_a_second() {
-        assert_eq!(call_timeout(Duration::from_secs(2)), Duration::from_secs(2));
-        assert_eq!(
-            call_timeout(Duration::from_millis(100)),
-            Duration::from_millis(500)
-        );
     }
 }

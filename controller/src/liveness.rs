@@ -21,7 +21,6 @@
 //! The first controller of a new cluster also names the cluster (`InitCluster`).
 
 use crate::command::Command;
-use crate::heartbeats;
 use crate::image::BrokerRegistration;
 use crate::node_state::{self as node, Liveness, Shared};
 use crate::rpc::Heartbeat;
@@ -127,11 +126,18 @@ struct Clock {
     grace: Duration,
 }
 
+/// How long one heartbeat call may take: one interval, and never under half a second
+/// (a loaded two-core machine answers a 100 ms interval late without anything being
+/// wrong, and each timeout costs a reconnection).
+pub(crate) fn call_timeout(interval: Duration) -> Duration {
+    interval.max(Duration::from_millis(500))
+}
+
 /// The grace a new controller gives the table it kept as a follower: a live broker that
 /// can reach it has been heard within one call timeout and one interval (`heartbeats`),
 /// plus one interval of slack.
 fn grace(heartbeat_interval: Duration) -> Duration {
-    heartbeats::call_timeout(heartbeat_interval) + 2 * heartbeat_interval
+    call_timeout(heartbeat_interval) + 2 * heartbeat_interval
 }
 
 /// What to do about one broker, last `heard` (when, in which epoch, having applied
@@ -169,6 +175,15 @@ fn decide_broker(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_heartbeat_call_waits_one_interval_but_never_under_half_a_second() {
+        assert_eq!(call_timeout(Duration::from_secs(2)), Duration::from_secs(2));
+        assert_eq!(
+            call_timeout(Duration::from_millis(100)),
+            Duration::from_millis(500)
+        );
+    }
     use crate::image::Endpoint;
 
     fn broker(fenced: bool, shutting_down: bool) -> BrokerRegistration {
