@@ -562,6 +562,41 @@ def test_group_offsets_survive_their_coordinators_death(broker_factory):
     assert got + rest == [f"g{i}".encode() for i in range(1000)]
 
 
+def test_retries_at_a_new_leader_are_answered_with_the_old_leaders_offsets(broker_factory):
+    """An idempotent producer's batches, acknowledged (acks=all) by a leader that is then
+    killed, are retried byte for byte at the new leader: each is answered with the offsets
+    the old leader gave it, nothing is written twice, and the next batch follows on.
+    (What Kafka's new leader does from the producer state it rebuilt as a follower; a
+    retry answered without its offsets would reach the application as offset -1.)"""
+    from test_idempotence import RawProducer, idem_batch, init_producer_id
+    brokers = broker_factory.cluster(voters=3, extra_args=FAST)
+    create(brokers, "rl", 1, 3)
+    wait_until(lambda: len(partition_state(brokers, "rl")[0][2]) == 3, 20, "all in sync")
+    old = leader_of(brokers, "rl")
+    _, pid, epoch = init_producer_id(old.bootstrap)
+    p = RawProducer(old.bootstrap, "rl")
+    batches = [idem_batch(pid, epoch, 3 * i, 3) for i in range(6)]
+    try:
+        answers = [p.send(b) for b in batches]
+    finally:
+        p.close()
+    assert answers == [(0, 3 * i) for i in range(6)], answers
+    old.kill()
+    alive = [b for b in brokers if b is not old]
+    wait_until(lambda: partition_state(alive, "rl")[0][0] not in (-1, old.node_id), 30,
+               "a new leader")
+    new = leader_of(alive, "rl")
+    p = RawProducer(new.bootstrap, "rl")
+    try:
+        # The last five (a producer's retry window), as a client would retry them.
+        assert [p.send(b) for b in batches[1:]] == answers[1:]
+        assert p.send(idem_batch(pid, epoch, 18, 2)) == (0, 18)
+    finally:
+        p.close()
+    values = consume_everything(alive, "rl", 1, 20)
+    assert values == [f"m-{pid}-{s}".encode() for s in range(20)]
+
+
 def test_joins_pending_while_the_group_coordinator_moves_are_retried(broker_factory):
     """librdkafka consumers join a group one by one; while each new member's JoinGroup
     waits for the others, the leadership of the group's __consumer_offsets partition
