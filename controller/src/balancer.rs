@@ -867,6 +867,15 @@ mod tests {
         n
     }
 
+    /// Partition t-0 moving from brokers 1 and 2 to 3 as well.
+    fn one_move() -> Moves {
+        let moved = MovedReplicas {
+            had: vec![1, 2],
+            gains: vec![3],
+        };
+        [("t".to_string(), [(0, moved)].into())].into()
+    }
+
     #[test]
     fn throttle_marks_merge_into_the_lists_and_come_off_again() {
         let mut img = cluster(3, vec![vec![1, 2], vec![2, 3]]);
@@ -875,18 +884,7 @@ mod tests {
             .unwrap()
             .configs
             .insert(LEADER_THROTTLED.into(), "1:2".into());
-        let moves: Moves = [(
-            "t".to_string(),
-            [(
-                0,
-                MovedReplicas {
-                    had: vec![1, 2],
-                    gains: vec![3],
-                },
-            )]
-            .into(),
-        )]
-        .into();
+        let moves = one_move();
         let add = throttle_marks(&img, &moves, true);
         assert_eq!(add.len(), 1);
         assert_eq!(add[0].change.to[LEADER_THROTTLED], "0:1,0:2,1:2");
@@ -942,18 +940,7 @@ mod tests {
     #[test]
     fn marks_computed_from_configs_that_changed_since_are_refused_whole() {
         let mut img = cluster(3, vec![vec![1, 2]]);
-        let moves: Moves = [(
-            "t".to_string(),
-            [(
-                0,
-                MovedReplicas {
-                    had: vec![1, 2],
-                    gains: vec![3],
-                },
-            )]
-            .into(),
-        )]
-        .into();
+        let moves = one_move();
         let stale = throttle_marks(&img, &moves, true);
         img.topics
             .get_mut("t")

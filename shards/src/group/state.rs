@@ -802,6 +802,19 @@ mod tests {
         rx
     }
 
+    /// The leader `member`'s SyncGroup of `generation`, assigning itself `assignment`.
+    fn sync_req(member: &str, generation: i32, assignment: &'static [u8]) -> SyncRequest {
+        SyncRequest {
+            group: "g".into(),
+            generation,
+            member_id: member.into(),
+            group_instance_id: None,
+            protocol_type: Some("consumer".into()),
+            protocol_name: Some("range".into()),
+            assignments: vec![(member.into(), Bytes::from_static(assignment))],
+        }
+    }
+
     fn answer<T>(rx: &mut oneshot::Receiver<T>) -> Option<T> {
         rx.try_recv().ok().flatten()
     }
@@ -822,19 +835,7 @@ mod tests {
         assert_eq!(a.members.len(), 1);
         assert_eq!(g.state, GroupState::CompletingRebalance);
         let (tx, mut srx) = oneshot::channel();
-        let became_stable = g.sync(
-            SyncRequest {
-                group: "g".into(),
-                generation: 1,
-                member_id: id.clone(),
-                group_instance_id: None,
-                protocol_type: Some("consumer".into()),
-                protocol_name: Some("range".into()),
-                assignments: vec![(id.clone(), Bytes::from_static(b"assign"))],
-            },
-            now,
-            tx,
-        );
+        let became_stable = g.sync(sync_req(&id, 1, b"assign"), now, tx);
         assert!(became_stable);
         assert_eq!(
             answer(&mut srx).expect("sync").assignment,
@@ -900,19 +901,7 @@ mod tests {
         let mut r1 = join(&mut g, join_req(&m1, &["range"]), now);
         assert_eq!(answer(&mut r1).expect("gen 1").generation, 1);
         let (tx, mut s1) = oneshot::channel();
-        g.sync(
-            SyncRequest {
-                group: "g".into(),
-                generation: 1,
-                member_id: m1.clone(),
-                group_instance_id: None,
-                protocol_type: Some("consumer".into()),
-                protocol_name: Some("range".into()),
-                assignments: vec![(m1.clone(), Bytes::from_static(b"a"))],
-            },
-            now,
-            tx,
-        );
+        g.sync(sync_req(&m1, 1, b"a"), now, tx);
         assert!(answer(&mut s1).is_some());
         // m2 waits in a join for m1 to rejoin when the partition moves away.
         let mut r2 = join(&mut g, join_req("", &["range"]), now);
