@@ -1,7 +1,7 @@
 //! An encoded response as the parts it is written in: the framing and small fields
 //! copied into buffers, records by reference — tail-cache bytes as the cache holds them
 //! (`Bytes`), segment-file ranges as ranges, which the connection sends with `splice`
-//! (`net/zero_copy.rs`). So a fetch's records are never copied into a response buffer.
+//! (`net/frame_writer.rs`). So a fetch's records are never copied into a response buffer.
 //!
 //! kafka-protocol does the encoding; its `bytes` fields go through
 //! `ByteBufMut::put_shared` (a marked patch in `vendor/kafka-protocol`), which

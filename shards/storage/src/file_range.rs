@@ -12,7 +12,6 @@
 //! the cached pages it covers, and the only block ever rewritten (the partial last one)
 //! is rewritten with the same bytes below the written end.
 
-use bytes::Bytes;
 use std::os::unix::io::{AsRawFd, RawFd};
 use std::sync::Arc;
 
@@ -56,46 +55,5 @@ impl FileRange {
 
     pub fn is_empty(&self) -> bool {
         self.len == 0
-    }
-}
-
-/// Whole record batches, in memory or as a range of a segment file.
-#[derive(Debug, Clone)]
-pub enum Records {
-    Memory(Bytes),
-    /// Batches from the tail cache as several of its entries, in order: each is sent by
-    /// reference, never gathered into one buffer. At least two, none empty.
-    Cached(Vec<Bytes>),
-    File(FileRange),
-}
-
-impl Records {
-    pub fn len(&self) -> usize {
-        match self {
-            Records::Memory(b) => b.len(),
-            Records::Cached(chunks) => chunks.iter().map(Bytes::len).sum(),
-            Records::File(f) => f.len(),
-        }
-    }
-
-    /// In-memory batches as the fewest variants can say them: none or one chunk is
-    /// `Memory`, more are `Cached`. Empty chunks are dropped.
-    pub fn from_chunks(mut chunks: Vec<Bytes>) -> Records {
-        chunks.retain(|c| !c.is_empty());
-        match chunks.len() {
-            0 => Records::default(),
-            1 => Records::Memory(chunks.pop().expect("one chunk")),
-            _ => Records::Cached(chunks),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Default for Records {
-    fn default() -> Self {
-        Records::Memory(Bytes::new())
     }
 }

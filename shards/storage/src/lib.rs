@@ -46,6 +46,7 @@ pub mod offset_index;
 pub mod partition_log;
 pub mod producer_snapshot;
 pub mod producer_state;
+pub mod records;
 
 pub mod retention;
 pub mod segment;
@@ -61,5 +62,6 @@ pub use context::{Clock, LogContext, NoObserver, Observer, Stage, SystemClock};
 pub use error::{AppendError, ReadError, RecordRule, RejectedRecords, StorageError};
 pub use fault::StorageFaults;
 pub use file_cache::{FileCache, FileCacheStats, SegmentFile};
-pub use file_range::{FileRange, Records};
+pub use file_range::FileRange;
 pub use partition_log::{AckLevel, AppendTicket, PartitionLog, ReadOutcome, TruncateOutcome};
+pub use records::Records;

@@ -14,8 +14,9 @@
 //! resize). Shrinking evicts the oldest entries at once (`set_budget`). So the sum over a
 //! shard's partitions never exceeds the shard budget.
 
-use super::batch::batches;
-use bytes::{Bytes, BytesMut};
+use crate::batch::batches;
+use crate::records::{concat_chunks, trim_to_whole_batches};
+use bytes::Bytes;
 use std::collections::VecDeque;
 
 pub struct CachedBatches {
@@ -153,53 +154,6 @@ impl TailCache {
     }
 }
 
-/// `chunks` in one buffer: the only chunk as it is, several copied once.
-pub fn concat_chunks(mut chunks: Vec<Bytes>) -> Bytes {
-    if chunks.len() <= 1 {
-        return chunks.pop().unwrap_or_default();
-    }
-    let mut out = BytesMut::with_capacity(chunks.iter().map(Bytes::len).sum());
-    for c in &chunks {
-        out.extend_from_slice(c);
-    }
-    out.freeze()
-}
-
-/// [`trim_to_whole_batches`] over chunks of whole batches, in order: the longest prefix
-/// at most `max_bytes` long, but never less than the first batch.
-pub fn trim_chunks_to_whole_batches(chunks: Vec<Bytes>, max_bytes: usize) -> Vec<Bytes> {
-    let mut out = Vec::with_capacity(chunks.len());
-    let mut used = 0usize;
-    for c in chunks {
-        let room = max_bytes.saturating_sub(used);
-        if c.len() <= room {
-            used += c.len();
-            out.push(c);
-            continue;
-        }
-        let part = trim_to_whole_batches(c, room);
-        if !part.is_empty() && (used == 0 || part.len() <= room) {
-            out.push(part);
-        }
-        break;
-    }
-    out
-}
-
-/// The longest prefix of `bytes` made of whole batches and at most `max_bytes` long, but
-/// never less than the first batch (a consumer must always make progress).
-pub fn trim_to_whole_batches(bytes: Bytes, max_bytes: usize) -> Bytes {
-    let mut end = 0;
-    for item in batches(&bytes) {
-        let Ok((_, range)) = item else { break };
-        if end > 0 && range.end > max_bytes {
-            break;
-        }
-        end = range.end;
-    }
-    bytes.slice(..end)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -326,22 +280,5 @@ mod tests {
             vec![batch_len]
         );
         assert!(c.read_chunks(12, usize::MAX).is_none(), "past the cache");
-    }
-
-    #[test]
-    fn trimming_chunks_keeps_whole_batches_and_at_least_one() {
-        let chunks: Vec<Bytes> = batch_entries(3, 2, 50)
-            .into_iter()
-            .map(|e| e.bytes)
-            .collect();
-        let batch_len = chunks[0].len() / 2;
-        let lens = |v: &[Bytes]| v.iter().map(Bytes::len).collect::<Vec<_>>();
-        let all = trim_chunks_to_whole_batches(chunks.clone(), usize::MAX);
-        assert_eq!(lens(&all), vec![2 * batch_len; 3]);
-        let some = trim_chunks_to_whole_batches(chunks.clone(), 3 * batch_len + 1);
-        assert_eq!(lens(&some), vec![2 * batch_len, batch_len]);
-        let one = trim_chunks_to_whole_batches(chunks.clone(), 1);
-        assert_eq!(lens(&one), vec![batch_len]);
-        assert!(trim_chunks_to_whole_batches(Vec::new(), 10).is_empty());
     }
 }

@@ -7,10 +7,9 @@
 //! is refused, as Kafka refuses it, and so is a topic whose only cleanup policy is
 //! compact (POLICY_VIOLATION).
 
-use super::fan_out::PerShard;
+use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
-use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
@@ -19,6 +18,12 @@ use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsRespon
 use kafka_protocol::ResponseError;
 use shards::mesh::{PartitionRequest, TopicPartition};
 use std::sync::Arc;
+
+impl PartitionAnswer for DeleteRecordsPartitionResult {
+    fn set_error(&mut self, error: ResponseError) {
+        self.error_code = error.code();
+    }
+}
 
 pub struct DeleteRecords;
 
@@ -34,13 +39,11 @@ impl Handler for DeleteRecords {
         _call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
-        let mut slots: Vec<Vec<DeleteRecordsPartitionResult>> =
-            Vec::with_capacity(req.topics.len());
-        let mut per_shard = PerShard::new(ctx.shard.shard_count());
+        let mut fan = FanOut::new(ctx, req.topics.len());
         let defaults = meta
             .broker_defaults(&ctx.shard.config.log, ctx.config.node_id)
             .effective();
-        for (ti, t) in req.topics.iter().enumerate() {
+        for t in &req.topics {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
             // Kafka refuses DeleteRecords on a topic that is only compacted.
@@ -48,50 +51,41 @@ impl Handler for DeleteRecords {
                 shards::topic_config::resolve(&defaults, &m.configs)
                     .is_ok_and(|c| c.cleanup.compact && !c.cleanup.delete)
             });
-            let mut parts = Vec::with_capacity(t.partitions.len());
-            for (pi, p) in t.partitions.iter().enumerate() {
+            fan.next_topic(t.partitions.len());
+            for p in &t.partitions {
                 let mut out = DeleteRecordsPartitionResult::default();
                 out.partition_index = p.partition_index;
                 out.low_watermark = -1;
-                if name == shards::group::OFFSETS_TOPIC {
-                    out.error_code = ResponseError::InvalidTopicException.code();
-                } else if let Err(e) =
-                    meta.check_leader(ctx.config.node_id, name, p.partition_index)
-                {
-                    out.error_code = crate::kafka::error_code::not_served(&e).code();
+                let refused = if name == shards::group::OFFSETS_TOPIC {
+                    Err(ResponseError::InvalidTopicException)
+                } else if let Err(e) = leader_check(ctx, &meta, name, p.partition_index) {
+                    Err(e)
                 } else if compact_only {
-                    out.error_code = ResponseError::PolicyViolation.code();
+                    Err(ResponseError::PolicyViolation)
                 } else if p.offset < -1 {
-                    out.error_code = ResponseError::OffsetOutOfRange.code();
+                    Err(ResponseError::OffsetOutOfRange)
                 } else {
-                    let tp = TopicPartition {
-                        topic: topic.clone(),
-                        partition: p.partition_index,
-                    };
-                    let owner = ctx.shard.owner_of(name, p.partition_index);
-                    per_shard.push(owner, (ti, pi), (tp, p.offset));
+                    Ok(())
+                };
+                match refused {
+                    Err(e) => fan.refuse(out, e),
+                    Ok(()) => {
+                        let tp = TopicPartition {
+                            topic: topic.clone(),
+                            partition: p.partition_index,
+                        };
+                        fan.ask(name, p.partition_index, out, (tp, p.offset));
+                    }
                 }
-                parts.push(out);
-            }
-            slots.push(parts);
-        }
-        let answers = per_shard
-            .call(&ctx.shard, |partitions, reply| {
-                PartitionRequest::DeleteRecords { partitions, reply }
-            })
-            .await;
-        for ((ti, pi), answer) in answers {
-            let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
-                continue;
-            };
-            match answer {
-                Some(Ok(low_watermark)) => slot.low_watermark = low_watermark,
-                Some(Err(e)) => slot.error_code = error_code::partition(&e).code(),
-                None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
             }
         }
+        let make = |partitions, reply| PartitionRequest::DeleteRecords { partitions, reply };
+        let fill = |slot: &mut DeleteRecordsPartitionResult, low_watermark: i64| {
+            slot.low_watermark = low_watermark;
+        };
+        let answers = fan.call(make, fill).await;
         let mut body = DeleteRecordsResponse::default();
-        for (t, parts) in req.topics.iter().zip(slots) {
+        for (t, parts) in req.topics.iter().zip(answers) {
             let mut tr = DeleteRecordsTopicResult::default();
             tr.name = t.name.clone();
             tr.partitions = parts;

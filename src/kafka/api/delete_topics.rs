@@ -83,7 +83,6 @@ impl Handler for DeleteTopics {
             }
             body.responses.push(out);
         }
-        for _t in &body.responses {}
         Ok(body)
     }
 

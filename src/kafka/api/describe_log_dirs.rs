@@ -1,8 +1,14 @@
 //! DescribeLogDirs (v1–v4): the broker's one log directory with each partition's size,
-//! gathered from the owning shards (see `partition_descriptions`).
+//! gathered with one `DescribePartitions` message per owning shard.
+//!
+//! The broker has one log directory, the data directory; each partition is reported
+//! with its size (bytes of its segments), offset lag 0 (nothing is moving between
+//! directories) and never as a future replica; v4 adds the filesystem's total and
+//! usable bytes. Asking for topics or partitions that do not exist leaves them out, as
+//! Kafka does for partitions it does not host.
 
+use super::fan_out::PerShard;
 use super::handler::{Call, Handler};
-use super::partition_descriptions::describe;
 use super::Ctx;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_log_dirs_response::{
@@ -10,7 +16,7 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse};
 use kafka_protocol::protocol::StrBytes;
-use shards::mesh::TopicPartition;
+use shards::mesh::{PartitionDescription, PartitionError, PartitionRequest, TopicPartition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -61,7 +67,7 @@ impl Handler for DescribeLogDirs {
                 })
             })
             .collect();
-        let described = describe(ctx, &partitions, false).await;
+        let described = describe(ctx, &partitions).await;
 
         let mut result = DescribeLogDirsResult::default();
         result.log_dir = StrBytes::from_string(ctx.config.data_dir.display().to_string());
@@ -107,4 +113,30 @@ impl Handler for DescribeLogDirs {
             each(d.error_code);
         }
     }
+}
+
+/// Asks the owning shards about `partitions`; answers in the same order.
+async fn describe(
+    ctx: &Ctx,
+    partitions: &[TopicPartition],
+) -> Vec<Result<PartitionDescription, PartitionError>> {
+    let mut per_shard = PerShard::new(ctx.shard.shard_count());
+    for (i, tp) in partitions.iter().enumerate() {
+        per_shard.push(ctx.shard.owner_of(&tp.topic, tp.partition), i, tp.clone());
+    }
+    let mut out: Vec<Result<PartitionDescription, PartitionError>> = partitions
+        .iter()
+        .map(|_| Err(PartitionError::ShuttingDown))
+        .collect();
+    let make = |partitions, reply| PartitionRequest::DescribePartitions {
+        partitions,
+        with_producers: false,
+        reply,
+    };
+    for (i, answer) in per_shard.call(&ctx.shard, make).await {
+        if let (Some(slot), Some(answer)) = (out.get_mut(i), answer) {
+            *slot = answer;
+        }
+    }
+    out
 }

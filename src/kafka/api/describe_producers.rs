@@ -1,10 +1,13 @@
-//! DescribeProducers (v0): the idempotent producers each partition remembers, from the
-//! owning shards (see `partition_descriptions`).
+//! DescribeProducers (v0): the idempotent producers each partition remembers (the state
+//! its sequence checks use), from the owning shards, with the epoch, the last sequence
+//! written and the largest timestamp of its last batch (-1 when only an older snapshot
+//! knew it). There are no transactions, so no coordinator epoch or open transaction (-1).
+//! An unknown partition is UNKNOWN_TOPIC_OR_PARTITION; one named twice is
+//! INVALID_REQUEST.
 
+use super::fan_out::{FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
-use super::partition_descriptions::describe;
 use super::Ctx;
-use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
@@ -14,8 +17,14 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{PartitionError, TopicPartition};
+use shards::mesh::{PartitionDescription, PartitionRequest, TopicPartition};
 use std::sync::Arc;
+
+impl PartitionAnswer for PartitionResponse {
+    fn set_error(&mut self, error: ResponseError) {
+        self.error_code = error.code();
+    }
+}
 
 pub struct DescribeProducers;
 
@@ -40,72 +49,66 @@ impl Handler for DescribeProducers {
             }
         }
         let once = |name: &str, p: i32| named.get(&(name, p)).copied().unwrap_or(0) == 1;
-        let mut asked: Vec<TopicPartition> = Vec::new();
+        let mut fan = FanOut::new(ctx, req.topics.len());
         for t in &req.topics {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
-            for p in &t.partition_indexes {
-                if once(name, *p) && meta.has_partition(name, *p) {
-                    asked.push(TopicPartition {
-                        topic: topic.clone(),
-                        partition: *p,
-                    });
-                }
-            }
-        }
-        let mut described = describe(ctx, &asked, true).await.into_iter();
-        let mut body = DescribeProducersResponse::default();
-        for t in &req.topics {
-            let name = t.name.0.as_str();
-            let mut tr = TopicResponse::default();
-            tr.name = t.name.clone();
+            fan.next_topic(t.partition_indexes.len());
             for p in &t.partition_indexes {
                 let mut pr = PartitionResponse::default();
                 pr.partition_index = *p;
                 if !once(name, *p) {
-                    pr.error_code = ResponseError::InvalidRequest.code();
                     pr.error_message = Some(StrBytes::from_static_str(
                         "the partition is named more than once",
                     ));
-                    tr.partitions.push(pr);
-                    continue;
-                }
-                let answer = if meta.has_partition(name, *p) {
-                    described
-                        .next()
-                        .unwrap_or(Err(PartitionError::ShuttingDown))
+                    fan.refuse(pr, ResponseError::InvalidRequest);
+                } else if !meta.has_partition(name, *p) {
+                    fan.refuse(pr, ResponseError::UnknownTopicOrPartition);
                 } else {
-                    Err(PartitionError::UnknownTopicOrPartition)
-                };
-                match answer {
-                    Ok(d) => {
-                        pr.active_producers = d
-                            .producers
-                            .iter()
-                            .map(|a| {
-                                let mut s = ProducerState::default();
-                                s.producer_id = ProducerId(a.producer_id);
-                                s.producer_epoch = i32::from(a.epoch);
-                                s.last_sequence = a.last_sequence;
-                                s.last_timestamp = a.last_timestamp_ms;
-                                s.coordinator_epoch = -1;
-                                s.current_txn_start_offset = -1;
-                                s
-                            })
-                            .collect();
-                    }
-                    Err(e) => {
-                        let code = error_code::partition(&e);
-                        pr.error_code = code.code();
-                        if code == ResponseError::UnknownTopicOrPartition {
-                            pr.error_message = Some(StrBytes::from_string(format!(
-                                "partition {name}-{p} does not exist"
-                            )));
-                        }
-                    }
+                    let tp = TopicPartition {
+                        topic: topic.clone(),
+                        partition: *p,
+                    };
+                    fan.ask(name, *p, pr, tp);
                 }
-                tr.partitions.push(pr);
             }
+        }
+        let make = |partitions, reply| PartitionRequest::DescribePartitions {
+            partitions,
+            with_producers: true,
+            reply,
+        };
+        let fill = |pr: &mut PartitionResponse, d: PartitionDescription| {
+            pr.active_producers = d
+                .producers
+                .iter()
+                .map(|a| {
+                    let mut s = ProducerState::default();
+                    s.producer_id = ProducerId(a.producer_id);
+                    s.producer_epoch = i32::from(a.epoch);
+                    s.last_sequence = a.last_sequence;
+                    s.last_timestamp = a.last_timestamp_ms;
+                    s.coordinator_epoch = -1;
+                    s.current_txn_start_offset = -1;
+                    s
+                })
+                .collect();
+        };
+        let answers = fan.call(make, fill).await;
+        let mut body = DescribeProducersResponse::default();
+        for (t, mut parts) in req.topics.iter().zip(answers) {
+            let name = t.name.0.as_str();
+            for pr in &mut parts {
+                if pr.error_code == ResponseError::UnknownTopicOrPartition.code() {
+                    let p = pr.partition_index;
+                    pr.error_message = Some(StrBytes::from_string(format!(
+                        "partition {name}-{p} does not exist"
+                    )));
+                }
+            }
+            let mut tr = TopicResponse::default();
+            tr.name = t.name.clone();
+            tr.partitions = parts;
             body.topics.push(tr);
         }
         Ok(body)

@@ -59,7 +59,6 @@ pub trait Handler {
     }
 }
 
-/// Serves one request of `H`'s API, whose version the dispatcher has checked.
 /// Decodes `H`'s request body of `version` (a version `H` serves).
 pub fn decode<H: Handler>(version: i16, body: &mut bytes::Bytes) -> Result<H::Request, FrameError> {
     H::Request::decode(body, version).map_err(|e| FrameError::Body {
@@ -69,6 +68,7 @@ pub fn decode<H: Handler>(version: i16, body: &mut bytes::Bytes) -> Result<H::Re
     })
 }
 
+/// Serves one request of `H`'s API, whose version the dispatcher has checked.
 pub async fn serve<H: Handler>(
     ctx: &Ctx,
     frame: RequestFrame,

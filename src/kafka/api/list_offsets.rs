@@ -9,10 +9,9 @@
 //! answers the epoch of the offset found. v10's timeout is for remote storage and has
 //! nothing to wait on here.
 
-use super::fan_out::PerShard;
+use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
-use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -20,9 +19,16 @@ use kafka_protocol::messages::list_offsets_response::{
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
 use shards::mesh::{
-    Isolation, ListOffsetsInput, PartitionRequest, TopicPartition, LATEST_TIERED_TIMESTAMP,
+    FoundOffset, Isolation, ListOffsetsInput, PartitionRequest, TopicPartition,
+    LATEST_TIERED_TIMESTAMP,
 };
 use std::sync::Arc;
+
+impl PartitionAnswer for ListOffsetsPartitionResponse {
+    fn set_error(&mut self, error: ResponseError) {
+        self.error_code = error.code();
+    }
+}
 
 pub struct ListOffsets;
 
@@ -39,9 +45,7 @@ impl Handler for ListOffsets {
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
         let isolation = Isolation::from_wire(req.isolation_level);
-        let mut slots: Vec<Vec<ListOffsetsPartitionResponse>> =
-            Vec::with_capacity(req.topics.len());
-        let mut per_shard = PerShard::new(ctx.shard.shard_count());
+        let mut fan = FanOut::new(ctx, req.topics.len());
         // Kafka answers a partition named more than once with INVALID_REQUEST (each lookup
         // may read the log, so a request must not multiply them).
         let mut named = std::collections::HashMap::new();
@@ -52,67 +56,55 @@ impl Handler for ListOffsets {
                     .or_insert(0usize) += 1;
             }
         }
-        for (ti, t) in req.topics.iter().enumerate() {
+        for t in &req.topics {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
-            let mut parts = Vec::with_capacity(t.partitions.len());
-            for (pi, p) in t.partitions.iter().enumerate() {
+            fan.next_topic(t.partitions.len());
+            for p in &t.partitions {
                 let mut out = ListOffsetsPartitionResponse::default();
                 out.partition_index = p.partition_index;
                 out.timestamp = -1;
                 out.offset = -1;
                 out.leader_epoch = -1;
-                if named.get(&(name, p.partition_index)).copied().unwrap_or(0) > 1 {
-                    out.error_code = ResponseError::InvalidRequest.code();
-                } else if let Err(e) =
-                    meta.check_leader(ctx.config.node_id, name, p.partition_index)
-                {
-                    out.error_code = crate::kafka::error_code::not_served(&e).code();
-                } else if p.timestamp < LATEST_TIERED_TIMESTAMP {
+                let once = named.get(&(name, p.partition_index)).copied().unwrap_or(0) == 1;
+                let served = once
+                    .then_some(())
+                    .ok_or(ResponseError::InvalidRequest)
+                    .and_then(|()| leader_check(ctx, &meta, name, p.partition_index))
                     // Special values Kafka added later (-6: earliest pending upload, v11).
-                    out.error_code = ResponseError::UnsupportedVersion.code();
-                } else {
-                    let tp = TopicPartition {
-                        topic: topic.clone(),
-                        partition: p.partition_index,
-                    };
-                    let owner = ctx.shard.owner_of(name, p.partition_index);
-                    let input = ListOffsetsInput {
-                        tp,
-                        timestamp: p.timestamp,
-                        current_leader_epoch: p.current_leader_epoch,
-                        isolation,
-                    };
-                    per_shard.push(owner, (ti, pi), input);
-                }
-                parts.push(out);
-            }
-            slots.push(parts);
-        }
-        let answers = per_shard
-            .call(&ctx.shard, |partitions, reply| {
-                PartitionRequest::ListOffsets { partitions, reply }
-            })
-            .await;
-        for ((ti, pi), answer) in answers {
-            let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
-                continue;
-            };
-            match answer.map(|o| o.result) {
-                Some(Ok(found)) => {
-                    slot.offset = found.offset;
-                    slot.timestamp = found.timestamp;
-                    if call.version >= 4 {
-                        slot.leader_epoch = found.leader_epoch;
+                    .and_then(|()| {
+                        (p.timestamp >= LATEST_TIERED_TIMESTAMP)
+                            .then_some(())
+                            .ok_or(ResponseError::UnsupportedVersion)
+                    });
+                match served {
+                    Err(e) => fan.refuse(out, e),
+                    Ok(()) => {
+                        let input = ListOffsetsInput {
+                            tp: TopicPartition {
+                                topic: topic.clone(),
+                                partition: p.partition_index,
+                            },
+                            timestamp: p.timestamp,
+                            current_leader_epoch: p.current_leader_epoch,
+                            isolation,
+                        };
+                        fan.ask(name, p.partition_index, out, input);
                     }
                 }
-                Some(Err(e)) => slot.error_code = error_code::partition(&e).code(),
-                None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
             }
         }
-        for _p in slots.iter().flatten() {}
+        let make = |partitions, reply| PartitionRequest::ListOffsets { partitions, reply };
+        let fill = |slot: &mut ListOffsetsPartitionResponse, found: FoundOffset| {
+            slot.offset = found.offset;
+            slot.timestamp = found.timestamp;
+            if call.version >= 4 {
+                slot.leader_epoch = found.leader_epoch;
+            }
+        };
+        let answers = fan.call(make, fill).await;
         let mut body = ListOffsetsResponse::default();
-        for (t, parts) in req.topics.iter().zip(slots) {
+        for (t, parts) in req.topics.iter().zip(answers) {
             let mut tr = ListOffsetsTopicResponse::default();
             tr.name = t.name.clone();
             tr.partitions = parts;

@@ -3,13 +3,14 @@
 //! once, and ApiVersions advertises exactly that list. A few modules are shared by
 //! several APIs and serve none themselves: `group_routing` (the coordinator shard of a
 //! group), `controller_call` (requests to the controller shard), `config_resources`,
-//! `quota_entities`, `partition_descriptions` and `fan_out` (one mesh message per shard).
+//! `quota_entities` and `fan_out`.
 //!
-//! Handler shape: `handler::serve` decodes (pure, bounded); the handler
-//! validates into domain types → groups partitions by owning shard, one mesh message per
-//! shard → awaits → maps errors in `error_code`; `serve` counts the response's error
-//! codes and encodes it. A partition's failure is its own error code and never fails the
-//! request.
+//! Handler shape: `handler::serve` decodes (pure, bounded); a partition-level handler
+//! checks each partition and gives it to `fan_out::FanOut`, which answers it at once
+//! (refused: its error code) or groups it by owning shard, sends one mesh message per
+//! shard and fills the shards' answers back in request order; `serve` counts the
+//! response's error codes and encodes it. A partition's failure is its own error code
+//! and never fails the request.
 
 pub mod alter_client_quotas;
 pub mod alter_configs;
@@ -50,7 +51,6 @@ pub mod offset_commit;
 pub mod offset_delete;
 pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
-pub mod partition_descriptions;
 pub mod produce;
 pub mod quota_entities;
 pub mod sync_group;

@@ -7,10 +7,9 @@
 //! log end, an older one where the next epoch starts, and an unknown one answers epoch
 //! and offset -1 with no error, as Kafka does. A partition named twice is answered twice.
 
-use super::fan_out::PerShard;
+use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
-use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
@@ -19,6 +18,12 @@ use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLea
 use kafka_protocol::ResponseError;
 use shards::mesh::{EpochQuery, PartitionRequest, TopicPartition};
 use std::sync::Arc;
+
+impl PartitionAnswer for EpochEndOffset {
+    fn set_error(&mut self, error: ResponseError) {
+        self.error_code = error.code();
+    }
+}
 
 pub struct OffsetForLeaderEpoch;
 
@@ -34,53 +39,38 @@ impl Handler for OffsetForLeaderEpoch {
         _call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
-        let mut slots: Vec<Vec<EpochEndOffset>> = Vec::with_capacity(req.topics.len());
-        let mut per_shard = PerShard::new(ctx.shard.shard_count());
-        for (ti, t) in req.topics.iter().enumerate() {
+        let mut fan = FanOut::new(ctx, req.topics.len());
+        for t in &req.topics {
             let name = t.topic.0.as_str();
             let topic: Arc<str> = name.into();
-            let mut parts = Vec::with_capacity(t.partitions.len());
-            for (pi, p) in t.partitions.iter().enumerate() {
+            fan.next_topic(t.partitions.len());
+            for p in &t.partitions {
                 let mut out = EpochEndOffset::default();
                 out.partition = p.partition;
-                if let Err(e) = meta.check_leader(ctx.config.node_id, name, p.partition) {
-                    out.error_code = crate::kafka::error_code::not_served(&e).code();
-                } else {
-                    let query = EpochQuery {
-                        tp: TopicPartition {
-                            topic: topic.clone(),
-                            partition: p.partition,
-                        },
-                        current_leader_epoch: p.current_leader_epoch,
-                        leader_epoch: p.leader_epoch,
-                    };
-                    per_shard.push(ctx.shard.owner_of(name, p.partition), (ti, pi), query);
+                match leader_check(ctx, &meta, name, p.partition) {
+                    Err(e) => fan.refuse(out, e),
+                    Ok(()) => {
+                        let query = EpochQuery {
+                            tp: TopicPartition {
+                                topic: topic.clone(),
+                                partition: p.partition,
+                            },
+                            current_leader_epoch: p.current_leader_epoch,
+                            leader_epoch: p.leader_epoch,
+                        };
+                        fan.ask(name, p.partition, out, query);
+                    }
                 }
-                parts.push(out);
-            }
-            slots.push(parts);
-        }
-        let answers = per_shard
-            .call(&ctx.shard, |partitions, reply| {
-                PartitionRequest::EpochEndOffsets { partitions, reply }
-            })
-            .await;
-        for ((ti, pi), answer) in answers {
-            let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
-                continue;
-            };
-            match answer {
-                Some(Ok((epoch, end_offset))) => {
-                    slot.leader_epoch = epoch;
-                    slot.end_offset = end_offset;
-                }
-                Some(Err(e)) => slot.error_code = error_code::partition(&e).code(),
-                None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
             }
         }
+        let make = |partitions, reply| PartitionRequest::EpochEndOffsets { partitions, reply };
+        let fill = |slot: &mut EpochEndOffset, (epoch, end_offset): (i32, i64)| {
+            slot.leader_epoch = epoch;
+            slot.end_offset = end_offset;
+        };
+        let answers = fan.call(make, fill).await;
         let mut body = OffsetForLeaderEpochResponse::default();
-        for (t, parts) in req.topics.iter().zip(slots) {
-            for _p in &parts {}
+        for (t, parts) in req.topics.iter().zip(answers) {
             let mut tr = OffsetForLeaderTopicResult::default();
             tr.topic = t.topic.clone();
             tr.partitions = parts;

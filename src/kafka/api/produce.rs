@@ -6,11 +6,12 @@
 //! shards in parallel, results put back in request order. acks=0 sends no response.
 
 use super::controller_call::auto_create;
-use super::fan_out::PerShard;
+use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use bytes::Bytes;
 use corelog_storage::{AppendError, RejectedRecords};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -18,8 +19,10 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{Acks, PartitionError, PartitionRequest, ProduceInput, TopicPartition};
-use shards::metadata::validate_topic_name;
+use shards::mesh::{
+    Acks, PartitionError, PartitionRequest, ProduceAck, ProduceInput, TopicPartition,
+};
+use shards::metadata::{validate_topic_name, ClusterMetadata};
 use std::sync::Arc;
 
 /// Produce v3+ carries exactly one RecordBatch v2 per partition (Kafka's
@@ -46,6 +49,29 @@ fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
     }
 }
 
+/// The records of one partition of this produce that its owning shard should append, or
+/// why the partition is answered here instead (checked in Kafka's order).
+fn accepted<'r>(
+    ctx: &Ctx,
+    meta: &ClusterMetadata,
+    req: &ProduceRequest,
+    name: &str,
+    partition: i32,
+    records: &'r Option<Bytes>,
+) -> Result<&'r Bytes, ResponseError> {
+    if req.transactional_id.is_some() {
+        return Err(ResponseError::TransactionalIdAuthorizationFailed);
+    }
+    // Only the broker writes its internal topics (Kafka refuses the same).
+    if name == shards::group::OFFSETS_TOPIC || validate_topic_name(name).is_err() {
+        return Err(ResponseError::InvalidTopicException);
+    }
+    leader_check(ctx, meta, name, partition)?;
+    let records = records.as_ref().ok_or(ResponseError::InvalidRecord)?;
+    single_batch(records)?;
+    Ok(records)
+}
+
 /// KIP-467: which records made the batch fail, so clients fail only those records
 /// and retry or report the rest of the batch as collateral.
 fn record_errors(r: &RejectedRecords) -> Vec<BatchIndexAndErrorMessage> {
@@ -58,6 +84,20 @@ fn record_errors(r: &RejectedRecords) -> Vec<BatchIndexAndErrorMessage> {
             e
         })
         .collect()
+}
+
+impl PartitionAnswer for PartitionProduceResponse {
+    fn set_error(&mut self, error: ResponseError) {
+        self.error_code = error.code();
+    }
+
+    fn failed(&mut self, e: &PartitionError) {
+        self.error_code = error_code::partition(e).code();
+        self.error_message = Some(StrBytes::from_string(e.to_string()));
+        if let PartitionError::Append(AppendError::RecordsRejected(r)) = e {
+            self.record_errors = record_errors(r);
+        }
+    }
 }
 
 pub struct Produce;
@@ -94,45 +134,22 @@ impl Handler for Produce {
         }
         let meta = ctx.shard.metadata.snapshot();
 
-        // One response slot per partition, in request order.
-        let mut slots: Vec<Vec<PartitionProduceResponse>> =
-            Vec::with_capacity(req.topic_data.len());
-        let mut per_shard = PerShard::new(ctx.shard.shard_count());
-        for (ti, t) in req.topic_data.iter().enumerate() {
+        let mut fan = FanOut::new(ctx, req.topic_data.len());
+        for t in &req.topic_data {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
-            let mut parts = Vec::with_capacity(t.partition_data.len());
-            for (pi, p) in t.partition_data.iter().enumerate() {
+            fan.next_topic(t.partition_data.len());
+            for p in &t.partition_data {
                 let mut out = PartitionProduceResponse::default();
                 out.index = p.index;
                 out.base_offset = -1;
                 out.log_append_time_ms = -1;
                 out.log_start_offset = -1;
-                let error = match (acks, &p.records) {
-                    (None, _) => Some(ResponseError::InvalidRequiredAcks),
-                    _ if req.transactional_id.is_some() => {
-                        Some(ResponseError::TransactionalIdAuthorizationFailed)
-                    }
-                    // Only the broker writes its internal topics (Kafka refuses the same).
-                    _ if name == shards::group::OFFSETS_TOPIC => {
-                        Some(ResponseError::InvalidTopicException)
-                    }
-                    _ if validate_topic_name(name).is_err() => {
-                        Some(ResponseError::InvalidTopicException)
-                    }
-                    _ if meta
-                        .check_leader(ctx.config.node_id, name, p.index)
-                        .is_err() =>
-                    {
-                        meta.check_leader(ctx.config.node_id, name, p.index)
-                            .err()
-                            .map(|e| error_code::not_served(&e))
-                    }
-                    (_, None) => Some(ResponseError::InvalidRecord),
-                    (_, Some(records)) if single_batch(records).is_err() => {
-                        single_batch(records).err()
-                    }
-                    (Some(_), Some(records)) => {
+                let accepted = acks
+                    .ok_or(ResponseError::InvalidRequiredAcks)
+                    .and_then(|_| accepted(ctx, &meta, &req, name, p.index, &p.records));
+                match accepted {
+                    Ok(records) => {
                         let input = ProduceInput {
                             tp: TopicPartition {
                                 topic: topic.clone(),
@@ -140,51 +157,34 @@ impl Handler for Produce {
                             },
                             records: records.clone(),
                         };
-                        per_shard.push(ctx.shard.owner_of(name, p.index), (ti, pi), input);
-                        None
+                        fan.ask(name, p.index, out, input);
                     }
-                };
-                if let Some(e) = error {
-                    out.error_code = e.code();
+                    Err(e) => fan.refuse(out, e),
                 }
-                parts.push(out);
             }
-            slots.push(parts);
         }
 
-        if let Some(acks) = acks {
-            let make = |partitions, reply| PartitionRequest::Produce {
-                acks,
-                timeout_ms,
-                partitions,
-                reply,
-            };
-            let answers = per_shard.call_in_turn(&ctx.shard, make, turn).await;
-            for ((ti, pi), answer) in answers {
-                let Some(slot) = slots.get_mut(ti).and_then(|t| t.get_mut(pi)) else {
-                    continue;
+        let answers = match acks {
+            Some(acks) => {
+                let make = |partitions, reply| PartitionRequest::Produce {
+                    acks,
+                    timeout_ms,
+                    partitions,
+                    reply,
                 };
-                match answer.map(|o| o.result) {
-                    Some(Ok(ack)) => {
-                        slot.base_offset = ack.base_offset;
-                        slot.log_start_offset = ack.log_start_offset;
-                    }
-                    Some(Err(e)) => {
-                        slot.error_code = error_code::partition(&e).code();
-                        slot.error_message = Some(StrBytes::from_string(e.to_string()));
-                        if let PartitionError::Append(AppendError::RecordsRejected(r)) = &e {
-                            slot.record_errors = record_errors(r);
-                        }
-                    }
-                    None => slot.error_code = ResponseError::NotLeaderOrFollower.code(),
-                }
+                let fill = |slot: &mut PartitionProduceResponse, ack: ProduceAck| {
+                    slot.base_offset = ack.base_offset;
+                    slot.log_start_offset = ack.log_start_offset;
+                };
+                fan.call_in_turn(make, turn, fill).await
             }
-        }
-        for _p in slots.iter().flatten() {}
+            // Every partition was refused (INVALID_REQUIRED_ACKS): nothing was asked.
+            None => fan.into_parts().0,
+        };
         let mut body = ProduceResponse::default();
         // Charged when the connection read the request (its whole size, as Kafka).
         body.throttle_time_ms = call.quota.throttle_time_ms;
-        for (t, parts) in req.topic_data.iter().zip(slots) {
+        for (t, parts) in req.topic_data.iter().zip(answers) {
             let mut tr = TopicProduceResponse::default();
             tr.name = t.name.clone();
             tr.partition_responses = parts;

@@ -12,9 +12,10 @@ use crate::batch::{self, batches, BatchHeader, BATCH_HEADER_LEN};
 use crate::batch_filter;
 use crate::error::ReadError;
 use crate::file_cache::SegmentFile;
-use crate::file_range::{FileRange, Records, FILE_RANGE_MAX_BYTES, FILE_RANGE_MIN_BYTES};
+use crate::file_range::{FileRange, FILE_RANGE_MAX_BYTES, FILE_RANGE_MIN_BYTES};
 use crate::file_scan;
-use crate::tail_cache::{concat_chunks, trim_to_whole_batches};
+use crate::records::Records;
+use crate::records::{concat_chunks, trim_to_whole_batches};
 use bytes::Bytes;
 
 /// What a segment read takes beyond the bytes asked for and the index interval: room for
