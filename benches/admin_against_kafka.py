@@ -22,8 +22,6 @@ Results are printed and written to benches/results/<stamp>-admin-against-kafka.j
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import signal
 import sys
 import tempfile
@@ -37,6 +35,7 @@ import admin_failover as af  # noqa: E402
 import coordinator_move  # noqa: E402
 import kwire  # noqa: E402
 import topic_admin_cases as cases  # noqa: E402
+from harness import write_json_results  # noqa: E402
 from replication import CorelogCluster, KafkaCluster  # noqa: E402
 
 
@@ -48,15 +47,11 @@ def main() -> int:
     if args.corelog:
         cluster = CorelogCluster(work, 3, 1, ["--broker-session-timeout-ms", "3000",
                                               "--broker-heartbeat-interval-ms", "500"])
-        ports = [port for port, *_ in cluster.nodes]
-        procs = [proc for _, _, _, proc, _ in cluster.nodes]
         kind = "corelog"
     else:
         cluster = KafkaCluster(work)
-        ports = [port for port, *_ in cluster.nodes]
-        procs = [proc for _, _, proc, _ in cluster.nodes]
         kind = "kafka"
-    boots = [f"127.0.0.1:{p}" for p in ports]
+    boots, procs = cluster.bootstraps, cluster.procs
     out: dict = {"broker": kind}
     try:
         out["create_topics_mismatches"] = cases.check_create_topics(",".join(boots), "checks")
@@ -84,11 +79,7 @@ def main() -> int:
             for c, _ in creators}
     finally:
         cluster.stop()
-    print(json.dumps(out, indent=2))
-    results = ROOT / "benches" / "results"
-    results.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    (results / f"{stamp}-admin-against-{kind}.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_json_results(f"admin-against-{kind}", out)
     return 0
 
 

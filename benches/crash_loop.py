@@ -105,10 +105,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import BROKER, ROOT, free_port  # noqa: E402
+from harness import BROKER, ROOT  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import kwire  # noqa: E402
+from launcher import free_port  # noqa: E402
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 TOPIC = "crash"

@@ -41,47 +41,42 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import itertools
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BROKER = ROOT / "target" / "release" / "corelog"
+# The broker launcher and port allocator the integration tests use (tests/integration/launcher.py).
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import launcher  # noqa: E402
+from launcher import free_port  # noqa: E402
+
+BROKER = launcher.corelog_bin()
 LOAD = ROOT / "target" / "release" / "corelog-load"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 
 
 def log(msg: str) -> None:
     print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-# Below the kernel's ephemeral range and never handed out twice: a port from a bind to
-# port 0 could be chosen again for the next broker before the first bound it, or taken
-# as a client's source port meanwhile.
-_PORT_FIRST, _PORT_SPAN = 20_000, 12_000
-_next_port = itertools.count((os.getpid() % 120) * 100)
-
-
-def free_port() -> int:
-    while True:
-        port = _PORT_FIRST + next(_next_port) % _PORT_SPAN
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
+def write_json_results(name: str, doc: dict) -> Path:
+    """Prints `doc` and writes it to benches/results/<UTC stamp>-<name>.json (the
+    one-file results of the benches that compare clusters); returns the file."""
+    text = json.dumps(doc, indent=2)
+    print(text)
+    results = ROOT / "benches" / "results"
+    results.mkdir(exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = results / f"{stamp}-{name}.json"
+    path.write_text(text + "\n")
+    return path
 
 
 # ---------------------------------------------------------------------------- limits
@@ -282,43 +277,27 @@ def process_cpu(sampler: CpuSampler, t_end: float, result: dict) -> dict:
 
 # ---------------------------------------------------------------------------- broker
 
-class Broker:
+class WorkloadBroker(launcher.Broker):
+    """The broker of one workload (tests/integration/launcher.py's): started and healthy
+    once constructed, in a directory of its own under `work`, logging warnings and
+    above; stop() ends it (SIGTERM, SIGKILL after 30 s) and removes its data."""
+
     def __init__(self, work: Path, shards: int, extra: list[str]):
-        self.port, self.http, self.controller = free_port(), free_port(), free_port()
-        self.data = work / f"data-{self.port}"
-        self.log = open(work / f"broker-{self.port}.log", "w")
-        self.proc = subprocess.Popen(
-            [str(BROKER), "serve", "--listen", f"127.0.0.1:{self.port}",
-             "--http", f"127.0.0.1:{self.http}", "--data-dir", str(self.data),
-             "--controller-listen", f"127.0.0.1:{self.controller}",
-             "--shards", str(shards), "--log-level", "warn", *extra],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while time.time() < deadline:
-            try:
-                with NO_PROXY.open(f"http://127.0.0.1:{self.http}/health", timeout=1) as r:
-                    if r.status == 200:
-                        return
-            except OSError:
-                time.sleep(0.1)
-        raise RuntimeError("broker did not become healthy")
+        super().__init__(Path(tempfile.mkdtemp(prefix="corelog-", dir=work)), shards=shards,
+                         extra_args=extra, log_level="warn")
+        self.start()
 
     @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+    def data(self) -> Path:
+        return self.data_dir
 
     def stop(self) -> None:
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
-        shutil.rmtree(self.data, ignore_errors=True)
+        self.begin_teardown()
+        self.finish_teardown(timeout=launcher.STOP_TIMEOUT_S)
+        shutil.rmtree(self.data_dir, ignore_errors=True)
 
 
-def load(broker: Broker, out: Path, name: str, mode: str, args: list[str]) -> tuple[dict, dict]:
+def load(broker: WorkloadBroker, out: Path, name: str, mode: str, args: list[str]) -> tuple[dict, dict]:
     """Runs corelog-load; returns (its JSON, CPU shares of broker threads and the client)."""
     j, hgrm, svg = out / f"{name}.json", out / f"{name}.hgrm", out / f"{name}.svg"
     cmd = [str(LOAD), mode, "--bootstrap", broker.bootstrap, "--json", str(j), "--hgrm", str(hgrm),
@@ -476,7 +455,7 @@ def main() -> int:
 
         def run(name, desc, mode, largs, extra_broker=(), limit=None, limit_name="disk",
                 kafka_topic_config=None):
-            broker = Broker(work, args.shards, list(extra_broker))
+            broker = WorkloadBroker(work, args.shards, list(extra_broker))
             try:
                 res, cpu = load(broker, out, name, mode, largs)
             finally:
@@ -538,7 +517,7 @@ def main() -> int:
                            before_kafka_read=None, passes=1):
             """Fills a topic, then reads it back from offset 0 on the same broker; on
             Kafka too with --peer (`before_kafka_read(kb)` returns extra row fields)."""
-            broker = Broker(work, args.shards, [])
+            broker = WorkloadBroker(work, args.shards, [])
             try:
                 log(f"{name}: filling")
                 load(broker, out, f"{name}-fill", "produce", fill)
@@ -719,7 +698,7 @@ def cross_check(peer, work: Path, out: Path, records: int, shards: int, kafka_br
     for kind in ("corelog", "kafka"):
         doc[kind] = {}
         for client in ("perf_test", "corelog_load"):
-            b = (Broker(work, shards, []) if kind == "corelog"
+            b = (WorkloadBroker(work, shards, []) if kind == "corelog"
                  else kafka_broker(f"xcheck-{client.replace('_', '-')}"))
             try:
                 peer.create_topic(b.bootstrap, "xcheck", 8)

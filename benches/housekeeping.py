@@ -84,8 +84,9 @@ def main() -> int:
         fg_cfg = {**seg, "retention.bytes": str(16 * MIB)} if retention else seg
         bg_cfg = ({**seg, "cleanup.policy": "compact", "min.cleanable.dirty.ratio": "0.1"}
                   if compaction else seg)
-        broker = H.Broker(work, args.shards, ["--retention-check-interval-ms", "1000",
-                                              "--cleaner-backoff-ms", "1000", *args.broker_arg])
+        broker = H.WorkloadBroker(work, args.shards, ["--retention-check-interval-ms", "1000",
+                                                      "--cleaner-backoff-ms", "1000",
+                                                      *args.broker_arg])
         try:
             create_topics(broker.bootstrap, {"fg": fg_cfg, "bg": bg_cfg})
             bg_cmd = [str(H.LOAD), "produce", "--bootstrap", broker.bootstrap, "--topic", "bg",

@@ -36,7 +36,7 @@ def main() -> int:
     runs: dict[str, list[dict]] = {"plain": [], "idempotent": []}
     for rnd in range(args.rounds):
         for mode in ("plain", "idempotent"):
-            broker = H.Broker(work, args.shards, [])
+            broker = H.WorkloadBroker(work, args.shards, [])
             try:
                 flags = ["--topic", "t", "--partitions", "6", "--producers", "4",
                          "--message-size", "100", "--batch-size", "16384", "--linger-ms", "1",

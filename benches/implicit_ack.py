@@ -23,7 +23,6 @@ benches/results/<stamp>-implicit-ack-<kind>.json.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import random
@@ -40,6 +39,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benches"))
+from harness import write_json_results  # noqa: E402
 from replication import CorelogCluster, KafkaCluster  # noqa: E402
 
 TOPIC = "implicit-ack"
@@ -155,24 +155,16 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="implicit-ack-"))
     if args.peer == "kafka":
         cluster = KafkaCluster(work)
-        procs = [proc for _, _, proc, _ in cluster.nodes]
-        bootstrap = ",".join(f"127.0.0.1:{port}" for port, *_ in cluster.nodes)
         kind = "kafka"
     else:
         cluster = CorelogCluster(work, 3, 2)
-        procs = [proc for _, _, _, proc, _ in cluster.nodes]
-        bootstrap = cluster.bootstrap
         kind = "corelog"
     try:
         out = {"broker": kind, "rounds": args.rounds, "timeout_ms": args.timeout_ms,
-               **run(bootstrap, procs, args.rounds, args.timeout_ms, args.seed)}
+               **run(cluster.bootstrap, cluster.procs, args.rounds, args.timeout_ms, args.seed)}
     finally:
         cluster.stop()
-    print(json.dumps(out, indent=2))
-    results = ROOT / "benches" / "results"
-    results.mkdir(exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    (results / f"{stamp}-implicit-ack-{kind}.json").write_text(json.dumps(out, indent=2) + "\n")
+    write_json_results(f"implicit-ack-{kind}", out)
     return 0
 
 

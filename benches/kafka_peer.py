@@ -25,11 +25,16 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The port allocator the integration tests use (tests/integration/launcher.py).
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+from launcher import free_port  # noqa: E402
+
 KAFKA_CLI = ROOT / "tools" / "kafka-cli" / "kafka-cli.sh"
 LIBS = Path(os.environ.get("KAFKA_CLI_LIBS", ROOT / ".cache" / "kafka" / "libs"))
 POM = ROOT / "tests" / "java" / "pom.xml"
@@ -63,12 +68,6 @@ DURABILITY = {
 
 def log(msg: str) -> None:
     print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def version() -> str:
@@ -151,8 +150,6 @@ class KafkaBroker:
     def __init__(self, work: Path, heap: str = SERVER_HEAP, extra: dict[str, str] | None = None,
                  log_path: Path | None = None):
         self.port, self.controller_port = free_port(), free_port()
-        while self.controller_port == self.port:
-            self.controller_port = free_port()
         self.dir = work / f"kafka-{self.port}"
         self.data = self.dir / "data"
         self.dir.mkdir(parents=True)

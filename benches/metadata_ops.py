@@ -10,43 +10,25 @@ Needs confluent-kafka and a release build (target/release/corelog or CORELOG_BIN
 from __future__ import annotations
 
 import argparse
-import os
-import socket
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient, NewTopic
 
-REPO = Path(__file__).resolve().parent.parent
-BROKER = Path(os.environ.get("CORELOG_BIN", REPO / "target/release/corelog"))
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# The broker launcher the integration tests use (tests/integration/launcher.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "integration"))
+import launcher  # noqa: E402
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(data: Path, port: int, http: int, controller: int) -> tuple[subprocess.Popen, float]:
+def start(broker: launcher.Broker) -> float:
+    """Starts the broker; returns seconds until /health answers 200 (asked every 10 ms)."""
     t0 = time.monotonic()
-    proc = subprocess.Popen([str(BROKER), "serve", "--data-dir", str(data),
-                             "--listen", f"127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
-                             "--controller-listen", f"127.0.0.1:{controller}",
-                             "--shards", "2", "--log-level", "warn"])
-    while True:
-        try:
-            with NO_PROXY.open(f"http://127.0.0.1:{http}/health", timeout=1) as r:
-                if r.status == 200:
-                    return proc, time.monotonic() - t0
-        except OSError:
-            pass
-        assert proc.poll() is None, "the broker exited"
-        time.sleep(0.01)
+    broker.launch()
+    broker.wait_healthy(timeout=120, poll_s=0.01)
+    return time.monotonic() - t0
 
 
 def main() -> None:
@@ -54,24 +36,24 @@ def main() -> None:
     ap.add_argument("--creates", type=int, default=50)
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as work:
-        data = Path(work) / "data"
-        ports = free_port(), free_port(), free_port()
-        proc, first = start(data, *ports)
-        print(f"first start to /health 200: {first:.2f} s")
-        admin = AdminClient({"bootstrap.servers": f"127.0.0.1:{ports[0]}"})
-        took = []
-        for i in range(args.creates):
-            t = time.monotonic()
-            admin.create_topics([NewTopic(f"m{i}", 1, 1)])[f"m{i}"].result(30)
-            took.append(time.monotonic() - t)
-        print(f"CreateTopics (1 partition), {args.creates} one after another: "
-              f"median {statistics.median(took) * 1000:.1f} ms, max {max(took) * 1000:.1f} ms")
-        proc.terminate()
-        proc.wait()
-        proc, again = start(data, *ports)
-        print(f"restart to /health 200: {again:.2f} s")
-        proc.terminate()
-        proc.wait()
+        broker = launcher.Broker(Path(work), shards=2, log_level="warn")
+        try:
+            first = start(broker)
+            print(f"first start to /health 200: {first:.2f} s")
+            admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+            took = []
+            for i in range(args.creates):
+                t = time.monotonic()
+                admin.create_topics([NewTopic(f"m{i}", 1, 1)])[f"m{i}"].result(30)
+                took.append(time.monotonic() - t)
+            print(f"CreateTopics (1 partition), {args.creates} one after another: "
+                  f"median {statistics.median(took) * 1000:.1f} ms, max {max(took) * 1000:.1f} ms")
+            broker.stop()
+            again = start(broker)
+            print(f"restart to /health 200: {again:.2f} s")
+            broker.stop()
+        finally:
+            broker.teardown()
 
 
 if __name__ == "__main__":

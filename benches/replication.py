@@ -26,62 +26,66 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_peer  # noqa: E402
-from harness import BROKER, LOAD, free_port, log, prepare  # noqa: E402
+from harness import LOAD, ROOT, log, prepare  # noqa: E402
 
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+# The broker launcher and port allocator the integration tests use (tests/integration/launcher.py).
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import launcher  # noqa: E402
+from launcher import free_port  # noqa: E402
 
 
 class CorelogCluster:
-    """`n` corelog brokers on loopback, each with `shards` shards, one quorum."""
+    """`n` corelog brokers on loopback (tests/integration/launcher.py's), node ids 1..n,
+    each with `shards` shards, all voters of one quorum; data in work/corelog-<id>, logs
+    (warnings and above) in work/corelog-<id>.log."""
 
     def __init__(self, work: Path, n: int, shards: int, extra_args: list[str] | None = None):
-        self.nodes = []
-        ports = [(free_port(), free_port(), free_port()) for _ in range(n)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, _, c) in enumerate(ports))
-        for i, (port, http, controller) in enumerate(ports):
-            data = work / f"corelog-{i + 1}"
-            logf = open(work / f"corelog-{i + 1}.log", "w")
-            proc = subprocess.Popen(
-                [str(BROKER), "serve", "--node-id", str(i + 1), "--listen", f"127.0.0.1:{port}",
-                 "--http", f"127.0.0.1:{http}", "--data-dir", str(data),
-                 "--controller-listen", f"127.0.0.1:{controller}", "--controller-voters", voters,
-                 "--shards", str(shards), "--log-level", "warn",
-                 "--topic-default", f"min.insync.replicas={min(2, n)}", *(extra_args or [])],
-                stdout=logf, stderr=subprocess.STDOUT)
-            self.nodes.append((port, http, data, proc, logf))
-        deadline = time.time() + 60
-        for _, http, _, proc, _ in self.nodes:
-            while True:
-                try:
-                    with NO_PROXY.open(f"http://127.0.0.1:{http}/health", timeout=1) as r:
-                        if r.status == 200:
-                            break
-                except OSError:
-                    pass
-                if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError("a corelog broker did not become healthy")
-                time.sleep(0.1)
+        self.brokers: list[launcher.Broker] = []
+        for node_id in range(1, n + 1):
+            b = launcher.Broker(work, shards=shards, name=f"corelog-{node_id}", log_level="warn",
+                                data_dir=work / f"corelog-{node_id}",
+                                log_path=work / f"corelog-{node_id}.log")
+            b.node_id = node_id
+            self.brokers.append(b)
+        voters = launcher.controller_voters(self.brokers)
+        for b in self.brokers:
+            b.extra_args = ["--node-id", str(b.node_id), "--controller-voters", voters,
+                            "--topic-default", f"min.insync.replicas={min(2, n)}",
+                            *(extra_args or [])]
+        try:
+            for b in self.brokers:
+                b.launch()
+            deadline = time.monotonic() + 60
+            for b in self.brokers:
+                b.wait_healthy(timeout=max(1.0, deadline - time.monotonic()))
+        except BaseException:
+            self.stop()
+            raise
+
+    @property
+    def bootstraps(self) -> list[str]:
+        return [b.bootstrap for b in self.brokers]
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port, *_ in self.nodes)
+        return ",".join(self.bootstraps)
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        """The brokers' processes, by node id (1 first)."""
+        return [b.proc for b in self.brokers]
 
     def stop(self) -> None:
-        for _, _, data, proc, logf in self.nodes:
-            proc.send_signal(signal.SIGTERM)
-        for _, _, data, proc, logf in self.nodes:
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            logf.close()
-            shutil.rmtree(data, ignore_errors=True)
+        # All at once: one stopped after another would each wait for a controller.
+        for b in self.brokers:
+            b.begin_teardown()
+        for b in self.brokers:
+            b.finish_teardown(timeout=60)
+            shutil.rmtree(b.data_dir, ignore_errors=True)
 
 
 class KafkaCluster:
@@ -123,8 +127,17 @@ class KafkaCluster:
             time.sleep(0.5)
 
     @property
+    def bootstraps(self) -> list[str]:
+        return [f"127.0.0.1:{port}" for port, *_ in self.nodes]
+
+    @property
     def bootstrap(self) -> str:
-        return ",".join(f"127.0.0.1:{port}" for port, *_ in self.nodes)
+        return ",".join(self.bootstraps)
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        """The brokers' processes, by node id (1 first)."""
+        return [proc for _, _, proc, _ in self.nodes]
 
     def stop(self) -> None:
         for _, _, proc, _ in self.nodes:

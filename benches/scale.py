@@ -30,46 +30,39 @@ import signal
 import socket
 import struct
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from harness import BROKER, NO_PROXY, ROOT, free_port
+from harness import ROOT
+
+# The broker launcher the integration tests use (tests/integration/launcher.py).
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import launcher  # noqa: E402
 
 
 def log(msg: str) -> None:
     print(f"[scale {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
 
-class Broker:
+class ScaleBroker(launcher.Broker):
+    """The run's broker (tests/integration/launcher.py's), its data in `data`, its log
+    `logfile`; `shards` None leaves the count to the broker (one per CPU)."""
+
     def __init__(self, data: Path, logfile: Path, shards: int | None):
-        self.data, self.logfile, self.shards = data, logfile, shards
-        self.port, self.http, self.controller = free_port(), free_port(), free_port()
-        self.proc: subprocess.Popen | None = None
+        super().__init__(data.parent, shards=shards, data_dir=data, log_path=logfile,
+                         name="scale broker")
 
     def start(self) -> float:
-        """Starts the broker; returns seconds until /ready answers 200."""
-        args = [str(BROKER), "serve", "--data-dir", str(self.data),
-                "--listen", f"127.0.0.1:{self.port}", "--http", f"127.0.0.1:{self.http}",
-                "--controller-listen", f"127.0.0.1:{self.controller}"]
-        if self.shards:
-            args += ["--shards", str(self.shards)]
+        """Starts the broker; returns seconds until it is ready (/health answers 200 "ok",
+        as /ready does), asked every 20 ms."""
         started = time.monotonic()
-        self.proc = subprocess.Popen(args, stdout=self.logfile.open("ab"),
-                                     stderr=subprocess.STDOUT)
-        while time.monotonic() - started < 120:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"broker exited; see {self.logfile}")
-            try:
-                with NO_PROXY.open(f"http://127.0.0.1:{self.http}/ready", timeout=1) as r:
-                    if r.status == 200:
-                        return time.monotonic() - started
-            except OSError:
-                pass
-            time.sleep(0.02)
-        raise RuntimeError("broker not ready in 120 s")
+        self.launch()
+        self.wait_healthy(timeout=120, poll_s=0.02)
+        return time.monotonic() - started
 
-    def stop(self, sig: int) -> None:
+    def signal_and_wait(self, sig: int) -> None:
         assert self.proc
         self.proc.send_signal(sig)
         self.proc.wait(timeout=120)
@@ -163,7 +156,7 @@ def main() -> None:
     per_topic = args.partitions // args.topics
     total = per_topic * args.topics
     topics = [f"scale-{i}" for i in range(args.topics)]
-    broker = Broker(work / "data", out / "broker.log", args.shards)
+    broker = ScaleBroker(work / "data", out / "broker.log", args.shards)
     r: dict = {"partitions": total, "topics": args.topics, "shards": args.shards,
                "command": "python3 benches/scale.py " + " ".join(
                    f"--{k} {v}" for k, v in vars(args).items() if v not in (None, False))}
@@ -230,16 +223,16 @@ def main() -> None:
             assert not want, f"{label}: {len(want)} partitions did not read back"
             log(f"{label}: every partition reads its message back")
 
-        broker.stop(signal.SIGTERM)
+        broker.signal_and_wait(signal.SIGTERM)
         r["ready_after_clean_stop_s"] = round(broker.start(), 3)
         log(f"ready after a clean stop: {r['ready_after_clean_stop_s']} s")
         verify("after-clean-stop")
         if not args.quick:
-            broker.stop(signal.SIGKILL)
+            broker.signal_and_wait(signal.SIGKILL)
             r["ready_after_sigkill_s"] = round(broker.start(), 3)
             log(f"ready after SIGKILL: {r['ready_after_sigkill_s']} s")
             verify("after-sigkill")
-        broker.stop(signal.SIGTERM)
+        broker.signal_and_wait(signal.SIGTERM)
     finally:
         if broker.proc and broker.proc.poll() is None:
             broker.proc.kill()

@@ -19,10 +19,8 @@ from __future__ import annotations
 
 import hashlib
 import shutil
-import signal
 import socket
 import struct
-import subprocess
 import sys
 import tempfile
 import threading
@@ -30,16 +28,14 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-BIN = ROOT / "target" / "release" / "corelog"
+# The broker launcher the integration tests use (tests/integration/launcher.py).
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import launcher  # noqa: E402
+
+BIN = launcher.corelog_bin()
 CORPUS = ROOT / "fuzz" / "corpus"
 FRAME_MAX = 64 << 10
 CODECS = ["none", "gzip", "snappy", "lz4", "zstd"]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def save(target: str, data: bytes) -> bool:
@@ -298,36 +294,6 @@ class RpcProxy:
         relay_frames(src, dst, ">I", lambda body: self.keep(side, body))
 
 
-class Node:
-    def __init__(self, work: Path, node_id: int):
-        self.node_id = node_id
-        self.dir = work / f"n{node_id}"
-        self.dir.mkdir(parents=True)
-        self.port, self.http, self.controller = free_port(), free_port(), free_port()
-        self.proc: subprocess.Popen | None = None
-        self.argv: list[str] = []
-
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, stdout=open(self.dir / "broker.log", "a"),
-                                     stderr=subprocess.STDOUT)
-
-    def healthy(self) -> bool:
-        import urllib.request
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.http}/health", timeout=1) as r:
-                return r.read().strip() == b"ok"
-        except OSError:
-            return False
-
-    def wait_healthy(self, timeout: float = 60) -> None:
-        deadline = time.time() + timeout
-        while not self.healthy():
-            if time.time() > deadline or self.proc.poll() is not None:
-                raise RuntimeError(f"node {self.node_id} not healthy:\n"
-                                   + (self.dir / "broker.log").read_text()[-3000:])
-            time.sleep(0.3)
-
-
 def attempt(what: str, call) -> None:
     """Runs an admin call; what it proposed is what counts, so a refusal is only noted."""
     try:
@@ -404,25 +370,23 @@ def cluster_seeds() -> dict[str, int]:
     work = Path(tempfile.mkdtemp(prefix="corelog-cluster-seeds-"))
     kept: dict[str, list[bytes]] = {}
     lock = threading.Lock()
-    nodes = [Node(work, i) for i in (1, 2, 3, 4)]
+    nodes = [launcher.Broker(work / f"n{i}", shards=1, name=f"node{i}", log_level="warn")
+             for i in (1, 2, 3, 4)]
     voters = nodes[:3]
-    proxies = [RpcProxy(n.controller, kept, lock) for n in voters]
-    quorum = ",".join(f"{n.node_id}@127.0.0.1:{px.port}" for n, px in zip(voters, proxies))
-    for n in nodes:
-        n.argv = [str(BIN), "serve", "--listen", f"127.0.0.1:{n.port}",
-                  "--data-dir", str(n.dir / "data"), "--http", f"127.0.0.1:{n.http}",
-                  "--controller-listen", f"127.0.0.1:{n.controller}", "--shards", "1",
-                  "--node-id", str(n.node_id), "--controller-voters", quorum,
-                  "--metadata-snapshot-entries", str(SNAPSHOT_ENTRIES),
-                  "--partition-balancer-enable", "false",
-                  "--group-initial-rebalance-delay-ms", "0", "--log-level", "warn"]
+    proxies = [RpcProxy(n.controller_port, kept, lock) for n in voters]
+    quorum = ",".join(f"{i}@127.0.0.1:{px.port}" for i, px in enumerate(proxies, 1))
+    for i, n in enumerate(nodes, 1):
+        n.extra_args = ["--node-id", str(i), "--controller-voters", quorum,
+                        "--metadata-snapshot-entries", str(SNAPSHOT_ENTRIES),
+                        "--partition-balancer-enable", "false",
+                        "--group-initial-rebalance-delay-ms", "0"]
     added = {"controller_rpc": 0, "metadata_log": 0, "metadata_snapshot": 0}
 
     def grab() -> None:
         """The metadata files each node has now (a log read while it is appended to may
         end in a torn frame, as after a crash)."""
         for n in nodes:
-            meta = n.dir / "data" / "__cluster_metadata"
+            meta = n.data_dir / "__cluster_metadata"
             log = meta / "log" / "raft.log"
             if log.exists():
                 added["metadata_log"] += save("metadata_log", whole_frames(log.read_bytes()))
@@ -436,37 +400,33 @@ def cluster_seeds() -> dict[str, int]:
 
     try:
         for n in voters:
-            n.start()
+            n.launch()
         for n in voters:
-            n.wait_healthy()
+            n.wait_healthy(60)
         grab()
 
         def restart(meanwhile) -> None:
             grab()
             down = nodes[2]
-            down.proc.kill()
-            down.proc.wait(30)
+            down.kill()
             meanwhile()
             grab()
-            down.start()
+            down.launch()
             # Its metadata catches up at once; its partitions may take their time to
             # recover, and only the metadata counts here.
-            attempt(f"node {down.node_id} restarted", lambda: down.wait_healthy(30))
+            attempt(f"{down.name} restarted", lambda: down.wait_healthy(30))
             # The observer joins now, behind the purged log: it starts from a snapshot.
-            nodes[3].start()
-            nodes[3].wait_healthy()
+            nodes[3].launch()
+            nodes[3].wait_healthy(60)
             time.sleep(2)
             grab()
 
-        cluster_workload(f"127.0.0.1:{nodes[0].port}", restart)
+        cluster_workload(nodes[0].bootstrap, restart)
         time.sleep(3)
         for n in nodes:  # controlled shutdowns, then the last ones stop as they can
-            n.proc.send_signal(signal.SIGTERM)
+            n.begin_teardown()
         for n in nodes:
-            try:
-                n.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                n.proc.kill()
+            n.finish_teardown(timeout=60)
         grab()
         for bodies in kept.values():
             for body in bodies:
@@ -474,8 +434,8 @@ def cluster_seeds() -> dict[str, int]:
         return added
     finally:
         for n in nodes:
-            if n.proc is not None and n.proc.poll() is None:
-                n.proc.kill()
+            if n.is_running():
+                n.kill()
         shutil.rmtree(work, ignore_errors=True)
 
 
@@ -506,39 +466,29 @@ def main() -> int:
 
 def single_broker_seeds() -> int:
     work = Path(tempfile.mkdtemp(prefix="corelog-seeds-"))
-    port, http, controller = free_port(), free_port(), free_port()
-    broker = None
+    broker = launcher.Broker(work, shards=1, log_level="warn",
+                             extra_args=["--group-initial-rebalance-delay-ms", "0"])
     try:
-        proxy = Proxy(port)
-        broker = subprocess.Popen(
-            [str(BIN), "serve", "--listen", f"127.0.0.1:{port}",
-             "--advertise", f"127.0.0.1:{proxy.port}", "--data-dir", str(work / "data"),
-             "--http", f"127.0.0.1:{http}", "--controller-listen", f"127.0.0.1:{controller}",
-             "--shards", "1", "--group-initial-rebalance-delay-ms", "0",
-             "--log-level", "warn"],
-            stdout=open(work / "broker.log", "w"), stderr=subprocess.STDOUT)
-        deadline = time.time() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                if time.time() > deadline or broker.poll() is not None:
-                    print((work / "broker.log").read_text(), file=sys.stderr)
-                    return 1
-                time.sleep(0.2)
+        proxy = Proxy(broker.port)
+        # Clients are told the proxy's address, so every connection goes through it.
+        broker.advertise = f"127.0.0.1:{proxy.port}"
+        try:
+            broker.start()
+        except launcher.BrokerStartError as e:
+            print(e, file=sys.stderr)
+            return 1
         bootstrap = f"127.0.0.1:{proxy.port}"
         confluent_clients(bootstrap)
         kafka_python_clients(bootstrap)
-        broker.send_signal(signal.SIGTERM)
-        broker.wait(60)
-        added = broker_files(work / "data")
+        broker.begin_teardown()
+        broker.finish_teardown(timeout=60)
+        added = broker_files(broker.data_dir)
         print(f"request: {proxy.frames} new frames")
         for target, n in added.items():
             print(f"{target}: {n} new files")
         return 0
     finally:
-        if broker is not None and broker.poll() is None:
+        if broker.is_running():
             broker.kill()
         shutil.rmtree(work, ignore_errors=True)
 

@@ -15,7 +15,7 @@ from collections import Counter
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
 from confluent_kafka import Consumer, KafkaException
 
-from conftest import corelog_bin
+from launcher import corelog_bin
 from test_kafka_python import wait_until
 from test_reassignment import in_progress, produce_bytes, reassign, set_configs
 from test_replication import (FAST, TIMEOUT, Load, admin, assert_exactly_once, bootstrap,

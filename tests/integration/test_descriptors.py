@@ -18,8 +18,8 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-import conftest
 import kwire as W
+import launcher
 from test_limits import metric_sum
 
 PARTITIONS = 600
@@ -75,7 +75,7 @@ def test_many_partitions_hold_few_descriptors(broker_factory):
     assert descriptors(b.proc.pid) < OPEN_FILES_MAX + 150
 
 
-class LimitedBroker(conftest.Broker):
+class LimitedBroker(launcher.Broker):
     """A broker started under a hard RLIMIT_NOFILE of `nofile`."""
 
     nofile = 256

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Broker
+from launcher import Broker
 from storage_faults import Load, check_log
 from test_storage_faults import KAFKA_STORAGE_ERROR, create, produce_raw
 

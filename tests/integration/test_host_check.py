@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import corelog_bin
+from launcher import corelog_bin
 
 CHECKS = ["io_uring", "io_uring sysctl", "RLIMIT_MEMLOCK", "RLIMIT_NOFILE", "filesystem",
           "O_DIRECT", "free disk", "transparent hugepages", "cpu governor"]

@@ -15,7 +15,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 
 import kwire as W
-from conftest import free_port
+from launcher import free_port
 from test_librdkafka_roundtrip import consumer_config, create_topic
 
 API_INIT_PRODUCER_ID = 22

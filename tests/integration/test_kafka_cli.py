@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 
 import kwire as W
-from conftest import REPO_ROOT, _die_with_parent
+from launcher import REPO_ROOT, die_with_parent
 
 KAFKA_CLI = REPO_ROOT / "tools" / "kafka-cli" / "kafka-cli.sh"
 KAFKA_LIBS = Path(os.environ.get("KAFKA_CLI_LIBS", REPO_ROOT / ".cache" / "kafka" / "libs"))
@@ -143,7 +143,7 @@ class Background:
         self._err = open(path.with_suffix(".err"), "w")
         self.proc = subprocess.Popen([str(KAFKA_CLI), *self.argv], stdin=subprocess.DEVNULL,
                                      stdout=self._out, stderr=self._err,
-                                     env=_Jvm.env(), preexec_fn=_die_with_parent)
+                                     env=_Jvm.env(), preexec_fn=die_with_parent)
 
     def text(self) -> str:
         return self.path.read_text()

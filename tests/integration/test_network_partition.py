@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from conftest import Broker
+from launcher import Broker
 from test_kafka_python import wait_until
 from test_replication import (FAST, assert_exactly_once, batches_on_disk, consume_everything,
                               create, partition_state)

@@ -9,7 +9,7 @@ import select
 import subprocess
 import time
 
-from conftest import corelog_bin
+from launcher import corelog_bin
 
 ESC = b"\x1b["
 
