@@ -7,8 +7,9 @@
 //! reference-counted [`bytes::Bytes`], never copied.
 //!
 //! Components:
-//! - [`shard`]: the per-core partition table (`corelog_partition::Partition`s) and the
-//!   dispatch of mesh messages.
+//! - [`shard`]: the per-core partition table (`corelog_partition::Partition`s), the
+//!   dispatch of mesh messages and the partition requests it serves (produce, fetch with
+//!   the leader's replication throttle, offsets, deletions).
 //! - [`routing`]: partition → shard, a stable pure function.
 //! - [`metadata`]: the cluster metadata as the controller last published it, one writer
 //!   (the controller node) and lock-free readers on every core.
@@ -29,8 +30,10 @@
 //!   and the data directory's health shared by the shards.
 //!
 //! It builds on `corelog-partition`, `corelog-storage` and `corelog-metrics`, and must
-//! never depend on the broker's edge (the `corelog` crate): Kafka error codes and wire
-//! formats exist only there. Errors are typed per layer (`thiserror`).
+//! never depend on the broker's edge (the `corelog` crate): Kafka error codes exist only
+//! there, and so does serving Kafka's wire protocol. The one Kafka wire format spoken
+//! here is the replica fetcher's, as a client of the leader, through
+//! `corelog-kafka-client`. Errors are typed per layer (`thiserror`).
 
 pub mod client_quota;
 pub mod controller;

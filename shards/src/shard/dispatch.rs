@@ -1,0 +1,98 @@
+//! The one place a mesh message addressed to this shard is taken apart and handed to
+//! the code that serves it; every reply is sent here, whatever the serving code
+//! returns (a requester that has gone away is not an error).
+
+use super::Shard;
+use crate::group::coordinator::offsets_tp;
+use crate::mesh::{PartitionRequest, ShardMessage};
+use std::rc::Rc;
+
+impl Shard {
+    /// Handles one message addressed to this shard.
+    pub async fn handle(self: Rc<Self>, msg: ShardMessage) {
+        match msg {
+            ShardMessage::Partition(PartitionRequest::Produce {
+                acks,
+                timeout_ms,
+                partitions,
+                reply,
+            }) => {
+                let out = self.produce(acks, timeout_ms, partitions).await;
+                let _ = reply.send(out);
+            }
+            ShardMessage::Partition(PartitionRequest::Fetch {
+                partitions,
+                budget,
+                reader,
+                reply,
+            }) => {
+                let out = self.fetch(partitions, budget, reader).await;
+                let _ = reply.send(out);
+            }
+            ShardMessage::Partition(PartitionRequest::WaitForData {
+                partitions,
+                deadline,
+                replica,
+                reply,
+            }) => {
+                self.wait_for_data(partitions, deadline, replica).await;
+                let _ = reply.send(());
+            }
+            ShardMessage::Partition(PartitionRequest::ListOffsets { partitions, reply }) => {
+                let _ = reply.send(self.list_offsets(partitions).await);
+            }
+            ShardMessage::Partition(PartitionRequest::EpochEndOffsets { partitions, reply }) => {
+                let _ = reply.send(self.epoch_end_offsets(&partitions));
+            }
+            ShardMessage::Partition(PartitionRequest::DescribePartitions {
+                partitions,
+                with_producers,
+                reply,
+            }) => {
+                let _ = reply.send(self.describe_partitions(&partitions, with_producers));
+            }
+            ShardMessage::Partition(PartitionRequest::DeleteRecords { partitions, reply }) => {
+                let _ = reply.send(self.delete_records(partitions).await);
+            }
+            ShardMessage::Housekeeping(m) => self.housekeeping.handle(m, &self.peers).await,
+            ShardMessage::Controller(req) => match &self.controller {
+                Some(c) => c.handle(req).await,
+                None => tracing::error!(
+                    shard = self.id,
+                    "controller request sent to a shard that is not the controller"
+                ),
+            },
+            ShardMessage::Group { op, reply } => {
+                let shard = self.clone();
+                let answer = self
+                    .groups
+                    .handle(op, move |p| shard.partition(&offsets_tp(p)))
+                    .await;
+                let _ = reply.send(answer);
+            }
+            ShardMessage::Metrics { reply } => {
+                let _ = reply.send(self.metrics_snapshot());
+            }
+            ShardMessage::Shutdown { reply } => {
+                self.close_all().await;
+                let _ = reply.send(());
+            }
+            ShardMessage::QuotaUsage(report) => self.quota_usage.push(report),
+        }
+    }
+
+    /// This shard's metrics, with its segment files and replication counted now.
+    fn metrics_snapshot(&self) -> corelog_metrics::MetricsSnapshot {
+        let mut snapshot = corelog_metrics::snapshot(self.id);
+        let files = self.open_files().stats();
+        snapshot.segment_files = corelog_metrics::SegmentFileCounters {
+            open: files.open as u64,
+            capacity: files.capacity as u64,
+            opens: files.opens,
+            evictions: files.evictions,
+            exhausted: files.exhausted,
+        };
+        snapshot.replication = self.replication_metrics(snapshot.replication);
+        snapshot
+    }
+}

@@ -1,0 +1,254 @@
+//! One core's state: the partition table it owns, the services it holds, and the
+//! dispatch of the messages other cores send it.
+//!
+//! A `Shard` lives on one glommio executor and is shared there as `Rc<Shard>`. It owns
+//! every partition `p` with `routing::shard_of(topic, p) == id` and is the only code
+//! that touches their logs. Other shards reach them only through [`ShardMessage`]s.
+//!
+//! Services, each with its own message type and none depending on `Shard`: the
+//! controller (shard 0, `ControllerRequest`), the group coordinator (`GroupOp`),
+//! housekeeping (`HousekeepingMessage`; it sees the partitions through `PartitionSet`),
+//! the quota usage inbox, and the producer-id block. They reach other shards through
+//! [`Peers`], this shard's end of the mesh, never through the shard itself.
+//!
+//! Invariants: a partition is open on at most one shard (its owner) and at most once
+//! (opens and drops are serialised by `admin_lock`); a handler asserts the partitions it
+//! is given are its own; no `RefCell` borrow crosses an `.await`.
+//!
+//! Split by job: this file holds the shard's state and its services' start-up;
+//! [`dispatch`] routes each mesh message to the code that serves it; `produce` appends
+//! and waits for acknowledgements; `fetch` reads for consumers and followers (the
+//! leader's replication throttle, the followers' positions recorded);
+//! `partition_requests` serves the small per-partition requests (ListOffsets,
+//! OffsetForLeaderEpoch, DescribePartitions, DeleteRecords, the long poll's wait);
+//! `partition_table` opens, reconfigures and drops the partitions the metadata gives
+//! this shard.
+
+mod dispatch;
+mod fetch;
+mod partition_requests;
+mod partition_table;
+mod produce;
+
+use crate::controller::Controller;
+use crate::group::coordinator::{offsets_tp, GroupCoordinator};
+use crate::group::OFFSETS_TOPIC;
+use crate::housekeeping::{Housekeeping, PartitionSet};
+use crate::mesh::*;
+use crate::metadata::MetadataStore;
+use crate::producer_ids::ProducerIds;
+use crate::routing::{shard_of, ShardId};
+pub use crate::shard_config::ShardConfig;
+use corelog_partition::Partition;
+use glommio::channels::channel_mesh::Senders;
+use glommio::sync::Semaphore;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Group ticks (100 ms each) between two offset-retention checks. (`__consumer_offsets`
+/// is compacted by the log cleaner like any compacted topic.)
+const OFFSET_EXPIRY_CHECK_TICKS: u64 = 20;
+
+pub struct Shard {
+    pub id: ShardId,
+    pub config: Arc<ShardConfig>,
+    pub metadata: Arc<MetadataStore>,
+    partitions: RefCell<HashMap<TopicPartition, Rc<Partition>>>,
+    /// This shard's end of the mesh, shared with the services it holds.
+    pub peers: Rc<Peers>,
+    pub(crate) admin_lock: Semaphore,
+    controller: Option<Controller>,
+    /// This broker's controller node: proposals, the registration, the quorum.
+    pub node: corelog_controller::ControllerNode,
+    /// What `reconcile` last made of the metadata.
+    pub(crate) reconciled: RefCell<crate::reconcile::Reconciled>,
+    pub groups: GroupCoordinator,
+    /// Retention, compaction, producer expiry and the disk budget.
+    pub housekeeping: Rc<Housekeeping>,
+    /// Producer ids this shard may hand out without asking the controller
+    /// (InitProducerId).
+    pub producer_ids: ProducerIds,
+    /// Other shards' quota usage reports, drained by the broker's quota manager.
+    pub quota_usage: crate::client_quota::UsageInbox,
+    /// The clock and observer this shard's logs are opened with.
+    pub(crate) storage_context: corelog_storage::LogContext,
+    /// The followers' fetchers of the partitions this shard follows (`replication`).
+    pub(crate) fetchers: crate::replica_fetcher::ReplicaFetchers<Shard>,
+    /// The high watermarks checkpointed before this start (`replication`), read once.
+    pub(crate) hw_checkpoints: std::cell::OnceCell<HashMap<TopicPartition, i64>>,
+    /// The broker's replication throttles, shared by its shards.
+    pub throttles: Arc<crate::replication_throttle::ReplicationThrottles>,
+    /// The data directory's health (and armed faults), shared by the shards.
+    pub data_dir: Arc<crate::storage_context::DataDir>,
+}
+
+impl Shard {
+    pub fn new(
+        id: ShardId,
+        config: Arc<ShardConfig>,
+        metadata: Arc<MetadataStore>,
+        senders: Senders<Envelope>,
+        node: corelog_controller::ControllerNode,
+        throttles: Arc<crate::replication_throttle::ReplicationThrottles>,
+        data_dir: Arc<crate::storage_context::DataDir>,
+    ) -> Rc<Shard> {
+        let config_shards = config.shard_count;
+        let fetch_config = config.replication.fetch.clone();
+        let storage_context =
+            crate::storage_context::storage_context(config.open_segment_files, &data_dir);
+        let peers = Rc::new(Peers::new(id, config.shard_count, senders));
+        let shard = Rc::new(Shard {
+            id,
+            controller: (id == crate::routing::CONTROLLER_SHARD)
+                .then(|| Controller::new(metadata.clone(), config.clone(), node.clone())),
+            node,
+            reconciled: RefCell::new(Default::default()),
+            groups: GroupCoordinator::new(config.groups.clone()),
+            housekeeping: Rc::new(Housekeeping::new(
+                config.housekeeping.clone(),
+                config.data_dir.clone(),
+                config.shard_count,
+            )),
+            config,
+            metadata,
+            partitions: RefCell::new(HashMap::new()),
+            peers,
+            admin_lock: Semaphore::new(1),
+            producer_ids: ProducerIds::default(),
+            quota_usage: crate::client_quota::UsageInbox::new(config_shards),
+            storage_context,
+            fetchers: crate::replica_fetcher::ReplicaFetchers::new(fetch_config),
+            hw_checkpoints: Default::default(),
+            throttles,
+            data_dir,
+        });
+        let inbox: Rc<dyn Inbox> = shard.clone();
+        shard.peers.set_local(Rc::downgrade(&inbox));
+        shard.fetchers.set_host(Rc::downgrade(&shard));
+        shard
+    }
+
+    /// The descriptors of this shard's segment files.
+    pub fn open_files(&self) -> &corelog_storage::FileCache {
+        &self.storage_context.files
+    }
+
+    /// Closes this shard's segment files once they have been idle a while
+    /// (`file_cache::IDLE_CLOSE_AFTER`), for the broker's life.
+    pub fn start_closing_idle_files(&self) {
+        let files = self.storage_context.files.clone();
+        glommio::spawn_local(async move {
+            let idle = corelog_storage::file_cache::IDLE_CLOSE_AFTER;
+            loop {
+                glommio::timer::sleep(idle / 4).await;
+                files.close_idle(idle);
+            }
+        })
+        .detach();
+    }
+
+    pub fn shard_count(&self) -> usize {
+        self.config.shard_count
+    }
+
+    pub fn owner_of(&self, topic: &str, partition: i32) -> ShardId {
+        shard_of(topic, partition, self.config.shard_count)
+    }
+
+    /// Every open partition of this shard.
+    pub fn logs(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
+        let mut logs: Vec<_> = self
+            .partitions
+            .borrow()
+            .iter()
+            .map(|(tp, l)| (tp.clone(), l.clone()))
+            .collect();
+        logs.sort_by(|a, b| (&a.0.topic, a.0.partition).cmp(&(&b.0.topic, b.0.partition)));
+        logs
+    }
+
+    /// Bytes held by this shard's partition logs.
+    pub fn log_bytes(&self) -> u64 {
+        self.partitions
+            .borrow()
+            .values()
+            .map(|p| p.log().size_bytes())
+            .sum()
+    }
+
+    /// Why produces are refused right now, if they are.
+    pub fn produce_refused(&self) -> Option<Arc<str>> {
+        self.housekeeping.produce_refused()
+    }
+
+    pub fn partition(&self, tp: &TopicPartition) -> Option<Rc<Partition>> {
+        self.partitions.borrow().get(tp).cloned()
+    }
+
+    /// Puts `partition` in the table in the place of `tp`'s (a reopened log).
+    pub(crate) fn replace_partition(&self, tp: TopicPartition, partition: Rc<Partition>) {
+        self.partitions.borrow_mut().insert(tp, partition);
+        self.share_tail_cache();
+    }
+
+    pub fn open_partition_count(&self) -> usize {
+        self.partitions.borrow().len()
+    }
+
+    /// The shard that coordinates `group`.
+    pub fn coordinator_of(&self, group: &str) -> ShardId {
+        self.owner_of(OFFSETS_TOPIC, self.groups.offsets_partition(group))
+    }
+
+    /// Starts the group timers (session expiry every 100 ms, offset expiry every few
+    /// seconds). The groups of each `__consumer_offsets` partition are loaded when this
+    /// broker takes up its leadership (`replication`).
+    pub async fn start_group_coordinator(self: &Rc<Self>) {
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            let mut ticks = 0u64;
+            loop {
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+                shard.groups.tick();
+                ticks += 1;
+                if ticks % OFFSET_EXPIRY_CHECK_TICKS == 0 {
+                    let s = shard.clone();
+                    glommio::spawn_local(async move {
+                        let s2 = s.clone();
+                        s.groups
+                            .expire_offsets(move |p| s2.partition(&offsets_tp(p)))
+                            .await;
+                    })
+                    .detach();
+                }
+            }
+        })
+        .detach();
+    }
+
+    /// Flushes and closes every partition (clean shutdown).
+    pub async fn close_all(&self) {
+        self.fetchers.stop_all();
+        let logs: Vec<Rc<Partition>> = self.partitions.borrow().values().cloned().collect();
+        futures::future::join_all(logs.iter().map(|l| l.close())).await;
+        // After the close: every mark covers what the logs hold once synced.
+        if let Err(e) = self.checkpoint_high_watermarks(&mut HashMap::new()).await {
+            tracing::warn!(shard = self.id, error = %e, "writing the high-watermark checkpoint");
+        }
+    }
+}
+
+impl Inbox for Shard {
+    fn deliver(self: Rc<Self>, msg: ShardMessage) {
+        glommio::spawn_local(self.handle(msg)).detach();
+    }
+}
+
+impl PartitionSet for Shard {
+    fn partitions(&self) -> Vec<(TopicPartition, Rc<Partition>)> {
+        self.logs()
+    }
+}

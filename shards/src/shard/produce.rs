@@ -1,0 +1,100 @@
+//! Produce on the owning shard: every partition's batches appended first (offsets in
+//! arrival order), then all acknowledgements awaited together so one sync serves them.
+//!
+//! Invariants: nothing is queued for a partition that is refused (unknown, not led here,
+//! too few in-sync replicas, disk budget exhausted); each partition times out on its
+//! own; answers are in input order.
+
+use super::Shard;
+use crate::mesh::{Acks, PartitionError, ProduceAck, ProduceInput, ProduceOutput};
+use corelog_storage::AckLevel;
+use std::time::{Duration, Instant};
+
+impl Shard {
+    pub(super) async fn produce(
+        &self,
+        acks: Acks,
+        timeout_ms: u64,
+        inputs: Vec<ProduceInput>,
+    ) -> Vec<ProduceOutput> {
+        // Append everything first (offsets assigned in arrival order), then wait for all
+        // acknowledgements together so one sync can serve them.
+        let mut tickets = Vec::with_capacity(inputs.len());
+        let refused = self.produce_refused();
+        for input in &inputs {
+            debug_assert_eq!(self.owner_of(&input.tp.topic, input.tp.partition), self.id);
+            let r = match self
+                .partition(&input.tp)
+                .ok_or(PartitionError::UnknownTopicOrPartition)
+            {
+                Err(e) => Err(e),
+                // Refused before anything is queued: no partial writes near a full disk.
+                Ok(_) if refused.is_some() => Err(PartitionError::DiskFull(
+                    refused
+                        .clone()
+                        .unwrap_or_else(|| "disk budget exhausted".into()),
+                )),
+                // The metadata may name this broker a moment before its shard took up the
+                // leadership (or after it gave it up): only the partition's role counts.
+                Ok(log) if !log.is_leader() => Err(PartitionError::NotLeaderOrFollower),
+                Ok(log) if acks == Acks::All && log.isr_len() < log.min_insync_replicas() => {
+                    Err(PartitionError::NotEnoughReplicas {
+                        isr: log.isr_len(),
+                        min: log.min_insync_replicas(),
+                    })
+                }
+                Ok(log) => log
+                    .append(&input.records)
+                    .map(|t| (log, t))
+                    .map_err(PartitionError::from),
+            };
+            tickets.push(r);
+        }
+        let level = match acks {
+            Acks::None => None,
+            Acks::Leader | Acks::All => Some(acks),
+        };
+        // Each partition times out on its own: one slow partition must not turn the
+        // others' results (acknowledged, or refused for good) into a retriable timeout.
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
+        let waits = futures::future::join_all(tickets.into_iter().map(|r| async move {
+            let (log, ticket) = r?;
+            if let Some(level) = level {
+                let timer =
+                    glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+                let waited = futures_lite::future::or(
+                    async {
+                        Some(match level {
+                            Acks::All => log
+                                .wait_committed(ticket)
+                                .await
+                                .map_err(PartitionError::from),
+                            _ => log
+                                .wait(ticket, AckLevel::Leader)
+                                .await
+                                .map_err(PartitionError::from),
+                        })
+                    },
+                    async {
+                        timer.await;
+                        None
+                    },
+                )
+                .await;
+                match waited {
+                    Some(r) => r?,
+                    None => return Err(PartitionError::Timeout),
+                }
+            }
+            Ok(ProduceAck {
+                base_offset: ticket.base_offset,
+                log_start_offset: log.log_start_offset(),
+            })
+        }));
+        waits
+            .await
+            .into_iter()
+            .map(|result| ProduceOutput { result })
+            .collect()
+    }
+}
