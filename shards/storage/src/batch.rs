@@ -1,8 +1,9 @@
 //! Kafka RecordBatch v2: a zero-copy view of the 61-byte header, whole-batch validation,
 //! in-place offset assignment and splitting a buffer into consecutive batches.
 //!
-//! Owns: the wire layout of the batch header (all big-endian), the CRC-32C check, the
-//! record-level walk of uncompressed batches, and the [`BatchError`] taxonomy.
+//! Owns: the wire layout of the batch header ([`layout`], all big-endian: the one place
+//! that says where each field sits), the CRC-32C check, the record-level walk of
+//! uncompressed batches, and the [`BatchError`] taxonomy.
 //!
 //! Invariants:
 //! - Every function here is total over arbitrary input bytes: reads go through a cursor
@@ -15,7 +16,7 @@
 //!   [`validate_stored`] accepts besides what the log cleaner leaves of such a batch:
 //!   fewer records, with increasing deltas up to `lastOffsetDelta`.
 //! - [`set_base_offset`] and [`set_partition_leader_epoch`] only touch bytes in front of
-//!   the CRC-covered region (`[21..]`), so a valid batch stays valid.
+//!   the CRC-covered region (`[CRC_START..]`), so a valid batch stays valid.
 //!
 //! Does not: decompress (compressed batches are validated at the header level only;
 //! their records are opaque), interpret record keys/values/headers, understand the legacy
@@ -28,7 +29,8 @@ use core::ops::Range;
 /// and `batchLength` (4) itself. `total_len = LOG_OVERHEAD + batchLength`.
 pub const LOG_OVERHEAD: usize = 12;
 
-/// Length of the fixed RecordBatch v2 header, up to and including `recordCount`.
+/// Length of the fixed RecordBatch v2 header, up to and including `recordCount`. The
+/// records section starts here.
 pub const BATCH_HEADER_LEN: usize = 61;
 
 /// The only batch format corelog stores.
@@ -41,17 +43,118 @@ const MIN_BATCH_LENGTH: i32 = (BATCH_HEADER_LEN - LOG_OVERHEAD) as i32;
 /// The CRC covers everything from `attributes` to the end of the batch. `baseOffset`,
 /// `batchLength`, `partitionLeaderEpoch` and `magic` lie in front of it so that a broker
 /// can assign offsets and stamp the leader epoch without recomputing it.
-pub(crate) const CRC_START: usize = 21;
+pub const CRC_START: usize = 21;
 
-/// Byte ranges of the two fields the broker rewrites in place.
-const BASE_OFFSET_RANGE: Range<usize> = 0..8;
-const PARTITION_LEADER_EPOCH_RANGE: Range<usize> = 12..16;
+pub mod layout {
+    //! Where every field of the RecordBatch v2 header sits: its byte range from the start of
+    //! the batch, in wire order, each field big-endian (Kafka's `DefaultRecordBatch`).
+    //!
+    //! This is corelog's one statement of the header layout; code that reads or writes a
+    //! header field by position names it here rather than restating the offset.
+    //! [`BatchHeader::parse`](super::BatchHeader::parse) reads the fields in this order
+    //! (a unit test checks it against the table), and compile-time asserts below the table
+    //! check that the fields are contiguous and as wide as their types, that [`FIELDS`]
+    //! lists all of them in order, that `batchLength` ends at [`LOG_OVERHEAD`], that the
+    //! CRC-covered region ([`CRC_START`]`..`) begins right after `crc` with `attributes`,
+    //! and that `recordCount` ends at [`BATCH_HEADER_LEN`].
+    //!
+    //! `tools/kafka-client` (`corelog-kafka-client`) keeps a copy in its `records.rs`: that
+    //! crate may depend on no corelog crate, so it cannot use this one.
 
-/// Attribute bits (the low byte of the `attributes` i16).
-const COMPRESSION_MASK: i16 = 0x07;
-const TIMESTAMP_TYPE_BIT: i16 = 0x08;
-const TRANSACTIONAL_BIT: i16 = 0x10;
-const CONTROL_BIT: i16 = 0x20;
+    use core::ops::Range;
+
+    use super::{BATCH_HEADER_LEN, CRC_START, LOG_OVERHEAD};
+
+    /// `baseOffset`, i64. In front of the CRC: the broker rewrites it in place.
+    pub const BASE_OFFSET: Range<usize> = 0..8;
+    /// `batchLength`, i32: the bytes of the batch after this field.
+    pub const BATCH_LENGTH: Range<usize> = 8..12;
+    /// `partitionLeaderEpoch`, i32. In front of the CRC: the broker rewrites it in place.
+    pub const PARTITION_LEADER_EPOCH: Range<usize> = 12..16;
+    /// `magic`, i8 (one byte: read it at `MAGIC.start`).
+    pub const MAGIC: Range<usize> = 16..17;
+    /// `crc`, u32: CRC-32C of `CRC_START..` (the end of the batch).
+    pub const CRC: Range<usize> = 17..21;
+    /// `attributes`, i16, the first field the CRC covers; its bits are the `*_BIT` and
+    /// `*_MASK` constants below.
+    pub const ATTRIBUTES: Range<usize> = 21..23;
+    /// `lastOffsetDelta`, i32.
+    pub const LAST_OFFSET_DELTA: Range<usize> = 23..27;
+    /// `baseTimestamp`, i64.
+    pub const BASE_TIMESTAMP: Range<usize> = 27..35;
+    /// `maxTimestamp`, i64.
+    pub const MAX_TIMESTAMP: Range<usize> = 35..43;
+    /// `producerId`, i64.
+    pub const PRODUCER_ID: Range<usize> = 43..51;
+    /// `producerEpoch`, i16.
+    pub const PRODUCER_EPOCH: Range<usize> = 51..53;
+    /// `baseSequence`, i32.
+    pub const BASE_SEQUENCE: Range<usize> = 53..57;
+    /// `recordCount`, i32, the last header field: the records follow.
+    pub const RECORD_COUNT: Range<usize> = 57..61;
+
+    /// Every header field in wire order, with its width in bytes (the size of its type).
+    pub const FIELDS: [(Range<usize>, usize); 13] = [
+        (BASE_OFFSET, size_of::<i64>()),
+        (BATCH_LENGTH, size_of::<i32>()),
+        (PARTITION_LEADER_EPOCH, size_of::<i32>()),
+        (MAGIC, size_of::<i8>()),
+        (CRC, size_of::<u32>()),
+        (ATTRIBUTES, size_of::<i16>()),
+        (LAST_OFFSET_DELTA, size_of::<i32>()),
+        (BASE_TIMESTAMP, size_of::<i64>()),
+        (MAX_TIMESTAMP, size_of::<i64>()),
+        (PRODUCER_ID, size_of::<i64>()),
+        (PRODUCER_EPOCH, size_of::<i16>()),
+        (BASE_SEQUENCE, size_of::<i32>()),
+        (RECORD_COUNT, size_of::<i32>()),
+    ];
+
+    // The table is checked where it is written: a wrong number fails the build.
+    const _: () = {
+        assert!(FIELDS[0].0.start == 0, "the header starts with baseOffset");
+        let mut i = 0;
+        while i < FIELDS.len() {
+            let (field, width) = (&FIELDS[i].0, FIELDS[i].1);
+            assert!(
+                field.end - field.start == width,
+                "a field is as wide as its type"
+            );
+            if i + 1 < FIELDS.len() {
+                assert!(field.end == FIELDS[i + 1].0.start, "fields are contiguous");
+            }
+            i += 1;
+        }
+        assert!(
+            FIELDS[FIELDS.len() - 1].0.end == BATCH_HEADER_LEN,
+            "recordCount ends the header"
+        );
+        assert!(
+            BATCH_LENGTH.end == LOG_OVERHEAD,
+            "batchLength counts from its end"
+        );
+        assert!(CRC.end == CRC_START, "the covered region follows the crc");
+        assert!(
+            ATTRIBUTES.start == CRC_START,
+            "the covered region starts at attributes"
+        );
+        assert!(
+            PARTITION_LEADER_EPOCH.end <= CRC_START && BASE_OFFSET.end <= CRC_START,
+            "the fields the broker rewrites lie outside the CRC"
+        );
+    };
+
+    /// Attribute bits 0-2: the compression codec.
+    pub const COMPRESSION_MASK: i16 = 0x07;
+    /// Attribute bit 3: timestamps are broker log-append time rather than create time.
+    pub const TIMESTAMP_TYPE_BIT: i16 = 0x08;
+    /// Attribute bit 4: the batch belongs to a transaction.
+    pub const TRANSACTIONAL_BIT: i16 = 0x10;
+    /// Attribute bit 5: the batch holds a control record (transaction marker).
+    pub const CONTROL_BIT: i16 = 0x20;
+}
+
+use layout::{COMPRESSION_MASK, CONTROL_BIT, TIMESTAMP_TYPE_BIT, TRANSACTIONAL_BIT};
 
 /// Why a byte range is not an acceptable record batch.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -193,7 +296,7 @@ impl BatchHeader {
 /// `max_batch_bytes` bytes, as a producer sends it, and returns its header.
 ///
 /// Checks, in order: framing ([`BatchError::TooShort`], [`BatchError::InvalidLength`]),
-/// size, magic, CRC-32C over `[21..]`, record count against `lastOffsetDelta`, codec,
+/// size, magic, CRC-32C over `[CRC_START..]`, record count against `lastOffsetDelta`, codec,
 /// and for uncompressed batches every record (see the module doc). The CRC is checked
 /// before any record is walked so that corruption is reported as corruption rather than
 /// as whatever malformed record it happens to produce.
@@ -419,9 +522,7 @@ pub fn set_base_offset(batch: &mut [u8], base_offset: i64) {
         "set_base_offset on a {}-byte slice",
         batch.len()
     );
-    if let Some(field) = batch.get_mut(BASE_OFFSET_RANGE) {
-        field.copy_from_slice(&base_offset.to_be_bytes());
-    }
+    write_field(batch, layout::BASE_OFFSET, base_offset.to_be_bytes());
 }
 
 /// Writes `partitionLeaderEpoch` into a batch in place. Outside the CRC, so the CRC stays
@@ -434,9 +535,36 @@ pub fn set_partition_leader_epoch(batch: &mut [u8], epoch: i32) {
         "set_partition_leader_epoch on a {}-byte slice",
         batch.len()
     );
-    if let Some(field) = batch.get_mut(PARTITION_LEADER_EPOCH_RANGE) {
-        field.copy_from_slice(&epoch.to_be_bytes());
+    write_field(batch, layout::PARTITION_LEADER_EPOCH, epoch.to_be_bytes());
+}
+
+/// The `magic` byte of the batch starting at `batch`, or `None` if the buffer ends before
+/// it. Reads only that byte: the cheap first check of a buffer of unknown format.
+#[inline]
+pub fn magic(batch: &[u8]) -> Option<i8> {
+    batch
+        .get(layout::MAGIC.start)
+        .map(|&byte| i8::from_be_bytes([byte]))
+}
+
+/// Writes `bytes` (a field's big-endian encoding) into `field`, one of the [`layout`]
+/// ranges, of the batch starting at `batch`. Does nothing if the buffer ends before the
+/// field; panics if `N` is not the field's width (a mistake in the caller, never input).
+/// Does not touch the CRC: for a field from `CRC_START` on, follow with [`write_crc`].
+#[inline]
+pub fn write_field<const N: usize>(batch: &mut [u8], field: Range<usize>, bytes: [u8; N]) {
+    if let Some(at) = batch.get_mut(field) {
+        at.copy_from_slice(&bytes);
     }
+}
+
+/// Computes the CRC-32C of the covered region (`CRC_START..`, to the end of `batch`) and
+/// writes it into the `crc` field: what any change to a covered field ends with. `batch`
+/// must be exactly one batch. Does nothing if it is shorter than the `crc` field's end.
+#[inline]
+pub fn write_crc(batch: &mut [u8]) {
+    let crc = crc32c::crc32c(batch.get(CRC_START..).unwrap_or_default());
+    write_field(batch, layout::CRC, crc.to_be_bytes());
 }
 
 /// Iterates over consecutive batches laid end to end in `buf` (a produce request's
@@ -477,7 +605,7 @@ impl BatchIter<'_> {
             // A partial header. If its length field is readable and impossible, say so;
             // otherwise the bytes were cut short.
             let length = rest
-                .get(LOG_OVERHEAD - 4..LOG_OVERHEAD)
+                .get(layout::BATCH_LENGTH)
                 .and_then(|b| b.try_into().ok())
                 .map(i32::from_be_bytes);
             return match length {
@@ -660,12 +788,17 @@ mod tests {
     /// Recomputes the CRC after a test has edited bytes inside the covered region, so the
     /// edit is reported as what it is rather than as corruption.
     fn fix_crc(buf: &mut [u8]) {
-        let crc = crc32c::crc32c(&buf[CRC_START..]);
-        buf[17..21].copy_from_slice(&crc.to_be_bytes());
+        write_crc(buf);
     }
 
-    fn set_i32(buf: &mut [u8], at: usize, v: i32) {
-        buf[at..at + 4].copy_from_slice(&v.to_be_bytes());
+    fn set_i32(buf: &mut [u8], field: Range<usize>, v: i32) {
+        write_field(buf, field, v.to_be_bytes());
+    }
+
+    /// Sets `bits` in the `attributes` field (CRC left stale).
+    fn set_attribute_bits(buf: &mut [u8], bits: i16) {
+        let attributes = i16::from_be_bytes(buf[layout::ATTRIBUTES].try_into().expect("2 bytes"));
+        write_field(buf, layout::ATTRIBUTES, (attributes | bits).to_be_bytes());
     }
 
     /// Builds a batch whose records section is `records` verbatim, with the given count.
@@ -674,9 +807,9 @@ mod tests {
         buf.truncate(BATCH_HEADER_LEN);
         buf.extend_from_slice(records);
         let batch_length = (buf.len() - LOG_OVERHEAD) as i32;
-        set_i32(&mut buf, 8, batch_length);
-        set_i32(&mut buf, 23, record_count - 1);
-        set_i32(&mut buf, 57, record_count);
+        set_i32(&mut buf, layout::BATCH_LENGTH, batch_length);
+        set_i32(&mut buf, layout::LAST_OFFSET_DELTA, record_count - 1);
+        set_i32(&mut buf, layout::RECORD_COUNT, record_count);
         fix_crc(&mut buf);
         buf
     }
@@ -713,7 +846,7 @@ mod tests {
         assert_eq!(h.magic, 2);
         assert_eq!(
             h.crc,
-            u32::from_be_bytes(buf[17..21].try_into().expect("test data is valid"))
+            u32::from_be_bytes(buf[layout::CRC].try_into().expect("test data is valid"))
         );
         assert_eq!(h.attributes, 0);
         assert_eq!(h.last_offset_delta, 2);
@@ -728,6 +861,36 @@ mod tests {
     }
 
     #[test]
+    fn parse_reads_each_field_where_the_layout_table_puts_it() {
+        // Distinct bytes everywhere, so a field read from the wrong place shows.
+        let mut buf: Vec<u8> = (0..BATCH_HEADER_LEN as u8).collect();
+        set_i32(&mut buf, layout::BATCH_LENGTH, MIN_BATCH_LENGTH);
+        let h = BatchHeader::parse(&buf).expect("a long enough length");
+        let at = |field: Range<usize>| &buf[field];
+        let i64_at = |f| i64::from_be_bytes(at(f).try_into().expect("8 bytes"));
+        let i32_at = |f| i32::from_be_bytes(at(f).try_into().expect("4 bytes"));
+        let i16_at = |f| i16::from_be_bytes(at(f).try_into().expect("2 bytes"));
+        assert_eq!(h.base_offset, i64_at(layout::BASE_OFFSET));
+        assert_eq!(h.batch_length, i32_at(layout::BATCH_LENGTH));
+        assert_eq!(
+            h.partition_leader_epoch,
+            i32_at(layout::PARTITION_LEADER_EPOCH)
+        );
+        assert_eq!(Some(h.magic), magic(&buf));
+        let crc = u32::from_be_bytes(at(layout::CRC).try_into().expect("4 bytes"));
+        assert_eq!(h.crc, crc);
+        assert_eq!(h.attributes, i16_at(layout::ATTRIBUTES));
+        assert_eq!(h.last_offset_delta, i32_at(layout::LAST_OFFSET_DELTA));
+        assert_eq!(h.base_timestamp, i64_at(layout::BASE_TIMESTAMP));
+        assert_eq!(h.max_timestamp, i64_at(layout::MAX_TIMESTAMP));
+        assert_eq!(h.producer_id, i64_at(layout::PRODUCER_ID));
+        assert_eq!(h.producer_epoch, i16_at(layout::PRODUCER_EPOCH));
+        assert_eq!(h.base_sequence, i32_at(layout::BASE_SEQUENCE));
+        assert_eq!(h.record_count, i32_at(layout::RECORD_COUNT));
+        assert_eq!(magic(&buf[..layout::MAGIC.start]), None);
+    }
+
+    #[test]
     fn parse_rejects_short_and_impossible_lengths() {
         let buf = sample();
         assert_eq!(
@@ -736,9 +899,9 @@ mod tests {
         );
         assert!(BatchHeader::parse(&buf[..BATCH_HEADER_LEN]).is_ok());
         let mut bad = buf.clone();
-        set_i32(&mut bad, 8, MIN_BATCH_LENGTH - 1);
+        set_i32(&mut bad, layout::BATCH_LENGTH, MIN_BATCH_LENGTH - 1);
         assert_eq!(BatchHeader::parse(&bad), Err(BatchError::InvalidLength));
-        set_i32(&mut bad, 8, -1);
+        set_i32(&mut bad, layout::BATCH_LENGTH, -1);
         assert_eq!(BatchHeader::parse(&bad), Err(BatchError::InvalidLength));
         assert_eq!(
             BatchHeader::parse(&[0u8; BATCH_HEADER_LEN]),
@@ -808,7 +971,8 @@ mod tests {
     #[test]
     fn validate_rejects_other_magic() {
         let mut buf = sample();
-        buf[16] = 1;
+        buf[layout::MAGIC.start] = 1;
+        assert_eq!(magic(&buf), Some(1));
         assert_eq!(validate(&buf, MAX), Err(BatchError::UnsupportedMagic(1)));
     }
 
@@ -832,13 +996,13 @@ mod tests {
         assert_eq!(validate(&buf, MAX), Err(BatchError::InvalidRecordCount));
         // lastOffsetDelta disagrees with recordCount.
         let mut buf = sample();
-        set_i32(&mut buf, 23, 1);
+        set_i32(&mut buf, layout::LAST_OFFSET_DELTA, 1);
         fix_crc(&mut buf);
         assert_eq!(validate(&buf, MAX), Err(BatchError::InvalidRecordCount));
         // Negative count.
         let mut buf = sample();
-        set_i32(&mut buf, 57, -1);
-        set_i32(&mut buf, 23, -2);
+        set_i32(&mut buf, layout::RECORD_COUNT, -1);
+        set_i32(&mut buf, layout::LAST_OFFSET_DELTA, -2);
         fix_crc(&mut buf);
         assert_eq!(validate(&buf, MAX), Err(BatchError::InvalidRecordCount));
     }
@@ -846,7 +1010,7 @@ mod tests {
     #[test]
     fn validate_rejects_unknown_codec() {
         let mut buf = sample();
-        buf[22] |= 0x07;
+        set_attribute_bits(&mut buf, 0x07);
         fix_crc(&mut buf);
         assert_eq!(
             validate(&buf, MAX),
@@ -858,7 +1022,7 @@ mod tests {
     fn compressed_records_are_opaque() {
         // A gzip batch's records are not walked: garbage after the header is accepted.
         let mut buf = with_records(&[0xff, 0xff, 0xff], 5);
-        buf[22] |= 0x01;
+        set_attribute_bits(&mut buf, 0x01);
         fix_crc(&mut buf);
         assert_eq!(
             validate(&buf, MAX)
@@ -898,7 +1062,7 @@ mod tests {
             .flat_map(|d| raw_record(*d, EMPTY_TAIL))
             .collect();
         let mut buf = with_records(&records, deltas.len() as i32);
-        set_i32(&mut buf, 23, last_offset_delta);
+        set_i32(&mut buf, layout::LAST_OFFSET_DELTA, last_offset_delta);
         fix_crc(&mut buf);
         buf
     }

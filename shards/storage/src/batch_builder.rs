@@ -15,7 +15,7 @@
 //! [`crate::batch::set_base_offset`]) or do I/O. Its input is trusted (the caller's
 //! own data), so a field longer than `i32::MAX` bytes is a programming error and panics.
 
-use crate::batch::{BATCH_HEADER_LEN, CURRENT_MAGIC, LOG_OVERHEAD};
+use crate::batch::{layout, write_crc, write_field, BATCH_HEADER_LEN, CURRENT_MAGIC, LOG_OVERHEAD};
 
 /// One record to append. `timestamp_delta` is relative to the builder's base timestamp.
 #[derive(Debug, Clone, Copy)]
@@ -129,28 +129,33 @@ impl BatchBuilder {
             None => self.base_timestamp_ms,
         };
         let mut out = Vec::with_capacity(BATCH_HEADER_LEN + self.records.len());
-        out.extend_from_slice(&0i64.to_be_bytes()); // baseOffset
-        out.extend_from_slice(&batch_length.to_be_bytes());
-        out.extend_from_slice(&(-1i32).to_be_bytes()); // partitionLeaderEpoch
-        out.extend_from_slice(&CURRENT_MAGIC.to_be_bytes());
-        let crc_at = out.len();
-        out.extend_from_slice(&0u32.to_be_bytes()); // crc, filled in below
-        out.extend_from_slice(&0i16.to_be_bytes()); // attributes
-        out.extend_from_slice(&(self.record_count - 1).to_be_bytes()); // lastOffsetDelta
-        out.extend_from_slice(&self.base_timestamp_ms.to_be_bytes());
-        out.extend_from_slice(&max_timestamp.to_be_bytes());
-        out.extend_from_slice(&self.producer_id.to_be_bytes());
-        out.extend_from_slice(&self.producer_epoch.to_be_bytes());
-        out.extend_from_slice(&self.base_sequence.to_be_bytes());
-        out.extend_from_slice(&self.record_count.to_be_bytes());
-        assert_eq!(out.len(), BATCH_HEADER_LEN, "header layout");
+        // Every header field is written below (the layout's compile-time asserts say the
+        // fields tile the header), so the zeroes only stand in until then.
+        out.resize(BATCH_HEADER_LEN, 0);
         out.extend_from_slice(&self.records);
-
-        let crc_start = crc_at + 4;
-        let crc = crc32c::crc32c(out.get(crc_start..).unwrap_or_default());
-        if let Some(field) = out.get_mut(crc_at..crc_start) {
-            field.copy_from_slice(&crc.to_be_bytes());
-        }
+        let h = out.as_mut_slice();
+        write_field(h, layout::BASE_OFFSET, 0i64.to_be_bytes());
+        write_field(h, layout::BATCH_LENGTH, batch_length.to_be_bytes());
+        write_field(h, layout::PARTITION_LEADER_EPOCH, (-1i32).to_be_bytes());
+        write_field(h, layout::MAGIC, CURRENT_MAGIC.to_be_bytes());
+        write_field(h, layout::ATTRIBUTES, 0i16.to_be_bytes());
+        let last_offset_delta = self.record_count - 1;
+        write_field(
+            h,
+            layout::LAST_OFFSET_DELTA,
+            last_offset_delta.to_be_bytes(),
+        );
+        write_field(
+            h,
+            layout::BASE_TIMESTAMP,
+            self.base_timestamp_ms.to_be_bytes(),
+        );
+        write_field(h, layout::MAX_TIMESTAMP, max_timestamp.to_be_bytes());
+        write_field(h, layout::PRODUCER_ID, self.producer_id.to_be_bytes());
+        write_field(h, layout::PRODUCER_EPOCH, self.producer_epoch.to_be_bytes());
+        write_field(h, layout::BASE_SEQUENCE, self.base_sequence.to_be_bytes());
+        write_field(h, layout::RECORD_COUNT, self.record_count.to_be_bytes());
+        write_crc(h);
         out
     }
 }
@@ -220,7 +225,7 @@ fn len_i32(len: usize) -> i32 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::{validate, BatchError, BatchHeader};
+    use crate::batch::{validate, BatchError, BatchHeader, CRC_START};
 
     const MAX: usize = 1 << 20;
 
@@ -268,7 +273,7 @@ mod tests {
                 batch_length: (buf.len() - LOG_OVERHEAD) as i32,
                 partition_leader_epoch: -1,
                 magic: 2,
-                crc: crc32c::crc32c(&buf[21..]),
+                crc: crc32c::crc32c(&buf[CRC_START..]),
                 attributes: 0,
                 last_offset_delta: 2,
                 base_timestamp: 1_000,
@@ -296,8 +301,8 @@ mod tests {
     #[test]
     fn any_single_byte_flip_in_crc_region_is_detected() {
         let buf = sample().build();
-        let expected = crc32c::crc32c(&buf[21..]);
-        for i in 21..buf.len() {
+        let expected = crc32c::crc32c(&buf[CRC_START..]);
+        for i in CRC_START..buf.len() {
             for flip in [0x01u8, 0x80, 0xff] {
                 let mut bad = buf.clone();
                 bad[i] ^= flip;

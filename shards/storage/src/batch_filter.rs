@@ -33,16 +33,18 @@
 //! the caller's policy on [`Filtered::Empty`]), set the delete-horizon attribute, read
 //! legacy magic 0/1 message sets, or do I/O.
 
-use core::ops::Range;
 use std::borrow::Cow;
 use std::io::Read;
 
 use bytes::BytesMut;
 use kafka_protocol::compression::{Compressor, Gzip, Lz4, Snappy, Zstd};
 
+use crate::batch::layout::{
+    ATTRIBUTES, BATCH_LENGTH, COMPRESSION_MASK, MAX_TIMESTAMP, RECORD_COUNT, TIMESTAMP_TYPE_BIT,
+};
 use crate::batch::{
-    parse_record, BatchError, BatchHeader, Compression, Cursor, BATCH_HEADER_LEN, CRC_START,
-    CURRENT_MAGIC, LOG_OVERHEAD,
+    parse_record, write_crc, write_field, BatchError, BatchHeader, Compression, Cursor,
+    BATCH_HEADER_LEN, CRC_START, CURRENT_MAGIC, LOG_OVERHEAD,
 };
 
 /// Most bytes a records section may decompress to. A hard cap rather than a ratio to the
@@ -57,15 +59,6 @@ pub const MAX_DECOMPRESSED_BYTES: usize = 64 << 20;
 const XERIAL_MAGIC: &[u8; 8] = b"\x82SNAPPY\x00";
 /// The magic plus two big-endian i32 version fields, which readers ignore.
 const XERIAL_HEADER_LEN: usize = 16;
-
-/// Header fields a rewrite changes (positions in the 61-byte header).
-const BATCH_LENGTH_RANGE: Range<usize> = 8..12;
-const CRC_RANGE: Range<usize> = 17..21;
-const MAX_TIMESTAMP_RANGE: Range<usize> = 35..43;
-const RECORD_COUNT_RANGE: Range<usize> = 57..61;
-const ATTRIBUTES_RANGE: Range<usize> = 21..23;
-/// Attribute bit 3: the batch carries log-append time.
-const LOG_APPEND_TIME_BIT: i16 = 0x08;
 
 // Codec failures are reported as `InvalidRecord`: `BatchError` is matched exhaustively at
 // the protocol edge, which maps `InvalidRecord` to Kafka's INVALID_RECORD.
@@ -157,11 +150,10 @@ pub fn filter_batch(
         .checked_sub(LOG_OVERHEAD)
         .and_then(|len| i32::try_from(len).ok())
         .ok_or(RECOMPRESS_FAILED)?;
-    put(&mut out, BATCH_LENGTH_RANGE, &batch_length.to_be_bytes());
-    put(&mut out, MAX_TIMESTAMP_RANGE, &max_timestamp.to_be_bytes());
-    put(&mut out, RECORD_COUNT_RANGE, &kept_count.to_be_bytes());
-    let crc = crc32c::crc32c(out.get(CRC_START..).unwrap_or_default());
-    put(&mut out, CRC_RANGE, &crc.to_be_bytes());
+    write_field(&mut out, BATCH_LENGTH, batch_length.to_be_bytes());
+    write_field(&mut out, MAX_TIMESTAMP, max_timestamp.to_be_bytes());
+    write_field(&mut out, RECORD_COUNT, kept_count.to_be_bytes());
+    write_crc(&mut out);
     Ok(Filtered::Rewritten(out))
 }
 
@@ -188,11 +180,10 @@ pub fn recompress(batch: &[u8], target: Compression) -> Result<Vec<u8>, BatchErr
         .checked_sub(LOG_OVERHEAD)
         .and_then(|len| i32::try_from(len).ok())
         .ok_or(RECOMPRESS_FAILED)?;
-    let attributes = (opened.header.attributes & !0x07) | target as i16;
-    put(&mut out, BATCH_LENGTH_RANGE, &batch_length.to_be_bytes());
-    put(&mut out, ATTRIBUTES_RANGE, &attributes.to_be_bytes());
-    let crc = crc32c::crc32c(out.get(CRC_START..).unwrap_or_default());
-    put(&mut out, CRC_RANGE, &crc.to_be_bytes());
+    let attributes = (opened.header.attributes & !COMPRESSION_MASK) | target as i16;
+    write_field(&mut out, BATCH_LENGTH, batch_length.to_be_bytes());
+    write_field(&mut out, ATTRIBUTES, attributes.to_be_bytes());
+    write_crc(&mut out);
     Ok(out)
 }
 
@@ -204,11 +195,10 @@ pub fn stamp_log_append_time(batch: &mut [u8], now_ms: i64) {
     let Ok(header) = BatchHeader::parse(batch) else {
         return;
     };
-    let attributes = header.attributes | LOG_APPEND_TIME_BIT;
-    put(batch, ATTRIBUTES_RANGE, &attributes.to_be_bytes());
-    put(batch, MAX_TIMESTAMP_RANGE, &now_ms.to_be_bytes());
-    let crc = crc32c::crc32c(batch.get(CRC_START..).unwrap_or_default());
-    put(batch, CRC_RANGE, &crc.to_be_bytes());
+    let attributes = header.attributes | TIMESTAMP_TYPE_BIT;
+    write_field(batch, ATTRIBUTES, attributes.to_be_bytes());
+    write_field(batch, MAX_TIMESTAMP, now_ms.to_be_bytes());
+    write_crc(batch);
 }
 
 /// A records-section codec, with the snappy framing that must be reproduced on rewrite.
@@ -459,19 +449,13 @@ fn walk<'a>(
     Ok(())
 }
 
-/// Overwrites a header field of a batch being built (`out` starts with a whole header).
-fn put(out: &mut [u8], range: Range<usize>, bytes: &[u8]) {
-    if let Some(field) = out.get_mut(range) {
-        field.copy_from_slice(bytes);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::validate;
+    use crate::batch::{layout, validate};
     use crate::batch_builder::{BatchBuilder, Record as BuilderRecord};
     use bytes::Bytes;
+    use core::ops::Range;
     use kafka_protocol::protocol::StrBytes;
     use kafka_protocol::records::{
         Compression as KCompression, Record, RecordBatchDecoder, RecordBatchEncoder,
@@ -599,8 +583,13 @@ mod tests {
     }
 
     fn fix_crc(buf: &mut [u8]) {
-        let crc = crc32c::crc32c(&buf[CRC_START..]);
-        buf[CRC_RANGE].copy_from_slice(&crc.to_be_bytes());
+        write_crc(buf);
+    }
+
+    /// Sets `bits` in the `attributes` field (CRC left stale).
+    fn set_attribute_bits(buf: &mut [u8], bits: i16) {
+        let attributes = i16::from_be_bytes(buf[ATTRIBUTES].try_into().expect("2 bytes"));
+        write_field(buf, ATTRIBUTES, (attributes | bits).to_be_bytes());
     }
 
     /// `batch` with its records section replaced, length and CRC fixed, so a test reaches
@@ -609,7 +598,7 @@ mod tests {
         let mut out = batch[..BATCH_HEADER_LEN].to_vec();
         out.extend_from_slice(payload);
         let len = (out.len() - LOG_OVERHEAD) as i32;
-        out[BATCH_LENGTH_RANGE].copy_from_slice(&len.to_be_bytes());
+        write_field(&mut out, BATCH_LENGTH, len.to_be_bytes());
         fix_crc(&mut out);
         out
     }
@@ -759,8 +748,8 @@ mod tests {
         for codec in CODECS {
             let mut batch = encode(&records, codec);
             // kafka-protocol's encoder never sets the bit; a broker stamps it like this.
-            batch[22] |= 0x08;
-            batch[MAX_TIMESTAMP_RANGE].copy_from_slice(&(BASE_TS + 5000).to_be_bytes());
+            set_attribute_bits(&mut batch, TIMESTAMP_TYPE_BIT);
+            write_field(&mut batch, MAX_TIMESTAMP, (BASE_TS + 5000).to_be_bytes());
             fix_crc(&mut batch);
             let got = infos(&batch).expect("reads");
             assert!(got.iter().all(|r| r.1 == BASE_TS + 5000));
@@ -793,7 +782,7 @@ mod tests {
         check_rewrite(&batch, &records, &keep, &out);
 
         let mut batch = encode(&sample(), KCompression::None);
-        batch[22] |= 0x20; // control
+        set_attribute_bits(&mut batch, layout::CONTROL_BIT);
         fix_crc(&mut batch);
         let out = rewritten(filter_batch(&batch, |r| r.offset == BASE_OFFSET).expect("ok"));
         assert!(BatchHeader::parse(&out).expect("parses").is_control());
@@ -809,7 +798,7 @@ mod tests {
             .expect("compresses");
         assert!(!raw.starts_with(XERIAL_MAGIC));
         let mut batch = with_payload(&plain, &raw);
-        batch[22] |= 0x02;
+        set_attribute_bits(&mut batch, 0x02); // snappy
         fix_crc(&mut batch);
         let all: Vec<&Record> = records.iter().collect();
         assert_eq!(infos(&batch), Ok(expected_infos(&all)));
@@ -840,9 +829,9 @@ mod tests {
     #[test]
     fn batch_without_records_is_unchanged() {
         // What Kafka's cleaner leaves when it keeps an emptied batch: a bare header.
-        for codec_bits in [0u8, 1, 2, 3, 4] {
+        for codec_bits in [0, 1, 2, 3, 4] {
             let mut batch = BatchBuilder::new(BASE_TS).build();
-            batch[22] |= codec_bits;
+            set_attribute_bits(&mut batch, codec_bits);
             fix_crc(&mut batch);
             assert_eq!(infos(&batch), Ok(vec![]));
             assert_eq!(filter_batch(&batch, |_| false), Ok(Filtered::Unchanged));
@@ -862,7 +851,7 @@ mod tests {
         assert_eq!(infos(&longer), Err(BatchError::InvalidLength));
 
         let mut bad = batch.clone();
-        bad[16] = 1;
+        bad[layout::MAGIC.start] = 1;
         assert_eq!(infos(&bad), Err(BatchError::UnsupportedMagic(1)));
 
         let mut bad = batch.clone();
@@ -875,12 +864,12 @@ mod tests {
         ));
 
         let mut bad = batch.clone();
-        bad[22] |= 0x07;
+        set_attribute_bits(&mut bad, COMPRESSION_MASK);
         fix_crc(&mut bad);
         assert_eq!(infos(&bad), Err(BatchError::UnsupportedCompression(7)));
 
         let mut bad = batch;
-        bad[RECORD_COUNT_RANGE].copy_from_slice(&(-1i32).to_be_bytes());
+        write_field(&mut bad, RECORD_COUNT, (-1i32).to_be_bytes());
         fix_crc(&mut bad);
         assert_eq!(infos(&bad), Err(BatchError::InvalidRecordCount));
     }
@@ -904,15 +893,15 @@ mod tests {
         let mut cases = Vec::new();
         // lastOffsetDelta below the last record's delta.
         let mut bad = good.clone();
-        set_i32(&mut bad, 23..27, 1);
+        set_i32(&mut bad, layout::LAST_OFFSET_DELTA, 1);
         cases.push(bad);
         // More records announced than present.
         let mut bad = good.clone();
-        set_i32(&mut bad, RECORD_COUNT_RANGE, 4);
+        set_i32(&mut bad, RECORD_COUNT, 4);
         cases.push(bad);
         // Fewer announced than present: bytes remain.
         let mut bad = good.clone();
-        set_i32(&mut bad, RECORD_COUNT_RANGE, 2);
+        set_i32(&mut bad, RECORD_COUNT, 2);
         cases.push(bad);
         // A repeated offset delta (record 2 claims delta 1).
         let mut bad = good.clone();
@@ -1029,7 +1018,7 @@ mod tests {
         compress(Codec::Zstd, &vec![0u8; 65 << 20], &mut payload).expect("compresses");
         assert!(payload.len() < 1 << 20);
         let mut batch = with_payload(&encode(&sample(), KCompression::None), &payload);
-        batch[22] |= 0x04;
+        set_attribute_bits(&mut batch, 0x04); // zstd
         fix_crc(&mut batch);
         assert!(
             validate(&batch, usize::MAX).is_ok(),

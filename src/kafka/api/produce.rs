@@ -31,11 +31,10 @@ use std::sync::Arc;
 /// transactional batches (transactions are not implemented: no marker would ever end
 /// them). Deeper validation (CRC, sizes, records) happens on the owning shard.
 fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
-    use corelog_storage::batch::{BatchHeader, CURRENT_MAGIC, LOG_OVERHEAD};
-    let magic_at = LOG_OVERHEAD + 4;
-    match records.get(magic_at) {
+    use corelog_storage::batch::{magic, BatchHeader, CURRENT_MAGIC};
+    match magic(records) {
         None => return Err(ResponseError::InvalidRecord),
-        Some(m) if *m as i8 != CURRENT_MAGIC => return Err(ResponseError::InvalidRecord),
+        Some(m) if m != CURRENT_MAGIC => return Err(ResponseError::InvalidRecord),
         Some(_) => {}
     }
     let header = BatchHeader::parse(records).map_err(|_| ResponseError::CorruptMessage)?;

@@ -14,26 +14,100 @@
 //!   index, so `last_offset_delta == count - 1` and `max_timestamp == base_timestamp`.
 //! - Decoding never panics and never trusts a length: every read is bounds-checked, and
 //!   a truncated trailing batch (normal at a fetch's byte limit) ends the walk quietly.
-//!
-//! Layout of the v2 batch header (61 bytes), offsets in bytes:
-//! baseOffset i64 @0, batchLength i32 @8, partitionLeaderEpoch i32 @12, magic i8 @16,
-//! crc u32 @17 (CRC-32C of bytes 21..end), attributes i16 @21, lastOffsetDelta i32 @23,
-//! baseTimestamp i64 @27, maxTimestamp i64 @35, producerId i64 @43, producerEpoch i16 @51,
-//! baseSequence i32 @53, recordsCount i32 @57, records @61.
+//! - Header fields are read and written only through `layout`, this crate's copy of the
+//!   header table.
+
+use core::ops::Range;
 
 use crate::error::{ClientError, Result};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{self as cmpr, Compressor, Decompressor};
 use kafka_protocol::records::Compression;
 
-pub const BATCH_HEADER_BYTES: usize = 61;
-const CRC_OFFSET: usize = 17;
-const ATTRIBUTES_OFFSET: usize = 21;
-/// Offset of the "size of this batch after the length field" counter.
-const LENGTH_OFFSET: usize = 8;
-const LOG_OVERHEAD: usize = 12;
-/// Attribute bit 5: control batch (transaction markers), never user records.
-const CONTROL_BIT: i16 = 0x20;
+use layout::{
+    ATTRIBUTES, BASE_OFFSET, BATCH_LENGTH, COMPRESSION_MASK, CONTROL_BIT, CRC, CRC_START,
+    LAST_OFFSET_DELTA, LOG_OVERHEAD, MAGIC, RECORD_COUNT,
+};
+
+/// Length of the v2 batch header; the records section starts here.
+pub const BATCH_HEADER_BYTES: usize = layout::BATCH_HEADER_LEN;
+
+/// The RecordBatch v2 header layout: each field's byte range from the start of the
+/// batch, big-endian, in wire order.
+///
+/// A copy. The owner is `corelog_storage::batch::layout` (`shards/storage/src/batch.rs`),
+/// which the broker and storage use; change the two together. This crate cannot use it:
+/// it must not depend on the broker or its shards (the crate doc), and
+/// `tests/layering/test_module_layering.py` allows it no corelog crate. The asserts below
+/// check that the copy is self-consistent (contiguous, the widths of the types, the
+/// 61-byte header), not that it equals the owner.
+mod layout {
+    use core::ops::Range;
+
+    pub const BASE_OFFSET: Range<usize> = 0..8; // i64
+    pub const BATCH_LENGTH: Range<usize> = 8..12; // i32, bytes after this field
+    pub const PARTITION_LEADER_EPOCH: Range<usize> = 12..16; // i32
+    pub const MAGIC: Range<usize> = 16..17; // i8
+    pub const CRC: Range<usize> = 17..21; // u32, CRC-32C of CRC_START..end
+    pub const ATTRIBUTES: Range<usize> = 21..23; // i16
+    pub const LAST_OFFSET_DELTA: Range<usize> = 23..27; // i32
+    pub const BASE_TIMESTAMP: Range<usize> = 27..35; // i64
+    pub const MAX_TIMESTAMP: Range<usize> = 35..43; // i64
+    pub const PRODUCER_ID: Range<usize> = 43..51; // i64
+    pub const PRODUCER_EPOCH: Range<usize> = 51..53; // i16
+    pub const BASE_SEQUENCE: Range<usize> = 53..57; // i32
+    pub const RECORD_COUNT: Range<usize> = 57..61; // i32
+
+    /// Bytes in front of each batch that `batchLength` does not count.
+    pub const LOG_OVERHEAD: usize = BATCH_LENGTH.end;
+    /// The CRC covers `attributes` to the end of the batch.
+    pub const CRC_START: usize = ATTRIBUTES.start;
+    /// The fixed header, up to and including `recordCount`.
+    pub const BATCH_HEADER_LEN: usize = RECORD_COUNT.end;
+
+    /// Attribute bits 0-2: the compression codec.
+    pub const COMPRESSION_MASK: i16 = 0x07;
+    /// Attribute bit 5: control batch (transaction markers), never user records.
+    pub const CONTROL_BIT: i16 = 0x20;
+
+    const FIELDS: [(Range<usize>, usize); 13] = [
+        (BASE_OFFSET, size_of::<i64>()),
+        (BATCH_LENGTH, size_of::<i32>()),
+        (PARTITION_LEADER_EPOCH, size_of::<i32>()),
+        (MAGIC, size_of::<i8>()),
+        (CRC, size_of::<u32>()),
+        (ATTRIBUTES, size_of::<i16>()),
+        (LAST_OFFSET_DELTA, size_of::<i32>()),
+        (BASE_TIMESTAMP, size_of::<i64>()),
+        (MAX_TIMESTAMP, size_of::<i64>()),
+        (PRODUCER_ID, size_of::<i64>()),
+        (PRODUCER_EPOCH, size_of::<i16>()),
+        (BASE_SEQUENCE, size_of::<i32>()),
+        (RECORD_COUNT, size_of::<i32>()),
+    ];
+
+    const _: () = {
+        assert!(FIELDS[0].0.start == 0, "the header starts with baseOffset");
+        let mut i = 0;
+        while i < FIELDS.len() {
+            let (field, width) = (&FIELDS[i].0, FIELDS[i].1);
+            assert!(
+                field.end - field.start == width,
+                "a field is as wide as its type"
+            );
+            if i + 1 < FIELDS.len() {
+                assert!(field.end == FIELDS[i + 1].0.start, "fields are contiguous");
+            }
+            i += 1;
+        }
+        assert!(CRC.end == CRC_START, "the covered region follows the crc");
+        assert!(BATCH_HEADER_LEN == 61, "the v2 header is 61 bytes");
+        assert!(LOG_OVERHEAD == 12, "baseOffset and batchLength");
+    };
+}
+
+/// The only batch format this client writes or reads.
+const MAGIC_V2: u8 = 2;
 
 /// Builds one record batch at a time into a reused buffer.
 pub struct BatchBuilder {
@@ -173,18 +247,18 @@ impl BatchBuilder {
         }
         let total = self.buf.len();
         let h = &mut self.buf[..BATCH_HEADER_BYTES];
-        h[0..8].copy_from_slice(&0i64.to_be_bytes());
+        h[BASE_OFFSET].copy_from_slice(&0i64.to_be_bytes());
         let batch_length = i32::try_from(total - LOG_OVERHEAD)
             .map_err(|_| ClientError::Protocol("batch too large".into()))?;
-        h[8..12].copy_from_slice(&batch_length.to_be_bytes());
-        h[12..16].copy_from_slice(&(-1i32).to_be_bytes());
-        h[16] = 2;
-        h[21..23].copy_from_slice(&(self.compression as i16).to_be_bytes());
-        h[23..27].copy_from_slice(&(self.count - 1).to_be_bytes());
-        h[27..35].copy_from_slice(&self.base_timestamp_ms.to_be_bytes());
-        h[35..43].copy_from_slice(&self.base_timestamp_ms.to_be_bytes());
-        h[43..51].copy_from_slice(&self.producer_id.to_be_bytes());
-        h[51..53].copy_from_slice(&self.producer_epoch.to_be_bytes());
+        h[BATCH_LENGTH].copy_from_slice(&batch_length.to_be_bytes());
+        h[layout::PARTITION_LEADER_EPOCH].copy_from_slice(&(-1i32).to_be_bytes());
+        h[MAGIC.start] = MAGIC_V2;
+        h[ATTRIBUTES].copy_from_slice(&(self.compression as i16).to_be_bytes());
+        h[LAST_OFFSET_DELTA].copy_from_slice(&(self.count - 1).to_be_bytes());
+        h[layout::BASE_TIMESTAMP].copy_from_slice(&self.base_timestamp_ms.to_be_bytes());
+        h[layout::MAX_TIMESTAMP].copy_from_slice(&self.base_timestamp_ms.to_be_bytes());
+        h[layout::PRODUCER_ID].copy_from_slice(&self.producer_id.to_be_bytes());
+        h[layout::PRODUCER_EPOCH].copy_from_slice(&self.producer_epoch.to_be_bytes());
         let sequence = if self.producer_id >= 0 {
             let s = self.next_sequence;
             // i32 sequences wrap to 0 after i32::MAX.
@@ -193,10 +267,10 @@ impl BatchBuilder {
         } else {
             -1
         };
-        h[53..57].copy_from_slice(&sequence.to_be_bytes());
-        h[57..61].copy_from_slice(&self.count.to_be_bytes());
-        let crc = crc32c::crc32c(&self.buf[ATTRIBUTES_OFFSET..]);
-        self.buf[CRC_OFFSET..CRC_OFFSET + 4].copy_from_slice(&crc.to_be_bytes());
+        h[layout::BASE_SEQUENCE].copy_from_slice(&sequence.to_be_bytes());
+        h[RECORD_COUNT].copy_from_slice(&self.count.to_be_bytes());
+        let crc = crc32c::crc32c(&self.buf[CRC_START..]);
+        self.buf[CRC].copy_from_slice(&crc.to_be_bytes());
         self.count = 0;
         // `split` hands the bytes out and keeps any spare capacity for the next batch.
         Ok(self.buf.split().freeze())
@@ -270,14 +344,15 @@ pub struct BatchInfo {
     pub control: bool,
 }
 
-fn be_i64(b: &[u8], at: usize) -> Option<i64> {
-    Some(i64::from_be_bytes(b.get(at..at + 8)?.try_into().ok()?))
+/// Header field readers: `None` if `b` ends before `field` (a `layout` range).
+fn be_i64(b: &[u8], field: Range<usize>) -> Option<i64> {
+    Some(i64::from_be_bytes(b.get(field)?.try_into().ok()?))
 }
-fn be_i32(b: &[u8], at: usize) -> Option<i32> {
-    Some(i32::from_be_bytes(b.get(at..at + 4)?.try_into().ok()?))
+fn be_i32(b: &[u8], field: Range<usize>) -> Option<i32> {
+    Some(i32::from_be_bytes(b.get(field)?.try_into().ok()?))
 }
-fn be_i16(b: &[u8], at: usize) -> Option<i16> {
-    Some(i16::from_be_bytes(b.get(at..at + 2)?.try_into().ok()?))
+fn be_i16(b: &[u8], field: Range<usize>) -> Option<i16> {
+    Some(i16::from_be_bytes(b.get(field)?.try_into().ok()?))
 }
 
 /// Calls `f(info, whole_batch_bytes)` for each complete batch in a fetch's records.
@@ -289,7 +364,9 @@ pub fn for_each_batch(
     let mut pos = 0usize;
     while pos + LOG_OVERHEAD <= records.len() {
         let rest = &records[pos..];
-        let (Some(base_offset), Some(len)) = (be_i64(rest, 0), be_i32(rest, LENGTH_OFFSET)) else {
+        let (Some(base_offset), Some(len)) =
+            (be_i64(rest, BASE_OFFSET), be_i32(rest, BATCH_LENGTH))
+        else {
             break;
         };
         let Ok(len) = usize::try_from(len) else {
@@ -307,21 +384,21 @@ pub fn for_each_batch(
                 "batch of {total} bytes is shorter than a v2 header"
             )));
         }
-        if batch[16] != 2 {
+        let magic = batch[MAGIC.start];
+        if magic != MAGIC_V2 {
             return Err(ClientError::Protocol(format!(
-                "record batch magic {} (only v2 is supported)",
-                batch[16]
+                "record batch magic {magic} (only v2 is supported)"
             )));
         }
-        let attributes = be_i16(batch, ATTRIBUTES_OFFSET).unwrap_or(0);
-        let last_delta = be_i32(batch, 23).unwrap_or(0);
-        let count = be_i32(batch, 57).unwrap_or(0);
+        let attributes = be_i16(batch, ATTRIBUTES).unwrap_or(0);
+        let last_delta = be_i32(batch, LAST_OFFSET_DELTA).unwrap_or(0);
+        let count = be_i32(batch, RECORD_COUNT).unwrap_or(0);
         let info = BatchInfo {
             base_offset,
             last_offset: base_offset.saturating_add(i64::from(last_delta)),
             records: count,
             bytes: total,
-            compression: attributes & 0x7,
+            compression: attributes & COMPRESSION_MASK,
             control: attributes & CONTROL_BIT != 0,
         };
         f(info, batch)?;
@@ -332,10 +409,12 @@ pub fn for_each_batch(
 
 /// Calls `f(offset, stamp)` for each record of one batch whose value is at least 8 bytes.
 pub fn for_each_stamp(batch: &[u8], mut f: impl FnMut(i64, u64)) -> Result<()> {
-    let base = be_i64(batch, 0).ok_or_else(|| ClientError::Protocol("short batch".into()))?;
-    let attributes = be_i16(batch, ATTRIBUTES_OFFSET)
-        .ok_or_else(|| ClientError::Protocol("short batch".into()))?;
-    let count = be_i32(batch, 57).ok_or_else(|| ClientError::Protocol("short batch".into()))?;
+    let base =
+        be_i64(batch, BASE_OFFSET).ok_or_else(|| ClientError::Protocol("short batch".into()))?;
+    let attributes =
+        be_i16(batch, ATTRIBUTES).ok_or_else(|| ClientError::Protocol("short batch".into()))?;
+    let count =
+        be_i32(batch, RECORD_COUNT).ok_or_else(|| ClientError::Protocol("short batch".into()))?;
     let section = batch
         .get(BATCH_HEADER_BYTES..)
         .ok_or_else(|| ClientError::Protocol("short batch".into()))?;
@@ -378,7 +457,7 @@ pub fn for_each_stamp(batch: &[u8], mut f: impl FnMut(i64, u64)) -> Result<()> {
     let mut input = section;
     // kafka-protocol's codecs take and return anyhow results.
     let inner = |b: &mut Bytes| walk(b).map_err(anyhow::Error::from);
-    let decoded = match attributes & 0x7 {
+    let decoded = match attributes & COMPRESSION_MASK {
         0 => return walk(section),
         1 => cmpr::Gzip::decompress(&mut input, inner),
         2 => cmpr::Snappy::decompress(&mut input, inner),
@@ -471,7 +550,7 @@ mod tests {
         all.put_slice(&a);
         // Give the second batch base offset 5, as a broker would.
         let mut z2 = BytesMut::from(&z[..]);
-        z2[0..8].copy_from_slice(&5i64.to_be_bytes());
+        z2[BASE_OFFSET].copy_from_slice(&5i64.to_be_bytes());
         all.put_slice(&z2);
         all.put_slice(&a[..20]); // truncated trailing batch
         let mut infos = vec![];
@@ -498,8 +577,8 @@ mod tests {
                 seed ^= seed << 17;
                 *b = seed as u8;
             }
-            if len > 17 {
-                v[16] = 2;
+            if len > MAGIC.end {
+                v[MAGIC.start] = MAGIC_V2;
             }
             let _ = for_each_batch(&v, |_, batch| for_each_stamp(batch, |_, _| {}));
         }
