@@ -18,7 +18,7 @@
 //! Not here: consumer groups and offset commits. Partition assignment is static.
 
 use crate::cli::Mode;
-use crate::runner::{consumers_done, ExecCtx};
+use crate::exec_ctx::{consumers_done, ExecCtx};
 use anyhow::{anyhow, Result};
 use corelog_kafka_client::connection::Connection;
 use corelog_kafka_client::protocol;
@@ -162,7 +162,7 @@ async fn fetch_loop(
         drop(rec);
         if !reset.is_empty() {
             let earliest =
-                crate::runner::list_offsets(&ctx.cluster, protocol::OFFSET_EARLIEST).await?;
+                crate::topic_offsets::list_offsets(&ctx.cluster, protocol::OFFSET_EARLIEST).await?;
             for (p, off) in parts.iter_mut() {
                 if reset.contains(p) {
                     *off = earliest.get(*p as usize).copied().unwrap_or(*off);

@@ -18,6 +18,7 @@
 
 mod cli;
 mod consumer;
+mod exec_ctx;
 mod keys;
 mod plot;
 mod producer;
@@ -25,6 +26,7 @@ mod rate;
 mod report;
 mod runner;
 mod stats;
+mod topic_offsets;
 
 use anyhow::{Context, Result};
 use clap::Parser;

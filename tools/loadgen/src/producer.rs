@@ -21,9 +21,9 @@
 //! Not here: retries. A refused batch is counted in `errors` (and the first few printed
 //! with their Kafka error name); its messages are not re-sent.
 
+use crate::exec_ctx::ExecCtx;
 use crate::keys::{KeyGen, KEY_BYTES};
 use crate::rate::Schedule;
-use crate::runner::ExecCtx;
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use corelog_kafka_client::connection::Connection;

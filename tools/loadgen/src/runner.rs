@@ -17,68 +17,20 @@
 //! - The first fatal executor error stops every other executor (`Shared::stop`).
 
 use crate::cli::{Config, Mode, Stop};
+use crate::exec_ctx::{ExecCtx, Shared};
 use crate::report::Progress;
 use crate::stats::{Clock, Recorder, Snapshot};
+use crate::topic_offsets::list_offsets;
 use crate::{consumer, producer};
 use anyhow::{anyhow, Result};
 use corelog_kafka_client::cluster::{ClientOptions, Cluster};
 use corelog_kafka_client::protocol;
 use glommio::{LocalExecutorBuilder, Placement};
-use kafka_protocol::messages::{ApiKey, ListOffsetsResponse};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, Instant};
-
-/// How long e2e consumers keep reading after the producers finish, for messages still
-/// in flight; after that, what is missing is missing.
-const E2E_DRAIN_GRACE: Duration = Duration::from_secs(10);
-/// How many refused produces / fetch errors are printed in full; the rest are counted.
-pub const ERRORS_PRINTED_MAX: u32 = 5;
-
-/// Run-wide state shared by all executors. Only atomics.
-pub struct Shared {
-    pub interrupted: Arc<AtomicBool>,
-    pub stop: AtomicBool,
-    pub acked: AtomicU64,
-    pub consumed: AtomicU64,
-    pub producers_running: AtomicUsize,
-    pub producers_done_at_us: AtomicU64,
-    pub errors_printed: AtomicU32,
-}
-
-impl Shared {
-    pub fn should_stop(&self) -> bool {
-        self.stop.load(Ordering::Relaxed) || self.interrupted.load(Ordering::Relaxed)
-    }
-
-    /// Prints `msg` if fewer than `ERRORS_PRINTED_MAX` errors were printed so far.
-    pub fn print_error(&self, msg: impl FnOnce() -> String) {
-        let n = self.errors_printed.fetch_add(1, Ordering::Relaxed);
-        if n < ERRORS_PRINTED_MAX {
-            eprintln!("error: {}", msg());
-        } else if n == ERRORS_PRINTED_MAX {
-            eprintln!("error: (further errors are counted, not printed)");
-        }
-    }
-}
-
-/// One executor's context, shared by its producer and consumer tasks.
-pub struct ExecCtx {
-    pub cfg: Arc<Config>,
-    pub shared: Arc<Shared>,
-    pub cluster: Cluster,
-    pub rec: RefCell<Recorder>,
-    pub clock: Clock,
-    /// Run start: the rate schedule's origin.
-    pub start: Instant,
-    /// When producers stop (start + warmup + duration), if the run is timed.
-    pub deadline: Option<Instant>,
-    /// Per partition, the offset consumers start from.
-    pub start_offsets: Arc<Vec<i64>>,
-}
 
 pub struct Outcome {
     pub total: Snapshot,
@@ -131,44 +83,6 @@ fn setup(cfg: &Config) -> Result<(usize, Vec<i64>)> {
         .map_err(|e| anyhow!("cannot start an executor: {e}"))?
         .join()
         .map_err(|e| anyhow!("setup executor failed: {e}"))?
-}
-
-/// Offsets of every partition (earliest or latest), asking each partition's leader.
-pub async fn list_offsets(cluster: &Cluster, which: i64) -> Result<Vec<i64>> {
-    let n = cluster.partitions();
-    let mut by_leader: BTreeMap<i32, Vec<i32>> = BTreeMap::new();
-    for p in 0..n {
-        by_leader
-            .entry(cluster.leader(p))
-            .or_default()
-            .push(p as i32);
-    }
-    let topic = protocol::topic_name(&cluster.topic);
-    let mut out = vec![-1i64; n];
-    for (leader, parts) in by_leader {
-        let conn = cluster.conn(leader).await?;
-        let v = conn.versions().list_offsets;
-        let req = protocol::list_offsets_request(&topic, &parts, which);
-        let resp: ListOffsetsResponse = conn.request(ApiKey::ListOffsets, v, &req).await?;
-        for t in &resp.topics {
-            for p in &t.partitions {
-                protocol::check(
-                    p.error_code,
-                    &format!("ListOffsets partition {}", p.partition_index),
-                )?;
-                if let Some(slot) = usize::try_from(p.partition_index)
-                    .ok()
-                    .and_then(|i| out.get_mut(i))
-                {
-                    *slot = p.offset;
-                }
-            }
-        }
-    }
-    if let Some(p) = out.iter().position(|&o| o < 0) {
-        return Err(anyhow!("ListOffsets gave no offset for partition {p}"));
-    }
-    Ok(out)
 }
 
 /// Splits `total` into `parts` shares that differ by at most one.
@@ -353,36 +267,6 @@ async fn executor_main(
     let s = ctx.rec.borrow_mut().now.take();
     let _ = tx.send(Msg::Snapshot(Box::new(s)));
     result
-}
-
-/// Whether a consumer is done, given the mode and run-wide counts.
-pub fn consumers_done(ctx: &ExecCtx) -> bool {
-    let s = &ctx.shared;
-    if s.should_stop() {
-        return true;
-    }
-    if let Some(d) = ctx.deadline {
-        if ctx.cfg.mode == Mode::Consume && Instant::now() >= d {
-            return true;
-        }
-    }
-    match ctx.cfg.mode {
-        Mode::Consume => match ctx.cfg.stop {
-            Stop::Messages(n) => s.consumed.load(Ordering::Relaxed) >= n,
-            Stop::Duration(_) => false,
-        },
-        Mode::E2e => {
-            if s.producers_running.load(Ordering::Relaxed) > 0 {
-                return false;
-            }
-            if s.consumed.load(Ordering::Relaxed) >= s.acked.load(Ordering::Relaxed) {
-                return true;
-            }
-            let done_at = s.producers_done_at_us.load(Ordering::Relaxed);
-            ctx.clock.now_us() >= done_at + E2E_DRAIN_GRACE.as_micros() as u64
-        }
-        Mode::Produce => true,
-    }
 }
 
 #[cfg(test)]
