@@ -69,11 +69,33 @@ def module_graph(src: Path) -> dict[str, set[str]]:
         text = re.sub(r"#\[cfg\(test\)\]\s*mod tests\s*\{.*", "", text, flags=re.S)
         text = re.sub(r"//[^\n]*", "", text)
         parent = name.rsplit("::", 1)[0] if "::" in name else ""
-        deps = set(re.findall(r"\bcrate::([a-z_][a-z0-9_]*)", text))
-        for child in re.findall(r"\bsuper::([a-z_][a-z0-9_]*)", text):
+        deps = set(re.findall(r"\bcrate::([a-z_][a-z0-9_]*)", text)) | set(grouped(text, "crate"))
+        children = re.findall(r"\bsuper::([a-z_][a-z0-9_]*)", text) + grouped(text, "super")
+        for child in children:
             deps.add(f"{parent}::{child}" if parent else child)
         graph[name] = deps
     return graph
+
+
+def grouped(text: str, root: str) -> list[str]:
+    """The first names of a grouped import's items: `a` and `b` of `crate::{a::X, b}`."""
+    names = []
+    for m in re.finditer(rf"\b{root}::\{{", text):
+        depth, item, i = 1, "", m.end()
+        while i < len(text) and depth:
+            c = text[i]
+            if c == "{":
+                depth += 1
+            elif c == "}":
+                depth -= 1
+            if depth == 1 and c == ",":
+                names.append(item)
+                item = ""
+            elif depth >= 1:
+                item += c
+            i += 1
+        names.append(item)
+    return [n for n in (re.match(r"\s*([a-z_][a-z0-9_]*)", x) for x in names) if n for n in [n.group(1)]]
 
 
 def collapse(graph: dict[str, set[str]], depth: int) -> dict[str, set[str]]:
@@ -124,6 +146,9 @@ def test_the_checker_finds_a_cycle(tmp_path):
     assert find_cycle(collapse(module_graph(tmp_path), 1)) == ["a", "b", "a"]
     (tmp_path / "b.rs").write_text("// crate::a only in a comment\n")
     assert find_cycle(collapse(module_graph(tmp_path), 1)) is None
+    # A grouped import names its modules too.
+    (tmp_path / "b.rs").write_text("use crate::{a, c::{D, E}};\n")
+    assert find_cycle(collapse(module_graph(tmp_path), 1)) == ["a", "b", "a"]
 
 
 def test_no_crate_has_a_module_cycle():
