@@ -10,7 +10,7 @@ use crate::config::BrokerConfig;
 use anyhow::Context;
 use corelog_controller::image::Endpoint;
 use corelog_controller::{ControllerNode, NodeConfig};
-use shards::metadata::{MetadataStore, LEGACY_METADATA_FILE};
+use corelog_shards::metadata::{MetadataStore, LEGACY_METADATA_FILE};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 

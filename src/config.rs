@@ -14,10 +14,10 @@ use crate::limits::{
 };
 use anyhow::{bail, Context};
 use clap::Args;
+use corelog_shards::group::coordinator::GroupConfig;
+use corelog_shards::housekeeping::HousekeepingConfig;
 use corelog_storage::{Durability, LogConfig};
 use serde::Deserialize;
-use shards::group::coordinator::GroupConfig;
-use shards::housekeeping::HousekeepingConfig;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
@@ -439,7 +439,7 @@ pub struct ClusterConfig {
     pub session_timeout: std::time::Duration,
     pub heartbeat_interval: std::time::Duration,
     pub snapshot_entries: u64,
-    pub replication: shards::shard_config::ReplicationConfig,
+    pub replication: corelog_shards::shard_config::ReplicationConfig,
     pub default_replication_factor: i32,
     pub offsets_topic_replication_factor: i32,
     /// `None`: auto.leader.rebalance.enable is off.
@@ -520,7 +520,7 @@ impl ClusterConfig {
             session_timeout: std::time::Duration::from_millis(session_timeout),
             heartbeat_interval: std::time::Duration::from_millis(heartbeat_interval),
             snapshot_entries: a.metadata_snapshot_entries.unwrap_or(10_000).max(1),
-            replication: shards::shard_config::ReplicationConfig {
+            replication: corelog_shards::shard_config::ReplicationConfig {
                 lag_time_max_ms: i64::try_from(a.replica_lag_time_max_ms.unwrap_or(30_000))
                     .unwrap_or(i64::MAX)
                     .max(1),
@@ -696,7 +696,7 @@ impl BrokerConfig {
         }
         let offsets_partitions = a
             .offsets_topic_partitions
-            .unwrap_or(shards::group::OFFSETS_TOPIC_PARTITIONS_DEFAULT);
+            .unwrap_or(corelog_shards::group::OFFSETS_TOPIC_PARTITIONS_DEFAULT);
         if !(1..=1000).contains(&offsets_partitions) {
             bail!("offsets-topic-partitions must be between 1 and 1000");
         }
@@ -732,13 +732,14 @@ impl BrokerConfig {
             .iter()
             .filter_map(|(k, v)| v.as_ref().map(|v| (*k, v.as_str())))
         {
-            shards::topic_config::set(&mut log, key, value).map_err(|e| anyhow::anyhow!("{e}"))?;
+            corelog_shards::topic_config::set(&mut log, key, value)
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
         }
         for item in &a.topic_default {
             let (key, value) = item
                 .split_once('=')
                 .with_context(|| format!("--topic-default {item:?} is not KEY=VALUE"))?;
-            shards::topic_config::set(&mut log, key.trim(), value.trim())
+            corelog_shards::topic_config::set(&mut log, key.trim(), value.trim())
                 .map_err(|e| anyhow::anyhow!("--topic-default: {e}"))?;
         }
         let retention_check_interval_ms = a.retention_check_interval_ms.unwrap_or(300_000).max(10);

@@ -332,7 +332,7 @@ fn direct_io(dir: &Path) -> Finding {
 
 fn free_disk(dir: &Path) -> Finding {
     let at = existing(dir);
-    match shards::housekeeping::filesystem_space(&at) {
+    match corelog_shards::housekeeping::filesystem_space(&at) {
         None => Finding::bad(
             "free disk",
             Verdict::Warn,

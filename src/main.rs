@@ -162,7 +162,9 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     if faults.is_some() {
         tracing::warn!("storage fault injection is on: POST /faults can fail this broker's disk");
     }
-    let data_dir = Arc::new(shards::storage_context::DataDir::new(faults.clone()));
+    let data_dir = Arc::new(corelog_shards::storage_context::DataDir::new(
+        faults.clone(),
+    ));
     let _http = http::spawn(config.http, life.clone(), config.shards, queries, faults)?;
     let result = server::run(config, life, query_rx, data_dir);
     match &result {

@@ -17,13 +17,13 @@ use crate::config::BrokerConfig;
 use crate::kafka::api::Ctx;
 use crate::net::shutdown::ShutdownSignal;
 use anyhow::Context;
+use corelog_shards::mesh::{Envelope, MESH_CHANNEL_CAPACITY};
+use corelog_shards::metadata::MetadataStore;
+use corelog_shards::shard::{Shard, ShardConfig};
+use corelog_shards::storage_context::DataDir;
 use glommio::channels::channel_mesh::MeshBuilder;
 use glommio::net::TcpListener;
 use glommio::{LocalExecutorPoolBuilder, PoolPlacement};
-use shards::mesh::{Envelope, MESH_CHANNEL_CAPACITY};
-use shards::metadata::MetadataStore;
-use shards::shard::{Shard, ShardConfig};
-use shards::storage_context::DataDir;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -135,7 +135,8 @@ pub fn run(
         .on_all_shards({
             let life = life.clone();
             let node = node.clone();
-            let throttles = Arc::new(shards::replication_throttle::ReplicationThrottles::default());
+            let throttles =
+                Arc::new(corelog_shards::replication_throttle::ReplicationThrottles::default());
             let data_dir = data_dir.clone();
             move || {
                 let (mesh, config, shard_config, metadata, life, queries, node) = (
@@ -201,7 +202,7 @@ pub fn run(
 struct ClusterHandles {
     metadata: Arc<MetadataStore>,
     node: corelog_controller::ControllerNode,
-    throttles: Arc<shards::replication_throttle::ReplicationThrottles>,
+    throttles: Arc<corelog_shards::replication_throttle::ReplicationThrottles>,
     data_dir: Arc<DataDir>,
 }
 

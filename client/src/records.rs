@@ -40,8 +40,10 @@ pub const BATCH_HEADER_BYTES: usize = layout::BATCH_HEADER_LEN;
 /// it must not depend on the broker or its shards (the crate doc), and
 /// `tests/layering/test_module_layering.py` allows it no corelog crate. The asserts below
 /// check that the copy is self-consistent (contiguous, the widths of the types, the
-/// 61-byte header), not that it equals the owner.
-mod layout {
+/// 61-byte header); `corelog-shards`' `tests/batch_layout.rs`, which sees both crates,
+/// checks that it equals the owner.
+#[doc(hidden)]
+pub mod layout {
     use core::ops::Range;
 
     pub const BASE_OFFSET: Range<usize> = 0..8; // i64
@@ -70,7 +72,7 @@ mod layout {
     /// Attribute bit 5: control batch (transaction markers), never user records.
     pub const CONTROL_BIT: i16 = 0x20;
 
-    const FIELDS: [(Range<usize>, usize); 13] = [
+    pub const FIELDS: [(Range<usize>, usize); 13] = [
         (BASE_OFFSET, size_of::<i64>()),
         (BATCH_LENGTH, size_of::<i32>()),
         (PARTITION_LEADER_EPOCH, size_of::<i32>()),

@@ -32,20 +32,20 @@ const PROPOSE_TIMEOUT: Duration = Duration::from_secs(30);
 /// How often a config change is computed again after a concurrent change beat it.
 const CONFLICT_RETRIES: usize = 5;
 
-pub struct Controller {
+pub struct AdminChanges {
     metadata: Arc<MetadataStore>,
     config: Arc<ShardConfig>,
     node: ControllerNode,
     lock: Semaphore,
 }
 
-impl Controller {
+impl AdminChanges {
     pub fn new(
         metadata: Arc<MetadataStore>,
         config: Arc<ShardConfig>,
         node: ControllerNode,
-    ) -> Controller {
-        Controller {
+    ) -> AdminChanges {
+        AdminChanges {
             metadata,
             config,
             node,
@@ -53,22 +53,22 @@ impl Controller {
         }
     }
 
-    pub async fn handle(&self, req: ControllerRequest) {
+    pub async fn handle(&self, req: AdminChange) {
         let _permit = self.lock.acquire_permit(1).await;
         match req {
-            ControllerRequest::CreateTopics {
+            AdminChange::CreateTopics {
                 topics,
                 validate_only,
                 reply,
             } => {
                 let _ = reply.send(self.create_topics(topics, validate_only).await);
             }
-            ControllerRequest::DeleteTopics { names, reply } => {
+            AdminChange::DeleteTopics { names, reply } => {
                 let n = names.len();
                 let r = self.items(Command::DeleteTopics { names }, n).await;
                 let _ = reply.send(r);
             }
-            ControllerRequest::CreatePartitions {
+            AdminChange::CreatePartitions {
                 topics,
                 validate_only,
                 reply,
@@ -91,17 +91,17 @@ impl Controller {
                 };
                 let _ = reply.send(r);
             }
-            ControllerRequest::AlterTopicConfigs {
+            AdminChange::AlterTopicConfigs {
                 changes,
                 validate_only,
                 reply,
             } => {
                 let _ = reply.send(self.alter_configs(changes, validate_only).await);
             }
-            ControllerRequest::AllocateProducerIds { reply } => {
+            AdminChange::AllocateProducerIds { reply } => {
                 let _ = reply.send(self.allocate_producer_ids().await);
             }
-            ControllerRequest::AlterBrokerConfigs {
+            AdminChange::AlterBrokerConfigs {
                 resource,
                 ops,
                 validate_only,
@@ -112,14 +112,14 @@ impl Controller {
                     .await;
                 let _ = reply.send(r);
             }
-            ControllerRequest::AlterPartitionReassignments { items, reply } => {
+            AdminChange::AlterPartitionReassignments { items, reply } => {
                 let n = items.len();
                 let r = self
                     .items(Command::AlterPartitionReassignments { items }, n)
                     .await;
                 let _ = reply.send(r);
             }
-            ControllerRequest::ElectLeaders {
+            AdminChange::ElectLeaders {
                 election,
                 partitions,
                 reply,
@@ -136,7 +136,7 @@ impl Controller {
                     .await;
                 let _ = reply.send(r);
             }
-            ControllerRequest::AlterClientQuotas { alterations, reply } => {
+            AdminChange::AlterClientQuotas { alterations, reply } => {
                 let n = alterations.len();
                 let r = if n == 0 {
                     Vec::new()

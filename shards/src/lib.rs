@@ -19,7 +19,7 @@
 //! - [`replica_fetcher`]: one fetcher per (leader, shard) replicating what this shard
 //!   follows.
 //! - [`mesh`]: the cross-core request/reply messages.
-//! - [`controller`]: shard 0's side of the controller quorum: admin changes validated
+//! - [`admin_changes`]: shard 0's side of the controller quorum: admin changes validated
 //!   and committed as commands (topics, configs, quotas, producer-id blocks).
 //! - [`group`]: the classic consumer-group coordinator and its `__consumer_offsets` log.
 //! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
@@ -35,8 +35,8 @@
 //! here is the replica fetcher's, as a client of the leader, through
 //! `corelog-kafka-client`. Errors are typed per layer (`thiserror`).
 
+pub mod admin_changes;
 pub mod client_quota;
-pub mod controller;
 pub mod group;
 
 pub mod housekeeping;

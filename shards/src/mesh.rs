@@ -1,7 +1,7 @@
 //! The typed messages that cross cores, and [`Peers`], the one way to send them.
 //!
 //! `ShardMessage` has one variant per service of a shard, each carrying that service's
-//! own message type (`PartitionRequest`, `ControllerRequest`, `GroupOp`,
+//! own message type (`PartitionRequest`, `AdminChange`, `GroupOp`,
 //! `HousekeepingMessage`, …). This module is the vocabulary every service shares: it
 //! depends on no service, and no service depends on the shard.
 //!
@@ -241,7 +241,9 @@ pub enum TopicError {
     Invalid(String),
 }
 
-pub enum ControllerRequest {
+/// An admin change for shard 0 (`admin_changes::AdminChanges`), which validates it and
+/// commits it through the controller quorum.
+pub enum AdminChange {
     CreateTopics {
         topics: Vec<NewTopic>,
         validate_only: bool,
@@ -404,7 +406,7 @@ pub enum HousekeepingMessage {
 /// service handles only its own message type.
 pub enum ShardMessage {
     Partition(PartitionRequest),
-    Controller(ControllerRequest),
+    AdminChange(AdminChange),
     Housekeeping(HousekeepingMessage),
     /// A consumer-group operation, sent to the group's coordinator shard (or, for List,
     /// to every shard).
@@ -430,9 +432,9 @@ impl From<PartitionRequest> for ShardMessage {
     }
 }
 
-impl From<ControllerRequest> for ShardMessage {
-    fn from(r: ControllerRequest) -> ShardMessage {
-        ShardMessage::Controller(r)
+impl From<AdminChange> for ShardMessage {
+    fn from(r: AdminChange) -> ShardMessage {
+        ShardMessage::AdminChange(r)
     }
 }
 

@@ -5,7 +5,7 @@
 //! of the broker. A shard takes a new block only when its block is used up, one refill
 //! at a time.
 
-use crate::mesh::{ControllerRequest, Peers, TopicError, PRODUCER_ID_BLOCK};
+use crate::mesh::{AdminChange, Peers, TopicError, PRODUCER_ID_BLOCK};
 use futures::channel::oneshot;
 use glommio::sync::Semaphore;
 use std::cell::RefCell;
@@ -40,9 +40,9 @@ impl ProducerIds {
                 continue; // another request refilled it while this one waited
             }
             let (tx, rx) = oneshot::channel();
-            let msg = ControllerRequest::AllocateProducerIds { reply: tx };
+            let msg = AdminChange::AllocateProducerIds { reply: tx };
             let start = peers
-                .call(crate::routing::CONTROLLER_SHARD, msg, rx)
+                .call(crate::routing::ADMIN_SHARD, msg, rx)
                 .await
                 .unwrap_or_else(|| {
                     Err(TopicError::Storage("the controller is unavailable".into()))

@@ -12,8 +12,9 @@
 /// A shard (core) index, `0..shard_count`.
 pub type ShardId = usize;
 
-/// The shard that runs the controller (the single writer of cluster metadata).
-pub const CONTROLLER_SHARD: ShardId = 0;
+/// The shard that validates admin changes and commits them through the controller
+/// quorum (`admin_changes`).
+pub const ADMIN_SHARD: ShardId = 0;
 
 /// The shard that owns `partition` of `topic` when the broker runs `shard_count` shards.
 pub fn shard_of(topic: &str, partition: i32, shard_count: usize) -> ShardId {

@@ -5,13 +5,13 @@
 //! machines: retriable codes make clients retry, fatal ones surface to the application,
 //! so a wrong one either hangs a client in retries or kills it.
 
+use corelog_shards::group::types::GroupError;
+use corelog_shards::mesh::{EpochError, PartitionError, TopicError};
 use corelog_storage::batch::BatchError;
 use corelog_storage::producer_state::SequenceError;
 use corelog_storage::{AppendError, ReadError, RecordRule};
 use kafka_protocol::messages::ApiKey;
 use kafka_protocol::ResponseError;
-use shards::group::types::GroupError;
-use shards::mesh::{EpochError, PartitionError, TopicError};
 
 pub fn batch(e: &BatchError) -> ResponseError {
     match e {
@@ -69,12 +69,12 @@ pub fn partition(e: &PartitionError) -> ResponseError {
 }
 
 /// A partition request this broker does not serve.
-pub fn not_served(e: &shards::metadata::NotServed) -> ResponseError {
+pub fn not_served(e: &corelog_shards::metadata::NotServed) -> ResponseError {
     match e {
-        shards::metadata::NotServed::UnknownTopicOrPartition => {
+        corelog_shards::metadata::NotServed::UnknownTopicOrPartition => {
             ResponseError::UnknownTopicOrPartition
         }
-        shards::metadata::NotServed::NotLeader { .. } => ResponseError::NotLeaderOrFollower,
+        corelog_shards::metadata::NotServed::NotLeader { .. } => ResponseError::NotLeaderOrFollower,
     }
 }
 

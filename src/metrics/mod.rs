@@ -10,10 +10,10 @@ pub mod histograms;
 pub mod prometheus;
 
 use corelog_metrics::MetricsSnapshot;
+use corelog_shards::mesh::ShardMessage;
+use corelog_shards::shard::Shard;
 use futures::channel::{mpsc, oneshot};
 use futures::StreamExt;
-use shards::mesh::ShardMessage;
-use shards::shard::Shard;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 

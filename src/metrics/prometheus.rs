@@ -174,7 +174,7 @@ impl Collector for Snapshots {
             file_evictions.push((by_shard.clone(), s.segment_files.evictions));
             files_exhausted.push((by_shard.clone(), s.segment_files.exhausted));
             replication.push((by_shard, s.replication));
-            for kind in shards::client_quota::QuotaKind::ALL {
+            for kind in corelog_shards::client_quota::QuotaKind::ALL {
                 let i = kind.index();
                 let labels = vec![
                     ("quota".to_string(), kind.name().to_string()),

@@ -18,7 +18,7 @@
 //! Resolution is per quota key, so a client's produce and fetch quotas may come from
 //! different entities. Pure functions; no state.
 
-pub use shards::client_quota::{ClientQuotas, EntityName, QuotaEntity};
+pub use corelog_shards::client_quota::{ClientQuotas, EntityName, QuotaEntity};
 
 /// The user principal of every corelog connection.
 pub const ANONYMOUS_USER: &str = "ANONYMOUS";
@@ -167,8 +167,8 @@ pub fn op_from(
     key: &str,
     value: f64,
     remove: bool,
-) -> Result<shards::client_quota::QuotaOp, QuotaError> {
-    use shards::client_quota::QuotaOp;
+) -> Result<corelog_shards::client_quota::QuotaOp, QuotaError> {
+    use corelog_shards::client_quota::QuotaOp;
     let integral = key_is_integral(key).ok_or_else(|| QuotaError::UnknownKey(key.to_string()))?;
     if remove {
         return Ok(QuotaOp::Remove(key.to_string()));
@@ -193,8 +193,8 @@ pub fn op_from(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corelog_shards::client_quota::{QuotaAlteration, QuotaOp};
     use proptest::prelude::*;
-    use shards::client_quota::{QuotaAlteration, QuotaOp};
 
     fn set(q: &mut ClientQuotas, user: Option<EntityName>, client: Option<EntityName>, v: f64) {
         q.apply(&QuotaAlteration {

@@ -28,9 +28,9 @@
 //! at the next tick.
 
 use super::entity::{self, ANONYMOUS_USER};
-use shards::client_quota::{QuotaKind, UsageReport};
-use shards::metadata::ClusterMetadata;
-use shards::shard::Shard;
+use corelog_shards::client_quota::{QuotaKind, UsageReport};
+use corelog_shards::metadata::ClusterMetadata;
+use corelog_shards::shard::Shard;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -332,7 +332,7 @@ impl QuotaManager {
                 entries,
             });
             for target in (0..self.shard.shard_count()).filter(|t| *t != self.shard.id) {
-                let msg = shards::mesh::ShardMessage::QuotaUsage(report.clone());
+                let msg = corelog_shards::mesh::ShardMessage::QuotaUsage(report.clone());
                 if !self.shard.peers.tell(target, msg).await {
                     return; // shutting down
                 }

@@ -17,11 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # Source directory of each crate whose modules must not form cycles.
 CRATES = {
     "corelog": "src",
-    "shards": "shards/src",
+    "corelog-shards": "shards/src",
     "corelog-partition": "shards/partition/src",
     "corelog-storage": "shards/storage/src",
-    "corelog-metrics": "shards/metrics/src",
-    "corelog-kafka-client": "tools/kafka-client/src",
+    "corelog-metrics": "metrics/src",
+    "corelog-kafka-client": "client/src",
     "corelog-load": "tools/loadgen/src",
     "corelog-controller": "controller/src",
     "corelog-fuzz-targets": "tools/fuzz-targets/src",
@@ -30,9 +30,9 @@ CRATES = {
 # The corelog crates each crate may depend on (normal dependencies).
 ALLOWED = {
     # corelog-kafka-client: `corelog admin` speaks to a cluster as a Kafka client.
-    "corelog": {"shards", "corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller",
+    "corelog": {"corelog-shards", "corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller",
                 "corelog-kafka-client"},
-    "shards": {"corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller", "corelog-kafka-client"},
+    "corelog-shards": {"corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller", "corelog-kafka-client"},
     "corelog-partition": {"corelog-storage"},
     "corelog-storage": set(),
     "corelog-metrics": set(),
@@ -40,15 +40,15 @@ ALLOWED = {
     "corelog-load": {"corelog-kafka-client", "corelog-metrics"},
     "corelog-controller": set(),
     # corelog-controller: the metadata log, snapshot and controller-port decoders.
-    "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller", "shards"},
+    "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller", "corelog-shards"},
 }
 MANIFESTS = {
     "corelog": "Cargo.toml",
-    "shards": "shards/Cargo.toml",
+    "corelog-shards": "shards/Cargo.toml",
     "corelog-partition": "shards/partition/Cargo.toml",
     "corelog-storage": "shards/storage/Cargo.toml",
-    "corelog-metrics": "shards/metrics/Cargo.toml",
-    "corelog-kafka-client": "tools/kafka-client/Cargo.toml",
+    "corelog-metrics": "metrics/Cargo.toml",
+    "corelog-kafka-client": "client/Cargo.toml",
     "corelog-load": "tools/loadgen/Cargo.toml",
     "corelog-controller": "controller/Cargo.toml",
     "corelog-fuzz-targets": "tools/fuzz-targets/Cargo.toml",

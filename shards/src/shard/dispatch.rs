@@ -55,7 +55,7 @@ impl Shard {
                 let _ = reply.send(self.delete_records(partitions).await);
             }
             ShardMessage::Housekeeping(m) => self.housekeeping.handle(m, &self.peers).await,
-            ShardMessage::Controller(req) => match &self.controller {
+            ShardMessage::AdminChange(req) => match &self.admin_changes {
                 Some(c) => c.handle(req).await,
                 None => tracing::error!(
                     shard = self.id,

@@ -6,7 +6,7 @@
 //! that touches their logs. Other shards reach them only through [`ShardMessage`]s.
 //!
 //! Services, each with its own message type and none depending on `Shard`: the
-//! controller (shard 0, `ControllerRequest`), the group coordinator (`GroupOp`),
+//! controller (shard 0, `AdminChange`), the group coordinator (`GroupOp`),
 //! housekeeping (`HousekeepingMessage`; it sees the partitions through `PartitionSet`),
 //! the quota usage inbox, and the producer-id block. They reach other shards through
 //! [`Peers`], this shard's end of the mesh, never through the shard itself.
@@ -30,7 +30,7 @@ mod partition_requests;
 mod partition_table;
 mod produce;
 
-use crate::controller::Controller;
+use crate::admin_changes::AdminChanges;
 use crate::group::coordinator::{offsets_tp, GroupCoordinator};
 use crate::group::OFFSETS_TOPIC;
 use crate::housekeeping::{Housekeeping, PartitionSet};
@@ -60,7 +60,7 @@ pub struct Shard {
     /// This shard's end of the mesh, shared with the services it holds.
     pub peers: Rc<Peers>,
     pub(crate) admin_lock: Semaphore,
-    controller: Option<Controller>,
+    admin_changes: Option<AdminChanges>,
     /// This broker's controller node: proposals, the registration, the quorum.
     pub node: corelog_controller::ControllerNode,
     /// What `reconcile` last made of the metadata.
@@ -102,8 +102,8 @@ impl Shard {
         let peers = Rc::new(Peers::new(id, config.shard_count, senders));
         let shard = Rc::new(Shard {
             id,
-            controller: (id == crate::routing::CONTROLLER_SHARD)
-                .then(|| Controller::new(metadata.clone(), config.clone(), node.clone())),
+            admin_changes: (id == crate::routing::ADMIN_SHARD)
+                .then(|| AdminChanges::new(metadata.clone(), config.clone(), node.clone())),
             node,
             reconciled: RefCell::new(Default::default()),
             groups: GroupCoordinator::new(config.groups.clone()),

@@ -58,7 +58,7 @@ pub mod layout {
     //! CRC-covered region ([`CRC_START`]`..`) begins right after `crc` with `attributes`,
     //! and that `recordCount` ends at [`BATCH_HEADER_LEN`].
     //!
-    //! `tools/kafka-client` (`corelog-kafka-client`) keeps a copy in its `records.rs`: that
+    //! `client/` (`corelog-kafka-client`) keeps a copy in its `records.rs`: that
     //! crate may depend on no corelog crate, so it cannot use this one.
 
     use core::ops::Range;

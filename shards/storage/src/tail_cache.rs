@@ -7,7 +7,7 @@
 //! anything at any time); `bytes <= budget_bytes` at every instant, with no exception
 //! for the newest entry: an entry larger than the whole budget is not cached.
 //!
-//! The budget is a share of the shard's (`shards/src/shard.rs`, `--tail-cache-shard-bytes`):
+//! The budget is a share of the shard's (`shards/src/shard/partition_table.rs`, `--tail-cache-shard-bytes`):
 //! each partition's budget is `min(tail_cache_bytes, shard budget / open partitions)`,
 //! recomputed whenever a partition opens or closes on the shard, *before* the new
 //! partition can cache anything and synchronously (no `.await` between the change and the

@@ -1,5 +1,7 @@
-//! What the topic APIs share: requests to the controller on shard 0, and the creation
-//! of topics (also by Metadata and Produce auto-creation). It serves no API itself.
+//! What the admin APIs share: admin changes sent to shard 0
+//! (`corelog_shards::admin_changes`), which commits them through the controller quorum,
+//! and the creation of topics (also by Metadata and Produce auto-creation). It serves no
+//! API itself.
 //!
 //! CreateTopics (v0–v7), DeleteTopics (v0–v6), CreatePartitions (v0–v3).
 //!
@@ -9,27 +11,27 @@
 //! partitions spread over the brokers live by then.
 
 use super::Ctx;
+use corelog_shards::mesh::{AdminChange, NewTopic, Reply, ShardMessage, TopicError};
+use corelog_shards::routing::ADMIN_SHARD;
 use futures::channel::oneshot;
 use kafka_protocol::protocol::StrBytes;
-use shards::mesh::{ControllerRequest, NewTopic, Reply, ShardMessage, TopicError};
-use shards::routing::CONTROLLER_SHARD;
 
 /// Sends a topic change about `n` topics to the controller (shard 0) and returns one
 /// outcome per topic; every one is a storage error if the controller cannot be reached
 /// (shutdown). The one way the edge asks for a metadata change.
-pub async fn ask_controller(
+pub async fn send_admin_change(
     ctx: &Ctx,
     n: usize,
-    request: impl FnOnce(Reply<Vec<Result<(), TopicError>>>) -> ControllerRequest,
+    request: impl FnOnce(Reply<Vec<Result<(), TopicError>>>) -> AdminChange,
 ) -> Vec<Result<(), TopicError>> {
     if n == 0 {
         return Vec::new();
     }
     let (tx, rx) = oneshot::channel();
-    let msg = ShardMessage::Controller(request(tx));
+    let msg = ShardMessage::AdminChange(request(tx));
     ctx.shard
         .peers
-        .call(CONTROLLER_SHARD, msg, rx)
+        .call(ADMIN_SHARD, msg, rx)
         .await
         .unwrap_or_else(|| {
             (0..n)
@@ -43,7 +45,7 @@ pub(super) async fn create_or_validate(
     topics: Vec<NewTopic>,
     validate_only: bool,
 ) -> Vec<Result<(), TopicError>> {
-    ask_controller(ctx, topics.len(), |reply| ControllerRequest::CreateTopics {
+    send_admin_change(ctx, topics.len(), |reply| AdminChange::CreateTopics {
         topics,
         validate_only,
         reply,
@@ -68,7 +70,7 @@ pub(super) fn message(e: &TopicError) -> Option<StrBytes> {
 /// as an ordinary topic of `num.partitions`, which would leave groups hashed to partitions
 /// it lacks without a coordinator. One outcome per name, in order.
 pub async fn auto_create(ctx: &Ctx, names: &[String]) -> Vec<Result<(), TopicError>> {
-    let offsets = shards::group::OFFSETS_TOPIC;
+    let offsets = corelog_shards::group::OFFSETS_TOPIC;
     let ordinary: Vec<NewTopic> = names
         .iter()
         .filter(|n| n.as_str() != offsets)
@@ -98,7 +100,7 @@ pub async fn auto_create(ctx: &Ctx, names: &[String]) -> Vec<Result<(), TopicErr
 /// configured, placed over the live brokers, `offsets.topic.replication.factor` replicas
 /// (at most one per live broker).
 pub async fn ensure_offsets_topic(ctx: &Ctx) -> Result<(), TopicError> {
-    let topic = shards::group::OFFSETS_TOPIC;
+    let topic = corelog_shards::group::OFFSETS_TOPIC;
     let meta = ctx.shard.metadata.snapshot();
     if meta.topic(topic).is_some() {
         // Published is not yet open: a request racing the one that created the topic

@@ -1,18 +1,18 @@
 //! AlterClientQuotas (v0–v1): each entry validated here (see `quota_entities`), the
 //! valid ones persisted by the controller in one metadata write unless `validate_only`.
 
-use super::controller_call::ask_controller;
+use super::admin_change::send_admin_change;
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use crate::quota::entity::{entity_from, op_from, QuotaError};
+use corelog_shards::client_quota::{QuotaAlteration, QuotaEntity};
+use corelog_shards::mesh::{AdminChange, TopicError};
 use kafka_protocol::messages::{
     alter_client_quotas_response, AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey,
 };
 use kafka_protocol::protocol::StrBytes;
-use shards::client_quota::{QuotaAlteration, QuotaEntity};
-use shards::mesh::{ControllerRequest, TopicError};
 use std::collections::HashSet;
 
 fn validate_entry(
@@ -78,8 +78,8 @@ impl Handler for AlterClientQuotas {
                 .collect();
             let (slots, alterations): (Vec<usize>, Vec<QuotaAlteration>) =
                 valid.into_iter().unzip();
-            let results = ask_controller(ctx, alterations.len(), |reply| {
-                ControllerRequest::AlterClientQuotas { alterations, reply }
+            let results = send_admin_change(ctx, alterations.len(), |reply| {
+                AdminChange::AlterClientQuotas { alterations, reply }
             })
             .await;
             for (i, r) in slots.into_iter().zip(results) {

@@ -5,10 +5,10 @@ use super::config_resources::{alter, check_resource, named_twice, outcomes};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::ConfigOps;
 use kafka_protocol::messages::{
     alter_configs_response, AlterConfigsRequest, AlterConfigsResponse, ApiKey,
 };
-use shards::mesh::ConfigOps;
 
 pub struct AlterConfigs;
 

@@ -1,6 +1,6 @@
 //! AlterPartitionReassignments (v0–v1, KIP-455): moves partitions to new replicas, or
 //! cancels the moves in progress (a partition given no replicas), through the controller
-//! like every metadata change (`controller_call`). Each partition gets its own error:
+//! like every metadata change (`admin_change`). Each partition gets its own error:
 //! UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (an empty target, a broker
 //! twice or one not registered, a cancel that would leave no in-sync replica),
 //! INVALID_REPLICATION_FACTOR (v1 with `allowReplicationFactorChange` false and another
@@ -10,19 +10,19 @@
 //! taken it up): the added replicas then fetch, and the move completes when all of them
 //! are in the ISR. ListPartitionReassignments shows it until then.
 
-use super::controller_call::{ask_controller, message};
+use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_controller::command::ReassignmentItem;
+use corelog_shards::mesh::AdminChange;
 use kafka_protocol::messages::alter_partition_reassignments_response::{
     ReassignablePartitionResponse, ReassignableTopicResponse,
 };
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey,
 };
-use shards::mesh::ControllerRequest;
 
 pub struct AlterPartitionReassignments;
 
@@ -51,8 +51,8 @@ impl Handler for AlterPartitionReassignments {
                 })
             })
             .collect();
-        let results = ask_controller(ctx, items.len(), |reply| {
-            ControllerRequest::AlterPartitionReassignments { items, reply }
+        let results = send_admin_change(ctx, items.len(), |reply| {
+            AdminChange::AlterPartitionReassignments { items, reply }
         })
         .await;
         let mut results = results.into_iter();

@@ -3,7 +3,7 @@
 //!
 //! DescribeConfigs (v1–v4), AlterConfigs (v0–v2), IncrementalAlterConfigs (v0–v1).
 //!
-//! Topic configs are the keys of `shards::topic_config`; their values resolve from the
+//! Topic configs are the keys of `corelog_shards::topic_config`; their values resolve from the
 //! broker-wide defaults and the topic's stored overrides. Changes go to the controller,
 //! which validates every change whole — one bad key or value refuses that resource with
 //! INVALID_CONFIG and changes nothing of it — persists, and has the owning shards apply
@@ -27,6 +27,9 @@
 
 use super::Ctx;
 use crate::kafka::error_code;
+use corelog_shards::mesh::{AdminChange, ConfigOp, ConfigOps, ShardMessage, TopicConfigChange};
+use corelog_shards::routing::ADMIN_SHARD;
+use corelog_shards::topic_config::{self, ConfigSource, ConfigType, Described};
 use futures::channel::oneshot;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsSynonym,
@@ -34,9 +37,6 @@ use kafka_protocol::messages::describe_configs_response::{
 use kafka_protocol::messages::DescribeConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{ConfigOp, ConfigOps, ControllerRequest, ShardMessage, TopicConfigChange};
-use shards::routing::CONTROLLER_SHARD;
-use shards::topic_config::{self, ConfigSource, ConfigType, Described};
 use std::collections::{HashMap, HashSet};
 
 pub(super) const RESOURCE_TOPIC: i8 = 2;
@@ -402,8 +402,8 @@ pub(super) async fn alter(
     let mut answers = if changes.is_empty() {
         Vec::new().into_iter()
     } else {
-        super::controller_call::ask_controller(ctx, changes.len(), |reply| {
-            ControllerRequest::AlterTopicConfigs {
+        super::admin_change::send_admin_change(ctx, changes.len(), |reply| {
+            AdminChange::AlterTopicConfigs {
                 changes,
                 validate_only,
                 reply,
@@ -425,13 +425,13 @@ pub(super) async fn alter(
             },
             Ok(Change::Broker { resource, ops }) => {
                 let (tx, rx) = oneshot::channel();
-                let msg = ShardMessage::Controller(ControllerRequest::AlterBrokerConfigs {
+                let msg = ShardMessage::AdminChange(AdminChange::AlterBrokerConfigs {
                     resource,
                     ops,
                     validate_only,
                     reply: tx,
                 });
-                match ctx.shard.peers.call(CONTROLLER_SHARD, msg, rx).await {
+                match ctx.shard.peers.call(ADMIN_SHARD, msg, rx).await {
                     Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
                     None => Err((
                         ResponseError::UnknownServerError,

@@ -3,14 +3,14 @@
 //! one list per new partition, the topic's replication factor, registered brokers each
 //! named once, at least one of them active).
 
-use super::controller_call::{ask_controller, message};
+use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{AdminChange, TopicError};
 use kafka_protocol::messages::create_partitions_response::CreatePartitionsTopicResult;
 use kafka_protocol::messages::{ApiKey, CreatePartitionsRequest, CreatePartitionsResponse};
-use shards::mesh::{ControllerRequest, TopicError};
 use std::collections::HashSet;
 
 pub struct CreatePartitions;
@@ -51,12 +51,10 @@ impl Handler for CreatePartitions {
             });
             asks.push((t.name.0.to_string(), t.count, assignments));
         }
-        let results = ask_controller(ctx, asks.len(), |reply| {
-            ControllerRequest::CreatePartitions {
-                topics: asks,
-                validate_only: req.validate_only,
-                reply,
-            }
+        let results = send_admin_change(ctx, asks.len(), |reply| AdminChange::CreatePartitions {
+            topics: asks,
+            validate_only: req.validate_only,
+            reply,
         })
         .await;
         let mut results = results.into_iter();

@@ -1,20 +1,20 @@
-//! CreateTopics (v0–v7): through the controller quorum (`controller_call`), which
+//! CreateTopics (v0–v7): through the controller quorum (`admin_change`), which
 //! places the partitions over the live brokers (or checks the given assignments) and
 //! answers once this broker's shards have opened theirs. Replication factor and partition
 //! count -1 are the broker defaults (`default.replication.factor`, `num.partitions`); the
 //! request's own checks answer Kafka's codes and messages.
 
-use super::controller_call::{create_or_validate, message};
+use super::admin_change::{create_or_validate, message};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{NewTopic, TopicError};
 use kafka_protocol::messages::create_topics_response::{
     CreatableTopicConfigs, CreatableTopicResult,
 };
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
-use shards::mesh::{NewTopic, TopicError};
 use std::collections::{BTreeMap, HashSet};
 
 pub struct CreateTopics;
@@ -176,7 +176,8 @@ impl Handler for CreateTopics {
                         };
                         let defaults =
                             meta.broker_defaults(&ctx.shard.config.log, ctx.config.node_id);
-                        let described = shards::topic_config::describe_topic(&defaults, &overrides);
+                        let described =
+                            corelog_shards::topic_config::describe_topic(&defaults, &overrides);
                         out.configs = Some(
                             described
                                 .into_iter()

@@ -4,10 +4,10 @@ use super::group_routing::{ask_coordinator, code, s};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use shards::group::types::*;
 
 pub struct DeleteGroups;
 

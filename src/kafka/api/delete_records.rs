@@ -11,12 +11,12 @@ use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{PartitionRequest, TopicPartition};
 use kafka_protocol::messages::delete_records_response::{
     DeleteRecordsPartitionResult, DeleteRecordsTopicResult,
 };
 use kafka_protocol::messages::{ApiKey, DeleteRecordsRequest, DeleteRecordsResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{PartitionRequest, TopicPartition};
 use std::sync::Arc;
 
 impl PartitionAnswer for DeleteRecordsPartitionResult {
@@ -48,7 +48,7 @@ impl Handler for DeleteRecords {
             let topic: Arc<str> = name.into();
             // Kafka refuses DeleteRecords on a topic that is only compacted.
             let compact_only = meta.topic(name).is_some_and(|m| {
-                shards::topic_config::resolve(&defaults, &m.configs)
+                corelog_shards::topic_config::resolve(&defaults, &m.configs)
                     .is_ok_and(|c| c.cleanup.compact && !c.cleanup.delete)
             });
             fan.next_topic(t.partitions.len());
@@ -56,7 +56,7 @@ impl Handler for DeleteRecords {
                 let mut out = DeleteRecordsPartitionResult::default();
                 out.partition_index = p.partition_index;
                 out.low_watermark = -1;
-                let refused = if name == shards::group::OFFSETS_TOPIC {
+                let refused = if name == corelog_shards::group::OFFSETS_TOPIC {
                     Err(ResponseError::InvalidTopicException)
                 } else if let Err(e) = leader_check(ctx, &meta, name, p.partition_index) {
                     Err(e)

@@ -1,16 +1,16 @@
 //! DeleteTopics (v0–v6): by name or (v6) by id, through the controller, which drops the
 //! partitions on their shards before answering.
 
-use super::controller_call::{ask_controller, message};
+use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::AdminChange;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{ApiKey, DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::ControllerRequest;
 
 pub struct DeleteTopics;
 
@@ -45,13 +45,13 @@ impl Handler for DeleteTopics {
                 .collect()
         };
         // The broker's internal topics cannot be deleted by clients.
-        let internal = |n: &str| n == shards::group::OFFSETS_TOPIC;
+        let internal = |n: &str| n == corelog_shards::group::OFFSETS_TOPIC;
         let names: Vec<String> = named
             .iter()
             .filter_map(|(n, _)| n.clone())
             .filter(|n| !internal(n))
             .collect();
-        let results = ask_controller(ctx, names.len(), |reply| ControllerRequest::DeleteTopics {
+        let results = send_admin_change(ctx, names.len(), |reply| AdminChange::DeleteTopics {
             names: names.clone(),
             reply,
         })

@@ -8,10 +8,10 @@ use super::config_resources::{
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::topic_config::{self, Described};
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
 use kafka_protocol::ResponseError;
-use shards::topic_config::{self, Described};
 use std::collections::HashSet;
 
 pub struct DescribeConfigs;

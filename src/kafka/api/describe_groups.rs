@@ -5,10 +5,10 @@ use super::group_routing::{ask_coordinator, s, sb};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use shards::group::types::*;
 
 pub struct DescribeGroups;
 

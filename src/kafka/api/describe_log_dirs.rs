@@ -11,12 +11,14 @@ use super::fan_out::PerShard;
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{
+    PartitionDescription, PartitionError, PartitionRequest, TopicPartition,
+};
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
 use kafka_protocol::messages::{ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse};
 use kafka_protocol::protocol::StrBytes;
-use shards::mesh::{PartitionDescription, PartitionError, PartitionRequest, TopicPartition};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -93,7 +95,7 @@ impl Handler for DescribeLogDirs {
             })
             .collect();
         if call.version >= 4 {
-            match shards::housekeeping::filesystem_space(&ctx.config.data_dir) {
+            match corelog_shards::housekeeping::filesystem_space(&ctx.config.data_dir) {
                 Some((total, usable)) => {
                     result.total_bytes = i64::try_from(total).unwrap_or(i64::MAX);
                     result.usable_bytes = i64::try_from(usable).unwrap_or(i64::MAX);

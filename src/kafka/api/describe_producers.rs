@@ -9,6 +9,7 @@ use super::fan_out::{FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{PartitionDescription, PartitionRequest, TopicPartition};
 use kafka_protocol::messages::describe_producers_response::{
     PartitionResponse, ProducerState, TopicResponse,
 };
@@ -17,7 +18,6 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{PartitionDescription, PartitionRequest, TopicPartition};
 use std::sync::Arc;
 
 impl PartitionAnswer for PartitionResponse {

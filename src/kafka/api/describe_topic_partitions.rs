@@ -87,7 +87,7 @@ impl Handler for DescribeTopicPartitions {
                 break;
             }
             out.topic_id = t.id;
-            out.is_internal = shards::metadata::ClusterMetadata::is_internal(&name);
+            out.is_internal = corelog_shards::metadata::ClusterMetadata::is_internal(&name);
             let mut p = first_partition;
             while p < t.partition_count() && budget > 0 {
                 let Some(state) = t.partition(p) else { break };

@@ -2,23 +2,23 @@
 //! preferred replica (the first of its assignment) when that replica is a live ISR
 //! member, or (unclean, v1+) gives a partition without a leader one, from outside the ISR
 //! if need be. Committed through the controller like every metadata change
-//! (`controller_call`). Each partition gets its own error: ELECTION_NOT_NEEDED,
+//! (`admin_change`). Each partition gets its own error: ELECTION_NOT_NEEDED,
 //! PREFERRED_LEADER_NOT_AVAILABLE, ELIGIBLE_LEADERS_NOT_AVAILABLE,
 //! UNKNOWN_TOPIC_OR_PARTITION. With no partitions named, every partition the election
 //! would change is elected, and only those are answered (Kafka leaves out the ones that
 //! need no election).
 
-use super::controller_call::{ask_controller, message};
+use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_controller::command::Election;
+use corelog_shards::mesh::AdminChange;
 use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
 use kafka_protocol::messages::{ApiKey, ElectLeadersRequest, ElectLeadersResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::ControllerRequest;
 use std::collections::BTreeMap;
 
 pub struct ElectLeaders;
@@ -65,12 +65,10 @@ impl Handler for ElectLeaders {
                     .collect()
             }
         };
-        let results = ask_controller(ctx, partitions.len(), |reply| {
-            ControllerRequest::ElectLeaders {
-                election,
-                partitions: partitions.clone(),
-                reply,
-            }
+        let results = send_admin_change(ctx, partitions.len(), |reply| AdminChange::ElectLeaders {
+            election,
+            partitions: partitions.clone(),
+            reply,
         })
         .await;
         let mut by_topic: BTreeMap<&str, Vec<PartitionResult>> = BTreeMap::new();

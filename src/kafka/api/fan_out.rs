@@ -14,12 +14,12 @@
 
 use super::Ctx;
 use crate::kafka::error_code;
+use corelog_shards::mesh::{OffsetsOutput, PartitionError, ProduceOutput, Reply, ShardMessage};
+use corelog_shards::metadata::ClusterMetadata;
+use corelog_shards::routing::ShardId;
+use corelog_shards::shard::Shard;
 use futures::channel::oneshot;
 use kafka_protocol::ResponseError;
-use shards::mesh::{OffsetsOutput, PartitionError, ProduceOutput, Reply, ShardMessage};
-use shards::metadata::ClusterMetadata;
-use shards::routing::ShardId;
-use shards::shard::Shard;
 use std::rc::Rc;
 
 /// A partition's entry in a response: what the fan-out needs to answer it with an error.
@@ -47,14 +47,14 @@ impl<T> ShardAnswer for Result<T, PartitionError> {
 }
 
 impl ShardAnswer for ProduceOutput {
-    type Found = shards::mesh::ProduceAck;
+    type Found = corelog_shards::mesh::ProduceAck;
     fn into_result(self) -> Result<Self::Found, PartitionError> {
         self.result
     }
 }
 
 impl ShardAnswer for OffsetsOutput {
-    type Found = shards::mesh::FoundOffset;
+    type Found = corelog_shards::mesh::FoundOffset;
     fn into_result(self) -> Result<Self::Found, PartitionError> {
         self.result
     }

@@ -21,6 +21,11 @@ use crate::kafka::frame::FrameError;
 use crate::kafka::response_frame::{DeferredRecords, PLACEHOLDER_MAX_BYTES};
 use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
 use bytes::Bytes;
+use corelog_shards::mesh::{
+    FetchInput, FetchOutput, FetchReader, Isolation, PartitionError, PartitionRequest,
+    TopicPartition,
+};
+use corelog_shards::metadata::{ClusterMetadata, NotServed};
 use corelog_storage::Records;
 use kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, NodeEndpoint, PartitionData,
@@ -29,11 +34,6 @@ use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
 use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::ResponseError;
-use shards::mesh::{
-    FetchInput, FetchOutput, FetchReader, Isolation, PartitionError, PartitionRequest,
-    TopicPartition,
-};
-use shards::metadata::{ClusterMetadata, NotServed};
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -164,7 +164,7 @@ impl Handler for Fetch {
         {
             let response_bytes = body.compute_size(call.version).unwrap_or(used) as u64;
             body.throttle_time_ms = ctx.quotas.charge(
-                shards::client_quota::QuotaKind::Fetch,
+                corelog_shards::client_quota::QuotaKind::Fetch,
                 call.header.client_id.as_deref(),
                 response_bytes,
                 &call.quota.connection,

@@ -1,5 +1,5 @@
 //! FindCoordinator (v0–v4): a group's coordinator is the broker leading the group's
-//! `__consumer_offsets` partition (created on the first request, `controller_call`);
+//! `__consumer_offsets` partition (created on the first request, `admin_change`);
 //! COORDINATOR_NOT_AVAILABLE while that partition has no leader. A transactional id is
 //! refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, another key type INVALID_REQUEST.
 
@@ -56,8 +56,8 @@ impl Handler for FindCoordinator {
         };
         let error = coordinator_key_error(req.key_type);
         if error.is_none() {
-            if let Err(e) = super::controller_call::ensure_offsets_topic(ctx).await {
-                tracing::warn!(error = %e, "creating {}", shards::group::OFFSETS_TOPIC);
+            if let Err(e) = super::admin_change::ensure_offsets_topic(ctx).await {
+                tracing::warn!(error = %e, "creating {}", corelog_shards::group::OFFSETS_TOPIC);
             }
         }
         let meta = ctx.shard.metadata.snapshot();
@@ -70,7 +70,7 @@ impl Handler for FindCoordinator {
             }
             let partition = ctx.shard.groups.offsets_partition(key);
             let leader = meta
-                .partition(shards::group::OFFSETS_TOPIC, partition)
+                .partition(corelog_shards::group::OFFSETS_TOPIC, partition)
                 .map(|p| p.leader)
                 .and_then(|l| meta.broker(l).filter(|b| !b.fenced));
             match leader {
@@ -85,7 +85,7 @@ impl Handler for FindCoordinator {
                     ResponseError::CoordinatorNotAvailable,
                     format!(
                         "partition {partition} of {} has no leader",
-                        shards::group::OFFSETS_TOPIC
+                        corelog_shards::group::OFFSETS_TOPIC
                     ),
                 ),
             }

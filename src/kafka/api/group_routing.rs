@@ -7,17 +7,17 @@
 //! ListGroups, DeleteGroups, OffsetDelete.
 //!
 //! Each handler decodes the request into the coordinator's domain types
-//! (`shards::group::types`), sends it to the group's coordinator shard — the owner of
+//! (`corelog_shards::group::types`), sends it to the group's coordinator shard — the owner of
 //! partition `hash(group) % 50` of `__consumer_offsets` — over the mesh, and encodes the
 //! answer. ListGroups asks every shard. FindCoordinator names the broker leading that
 //! partition; a group request that reaches another broker gets NOT_COORDINATOR.
 
 use super::Ctx;
 use crate::kafka::error_code;
+use corelog_shards::group::types::*;
+use corelog_shards::mesh::ShardMessage;
 use futures::channel::oneshot;
 use kafka_protocol::protocol::StrBytes;
-use shards::group::types::*;
-use shards::mesh::ShardMessage;
 
 pub(super) fn s(v: &StrBytes) -> String {
     v.as_str().to_string()
@@ -41,13 +41,17 @@ pub(super) async fn ask_coordinator(
 ) -> Result<GroupAnswer, GroupError> {
     let partition = ctx.shard.groups.offsets_partition(group);
     // A client that skipped FindCoordinator still finds the topic made.
-    if let Err(e) = super::controller_call::ensure_offsets_topic(ctx).await {
-        tracing::warn!(error = %e, "creating {}", shards::group::OFFSETS_TOPIC);
+    if let Err(e) = super::admin_change::ensure_offsets_topic(ctx).await {
+        tracing::warn!(error = %e, "creating {}", corelog_shards::group::OFFSETS_TOPIC);
     }
     let meta = ctx.shard.metadata.snapshot();
-    match meta.check_leader(ctx.config.node_id, shards::group::OFFSETS_TOPIC, partition) {
+    match meta.check_leader(
+        ctx.config.node_id,
+        corelog_shards::group::OFFSETS_TOPIC,
+        partition,
+    ) {
         Ok(()) => {}
-        Err(shards::metadata::NotServed::NotLeader { leader, .. }) if leader >= 0 => {
+        Err(corelog_shards::metadata::NotServed::NotLeader { leader, .. }) if leader >= 0 => {
             return Err(GroupError::NotCoordinator)
         }
         Err(_) => return Err(GroupError::CoordinatorNotAvailable),

@@ -4,8 +4,8 @@ use super::group_routing::{ask_coordinator, code, s, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::*;
-use shards::group::types::*;
 
 pub struct Heartbeat;
 
@@ -21,7 +21,7 @@ impl Handler for Heartbeat {
         _call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let group = s(&req.group_id.0);
-        let op = GroupOp::Heartbeat(shards::group::types::HeartbeatRequest {
+        let op = GroupOp::Heartbeat(corelog_shards::group::types::HeartbeatRequest {
             group: group.clone(),
             generation: req.generation_id,
             member_id: s(&req.member_id),

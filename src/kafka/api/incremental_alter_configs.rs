@@ -5,11 +5,11 @@ use super::config_resources::{alter, check_resource, named_twice, outcomes};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{ConfigOp, ConfigOps};
 use kafka_protocol::messages::{
     incremental_alter_configs_response, ApiKey, IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
 };
-use shards::mesh::{ConfigOp, ConfigOps};
 
 pub struct IncrementalAlterConfigs;
 

@@ -2,7 +2,7 @@
 //!
 //! Without a transactional id Kafka always hands out a fresh producer id with epoch 0,
 //! whatever id and epoch the request carries (v3+ carry them for transactional
-//! producers). Ids come from the shard's block (`shards::producer_ids`), which the
+//! producers). Ids come from the shard's block (`corelog_shards::producer_ids`), which the
 //! controller persisted before handing it out, so an id is never reused, even across a
 //! restart; a producer that re-initialises after an error gets a new id and its old
 //! sequences no longer matter.

@@ -6,9 +6,9 @@ use super::group_routing::{ask_coordinator, code, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
 use kafka_protocol::messages::*;
-use shards::group::types::*;
 
 pub struct JoinGroup;
 

@@ -6,9 +6,9 @@ use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::leave_group_response::MemberResponse;
 use kafka_protocol::messages::*;
-use shards::group::types::*;
 
 pub struct LeaveGroup;
 

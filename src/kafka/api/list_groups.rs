@@ -5,12 +5,12 @@ use super::group_routing::{s, sb};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
+use corelog_shards::mesh::ShardMessage;
 use futures::channel::oneshot;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use shards::group::types::*;
-use shards::mesh::ShardMessage;
 
 /// Kafka's name of the classic group protocol's type (ListGroups v5).
 const CLASSIC_GROUP_TYPE: &str = "classic";

@@ -13,15 +13,15 @@ use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{
+    FoundOffset, Isolation, ListOffsetsInput, PartitionRequest, TopicPartition,
+    LATEST_TIERED_TIMESTAMP,
+};
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ApiKey, ListOffsetsRequest, ListOffsetsResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{
-    FoundOffset, Isolation, ListOffsetsInput, PartitionRequest, TopicPartition,
-    LATEST_TIERED_TIMESTAMP,
-};
 use std::sync::Arc;
 
 impl PartitionAnswer for ListOffsetsPartitionResponse {

@@ -7,21 +7,21 @@
 //! from v4, the request allows it (librdkafka's own test suite leans on this). Creation is synchronous through the controller, so the response
 //! already lists the new topic's partitions.
 
-use super::controller_call::auto_create;
+use super::admin_change::auto_create;
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::authorized_operations::{self as ops, NOT_REQUESTED};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_controller::image::TopicImage;
+use corelog_shards::mesh::TopicError;
+use corelog_shards::metadata::{validate_topic_name, ClusterMetadata};
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
 };
 use kafka_protocol::messages::{ApiKey, BrokerId, MetadataRequest, MetadataResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::TopicError;
-use shards::metadata::{validate_topic_name, ClusterMetadata};
 
 pub struct Metadata;
 
@@ -152,7 +152,7 @@ fn response(
 
 /// The broker a client is told to send its admin requests to: this one while it is
 /// live, else the first live broker, else -1. Any broker takes them and carries them to
-/// the active controller (`controller_call`), as Kafka's brokers forward them; naming the
+/// the active controller (`admin_change`), as Kafka's brokers forward them; naming the
 /// Raft leader instead sent every admin client to one broker, and when that broker
 /// died its clients kept sending to it until their metadata refreshed (librdkafka's
 /// periodic refresh is 5 minutes). A client that lost the broker it asked reconnects to

@@ -2,7 +2,7 @@
 //! key and the versions it serves beside the code that serves them; `apis!` lists them
 //! once, and ApiVersions advertises exactly that list. A few modules are shared by
 //! several APIs and serve none themselves: `group_routing` (the coordinator shard of a
-//! group), `controller_call` (requests to the controller shard), `config_resources`,
+//! group), `admin_change` (admin changes sent to the admin shard), `config_resources`,
 //! `quota_entities` and `fan_out`.
 //!
 //! Handler shape: `handler::serve` decodes (pure, bounded); a partition-level handler
@@ -12,12 +12,12 @@
 //! response's error codes and encodes it. A partition's failure is its own error code
 //! and never fails the request.
 
+pub mod admin_change;
 pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
 pub mod api_versions;
 pub mod config_resources;
-pub mod controller_call;
 pub mod create_partitions;
 pub mod create_topics;
 pub mod delete_groups;
@@ -58,9 +58,9 @@ pub mod sync_group;
 use super::frame::{FrameError, RequestFrame};
 use crate::config::BrokerConfig;
 use crate::kafka::response_frame::ResponseFrame;
+use corelog_shards::shard::Shard;
 use handler::Handler;
 use kafka_protocol::messages::ApiKey;
-use shards::shard::Shard;
 use std::rc::Rc;
 use std::sync::Arc;
 

@@ -5,12 +5,12 @@ use super::group_routing::{ask_coordinator, code, s, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::offset_commit_response::{
     OffsetCommitResponsePartition, OffsetCommitResponseTopic,
 };
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-use shards::group::types::*;
 
 pub struct OffsetCommit;
 

@@ -6,11 +6,11 @@ use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::offset_delete_response::{
     OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
 };
 use kafka_protocol::messages::*;
-use shards::group::types::*;
 
 pub struct OffsetDelete;
 

@@ -6,12 +6,12 @@ use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::{Committed, GroupAnswer, GroupError, GroupOp};
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::*;
-use shards::group::types::{Committed, GroupAnswer, GroupError, GroupOp};
 use std::collections::BTreeMap;
 
 /// One group's offsets as the OffsetFetch answer needs them.

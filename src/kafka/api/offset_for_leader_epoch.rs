@@ -11,12 +11,12 @@ use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::mesh::{EpochQuery, PartitionRequest, TopicPartition};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
     EpochEndOffset, OffsetForLeaderTopicResult,
 };
 use kafka_protocol::messages::{ApiKey, OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse};
 use kafka_protocol::ResponseError;
-use shards::mesh::{EpochQuery, PartitionRequest, TopicPartition};
 use std::sync::Arc;
 
 impl PartitionAnswer for EpochEndOffset {

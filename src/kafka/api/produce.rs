@@ -5,13 +5,17 @@
 //! validates (CRC-32C, sizes, offsets) and appends. One mesh message per shard, all
 //! shards in parallel, results put back in request order. acks=0 sends no response.
 
-use super::controller_call::auto_create;
+use super::admin_change::auto_create;
 use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use bytes::Bytes;
+use corelog_shards::mesh::{
+    Acks, PartitionError, PartitionRequest, ProduceAck, ProduceInput, TopicPartition,
+};
+use corelog_shards::metadata::{validate_topic_name, ClusterMetadata};
 use corelog_storage::{AppendError, RejectedRecords};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -19,10 +23,6 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use shards::mesh::{
-    Acks, PartitionError, PartitionRequest, ProduceAck, ProduceInput, TopicPartition,
-};
-use shards::metadata::{validate_topic_name, ClusterMetadata};
 use std::sync::Arc;
 
 /// Produce v3+ carries exactly one RecordBatch v2 per partition (Kafka's
@@ -62,7 +62,7 @@ fn accepted<'r>(
         return Err(ResponseError::TransactionalIdAuthorizationFailed);
     }
     // Only the broker writes its internal topics (Kafka refuses the same).
-    if name == shards::group::OFFSETS_TOPIC || validate_topic_name(name).is_err() {
+    if name == corelog_shards::group::OFFSETS_TOPIC || validate_topic_name(name).is_err() {
         return Err(ResponseError::InvalidTopicException);
     }
     leader_check(ctx, meta, name, partition)?;

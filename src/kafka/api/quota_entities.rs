@@ -16,9 +16,9 @@
 //! (INVALID_REQUEST): corelog has no connection-rate quotas.
 
 use crate::quota::entity::{QuotaError, ENTITY_CLIENT_ID, ENTITY_IP, ENTITY_USER};
+use corelog_shards::client_quota::EntityName;
 use kafka_protocol::messages::DescribeClientQuotasRequest;
 use kafka_protocol::protocol::StrBytes;
-use shards::client_quota::EntityName;
 use std::collections::HashSet;
 
 /// What one filter component asks of an entity's component.

@@ -5,8 +5,8 @@ use super::group_routing::{ask_coordinator, code, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
+use corelog_shards::group::types::*;
 use kafka_protocol::messages::*;
-use shards::group::types::*;
 
 pub struct SyncGroup;
 

@@ -162,13 +162,13 @@ pub fn checkpoints(data: &[u8]) {
         );
     }
     let mut marks = std::collections::HashMap::new();
-    shards::replication::decode_high_watermarks(text, &mut marks);
+    corelog_shards::replication::decode_high_watermarks(text, &mut marks);
     // A topic name with a space or a line break cannot be written back as one line;
     // the broker never names a topic so (topic names are [a-zA-Z0-9._-]).
     marks.retain(|tp, _| !tp.topic.contains([' ', '\n', '\r']) && !tp.topic.is_empty());
-    let encoded = shards::replication::encode_high_watermarks(&marks);
+    let encoded = corelog_shards::replication::encode_high_watermarks(&marks);
     let mut again = std::collections::HashMap::new();
-    shards::replication::decode_high_watermarks(&encoded, &mut again);
+    corelog_shards::replication::decode_high_watermarks(&encoded, &mut again);
     assert_eq!(
         again, marks,
         "a checkpoint decodes to the marks it was written from"
