@@ -42,34 +42,31 @@ impl ProduceOrder {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corelog_storage::test_executor::run;
     use std::cell::RefCell;
     use std::rc::Rc;
 
     #[test]
     fn turns_follow_spawn_order_even_when_a_holder_waits() {
-        glommio::LocalExecutorBuilder::default()
-            .spawn(|| async {
-                let order = Rc::new(ProduceOrder::default());
-                let sent = Rc::new(RefCell::new(Vec::new()));
-                let mut tasks = Vec::new();
-                for i in 0..5u32 {
-                    let (order, sent) = (order.clone(), sent.clone());
-                    tasks.push(glommio::spawn_local(async move {
-                        let _turn = order.turn().await;
-                        if i == 0 {
-                            // The first request waits (a full channel) while holding its turn.
-                            glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
-                        }
-                        sent.borrow_mut().push(i);
-                    }));
-                }
-                for t in tasks {
-                    t.await;
-                }
-                assert_eq!(*sent.borrow(), vec![0, 1, 2, 3, 4]);
-            })
-            .expect("executor")
-            .join()
-            .expect("join");
+        run(|| async {
+            let order = Rc::new(ProduceOrder::default());
+            let sent = Rc::new(RefCell::new(Vec::new()));
+            let mut tasks = Vec::new();
+            for i in 0..5u32 {
+                let (order, sent) = (order.clone(), sent.clone());
+                tasks.push(glommio::spawn_local(async move {
+                    let _turn = order.turn().await;
+                    if i == 0 {
+                        // The first request waits (a full channel) while holding its turn.
+                        glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+                    }
+                    sent.borrow_mut().push(i);
+                }));
+            }
+            for t in tasks {
+                t.await;
+            }
+            assert_eq!(*sent.borrow(), vec![0, 1, 2, 3, 4]);
+        });
     }
 }

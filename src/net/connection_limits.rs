@@ -256,6 +256,7 @@ impl RateLimitedLog {
 mod tests {
     use super::*;
     use crate::limits::parse_overrides;
+    use corelog_storage::test_executor::run;
 
     fn limits(total: usize, per_ip: Option<usize>, overrides: &str) -> Arc<ConnectionLimits> {
         ConnectionLimits::new(&ConnectionLimitsConfig {
@@ -308,8 +309,8 @@ mod tests {
 
     #[test]
     fn acquire_waits_for_a_release() {
-        let l = limits(1, None, "");
-        glommio::LocalExecutor::default().run(async {
+        run(|| async {
+            let l = limits(1, None, "");
             let first = l.try_acquire().expect("slot");
             let l2 = l.clone();
             let waiter = glommio::spawn_local(async move { l2.acquire().await });

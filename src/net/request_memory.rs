@@ -87,12 +87,13 @@ impl RequestMemory {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corelog_storage::test_executor::run;
     use std::cell::Cell;
     use std::time::Duration;
 
     #[test]
     fn permits_bound_the_bytes_and_waiters_resume_on_release() {
-        glommio::LocalExecutor::default().run(async {
+        run(|| async {
             let m = Rc::new(RequestMemory::new(100));
             let a = m.try_acquire(60).expect("a");
             assert!(m.try_acquire(50).is_none());
@@ -117,7 +118,7 @@ mod tests {
 
     #[test]
     fn a_frame_larger_than_the_budget_takes_all_of_it() {
-        glommio::LocalExecutor::default().run(async {
+        run(|| async {
             let m = RequestMemory::new(100);
             let big = m.acquire(1 << 30).await.expect("big");
             assert_eq!(m.available_bytes(), 0);

@@ -8,24 +8,12 @@ use corelog_partition::{
 use corelog_storage::batch::batches;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::fault::StorageFaults;
+use corelog_storage::test_executor::run;
 use corelog_storage::{AckLevel, AppendError, Durability, FileCache, LogConfig, LogContext};
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-fn run<G, F, T>(f: G) -> T
-where
-    G: FnOnce() -> F + Send + 'static,
-    F: std::future::Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    glommio::LocalExecutorBuilder::default()
-        .spawn(f)
-        .expect("glommio executor (io_uring) must start")
-        .join()
-        .expect("executor thread")
-}
 
 fn one_record(value: &str) -> Vec<u8> {
     let mut b = BatchBuilder::new(1_000);

@@ -53,8 +53,8 @@ pub mod segment;
 pub mod segment_swap;
 pub mod tail_cache;
 pub mod tail_cache_budget;
-#[cfg(test)]
-mod test_executor;
+#[doc(hidden)]
+pub mod test_executor;
 pub mod time_index;
 
 pub use config::{Durability, LogConfig};

@@ -385,12 +385,12 @@ fn deleting_old_segments_moves_the_log_start_and_survives_restart() {
 #[test]
 fn huge_record_counts_roll_segments_instead_of_overflowing_the_index() {
     fn fake_compressed(count: i32) -> Vec<u8> {
+        use corelog_storage::batch::{layout, write_crc, write_field};
         let mut b = batch(1, 1, 10, 1000);
-        b[21..23].copy_from_slice(&1i16.to_be_bytes()); // gzip
-        b[23..27].copy_from_slice(&(count - 1).to_be_bytes()); // last offset delta
-        b[57..61].copy_from_slice(&count.to_be_bytes()); // record count
-        let crc = crc32c::crc32c(&b[21..]);
-        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        write_field(&mut b, layout::ATTRIBUTES, 1i16.to_be_bytes()); // gzip
+        write_field(&mut b, layout::LAST_OFFSET_DELTA, (count - 1).to_be_bytes());
+        write_field(&mut b, layout::RECORD_COUNT, count.to_be_bytes());
+        write_crc(&mut b);
         b
     }
     let dir = tempfile::tempdir().expect("tempdir");

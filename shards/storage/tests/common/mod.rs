@@ -6,21 +6,7 @@ use corelog_storage::batch::{batches, BatchHeader};
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::{Durability, LogConfig, PartitionLog};
 
-/// Runs the future made by `f` on a fresh glommio executor on a thread of its own (the
-/// way a shard runs). A new thread each time: glommio keeps per-thread reactor state, and
-/// a second executor on the same thread fails direct-I/O reads with EOPNOTSUPP.
-pub fn run<G, F, T>(f: G) -> T
-where
-    G: FnOnce() -> F + Send + 'static,
-    F: std::future::Future<Output = T> + 'static,
-    T: Send + 'static,
-{
-    glommio::LocalExecutorBuilder::default()
-        .spawn(f)
-        .expect("glommio executor (io_uring) must start")
-        .join()
-        .expect("executor thread")
-}
+pub use corelog_storage::test_executor::run;
 
 /// A batch of `count` records whose values encode (`tag`, index) and whose timestamps are
 /// `base_ts + index`.
