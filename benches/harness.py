@@ -5,6 +5,7 @@ to the machine limit it should be read against.
     benches/harness.sh            # full run (< 10 minutes on a 2-core machine)
     benches/harness.sh --quick    # smoke run (< 2 minutes)
     benches/harness.sh --peer kafka [--quick]   # and Apache Kafka beside it (~11 / ~4 min)
+    benches/harness.sh --only W1,W6 --no-build   # some workloads, on the broker CORELOG_BIN names
 
 Steps: build release binaries; measure the limits (direct sequential disk write and
 read with fio, loopback TCP with iperf3 where installed); for each workload start a
@@ -382,7 +383,13 @@ def main() -> int:
     ap.add_argument("--kafka-config", action="append", default=[], metavar="KEY=VALUE",
                     help="a Kafka broker setting beyond its defaults (repeatable; recorded in "
                          "the results)")
+    ap.add_argument("--only", default=None, metavar="W1,W2,...",
+                    help="run only these workloads (W4 without W2 runs at 1,000 msg/s)")
+    ap.add_argument("--no-build", action="store_true",
+                    help="use the binaries as they are (the broker named by CORELOG_BIN, "
+                         "e.g. for benches/ab.py's A/B runs)")
     args = ap.parse_args()
+    only = set(args.only.split(",")) if args.only else None
     quick = args.quick
     started = time.time()
     peer = None
@@ -404,9 +411,11 @@ def main() -> int:
     out = args.out or (ROOT / "benches" / "results" / stamp)
     out.mkdir(parents=True, exist_ok=True)
 
-    log("building release binaries")
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog", "-p", "corelog-load"],
-                   cwd=ROOT, check=True)
+    if not args.no_build:
+        log("building release binaries")
+        subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog", "-p", "corelog-load"],
+                       cwd=ROOT, check=True)
+    log(f"broker: {BROKER}")
     work = Path(tempfile.mkdtemp(prefix="corelog-harness-", dir=os.environ.get("TMPDIR", "/tmp")))
     try:
         log("measuring limits")
@@ -420,7 +429,7 @@ def main() -> int:
         # broker refuses produces once the filesystem is 95 % full (--disk-fill-max-ratio):
         # a run without that room measures refusals (the errors column), not throughput.
         seconds = 6 if quick else 30
-        need = int(limits["disk_write_mb_s"] * 1e6 * seconds)
+        need = int((limits["disk_write_mb_s"] or 0) * 1e6 * seconds)
         st = os.statvfs(work)
         room = st.f_bavail * st.f_frsize - int(0.05 * st.f_blocks * st.f_frsize)
         if room < need:
@@ -455,6 +464,8 @@ def main() -> int:
 
         def run(name, desc, mode, largs, extra_broker=(), limit=None, limit_name="disk",
                 kafka_topic_config=None):
+            if only is not None and name not in only:
+                return {}
             broker = WorkloadBroker(work, args.shards, list(extra_broker))
             try:
                 res, cpu = load(broker, out, name, mode, largs)
@@ -517,6 +528,8 @@ def main() -> int:
                            before_kafka_read=None, passes=1):
             """Fills a topic, then reads it back from offset 0 on the same broker; on
             Kafka too with --peer (`before_kafka_read(kb)` returns extra row fields)."""
+            if only is not None and name not in only:
+                return
             broker = WorkloadBroker(work, args.shards, [])
             try:
                 log(f"{name}: filling")
@@ -582,7 +595,7 @@ def main() -> int:
 
         doc = {"stamp": stamp, "quick": quick, "shards": args.shards, "cpus": os.cpu_count(),
                "limits": limits, "workloads": rows}
-        if peer:
+        if peer and (only is None or "W1" in only):
             records = 200_000 if quick else 1_000_000
             log(f"cross-check of W1 with kafka-producer-perf-test, {records:,} records, both brokers")
             xcheck = cross_check(peer, work, out, records, args.shards, kafka_broker)

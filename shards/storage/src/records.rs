@@ -50,6 +50,8 @@ impl Records {
     /// within the limit it was asked for, and trimming it would mean reading it.
     pub fn trim_to_whole_batches(self, max_bytes: usize) -> Records {
         match self {
+            // Within the limit already: as it is, without walking its batches.
+            Records::Memory(bytes) if bytes.len() <= max_bytes => Records::Memory(bytes),
             Records::Memory(bytes) => Records::Memory(trim_to_whole_batches(bytes, max_bytes)),
             Records::Cached(chunks) => {
                 Records::from_chunks(trim_chunks_to_whole_batches(chunks, max_bytes))
