@@ -135,6 +135,15 @@ impl Tally {
         bounds(self.topic_total[topic], self.all.len(), dev)
     }
 
+    /// The counts per broker within `topic` (or the cluster: `None`) and the bounds they
+    /// should keep within.
+    fn scope(&self, topic: Option<&str>, dev: u32) -> (&BTreeMap<i32, usize>, (usize, usize)) {
+        match topic {
+            Some(t) => (&self.by_topic[t], self.topic_bounds(t, dev)),
+            None => (&self.all, bounds(self.total, self.all.len(), dev)),
+        }
+    }
+
     /// Whether moving one of `topic`'s counts from `from` to `to` keeps the topic within
     /// its bounds (or brings it closer to them).
     fn keeps_topic_even(&self, topic: &str, from: i32, to: i32, dev: u32) -> bool {
@@ -270,14 +279,7 @@ impl Planner<'_> {
     /// can take it, a follower first; ties go by the cluster-wide counts, then disk.
     fn replica_move(&self, topic: Option<&str>, dev: u32) -> Option<((String, i32), i32, i32)> {
         let tally = &self.replicas;
-        let counts = match topic {
-            Some(t) => &tally.by_topic[t],
-            None => &tally.all,
-        };
-        let limits = match topic {
-            Some(t) => tally.topic_bounds(t, dev),
-            None => bounds(tally.total, tally.all.len(), dev),
-        };
+        let (counts, limits) = tally.scope(topic, dev);
         let by_load = |a: &i32, b: &i32| {
             counts[a]
                 .cmp(&counts[b])
@@ -352,14 +354,7 @@ impl Planner<'_> {
         topic: Option<&str>,
         dev: u32,
     ) -> Option<((String, i32), i32, i32)> {
-        let counts = match topic {
-            Some(t) => &leads.by_topic[t],
-            None => &leads.all,
-        };
-        let limits = match topic {
-            Some(t) => leads.topic_bounds(t, dev),
-            None => bounds(leads.total, leads.all.len(), dev),
-        };
+        let (counts, limits) = leads.scope(topic, dev);
         let mut order: Vec<i32> = counts.keys().copied().collect();
         order.sort_by_key(|b| (counts[b], leads.all[b], *b));
         order.iter().rev().find_map(|&from| {
