@@ -1,6 +1,7 @@
 //! `corelog-kafka-client`: a small Kafka client on glommio, one instance per executor —
-//! connection, framing and version negotiation, metadata, produce and fetch. The load
-//! generator drives brokers with it; it is shaped to become the broker's replica fetcher
+//! connection, framing and version negotiation, metadata, produce and fetch. The
+//! broker's replica fetcher (`corelog-shards`) fetches from leaders with it, `corelog
+//! admin` speaks to a cluster with it and the load generator drives brokers with it
 //! (batched requests, pipelined connections, typed errors, no allocation per record).
 //!
 //! It must never depend on the broker or its shards: it speaks only the Kafka protocol
@@ -10,7 +11,6 @@
 //! - `records`: RecordBatch v2 encode (per batch, not per message) and header walking.
 //! - `connection`: one pipelined broker connection with an in-flight limit.
 //! - `cluster`: bootstrap, topic creation, partition leaders, per-broker connections.
-//!
 //! - `error`: what fails, typed.
 //!
 //! Deliberately absent: consumer groups, idempotence, transactions, retries, metadata
