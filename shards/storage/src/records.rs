@@ -124,12 +124,13 @@ pub(crate) fn trim_to_whole_batches(bytes: Bytes, max_bytes: usize) -> Bytes {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::batch_builder::{BatchBuilder, Record};
 
-    /// `chunks` buffers of `per_chunk` one-record batches each, with consecutive offsets.
-    fn batch_chunks(chunks: usize, per_chunk: usize, value_len: usize) -> Vec<Bytes> {
+    /// `chunks` buffers of `per_chunk` one-record batches each, with consecutive offsets
+    /// from 0 (the tail cache's tests use them too).
+    pub(crate) fn batch_chunks(chunks: usize, per_chunk: usize, value_len: usize) -> Vec<Bytes> {
         let value = vec![9u8; value_len];
         (0..chunks)
             .map(|c| {

@@ -216,28 +216,15 @@ mod tests {
     /// Entries of real batches: entry `i` holds `per_entry` one-record batches of
     /// `value_len`-byte values, from offset `i * per_entry`.
     fn batch_entries(entries: usize, per_entry: usize, value_len: usize) -> Vec<CachedBatches> {
-        use crate::batch_builder::{BatchBuilder, Record};
-        let value = vec![9u8; value_len];
-        (0..entries)
-            .map(|e| {
-                let mut bytes = Vec::new();
-                for b in 0..per_entry {
-                    let mut builder = BatchBuilder::new(0);
-                    builder.push(&Record {
-                        key: None,
-                        value: Some(&value),
-                        headers: &[],
-                        timestamp_delta: 0,
-                    });
-                    let mut batch = builder.build();
-                    crate::batch::set_base_offset(&mut batch, (e * per_entry + b) as i64);
-                    bytes.extend_from_slice(&batch);
-                }
+        crate::records::tests::batch_chunks(entries, per_entry, value_len)
+            .into_iter()
+            .zip(0..)
+            .map(|(bytes, e)| {
                 let base = (e * per_entry) as i64;
                 CachedBatches {
                     base_offset: base,
                     next_offset: base + per_entry as i64,
-                    bytes: Bytes::from(bytes),
+                    bytes,
                 }
             })
             .collect()
