@@ -17,6 +17,7 @@ pub mod http;
 pub mod kafka;
 pub mod kernel;
 pub mod limits;
+pub mod listeners;
 pub mod log_filter;
 pub mod metrics;
 pub mod net;
