@@ -35,6 +35,22 @@ pub struct ServeArgs {
     /// HOST:PORT that Metadata gives clients (default: the listen address).
     #[arg(long)]
     pub advertise: Option<String>,
+    /// Kafka's `listeners` (NAME://HOST:PORT, comma-separated), instead of --listen. One
+    /// PLAINTEXT listener is served so far.
+    #[arg(long)]
+    pub listeners: Option<String>,
+    /// Kafka's `advertised.listeners`, instead of --advertise (default: `listeners`).
+    #[arg(long)]
+    #[serde(alias = "advertised.listeners")]
+    pub advertised_listeners: Option<String>,
+    /// Kafka's `listener.security.protocol.map` (NAME:PROTOCOL, comma-separated).
+    #[arg(long)]
+    #[serde(alias = "listener.security.protocol.map")]
+    pub listener_security_protocol_map: Option<String>,
+    /// Kafka's `inter.broker.listener.name` (default: PLAINTEXT).
+    #[arg(long)]
+    #[serde(alias = "inter.broker.listener.name")]
+    pub inter_broker_listener_name: Option<String>,
     /// Directory holding partition logs and cluster metadata.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -277,12 +293,81 @@ pub struct ServeArgs {
     pub storage_fault_injection: Option<bool>,
 }
 
+/// The address to bind and the (host, port) to advertise that Kafka's listener settings
+/// give, when `listeners` is set: one PLAINTEXT listener for now, the inter-broker one.
+fn listen_from_kafka_listeners(
+    a: &ServeArgs,
+) -> anyhow::Result<Option<(SocketAddr, (String, i32))>> {
+    let Some(listeners) = &a.listeners else {
+        if a.advertised_listeners.is_some() || a.inter_broker_listener_name.is_some() {
+            bail!("advertised.listeners and inter.broker.listener.name need listeners");
+        }
+        return Ok(None);
+    };
+    if a.listen.is_some() || a.advertise.is_some() {
+        bail!("set either listeners (Kafka's) or --listen/--advertise, not both");
+    }
+    let c = crate::listeners::parse(
+        listeners,
+        a.advertised_listeners.as_deref(),
+        a.listener_security_protocol_map.as_deref(),
+        a.inter_broker_listener_name.as_deref(),
+    )?;
+    let [l] = c.listeners.as_slice() else {
+        bail!(
+            "listeners names {} listeners; one is served so far",
+            c.listeners.len()
+        );
+    };
+    if l.protocol != crate::listeners::SecurityProtocol::Plaintext {
+        bail!(
+            "listener {} is {:?}: TLS and SASL listeners are not served yet",
+            l.endpoint.name,
+            l.protocol
+        );
+    }
+    // An empty host binds every interface, as in Kafka.
+    let host = if l.endpoint.host.is_empty() {
+        "0.0.0.0"
+    } else {
+        l.endpoint.host.as_str()
+    };
+    let ip: std::net::IpAddr = host
+        .parse()
+        .with_context(|| format!("listener {}: {host} is not an IP address", l.endpoint.name))?;
+    let advertised = c
+        .advertised
+        .iter()
+        .find(|e| e.name == c.inter_broker)
+        .context("the inter-broker listener is advertised")?;
+    // A listener on every interface advertises this machine's name, as Kafka does.
+    let advertised_host = if advertised.host.is_empty() {
+        std::fs::read_to_string("/proc/sys/kernel/hostname")
+            .map(|h| h.trim().to_string())
+            .context("this machine's hostname, to advertise a listener on every interface")?
+    } else {
+        advertised.host.clone()
+    };
+    Ok(Some((
+        SocketAddr::new(ip, l.endpoint.port),
+        (advertised_host, i32::from(advertised.port)),
+    )))
+}
+
 impl ServeArgs {
     /// `self` (flags) over `file`.
     fn over(self, file: ServeArgs) -> ServeArgs {
         ServeArgs {
             listen: self.listen.or(file.listen),
             advertise: self.advertise.or(file.advertise),
+            listeners: self.listeners.or(file.listeners),
+            advertised_listeners: self.advertised_listeners.or(file.advertised_listeners),
+            listener_security_protocol_map: self
+                .listener_security_protocol_map
+                .or(file.listener_security_protocol_map),
+            inter_broker_listener_name: self
+                .inter_broker_listener_name
+                .or(file.inter_broker_listener_name),
             data_dir: self.data_dir.or(file.data_dir),
             shards: self.shards.or(file.shards),
             http: self.http.or(file.http),
@@ -648,10 +733,15 @@ impl BrokerConfig {
         };
         let a = flags.over(file);
         let limits_config = LimitsConfig::resolve(&a)?;
+        let from_listeners = listen_from_kafka_listeners(&a)?;
         let listen = a
             .listen
+            .or(from_listeners.as_ref().map(|(l, _)| *l))
             .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
         let (advertise_host, advertise_port) = match &a.advertise {
+            None if from_listeners.is_some() => from_listeners
+                .map(|(_, advertised)| advertised)
+                .context("listeners")?,
             Some(s) => {
                 let (h, p) = s
                     .rsplit_once(':')
@@ -885,6 +975,44 @@ mod tests {
         assert_eq!(c.num_partitions, 3);
         assert_eq!(c.shards, 1);
         assert!(!c.auto_create_topics);
+    }
+
+    #[test]
+    fn kafka_listener_keys_set_the_address_and_what_is_advertised() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "listeners = \"CLIENT://127.0.0.1:19092\"\n\
+             \"advertised.listeners\" = \"CLIENT://broker-1.example:29092\"\n\
+             \"listener.security.protocol.map\" = \"CLIENT:PLAINTEXT\"\n\
+             \"inter.broker.listener.name\" = \"CLIENT\"\n",
+        )
+        .expect("write");
+        let at = |extra: ServeArgs| {
+            BrokerConfig::resolve(ServeArgs {
+                config: Some(path.clone()),
+                ..extra
+            })
+        };
+        let c = at(ServeArgs::default()).expect("resolve");
+        assert_eq!(c.listen.to_string(), "127.0.0.1:19092");
+        assert_eq!(
+            (c.advertise_host.as_str(), c.advertise_port),
+            ("broker-1.example", 29092)
+        );
+        let both = at(ServeArgs {
+            listen: Some("127.0.0.1:9092".parse().expect("addr")),
+            ..Default::default()
+        });
+        assert!(both.is_err(), "listeners and --listen together are refused");
+        let tls = BrokerConfig::resolve(ServeArgs {
+            listeners: Some("SSL://127.0.0.1:9093".into()),
+            inter_broker_listener_name: Some("SSL".into()),
+            ..Default::default()
+        });
+        let e = format!("{:#}", tls.expect_err("not served yet"));
+        assert!(e.contains("not served yet"), "{e}");
     }
 
     #[test]
