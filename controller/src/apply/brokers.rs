@@ -114,7 +114,6 @@ mod tests {
     use super::*;
     use crate::apply::test_support::*;
     use crate::image::{Endpoint, NO_LEADER};
-    use std::collections::BTreeMap;
     use uuid::Uuid;
 
     #[test]
@@ -357,15 +356,7 @@ mod tests {
             (2, vec![1, 2], vec![2])
         );
         // Not even an unclean election picks it.
-        let set = ConfigChange {
-            name: String::new(),
-            from: BTreeMap::new(),
-            to: unclean("true"),
-        };
-        assert_eq!(
-            next(&mut img, Command::SetBrokerConfigs { change: set }),
-            Outcome::Done(Ok(()))
-        );
+        enable_unclean_cluster_wide(&mut img);
         assert_eq!(part(&img, "s", 0).leader, NO_LEADER);
         fence(&mut img, 3, true).unwrap();
         fence(&mut img, 2, true).unwrap();

@@ -112,15 +112,7 @@ mod tests {
         assert_eq!((p.leader_epoch, p.partition_epoch), (1, 2));
         // "false" is off too, whatever the cluster-wide default says.
         let mut img = offline_with_a_live_replica_out_of_sync(unclean("false"));
-        let set = ConfigChange {
-            name: String::new(),
-            from: BTreeMap::new(),
-            to: unclean("true"),
-        };
-        assert_eq!(
-            next(&mut img, Command::SetBrokerConfigs { change: set }),
-            Outcome::Done(Ok(()))
-        );
+        enable_unclean_cluster_wide(&mut img);
         assert_eq!(part(&img, "t", 0).leader, NO_LEADER);
     }
 
@@ -148,15 +140,7 @@ mod tests {
 
         // Enabled cluster-wide while offline.
         let mut img = offline_with_a_live_replica_out_of_sync(BTreeMap::new());
-        let set = ConfigChange {
-            name: String::new(),
-            from: BTreeMap::new(),
-            to: unclean("true"),
-        };
-        assert_eq!(
-            next(&mut img, Command::SetBrokerConfigs { change: set }),
-            Outcome::Done(Ok(()))
-        );
+        enable_unclean_cluster_wide(&mut img);
         assert_eq!(part(&img, "t", 0).leader, 2);
 
         // Nobody live at all: offline, until an out-of-sync replica is unfenced.

@@ -142,6 +142,19 @@ pub(super) fn shutdown(img: &mut MetadataImage, id: i32) -> Outcome {
     next(img, Command::ControlledShutdown { id, epoch })
 }
 
+/// Turns unclean leader election on for the whole cluster (a broker-wide dynamic config).
+pub(super) fn enable_unclean_cluster_wide(img: &mut MetadataImage) {
+    let change = ConfigChange {
+        name: String::new(),
+        from: BTreeMap::new(),
+        to: unclean("true"),
+    };
+    assert_eq!(
+        next(img, Command::SetBrokerConfigs { change }),
+        Outcome::Done(Ok(()))
+    );
+}
+
 pub(super) fn unclean(on: &str) -> BTreeMap<String, String> {
     BTreeMap::from([(UNCLEAN_LEADER_ELECTION_ENABLE.to_string(), on.to_string())])
 }
