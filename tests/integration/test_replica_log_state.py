@@ -60,7 +60,12 @@ def test_a_follower_behind_a_compaction_copies_the_cleaned_log(broker_factory):
     """A follower is down while its leader's cleaner removes records (batches lose
     records inside, and whole batches go). Back, it fetches from offsets the leader no
     longer holds and appends batches that skip offsets: it catches up and rejoins the
-    ISR, and every replica holds each key's latest value, in increasing offsets."""
+    ISR, holds none of the records its leader had removed, and every replica holds each
+    key's latest value, in increasing offsets.
+
+    The follower comes back with its own cleaner idle: a pass of its own may drop the
+    only batches that skip offsets inside (every key superseded later) and leave a log
+    that starts past its log start with no gap after that."""
     brokers = broker_factory.cluster(voters=3, extra_args=FAST + ["--cleaner-backoff-ms", "200"])
     create(brokers, "cmp", 1, 3, {"cleanup.policy": "compact", "segment.bytes": "16384",
                                   "min.cleanable.dirty.ratio": "0.01",
@@ -75,9 +80,19 @@ def test_a_follower_behind_a_compaction_copies_the_cleaned_log(broker_factory):
 
     latest: dict[bytes, bytes] = {}
     produce_keyed(alive, "cmp", 0, 30_000, 100, latest)
-    wait_until(lambda: has_gaps(batches_on_disk(leader.data_dir, "cmp", 0)), 60,
-               "the leader's cleaner compacts its log")
+    cleaned: list[bytes] = []  # the leader's log once its cleaner has left gaps
 
+    def leader_cleaned() -> bool:
+        cleaned[:] = batches_on_disk(leader.data_dir, "cmp", 0)
+        return has_gaps(cleaned)
+
+    wait_until(leader_cleaned, 60, "the leader's cleaner compacts its log")
+    # What the leader could still serve: later passes only remove.
+    servable = {offset for b in cleaned for offset, _, _ in records(b)}
+    cleaned_end = base_and_last(cleaned[-1])[1] + 1
+
+    backoff = follower.extra_args.index("--cleaner-backoff-ms") + 1
+    follower.extra_args[backoff] = "600000"
     follower.restart()
     wait_until(lambda: sorted(partition_state(brokers, "cmp")[0][2]) == [1, 2, 3], 60,
                "the follower catches up on the compacted log and rejoins the ISR")
@@ -87,7 +102,10 @@ def test_a_follower_behind_a_compaction_copies_the_cleaned_log(broker_factory):
     for b in brokers:
         b.stop()
     logs = {b.node_id: batches_on_disk(b.data_dir, "cmp", 0) for b in brokers}
+    copied = [offset for b in logs[follower.node_id] for offset, _, _ in records(b)]
     assert has_gaps(logs[follower.node_id]), "the returning follower copied a cleaned log"
+    removed = [o for o in copied if o < cleaned_end and o not in servable]
+    assert not removed, f"the follower holds records its leader had removed: {removed[:10]}"
     ends = {n: base_and_last(log[-1])[1] + 1 for n, log in logs.items()}
     assert len(set(ends.values())) == 1, f"every replica ends at the same offset: {ends}"
     for node, log in logs.items():

@@ -170,8 +170,11 @@ impl BlockingThread {
                 let id = el.id;
                 let resp = BlockingThreadResp { id, res };
 
+                // corelog patch: the executor that asked has ended (a shard shutting down
+                // while a blocking file operation was in flight); nobody waits for the
+                // answer, so the thread ends quietly instead of panicking.
                 if tx.send(resp).is_err() {
-                    panic!("failed to send response");
+                    break;
                 }
                 reactor_sleep_notifier.notify(el.latency_sensitive);
             }
