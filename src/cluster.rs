@@ -8,7 +8,7 @@
 
 use crate::config::BrokerConfig;
 use anyhow::Context;
-use corelog_controller::image::Endpoint;
+use corelog_controller::image::{Endpoint, ListenerEndpoint};
 use corelog_controller::{ControllerNode, NodeConfig};
 use corelog_shards::metadata::{MetadataStore, LEGACY_METADATA_FILE};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -24,7 +24,6 @@ const ADMISSION_LOG_INTERVAL: Duration = Duration::from_secs(5);
 const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
 pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode> {
-    let port = u16::try_from(config.advertise_port).context("advertised port")?;
     let node = NodeConfig {
         node_id: config.node_id,
         dir: config.data_dir.join(METADATA_DIR),
@@ -32,8 +31,20 @@ pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode>
         voters: config.cluster.voters.clone(),
         endpoint: Endpoint {
             host: config.advertise_host.clone(),
-            port,
+            port: config.advertise_port,
         },
+        listeners: config
+            .listeners
+            .iter()
+            .filter_map(|l| {
+                let (host, port) = l.advertised.clone()?;
+                Some(ListenerEndpoint {
+                    name: l.name.clone(),
+                    host,
+                    port,
+                })
+            })
+            .collect(),
         rack: config.cluster.rack.clone(),
         session_timeout: config.cluster.session_timeout,
         heartbeat_interval: config.cluster.heartbeat_interval,

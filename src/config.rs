@@ -12,6 +12,7 @@ use crate::limits;
 use crate::limits::{
     default_max_connections, parse_overrides, ConnectionLimitsConfig, MAX_CONNECTIONS_MIN,
 };
+use crate::listeners::SecurityProtocol;
 use anyhow::{bail, Context};
 use clap::Args;
 use corelog_shards::group::coordinator::GroupConfig;
@@ -35,8 +36,8 @@ pub struct ServeArgs {
     /// HOST:PORT that Metadata gives clients (default: the listen address).
     #[arg(long)]
     pub advertise: Option<String>,
-    /// Kafka's `listeners` (NAME://HOST:PORT, comma-separated), instead of --listen. One
-    /// PLAINTEXT listener is served so far.
+    /// Kafka's `listeners` (NAME://HOST:PORT, comma-separated), instead of --listen:
+    /// every one is served, each client told the addresses of the listener it used.
     #[arg(long)]
     pub listeners: Option<String>,
     /// Kafka's `advertised.listeners`, instead of --advertise (default: `listeners`).
@@ -293,16 +294,35 @@ pub struct ServeArgs {
     pub storage_fault_injection: Option<bool>,
 }
 
-/// The address to bind and the (host, port) to advertise that Kafka's listener settings
-/// give, when `listeners` is set: one PLAINTEXT listener for now, the inter-broker one.
-fn listen_from_kafka_listeners(
-    a: &ServeArgs,
-) -> anyhow::Result<Option<(SocketAddr, (String, i32))>> {
+/// The listeners to serve: Kafka's `listeners` family when set, else one PLAINTEXT
+/// listener from `--listen`/`--advertise` (default: plaintext on loopback port 9092).
+/// Returns them with the inter-broker listener's name.
+fn served_listeners(a: &ServeArgs) -> anyhow::Result<(Vec<ServedListener>, String)> {
     let Some(listeners) = &a.listeners else {
         if a.advertised_listeners.is_some() || a.inter_broker_listener_name.is_some() {
             bail!("advertised.listeners and inter.broker.listener.name need listeners");
         }
-        return Ok(None);
+        let bind = a
+            .listen
+            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
+        let advertised = match &a.advertise {
+            Some(s) => {
+                let (h, p) = s
+                    .rsplit_once(':')
+                    .context("--advertise must be HOST:PORT")?;
+                let port: u16 = p.parse().context("--advertise port")?;
+                (h.trim_matches(|c| c == '[' || c == ']').to_string(), port)
+            }
+            None => (bind.ip().to_string(), bind.port()),
+        };
+        let name = "PLAINTEXT".to_string();
+        let only = ServedListener {
+            name: name.clone(),
+            protocol: SecurityProtocol::Plaintext,
+            bind,
+            advertised: Some(advertised),
+        };
+        return Ok((vec![only], name));
     };
     if a.listen.is_some() || a.advertise.is_some() {
         bail!("set either listeners (Kafka's) or --listen/--advertise, not both");
@@ -313,45 +333,52 @@ fn listen_from_kafka_listeners(
         a.listener_security_protocol_map.as_deref(),
         a.inter_broker_listener_name.as_deref(),
     )?;
-    let [l] = c.listeners.as_slice() else {
-        bail!(
-            "listeners names {} listeners; one is served so far",
-            c.listeners.len()
-        );
-    };
-    if l.protocol != crate::listeners::SecurityProtocol::Plaintext {
-        bail!(
-            "listener {} is {:?}: TLS and SASL listeners are not served yet",
-            l.endpoint.name,
-            l.protocol
-        );
+    let mut served = Vec::with_capacity(c.listeners.len());
+    for l in &c.listeners {
+        let name = &l.endpoint.name;
+        if l.protocol != SecurityProtocol::Plaintext {
+            bail!(
+                "listener {name} is {:?}: TLS and SASL listeners are not served yet",
+                l.protocol
+            );
+        }
+        let advertised = match c.advertised.iter().find(|e| &e.name == name) {
+            // A listener on every interface advertises this machine's name, as Kafka does.
+            Some(e) if e.host.is_empty() => Some((machine_name()?, e.port)),
+            Some(e) => Some((e.host.clone(), e.port)),
+            None => None,
+        };
+        served.push(ServedListener {
+            name: name.clone(),
+            protocol: l.protocol,
+            bind: bind_address(name, &l.endpoint.host, l.endpoint.port)?,
+            advertised,
+        });
     }
-    // An empty host binds every interface, as in Kafka.
-    let host = if l.endpoint.host.is_empty() {
-        "0.0.0.0"
-    } else {
-        l.endpoint.host.as_str()
-    };
-    let ip: std::net::IpAddr = host
-        .parse()
-        .with_context(|| format!("listener {}: {host} is not an IP address", l.endpoint.name))?;
-    let advertised = c
-        .advertised
-        .iter()
-        .find(|e| e.name == c.inter_broker)
-        .context("the inter-broker listener is advertised")?;
-    // A listener on every interface advertises this machine's name, as Kafka does.
-    let advertised_host = if advertised.host.is_empty() {
-        std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .context("this machine's hostname, to advertise a listener on every interface")?
-    } else {
-        advertised.host.clone()
-    };
-    Ok(Some((
-        SocketAddr::new(ip, l.endpoint.port),
-        (advertised_host, i32::from(advertised.port)),
-    )))
+    Ok((served, c.inter_broker))
+}
+
+/// Where a listener binds: an empty host is every interface, as in Kafka; a name is
+/// resolved (its first address).
+fn bind_address(listener: &str, host: &str, port: u16) -> anyhow::Result<SocketAddr> {
+    if host.is_empty() {
+        return Ok(SocketAddr::from(([0, 0, 0, 0], port)));
+    }
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(SocketAddr::new(ip, port));
+    }
+    use std::net::ToSocketAddrs;
+    (host, port)
+        .to_socket_addrs()
+        .with_context(|| format!("listener {listener}: resolving {host}"))?
+        .next()
+        .with_context(|| format!("listener {listener}: {host} has no address"))
+}
+
+fn machine_name() -> anyhow::Result<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .context("this machine's hostname, to advertise a listener on every interface")
 }
 
 impl ServeArgs {
@@ -492,9 +519,14 @@ impl ServeArgs {
 /// The resolved configuration every shard gets a copy of.
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
-    pub listen: SocketAddr,
+    /// Every listener served, each bound by every shard; at least one.
+    pub listeners: Vec<ServedListener>,
+    /// The listener other brokers use (Kafka's `inter.broker.listener.name`), one of
+    /// `listeners` and advertised.
+    pub inter_broker_listener: String,
+    /// The inter-broker listener's advertised address.
     pub advertise_host: String,
-    pub advertise_port: i32,
+    pub advertise_port: u16,
     pub data_dir: PathBuf,
     pub shards: usize,
     pub http: SocketAddr,
@@ -512,6 +544,18 @@ pub struct BrokerConfig {
     pub limits: LimitsConfig,
     pub quota: crate::quota::QuotaConfig,
     pub cluster: ClusterConfig,
+}
+
+/// A listener this broker serves: where it binds, what it speaks, and what Metadata
+/// gives the clients that connect on it.
+#[derive(Debug, Clone)]
+pub struct ServedListener {
+    /// Upper case, as Kafka keeps listener names.
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub bind: SocketAddr,
+    /// `None`: bound but not advertised (Kafka allows it; its clients get no brokers).
+    pub advertised: Option<(String, u16)>,
 }
 
 /// This broker's place in the cluster (README "A cluster").
@@ -733,27 +777,12 @@ impl BrokerConfig {
         };
         let a = flags.over(file);
         let limits_config = LimitsConfig::resolve(&a)?;
-        let from_listeners = listen_from_kafka_listeners(&a)?;
-        let listen = a
-            .listen
-            .or(from_listeners.as_ref().map(|(l, _)| *l))
-            .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9092)));
-        let (advertise_host, advertise_port) = match &a.advertise {
-            None if from_listeners.is_some() => from_listeners
-                .map(|(_, advertised)| advertised)
-                .context("listeners")?,
-            Some(s) => {
-                let (h, p) = s
-                    .rsplit_once(':')
-                    .context("--advertise must be HOST:PORT")?;
-                let port: u16 = p.parse().context("--advertise port")?;
-                (
-                    h.trim_matches(|c| c == '[' || c == ']').to_string(),
-                    i32::from(port),
-                )
-            }
-            None => (listen.ip().to_string(), i32::from(listen.port())),
-        };
+        let (listeners, inter_broker_listener) = served_listeners(&a)?;
+        let (advertise_host, advertise_port) = listeners
+            .iter()
+            .find(|l| l.name == inter_broker_listener)
+            .and_then(|l| l.advertised.clone())
+            .context("the inter-broker listener is advertised")?;
         let shards = a.shards.unwrap_or_else(|| {
             std::thread::available_parallelism()
                 .map(|n| n.get())
@@ -886,7 +915,8 @@ impl BrokerConfig {
             housekeeping,
             retention_check_interval_ms,
             groups,
-            listen,
+            listeners,
+            inter_broker_listener,
             advertise_host,
             advertise_port,
             data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
@@ -913,7 +943,10 @@ mod tests {
     #[test]
     fn defaults() {
         let c = BrokerConfig::resolve(ServeArgs::default()).expect("defaults resolve");
-        assert_eq!(c.listen.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.listeners.len(), 1);
+        assert_eq!(c.listeners[0].bind.to_string(), "127.0.0.1:9092");
+        assert_eq!(c.listeners[0].name, "PLAINTEXT");
+        assert_eq!(c.inter_broker_listener, "PLAINTEXT");
         assert_eq!(c.advertise_port, 9092);
         assert_eq!(c.log.max_batch_bytes, 1_048_588);
         assert!(c.auto_create_topics);
@@ -996,7 +1029,7 @@ mod tests {
             })
         };
         let c = at(ServeArgs::default()).expect("resolve");
-        assert_eq!(c.listen.to_string(), "127.0.0.1:19092");
+        assert_eq!(c.listeners[0].bind.to_string(), "127.0.0.1:19092");
         assert_eq!(
             (c.advertise_host.as_str(), c.advertise_port),
             ("broker-1.example", 29092)
@@ -1013,6 +1046,43 @@ mod tests {
         });
         let e = format!("{:#}", tls.expect_err("not served yet"));
         assert!(e.contains("not served yet"), "{e}");
+    }
+
+    #[test]
+    fn several_listeners_each_bound_and_advertised_by_name() {
+        let c = BrokerConfig::resolve(ServeArgs {
+            listeners: Some("INTERNAL://127.0.0.1:19092,EXTERNAL://localhost:19094".into()),
+            advertised_listeners: Some(
+                "INTERNAL://10.0.0.5:19092,EXTERNAL://kafka.example:9094".into(),
+            ),
+            listener_security_protocol_map: Some("INTERNAL:PLAINTEXT,EXTERNAL:PLAINTEXT".into()),
+            inter_broker_listener_name: Some("internal".into()),
+            ..Default::default()
+        })
+        .expect("resolve");
+        let names: Vec<&str> = c.listeners.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, ["INTERNAL", "EXTERNAL"]);
+        assert_eq!(c.listeners[1].bind.port(), 19094, "a host name is resolved");
+        assert!(c.listeners[1].bind.ip().is_loopback());
+        assert_eq!(
+            c.listeners[1].advertised,
+            Some(("kafka.example".to_string(), 9094))
+        );
+        assert_eq!(c.inter_broker_listener, "INTERNAL");
+        assert_eq!(
+            (c.advertise_host.as_str(), c.advertise_port),
+            ("10.0.0.5", 19092),
+            "other brokers are given the inter-broker listener"
+        );
+        let unadvertised = BrokerConfig::resolve(ServeArgs {
+            listeners: Some("A://127.0.0.1:19092,B://127.0.0.1:19093".into()),
+            advertised_listeners: Some("A://127.0.0.1:19092".into()),
+            listener_security_protocol_map: Some("A:PLAINTEXT,B:PLAINTEXT".into()),
+            inter_broker_listener_name: Some("A".into()),
+            ..Default::default()
+        })
+        .expect("a listener may be bound without being advertised");
+        assert_eq!(unadvertised.listeners[1].advertised, None);
     }
 
     #[test]

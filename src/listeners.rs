@@ -33,6 +33,16 @@ impl SecurityProtocol {
         }
     }
 
+    /// Kafka's name for it, as configurations and DescribeConfigs spell it.
+    pub fn kafka_name(self) -> &'static str {
+        match self {
+            Self::Plaintext => "PLAINTEXT",
+            Self::Ssl => "SSL",
+            Self::SaslPlaintext => "SASL_PLAINTEXT",
+            Self::SaslSsl => "SASL_SSL",
+        }
+    }
+
     pub fn uses_tls(self) -> bool {
         matches!(self, Self::Ssl | Self::SaslSsl)
     }

@@ -284,15 +284,20 @@ async fn shard_main(
         return Ok(());
     }
 
-    let listener = TcpListener::bind(config.listen)
-        .map_err(|e| anyhow::anyhow!("binding {}: {e}", config.listen))?;
     let quotas = Rc::new(crate::quota::QuotaManager::new(config.quota, shard.clone()));
     glommio::spawn_local(quotas.clone().run_exchange()).detach();
-    let ctx = Rc::new(Ctx {
-        shard: shard.clone(),
-        config: config.clone(),
-        quotas,
-    });
+    let mut bound = Vec::with_capacity(config.listeners.len());
+    for l in &config.listeners {
+        let listener = TcpListener::bind(l.bind)
+            .map_err(|e| anyhow::anyhow!("binding listener {} at {}: {e}", l.name, l.bind))?;
+        let ctx = Rc::new(Ctx {
+            shard: shard.clone(),
+            config: config.clone(),
+            quotas: quotas.clone(),
+            listener: Rc::from(l.name.as_str()),
+        });
+        bound.push((ctx, listener));
+    }
     let shutdown = Rc::new(ShutdownSignal::default());
     {
         // Turn the process-wide stop flag into this shard's signal, once shard 0 has
@@ -325,9 +330,22 @@ async fn shard_main(
     }
     life.listening.fetch_add(1, Ordering::AcqRel);
     if id == 0 {
-        tracing::info!(listen = %config.listen, shards = n, data_dir = %config.data_dir.display(), "corelog is serving");
+        let listeners: Vec<String> = config
+            .listeners
+            .iter()
+            .map(|l| format!("{}://{}", l.name, l.bind))
+            .collect();
+        tracing::info!(listeners = listeners.join(","), shards = n, data_dir = %config.data_dir.display(), "corelog is serving");
     }
-    crate::net::listener::accept_loop(ctx, listener, shutdown, connection_limits).await;
+    futures::future::join_all(bound.into_iter().map(|(ctx, listener)| {
+        crate::net::listener::accept_loop(
+            ctx,
+            listener,
+            shutdown.clone(),
+            connection_limits.clone(),
+        )
+    }))
+    .await;
 
     life.drained.fetch_add(1, Ordering::AcqRel);
     barrier(&life.drained, n, &life).await;

@@ -8,7 +8,7 @@
 //! epochs, bounds), because the image at apply time is the only one that counts.
 
 use crate::client_quotas::QuotaAlteration;
-use crate::image::{Endpoint, MovedReplicas};
+use crate::image::{Endpoint, ListenerEndpoint, MovedReplicas};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use uuid::Uuid;
@@ -25,6 +25,9 @@ pub enum Command {
         id: i32,
         incarnation: Uuid,
         endpoint: Endpoint,
+        /// Absent from logs of earlier releases (one listener: `endpoint`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        listeners: Vec<ListenerEndpoint>,
         controller_addr: String,
         rack: Option<String>,
     },

@@ -45,6 +45,15 @@ pub struct Endpoint {
     pub port: u16,
 }
 
+/// One of a broker's advertised listeners (Kafka's registration endpoints): a client
+/// that connected on listener `name` reaches this broker at `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListenerEndpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
 /// A registered broker. `epoch` is the log index of its latest registration (Kafka's
 /// broker epoch): requests that carry an older one come from a previous incarnation.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -53,7 +62,12 @@ pub struct BrokerRegistration {
     /// Chosen by the broker at each start: a new one is a restart.
     pub incarnation: Uuid,
     pub epoch: u64,
+    /// Its inter-broker listener: where replicas fetch from it.
     pub endpoint: Endpoint,
+    /// Its advertised listeners. Empty in images of earlier releases, whose brokers had
+    /// the one listener `endpoint`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub listeners: Vec<ListenerEndpoint>,
     /// Its controller/inter-broker listener, `host:port`.
     pub controller_addr: String,
     pub rack: Option<String>,
@@ -67,6 +81,18 @@ pub struct BrokerRegistration {
 }
 
 impl BrokerRegistration {
+    /// Where a client that connected on `listener` reaches this broker (Kafka gives each
+    /// client the addresses of its own listener); `None`: the broker has no such listener.
+    pub fn endpoint_on(&self, listener: &str) -> Option<(&str, u16)> {
+        if self.listeners.is_empty() {
+            return Some((&self.endpoint.host, self.endpoint.port));
+        }
+        self.listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .map(|l| (l.host.as_str(), l.port))
+    }
+
     /// May lead and join ISRs: not fenced, not shutting down (Kafka's "active").
     pub fn is_active(&self) -> bool {
         !self.fenced && !self.shutting_down
@@ -398,6 +424,39 @@ mod tests {
             "endpoint":{"host":"h","port":1},"controller_addr":"h:2","rack":null,"fenced":false}"#;
         let b: BrokerRegistration = serde_json::from_str(old).unwrap();
         assert!(!b.shutting_down && b.is_active());
+        assert_eq!(
+            b.endpoint_on("ANY"),
+            Some(("h", 1)),
+            "a broker of an earlier release has one listener, whatever its name"
+        );
+    }
+
+    #[test]
+    fn a_broker_is_reached_on_the_listener_a_client_came_in_on() {
+        let mut b: BrokerRegistration = serde_json::from_str(
+            r#"{"id":1,"incarnation":"00000000-0000-0000-0000-000000000001","epoch":7,
+            "endpoint":{"host":"10.0.0.1","port":9092},"controller_addr":"h:2","rack":null,
+            "fenced":false}"#,
+        )
+        .unwrap();
+        b.listeners = vec![
+            ListenerEndpoint {
+                name: "INTERNAL".into(),
+                host: "10.0.0.1".into(),
+                port: 9092,
+            },
+            ListenerEndpoint {
+                name: "EXTERNAL".into(),
+                host: "kafka.example".into(),
+                port: 9094,
+            },
+        ];
+        assert_eq!(b.endpoint_on("EXTERNAL"), Some(("kafka.example", 9094)));
+        assert_eq!(b.endpoint_on("INTERNAL"), Some(("10.0.0.1", 9092)));
+        assert_eq!(b.endpoint_on("OTHER"), None);
+        let json = serde_json::to_string(&b).unwrap();
+        let back: BrokerRegistration = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, b, "listeners survive the metadata log");
     }
 
     #[test]

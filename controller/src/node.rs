@@ -512,6 +512,7 @@ async fn broker_duties(shared: Arc<Shared>) {
             id: shared.config.node_id,
             incarnation,
             endpoint: shared.config.endpoint.clone(),
+            listeners: shared.config.listeners.clone(),
             controller_addr: shared.config.advertised(),
             rack: shared.config.rack.clone(),
         };

@@ -1,7 +1,7 @@
 //! How a controller node is configured: its identity, its port, the quorum's voters,
 //! and the broker it speaks for.
 
-use crate::image::Endpoint;
+use crate::image::{Endpoint, ListenerEndpoint};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -15,8 +15,10 @@ pub struct NodeConfig {
     pub listen: String,
     /// The initial voters, id → `host:port` (Kafka's `controller.quorum.voters`).
     pub voters: BTreeMap<i32, String>,
-    /// Where clients reach this broker.
+    /// Where other brokers reach this broker (its inter-broker listener).
     pub endpoint: Endpoint,
+    /// Every listener it advertises, by name.
+    pub listeners: Vec<ListenerEndpoint>,
     pub rack: Option<String>,
     /// A broker silent for this long is fenced (`broker.session.timeout.ms`).
     pub session_timeout: Duration,

@@ -418,6 +418,7 @@ mod tests {
                 host: "h".into(),
                 port: 1,
             },
+            listeners: Vec::new(),
             controller_addr: String::new(),
             rack: None,
         }

@@ -23,6 +23,7 @@ pub fn join(img: &mut MetadataImage, id: i32) {
                 host: "127.0.0.1".into(),
                 port: 9000 + id as u16,
             },
+            listeners: Vec::new(),
             controller_addr: String::new(),
             rack: None,
         },

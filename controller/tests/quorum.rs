@@ -61,6 +61,7 @@ impl Cluster {
                 host: "127.0.0.1".into(),
                 port: 19000 + id as u16,
             },
+            listeners: Vec::new(),
             rack: None,
             session_timeout: SESSION,
             heartbeat_interval: Duration::from_millis(300),

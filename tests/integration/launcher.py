@@ -128,10 +128,12 @@ class Broker:
         return f"127.0.0.1:{self.http_port}"
 
     def argv(self) -> list[str]:
+        # Kafka's listener keys among the extra arguments replace --listen/--advertise.
+        kafka_listeners = "--listeners" in self.extra_args
         return [
             str(corelog_bin()), "serve",
-            "--listen", self.bootstrap,
-            "--advertise", self.advertise or self.bootstrap,
+            *([] if kafka_listeners else ["--listen", self.bootstrap,
+                                          "--advertise", self.advertise or self.bootstrap]),
             "--data-dir", str(self.data_dir),
             *(["--shards", str(self.shards)] if self.shards is not None else []),
             "--http", self.http,

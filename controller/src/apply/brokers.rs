@@ -18,7 +18,7 @@ impl MetadataImage {
         index: u64,
         id: i32,
         incarnation: uuid::Uuid,
-        endpoint: &crate::image::Endpoint,
+        (endpoint, listeners): (&crate::image::Endpoint, &[crate::image::ListenerEndpoint]),
         controller_addr: &str,
         rack: &Option<String>,
     ) -> Result<(), CommandError> {
@@ -40,6 +40,7 @@ impl MetadataImage {
                 incarnation,
                 epoch: index,
                 endpoint: endpoint.clone(),
+                listeners: listeners.to_vec(),
                 controller_addr: controller_addr.to_string(),
                 rack: rack.clone(),
                 fenced: true,
@@ -226,6 +227,7 @@ mod tests {
                 host: "h".into(),
                 port: 1,
             },
+            listeners: Vec::new(),
             controller_addr: "h:2".into(),
             rack: None,
         };

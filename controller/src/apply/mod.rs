@@ -73,13 +73,14 @@ impl MetadataImage {
                 id,
                 incarnation,
                 endpoint,
+                listeners,
                 controller_addr,
                 rack,
             } => Outcome::Done(self.register(
                 index,
                 *id,
                 *incarnation,
-                endpoint,
+                (endpoint, listeners),
                 controller_addr,
                 rack,
             )),
@@ -171,6 +172,7 @@ mod tests {
                         host: "h".into(),
                         port: id as u16,
                     },
+                    listeners: Vec::new(),
                     controller_addr: String::new(),
                     rack: Some(format!("r{}", id % 2)),
                 });

@@ -19,6 +19,7 @@ pub(super) fn register(img: &mut MetadataImage, id: i32, rack: Option<&str>) -> 
                 host: "127.0.0.1".into(),
                 port: 9000 + id as u16,
             },
+            listeners: Vec::new(),
             controller_addr: format!("127.0.0.1:{}", 9100 + id),
             rack: rack.map(str::to_string),
         },

@@ -185,17 +185,46 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
         ),
         entry(
             "listeners",
-            format!("PLAINTEXT://{}", c.listen),
+            c.listeners
+                .iter()
+                .map(|l| format!("{}://{}", l.name, l.bind))
+                .collect::<Vec<_>>()
+                .join(","),
             None,
             ConfigType::List,
             "where the broker accepts connections",
         ),
         entry(
             "advertised.listeners",
-            format!("PLAINTEXT://{}:{}", c.advertise_host, c.advertise_port),
+            c.listeners
+                .iter()
+                .filter_map(|l| {
+                    let (host, port) = l.advertised.as_ref()?;
+                    Some(format!("{}://{host}:{port}", l.name))
+                })
+                .collect::<Vec<_>>()
+                .join(","),
             None,
             ConfigType::List,
             "the address clients are told to use",
+        ),
+        entry(
+            "listener.security.protocol.map",
+            c.listeners
+                .iter()
+                .map(|l| format!("{}:{}", l.name, l.protocol.kafka_name()))
+                .collect::<Vec<_>>()
+                .join(","),
+            None,
+            ConfigType::String,
+            "each listener's security protocol",
+        ),
+        entry(
+            "inter.broker.listener.name",
+            c.inter_broker_listener.clone(),
+            None,
+            ConfigType::String,
+            "the listener other brokers use",
         ),
         entry(
             "num.partitions",

@@ -50,17 +50,17 @@ impl Handler for DescribeCluster {
             ENDPOINT_BROKERS => {
                 body.brokers = meta
                     .live_brokers()
-                    .map(|b| {
+                    .filter_map(|b| {
+                        let (host, port) = b.endpoint_on(&ctx.listener)?;
                         let mut broker = DescribeClusterBroker::default();
                         broker.broker_id = BrokerId(b.id);
-                        broker.host = StrBytes::from_string(b.endpoint.host.clone());
-                        broker.port = i32::from(b.endpoint.port);
+                        broker.host = StrBytes::from_string(host.to_string());
+                        broker.port = i32::from(port);
                         broker.rack = b.rack.clone().map(StrBytes::from_string);
-                        broker
+                        Some(broker)
                     })
                     .collect();
-                body.controller_id =
-                    BrokerId(super::metadata::named_controller(ctx.config.node_id, &meta));
+                body.controller_id = BrokerId(super::metadata::named_controller(ctx, &meta));
             }
             other => {
                 // Kafka's AuthHelper: asking a broker for controllers is a mismatch; an

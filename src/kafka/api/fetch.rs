@@ -148,7 +148,7 @@ impl Handler for Fetch {
             body.responses.push(tr);
         }
         if call.version >= 16 {
-            body.node_endpoints = node_endpoints(&meta, &leaders_named);
+            body.node_endpoints = node_endpoints(&meta, &leaders_named, &ctx.listener);
         }
         // The consumer quota counts the response's size (Kafka does the same). The data
         // is sent even when this response puts the client over: the hold that follows
@@ -460,17 +460,23 @@ fn fit(records: Records, used: usize, max_bytes: usize, partition_max_bytes: usi
 }
 
 /// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951).
-fn node_endpoints(meta: &ClusterMetadata, leaders: &BTreeSet<i32>) -> Vec<NodeEndpoint> {
+/// Each by its address on `listener`, the one the request came in on.
+fn node_endpoints(
+    meta: &ClusterMetadata,
+    leaders: &BTreeSet<i32>,
+    listener: &str,
+) -> Vec<NodeEndpoint> {
     leaders
         .iter()
         .filter_map(|id| meta.broker(*id))
-        .map(|b| {
+        .filter_map(|b| {
+            let (host, port) = b.endpoint_on(listener)?;
             let mut e = NodeEndpoint::default();
             e.node_id = BrokerId(b.id);
-            e.host = StrBytes::from_string(b.endpoint.host.clone());
-            e.port = i32::from(b.endpoint.port);
+            e.host = StrBytes::from_string(host.to_string());
+            e.port = i32::from(port);
             e.rack = b.rack.clone().map(StrBytes::from_string);
-            e
+            Some(e)
         })
         .collect()
 }

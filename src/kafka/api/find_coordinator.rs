@@ -73,13 +73,12 @@ impl Handler for FindCoordinator {
                 .partition(corelog_shards::group::OFFSETS_TOPIC, partition)
                 .map(|p| p.leader)
                 .and_then(|l| meta.broker(l).filter(|b| !b.fenced));
-            match leader {
-                Some(b) => (
-                    b.id,
-                    sb(b.endpoint.host.clone()),
-                    i32::from(b.endpoint.port),
-                    0,
-                    None,
+            let reach = leader.and_then(|b| Some((b.id, b.endpoint_on(&ctx.listener)?)));
+            match reach {
+                Some((id, (host, port))) => (id, sb(host.to_string()), i32::from(port), 0, None),
+                None if leader.is_some() => refuse(
+                    ResponseError::CoordinatorNotAvailable,
+                    format!("the coordinator has no listener {}", ctx.listener),
                 ),
                 None => refuse(
                     ResponseError::CoordinatorNotAvailable,

@@ -3,6 +3,10 @@
 //! replicas, ISR and offline replicas; auto-creation. An offline partition (no live
 //! replica can lead) carries LEADER_NOT_AVAILABLE, as in Kafka.
 //!
+//! Every broker named is given by its address on the listener this request came in
+//! on; brokers without that listener are left out, and a partition led by one carries
+//! LISTENER_NOT_FOUND (LEADER_NOT_AVAILABLE before v6), as in Kafka.
+//!
 //! Topics are created on a Metadata request when `auto.create.topics.enable` is on and,
 //! from v4, the request allows it (librdkafka's own test suite leans on this). Creation is synchronous through the controller, so the response
 //! already lists the new topic's partitions.
@@ -61,7 +65,7 @@ impl Handler for Metadata {
         match requested {
             None => {
                 for t in meta.topics.values() {
-                    topics.push(topic_entry(&meta, t, topic_ops));
+                    topics.push(topic_entry(&meta, t, topic_ops, &ctx.listener, version));
                 }
             }
             Some(list) => {
@@ -97,7 +101,7 @@ impl Handler for Metadata {
                         None => meta.topic_by_id(id),
                     };
                     let entry = match (found, &name) {
-                        (Some(t), _) => topic_entry(&meta, t, topic_ops),
+                        (Some(t), _) => topic_entry(&meta, t, topic_ops, &ctx.listener, version),
                         (None, Some(n)) => {
                             let code = if validate_topic_name(n).is_err() {
                                 ResponseError::InvalidTopicException
@@ -134,17 +138,18 @@ fn response(
     let mut r = MetadataResponse::default();
     r.brokers = meta
         .live_brokers()
-        .map(|b| {
+        .filter_map(|b| {
+            let (host, port) = b.endpoint_on(&ctx.listener)?;
             let mut broker = MetadataResponseBroker::default();
             broker.node_id = BrokerId(b.id);
-            broker.host = StrBytes::from_string(b.endpoint.host.clone());
-            broker.port = i32::from(b.endpoint.port);
+            broker.host = StrBytes::from_string(host.to_string());
+            broker.port = i32::from(port);
             broker.rack = b.rack.clone().map(StrBytes::from_string);
-            broker
+            Some(broker)
         })
         .collect();
     r.cluster_id = Some(StrBytes::from_string(meta.cluster_id().to_string()));
-    r.controller_id = BrokerId(named_controller(ctx.config.node_id, meta));
+    r.controller_id = BrokerId(named_controller(ctx, meta));
     r.topics = topics;
     r.cluster_authorized_operations = cluster_ops;
     r
@@ -158,14 +163,23 @@ fn response(
 /// periodic refresh is 5 minutes). A client that lost the broker it asked reconnects to
 /// another, which names itself. Kafka names a random live broker; this one is never a
 /// hop away.
-pub(super) fn named_controller(node_id: i32, meta: &ClusterMetadata) -> i32 {
+pub(super) fn named_controller(ctx: &Ctx, meta: &ClusterMetadata) -> i32 {
+    let node_id = ctx.config.node_id;
     if meta.is_live(node_id) {
         return node_id;
     }
-    meta.live_brokers().next().map_or(-1, |b| b.id)
+    meta.live_brokers()
+        .find(|b| b.endpoint_on(&ctx.listener).is_some())
+        .map_or(-1, |b| b.id)
 }
 
-fn topic_entry(meta: &ClusterMetadata, t: &TopicImage, topic_ops: i32) -> MetadataResponseTopic {
+fn topic_entry(
+    meta: &ClusterMetadata,
+    t: &TopicImage,
+    topic_ops: i32,
+    listener: &str,
+    version: i16,
+) -> MetadataResponseTopic {
     let mut out = MetadataResponseTopic::default();
     out.name = Some(TopicName(StrBytes::from_string(t.name.clone())));
     out.topic_id = t.id;
@@ -190,6 +204,16 @@ fn topic_entry(meta: &ClusterMetadata, t: &TopicImage, topic_ops: i32) -> Metada
                 .collect();
             if !p.has_leader() {
                 mp.error_code = ResponseError::LeaderNotAvailable.code();
+            } else if meta
+                .broker(p.leader)
+                .is_some_and(|b| b.endpoint_on(listener).is_none())
+            {
+                mp.leader_id = BrokerId(-1);
+                mp.error_code = if version >= 6 {
+                    ResponseError::ListenerNotFound.code()
+                } else {
+                    ResponseError::LeaderNotAvailable.code()
+                };
             }
             mp
         })

@@ -70,6 +70,9 @@ pub struct Ctx {
     pub config: Arc<BrokerConfig>,
     /// This shard's client quota sensors.
     pub quotas: Rc<crate::quota::QuotaManager>,
+    /// The name of the listener this connection came in on: Metadata and the other
+    /// answers that name brokers give that listener's addresses.
+    pub listener: Rc<str>,
 }
 
 /// Declares every API served, once: `SUPPORTED_APIS` (what ApiVersions advertises, from
