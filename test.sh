@@ -63,6 +63,8 @@ apt_install() {
 command -v java >/dev/null 2>&1 || { log "installing a JDK"; apt_install openjdk-17-jdk-headless; }
 command -v mvn >/dev/null 2>&1 || { log "installing Maven"; apt_install maven; }
 command -v go >/dev/null 2>&1 || { log "installing Go"; apt_install golang-go; }
+# The TLS tests make their own CA and certificates with the openssl command line.
+command -v openssl >/dev/null 2>&1 || { log "installing openssl"; apt_install openssl; }
 # The full-disk test makes an ext4 image of its own and loop-mounts it.
 command -v mkfs.ext4 >/dev/null 2>&1 || { log "installing e2fsprogs"; apt_install e2fsprogs; }
 log "fetching Apache Kafka's jars (tests/java/pom.xml) into .cache/"

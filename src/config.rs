@@ -13,6 +13,7 @@ use crate::limits::{
     default_max_connections, parse_overrides, ConnectionLimitsConfig, MAX_CONNECTIONS_MIN,
 };
 use crate::listeners::SecurityProtocol;
+use crate::security_config::SecurityConfig;
 use anyhow::{bail, Context};
 use clap::Args;
 use corelog_shards::group::coordinator::GroupConfig;
@@ -52,6 +53,12 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "inter.broker.listener.name")]
     pub inter_broker_listener_name: Option<String>,
+    /// Kafka's TLS keys (`ssl.*`, and `listener.name.<name>.ssl.*` for one listener),
+    /// as in the config file: `--security ssl.keystore.location=/etc/corelog/broker.pem`
+    /// (repeatable; a flag wins over the file).
+    #[arg(long = "security", value_name = "KEY=VALUE")]
+    #[serde(skip)]
+    pub security: Vec<String>,
     /// Directory holding partition logs and cluster metadata.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
@@ -297,7 +304,10 @@ pub struct ServeArgs {
 /// The listeners to serve: Kafka's `listeners` family when set, else one PLAINTEXT
 /// listener from `--listen`/`--advertise` (default: plaintext on loopback port 9092).
 /// Returns them with the inter-broker listener's name.
-fn served_listeners(a: &ServeArgs) -> anyhow::Result<(Vec<ServedListener>, String)> {
+fn served_listeners(
+    a: &ServeArgs,
+    security: &SecurityConfig,
+) -> anyhow::Result<(Vec<ServedListener>, String)> {
     let Some(listeners) = &a.listeners else {
         if a.advertised_listeners.is_some() || a.inter_broker_listener_name.is_some() {
             bail!("advertised.listeners and inter.broker.listener.name need listeners");
@@ -321,6 +331,7 @@ fn served_listeners(a: &ServeArgs) -> anyhow::Result<(Vec<ServedListener>, Strin
             protocol: SecurityProtocol::Plaintext,
             bind,
             advertised: Some(advertised),
+            tls: None,
         };
         return Ok((vec![only], name));
     };
@@ -336,12 +347,17 @@ fn served_listeners(a: &ServeArgs) -> anyhow::Result<(Vec<ServedListener>, Strin
     let mut served = Vec::with_capacity(c.listeners.len());
     for l in &c.listeners {
         let name = &l.endpoint.name;
-        if l.protocol != SecurityProtocol::Plaintext {
+        if l.protocol.uses_sasl() {
             bail!(
-                "listener {name} is {:?}: TLS and SASL listeners are not served yet",
-                l.protocol
+                "listener {name} is {}: SASL listeners are not served yet",
+                l.protocol.kafka_name()
             );
         }
+        let tls = if l.protocol.uses_tls() {
+            Some(crate::tls_config::server_config(security, name)?)
+        } else {
+            None
+        };
         let advertised = match c.advertised.iter().find(|e| &e.name == name) {
             // A listener on every interface advertises this machine's name, as Kafka does.
             Some(e) if e.host.is_empty() => Some((machine_name()?, e.port)),
@@ -353,7 +369,16 @@ fn served_listeners(a: &ServeArgs) -> anyhow::Result<(Vec<ServedListener>, Strin
             protocol: l.protocol,
             bind: bind_address(name, &l.endpoint.host, l.endpoint.port)?,
             advertised,
+            tls,
         });
+    }
+    for name in security.overridden_listeners() {
+        if !c.listeners.iter().any(|l| l.endpoint.name == name) {
+            bail!(
+                "listener.name.{} settings name no listener",
+                name.to_ascii_lowercase()
+            );
+        }
     }
     Ok((served, c.inter_broker))
 }
@@ -395,6 +420,8 @@ impl ServeArgs {
             inter_broker_listener_name: self
                 .inter_broker_listener_name
                 .or(file.inter_broker_listener_name),
+            // The file's keys first, so a flag for the same key wins.
+            security: file.security.into_iter().chain(self.security).collect(),
             data_dir: self.data_dir.or(file.data_dir),
             shards: self.shards.or(file.shards),
             http: self.http.or(file.http),
@@ -556,6 +583,8 @@ pub struct ServedListener {
     pub bind: SocketAddr,
     /// `None`: bound but not advertised (Kafka allows it; its clients get no brokers).
     pub advertised: Option<(String, u16)>,
+    /// The TLS server settings of an SSL listener.
+    pub tls: Option<crate::tls_config::TlsServerConfig>,
 }
 
 /// This broker's place in the cluster (README "A cluster").
@@ -770,14 +799,27 @@ impl BrokerConfig {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
-                toml::from_str::<ServeArgs>(&text)
-                    .with_context(|| format!("parsing {}", path.display()))?
+                let mut table = toml::from_str::<toml::Table>(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?;
+                let security = crate::security_config::take_from_file(&mut table)
+                    .with_context(|| format!("parsing {}", path.display()))?;
+                let mut file = ServeArgs::deserialize(table)
+                    .with_context(|| format!("parsing {}", path.display()))?;
+                file.security = security
+                    .into_iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect();
+                file
             }
             None => ServeArgs::default(),
         };
         let a = flags.over(file);
         let limits_config = LimitsConfig::resolve(&a)?;
-        let (listeners, inter_broker_listener) = served_listeners(&a)?;
+        let security = SecurityConfig::from_pairs(a.security.iter().map(|kv| {
+            kv.split_once('=')
+                .map_or((kv.as_str(), ""), |(k, v)| (k.trim(), v.trim()))
+        }))?;
+        let (listeners, inter_broker_listener) = served_listeners(&a, &security)?;
         let (advertise_host, advertise_port) = listeners
             .iter()
             .find(|l| l.name == inter_broker_listener)
@@ -1039,13 +1081,25 @@ mod tests {
             ..Default::default()
         });
         assert!(both.is_err(), "listeners and --listen together are refused");
+        let sasl = BrokerConfig::resolve(ServeArgs {
+            listeners: Some("SASL_SSL://127.0.0.1:9093".into()),
+            inter_broker_listener_name: Some("SASL_SSL".into()),
+            ..Default::default()
+        });
+        let e = format!("{:#}", sasl.expect_err("not served yet"));
+        assert!(e.contains("not served yet"), "{e}");
         let tls = BrokerConfig::resolve(ServeArgs {
             listeners: Some("SSL://127.0.0.1:9093".into()),
             inter_broker_listener_name: Some("SSL".into()),
             ..Default::default()
         });
-        let e = format!("{:#}", tls.expect_err("not served yet"));
-        assert!(e.contains("not served yet"), "{e}");
+        let e = format!("{:#}", tls.expect_err("no keystore"));
+        assert!(e.contains("ssl.keystore.location"), "{e}");
+        let typo = BrokerConfig::resolve(ServeArgs {
+            security: vec!["ssl.keystore.locaton=/k.pem".into()],
+            ..Default::default()
+        });
+        assert!(typo.is_err(), "an unknown security key is refused");
     }
 
     #[test]

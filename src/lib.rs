@@ -22,4 +22,6 @@ pub mod log_filter;
 pub mod metrics;
 pub mod net;
 pub mod quota;
+pub mod security_config;
 pub mod server;
+pub mod tls_config;

@@ -295,6 +295,7 @@ async fn shard_main(
             config: config.clone(),
             quotas: quotas.clone(),
             listener: Rc::from(l.name.as_str()),
+            tls: l.tls.clone(),
         });
         bound.push((ctx, listener));
     }

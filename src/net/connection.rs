@@ -68,14 +68,36 @@ pub async fn serve(
     memory: Rc<RequestMemory>,
 ) {
     let _ = stream.set_nodelay(true);
+    let mut stream = stream;
+    let tls = match &ctx.tls {
+        None => None,
+        Some(config) => match crate::net::tls::accept(&mut stream, config.0.clone()).await {
+            Ok((session, leftover)) => {
+                tracing::debug!(%peer, listener = %ctx.listener, session = session.describe(), "TLS in user space (rustls)");
+                Some((session, leftover))
+            }
+            Err(e) => {
+                corelog_metrics::record_connection_rejected();
+                tracing::warn!(%peer, listener = %ctx.listener, error = %e, "closing connection: TLS handshake failed");
+                return;
+            }
+        },
+    };
     // Responses are written on the descriptor itself (`frame_writer`); the stream's
     // write half is kept only to close the socket's sending side at the end.
     let socket = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let (reader, writer) = stream.split();
     let inflight_max = ctx.config.limits.max_inflight_requests_per_connection;
     let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
-    let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer));
-    let reason = read_loop(ctx, peer, reader, tx, &shutdown, &memory).await;
+    let session = tls.as_ref().map(|(s, _)| s.clone());
+    let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer, session));
+    let reason = match tls {
+        None => read_loop(ctx, peer, reader, tx, &shutdown, &memory).await,
+        Some((session, leftover)) => {
+            let reader = crate::net::tls::TlsReader::new(reader, session, leftover);
+            read_loop(ctx, peer, reader, tx, &shutdown, &memory).await
+        }
+    };
     match &reason {
         CloseReason::Eof | CloseReason::Shutdown => {
             tracing::debug!(%peer, %reason, "connection closed")
@@ -267,10 +289,11 @@ async fn write_loop(
     socket: std::os::fd::RawFd,
     rx: local_channel::LocalReceiver<Pending>,
     peer: SocketAddr,
+    tls: Option<Rc<crate::net::tls::TlsSession>>,
 ) {
     use futures_lite::StreamExt;
     let mut rx = rx.stream();
-    let mut frames = crate::net::frame_writer::FrameWriter::new(socket);
+    let mut frames = crate::net::frame_writer::FrameWriter::new(socket, tls);
     while let Some(task) = rx.next().await {
         let response = match task.await {
             Some(Ok(Some(bytes))) => bytes,

@@ -13,13 +13,20 @@
 //! and a send that finds the buffer full waits for POLLOUT (`glommio::io::wait_writable`,
 //! patched in too) and goes on where it stopped. The pipe-to-socket splice runs in
 //! io_uring's worker, where blocking on a full socket stops that worker, not the shard.
+//!
+//! On a TLS connection in user space (`net/tls.rs`) the frame is sealed instead: its
+//! parts are gathered into plaintext chunks of `tls::SEAL_CHUNK`, a file range through
+//! the same pipe (spliced in by io_uring, read out of the pipe), and each chunk goes out
+//! as TLS records. That is the copy user-space TLS cannot avoid.
 
 use crate::kafka::response_frame::{FramePart, ResponseFrame};
+use crate::net::tls::{TlsSession, SEAL_CHUNK};
 use bytes::Bytes;
 use corelog_storage::FileRange;
 use nix::libc;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::rc::Rc;
 
 /// What the pipe is asked to hold (the kernel's default is 64 KiB; an unprivileged
 /// process may raise it to `fs.pipe-max-size`, 1 MiB by default).
@@ -32,15 +39,24 @@ pub struct FrameWriter {
     socket: RawFd,
     /// (read end, write end, capacity), made at the first file range.
     pipe: Option<(OwnedFd, OwnedFd, usize)>,
+    /// A TLS session in user space: frames are sealed before they are sent.
+    tls: Option<Rc<TlsSession>>,
 }
 
 impl FrameWriter {
     /// A writer for `socket`, which must stay open while the writer is used.
-    pub fn new(socket: RawFd) -> FrameWriter {
-        FrameWriter { socket, pipe: None }
+    pub fn new(socket: RawFd, tls: Option<Rc<TlsSession>>) -> FrameWriter {
+        FrameWriter {
+            socket,
+            pipe: None,
+            tls,
+        }
     }
 
     pub async fn write(&mut self, frame: ResponseFrame) -> io::Result<()> {
+        if let Some(tls) = self.tls.clone() {
+            return self.write_sealed(&tls, frame).await;
+        }
         let mut run: Vec<Bytes> = Vec::new();
         for part in frame.into_parts() {
             match part {
@@ -105,21 +121,85 @@ impl FrameWriter {
         Ok(())
     }
 
+    /// Seals `frame` into TLS records and sends them, a chunk at a time.
+    async fn write_sealed(&mut self, tls: &TlsSession, frame: ResponseFrame) -> io::Result<()> {
+        let mut plain: Vec<u8> = Vec::with_capacity(SEAL_CHUNK.min(frame.len()));
+        let mut sealed = Vec::new();
+        tls.pending(&mut sealed)?;
+        for part in frame.into_parts() {
+            match part {
+                FramePart::Bytes(mut b) => {
+                    while !b.is_empty() {
+                        let take = b.len().min(SEAL_CHUNK - plain.len());
+                        plain.extend_from_slice(&b.split_to(take));
+                        if plain.len() == SEAL_CHUNK {
+                            self.send_sealed(tls, &mut plain, &mut sealed).await?;
+                        }
+                    }
+                }
+                FramePart::File(range) => {
+                    let (read_end, write_end, capacity) = self.pipe()?;
+                    let mut at = range.pos();
+                    let mut left = range.len();
+                    while left > 0 {
+                        let want = left.min(capacity).min(SEAL_CHUNK - plain.len());
+                        let filled =
+                            glommio::io::splice(range.fd(), Some(at), write_end, want).await?;
+                        if filled == 0 {
+                            return Err(io::Error::new(
+                                io::ErrorKind::UnexpectedEof,
+                                "segment file ended inside a range being sent",
+                            ));
+                        }
+                        drain_pipe(read_end, filled, &mut plain)?;
+                        at += filled as u64;
+                        left -= filled;
+                        if plain.len() == SEAL_CHUNK {
+                            self.send_sealed(tls, &mut plain, &mut sealed).await?;
+                        }
+                    }
+                }
+            }
+        }
+        self.send_sealed(tls, &mut plain, &mut sealed).await
+    }
+
+    /// Seals `plain` (emptied) after what `sealed` already holds, and sends it all.
+    async fn send_sealed(
+        &mut self,
+        tls: &TlsSession,
+        plain: &mut Vec<u8>,
+        sealed: &mut Vec<u8>,
+    ) -> io::Result<()> {
+        if !plain.is_empty() {
+            tls.seal(plain, sealed)?;
+            plain.clear();
+        }
+        if !sealed.is_empty() {
+            self.write_all(vec![Bytes::from(std::mem::take(sealed))])
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The pipe (read end, write end, capacity), made on first use.
+    fn pipe(&mut self) -> io::Result<(RawFd, RawFd, usize)> {
+        if let Some((r, w, c)) = &self.pipe {
+            return Ok((r.as_raw_fd(), w.as_raw_fd(), *c));
+        }
+        let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+        // Best effort: a smaller pipe only means more rounds.
+        // SAFETY: plain fcntl on a descriptor we own.
+        let set = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
+        let capacity = if set > 0 { set as usize } else { 64 << 10 };
+        let fds = (r.as_raw_fd(), w.as_raw_fd(), capacity);
+        self.pipe = Some((r, w, capacity));
+        Ok(fds)
+    }
+
     /// Sends `range` from its file to the socket through the pipe.
     async fn splice(&mut self, range: &FileRange) -> io::Result<()> {
-        let (read_end, write_end, capacity) = match &self.pipe {
-            Some((r, w, c)) => (r.as_raw_fd(), w.as_raw_fd(), *c),
-            None => {
-                let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
-                // Best effort: a smaller pipe only means more rounds.
-                // SAFETY: plain fcntl on a descriptor we own.
-                let set = unsafe { libc::fcntl(w.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE_BYTES) };
-                let capacity = if set > 0 { set as usize } else { 64 << 10 };
-                let fds = (r.as_raw_fd(), w.as_raw_fd(), capacity);
-                self.pipe = Some((r, w, capacity));
-                fds
-            }
-        };
+        let (read_end, write_end, capacity) = self.pipe()?;
         let mut at = range.pos();
         let mut left = range.len();
         while left > 0 {
@@ -149,4 +229,31 @@ impl FrameWriter {
         corelog_metrics::record_sent_by_splice(range.len() as u64);
         Ok(())
     }
+}
+
+/// Reads exactly `n` bytes that a splice has just put into the pipe (they are there: the
+/// read does not wait) onto the end of `into`.
+fn drain_pipe(read_end: RawFd, n: usize, into: &mut Vec<u8>) -> io::Result<()> {
+    let start = into.len();
+    into.resize(start + n, 0);
+    let mut got = 0;
+    while got < n {
+        let rest = &mut into[start + got..];
+        // SAFETY: `rest` is a valid, writable buffer of its length.
+        let r = unsafe { libc::read(read_end, rest.as_mut_ptr().cast(), rest.len()) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            into.truncate(start + got);
+            return Err(e);
+        }
+        if r == 0 {
+            into.truncate(start + got);
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        got += r as usize;
+    }
+    Ok(())
 }

@@ -7,3 +7,4 @@ pub mod frame_writer;
 pub mod listener;
 pub mod request_memory;
 pub mod shutdown;
+pub mod tls;

@@ -117,6 +117,7 @@ class Broker:
         self.extra_args = list(extra_args or [])
         self.proc: subprocess.Popen | None = None
         self.starts = 0
+        self.listeners_in_config = False
 
     # -- addresses ---------------------------------------------------------
     @property
@@ -128,8 +129,9 @@ class Broker:
         return f"127.0.0.1:{self.http_port}"
 
     def argv(self) -> list[str]:
-        # Kafka's listener keys among the extra arguments replace --listen/--advertise.
-        kafka_listeners = "--listeners" in self.extra_args
+        # Kafka's listener keys (among the extra arguments, or in a config file a
+        # subclass writes) replace --listen/--advertise.
+        kafka_listeners = self.listeners_in_config or "--listeners" in self.extra_args
         return [
             str(corelog_bin()), "serve",
             *([] if kafka_listeners else ["--listen", self.bootstrap,

@@ -73,6 +73,8 @@ pub struct Ctx {
     /// The name of the listener this connection came in on: Metadata and the other
     /// answers that name brokers give that listener's addresses.
     pub listener: Rc<str>,
+    /// The listener's TLS settings when it is an SSL listener.
+    pub tls: Option<crate::tls_config::TlsServerConfig>,
 }
 
 /// Declares every API served, once: `SUPPORTED_APIS` (what ApiVersions advertises, from

@@ -1,0 +1,163 @@
+//! A TLS listener's server settings from Kafka's `ssl.*` keys (`security_config.rs`),
+//! as a rustls `ServerConfig`: the certificate chain and key in PEM form
+//! (`ssl.keystore.type=PEM` with `ssl.keystore.certificate.chain` and
+//! `ssl.keystore.key`, or one `ssl.keystore.location` file holding both), the trusted
+//! CAs (`ssl.truststore.certificates` or `ssl.truststore.location`), `ssl.client.auth`
+//! (none, requested, required) and `ssl.enabled.protocols` (TLSv1.2, TLSv1.3).
+//!
+//! Invariants: a config is built only from a complete, consistent set of keys — a key
+//! without its certificate, a chain without its key, client authentication without a
+//! truststore, a keystore type other than PEM or an encrypted key is refused with what
+//! to set instead; no key material appears in an error. The crypto is rustls' with the
+//! ring provider; secret extraction is on so that a session can be handed to the
+//! kernel (kTLS).
+
+use crate::security_config::SecurityConfig;
+use anyhow::{bail, Context};
+use rustls::server::WebPkiClientVerifier;
+use rustls::{RootCertStore, ServerConfig, SupportedProtocolVersion};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::sync::Arc;
+
+/// Kafka's `ssl.client.auth`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientAuth {
+    None,
+    Requested,
+    Required,
+}
+
+/// A listener's TLS server settings; its `Debug` shows nothing of the key.
+#[derive(Clone)]
+pub struct TlsServerConfig(pub Arc<ServerConfig>);
+
+impl std::fmt::Debug for TlsServerConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TlsServerConfig(..)")
+    }
+}
+
+/// The server settings of `listener` (a TLS listener).
+pub fn server_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<TlsServerConfig> {
+    let get = |key: &str| sec.get(listener, key).filter(|v| !v.trim().is_empty());
+    let context = |what: &str| format!("listener {listener}: {what}");
+    if let Some(t) = get("ssl.keystore.type") {
+        if !t.eq_ignore_ascii_case("PEM") {
+            bail!("listener {listener}: ssl.keystore.type {t} is not served; use PEM (ssl.keystore.type=PEM)");
+        }
+    }
+    if get("ssl.key.password").is_some() {
+        bail!("listener {listener}: encrypted private keys are not served; give an unencrypted PKCS#8 key (openssl pkcs8 -topk8 -nocrypt) and leave ssl.key.password unset");
+    }
+    let keystore: Vec<u8> = match (
+        get("ssl.keystore.certificate.chain"),
+        get("ssl.keystore.key"),
+        get("ssl.keystore.location"),
+    ) {
+        (Some(chain), Some(key), None) => [key.as_bytes(), b"\n", chain.as_bytes()].concat(),
+        (None, None, Some(path)) => {
+            std::fs::read(path).with_context(|| context(&format!("reading {path}")))?
+        }
+        (None, None, None) => bail!("listener {listener} uses TLS: set ssl.keystore.location, or ssl.keystore.certificate.chain and ssl.keystore.key"),
+        _ => bail!("listener {listener}: set either ssl.keystore.location or ssl.keystore.certificate.chain with ssl.keystore.key"),
+    };
+    let chain = certificates(&keystore).with_context(|| context("the keystore's certificates"))?;
+    if chain.is_empty() {
+        bail!("listener {listener}: the keystore holds no certificate");
+    }
+    let key = PrivateKeyDer::from_pem_slice(&keystore).map_err(|e| {
+        anyhow::anyhow!("listener {listener}: the keystore holds no usable private key ({e})")
+    })?;
+
+    let client_auth = match get("ssl.client.auth")
+        .map(str::to_ascii_lowercase)
+        .as_deref()
+    {
+        None | Some("none") => ClientAuth::None,
+        Some("requested") => ClientAuth::Requested,
+        Some("required") => ClientAuth::Required,
+        Some(other) => {
+            bail!("listener {listener}: ssl.client.auth {other} is none, requested or required")
+        }
+    };
+    let trusted = match (
+        get("ssl.truststore.certificates"),
+        get("ssl.truststore.location"),
+    ) {
+        (Some(pem), None) => Some(pem.as_bytes().to_vec()),
+        (None, Some(path)) => {
+            Some(std::fs::read(path).with_context(|| context(&format!("reading {path}")))?)
+        }
+        (None, None) => None,
+        (Some(_), Some(_)) => bail!("listener {listener}: set ssl.truststore.certificates or ssl.truststore.location, not both"),
+    };
+    if let Some(t) = get("ssl.truststore.type") {
+        if !t.eq_ignore_ascii_case("PEM") {
+            bail!("listener {listener}: ssl.truststore.type {t} is not served; use PEM");
+        }
+    }
+
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&protocol_versions(get("ssl.enabled.protocols"))?)
+        .with_context(|| context("TLS protocol versions"))?;
+    let builder = match (client_auth, trusted) {
+        (ClientAuth::None, _) => builder.with_no_client_auth(),
+        (_, None) => bail!("listener {listener}: ssl.client.auth={} needs the CAs to trust (ssl.truststore.location or ssl.truststore.certificates)", if client_auth == ClientAuth::Required { "required" } else { "requested" }),
+        (auth, Some(pem)) => {
+            let mut roots = RootCertStore::empty();
+            for cert in certificates(&pem).with_context(|| context("the truststore"))? {
+                roots
+                    .add(cert)
+                    .with_context(|| context("a truststore certificate"))?;
+            }
+            if roots.is_empty() {
+                bail!("listener {listener}: the truststore holds no certificate");
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            let verifier = if auth == ClientAuth::Requested {
+                verifier.allow_unauthenticated()
+            } else {
+                verifier
+            };
+            builder.with_client_cert_verifier(
+                verifier
+                    .build()
+                    .with_context(|| context("the client certificate verifier"))?,
+            )
+        }
+    };
+    let mut config = builder
+        .with_single_cert(chain, key)
+        .with_context(|| context("the certificate and key do not match or are unusable"))?;
+    config.enable_secret_extraction = true;
+    Ok(TlsServerConfig(Arc::new(config)))
+}
+
+fn certificates(pem: &[u8]) -> anyhow::Result<Vec<CertificateDer<'static>>> {
+    CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| anyhow::anyhow!("unreadable PEM certificate ({e})"))
+}
+
+/// Kafka's `ssl.enabled.protocols` (default: TLSv1.2 and TLSv1.3).
+fn protocol_versions(
+    enabled: Option<&str>,
+) -> anyhow::Result<Vec<&'static SupportedProtocolVersion>> {
+    let Some(list) = enabled else {
+        return Ok(vec![&rustls::version::TLS13, &rustls::version::TLS12]);
+    };
+    let mut out = Vec::new();
+    for v in list.split(',').map(str::trim).filter(|v| !v.is_empty()) {
+        out.push(match v {
+            "TLSv1.3" => &rustls::version::TLS13,
+            "TLSv1.2" => &rustls::version::TLS12,
+            other => bail!("ssl.enabled.protocols: {other} is not served (TLSv1.2, TLSv1.3)"),
+        });
+    }
+    if out.is_empty() {
+        bail!("ssl.enabled.protocols names no protocol");
+    }
+    Ok(out)
+}
