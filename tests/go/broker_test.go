@@ -42,7 +42,14 @@ type broker struct {
 	logPath string
 	waitErr chan error
 	once    sync.Once
+	// listeners: host:port of each listener named by startBrokerWithListeners
+	// (PLAINTEXT is addr).
+	listeners map[string]string
 }
+
+// listener is a Kafka listener besides PLAINTEXT: its name (Kafka's listener
+// name, e.g. SSL) and security protocol (PLAINTEXT or SSL).
+type listener struct{ name, protocol string }
 
 func brokerBin(t *testing.T) string {
 	bin := os.Getenv("CORELOG_BIN")
@@ -83,11 +90,21 @@ func freePort(t *testing.T) int {
 // tail of its log is printed.
 func startBroker(t *testing.T, extraArgs ...string) *broker {
 	t.Helper()
+	return startBrokerWithListeners(t, nil, extraArgs...)
+}
+
+// startBrokerWithListeners starts corelog like startBroker, with Kafka's
+// `listeners` and `listener.security.protocol.map` instead of --listen: a
+// PLAINTEXT listener on b.addr and each of extra on a port of its own
+// (b.listeners[name]). Their TLS settings go in extraArgs as Kafka's keys
+// (--security ssl.keystore.location=...).
+func startBrokerWithListeners(t *testing.T, extra []listener, extraArgs ...string) *broker {
+	t.Helper()
 	bin := brokerBin(t)
 	var lastErr error
 	// The binary may be being relinked by a concurrent build: retry a few times.
 	for attempt := 0; attempt < 5; attempt++ {
-		b, err := tryStartBroker(t, bin, extraArgs)
+		b, err := tryStartBroker(t, bin, extra, extraArgs)
 		if err == nil {
 			return b
 		}
@@ -99,7 +116,7 @@ func startBroker(t *testing.T, extraArgs ...string) *broker {
 	return nil
 }
 
-func tryStartBroker(t *testing.T, bin string, extraArgs []string) (*broker, error) {
+func tryStartBroker(t *testing.T, bin string, extra []listener, extraArgs []string) (*broker, error) {
 	dataDir, err := os.MkdirTemp("", "corelog-go-data-")
 	if err != nil {
 		return nil, err
@@ -109,17 +126,28 @@ func tryStartBroker(t *testing.T, bin string, extraArgs []string) (*broker, erro
 	httpPort := freePort(t)
 	controllerPort := freePort(t)
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
-	args := append([]string{
-		"serve",
-		"--listen", addr,
-		"--advertise", addr,
+	listenerArgs := []string{"--listen", addr, "--advertise", addr}
+	listeners := map[string]string{"PLAINTEXT": addr}
+	if len(extra) > 0 {
+		specs, protocols := []string{"PLAINTEXT://" + addr}, []string{"PLAINTEXT:PLAINTEXT"}
+		for _, l := range extra {
+			a := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+			listeners[l.name] = a
+			specs = append(specs, l.name+"://"+a)
+			protocols = append(protocols, l.name+":"+l.protocol)
+		}
+		listenerArgs = []string{"--listeners", strings.Join(specs, ","),
+			"--listener-security-protocol-map", strings.Join(protocols, ",")}
+	}
+	args := append(append([]string{"serve"}, listenerArgs...),
 		"--data-dir", dataDir,
 		"--shards", "2",
 		"--http", fmt.Sprintf("127.0.0.1:%d", httpPort),
 		"--controller-listen", fmt.Sprintf("127.0.0.1:%d", controllerPort),
 		"--log-level", "info",
 		"--group-initial-rebalance-delay-ms", "0",
-	}, extraArgs...)
+	)
+	args = append(args, extraArgs...)
 	logPath := filepath.Join(dataDir, "..", filepath.Base(dataDir)+".log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
@@ -136,14 +164,15 @@ func tryStartBroker(t *testing.T, bin string, extraArgs []string) (*broker, erro
 		return nil, fmt.Errorf("exec %s: %w", bin, err)
 	}
 	b := &broker{
-		t:       t,
-		addr:    addr,
-		port:    int32(port),
-		httpURL: fmt.Sprintf("http://127.0.0.1:%d", httpPort),
-		dataDir: dataDir,
-		cmd:     cmd,
-		logPath: logPath,
-		waitErr: make(chan error, 1),
+		t:         t,
+		addr:      addr,
+		port:      int32(port),
+		httpURL:   fmt.Sprintf("http://127.0.0.1:%d", httpPort),
+		dataDir:   dataDir,
+		cmd:       cmd,
+		logPath:   logPath,
+		waitErr:   make(chan error, 1),
+		listeners: listeners,
 	}
 	go func() {
 		err := cmd.Wait()

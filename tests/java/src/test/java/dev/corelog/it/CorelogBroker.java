@@ -17,12 +17,15 @@ import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Comparator;
 import java.util.HashMap;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Pattern;
+import java.util.stream.Collectors;
 import java.util.stream.Stream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -57,6 +60,9 @@ import org.junit.jupiter.api.extension.TestExecutionExceptionHandler;
  *   <li>Ports: the Kafka listener and the HTTP endpoint get free loopback ports chosen by the
  *       kernel; a start that loses the race for one (or finds the binary being relinked)
  *       is retried with fresh ports.
+ *   <li>Listeners: one, {@code --listen}, unless {@link #withListener} names more; then the
+ *       broker gets Kafka's {@code listeners} and {@code listener.security.protocol.map}
+ *       (PLAINTEXT on {@link #port()}, each named one on {@link #port(String)}).
  *   <li>Data: a fresh temporary directory, deleted by {@link #close()}.
  *   <li>Log: {@code target/corelog-logs/<name>-<port>.log} (kept, it is build output).
  *   <li>A JVM that exits without closing the broker kills it (shutdown hook).
@@ -87,6 +93,11 @@ public final class CorelogBroker
 
     private final String name;
     private final List<String> extraArgs;
+    /** Listeners besides PLAINTEXT: name to security protocol (Kafka's listener.security.protocol.map). */
+    private final Map<String, String> listenerProtocols = new LinkedHashMap<>();
+    private final Map<String, Integer> listenerPorts = new HashMap<>();
+    /** Broker warnings the running test provokes on purpose (see {@link #tolerateWarnings}). */
+    private Pattern toleratedWarnings;
     private Process process;
     private Path dataDir;
     private Path logFile;
@@ -105,6 +116,21 @@ public final class CorelogBroker
     public CorelogBroker(String name, String... extraArgs) {
         this.name = name;
         this.extraArgs = List.of(extraArgs);
+    }
+
+    /**
+     * Adds a listener named {@code name} (Kafka's listener name, e.g. {@code SSL}) speaking
+     * {@code protocol} ({@code PLAINTEXT} or {@code SSL}) on a port of its own, besides the
+     * PLAINTEXT one. Its TLS settings go in {@code extraArgs} as Kafka's keys
+     * ({@code --security ssl.keystore.location=...},
+     * {@code --security listener.name.<name>.ssl.client.auth=required}). Call before start.
+     */
+    public CorelogBroker withListener(String name, String protocol) {
+        if (name.equalsIgnoreCase("PLAINTEXT")) {
+            throw new IllegalArgumentException("PLAINTEXT is the broker's first listener already");
+        }
+        listenerProtocols.put(name.toUpperCase(), protocol);
+        return this;
     }
 
     // ---------------------------------------------------------------------------------
@@ -136,6 +162,9 @@ public final class CorelogBroker
             kafkaPort = freePort();
             httpPort = freePort();
             controllerPort = freePort();
+            for (String listener : listenerProtocols.keySet()) {
+                listenerPorts.put(listener, freePort());
+            }
             dataDir = Files.createTempDirectory("corelog-it-" + name + "-");
             logFile = logDir.resolve(name + "-" + kafkaPort + ".log");
             Process p;
@@ -163,9 +192,19 @@ public final class CorelogBroker
 
     /** Runs {@code corelog serve} on this broker's ports and data directory, appending to its log. */
     private Process launch() throws IOException {
-        List<String> cmd = new ArrayList<>(List.of(binary().toString(), "serve",
-                "--listen", "127.0.0.1:" + kafkaPort,
-                "--advertise", "127.0.0.1:" + kafkaPort,
+        List<String> cmd = new ArrayList<>(List.of(binary().toString(), "serve"));
+        if (listenerProtocols.isEmpty()) {
+            cmd.addAll(List.of("--listen", "127.0.0.1:" + kafkaPort, "--advertise", "127.0.0.1:" + kafkaPort));
+        } else {
+            Map<String, String> protocols = new LinkedHashMap<>(Map.of("PLAINTEXT", "PLAINTEXT"));
+            protocols.putAll(listenerProtocols);
+            cmd.addAll(List.of(
+                    "--listeners", protocols.keySet().stream()
+                            .map(l -> l + "://127.0.0.1:" + port(l)).collect(Collectors.joining(",")),
+                    "--listener-security-protocol-map", protocols.entrySet().stream()
+                            .map(e -> e.getKey() + ":" + e.getValue()).collect(Collectors.joining(","))));
+        }
+        cmd.addAll(List.of(
                 "--data-dir", dataDir.toString(),
                 "--shards", "2",
                 "--http", "127.0.0.1:" + httpPort,
@@ -274,6 +313,16 @@ public final class CorelogBroker
     @Override
     public void beforeEach(ExtensionContext context) {
         logMark = logLines().size();
+        toleratedWarnings = null;
+    }
+
+    /**
+     * For the running test only: broker warnings matching {@code regex} (found anywhere in
+     * the line) do not fail it. For tests that provoke a warning on purpose (a client
+     * refused in its TLS handshake, say); other warnings still fail the test.
+     */
+    public void tolerateWarnings(String regex) {
+        toleratedWarnings = Pattern.compile(regex);
     }
 
     @Override
@@ -281,6 +330,7 @@ public final class CorelogBroker
         List<String> lines = logLines();
         List<String> bad = lines.subList(Math.min(logMark, lines.size()), lines.size()).stream()
                 .filter(l -> l.matches("^\\S+\\s+(WARN|ERROR)\\s.*"))
+                .filter(l -> toleratedWarnings == null || !toleratedWarnings.matcher(l).find())
                 .toList();
         if (!bad.isEmpty()) {
             throw new AssertionError("the broker logged " + bad.size() + " warning(s)/error(s) during "
@@ -312,6 +362,28 @@ public final class CorelogBroker
 
     public int port() {
         return kafkaPort;
+    }
+
+    /** The port of listener {@code name}: PLAINTEXT's is {@link #port()}, the others' {@link #withListener}'s. */
+    public int port(String name) {
+        String n = name.toUpperCase();
+        if (n.equals("PLAINTEXT")) {
+            return kafkaPort;
+        }
+        if (external) {
+            throw new IllegalStateException("the listeners of a broker this class did not start are not known");
+        }
+        Integer p = listenerPorts.get(n);
+        if (p == null) {
+            throw new IllegalArgumentException("no listener " + name + " (listeners: PLAINTEXT, "
+                    + String.join(", ", listenerProtocols.keySet()) + ")");
+        }
+        return p;
+    }
+
+    /** {@code 127.0.0.1:<port>} of listener {@code name}. */
+    public String bootstrap(String name) {
+        return "127.0.0.1:" + port(name);
     }
 
     public Path dataDir() {
@@ -352,11 +424,17 @@ public final class CorelogBroker
     }
 
     public Admin admin() {
+        return admin(Map.of());
+    }
+
+    /** An admin client with this class's defaults plus {@code overrides}. */
+    public Admin admin(Map<String, Object> overrides) {
         Map<String, Object> c = new HashMap<>();
         c.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap());
         c.put(AdminClientConfig.CLIENT_ID_CONFIG, name + "-admin");
         c.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 30_000);
         c.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, 15_000);
+        c.putAll(overrides);
         return Admin.create(c);
     }
 
