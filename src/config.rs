@@ -332,6 +332,7 @@ fn served_listeners(
             bind,
             advertised: Some(advertised),
             tls: None,
+            sasl: None,
         };
         return Ok((vec![only], name));
     };
@@ -347,12 +348,11 @@ fn served_listeners(
     let mut served = Vec::with_capacity(c.listeners.len());
     for l in &c.listeners {
         let name = &l.endpoint.name;
-        if l.protocol.uses_sasl() {
-            bail!(
-                "listener {name} is {}: SASL listeners are not served yet",
-                l.protocol.kafka_name()
-            );
-        }
+        let sasl = if l.protocol.uses_sasl() {
+            Some(crate::sasl::SaslListener::from_config(security, name)?)
+        } else {
+            None
+        };
         let tls = if l.protocol.uses_tls() {
             Some(crate::tls_config::server_config(security, name)?)
         } else {
@@ -370,6 +370,7 @@ fn served_listeners(
             bind: bind_address(name, &l.endpoint.host, l.endpoint.port)?,
             advertised,
             tls,
+            sasl,
         });
     }
     for name in security.overridden_listeners() {
@@ -583,8 +584,10 @@ pub struct ServedListener {
     pub bind: SocketAddr,
     /// `None`: bound but not advertised (Kafka allows it; its clients get no brokers).
     pub advertised: Option<(String, u16)>,
-    /// The TLS server settings of an SSL listener.
+    /// The TLS server settings of an SSL or SASL_SSL listener.
     pub tls: Option<crate::tls_config::TlsServerConfig>,
+    /// The SASL settings of a SASL_PLAINTEXT or SASL_SSL listener.
+    pub sasl: Option<crate::sasl::SaslListener>,
 }
 
 /// This broker's place in the cluster (README "A cluster").
@@ -1082,12 +1085,12 @@ mod tests {
         });
         assert!(both.is_err(), "listeners and --listen together are refused");
         let sasl = BrokerConfig::resolve(ServeArgs {
-            listeners: Some("SASL_SSL://127.0.0.1:9093".into()),
-            inter_broker_listener_name: Some("SASL_SSL".into()),
+            listeners: Some("SASL_PLAINTEXT://127.0.0.1:9093".into()),
+            inter_broker_listener_name: Some("SASL_PLAINTEXT".into()),
             ..Default::default()
         });
-        let e = format!("{:#}", sasl.expect_err("not served yet"));
-        assert!(e.contains("not served yet"), "{e}");
+        let e = format!("{:#}", sasl.expect_err("no mechanisms"));
+        assert!(e.contains("sasl.enabled.mechanisms"), "{e}");
         let tls = BrokerConfig::resolve(ServeArgs {
             listeners: Some("SSL://127.0.0.1:9093".into()),
             inter_broker_listener_name: Some("SSL".into()),

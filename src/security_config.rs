@@ -1,5 +1,5 @@
-//! Kafka's security settings as a `server.properties` holds them: the `ssl.*` keys,
-//! each of which a listener may override as `listener.name.<name>.<key>` (the name in
+//! Kafka's security settings as a `server.properties` holds them: the `ssl.*` and
+//! `sasl.*` keys (and the PLAIN mechanism's `plain.sasl.jaas.config`), each of which a listener may override as `listener.name.<name>.<key>` (the name in
 //! lower case, as Kafka writes it). They come from the config file (quoted dotted keys,
 //! or a `[listener.name.<name>]` table) and from `--security KEY=VALUE` flags, which win.
 //!
@@ -26,6 +26,9 @@ pub const KEYS: &[&str] = &[
     "ssl.enabled.protocols",
     "ssl.protocol",
     "ssl.endpoint.identification.algorithm",
+    "sasl.enabled.mechanisms",
+    "plain.sasl.jaas.config",
+    "connection.failed.authentication.delay.ms",
 ];
 
 /// The prefix of a listener's overrides.
@@ -102,7 +105,9 @@ pub fn take_from_file(
     let mut out = Vec::new();
     let keys: Vec<String> = table
         .keys()
-        .filter(|k| k.starts_with("ssl.") || k.starts_with(LISTENER_PREFIX) || *k == "listener")
+        .filter(|k| {
+            KEYS.contains(&k.as_str()) || k.starts_with(LISTENER_PREFIX) || *k == "listener"
+        })
         .cloned()
         .collect();
     for key in keys {

@@ -296,6 +296,7 @@ async fn shard_main(
             quotas: quotas.clone(),
             listener: Rc::from(l.name.as_str()),
             tls: l.tls.clone(),
+            sasl: l.sasl.clone(),
         });
         bound.push((ctx, listener));
     }

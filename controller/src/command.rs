@@ -97,6 +97,11 @@ pub enum Command {
     AlterClientQuotas {
         alterations: Vec<QuotaAlteration>,
     },
+    /// SCRAM credentials removed, then set (AlterUserScramCredentials, KIP-554).
+    AlterScramCredentials {
+        deletions: Vec<(String, crate::scram::ScramMechanism)>,
+        upsertions: Vec<crate::scram::ScramUpsertion>,
+    },
     /// The next block of `PRODUCER_ID_BLOCK` producer ids, for a registered broker.
     AllocateProducerIds {
         broker: i32,

@@ -203,6 +203,9 @@ pub struct MetadataImage {
     pub client_quotas: ClientQuotas,
     /// Dynamic broker configs by resource: "" the cluster-wide default, "<id>" one broker.
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// SASL/SCRAM credentials (KIP-554); absent from images of earlier releases.
+    #[serde(default)]
+    pub scram: crate::scram::ScramCredentials,
     /// Topic names by id, derived from `topics` (rebuilt after a snapshot is loaded).
     #[serde(skip)]
     pub(crate) topic_ids: HashMap<Uuid, String>,

@@ -42,6 +42,7 @@ mod node_state;
 pub mod placement;
 pub mod raft_log;
 pub mod rpc;
+pub mod scram;
 mod server;
 pub mod state_machine;
 #[cfg(test)]

@@ -187,6 +187,8 @@ pub struct LimitCounters {
     pub request_memory_waits: u64,
     /// Accepts that found no file descriptor free (EMFILE/ENFILE).
     pub accept_out_of_descriptors: u64,
+    /// SASL authentications refused (wrong credentials, an unsupported mechanism).
+    pub failed_authentications: u64,
 }
 
 /// The shard's cache of open segment files (`corelog_storage::file_cache`), filled in by
@@ -217,6 +219,7 @@ impl LimitCounters {
         self.accept_waits += o.accept_waits;
         self.request_memory_waits += o.request_memory_waits;
         self.accept_out_of_descriptors += o.accept_out_of_descriptors;
+        self.failed_authentications += o.failed_authentications;
     }
 }
 
@@ -321,6 +324,7 @@ thread_local! {
             accept_waits: 0,
             request_memory_waits: 0,
             accept_out_of_descriptors: 0,
+            failed_authentications: 0,
         },
         quota: QuotaMetrics::default(),
         replication: ReplicationMetrics::default(),

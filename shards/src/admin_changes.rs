@@ -136,6 +136,25 @@ impl AdminChanges {
                     .await;
                 let _ = reply.send(r);
             }
+            AdminChange::AlterScramCredentials {
+                deletions,
+                upsertions,
+                reply,
+            } => {
+                let r = match self
+                    .commit(Command::AlterScramCredentials {
+                        deletions,
+                        upsertions,
+                    })
+                    .await
+                {
+                    Ok(Outcome::Done(Ok(()))) => Ok(()),
+                    Ok(Outcome::Done(Err(e))) => Err(topic_error(e)),
+                    Ok(other) => Err(unexpected(&other)),
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(vec![r]);
+            }
             AdminChange::AlterClientQuotas { alterations, reply } => {
                 let n = alterations.len();
                 let r = if n == 0 {

@@ -283,6 +283,13 @@ pub enum AdminChange {
         alterations: Vec<crate::client_quota::QuotaAlteration>,
         reply: Reply<Vec<Result<(), TopicError>>>,
     },
+    /// AlterUserScramCredentials: validated at the edge; committed as one command, so
+    /// one result stands for all.
+    AlterScramCredentials {
+        deletions: Vec<(String, corelog_controller::scram::ScramMechanism)>,
+        upsertions: Vec<corelog_controller::scram::ScramUpsertion>,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
     /// AlterPartitionReassignments: one result per item.
     AlterPartitionReassignments {
         items: Vec<corelog_controller::command::ReassignmentItem>,

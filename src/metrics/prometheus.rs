@@ -121,6 +121,7 @@ impl Collector for Snapshots {
         let mut spliced = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
+        let mut failed_auth = vec![];
         let (mut file_opens, mut file_evictions, mut files_exhausted) = (vec![], vec![], vec![]);
         let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
         let mut replication: Vec<(Vec<(String, String)>, corelog_metrics::ReplicationMetrics)> =
@@ -168,6 +169,7 @@ impl Collector for Snapshots {
             accept_waits.push((by_shard.clone(), s.limits.accept_waits));
             memory_waits.push((by_shard.clone(), s.limits.request_memory_waits));
             accept_no_fd.push((by_shard.clone(), s.limits.accept_out_of_descriptors));
+            failed_auth.push((by_shard.clone(), s.limits.failed_authentications));
             files_open.push((by_shard.clone(), s.segment_files.open));
             files_capacity.push((by_shard.clone(), s.segment_files.capacity));
             file_opens.push((by_shard.clone(), s.segment_files.opens));
@@ -282,6 +284,12 @@ impl Collector for Snapshots {
             "corelog_fetch_bytes_spliced",
             "Fetched record bytes sent from segment files with splice, never copied to user space.",
             &spliced,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_failed_authentications",
+            "SASL authentications refused: wrong credentials or an unsupported mechanism.",
+            &failed_auth,
         )?;
         counter(
             &mut encoder,

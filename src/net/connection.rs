@@ -29,12 +29,14 @@ use crate::kafka::api::{self, Ctx};
 use crate::kafka::frame::{self, FrameError};
 use crate::kafka::response_frame::ResponseFrame;
 use crate::net::request_memory::RequestMemory;
+use crate::session::Session;
 use bytes::{Bytes, BytesMut};
 use corelog_metrics::Stage;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use glommio::channels::local_channel;
 use glommio::net::TcpStream;
 use glommio::task::JoinHandle;
+use kafka_protocol::messages::ApiKey;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -56,6 +58,10 @@ enum CloseReason {
     SlowBody(usize, std::time::Duration),
     #[error("no byte of a {0}-byte frame's body arrived for {1:?}")]
     StalledBody(usize, std::time::Duration),
+    #[error("unexpected Kafka request of type {0:?} during SASL authentication")]
+    Unauthenticated(kafka_protocol::messages::ApiKey),
+    #[error("SASL authentication failed")]
+    AuthenticationFailed,
 }
 
 type Pending = JoinHandle<Result<Option<ResponseFrame>, FrameError>>;
@@ -78,7 +84,11 @@ pub async fn serve(
             }
             Err(e) => {
                 corelog_metrics::record_connection_rejected();
-                tracing::warn!(%peer, listener = %ctx.listener, error = %e, "closing connection: TLS handshake failed");
+                crate::sasl::audit_failure(
+                    &ctx.listener,
+                    peer,
+                    &format!("TLS handshake failed: {e}"),
+                );
                 return;
             }
         },
@@ -89,13 +99,16 @@ pub async fn serve(
     let (reader, writer) = stream.split();
     let inflight_max = ctx.config.limits.max_inflight_requests_per_connection;
     let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
-    let session = tls.as_ref().map(|(s, _)| s.clone());
-    let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer, session));
+    let tls_session = tls.as_ref().map(|(s, _)| s.clone());
+    let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer, tls_session));
+    let session = Rc::new(Session {
+        auth: ctx.sasl.clone().map(crate::sasl::Authentication::new),
+    });
     let reason = match tls {
-        None => read_loop(ctx, peer, reader, tx, &shutdown, &memory).await,
-        Some((session, leftover)) => {
-            let reader = crate::net::tls::TlsReader::new(reader, session, leftover);
-            read_loop(ctx, peer, reader, tx, &shutdown, &memory).await
+        None => read_loop(ctx, peer, reader, tx, &shutdown, &memory, session).await,
+        Some((tls_session, leftover)) => {
+            let reader = crate::net::tls::TlsReader::new(reader, tls_session, leftover);
+            read_loop(ctx, peer, reader, tx, &shutdown, &memory, session).await
         }
     };
     match &reason {
@@ -103,6 +116,10 @@ pub async fn serve(
             tracing::debug!(%peer, %reason, "connection closed")
         }
         CloseReason::Io(e) => tracing::debug!(%peer, error = %e, "connection closed"),
+        // Logged and counted where it was refused.
+        CloseReason::AuthenticationFailed => {
+            tracing::debug!(%peer, %reason, "connection closed")
+        }
         other => {
             corelog_metrics::record_connection_rejected();
             tracing::warn!(%peer, reason = %other, "closing connection on bad input")
@@ -119,6 +136,7 @@ async fn read_loop(
     tx: local_channel::LocalSender<Pending>,
     shutdown: &crate::net::shutdown::ShutdownSignal,
     memory: &RequestMemory,
+    session: Rc<Session>,
 ) -> CloseReason {
     let max = ctx.config.socket_request_max_bytes;
     let throttle = Rc::new(crate::quota::ConnectionThrottle::default());
@@ -197,6 +215,18 @@ async fn read_loop(
             Ok(r) => r,
             Err(e) => return CloseReason::Frame(e),
         };
+        // Until SASL has authenticated the client, only the exchange itself is served,
+        // one request at a time (each step depends on the one before).
+        let authenticating = !session.may_serve();
+        if authenticating
+            && !matches!(
+                request.api_key,
+                ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate
+            )
+        {
+            return CloseReason::Unauthenticated(request.api_key);
+        }
+        let (done_tx, done_rx) = futures::channel::oneshot::channel::<()>();
         let c = ctx.clone();
         let produce_order = produce_order.clone();
         let received = Instant::now();
@@ -209,11 +239,13 @@ async fn read_loop(
             bytes_in,
             &throttle,
         );
+        let s = session.clone();
         let task = glommio::spawn_local(async move {
             // Held until the request has been handled (its frame is dropped by then).
             let _memory_permit = memory_permit;
             corelog_metrics::record_stage(Stage::RequestQueue, received.elapsed());
-            let result = api::handle(&c, request, peer, &quota, &produce_order).await;
+            let result = api::handle(&c, request, peer, &quota, &produce_order, &s).await;
+            let _ = done_tx.send(());
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,
@@ -224,6 +256,13 @@ async fn read_loop(
         .detach();
         if tx.send(task).await.is_err() {
             return CloseReason::Eof; // the writer failed: the peer is gone
+        }
+        if authenticating {
+            let _ = done_rx.await;
+            if session.auth.as_ref().is_some_and(|a| a.has_failed()) {
+                // Its answer is queued; the writer sends it before the socket closes.
+                return CloseReason::AuthenticationFailed;
+            }
         }
     }
 }

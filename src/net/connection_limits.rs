@@ -35,12 +35,11 @@
 //! Not here: idle-connection reaping (Kafka's `connections.max.idle.ms`) and rate limits
 //! on new connections (`max.connection.creation.rate`).
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 pub use crate::limits::ConnectionLimitsConfig;
 use crate::limits::MAX_CONNECTIONS_MIN;
@@ -219,38 +218,7 @@ impl Drop for TotalPermit {
     }
 }
 
-/// At most one warning per interval per shard, with the count of those suppressed: a
-/// connection flood must not become a log flood.
-pub struct RateLimitedLog {
-    interval: Duration,
-    last: Cell<Option<Instant>>,
-    suppressed: Cell<u64>,
-}
-
-impl RateLimitedLog {
-    pub fn new(interval: Duration) -> RateLimitedLog {
-        RateLimitedLog {
-            interval,
-            last: Cell::new(None),
-            suppressed: Cell::new(0),
-        }
-    }
-
-    /// `Some(n)` when a line may be written now (`n` lines were suppressed since the
-    /// last one); `None` when this one is suppressed.
-    pub fn allow(&self, now: Instant) -> Option<u64> {
-        match self.last.get() {
-            Some(t) if now.saturating_duration_since(t) < self.interval => {
-                self.suppressed.set(self.suppressed.get().saturating_add(1));
-                None
-            }
-            _ => {
-                self.last.set(Some(now));
-                Some(self.suppressed.replace(0))
-            }
-        }
-    }
-}
+pub use crate::rate_limited_log::RateLimitedLog;
 
 #[cfg(test)]
 mod tests {

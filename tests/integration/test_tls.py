@@ -195,4 +195,4 @@ def test_bad_input_on_a_tls_port_closes_only_that_connection(broker, pki):
     # Honest clients are unaffected.
     md = AdminClient(ssl_conf(broker, ca)).list_topics(timeout=10)
     assert md.brokers
-    assert b"TLS handshake failed" in broker.log_path.read_bytes()
+    assert b"TLS handshake failed" in broker.log_path.read_bytes()  # rate-limited, at least one

@@ -135,6 +135,13 @@ impl MetadataImage {
             Command::AlterClientQuotas { alterations } => {
                 Outcome::Done(self.alter_client_quotas(alterations))
             }
+            Command::AlterScramCredentials {
+                deletions,
+                upsertions,
+            } => {
+                self.scram.alter(deletions, upsertions);
+                Outcome::Done(Ok(()))
+            }
             Command::AllocateProducerIds { broker, epoch } => {
                 Outcome::ProducerIds(self.allocate_producer_ids(*broker, *epoch))
             }

@@ -1,12 +1,15 @@
-//! DescribeUserScramCredentials (v0): corelog has no SASL, so no user has SCRAM
-//! credentials. Describing all users answers an empty list; each named user is
+//! DescribeUserScramCredentials (v0, KIP-554): each user's SCRAM mechanisms and
+//! iteration counts from the metadata log (never the keys). No users named (or a null
+//! list) describes every user that has a credential; a named user without one is
 //! RESOURCE_NOT_FOUND and a user named twice DUPLICATE_RESOURCE, with Kafka's messages.
 //! `kafka-configs --describe --entity-type users` asks this after the user's quotas.
 
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
-use kafka_protocol::messages::describe_user_scram_credentials_response::DescribeUserScramCredentialsResult;
+use kafka_protocol::messages::describe_user_scram_credentials_response::{
+    CredentialInfo, DescribeUserScramCredentialsResult,
+};
 use kafka_protocol::messages::{
     ApiKey, DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
@@ -23,32 +26,45 @@ impl Handler for DescribeUserScramCredentials {
     type Response = DescribeUserScramCredentialsResponse;
 
     async fn handle(
-        _ctx: &Ctx,
+        ctx: &Ctx,
         req: Self::Request,
         _call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut body = DescribeUserScramCredentialsResponse::default();
-        let users = req.users.unwrap_or_default();
-        let mut named: HashMap<&str, usize> = HashMap::new();
+        let meta = ctx.shard.metadata.snapshot();
+        let users: Vec<String> = match req.users.filter(|u| !u.is_empty()) {
+            Some(named) => named.iter().map(|u| u.name.to_string()).collect(),
+            None => meta.scram.users().map(str::to_string).collect(),
+        };
+        let mut counts: HashMap<&str, usize> = HashMap::new();
         for u in &users {
-            *named.entry(u.name.as_str()).or_default() += 1;
+            *counts.entry(u.as_str()).or_default() += 1;
         }
         for u in &users {
             let mut out = DescribeUserScramCredentialsResult::default();
-            out.user = u.name.clone();
-            let (code, message) = if named.get(u.name.as_str()).copied().unwrap_or(0) > 1 {
-                (
-                    ResponseError::DuplicateResource,
+            out.user = StrBytes::from_string(u.clone());
+            let found = meta.scram.describe(u);
+            if counts.get(u.as_str()).copied().unwrap_or(0) > 1 {
+                out.error_code = ResponseError::DuplicateResource.code();
+                out.error_message = Some(StrBytes::from_static_str(
                     "Cannot describe SCRAM credentials for the same user twice in a single request",
-                )
+                ));
+            } else if let Some(infos) = found {
+                out.credential_infos = infos
+                    .into_iter()
+                    .map(|(m, iterations)| {
+                        let mut c = CredentialInfo::default();
+                        c.mechanism = m.wire();
+                        c.iterations = iterations;
+                        c
+                    })
+                    .collect();
             } else {
-                (
-                    ResponseError::ResourceNotFound,
+                out.error_code = ResponseError::ResourceNotFound.code();
+                out.error_message = Some(StrBytes::from_static_str(
                     "Attempt to describe a user credential that does not exist",
-                )
-            };
-            out.error_code = code.code();
-            out.error_message = Some(StrBytes::from_static_str(message));
+                ));
+            }
             body.results.push(out);
         }
         Ok(body)

@@ -24,6 +24,8 @@ pub struct Call<'a> {
     pub quota: &'a crate::quota::RequestQuota,
     /// Keeps the connection's produce requests in the order it read them.
     pub produce_order: &'a crate::kafka::produce_order::ProduceOrder,
+    /// The connection's session (its authentication).
+    pub session: &'a crate::session::Session,
 }
 
 /// One Kafka API as this broker serves it.
@@ -75,6 +77,7 @@ pub async fn serve<H: Handler>(
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
     produce_order: &crate::kafka::produce_order::ProduceOrder,
+    session: &crate::session::Session,
 ) -> Result<Option<ResponseFrame>, FrameError> {
     debug_assert_eq!(frame.api_key, H::KEY);
     let RequestFrame {
@@ -92,6 +95,7 @@ pub async fn serve<H: Handler>(
         peer,
         quota,
         produce_order,
+        session,
     };
     let mut response = H::handle(ctx, request, &call).await?;
     H::error_codes(&response, &mut |code| error_code::count(H::KEY, code));

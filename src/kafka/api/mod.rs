@@ -16,6 +16,7 @@ pub mod admin_change;
 pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
+pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod config_resources;
 pub mod create_partitions;
@@ -53,6 +54,8 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod quota_entities;
+pub mod sasl_authenticate;
+pub mod sasl_handshake;
 pub mod sync_group;
 
 use super::frame::{FrameError, RequestFrame};
@@ -75,6 +78,8 @@ pub struct Ctx {
     pub listener: Rc<str>,
     /// The listener's TLS settings when it is an SSL listener.
     pub tls: Option<crate::tls_config::TlsServerConfig>,
+    /// The listener's SASL settings when it is a SASL listener.
+    pub sasl: Option<crate::sasl::SaslListener>,
 }
 
 /// Declares every API served, once: `SUPPORTED_APIS` (what ApiVersions advertises, from
@@ -96,11 +101,12 @@ macro_rules! apis {
             peer: std::net::SocketAddr,
             quota: &crate::quota::RequestQuota,
             produce_order: &crate::kafka::produce_order::ProduceOrder,
+            session: &crate::session::Session,
         ) -> Result<Option<ResponseFrame>, FrameError> {
             let key = frame.api_key;
             $(
                 if key == <$module::$handler as Handler>::KEY {
-                    return handler::serve::<$module::$handler>(ctx, frame, peer, quota, produce_order)
+                    return handler::serve::<$module::$handler>(ctx, frame, peer, quota, produce_order, session)
                         .await;
                 }
             )*
@@ -170,6 +176,9 @@ apis![
     describe_producers::DescribeProducers,
     describe_topic_partitions::DescribeTopicPartitions,
     describe_user_scram_credentials::DescribeUserScramCredentials,
+    alter_user_scram_credentials::AlterUserScramCredentials,
+    sasl_handshake::SaslHandshake,
+    sasl_authenticate::SaslAuthenticate,
     alter_partition_reassignments::AlterPartitionReassignments,
     list_partition_reassignments::ListPartitionReassignments,
     elect_leaders::ElectLeaders,
@@ -195,6 +204,7 @@ pub async fn handle(
     peer: std::net::SocketAddr,
     quota: &crate::quota::RequestQuota,
     produce_order: &crate::kafka::produce_order::ProduceOrder,
+    session: &crate::session::Session,
 ) -> Result<Option<ResponseFrame>, FrameError> {
     let Some((min, max)) = supported_range(frame.api_key) else {
         return Err(FrameError::UnsupportedVersion {
@@ -214,6 +224,6 @@ pub async fn handle(
     }
     // The request quota (`request_percentage`) is charged the time spent serving.
     let client_id = frame.header.client_id.clone();
-    let serving = dispatch(ctx, frame, peer, quota, produce_order);
+    let serving = dispatch(ctx, frame, peer, quota, produce_order, session);
     crate::quota::timed(&ctx.quotas, client_id.as_deref(), quota, serving).await
 }
