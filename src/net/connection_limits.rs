@@ -225,6 +225,7 @@ mod tests {
     use super::*;
     use crate::limits::parse_overrides;
     use corelog_storage::test_executor::run;
+    use std::time::Instant;
 
     fn limits(total: usize, per_ip: Option<usize>, overrides: &str) -> Arc<ConnectionLimits> {
         ConnectionLimits::new(&ConnectionLimitsConfig {
