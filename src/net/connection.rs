@@ -211,6 +211,19 @@ async fn read_loop(
             Ok(f) => f,
             Err(e) => return e,
         };
+        if let Some(auth) = session.auth.as_ref().filter(|a| a.expects_bare_token()) {
+            match bare_token(&ctx, peer, auth, &frame).await {
+                Some(answer) => {
+                    drop(memory_permit);
+                    let task = glommio::spawn_local(async move { Ok(Some(answer)) }).detach();
+                    if tx.send(task).await.is_err() {
+                        return CloseReason::Eof;
+                    }
+                    continue;
+                }
+                None => return CloseReason::AuthenticationFailed,
+            }
+        }
         let request = match frame::parse_request(frame) {
             Ok(r) => r,
             Err(e) => return CloseReason::Frame(e),
@@ -265,6 +278,31 @@ async fn read_loop(
             }
         }
     }
+}
+
+/// One bare SASL token after a SaslHandshake v0: the answer framed the same way (a
+/// size and the token), or `None` when authentication failed (logged, counted, and
+/// held back by the failed-authentication delay; v0 closes without an answer, as Kafka
+/// does).
+async fn bare_token(
+    ctx: &Ctx,
+    peer: SocketAddr,
+    auth: &crate::sasl::Authentication,
+    token: &[u8],
+) -> Option<ResponseFrame> {
+    let meta = ctx.shard.metadata.snapshot();
+    let answer = match auth.authenticate(token, |user, m| meta.scram.get(user, m).cloned()) {
+        crate::sasl::Step::Continue(bytes) | crate::sasl::Step::Done(bytes) => bytes,
+        crate::sasl::Step::Failed(message) => {
+            crate::sasl::audit_failure(&ctx.listener, peer, &message);
+            glommio::timer::sleep(auth.listener().failed_delay).await;
+            return None;
+        }
+    };
+    let mut framed = BytesMut::with_capacity(4 + answer.len());
+    framed.extend_from_slice(&(answer.len() as i32).to_be_bytes());
+    framed.extend_from_slice(&answer);
+    Some(ResponseFrame::whole(framed))
 }
 
 /// Reads exactly `size` bytes, growing the buffer as data arrives (a hostile size
@@ -349,6 +387,14 @@ async fn write_loop(
             break;
         }
     }
+    // A peer that stopped reading must not hold the connection open for the alert.
+    futures_lite::future::or(
+        async {
+            let _ = frames.close().await;
+        },
+        glommio::timer::sleep(std::time::Duration::from_secs(1)),
+    )
+    .await;
     let _ = writer.flush().await;
     let _ = writer.close().await;
 }

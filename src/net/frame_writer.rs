@@ -121,6 +121,17 @@ impl FrameWriter {
         Ok(())
     }
 
+    /// Ends a TLS session in order (close_notify), before the socket is closed.
+    pub async fn close(&mut self) -> io::Result<()> {
+        let Some(tls) = self.tls.clone() else {
+            return Ok(());
+        };
+        tls.close();
+        let mut sealed = Vec::new();
+        tls.pending(&mut sealed)?;
+        self.write_all(vec![Bytes::from(sealed)]).await
+    }
+
     /// Seals `frame` into TLS records and sends them, a chunk at a time.
     async fn write_sealed(&mut self, tls: &TlsSession, frame: ResponseFrame) -> io::Result<()> {
         let mut plain: Vec<u8> = Vec::with_capacity(SEAL_CHUNK.min(frame.len()));

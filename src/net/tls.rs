@@ -78,6 +78,11 @@ impl TlsSession {
         Ok(())
     }
 
+    /// Queues the close_notify alert (the orderly end of the session).
+    pub fn close(&self) {
+        self.conn.borrow_mut().send_close_notify();
+    }
+
     /// TLS records rustls has queued on its own (alerts, key-update answers), for the
     /// writer to send.
     pub fn pending(&self, out: &mut Vec<u8>) -> io::Result<()> {

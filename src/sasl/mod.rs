@@ -126,6 +126,9 @@ pub enum Step {
 pub struct Authentication {
     listener: SaslListener,
     state: RefCell<State>,
+    /// Set by a SaslHandshake v0: the tokens that follow are bare (a size and the
+    /// token), not SaslAuthenticate requests (before KIP-152).
+    bare_tokens: std::cell::Cell<bool>,
 }
 
 impl Authentication {
@@ -133,6 +136,7 @@ impl Authentication {
         Authentication {
             listener,
             state: RefCell::new(State::Handshake),
+            bare_tokens: std::cell::Cell::new(false),
         }
     }
 
@@ -146,6 +150,15 @@ impl Authentication {
             State::Authenticated(u) => Some(u.clone()),
             _ => None,
         }
+    }
+
+    /// After a SaslHandshake v0, until authenticated: the next frame is a bare token.
+    pub fn expects_bare_token(&self) -> bool {
+        self.bare_tokens.get() && matches!(&*self.state.borrow(), State::Plain | State::Scram(_))
+    }
+
+    pub fn use_bare_tokens(&self) {
+        self.bare_tokens.set(true);
     }
 
     pub fn is_authenticated(&self) -> bool {

@@ -55,6 +55,7 @@ enum Step {
     Final {
         user: String,
         gs2_header: String,
+        client_nonce: String,
         nonce: String,
         /// client-first-bare "," server-first
         auth_prefix: String,
@@ -95,6 +96,7 @@ impl ScramServer {
             Step::Final {
                 user,
                 gs2_header,
+                client_nonce,
                 nonce,
                 auth_prefix,
                 credential,
@@ -104,7 +106,16 @@ impl ScramServer {
                 if fin.channel_binding != expected_binding {
                     return Err("Invalid channel binding".into());
                 }
-                if fin.nonce != nonce {
+                // librdkafka before 2.6.1 sends its own nonce again in front of the
+                // combined one (confluentinc/librdkafka#4895); Kafka 3.8.1-3.9 accept
+                // that form, and so does this broker: the server nonce is still checked
+                // whole, and the proof covers the message as sent. (Debian's kcat links
+                // librdkafka 2.0.)
+                let doubled = fin
+                    .nonce
+                    .strip_prefix(client_nonce.as_str())
+                    .is_some_and(|rest| rest == nonce);
+                if fin.nonce != nonce && !doubled {
                     return Err("Invalid nonce".into());
                 }
                 let auth_message = format!("{auth_prefix},{}", fin.without_proof);
@@ -188,7 +199,9 @@ impl ScramServer {
         ring::rand::SystemRandom::new()
             .fill(&mut random)
             .map_err(|_| "no randomness for a nonce")?;
-        let nonce = format!("{client_nonce}{}", B64.encode(random));
+        // Alphanumeric, as Kafka's server nonces are: some clients mishandle '+', '/'.
+        let server_nonce: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        let nonce = format!("{client_nonce}{server_nonce}");
         let server_first = format!(
             "r={nonce},s={},i={}",
             B64.encode(&credential.salt),
@@ -197,6 +210,7 @@ impl ScramServer {
         self.step = Step::Final {
             user,
             gs2_header,
+            client_nonce,
             nonce,
             auth_prefix: format!("{bare},{server_first}"),
             credential,
@@ -320,6 +334,12 @@ mod tests {
         }
         let mut server = ScramServer::new(m);
         assert!(server.step(b"n,,n=nobody,r=x", |_| None).is_err());
+        let mut server = ScramServer::new(m);
+        assert!(server
+            .step(b"n,,n=user,r=abc", |_| Some(stored.clone()))
+            .is_ok());
+        let replayed = server.step(b"c=biws,r=abcdef,p=AAAA", |_| None);
+        assert_eq!(replayed.err().as_deref(), Some("Invalid nonce"));
         let mut server = ScramServer::new(m);
         assert!(server
             .step(b"n,a=other,n=user,r=x", |_| Some(stored.clone()))

@@ -186,3 +186,52 @@ def test_a_request_before_authentication_closes_the_connection(broker):
         s.sendall(frame(3, 1, struct.pack(">i", -1)))
         s.settimeout(10)
         assert len(s.recv(4096)) > 8
+
+
+def kafka_string(s: bytes) -> bytes:
+    return struct.pack(">h", len(s)) + s
+
+
+def recv_exact(s: socket.socket, n: int) -> bytes:
+    out = b""
+    while len(out) < n:
+        chunk = s.recv(n - len(out))
+        if not chunk:
+            raise ConnectionError("closed")
+        out += chunk
+    return out
+
+
+@pytest.mark.parametrize("password, accepted", [(b"carol-secret", True), (b"wrong", False)])
+def test_sasl_handshake_v0_then_bare_tokens_as_old_clients_send_them(broker, password, accepted):
+    """Before KIP-152 (SaslHandshake v0, still sent by kafka-python 2.0 and old Sarama)
+    the tokens follow without a Kafka header: a size and the token each way."""
+    with socket.create_connection(("127.0.0.1", broker.sasl_port), timeout=10) as s:
+        s.sendall(frame(17, 0, kafka_string(b"PLAIN")))
+        size, = struct.unpack(">i", recv_exact(s, 4))
+        answer = recv_exact(s, size)
+        assert struct.unpack_from(">ih", answer) == (7, 0), "handshake accepted"
+        token = b"\0carol\0" + password
+        s.sendall(struct.pack(">i", len(token)) + token)
+        if not accepted:
+            assert s.recv(16) == b"", "a refused bare token closes the connection"
+            return
+        assert recv_exact(s, 4) == struct.pack(">i", 0), "PLAIN's empty answer, framed"
+        s.sendall(frame(3, 1, struct.pack(">i", -1)))
+        size, = struct.unpack(">i", recv_exact(s, 4))
+        assert struct.unpack(">i", recv_exact(s, size)[:4]) == (7,), "then Kafka requests"
+
+
+def test_kcat_scram_over_sasl_ssl(broker, ca):
+    import shutil
+    import subprocess
+    if shutil.which("kcat") is None:
+        pytest.skip("kcat is not installed")
+    out = subprocess.run(
+        ["kcat", "-b", f"localhost:{broker.sasl_ssl_port}", "-X", "security.protocol=SASL_SSL",
+         "-X", f"ssl.ca.location={ca.cert}", "-X", "sasl.mechanism=SCRAM-SHA-512",
+         "-X", "sasl.username=alice", "-X", "sasl.password=alice-secret", "-L", "-m", "10"],
+        capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert f"localhost:{broker.sasl_ssl_port}" in out.stdout or \
+        f"127.0.0.1:{broker.sasl_ssl_port}" in out.stdout

@@ -1,5 +1,8 @@
-//! SaslHandshake (v1; v0's unframed tokens are not served): the client names its SASL
-//! mechanism and is told the listener's enabled ones. A mechanism the listener does not
+//! SaslHandshake (v0–v1): the client names its SASL mechanism and is told the
+//! listener's enabled ones. After v0 the client sends its tokens bare, without
+//! SaslAuthenticate (before KIP-152; `net/connection.rs` reads them), as Kafka 3.x
+//! serves them: old clients (kafka-python 2.0, Sarama before 1.41) send v0, and
+//! librdkafka before 2.10 needs v0 advertised to use SASL at all. A mechanism the listener does not
 //! enable is answered UNSUPPORTED_SASL_MECHANISM after
 //! `connection.failed.authentication.delay.ms`, and the connection is closed after the
 //! answer, as Kafka does; a handshake on a listener without SASL, or a second one, is
@@ -17,7 +20,7 @@ pub struct SaslHandshake;
 
 impl Handler for SaslHandshake {
     const KEY: ApiKey = ApiKey::SaslHandshake;
-    const VERSIONS: (i16, i16) = (1, 1);
+    const VERSIONS: (i16, i16) = (0, 1);
     type Request = SaslHandshakeRequest;
     type Response = SaslHandshakeResponse;
 
@@ -38,6 +41,7 @@ impl Handler for SaslHandshake {
             .map(|m| StrBytes::from_string(m.clone()))
             .collect();
         match auth.handshake(req.mechanism.as_str()) {
+            Ok(()) if call.version == 0 => auth.use_bare_tokens(),
             Ok(()) => {}
             Err(HandshakeRefusal::Unsupported) => {
                 crate::sasl::audit_failure(&ctx.listener, call.peer, "unsupported SASL mechanism");
