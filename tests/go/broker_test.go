@@ -271,6 +271,33 @@ func (b *broker) logLines(substr string) []string {
 	return out
 }
 
+// metric returns the value of metric name on the broker's /metrics
+// (Prometheus text), summed over its label sets (the shards); 0 if absent.
+func (b *broker) metric(t *testing.T, name string) float64 {
+	t.Helper()
+	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(b.httpURL + "/metrics")
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("GET /metrics: HTTP %d, %v", resp.StatusCode, err)
+	}
+	sum := 0.0
+	for _, l := range strings.Split(string(body), "\n") {
+		if !strings.HasPrefix(l, name+"{") && !strings.HasPrefix(l, name+" ") {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[strings.LastIndexByte(l, ' ')+1:], 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", l, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
 // client returns a kgo client seeded with the broker, closed at test end.
 func (b *broker) client(t *testing.T, opts ...kgo.Opt) *kgo.Client {
 	t.Helper()

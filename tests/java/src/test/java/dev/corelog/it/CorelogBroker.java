@@ -12,6 +12,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.nio.file.attribute.PosixFilePermissions;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Arrays;
@@ -64,6 +65,8 @@ import org.junit.jupiter.api.extension.TestExecutionExceptionHandler;
  *       broker gets Kafka's {@code listeners} and {@code listener.security.protocol.map}
  *       (PLAINTEXT on {@link #port()}, each named one on {@link #port(String)}).
  *   <li>Data: a fresh temporary directory, deleted by {@link #close()}.
+ *   <li>Config file: none, unless {@link #withConfig} gives one ({@code --config}, written
+ *       beside the data directory and deleted with it).
  *   <li>Log: {@code target/corelog-logs/<name>-<port>.log} (kept, it is build output).
  *   <li>A JVM that exits without closing the broker kills it (shutdown hook).
  * </ul>
@@ -96,6 +99,8 @@ public final class CorelogBroker
     /** Listeners besides PLAINTEXT: name to security protocol (Kafka's listener.security.protocol.map). */
     private final Map<String, String> listenerProtocols = new LinkedHashMap<>();
     private final Map<String, Integer> listenerPorts = new HashMap<>();
+    /** The TOML config file's text ({@link #withConfig}), or null for none. */
+    private String configToml;
     /** Broker warnings the running test provokes on purpose (see {@link #tolerateWarnings}). */
     private Pattern toleratedWarnings;
     private Process process;
@@ -120,16 +125,30 @@ public final class CorelogBroker
 
     /**
      * Adds a listener named {@code name} (Kafka's listener name, e.g. {@code SSL}) speaking
-     * {@code protocol} ({@code PLAINTEXT} or {@code SSL}) on a port of its own, besides the
-     * PLAINTEXT one. Its TLS settings go in {@code extraArgs} as Kafka's keys
+     * {@code protocol} ({@code PLAINTEXT}, {@code SSL}, {@code SASL_PLAINTEXT} or
+     * {@code SASL_SSL}) on a port of its own, besides the PLAINTEXT one. Its TLS and SASL
+     * settings go in {@code extraArgs} as Kafka's keys
      * ({@code --security ssl.keystore.location=...},
-     * {@code --security listener.name.<name>.ssl.client.auth=required}). Call before start.
+     * {@code --security listener.name.<name>.ssl.client.auth=required},
+     * {@code --security listener.name.<name>.sasl.enabled.mechanisms=SCRAM-SHA-512}) or in
+     * {@link #withConfig}'s file. Call before start.
      */
     public CorelogBroker withListener(String name, String protocol) {
         if (name.equalsIgnoreCase("PLAINTEXT")) {
             throw new IllegalArgumentException("PLAINTEXT is the broker's first listener already");
         }
         listenerProtocols.put(name.toUpperCase(), protocol);
+        return this;
+    }
+
+    /**
+     * Gives the broker a TOML config file ({@code --config}) with {@code toml} in it: for
+     * settings that should not be on a command line, such as the PLAIN users of a
+     * listener's {@code plain.sasl.jaas.config}. Written (owner-only) beside the data
+     * directory at start and deleted by {@link #close()}; flags win over it. Call before start.
+     */
+    public CorelogBroker withConfig(String toml) {
+        this.configToml = toml;
         return this;
     }
 
@@ -173,7 +192,7 @@ public final class CorelogBroker
             } catch (IOException e) {
                 // "Text file busy" or a missing file while the binary is being relinked.
                 failures.add("attempt " + attempt + ": exec failed: " + e.getMessage());
-                deleteRecursively(dataDir);
+                deleteData();
                 Thread.sleep(1000L * attempt);
                 continue;
             }
@@ -183,7 +202,7 @@ public final class CorelogBroker
             }
             failures.add("attempt " + attempt + ": not ready (alive=" + p.isAlive() + "):\n" + logTail(20));
             kill(p);
-            deleteRecursively(dataDir);
+            deleteData();
             Thread.sleep(500L * attempt);
         }
         throw new IllegalStateException("corelog did not start after " + START_ATTEMPTS_MAX
@@ -211,6 +230,13 @@ public final class CorelogBroker
                 "--controller-listen", "127.0.0.1:" + controllerPort,
                 "--log-level", "info",
                 "--group-initial-rebalance-delay-ms", "0"));
+        if (configToml != null) {
+            Path config = configFile();
+            Files.deleteIfExists(config);
+            Files.createFile(config, PosixFilePermissions.asFileAttribute(PosixFilePermissions.fromString("rw-------")));
+            Files.writeString(config, configToml, StandardCharsets.UTF_8);
+            cmd.addAll(List.of("--config", config.toString()));
+        }
         cmd.addAll(extraArgs);
         ProcessBuilder pb = new ProcessBuilder(cmd)
                 .redirectErrorStream(true)
@@ -219,6 +245,19 @@ public final class CorelogBroker
         Process p = pb.start();
         LIVE.add(p);
         return p;
+    }
+
+    /** Where {@link #withConfig}'s file goes: beside the data directory. */
+    private Path configFile() {
+        return dataDir.resolveSibling(dataDir.getFileName() + ".toml");
+    }
+
+    /** Deletes the data directory and {@link #withConfig}'s file. */
+    private void deleteData() {
+        deleteRecursively(dataDir);
+        if (configToml != null) {
+            deleteRecursively(configFile());
+        }
     }
 
     /** Stops the broker (SIGTERM, then SIGKILL) and keeps its data directory and ports. */
@@ -279,7 +318,7 @@ public final class CorelogBroker
             process = null;
         }
         if (dataDir != null && !external) {
-            deleteRecursively(dataDir);
+            deleteData();
         }
     }
 
@@ -384,6 +423,29 @@ public final class CorelogBroker
     /** {@code 127.0.0.1:<port>} of listener {@code name}. */
     public String bootstrap(String name) {
         return "127.0.0.1:" + port(name);
+    }
+
+    /** {@code http://127.0.0.1:<port>} of the broker's HTTP endpoint (/health, /metrics). */
+    public String httpUrl() {
+        requireOwn("know the HTTP endpoint of");
+        return "http://127.0.0.1:" + httpPort;
+    }
+
+    /**
+     * The value of metric {@code name} on the broker's /metrics (Prometheus text), summed
+     * over its label sets (the shards); 0 if it is absent.
+     */
+    public double metric(String name) throws IOException, InterruptedException {
+        HttpResponse<String> r = HttpClient.newHttpClient().send(
+                HttpRequest.newBuilder(URI.create(httpUrl() + "/metrics")).timeout(Duration.ofSeconds(5)).GET().build(),
+                HttpResponse.BodyHandlers.ofString());
+        if (r.statusCode() != 200) {
+            throw new IOException("GET /metrics: HTTP " + r.statusCode());
+        }
+        return r.body().lines()
+                .filter(l -> l.startsWith(name + "{") || l.startsWith(name + " "))
+                .mapToDouble(l -> Double.parseDouble(l.substring(l.lastIndexOf(' ') + 1)))
+                .sum();
     }
 
     public Path dataDir() {

@@ -3,7 +3,6 @@ package dev.corelog.it;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertTrue;
-import static org.junit.jupiter.api.Assertions.fail;
 import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
 import java.io.IOException;
@@ -11,10 +10,8 @@ import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
-import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Collection;
 import java.util.Comparator;
 import java.util.HashMap;
@@ -220,7 +217,13 @@ class TlsTest {
             Map<String, Object> conf = new HashMap<>(e.getValue());
             conf.put(AdminClientConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, 10_000);
             conf.put(AdminClientConfig.REQUEST_TIMEOUT_MS_CONFIG, 5_000);
+            if (e.getValue() == impostor) {
+                // corelog logs refusals at most once a second per shard (and counts every
+                // one): a second after the first, this one gets a line of its own.
+                Thread.sleep(1_100);
+            }
             int before = broker.logLinesContaining("TLS handshake failed").size();
+            double counted = broker.metric("corelog_failed_authentications_total");
             soft.check(e.getKey(), () -> {
                 try (Admin admin = broker.admin(conf)) {
                     long t0 = System.nanoTime();
@@ -230,6 +233,9 @@ class TlsTest {
                             "after " + ms + " ms: " + ex.getCause());
                 }
             });
+            soft.check(e.getKey() + ": the broker counts the refused handshake", () -> Await.assertEventually(() ->
+                    assertTrue(broker.metric("corelog_failed_authentications_total") > counted,
+                            "corelog_failed_authentications_total stayed at " + counted)));
             soft.check(e.getKey() + ": the broker logs the refused handshake", () -> Await.assertEventually(() -> {
                 List<String> lines = broker.logLinesContaining("TLS handshake failed");
                 assertTrue(lines.size() > before, "no new 'TLS handshake failed' line: " + lines);
@@ -267,7 +273,7 @@ class TlsTest {
                 + "ssl.keystore.location=" + CA.pkcs12(ALICE, "changeit") + "\n"
                 + "ssl.keystore.password=changeit\n");
 
-        Cli r = cli(null, "kafka-topics", "--bootstrap-server", ssl, "--command-config", props.toString(),
+        KafkaCli.Result r = cli(null, "kafka-topics", "--bootstrap-server", ssl, "--command-config", props.toString(),
                 "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1");
         assertEquals(List.of("Created topic " + topic + "."), r.lines(), r.why());
 
@@ -283,69 +289,16 @@ class TlsTest {
                 "--topic", topic, "--from-beginning", "--max-messages", String.valueOf(values.size()),
                 "--group", "tls-cli-group", "--timeout-ms", "20000");
         assertEquals(values, r.lines(), r.why());
-        assertTrue(r.err.contains("Processed a total of " + values.size() + " messages"), r.why());
+        assertTrue(r.err().contains("Processed a total of " + values.size() + " messages"), r.why());
 
         r = cli(null, "kafka-topics", "--bootstrap-server", broker.bootstrap("MTLS"),
                 "--command-config", mtlsProps.toString(), "--list");
         assertTrue(r.lines().contains(topic), r.why());
     }
 
-    /** One finished tool run. */
-    private record Cli(List<String> argv, int rc, String out, String err) {
-        List<String> lines() {
-            return out.lines().filter(l -> !l.isBlank()).toList();
-        }
-
-        String why() {
-            return "\n$ kafka-cli.sh " + String.join(" ", argv) + "\nrc=" + rc + "\n--- stdout\n"
-                    + tail(out) + "\n--- stderr\n" + tail(err);
-        }
-
-        private static String tail(String s) {
-            return s.length() > 3000 ? "..." + s.substring(s.length() - 3000) : s;
-        }
-    }
-
     /** Runs one of Kafka's tools with tools/kafka-cli/kafka-cli.sh, feeding it {@code stdin}; it must exit 0. */
-    private static Cli cli(String stdin, String... argv) throws IOException, InterruptedException {
-        Path kafkaCli = repoRoot().resolve("tools/kafka-cli/kafka-cli.sh");
-        List<String> cmd = new ArrayList<>(List.of(kafkaCli.toString()));
-        cmd.addAll(Arrays.asList(argv));
-        Path out = Files.createTempFile(PKI_DIR, "cli-", ".out");
-        Path err = Files.createTempFile(PKI_DIR, "cli-", ".err");
-        ProcessBuilder pb = new ProcessBuilder(cmd)
-                .redirectOutput(out.toFile())
-                .redirectError(err.toFile());
-        // As test_kafka_cli.py runs them: C1 only, cheaper for short runs, the same tools.
-        String opts = System.getenv().getOrDefault("KAFKA_OPTS", "");
-        pb.environment().put("KAFKA_OPTS", ("-XX:TieredStopAtLevel=1 " + opts).trim());
-        if (stdin == null) {
-            pb.redirectInput(ProcessBuilder.Redirect.from(new java.io.File("/dev/null")));
-        }
-        Process p = pb.start();
-        if (stdin != null) {
-            try (var in = p.getOutputStream()) {
-                in.write(stdin.getBytes(StandardCharsets.UTF_8));
-            }
-        }
-        if (!p.waitFor(120, TimeUnit.SECONDS)) {
-            p.destroyForcibly().waitFor(10, TimeUnit.SECONDS);
-        }
-        Cli r = new Cli(Arrays.asList(argv), p.isAlive() ? -1 : p.exitValue(),
-                Files.readString(out, StandardCharsets.UTF_8), Files.readString(err, StandardCharsets.UTF_8));
-        if (r.rc() != 0) {
-            fail("tool failed" + r.why());
-        }
-        return r;
-    }
-
-    private static Path repoRoot() {
-        for (Path d = Paths.get("").toAbsolutePath(); d != null; d = d.getParent()) {
-            if (Files.exists(d.resolve("tools/kafka-cli/kafka-cli.sh"))) {
-                return d;
-            }
-        }
-        throw new IllegalStateException("tools/kafka-cli/kafka-cli.sh not found above " + Paths.get("").toAbsolutePath());
+    private static KafkaCli.Result cli(String stdin, String... argv) throws IOException, InterruptedException {
+        return KafkaCli.run(PKI_DIR, stdin, argv);
     }
 
     // ---------------------------------------------------------------------------------
