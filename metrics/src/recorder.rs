@@ -187,7 +187,8 @@ pub struct LimitCounters {
     pub request_memory_waits: u64,
     /// Accepts that found no file descriptor free (EMFILE/ENFILE).
     pub accept_out_of_descriptors: u64,
-    /// SASL authentications refused (wrong credentials, an unsupported mechanism).
+    /// Refused logins: SASL (wrong credentials, an unsupported mechanism) and failed
+    /// TLS handshakes.
     pub failed_authentications: u64,
 }
 

@@ -288,7 +288,7 @@ impl Collector for Snapshots {
         counter(
             &mut encoder,
             "corelog_failed_authentications",
-            "SASL authentications refused: wrong credentials or an unsupported mechanism.",
+            "Refused logins: SASL (wrong credentials, an unsupported mechanism) and failed TLS handshakes.",
             &failed_auth,
         )?;
         counter(

@@ -87,6 +87,7 @@ pub async fn serve(
                 crate::sasl::audit_failure(
                     &ctx.listener,
                     peer,
+                    None,
                     &format!("TLS handshake failed: {e}"),
                 );
                 return;
@@ -293,8 +294,9 @@ async fn bare_token(
     let meta = ctx.shard.metadata.snapshot();
     let answer = match auth.authenticate(token, |user, m| meta.scram.get(user, m).cloned()) {
         crate::sasl::Step::Continue(bytes) | crate::sasl::Step::Done(bytes) => bytes,
-        crate::sasl::Step::Failed(message) => {
-            crate::sasl::audit_failure(&ctx.listener, peer, &message);
+        crate::sasl::Step::Failed(refusal) => {
+            let principal = auth.claimed_principal();
+            crate::sasl::audit_failure(&ctx.listener, peer, principal.as_deref(), &refusal.detail);
             glommio::timer::sleep(auth.listener().failed_delay).await;
             return None;
         }

@@ -118,8 +118,15 @@ pub enum Step {
     Continue(Vec<u8>),
     /// Authenticated; send these bytes (possibly empty).
     Done(Vec<u8>),
-    /// Refused, with Kafka's message; the connection is closed after the answer.
-    Failed(String),
+    /// Refused; the connection is closed after the answer.
+    Failed(Refusal),
+}
+
+/// A refused login: Kafka's message for the client, which says no more than Kafka's
+/// does (not whether the user exists), and the detail for the audit log.
+pub struct Refusal {
+    pub to_client: String,
+    pub detail: String,
 }
 
 /// One connection's authentication.
@@ -129,6 +136,9 @@ pub struct Authentication {
     /// Set by a SaslHandshake v0: the tokens that follow are bare (a size and the
     /// token), not SaslAuthenticate requests (before KIP-152).
     bare_tokens: std::cell::Cell<bool>,
+    /// The user the client claimed, once a token has named one (for the audit line of
+    /// a refusal: who tried).
+    claimed: RefCell<Option<String>>,
 }
 
 impl Authentication {
@@ -137,6 +147,7 @@ impl Authentication {
             listener,
             state: RefCell::new(State::Handshake),
             bare_tokens: std::cell::Cell::new(false),
+            claimed: RefCell::new(None),
         }
     }
 
@@ -150,6 +161,11 @@ impl Authentication {
             State::Authenticated(u) => Some(u.clone()),
             _ => None,
         }
+    }
+
+    /// The principal a client claimed (`User:<name>`), authenticated or not.
+    pub fn claimed_principal(&self) -> Option<String> {
+        self.claimed.borrow().as_ref().map(|u| format!("User:{u}"))
     }
 
     /// After a SaslHandshake v0, until authenticated: the next frame is a bare token.
@@ -198,33 +214,47 @@ impl Authentication {
         let step = match &mut *state {
             State::Plain => match plain(token) {
                 Ok((user, password)) if self.listener.plain_password_matches(&user, password) => {
+                    *self.claimed.borrow_mut() = Some(user.clone());
                     *state = State::Authenticated(user);
                     return Step::Done(Vec::new());
                 }
-                Ok(_) => Err("Authentication failed: Invalid username or password".to_string()),
-                Err(e) => Err(e),
+                Ok((user, _)) => {
+                    *self.claimed.borrow_mut() = Some(user);
+                    let m = "Authentication failed: Invalid username or password".to_string();
+                    Err((m.clone(), m))
+                }
+                Err(e) => Err((e.clone(), e)),
             },
             State::Scram(server) => {
                 let mechanism = server.mechanism();
-                match server.step(token, |u| scram_credential(u, mechanism)) {
+                let claimed = &self.claimed;
+                let lookup = |u: &str| {
+                    *claimed.borrow_mut() = Some(u.to_string());
+                    scram_credential(u, mechanism)
+                };
+                match server.step(token, lookup) {
                     Ok(scram::Outcome::Continue(bytes)) => return Step::Continue(bytes),
                     Ok(scram::Outcome::Authenticated { user, last }) => {
                         *state = State::Authenticated(user);
                         return Step::Done(last);
                     }
-                    Err(e) => Err(format!(
-                        "Authentication failed during authentication due to invalid credentials with SASL mechanism {}: {e}",
-                        mechanism.name()
-                    )),
+                    Err(e) => {
+                        let m = format!(
+                            "Authentication failed during authentication due to invalid credentials with SASL mechanism {}",
+                            mechanism.name()
+                        );
+                        Err((m.clone(), format!("{m}: {e}")))
+                    }
                 }
             }
             State::Handshake | State::Authenticated(_) | State::Failed => {
-                Err("Unexpected SaslAuthenticate request".to_string())
+                let m = "Unexpected SaslAuthenticate request".to_string();
+                Err((m.clone(), m))
             }
         };
         *state = State::Failed;
         match step {
-            Err(message) => Step::Failed(message),
+            Err((to_client, detail)) => Step::Failed(Refusal { to_client, detail }),
             Ok(()) => unreachable!("successes return above"),
         }
     }
@@ -260,7 +290,12 @@ fn plain(token: &[u8]) -> Result<(String, &[u8]), String> {
 /// Logs (at most a line a second per shard, with how many were left out) and counts a
 /// failed authentication — a refused SASL login or TLS handshake: from where, on which
 /// listener, and why; never a credential.
-pub fn audit_failure(listener: &str, peer: std::net::SocketAddr, why: &str) {
+pub fn audit_failure(
+    listener: &str,
+    peer: std::net::SocketAddr,
+    principal: Option<&str>,
+    why: &str,
+) {
     corelog_metrics::record_limit(|c| c.failed_authentications += 1);
     thread_local! {
         static LOG: crate::rate_limited_log::RateLimitedLog =
@@ -268,7 +303,8 @@ pub fn audit_failure(listener: &str, peer: std::net::SocketAddr, why: &str) {
     }
     LOG.with(|log| {
         if let Some(suppressed) = log.allow(std::time::Instant::now()) {
-            tracing::warn!(%peer, listener, reason = why, suppressed, "authentication failed");
+            let principal = principal.unwrap_or("unknown");
+            tracing::warn!(%peer, listener, principal, reason = why, suppressed, "authentication failed");
         }
     });
 }
@@ -305,8 +341,10 @@ mod tests {
             assert_eq!(matches!(step, Step::Done(_)), ok);
             assert_eq!(a.is_authenticated(), ok);
             assert_eq!(a.has_failed(), !ok);
-            if let Step::Failed(m) = step {
-                assert!(!m.contains("secret") && !m.contains("wrong"), "{m}");
+            if let Step::Failed(r) = step {
+                for m in [r.to_client, r.detail] {
+                    assert!(!m.contains("secret") && !m.contains("wrong"), "{m}");
+                }
             }
         }
     }

@@ -39,11 +39,17 @@ impl Handler for SaslAuthenticate {
                 body.auth_bytes = Bytes::from(bytes);
                 tracing::debug!(peer = %call.peer, listener = %ctx.listener, user = auth.user().unwrap_or_default(), "authenticated");
             }
-            Step::Failed(message) => {
-                crate::sasl::audit_failure(&ctx.listener, call.peer, &message);
+            Step::Failed(refusal) => {
+                let principal = auth.claimed_principal();
+                crate::sasl::audit_failure(
+                    &ctx.listener,
+                    call.peer,
+                    principal.as_deref(),
+                    &refusal.detail,
+                );
                 glommio::timer::sleep(auth.listener().failed_delay).await;
                 body.error_code = ResponseError::SaslAuthenticationFailed.code();
-                body.error_message = Some(StrBytes::from_string(message));
+                body.error_message = Some(StrBytes::from_string(refusal.to_client));
             }
         }
         Ok(body)

@@ -44,7 +44,12 @@ impl Handler for SaslHandshake {
             Ok(()) if call.version == 0 => auth.use_bare_tokens(),
             Ok(()) => {}
             Err(HandshakeRefusal::Unsupported) => {
-                crate::sasl::audit_failure(&ctx.listener, call.peer, "unsupported SASL mechanism");
+                crate::sasl::audit_failure(
+                    &ctx.listener,
+                    call.peer,
+                    None,
+                    "unsupported SASL mechanism",
+                );
                 // Held back like any failed authentication, so a client retrying a
                 // mechanism it will never get cannot spin.
                 glommio::timer::sleep(auth.listener().failed_delay).await;
