@@ -29,6 +29,21 @@ def partition_count(admin: KafkaAdminClient, topic: str) -> int:
     return len(t["partitions"])
 
 
+def round_trip(topic: str, n: int, **client) -> list[bytes]:
+    """Produces ``n`` values to ``topic`` with kafka-python and reads the topic back
+    from the start (``client``: the connection settings, security included)."""
+    producer = KafkaProducer(**client)
+    for i in range(n):
+        producer.send(topic, b"kp-%d" % i)
+    producer.flush(30)
+    producer.close()
+    consumer = KafkaConsumer(topic, auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+                             **client)
+    got = [m.value for m in consumer]
+    consumer.close()
+    return got
+
+
 def wait_until(pred, timeout: float, what: str, interval: float = 0.2):
     deadline = time.monotonic() + timeout
     while True:

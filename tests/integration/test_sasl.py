@@ -20,6 +20,7 @@ from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, S
 
 from certs import CertificateAuthority
 from launcher import Broker, free_port
+from test_kafka_python import round_trip
 
 TIMEOUT = 30
 JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
@@ -135,20 +136,10 @@ def test_plain_and_scram_sha_256_over_sasl_plaintext(broker):
 
 
 def test_kafka_python_scram_over_sasl_ssl(broker, ca):
-    from kafka import KafkaConsumer, KafkaProducer
-    common = {"bootstrap_servers": f"localhost:{broker.sasl_ssl_port}",
-              "security_protocol": "SASL_SSL", "ssl_cafile": str(ca.cert),
-              "sasl_mechanism": "SCRAM-SHA-512", "sasl_plain_username": "alice",
-              "sasl_plain_password": "alice-secret"}
-    producer = KafkaProducer(**common)
-    for i in range(20):
-        producer.send("sasl-kafka-python", b"kp-%d" % i)
-    producer.flush(TIMEOUT)
-    producer.close()
-    consumer = KafkaConsumer("sasl-kafka-python", auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000, **common)
-    got = [m.value for m in consumer]
-    consumer.close()
+    got = round_trip("sasl-kafka-python", 20, bootstrap_servers=f"localhost:{broker.sasl_ssl_port}",
+                     security_protocol="SASL_SSL", ssl_cafile=str(ca.cert),
+                     sasl_mechanism="SCRAM-SHA-512", sasl_plain_username="alice",
+                     sasl_plain_password="alice-secret")
     assert got == [b"kp-%d" % i for i in range(20)]
 
 

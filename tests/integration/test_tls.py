@@ -21,6 +21,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from certs import CertificateAuthority
 from launcher import Broker, free_port
+from test_kafka_python import round_trip
 
 TIMEOUT = 30
 
@@ -130,18 +131,8 @@ def test_a_client_certificate_from_another_ca_is_refused(broker, pki, tmp_path):
 
 def test_kafka_python_over_tls(broker, pki):
     ca, _, _ = pki
-    from kafka import KafkaConsumer, KafkaProducer
-    common = {"bootstrap_servers": f"localhost:{broker.ssl_port}", "security_protocol": "SSL",
-              "ssl_cafile": str(ca.cert)}
-    producer = KafkaProducer(**common)
-    for i in range(50):
-        producer.send("tls-kafka-python", b"kp-%d" % i)
-    producer.flush(TIMEOUT)
-    producer.close()
-    consumer = KafkaConsumer("tls-kafka-python", auto_offset_reset="earliest",
-                             consumer_timeout_ms=10_000, **common)
-    got = [m.value for m in consumer]
-    consumer.close()
+    got = round_trip("tls-kafka-python", 50, bootstrap_servers=f"localhost:{broker.ssl_port}",
+                     security_protocol="SSL", ssl_cafile=str(ca.cert))
     assert got == [b"kp-%d" % i for i in range(50)]
 
 

@@ -1,5 +1,11 @@
 package dev.corelog.it;
 
+import static dev.corelog.it.Support.address;
+import static dev.corelog.it.Support.addresses;
+import static dev.corelog.it.Support.deleteRecursively;
+import static dev.corelog.it.Support.expectFailure;
+import static dev.corelog.it.Support.get;
+import static dev.corelog.it.Support.tempDir;
 import static org.junit.jupiter.api.Assertions.assertEquals;
 import static org.junit.jupiter.api.Assertions.assertInstanceOf;
 import static org.junit.jupiter.api.Assertions.assertThrows;
@@ -7,13 +13,11 @@ import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assumptions.assumeFalse;
 
 import java.io.IOException;
-import java.io.UncheckedIOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.ArrayList;
-import java.util.Comparator;
 import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
@@ -23,7 +27,6 @@ import java.util.concurrent.ExecutionException;
 import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
-import java.util.stream.Stream;
 import org.apache.kafka.clients.CommonClientConfigs;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AdminClientConfig;
@@ -516,42 +519,5 @@ class SaslTest {
             consumer.commitSync(Duration.ofSeconds(15));
         }
         return got;
-    }
-
-    private static String address(Node n) {
-        return n.host() + ":" + n.port();
-    }
-
-    private static List<String> addresses(java.util.Collection<Node> nodes) {
-        return nodes.stream().map(SaslTest::address).sorted().toList();
-    }
-
-    private static <T> T get(org.apache.kafka.common.KafkaFuture<T> f) throws Exception {
-        return f.get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
-    }
-
-    private static ExecutionException expectFailure(org.apache.kafka.common.KafkaFuture<?> f) throws Exception {
-        try {
-            Object v = f.get(TIMEOUT.toSeconds(), TimeUnit.SECONDS);
-            throw new AssertionError("expected a failure, got " + v);
-        } catch (ExecutionException e) {
-            return e;
-        }
-    }
-
-    private static Path tempDir(String prefix) {
-        try {
-            return Files.createTempDirectory(prefix);
-        } catch (IOException e) {
-            throw new UncheckedIOException(e);
-        }
-    }
-
-    private static void deleteRecursively(Path root) {
-        try (Stream<Path> walk = Files.walk(root)) {
-            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
-        } catch (IOException e) {
-            System.err.println("warning: could not delete " + root + ": " + e);
-        }
     }
 }
