@@ -1,5 +1,7 @@
 package dev.corelog.it;
 
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
 
 import java.io.File;
@@ -50,6 +52,32 @@ final class KafkaCli {
     }
 
     /** Runs a tool and returns how it ended, whatever its exit status. */
+    /**
+     * Creates {@code topic} with kafka-topics, finds it listed, writes {@code values} with
+     * the console producer and reads them back with the console consumer in
+     * {@code group}: every tool with {@code --command-config props} (a secured listener).
+     */
+    static void roundTrip(Path dir, String bootstrap, Path props, String topic, String group, List<String> values)
+            throws IOException, InterruptedException {
+        String config = props.toString();
+        Result r = run(dir, null, "kafka-topics", "--bootstrap-server", bootstrap, "--command-config", config,
+                "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1");
+        assertEquals(List.of("Created topic " + topic + "."), r.lines(), r.why());
+
+        r = run(dir, null, "kafka-topics", "--bootstrap-server", bootstrap, "--command-config", config, "--list");
+        assertTrue(r.lines().contains(topic), r.why());
+
+        r = run(dir, String.join("\n", values) + "\n", "kafka-console-producer", "--bootstrap-server", bootstrap,
+                "--command-config", config, "--topic", topic, "--command-property", "acks=all");
+        assertEquals(List.of(), r.lines(), r.why());
+
+        r = run(dir, null, "kafka-console-consumer", "--bootstrap-server", bootstrap, "--command-config", config,
+                "--topic", topic, "--from-beginning", "--max-messages", String.valueOf(values.size()),
+                "--group", group, "--timeout-ms", "20000");
+        assertEquals(values, r.lines(), r.why());
+        assertTrue(r.err().contains("Processed a total of " + values.size() + " messages"), r.why());
+    }
+
     static Result runAnyway(Path dir, String stdin, String... argv) throws IOException, InterruptedException {
         Path kafkaCli = repoRoot().resolve("tools/kafka-cli/kafka-cli.sh");
         List<String> cmd = new ArrayList<>(List.of(kafkaCli.toString()));

@@ -395,24 +395,8 @@ class SaslTest {
                 + "ssl.truststore.type=PEM\n"
                 + "ssl.truststore.location=" + CA.cert + "\n");
 
-        KafkaCli.Result r = cli(null, "kafka-topics", "--bootstrap-server", bootstrap,
-                "--command-config", props.toString(),
-                "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1");
-        assertEquals(List.of("Created topic " + topic + "."), r.lines(), r.why());
-
-        r = cli(null, "kafka-topics", "--bootstrap-server", bootstrap, "--command-config", props.toString(), "--list");
-        assertTrue(r.lines().contains(topic), r.why());
-
-        List<String> values = List.of("one", "two over SASL_SSL", "x".repeat(40_000));
-        r = cli(String.join("\n", values) + "\n", "kafka-console-producer", "--bootstrap-server", bootstrap,
-                "--command-config", props.toString(), "--topic", topic, "--command-property", "acks=all");
-        assertEquals(List.of(), r.lines(), r.why());
-
-        r = cli(null, "kafka-console-consumer", "--bootstrap-server", bootstrap, "--command-config", props.toString(),
-                "--topic", topic, "--from-beginning", "--max-messages", String.valueOf(values.size()),
-                "--group", "sasl-cli-group", "--timeout-ms", "20000");
-        assertEquals(values, r.lines(), r.why());
-        assertTrue(r.err().contains("Processed a total of " + values.size() + " messages"), r.why());
+        KafkaCli.roundTrip(DIR, bootstrap, props, topic, "sasl-cli-group",
+                List.of("one", "two over SASL_SSL", "x".repeat(40_000)));
     }
 
     private static KafkaCli.Result cli(String stdin, String... argv) throws IOException, InterruptedException {

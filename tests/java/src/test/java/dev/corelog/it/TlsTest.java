@@ -276,25 +276,10 @@ class TlsTest {
                 + "ssl.keystore.location=" + CA.pkcs12(ALICE, "changeit") + "\n"
                 + "ssl.keystore.password=changeit\n");
 
-        KafkaCli.Result r = cli(null, "kafka-topics", "--bootstrap-server", ssl, "--command-config", props.toString(),
-                "--create", "--topic", topic, "--partitions", "1", "--replication-factor", "1");
-        assertEquals(List.of("Created topic " + topic + "."), r.lines(), r.why());
+        KafkaCli.roundTrip(PKI_DIR, ssl, props, topic, "tls-cli-group",
+                List.of("one", "two over TLS", "x".repeat(40_000)));
 
-        r = cli(null, "kafka-topics", "--bootstrap-server", ssl, "--command-config", props.toString(), "--list");
-        assertTrue(r.lines().contains(topic), r.why());
-
-        List<String> values = List.of("one", "two over TLS", "x".repeat(40_000));
-        r = cli(String.join("\n", values) + "\n", "kafka-console-producer", "--bootstrap-server", ssl,
-                "--command-config", props.toString(), "--topic", topic, "--command-property", "acks=all");
-        assertEquals(List.of(), r.lines(), r.why());
-
-        r = cli(null, "kafka-console-consumer", "--bootstrap-server", ssl, "--command-config", props.toString(),
-                "--topic", topic, "--from-beginning", "--max-messages", String.valueOf(values.size()),
-                "--group", "tls-cli-group", "--timeout-ms", "20000");
-        assertEquals(values, r.lines(), r.why());
-        assertTrue(r.err().contains("Processed a total of " + values.size() + " messages"), r.why());
-
-        r = cli(null, "kafka-topics", "--bootstrap-server", broker.bootstrap("MTLS"),
+        KafkaCli.Result r = cli(null, "kafka-topics", "--bootstrap-server", broker.bootstrap("MTLS"),
                 "--command-config", mtlsProps.toString(), "--list");
         assertTrue(r.lines().contains(topic), r.why());
     }
