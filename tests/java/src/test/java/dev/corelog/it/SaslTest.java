@@ -22,9 +22,7 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
-import java.util.TreeMap;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import org.apache.kafka.clients.CommonClientConfigs;
@@ -41,9 +39,6 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.SaslConfigs;
@@ -225,7 +220,7 @@ class SaslTest {
             Await.createTopic(admin, new NewTopic(topic, partitions, (short) 1));
             assertEquals(List.of(broker.bootstrap("SASL_SSL")), addresses(get(admin.describeCluster().nodes())),
                     "DescribeCluster over SASL_SSL");
-            Map<Integer, List<String>> sent = produce(conf, topic, n);
+            Map<Integer, List<String>> sent = Support.produce(broker, conf, topic, topic, n);
 
             Map<String, Object> c = new HashMap<>(conf);
             c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
@@ -257,7 +252,7 @@ class SaslTest {
             assertEquals(List.of(broker.bootstrap("SASL_PLAINTEXT")), addresses(get(admin.describeCluster().nodes())),
                     "DescribeCluster over SASL_PLAINTEXT with PLAIN");
         }
-        Map<Integer, List<String>> sent = produce(plain, topic, 50);
+        Map<Integer, List<String>> sent = Support.produce(broker, plain, topic, topic, 50);
         Map<String, Object> c = new HashMap<>(plain);
         c.put(ConsumerConfig.GROUP_ID_CONFIG, "sasl-plain-group");
         assertEquals(sent, consume(c, topic, 50), "records consumed with PLAIN");
@@ -462,28 +457,6 @@ class SaslTest {
     /** Refused logins and TLS handshakes so far (every one counted; the log line is rate-limited). */
     private static double failedAuthentications() throws Exception {
         return broker.metric("corelog_failed_authentications_total");
-    }
-
-    /** Produces {@code n} records (idempotent, acks=all) and returns the values each partition acknowledged, in offset order. */
-    private static Map<Integer, List<String>> produce(Map<String, Object> conf, String topic, int n) throws Exception {
-        List<Future<RecordMetadata>> acks = new ArrayList<>();
-        List<String> values = new ArrayList<>();
-        try (KafkaProducer<byte[], byte[]> producer = broker.producer(conf)) {
-            for (int i = 0; i < n; i++) {
-                String v = topic + "-" + i + "|" + (i % 50 == 7 ? "y".repeat(40_000) : "v".repeat(i % 100));
-                values.add(v);
-                acks.add(producer.send(new ProducerRecord<>(topic, ("k" + i).getBytes(StandardCharsets.UTF_8),
-                        v.getBytes(StandardCharsets.UTF_8))));
-            }
-            producer.flush();
-        }
-        Map<Integer, Map<Long, String>> byOffset = new HashMap<>();
-        for (int i = 0; i < n; i++) {
-            RecordMetadata md = acks.get(i).get(30, TimeUnit.SECONDS);
-            byOffset.computeIfAbsent(md.partition(), p -> new TreeMap<>()).put(md.offset(), values.get(i));
-        }
-        return byOffset.entrySet().stream()
-                .collect(Collectors.toMap(Map.Entry::getKey, e -> new ArrayList<>(e.getValue().values())));
     }
 
     /** Consumes {@code n} records of {@code topic} in {@code conf}'s group, commits, and returns them per partition. */

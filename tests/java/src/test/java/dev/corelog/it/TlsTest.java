@@ -22,7 +22,6 @@ import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutionException;
-import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.function.Function;
 import java.util.stream.Collectors;
@@ -39,9 +38,6 @@ import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
-import org.apache.kafka.clients.producer.KafkaProducer;
-import org.apache.kafka.clients.producer.ProducerRecord;
-import org.apache.kafka.clients.producer.RecordMetadata;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.TopicPartitionInfo;
@@ -133,7 +129,7 @@ class TlsTest {
         int n = 600;
         try (Admin admin = broker.admin(ssl("SSL"))) {
             Await.createTopic(admin, new NewTopic(topic, partitions, (short) 1));
-            Map<Integer, List<String>> sent = produce(ssl("SSL"), topic, "ssl", n);
+            Map<Integer, List<String>> sent = Support.produce(broker, ssl("SSL"), topic, "ssl", n);
             assertEquals(n, sent.values().stream().mapToInt(List::size).sum());
 
             Map<String, Object> c = ssl("SSL");
@@ -182,7 +178,7 @@ class TlsTest {
             assertEquals(List.of(broker.bootstrap("MTLS")), addresses(get(admin.describeCluster().nodes())),
                     "DescribeCluster over MTLS");
         }
-        Map<Integer, List<String>> sent = produce(pkcs12, topic, "mtls", 50);
+        Map<Integer, List<String>> sent = Support.produce(broker, pkcs12, topic, "mtls", 50);
         Map<String, Object> c = new HashMap<>(pem);
         c.put(ConsumerConfig.GROUP_ID_CONFIG, "tls-mutual-group");
         List<String> got = new ArrayList<>();
@@ -301,30 +297,6 @@ class TlsTest {
         c.put(SslConfigs.SSL_TRUSTSTORE_TYPE_CONFIG, "PEM");
         c.put(SslConfigs.SSL_TRUSTSTORE_LOCATION_CONFIG, CA.cert.toString());
         return c;
-    }
-
-    /** Produces {@code n} records and returns the values each partition acknowledged, in offset order. */
-    private static Map<Integer, List<String>> produce(Map<String, Object> conf, String topic, String tag, int n)
-            throws Exception {
-        List<Future<RecordMetadata>> acks = new ArrayList<>();
-        List<String> values = new ArrayList<>();
-        try (KafkaProducer<byte[], byte[]> producer = broker.producer(conf)) {
-            for (int i = 0; i < n; i++) {
-                // Mostly small; every 50th over two TLS records' worth (16 KiB each).
-                String v = tag + "-" + i + "|" + (i % 50 == 7 ? "y".repeat(40_000) : "v".repeat(i % 100));
-                values.add(v);
-                acks.add(producer.send(new ProducerRecord<>(topic, ("k" + i).getBytes(StandardCharsets.UTF_8),
-                        v.getBytes(StandardCharsets.UTF_8))));
-            }
-            producer.flush();
-        }
-        Map<Integer, Map<Long, String>> byOffset = new HashMap<>();
-        for (int i = 0; i < n; i++) {
-            RecordMetadata md = acks.get(i).get(30, TimeUnit.SECONDS);
-            byOffset.computeIfAbsent(md.partition(), p -> new java.util.TreeMap<>()).put(md.offset(), values.get(i));
-        }
-        return byOffset.entrySet().stream()
-                .collect(Collectors.toMap(Map.Entry::getKey, e -> new ArrayList<>(e.getValue().values())));
     }
 
     private static Map<TopicPartition, Long> endOffsets(Admin admin, String topic, int partitions) throws Exception {
