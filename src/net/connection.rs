@@ -240,7 +240,15 @@ async fn read_loop(
         {
             return CloseReason::Unauthenticated(request.api_key);
         }
-        let (done_tx, done_rx) = futures::channel::oneshot::channel::<()>();
+        // Only while authenticating does the reader wait for the answer (no channel per
+        // request otherwise).
+        let (done_tx, done_rx) = match authenticating {
+            true => {
+                let (tx, rx) = futures::channel::oneshot::channel::<()>();
+                (Some(tx), Some(rx))
+            }
+            false => (None, None),
+        };
         let c = ctx.clone();
         let produce_order = produce_order.clone();
         let received = Instant::now();
@@ -259,7 +267,9 @@ async fn read_loop(
             let _memory_permit = memory_permit;
             corelog_metrics::record_stage(Stage::RequestQueue, received.elapsed());
             let result = api::handle(&c, request, peer, &quota, &produce_order, &s).await;
-            let _ = done_tx.send(());
+            if let Some(done) = done_tx {
+                let _ = done.send(());
+            }
             let bytes_out = match &result {
                 Ok(Some(b)) => b.len(),
                 _ => 0,
@@ -272,7 +282,9 @@ async fn read_loop(
             return CloseReason::Eof; // the writer failed: the peer is gone
         }
         if authenticating {
-            let _ = done_rx.await;
+            if let Some(done) = done_rx {
+                let _ = done.await;
+            }
             if session.auth.as_ref().is_some_and(|a| a.has_failed()) {
                 // Its answer is queued; the writer sends it before the socket closes.
                 return CloseReason::AuthenticationFailed;
