@@ -62,7 +62,7 @@ def main() -> int:
         victim = leader - 1  # node ids are 1..3 in both clusters
         survivors = [b for i, b in enumerate(boots) if i != victim]
         creators = af.start({"librdkafka": boots[victim], "java": boots[victim],
-                             "kafka-python": survivors[0]})
+                             "kafka-python": survivors[0]}, victim=leader)
         try:
             af.wait_first_successes(creators, 3, 120)
             killed_at = time.time()

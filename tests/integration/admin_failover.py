@@ -44,6 +44,8 @@ class Creator:
     bootstrap: str
     creates: list[Create] = field(default_factory=list)
     stop: threading.Event = field(default_factory=threading.Event)
+    # kafka-python only: a broker its client must not have cached as the controller.
+    avoid_controller: int | None = None
 
     def first_success_after(self, t: float) -> Create | None:
         return next((c for c in self.creates if c.start >= t and c.error is None), None)
@@ -69,7 +71,12 @@ def _librdkafka(c: Creator, prefix: str, period: float) -> None:
 
 
 def _kafka_python(c: Creator, prefix: str, period: float) -> None:
+    """kafka-python asks a random broker it knows which one is the controller (whichever
+    broker answers names itself) and keeps that id for the client's life. A client that
+    cached `c.avoid_controller` (the broker to be killed) is replaced before any of its
+    creates is recorded, so the run measures a client that was sent to a survivor."""
     admin = KafkaAdminClient(bootstrap_servers=c.bootstrap, request_timeout_ms=10_000)
+    settled = c.avoid_controller is None
     try:
         i = 0
         while not c.stop.is_set():
@@ -79,8 +86,16 @@ def _kafka_python(c: Creator, prefix: str, period: float) -> None:
                 error = None
             except Exception as e:  # noqa: BLE001
                 error = repr(e)
-            c.creates.append(Create(name, start, time.time(), error))
             i += 1
+            if not settled:
+                cached = admin._controller_id  # noqa: SLF001 - the id the client keeps
+                if cached == c.avoid_controller:
+                    admin.close()
+                    admin = KafkaAdminClient(bootstrap_servers=c.bootstrap,
+                                             request_timeout_ms=10_000)
+                settled = cached not in (None, c.avoid_controller) and error is None
+            if settled:
+                c.creates.append(Create(name, start, time.time(), error))
             time.sleep(max(0.0, period - (time.time() - start)))
     finally:
         admin.close()
@@ -107,11 +122,14 @@ def _java(c: Creator, prefix: str, period: float) -> None:
 RUNNERS = {"librdkafka": _librdkafka, "java": _java, "kafka-python": _kafka_python}
 
 
-def start(bootstraps: dict[str, str], period: float = 0.5) -> list[tuple[Creator, threading.Thread]]:
-    """Starts one creator per client named in `bootstraps` (client -> bootstrap)."""
+def start(bootstraps: dict[str, str], period: float = 0.5,
+          victim: int | None = None) -> list[tuple[Creator, threading.Thread]]:
+    """Starts one creator per client named in `bootstraps` (client -> bootstrap).
+    `victim`: the broker to be killed, which kafka-python's client must not have cached
+    as its controller (see `_kafka_python`)."""
     out = []
     for client, bootstrap in bootstraps.items():
-        c = Creator(client, bootstrap)
+        c = Creator(client, bootstrap, avoid_controller=victim if client == "kafka-python" else None)
         prefix = f"af-{client.replace('-', '')}-{int(time.time() * 1000) % 100000}-"
         t = threading.Thread(target=RUNNERS[client], args=(c, prefix, period), daemon=True)
         t.start()

@@ -9,8 +9,9 @@ dead broker until their periodic metadata refresh (librdkafka: 5 minutes).
 librdkafka and the Java client start from the broker that is killed (the worst case:
 the broker they asked and were sent to is the one that dies). kafka-python caches the
 controller id it was first told for the client's whole life and never asks again after
-a connection failure, against Kafka as here; it starts from a broker that stays up, which
-before this change still sent it to the Raft leader."""
+a connection failure, against Kafka as here; it asks a random broker it knows, so its
+creates count only once it has cached a broker that stays up (`admin_failover.start`'s
+`victim`), which before this change still sent it to the Raft leader."""
 from __future__ import annotations
 
 import shutil
@@ -38,7 +39,7 @@ def test_admin_clients_survive_the_active_controllers_death(broker_factory):
         "librdkafka": victim.bootstrap,
         "java": victim.bootstrap,
         "kafka-python": survivors[0].bootstrap,
-    })
+    }, victim=victim.node_id)
     try:
         af.wait_first_successes(creators, 3, 60)
         killed_at = time.time()
