@@ -53,6 +53,19 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "inter.broker.listener.name")]
     pub inter_broker_listener_name: Option<String>,
+    /// Kafka's `authorizer.class.name`: `org.apache.kafka.metadata.authorizer.StandardAuthorizer`
+    /// turns ACLs on (default: none, every request allowed).
+    #[arg(long)]
+    #[serde(alias = "authorizer.class.name")]
+    pub authorizer_class_name: Option<String>,
+    /// Kafka's `super.users`: principals that pass every ACL check (`User:a;User:b`).
+    #[arg(long)]
+    #[serde(alias = "super.users")]
+    pub super_users: Option<String>,
+    /// Kafka's `allow.everyone.if.no.acl.found` (default false).
+    #[arg(long)]
+    #[serde(alias = "allow.everyone.if.no.acl.found")]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
     /// Kafka's TLS keys (`ssl.*`, and `listener.name.<name>.ssl.*` for one listener),
     /// as in the config file: `--security ssl.keystore.location=/etc/corelog/broker.pem`
     /// (repeatable; a flag wins over the file).
@@ -421,6 +434,11 @@ impl ServeArgs {
             inter_broker_listener_name: self
                 .inter_broker_listener_name
                 .or(file.inter_broker_listener_name),
+            authorizer_class_name: self.authorizer_class_name.or(file.authorizer_class_name),
+            super_users: self.super_users.or(file.super_users),
+            allow_everyone_if_no_acl_found: self
+                .allow_everyone_if_no_acl_found
+                .or(file.allow_everyone_if_no_acl_found),
             // The file's keys first, so a flag for the same key wins.
             security: file.security.into_iter().chain(self.security).collect(),
             data_dir: self.data_dir.or(file.data_dir),
@@ -552,6 +570,8 @@ pub struct BrokerConfig {
     /// The listener other brokers use (Kafka's `inter.broker.listener.name`), one of
     /// `listeners` and advertised.
     pub inter_broker_listener: String,
+    /// `None`: no authorizer (every request allowed, ACL requests SECURITY_DISABLED).
+    pub authorizer: Option<corelog_controller::acl::AuthorizerPolicy>,
     /// The inter-broker listener's advertised address.
     pub advertise_host: String,
     pub advertise_port: u16,
@@ -606,6 +626,50 @@ pub struct ClusterConfig {
     /// `None`: auto.leader.rebalance.enable is off.
     pub leader_balance: Option<corelog_controller::leader_balance::LeaderBalance>,
     pub balancer: corelog_controller::balancer::Balancer,
+}
+
+/// Kafka's authorizer class names that mean ACLs as the metadata log keeps them: KRaft's,
+/// and ZooKeeper-era Kafka's, whose rules are the same.
+const AUTHORIZERS: &[&str] = &[
+    "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+    "kafka.security.authorizer.AclAuthorizer",
+];
+
+/// The authorizer from Kafka's three keys; `None` when `authorizer.class.name` is unset
+/// or empty (the other two then have no effect, as in Kafka, and are refused so that a
+/// broker meant to be locked down is not started open).
+fn authorizer_policy(
+    class_name: Option<&str>,
+    super_users: Option<&str>,
+    allow_everyone: Option<bool>,
+) -> anyhow::Result<Option<corelog_controller::acl::AuthorizerPolicy>> {
+    let class_name = class_name.map(str::trim).unwrap_or_default();
+    if class_name.is_empty() {
+        if super_users.is_some() || allow_everyone.is_some() {
+            bail!("super.users and allow.everyone.if.no.acl.found need authorizer.class.name");
+        }
+        return Ok(None);
+    }
+    if !AUTHORIZERS.contains(&class_name) {
+        bail!(
+            "authorizer.class.name {class_name} is not served (served: {})",
+            AUTHORIZERS.join(", ")
+        );
+    }
+    let mut users = Vec::new();
+    for u in super_users.unwrap_or_default().split(';').map(str::trim) {
+        if u.is_empty() {
+            continue;
+        }
+        match u.split_once(':') {
+            Some((kind, name)) if !kind.is_empty() && !name.is_empty() => users.push(u.to_string()),
+            _ => bail!("super.users: {u:?} is not a principal (Type:name, e.g. User:admin)"),
+        }
+    }
+    Ok(Some(corelog_controller::acl::AuthorizerPolicy {
+        super_users: users,
+        allow_everyone_if_no_acl_found: allow_everyone.unwrap_or(false),
+    }))
 }
 
 /// The partition balancer from its flags (on, every 10 s, 8 moves at once).
@@ -972,6 +1036,11 @@ impl BrokerConfig {
             storage_fault_injection: a.storage_fault_injection.unwrap_or(false),
             log_level: a.log_level.unwrap_or_else(|| "info".into()),
             node_id,
+            authorizer: authorizer_policy(
+                a.authorizer_class_name.as_deref(),
+                a.super_users.as_deref(),
+                a.allow_everyone_if_no_acl_found,
+            )?,
             auto_create_topics: a.auto_create_topics.unwrap_or(true),
             num_partitions,
             socket_request_max_bytes,

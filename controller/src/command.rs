@@ -102,6 +102,15 @@ pub enum Command {
         deletions: Vec<(String, crate::scram::ScramMechanism)>,
         upsertions: Vec<crate::scram::ScramUpsertion>,
     },
+    /// ACLs added (CreateAcls; validated at the edge, one result each).
+    CreateAcls {
+        bindings: Vec<crate::acl::AclBinding>,
+    },
+    /// ACLs removed (DeleteAcls): what each filter selects in the image it is applied
+    /// to, reported per filter (`Outcome::DeletedAcls`).
+    DeleteAcls {
+        filters: Vec<crate::acl::AclFilter>,
+    },
     /// The next block of `PRODUCER_ID_BLOCK` producer ids, for a registered broker.
     AllocateProducerIds {
         broker: i32,
@@ -277,6 +286,8 @@ pub enum Outcome {
     Done(Result<(), CommandError>),
     /// A command of several items: one result each, in order.
     Items(Vec<Result<(), CommandError>>),
+    /// `DeleteAcls`: per filter, the ACLs it removed.
+    DeletedAcls(Vec<Vec<crate::acl::AclBinding>>),
     /// `AllocateProducerIds`: the first id of the block.
     ProducerIds(Result<i64, CommandError>),
     /// Openraft's own entries (blank, membership) answer nothing.

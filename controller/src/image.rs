@@ -206,6 +206,9 @@ pub struct MetadataImage {
     /// SASL/SCRAM credentials (KIP-554); absent from images of earlier releases.
     #[serde(default)]
     pub scram: crate::scram::ScramCredentials,
+    /// Access control lists; absent from images of earlier releases.
+    #[serde(default)]
+    pub acls: crate::acl::Acls,
     /// Topic names by id, derived from `topics` (rebuilt after a snapshot is loaded).
     #[serde(skip)]
     pub(crate) topic_ids: HashMap<Uuid, String>,

@@ -27,6 +27,7 @@
 //!
 //! Depends on no other corelog crate.
 
+pub mod acl;
 mod apply;
 pub mod balancer;
 pub mod client_quotas;

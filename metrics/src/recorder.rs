@@ -190,6 +190,8 @@ pub struct LimitCounters {
     /// Refused logins: SASL (wrong credentials, an unsupported mechanism) and failed
     /// TLS handshakes.
     pub failed_authentications: u64,
+    /// Requests (or parts of them: a topic, a group) refused by an ACL.
+    pub denied_operations: u64,
 }
 
 /// The shard's cache of open segment files (`corelog_storage::file_cache`), filled in by
@@ -221,6 +223,7 @@ impl LimitCounters {
         self.request_memory_waits += o.request_memory_waits;
         self.accept_out_of_descriptors += o.accept_out_of_descriptors;
         self.failed_authentications += o.failed_authentications;
+        self.denied_operations += o.denied_operations;
     }
 }
 
@@ -326,6 +329,7 @@ thread_local! {
             request_memory_waits: 0,
             accept_out_of_descriptors: 0,
             failed_authentications: 0,
+            denied_operations: 0,
         },
         quota: QuotaMetrics::default(),
         replication: ReplicationMetrics::default(),

@@ -155,6 +155,24 @@ impl AdminChanges {
                 };
                 let _ = reply.send(vec![r]);
             }
+            AdminChange::CreateAcls { bindings, reply } => {
+                let n = bindings.len();
+                let r = if n == 0 {
+                    Vec::new()
+                } else {
+                    self.items(Command::CreateAcls { bindings }, n).await
+                };
+                let _ = reply.send(r);
+            }
+            AdminChange::DeleteAcls { filters, reply } => {
+                let n = filters.len();
+                let r = match self.commit(Command::DeleteAcls { filters }).await {
+                    Ok(Outcome::DeletedAcls(v)) if v.len() == n => Ok(v),
+                    Ok(other) => Err(unexpected(&other)),
+                    Err(e) => Err(e),
+                };
+                let _ = reply.send(r);
+            }
             AdminChange::AlterClientQuotas { alterations, reply } => {
                 let n = alterations.len();
                 let r = if n == 0 {

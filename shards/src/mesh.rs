@@ -239,6 +239,9 @@ pub enum TopicError {
     EligibleLeadersNotAvailable,
     #[error("{0}")]
     Invalid(String),
+    /// An ACL refused the operation (checked at the edge; never from the controller).
+    #[error("Authorization failed.")]
+    Unauthorized,
 }
 
 /// An admin change for shard 0 (`admin_changes::AdminChanges`), which validates it and
@@ -289,6 +292,17 @@ pub enum AdminChange {
         deletions: Vec<(String, corelog_controller::scram::ScramMechanism)>,
         upsertions: Vec<corelog_controller::scram::ScramUpsertion>,
         reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+    /// CreateAcls: bindings validated at the edge, committed as one command; one result
+    /// each.
+    CreateAcls {
+        bindings: Vec<corelog_controller::acl::AclBinding>,
+        reply: Reply<Vec<Result<(), TopicError>>>,
+    },
+    /// DeleteAcls: filters validated at the edge; per filter, the ACLs it removed.
+    DeleteAcls {
+        filters: Vec<corelog_controller::acl::AclFilter>,
+        reply: Reply<Result<Vec<Vec<corelog_controller::acl::AclBinding>>, TopicError>>,
     },
     /// AlterPartitionReassignments: one result per item.
     AlterPartitionReassignments {

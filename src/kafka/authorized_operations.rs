@@ -1,10 +1,10 @@
 //! The authorized-operations bit fields of KIP-430 (Metadata, DescribeCluster,
 //! DescribeGroups, DescribeTopicPartitions).
 //!
-//! corelog has no authorizer, and Kafka without one reports every operation a resource
-//! type supports as allowed (`AuthHelper.authorizedOperations`: the supported set when no
-//! authorizer is configured). So these are constants: bit `n` set means `AclOperation`
-//! code `n` is allowed. A field a client did not ask for stays [`NOT_REQUESTED`].
+//! The constants are the operations each resource type supports (bit `n` set means
+//! `AclOperation` code `n`): what Kafka reports without an authorizer, and the set
+//! `access::Access::operations` narrows to those the principal's ACLs allow when one is
+//! configured. A field a client did not ask for stays [`NOT_REQUESTED`].
 
 /// Kafka's marker for "authorized operations were not requested".
 pub const NOT_REQUESTED: i32 = i32::MIN;

@@ -98,6 +98,7 @@ pub fn topic(e: &TopicError) -> ResponseError {
         TopicError::PreferredLeaderNotAvailable(_) => ResponseError::PreferredLeaderNotAvailable,
         TopicError::EligibleLeadersNotAvailable => ResponseError::EligibleLeadersNotAvailable,
         TopicError::Invalid(_) => ResponseError::InvalidRequest,
+        TopicError::Unauthorized => ResponseError::TopicAuthorizationFailed,
     }
 }
 
@@ -128,6 +129,7 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::CommitTooLarge => ResponseError::InvalidCommitOffsetSize,
         // A failed write of group state: retriable, the client finds the coordinator again.
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
+        GroupError::AuthorizationFailed => ResponseError::GroupAuthorizationFailed,
     }
 }
 

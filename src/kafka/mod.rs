@@ -6,6 +6,7 @@
 //! owning shard as `Bytes` slices of the request frame, and fetched records leave as
 //! parts of the response frame (`response_frame`), never copied into it.
 
+pub mod access;
 pub mod api;
 pub mod authorized_operations;
 pub mod error_code;

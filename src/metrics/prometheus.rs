@@ -121,7 +121,7 @@ impl Collector for Snapshots {
         let mut spliced = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
-        let mut failed_auth = vec![];
+        let (mut failed_auth, mut denied) = (vec![], vec![]);
         let (mut file_opens, mut file_evictions, mut files_exhausted) = (vec![], vec![], vec![]);
         let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
         let mut replication: Vec<(Vec<(String, String)>, corelog_metrics::ReplicationMetrics)> =
@@ -170,6 +170,7 @@ impl Collector for Snapshots {
             memory_waits.push((by_shard.clone(), s.limits.request_memory_waits));
             accept_no_fd.push((by_shard.clone(), s.limits.accept_out_of_descriptors));
             failed_auth.push((by_shard.clone(), s.limits.failed_authentications));
+            denied.push((by_shard.clone(), s.limits.denied_operations));
             files_open.push((by_shard.clone(), s.segment_files.open));
             files_capacity.push((by_shard.clone(), s.segment_files.capacity));
             file_opens.push((by_shard.clone(), s.segment_files.opens));
@@ -290,6 +291,12 @@ impl Collector for Snapshots {
             "corelog_failed_authentications",
             "Refused logins: SASL (wrong credentials, an unsupported mechanism) and failed TLS handshakes.",
             &failed_auth,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_denied_operations",
+            "Operations an ACL refused: each topic, group or cluster action denied to a principal.",
+            &denied,
         )?;
         counter(
             &mut encoder,

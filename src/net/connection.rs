@@ -102,9 +102,11 @@ pub async fn serve(
     let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
     let tls_session = tls.as_ref().map(|(s, _)| s.clone());
     let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer, tls_session));
-    let session = Rc::new(Session {
-        auth: ctx.sasl.clone().map(crate::sasl::Authentication::new),
-    });
+    let session = Rc::new(Session::new(
+        ctx.sasl.clone().map(crate::sasl::Authentication::new),
+        peer,
+        None,
+    ));
     let reason = match tls {
         None => read_loop(ctx, peer, reader, tx, &shutdown, &memory, session).await,
         Some((tls_session, leftover)) => {

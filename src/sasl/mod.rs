@@ -139,6 +139,9 @@ pub struct Authentication {
     /// The user the client claimed, once a token has named one (for the audit line of
     /// a refusal: who tried).
     claimed: RefCell<Option<String>>,
+    /// `User:<name>`, set once when the exchange succeeds (what ACLs name; read on every
+    /// request, so made once).
+    principal: std::cell::OnceCell<String>,
 }
 
 impl Authentication {
@@ -148,6 +151,7 @@ impl Authentication {
             state: RefCell::new(State::Handshake),
             bare_tokens: std::cell::Cell::new(false),
             claimed: RefCell::new(None),
+            principal: std::cell::OnceCell::new(),
         }
     }
 
@@ -161,6 +165,11 @@ impl Authentication {
             State::Authenticated(u) => Some(u.clone()),
             _ => None,
         }
+    }
+
+    /// The authenticated principal (`User:<name>`), once authenticated.
+    pub fn principal(&self) -> Option<&str> {
+        self.principal.get().map(String::as_str)
     }
 
     /// The principal a client claimed (`User:<name>`), authenticated or not.
@@ -215,6 +224,7 @@ impl Authentication {
             State::Plain => match plain(token) {
                 Ok((user, password)) if self.listener.plain_password_matches(&user, password) => {
                     *self.claimed.borrow_mut() = Some(user.clone());
+                    let _ = self.principal.set(format!("User:{user}"));
                     *state = State::Authenticated(user);
                     return Step::Done(Vec::new());
                 }
@@ -235,6 +245,7 @@ impl Authentication {
                 match server.step(token, lookup) {
                     Ok(scram::Outcome::Continue(bytes)) => return Step::Continue(bytes),
                     Ok(scram::Outcome::Authenticated { user, last }) => {
+                        let _ = self.principal.set(format!("User:{user}"));
                         *state = State::Authenticated(user);
                         return Step::Done(last);
                     }

@@ -142,6 +142,11 @@ impl MetadataImage {
                 self.scram.alter(deletions, upsertions);
                 Outcome::Done(Ok(()))
             }
+            Command::CreateAcls { bindings } => {
+                self.acls.create(bindings);
+                Outcome::Items(vec![Ok(()); bindings.len()])
+            }
+            Command::DeleteAcls { filters } => Outcome::DeletedAcls(self.acls.delete(filters)),
             Command::AllocateProducerIds { broker, epoch } => {
                 Outcome::ProducerIds(self.allocate_producer_ids(*broker, *epoch))
             }

@@ -41,6 +41,9 @@ pub enum GroupError {
     CommitTooLarge,
     #[error("storing group state failed: {0}")]
     Storage(String),
+    /// An ACL refused the operation on the group (checked at the edge).
+    #[error("group authorization failed")]
+    AuthorizationFailed,
 }
 
 /// A protocol a member supports (e.g. "range", "cooperative-sticky") with its metadata.

@@ -4,6 +4,7 @@
 use super::admin_change::send_admin_change;
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use crate::quota::entity::{entity_from, op_from, QuotaError};
@@ -13,6 +14,7 @@ use kafka_protocol::messages::{
     alter_client_quotas_response, AlterClientQuotasRequest, AlterClientQuotasResponse, ApiKey,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use std::collections::HashSet;
 
 fn validate_entry(
@@ -47,7 +49,7 @@ impl Handler for AlterClientQuotas {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut outcomes: Vec<Result<Option<QuotaAlteration>, QuotaError>> = req
             .entries
@@ -67,7 +69,9 @@ impl Handler for AlterClientQuotas {
                 }
             }
         }
-        if !req.validate_only {
+        // ALTER_CONFIGS on the cluster, else every entry is refused.
+        let allowed = Access::new(ctx, call).allows_cluster(Op::AlterConfigs);
+        if !req.validate_only && allowed {
             let valid: Vec<(usize, QuotaAlteration)> = outcomes
                 .iter_mut()
                 .enumerate()
@@ -102,7 +106,11 @@ impl Handler for AlterClientQuotas {
                 d.entity_name = e.entity_name.clone();
                 out.entity.push(d);
             }
-            if let Err(e) = outcome {
+            if !allowed {
+                out.error_code = ResponseError::ClusterAuthorizationFailed.code();
+                out.error_message =
+                    Some(StrBytes::from_static_str("Cluster authorization failed."));
+            } else if let Err(e) = outcome {
                 out.error_code = error_code::quota(&e).code();
                 out.error_message = Some(StrBytes::from_string(e.to_string()));
             }

@@ -21,8 +21,9 @@ impl Handler for AlterConfigs {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
+        let access = crate::kafka::access::Access::new(ctx, call);
         let twice = named_twice(
             req.resources
                 .iter()
@@ -45,6 +46,7 @@ impl Handler for AlterConfigs {
                     .collect();
                 check_resource(
                     ctx,
+                    &access,
                     r.resource_type,
                     r.resource_name.as_str(),
                     dup,

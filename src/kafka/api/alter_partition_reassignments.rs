@@ -13,6 +13,7 @@
 use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_controller::command::ReassignmentItem;
@@ -23,6 +24,8 @@ use kafka_protocol::messages::alter_partition_reassignments_response::{
 use kafka_protocol::messages::{
     AlterPartitionReassignmentsRequest, AlterPartitionReassignmentsResponse, ApiKey,
 };
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 pub struct AlterPartitionReassignments;
 
@@ -37,6 +40,12 @@ impl Handler for AlterPartitionReassignments {
         req: Self::Request,
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
+        if !Access::new(ctx, call).allows_cluster(Op::Alter) {
+            let mut body = AlterPartitionReassignmentsResponse::default();
+            body.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            body.error_message = Some(StrBytes::from_static_str("Cluster authorization failed."));
+            return Ok(body);
+        }
         // v0 has no such field: the replication factor may change (Kafka's default).
         let keep_replication_factor = call.version >= 1 && !req.allow_replication_factor_change;
         let items: Vec<ReassignmentItem> = req

@@ -12,6 +12,7 @@
 use super::admin_change::send_admin_change;
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
 use corelog_controller::scram::{ScramMechanism, ScramUpsertion, ITERATIONS_MAX, ITERATIONS_MIN};
 use corelog_shards::mesh::AdminChange;
@@ -35,7 +36,7 @@ impl Handler for AlterUserScramCredentials {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
         // Users in the order first named, each with its outcome so far.
@@ -120,6 +121,15 @@ impl Handler for AlterUserScramCredentials {
         for (i, refusal) in checks {
             if users[i].1.is_none() {
                 users[i].1 = refusal;
+            }
+        }
+        // ALTER on the cluster, else every user named is refused.
+        if !Access::new(ctx, call).allows_cluster(Op::Alter) {
+            for u in users.iter_mut() {
+                u.1 = Some((
+                    ResponseError::ClusterAuthorizationFailed,
+                    "Cluster authorization failed.".to_string(),
+                ));
             }
         }
         let ok = |i: &usize| users[*i].1.is_none();

@@ -41,6 +41,7 @@ use std::collections::{HashMap, HashSet};
 
 pub(super) const RESOURCE_TOPIC: i8 = 2;
 pub(super) const RESOURCE_BROKER: i8 = 4;
+pub(super) const RESOURCE_BROKER_LOGGER: i8 = 8;
 pub(super) const RESOURCE_GROUP: i8 = 32;
 
 /// Kafka 4's group configs (`GroupConfig`) with their defaults, which come from the
@@ -360,8 +361,48 @@ pub(super) fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (Respo
     }
 }
 
+/// Kafka's check on a config resource: `op` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on the
+/// topic, on the cluster for a broker, or on the group; refused with the resource
+/// type's authorization code. Other types are left to the handler's own checks.
+pub(super) fn authorized(
+    access: &crate::kafka::access::Access<'_>,
+    op: crate::kafka::access::Op,
+    resource_type: i8,
+    name: &str,
+) -> Result<(), (ResponseError, String)> {
+    use crate::kafka::access::{Resource, CLUSTER_NAME};
+    // Kafka's messages for the three codes.
+    let (resource, name, code, message) = match resource_type {
+        RESOURCE_TOPIC => (
+            Resource::Topic,
+            name,
+            ResponseError::TopicAuthorizationFailed,
+            "Topic authorization failed.",
+        ),
+        RESOURCE_GROUP => (
+            Resource::Group,
+            name,
+            ResponseError::GroupAuthorizationFailed,
+            "Group authorization failed.",
+        ),
+        RESOURCE_BROKER | RESOURCE_BROKER_LOGGER => (
+            Resource::Cluster,
+            CLUSTER_NAME,
+            ResponseError::ClusterAuthorizationFailed,
+            "Cluster authorization failed.",
+        ),
+        _ => return Ok(()),
+    };
+    if access.allows(op, resource, name) {
+        Ok(())
+    } else {
+        Err((code, message.to_string()))
+    }
+}
+
 pub(super) fn check_resource(
     ctx: &Ctx,
+    access: &crate::kafka::access::Access<'_>,
     resource_type: i8,
     name: &str,
     duplicate: bool,
@@ -373,6 +414,12 @@ pub(super) fn check_resource(
             format!("resource {name} is named more than once"),
         ));
     }
+    authorized(
+        access,
+        crate::kafka::access::Op::AlterConfigs,
+        resource_type,
+        name,
+    )?;
     let ops = ops.map_err(|m| (ResponseError::InvalidRequest, m))?;
     match resource_type {
         RESOURCE_TOPIC => Ok(Change::Topic(TopicConfigChange {

@@ -6,6 +6,7 @@
 use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{AdminChange, TopicError};
@@ -24,7 +25,7 @@ impl Handler for CreatePartitions {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         // Kafka's ControllerApis: a topic named twice is refused as a whole.
         let mut seen = HashSet::new();
@@ -36,9 +37,14 @@ impl Handler for CreatePartitions {
             .collect();
         let mut pre: Vec<Option<TopicError>> = Vec::with_capacity(req.topics.len());
         let mut asks = Vec::new();
+        let access = Access::new(ctx, call);
         for t in &req.topics {
             if twice.contains(t.name.0.as_str()) {
                 pre.push(Some(TopicError::Invalid("Duplicate topic name.".into())));
+                continue;
+            }
+            if !access.allows(Op::Alter, Resource::Topic, &t.name.0) {
+                pre.push(Some(TopicError::Unauthorized));
                 continue;
             }
             pre.push(None);

@@ -7,6 +7,7 @@
 use super::admin_change::{create_or_validate, message};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource, CLUSTER_NAME};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{NewTopic, TopicError};
@@ -15,6 +16,7 @@ use kafka_protocol::messages::create_topics_response::{
 };
 use kafka_protocol::messages::{ApiKey, CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use std::collections::{BTreeMap, HashSet};
 
 pub struct CreateTopics;
@@ -39,11 +41,17 @@ impl Handler for CreateTopics {
                 duplicates.insert(t.name.0.to_string());
             }
         }
+        // CREATE on the cluster covers every topic; else each topic's own CREATE.
+        let access = Access::new(ctx, call);
+        let cluster_create = access.may(Op::Create, Resource::Cluster, CLUSTER_NAME);
         for t in &req.topics {
             let name = t.name.0.to_string();
             let check = (|| {
                 if duplicates.contains(&name) {
                     return Err(TopicError::Duplicate);
+                }
+                if !cluster_create && !access.allows(Op::Create, Resource::Topic, &name) {
+                    return Err(TopicError::Unauthorized);
                 }
                 // Kafka's ReplicationControlManager.createTopic, in its order and with
                 // its codes; what depends on the brokers is checked when the controller
@@ -165,8 +173,14 @@ impl Handler for CreateTopics {
                         out.num_partitions = p.partitions;
                         out.replication_factor = i16::try_from(p.replication_factor).unwrap_or(-1);
                     }
-                    // KIP-525 (v5+): the topic's resulting configs, as DescribeConfigs shows them.
-                    if call.version >= 5 {
+                    // KIP-525 (v5+): the topic's resulting configs, as DescribeConfigs shows
+                    // them, to a principal that may describe them.
+                    if call.version >= 5
+                        && !access.may(Op::DescribeConfigs, Resource::Topic, &t.name.0)
+                    {
+                        out.topic_config_error_code =
+                            ResponseError::TopicAuthorizationFailed.code();
+                    } else if call.version >= 5 {
                         let overrides = match &plan {
                             Some(p) => p.configs.iter().cloned().collect(),
                             None => meta

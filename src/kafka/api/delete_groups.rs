@@ -3,6 +3,7 @@
 use super::group_routing::{ask_coordinator, code, s};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::group::types::*;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
@@ -20,13 +21,19 @@ impl Handler for DeleteGroups {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut body = DeleteGroupsResponse::default();
+        let access = Access::new(ctx, call);
         for g in &req.groups_names {
             let group = s(&g.0);
             let mut out = DeletableGroupResult::default();
             out.group_id = g.clone();
+            if !access.allows(Op::Delete, Resource::Group, &group) {
+                out.error_code = ResponseError::GroupAuthorizationFailed.code();
+                body.results.push(out);
+                continue;
+            }
             out.error_code = match ask_coordinator(
                 ctx,
                 &group,

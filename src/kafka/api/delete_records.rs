@@ -10,6 +10,7 @@
 use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{PartitionRequest, TopicPartition};
 use kafka_protocol::messages::delete_records_response::{
@@ -36,16 +37,18 @@ impl Handler for DeleteRecords {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
         let mut fan = FanOut::new(ctx, req.topics.len());
         let defaults = meta
             .broker_defaults(&ctx.shard.config.log, ctx.config.node_id)
             .effective();
+        let access = Access::new(ctx, call);
         for t in &req.topics {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
+            let deletable = access.allows(Op::Delete, Resource::Topic, name);
             // Kafka refuses DeleteRecords on a topic that is only compacted.
             let compact_only = meta.topic(name).is_some_and(|m| {
                 corelog_shards::topic_config::resolve(&defaults, &m.configs)
@@ -56,7 +59,9 @@ impl Handler for DeleteRecords {
                 let mut out = DeleteRecordsPartitionResult::default();
                 out.partition_index = p.partition_index;
                 out.low_watermark = -1;
-                let refused = if name == corelog_shards::group::OFFSETS_TOPIC {
+                let refused = if !deletable {
+                    Err(ResponseError::TopicAuthorizationFailed)
+                } else if name == corelog_shards::group::OFFSETS_TOPIC {
                     Err(ResponseError::InvalidTopicException)
                 } else if let Err(e) = leader_check(ctx, &meta, name, p.partition_index) {
                     Err(e)

@@ -4,9 +4,11 @@
 use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::AdminChange;
+use corelog_shards::mesh::TopicError;
 use kafka_protocol::messages::delete_topics_response::DeletableTopicResult;
 use kafka_protocol::messages::{ApiKey, DeleteTopicsRequest, DeleteTopicsResponse, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -46,9 +48,21 @@ impl Handler for DeleteTopics {
         };
         // The broker's internal topics cannot be deleted by clients.
         let internal = |n: &str| n == corelog_shards::group::OFFSETS_TOPIC;
+        // DELETE on each topic (Kafka: TOPIC_AUTHORIZATION_FAILED, checked before
+        // existence so that a refusal tells nothing about what exists).
+        let access = Access::new(ctx, call);
+        let allowed: Vec<bool> = named
+            .iter()
+            .map(|(n, _)| {
+                n.as_deref()
+                    .is_none_or(|n| access.allows(Op::Delete, Resource::Topic, n))
+            })
+            .collect();
         let names: Vec<String> = named
             .iter()
-            .filter_map(|(n, _)| n.clone())
+            .zip(&allowed)
+            .filter(|(_, a)| **a)
+            .filter_map(|((n, _), _)| n.clone())
             .filter(|n| !internal(n))
             .collect();
         let results = send_admin_change(ctx, names.len(), |reply| AdminChange::DeleteTopics {
@@ -58,13 +72,18 @@ impl Handler for DeleteTopics {
         .await;
         let mut results = results.into_iter();
         let mut body = DeleteTopicsResponse::default();
-        for (name, id) in named {
+        for ((name, id), allowed) in named.into_iter().zip(allowed) {
             let mut out = DeletableTopicResult::default();
             out.topic_id = meta
                 .topic(name.as_deref().unwrap_or_default())
                 .map(|t| t.id)
                 .unwrap_or(id);
             match name {
+                Some(n) if !allowed => {
+                    out.name = Some(TopicName(StrBytes::from_string(n)));
+                    out.error_code = ResponseError::TopicAuthorizationFailed.code();
+                    out.error_message = message(&TopicError::Unauthorized);
+                }
                 Some(n) if internal(&n) => {
                     out.name = Some(TopicName(StrBytes::from_string(n)));
                     out.error_code = ResponseError::InvalidTopicException.code();

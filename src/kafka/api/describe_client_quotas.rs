@@ -4,6 +4,7 @@
 use super::handler::{Call, Handler};
 use super::quota_entities::{component_matches, filter_from, wire_name};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use crate::quota::entity::{ENTITY_CLIENT_ID, ENTITY_USER};
@@ -12,6 +13,7 @@ use kafka_protocol::messages::{
     DescribeClientQuotasResponse,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 pub struct DescribeClientQuotas;
 
@@ -24,9 +26,16 @@ impl Handler for DescribeClientQuotas {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut body = DescribeClientQuotasResponse::default();
+        // DESCRIBE_CONFIGS on the cluster.
+        if !Access::new(ctx, call).allows_cluster(Op::DescribeConfigs) {
+            body.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            body.error_message = Some(StrBytes::from_static_str("Cluster authorization failed."));
+            body.entries = None;
+            return Ok(body);
+        }
         match filter_from(&req) {
             Err(e) => {
                 body.error_code = error_code::quota(&e).code();

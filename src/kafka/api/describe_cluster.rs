@@ -8,6 +8,7 @@
 
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Resource, CLUSTER_NAME};
 use crate::kafka::authorized_operations as ops;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
@@ -44,8 +45,10 @@ impl Handler for DescribeCluster {
         }
         let meta = ctx.shard.metadata.snapshot();
         body.cluster_id = StrBytes::from_string(meta.cluster_id().to_string());
-        body.cluster_authorized_operations =
-            ops::if_requested(req.include_cluster_authorized_operations, ops::CLUSTER);
+        body.cluster_authorized_operations = ops::if_requested(
+            req.include_cluster_authorized_operations,
+            Access::new(ctx, call).operations(ops::CLUSTER, Resource::Cluster, CLUSTER_NAME),
+        );
         match endpoint_type {
             ENDPOINT_BROKERS => {
                 body.brokers = meta

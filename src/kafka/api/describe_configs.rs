@@ -7,6 +7,7 @@ use super::config_resources::{
 };
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
 use corelog_shards::topic_config::{self, Described};
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
@@ -33,6 +34,7 @@ impl Handler for DescribeConfigs {
         // A resource named twice is described once: the others get INVALID_REQUEST, so a
         // small request cannot ask for an enormous answer.
         let mut described_already = HashSet::new();
+        let access = Access::new(ctx, call);
         for res in &req.resources {
             let mut out = DescribeConfigsResult::default();
             out.resource_type = res.resource_type;
@@ -40,12 +42,22 @@ impl Handler for DescribeConfigs {
             let name = res.resource_name.as_str();
             let first = described_already.insert((res.resource_type, name.to_string()));
             // (entry, read-only) pairs.
+            let checked = if first {
+                super::config_resources::authorized(
+                    &access,
+                    Op::DescribeConfigs,
+                    res.resource_type,
+                    name,
+                )
+            } else {
+                Err((
+                    ResponseError::InvalidRequest,
+                    format!("resource {name} is named more than once"),
+                ))
+            };
             let described: Result<Vec<(Described, bool)>, (ResponseError, String)> =
                 match res.resource_type {
-                    _ if !first => Err((
-                        ResponseError::InvalidRequest,
-                        format!("resource {name} is named more than once"),
-                    )),
+                    _ if checked.is_err() => checked.map(|()| Vec::new()),
                     RESOURCE_TOPIC => match meta.topic(name) {
                         Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
                             .into_iter()

@@ -4,6 +4,7 @@
 use super::group_routing::{ask_coordinator, s, sb};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::group::types::*;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
@@ -25,14 +26,24 @@ impl Handler for DescribeGroups {
     ) -> Result<Self::Response, FrameError> {
         let v = call.version;
         let mut body = DescribeGroupsResponse::default();
+        let access = Access::new(ctx, call);
         for g in &req.groups {
             let group = s(&g.0);
             let mut out = DescribedGroup::default();
             out.group_id = g.clone();
+            if !access.allows(Op::Describe, Resource::Group, &group) {
+                out.error_code = ResponseError::GroupAuthorizationFailed.code();
+                body.groups.push(out);
+                continue;
+            }
             if v >= 3 {
                 out.authorized_operations = crate::kafka::authorized_operations::if_requested(
                     req.include_authorized_operations,
-                    crate::kafka::authorized_operations::GROUP,
+                    access.operations(
+                        crate::kafka::authorized_operations::GROUP,
+                        Resource::Group,
+                        &group,
+                    ),
                 );
             }
             match ask_coordinator(

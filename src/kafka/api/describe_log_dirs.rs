@@ -10,6 +10,7 @@
 use super::fan_out::PerShard;
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{
     PartitionDescription, PartitionError, PartitionRequest, TopicPartition,
@@ -19,6 +20,7 @@ use kafka_protocol::messages::describe_log_dirs_response::{
 };
 use kafka_protocol::messages::{ApiKey, DescribeLogDirsRequest, DescribeLogDirsResponse};
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -36,6 +38,15 @@ impl Handler for DescribeLogDirs {
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
+        // DESCRIBE on the cluster (v3+ answers CLUSTER_AUTHORIZATION_FAILED; before, an
+        // empty answer, as Kafka gives).
+        if !Access::new(ctx, call).allows_cluster(Op::Describe) {
+            let mut body = DescribeLogDirsResponse::default();
+            if call.version >= 3 {
+                body.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            }
+            return Ok(body);
+        }
         // Existing partitions asked for (all when the topic list is null), in name order.
         let mut wanted: BTreeMap<String, Vec<i32>> = BTreeMap::new();
         match &req.topics {

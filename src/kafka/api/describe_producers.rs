@@ -8,6 +8,7 @@
 use super::fan_out::{FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{PartitionDescription, PartitionRequest, TopicPartition};
 use kafka_protocol::messages::describe_producers_response::{
@@ -37,7 +38,7 @@ impl Handler for DescribeProducers {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
         // A partition named twice is INVALID_REQUEST: each answer may list thousands of
@@ -50,14 +51,18 @@ impl Handler for DescribeProducers {
         }
         let once = |name: &str, p: i32| named.get(&(name, p)).copied().unwrap_or(0) == 1;
         let mut fan = FanOut::new(ctx, req.topics.len());
+        let access = Access::new(ctx, call);
         for t in &req.topics {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
+            let readable = access.allows(Op::Read, Resource::Topic, name);
             fan.next_topic(t.partition_indexes.len());
             for p in &t.partition_indexes {
                 let mut pr = PartitionResponse::default();
                 pr.partition_index = *p;
-                if !once(name, *p) {
+                if !readable {
+                    fan.refuse(pr, ResponseError::TopicAuthorizationFailed);
+                } else if !once(name, *p) {
                     pr.error_message = Some(StrBytes::from_static_str(
                         "the partition is named more than once",
                     ));

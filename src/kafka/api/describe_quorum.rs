@@ -8,6 +8,7 @@
 
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
 use corelog_controller::rpc::{QuorumDescription, ReplicaState};
 use kafka_protocol::messages::describe_quorum_response::{self as resp, Listener, Node};
@@ -31,8 +32,12 @@ impl Handler for DescribeQuorum {
         req: Self::Request,
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
-        let quorum = ctx.shard.node.describe_quorum().await;
         let mut body = DescribeQuorumResponse::default();
+        if !Access::new(ctx, call).allows_cluster(Op::Describe) {
+            body.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            return Ok(body);
+        }
+        let quorum = ctx.shard.node.describe_quorum().await;
         let quorum = match quorum {
             Ok(q) => q,
             Err(e) => {

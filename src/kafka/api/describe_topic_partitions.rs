@@ -11,6 +11,7 @@
 
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::authorized_operations as ops;
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_topic_partitions_response::{
@@ -37,7 +38,7 @@ impl Handler for DescribeTopicPartitions {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
         let named: BTreeSet<String> = req.topics.iter().map(|t| t.name.0.to_string()).collect();
@@ -60,8 +61,16 @@ impl Handler for DescribeTopicPartitions {
                 return Ok(body);
             }
         }
-        let names: Vec<String> = if named.is_empty() {
-            meta.topics.keys().cloned().collect()
+        // DESCRIBE on each topic: asked for all, the others are left out; named, they
+        // are TOPIC_AUTHORIZATION_FAILED.
+        let access = Access::new(ctx, call);
+        let all = named.is_empty();
+        let names: Vec<String> = if all {
+            meta.topics
+                .keys()
+                .filter(|n| access.may(Op::Describe, Resource::Topic, n))
+                .cloned()
+                .collect()
         } else {
             named.into_iter().collect()
         };
@@ -76,7 +85,13 @@ impl Handler for DescribeTopicPartitions {
             };
             let mut out = DescribeTopicPartitionsResponseTopic::default();
             out.name = Some(TopicName(StrBytes::from_string(name.clone())));
-            out.topic_authorized_operations = ops::TOPIC;
+            if !all && !access.allows(Op::Describe, Resource::Topic, &name) {
+                out.error_code = ResponseError::TopicAuthorizationFailed.code();
+                out.topic_authorized_operations = ops::NOT_REQUESTED;
+                body.topics.push(out);
+                continue;
+            }
+            out.topic_authorized_operations = access.operations(ops::TOPIC, Resource::Topic, &name);
             let Some(t) = meta.topic(&name) else {
                 out.error_code = ResponseError::UnknownTopicOrPartition.code();
                 body.topics.push(out);

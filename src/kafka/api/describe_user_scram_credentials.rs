@@ -6,6 +6,7 @@
 
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
     CredentialInfo, DescribeUserScramCredentialsResult,
@@ -28,9 +29,15 @@ impl Handler for DescribeUserScramCredentials {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut body = DescribeUserScramCredentialsResponse::default();
+        // DESCRIBE on the cluster.
+        if !Access::new(ctx, call).allows_cluster(Op::Describe) {
+            body.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            body.error_message = Some(StrBytes::from_static_str("Cluster authorization failed."));
+            return Ok(body);
+        }
         let meta = ctx.shard.metadata.snapshot();
         let users: Vec<String> = match req.users.filter(|u| !u.is_empty()) {
             Some(named) => named.iter().map(|u| u.name.to_string()).collect(),

@@ -11,6 +11,7 @@
 use super::admin_change::{message, send_admin_change};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_controller::command::Election;
@@ -35,6 +36,10 @@ impl Handler for ElectLeaders {
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut body = ElectLeadersResponse::default();
+        if !Access::new(ctx, call).allows_cluster(Op::Alter) {
+            body.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            return Ok(body);
+        }
         // v0 has no election type: preferred.
         let election = match (call.version, req.election_type) {
             (0, _) | (_, 0) => Election::Preferred,

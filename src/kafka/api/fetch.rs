@@ -17,6 +17,7 @@
 use super::fan_out::{Asked, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use crate::kafka::response_frame::{DeferredRecords, PLACEHOLDER_MAX_BYTES};
 use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
@@ -129,7 +130,16 @@ impl Handler for Fetch {
     ) -> Result<Self::Response, FrameError> {
         let limits = Limits::of(&req, call.version);
         let meta = ctx.shard.metadata.snapshot();
-        let (fan, leaders_named) = partitions(ctx, &meta, &req, call.version, limits.max_bytes);
+        let access = Access::new(ctx, call);
+        let (fan, leaders_named) = partitions(
+            ctx,
+            &meta,
+            &access,
+            limits.replica_id >= 0,
+            &req,
+            call.version,
+            limits.max_bytes,
+        );
         let outputs = read_until_enough(&fan, &limits).await;
         let (mut answers, asked) = fan.into_parts();
         let (deferred, used) = place_records(&mut answers, &asked, outputs, &limits);
@@ -194,12 +204,17 @@ impl Handler for Fetch {
 fn partitions<'a>(
     ctx: &'a Ctx,
     meta: &ClusterMetadata,
+    access: &Access<'_>,
+    replica: bool,
     req: &FetchRequest,
     version: i16,
     max_bytes: usize,
 ) -> (FanOut<'a, PartitionData, Wanted>, BTreeSet<i32>) {
     let mut fan = FanOut::new(ctx, req.topics.len());
     let mut leaders_named = BTreeSet::new();
+    // A follower needs CLUSTER_ACTION on the cluster, a consumer READ on each topic
+    // (Kafka answers TOPIC_AUTHORIZATION_FAILED per partition either way).
+    let replica_allowed = replica && access.allows_cluster(Op::ClusterAction);
     for t in &req.topics {
         // v13+ name topics by id only; an id this cluster does not know is
         // UNKNOWN_TOPIC_ID for each of its partitions (the client refreshes metadata).
@@ -212,6 +227,11 @@ fn partitions<'a>(
             (t.topic.0.as_str(), ResponseError::UnknownTopicOrPartition)
         };
         let topic: Arc<str> = name.into();
+        let authorized = if replica {
+            replica_allowed
+        } else {
+            name.is_empty() || access.allows(Op::Read, Resource::Topic, name)
+        };
         fan.next_topic(t.partitions.len());
         for p in &t.partitions {
             let mut out = PartitionData::default();
@@ -221,6 +241,10 @@ fn partitions<'a>(
             out.log_start_offset = -1;
             out.preferred_read_replica = BrokerId(-1);
             out.aborted_transactions = None;
+            if !authorized {
+                fan.refuse(out, ResponseError::TopicAuthorizationFailed);
+                continue;
+            }
             match meta.check_leader(ctx.config.node_id, name, p.partition) {
                 Err(NotServed::NotLeader {
                     leader,

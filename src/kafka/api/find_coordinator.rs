@@ -6,6 +6,7 @@
 use super::group_routing::sb;
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::*;
@@ -61,12 +62,19 @@ impl Handler for FindCoordinator {
             }
         }
         let meta = ctx.shard.metadata.snapshot();
+        let access = Access::new(ctx, call);
         // Kafka's error answer names no coordinator.
         let answer = |key: &str| -> (i32, StrBytes, i32, i16, Option<StrBytes>) {
             let refuse =
                 |e: ResponseError, m: String| (-1, sb(String::new()), -1, e.code(), Some(sb(m)));
             if let Some(e) = error {
                 return refuse(e, coordinator_message(e));
+            }
+            if !access.allows(Op::Describe, Resource::Group, key) {
+                return refuse(
+                    ResponseError::GroupAuthorizationFailed,
+                    "Group authorization failed.".to_owned(),
+                );
             }
             let partition = ctx.shard.groups.offsets_partition(key);
             let leader = meta

@@ -34,6 +34,22 @@ pub(super) fn code(e: &Option<GroupError>) -> i16 {
 /// Sends `op` to `group`'s coordinator shard, if this broker coordinates the group: it
 /// leads the group's `__consumer_offsets` partition (NOT_COORDINATOR when another broker
 /// does; COORDINATOR_NOT_AVAILABLE while none does).
+/// [`ask_coordinator`] for a principal that needs READ on the group (the membership
+/// APIs: JoinGroup, SyncGroup, Heartbeat, LeaveGroup); GROUP_AUTHORIZATION_FAILED,
+/// before anything is asked, when an ACL refuses it.
+pub(super) async fn ask_coordinator_to_read(
+    ctx: &Ctx,
+    call: &super::handler::Call<'_>,
+    group: &str,
+    op: GroupOp,
+) -> Result<GroupAnswer, GroupError> {
+    use crate::kafka::access::{Access, Op, Resource};
+    if !Access::new(ctx, call).allows(Op::Read, Resource::Group, group) {
+        return Err(GroupError::AuthorizationFailed);
+    }
+    ask_coordinator(ctx, group, op).await
+}
+
 pub(super) async fn ask_coordinator(
     ctx: &Ctx,
     group: &str,

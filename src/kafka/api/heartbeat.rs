@@ -1,6 +1,6 @@
 //! Heartbeat (v0–v4): keeps a member's session alive and tells it of a rebalance.
 
-use super::group_routing::{ask_coordinator, code, s, unavailable};
+use super::group_routing::{ask_coordinator_to_read, code, s, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
@@ -18,7 +18,7 @@ impl Handler for Heartbeat {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let group = s(&req.group_id.0);
         let op = GroupOp::Heartbeat(corelog_shards::group::types::HeartbeatRequest {
@@ -27,7 +27,7 @@ impl Handler for Heartbeat {
             member_id: s(&req.member_id),
             group_instance_id: req.group_instance_id.as_ref().map(s),
         });
-        let result = match ask_coordinator(ctx, &group, op).await {
+        let result = match ask_coordinator_to_read(ctx, call, &group, op).await {
             Ok(GroupAnswer::Done(r)) => r,
             Err(e) => Err(e),
             _ => Err(unavailable()),

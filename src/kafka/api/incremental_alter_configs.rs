@@ -22,8 +22,9 @@ impl Handler for IncrementalAlterConfigs {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
+        let access = crate::kafka::access::Access::new(ctx, call);
         let twice = named_twice(
             req.resources
                 .iter()
@@ -60,7 +61,14 @@ impl Handler for IncrementalAlterConfigs {
                 } else {
                     ops.map(ConfigOps::Incremental)
                 };
-                check_resource(ctx, r.resource_type, r.resource_name.as_str(), dup, ops)
+                check_resource(
+                    ctx,
+                    &access,
+                    r.resource_type,
+                    r.resource_name.as_str(),
+                    dup,
+                    ops,
+                )
             })
             .collect();
         let outcomes_of = alter(ctx, checked, req.validate_only).await;

@@ -14,6 +14,7 @@
 
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource, CLUSTER_NAME};
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
@@ -29,14 +30,25 @@ impl Handler for InitProducerId {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut body = InitProducerIdResponse::default();
         body.producer_id = ProducerId(-1);
         body.producer_epoch = -1;
+        // An idempotent producer needs IDEMPOTENT_WRITE on the cluster or WRITE on some
+        // topic (KIP-679), as Kafka asks.
+        let access = Access::new(ctx, call);
+        let idempotent_allowed = || {
+            access.may(Op::IdempotentWrite, Resource::Cluster, CLUSTER_NAME)
+                || access.may_on_any(Op::Write, Resource::Topic)
+        };
         let outcome = match req.transactional_id.as_ref().map(|t| t.0.as_str()) {
             Some("") => Err(ResponseError::InvalidRequest),
             Some(_) => Err(ResponseError::TransactionalIdAuthorizationFailed),
+            None if !idempotent_allowed() => {
+                access.audit(Op::IdempotentWrite, Resource::Cluster, CLUSTER_NAME);
+                Err(ResponseError::ClusterAuthorizationFailed)
+            }
             None => ctx
                 .shard
                 .producer_ids

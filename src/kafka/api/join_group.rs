@@ -2,7 +2,7 @@
 //! shard (`group_routing`): member ids, static members (v5+) and KIP-394's required known
 //! member id (v4+).
 
-use super::group_routing::{ask_coordinator, code, s, sb, unavailable};
+use super::group_routing::{ask_coordinator_to_read, code, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
@@ -49,7 +49,7 @@ impl Handler for JoinGroup {
                 .collect(),
             require_known_member_id: v >= 4,
         });
-        let answer = match ask_coordinator(ctx, &group, op).await {
+        let answer = match ask_coordinator_to_read(ctx, call, &group, op).await {
             Ok(GroupAnswer::Join(a)) => a,
             Err(e) => JoinAnswer::error(e, s(&req.member_id)),
             _ => JoinAnswer::error(unavailable(), s(&req.member_id)),

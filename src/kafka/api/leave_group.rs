@@ -1,7 +1,7 @@
 //! LeaveGroup (v0–v5): one member (v0–v2) or a batch of members (v3+, KIP-345) leave,
 //! each with its own error.
 
-use super::group_routing::{ask_coordinator, code, s, sb, unavailable};
+use super::group_routing::{ask_coordinator_to_read, code, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::error_code;
@@ -40,8 +40,9 @@ impl Handler for LeaveGroup {
                 group_instance_id: None,
             }]
         };
-        let answer = match ask_coordinator(
+        let answer = match ask_coordinator_to_read(
             ctx,
+            call,
             &group,
             GroupOp::Leave {
                 group: group.clone(),

@@ -4,6 +4,7 @@
 use super::group_routing::{s, sb};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource, CLUSTER_NAME};
 use crate::kafka::frame::FrameError;
 use corelog_shards::group::types::*;
 use corelog_shards::mesh::ShardMessage;
@@ -51,6 +52,10 @@ impl Handler for ListGroups {
                 .types_filter
                 .iter()
                 .any(|t| t.as_str().eq_ignore_ascii_case(CLASSIC_GROUP_TYPE));
+        // DESCRIBE on the cluster lists every group; else those the principal may
+        // describe (Kafka's rule, without a refusal).
+        let access = Access::new(ctx, call);
+        let all_groups = access.may(Op::Describe, Resource::Cluster, CLUSTER_NAME);
         let mut body = ListGroupsResponse::default();
         for answer in futures::future::join_all(calls).await {
             match answer {
@@ -59,6 +64,7 @@ impl Handler for ListGroups {
                         if !classic_wanted
                             || (!filter.is_empty()
                                 && !filter.contains(&g.state.to_ascii_lowercase()))
+                            || !(all_groups || access.may(Op::Describe, Resource::Group, &g.group))
                         {
                             continue;
                         }

@@ -12,6 +12,7 @@
 use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{
     FoundOffset, Isolation, ListOffsetsInput, PartitionRequest, TopicPartition,
@@ -56,9 +57,11 @@ impl Handler for ListOffsets {
                     .or_insert(0usize) += 1;
             }
         }
+        let access = Access::new(ctx, call);
         for t in &req.topics {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
+            let described = access.allows(Op::Describe, Resource::Topic, name);
             fan.next_topic(t.partitions.len());
             for p in &t.partitions {
                 let mut out = ListOffsetsPartitionResponse::default();
@@ -67,9 +70,10 @@ impl Handler for ListOffsets {
                 out.offset = -1;
                 out.leader_epoch = -1;
                 let once = named.get(&(name, p.partition_index)).copied().unwrap_or(0) == 1;
-                let served = once
+                let served = described
                     .then_some(())
-                    .ok_or(ResponseError::InvalidRequest)
+                    .ok_or(ResponseError::TopicAuthorizationFailed)
+                    .and_then(|()| once.then_some(()).ok_or(ResponseError::InvalidRequest))
                     .and_then(|()| leader_check(ctx, &meta, name, p.partition_index))
                     // Special values Kafka added later (-6: earliest pending upload, v11).
                     .and_then(|()| {

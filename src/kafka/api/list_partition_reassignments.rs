@@ -6,6 +6,7 @@
 
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
 use kafka_protocol::messages::list_partition_reassignments_response::{
     OngoingPartitionReassignment, OngoingTopicReassignment,
@@ -15,6 +16,7 @@ use kafka_protocol::messages::{
     TopicName,
 };
 use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
 
 pub struct ListPartitionReassignments;
 
@@ -27,11 +29,16 @@ impl Handler for ListPartitionReassignments {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
         let brokers = |ids: &[i32]| ids.iter().map(|b| BrokerId(*b)).collect::<Vec<_>>();
         let mut body = ListPartitionReassignmentsResponse::default();
+        if !Access::new(ctx, call).allows_cluster(Op::Describe) {
+            body.error_code = ResponseError::ClusterAuthorizationFailed.code();
+            body.error_message = Some(StrBytes::from_static_str("Cluster authorization failed."));
+            return Ok(body);
+        }
         for t in meta.topics.values() {
             let named: Option<&Vec<i32>> = match &req.topics {
                 None => None,

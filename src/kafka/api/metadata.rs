@@ -14,6 +14,7 @@
 use super::admin_change::auto_create;
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource, CLUSTER_NAME};
 use crate::kafka::authorized_operations::{self as ops, NOT_REQUESTED};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
@@ -56,16 +57,27 @@ impl Handler for Metadata {
 
         // KIP-430: asked for by v8+ (the cluster's only up to v10; v11 moved it to
         // DescribeCluster).
-        let topic_ops = ops::if_requested(req.include_topic_authorized_operations, ops::TOPIC);
+        // Where ACLs are on, a topic the principal may not DESCRIBE is left out of "all
+        // topics" and refused when named; auto-creation needs CREATE too.
+        let access = Access::new(ctx, call);
+        let topic_ops = |name: &str| {
+            ops::if_requested(
+                req.include_topic_authorized_operations,
+                access.operations(ops::TOPIC, Resource::Topic, name),
+            )
+        };
         let cluster_ops = ops::if_requested(
             (8..=10).contains(&version) && req.include_cluster_authorized_operations,
-            ops::CLUSTER,
+            access.operations(ops::CLUSTER, Resource::Cluster, CLUSTER_NAME),
         );
         let mut topics = Vec::new();
         match requested {
             None => {
                 for t in meta.topics.values() {
-                    topics.push(topic_entry(&meta, t, topic_ops, &ctx.listener, version));
+                    if access.may(Op::Describe, Resource::Topic, &t.name) {
+                        let ops = topic_ops(&t.name);
+                        topics.push(topic_entry(&meta, t, ops, &ctx.listener, version));
+                    }
                 }
             }
             Some(list) => {
@@ -77,6 +89,8 @@ impl Handler for Metadata {
                     .filter(|(_, id)| id.is_nil())
                     .filter_map(|(n, _)| n.clone())
                     .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
+                    .filter(|n| access.may(Op::Describe, Resource::Topic, n))
+                    .filter(|n| access.may_create_topic(n))
                     .collect();
                 let mut create_errors = std::collections::HashMap::new();
                 if auto && !missing.is_empty() {
@@ -100,13 +114,34 @@ impl Handler for Metadata {
                         Some(n) => meta.topic(n),
                         None => meta.topic_by_id(id),
                     };
+                    let described = match (found, &name) {
+                        (Some(t), _) => Some(t.name.as_str()),
+                        (None, Some(n)) => Some(n.as_str()),
+                        (None, None) => None,
+                    };
+                    if let Some(n) = described {
+                        if !access.allows(Op::Describe, Resource::Topic, n) {
+                            // By id, the name is not given away.
+                            let name = if by_id { None } else { name.as_ref() };
+                            topics.push(missing_topic(
+                                name,
+                                id,
+                                ResponseError::TopicAuthorizationFailed,
+                            ));
+                            continue;
+                        }
+                    }
                     let entry = match (found, &name) {
-                        (Some(t), _) => topic_entry(&meta, t, topic_ops, &ctx.listener, version),
+                        (Some(t), _) => {
+                            topic_entry(&meta, t, topic_ops(&t.name), &ctx.listener, version)
+                        }
                         (None, Some(n)) => {
                             let code = if validate_topic_name(n).is_err() {
                                 ResponseError::InvalidTopicException
                             } else if let Some(e) = create_errors.get(n) {
                                 error_code::topic(e)
+                            } else if auto && !access.may_create_topic(n) {
+                                ResponseError::TopicAuthorizationFailed
                             } else {
                                 ResponseError::UnknownTopicOrPartition
                             };

@@ -2,8 +2,9 @@
 //! key and the versions it serves beside the code that serves them; `apis!` lists them
 //! once, and ApiVersions advertises exactly that list. A few modules are shared by
 //! several APIs and serve none themselves: `group_routing` (the coordinator shard of a
-//! group), `admin_change` (admin changes sent to the admin shard), `config_resources`,
-//! `quota_entities` and `fan_out`.
+//! group), `acl_requests` (the ACL APIs' gate and filters), `admin_change` (admin
+//! changes sent to the admin shard), `config_resources`, `quota_entities` and `fan_out`.
+//! Every handler that serves a resource asks `kafka::access` first, as Kafka's does.
 //!
 //! Handler shape: `handler::serve` decodes (pure, bounded); a partition-level handler
 //! checks each partition and gives it to `fan_out::FanOut`, which answers it at once
@@ -12,6 +13,7 @@
 //! response's error codes and encodes it. A partition's failure is its own error code
 //! and never fails the request.
 
+pub mod acl_requests;
 pub mod admin_change;
 pub mod alter_client_quotas;
 pub mod alter_configs;
@@ -19,11 +21,14 @@ pub mod alter_partition_reassignments;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod config_resources;
+pub mod create_acls;
 pub mod create_partitions;
 pub mod create_topics;
+pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
 pub mod delete_topics;
+pub mod describe_acls;
 pub mod describe_client_quotas;
 pub mod describe_cluster;
 pub mod describe_configs;
@@ -182,6 +187,9 @@ apis![
     alter_partition_reassignments::AlterPartitionReassignments,
     list_partition_reassignments::ListPartitionReassignments,
     elect_leaders::ElectLeaders,
+    describe_acls::DescribeAcls,
+    create_acls::CreateAcls,
+    delete_acls::DeleteAcls,
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {

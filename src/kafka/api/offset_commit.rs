@@ -4,6 +4,7 @@
 use super::group_routing::{ask_coordinator, code, s, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::group::types::*;
 use kafka_protocol::messages::offset_commit_response::{
@@ -29,14 +30,26 @@ impl Handler for OffsetCommit {
         let group = s(&req.group_id.0);
         let meta = ctx.shard.metadata.snapshot();
         let mut offsets = Vec::new();
-        // Partitions of unknown topics are refused up front, as Kafka does.
-        let mut known: Vec<Vec<bool>> = Vec::with_capacity(req.topics.len());
+        // Refused up front, as Kafka does: everything without READ on the group, the
+        // partitions of topics without READ, and those of unknown topics.
+        let access = Access::new(ctx, call);
+        let group_readable = access.allows(Op::Read, Resource::Group, &group);
+        let mut refused: Vec<Vec<Option<ResponseError>>> = Vec::with_capacity(req.topics.len());
         for t in &req.topics {
             let topic = s(&t.name.0);
+            let topic_readable = group_readable && access.allows(Op::Read, Resource::Topic, &topic);
             let mut k = Vec::with_capacity(t.partitions.len());
             for p in &t.partitions {
-                let ok = meta.has_partition(&topic, p.partition_index);
-                if ok {
+                let refusal = if !group_readable {
+                    Some(ResponseError::GroupAuthorizationFailed)
+                } else if !topic_readable {
+                    Some(ResponseError::TopicAuthorizationFailed)
+                } else if !meta.has_partition(&topic, p.partition_index) {
+                    Some(ResponseError::UnknownTopicOrPartition)
+                } else {
+                    None
+                };
+                if refusal.is_none() {
                     offsets.push((
                         topic.clone(),
                         p.partition_index,
@@ -45,9 +58,9 @@ impl Handler for OffsetCommit {
                         p.committed_metadata.as_ref().map(s).unwrap_or_default(),
                     ));
                 }
-                k.push(ok);
+                k.push(refusal);
             }
-            known.push(k);
+            refused.push(k);
         }
         let n = offsets.len();
         let results: Vec<Result<(), GroupError>> = if n == 0 {
@@ -77,16 +90,15 @@ impl Handler for OffsetCommit {
         };
         let mut results = results.into_iter();
         let mut body = OffsetCommitResponse::default();
-        for (t, k) in req.topics.iter().zip(known) {
+        for (t, k) in req.topics.iter().zip(refused) {
             let mut tr = OffsetCommitResponseTopic::default();
             tr.name = t.name.clone();
-            for (p, ok) in t.partitions.iter().zip(k) {
+            for (p, refusal) in t.partitions.iter().zip(k) {
                 let mut pr = OffsetCommitResponsePartition::default();
                 pr.partition_index = p.partition_index;
-                pr.error_code = if !ok {
-                    ResponseError::UnknownTopicOrPartition.code()
-                } else {
-                    code(&results.next().and_then(|r| r.err()))
+                pr.error_code = match refusal {
+                    Some(e) => e.code(),
+                    None => code(&results.next().and_then(|r| r.err())),
                 };
                 tr.partitions.push(pr);
             }

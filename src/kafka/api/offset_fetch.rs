@@ -4,6 +4,7 @@
 use super::group_routing::{ask_coordinator, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_shards::group::types::{Committed, GroupAnswer, GroupError, GroupOp};
@@ -12,29 +13,65 @@ use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseTopic, OffsetFetchResponseTopics,
 };
 use kafka_protocol::messages::*;
+use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 
-/// One group's offsets as the OffsetFetch answer needs them.
+/// A partition's committed offset (or none), or why it is not told.
+type Told = Result<Option<Committed>, ResponseError>;
+type Row = (String, i32, Told);
+
+/// One group's offsets as the OffsetFetch answer needs them. The principal needs
+/// DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED), and on each topic: a named topic
+/// it may not describe is TOPIC_AUTHORIZATION_FAILED per partition; asked for all, such
+/// topics are left out.
 async fn fetch_group_offsets(
     ctx: &Ctx,
+    access: &Access<'_>,
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Vec<(String, i32, Option<Committed>)>, GroupError> {
-    let op = GroupOp::FetchOffsets {
-        group: group.to_string(),
-        topics,
-    };
-    match ask_coordinator(ctx, group, op).await {
-        Ok(GroupAnswer::Offsets(r)) => r,
-        Err(e) => Err(e),
-        _ => Err(unavailable()),
+) -> Result<Vec<Row>, GroupError> {
+    if !access.allows(Op::Describe, Resource::Group, group) {
+        return Err(GroupError::AuthorizationFailed);
     }
+    let mut denied = Vec::new();
+    let topics = topics.map(|ts| {
+        let (allowed, refused): (Vec<_>, Vec<_>) = ts
+            .into_iter()
+            .partition(|(t, _)| access.allows(Op::Describe, Resource::Topic, t));
+        denied = refused;
+        allowed
+    });
+    let all = topics.is_none();
+    let mut rows: Vec<Row> = if topics.as_ref().is_some_and(|t| t.is_empty()) && !denied.is_empty()
+    {
+        Vec::new()
+    } else {
+        let op = GroupOp::FetchOffsets {
+            group: group.to_string(),
+            topics,
+        };
+        match ask_coordinator(ctx, group, op).await {
+            Ok(GroupAnswer::Offsets(r)) => r?
+                .into_iter()
+                .filter(|(t, _, _)| !all || access.may(Op::Describe, Resource::Topic, t))
+                .map(|(t, p, c)| (t, p, Ok(c)))
+                .collect(),
+            Err(e) => return Err(e),
+            _ => return Err(unavailable()),
+        }
+    };
+    for (t, parts) in denied {
+        for p in parts {
+            rows.push((t.clone(), p, Err(ResponseError::TopicAuthorizationFailed)));
+        }
+    }
+    Ok(rows)
 }
 
-/// Groups (topic, partition, committed) by topic, keeping first-seen order.
-fn by_topic(rows: Vec<(String, i32, Option<Committed>)>) -> Vec<TopicOffsets> {
+/// Groups rows by topic, keeping first-seen order.
+fn by_topic(rows: Vec<Row>) -> Vec<TopicOffsets> {
     let mut order: Vec<String> = Vec::new();
-    let mut map: BTreeMap<String, Vec<(i32, Option<Committed>)>> = BTreeMap::new();
+    let mut map: BTreeMap<String, Vec<(i32, Told)>> = BTreeMap::new();
     for (t, p, c) in rows {
         if !map.contains_key(&t) {
             order.push(t.clone());
@@ -50,8 +87,8 @@ fn by_topic(rows: Vec<(String, i32, Option<Committed>)>) -> Vec<TopicOffsets> {
         .collect()
 }
 
-/// One topic's committed offsets: (partition, committed or none).
-type TopicOffsets = (String, Vec<(i32, Option<Committed>)>);
+/// One topic's committed offsets: (partition, committed or none, or why not told).
+type TopicOffsets = (String, Vec<(i32, Told)>);
 
 pub struct OffsetFetch;
 
@@ -68,6 +105,7 @@ impl Handler for OffsetFetch {
     ) -> Result<Self::Response, FrameError> {
         let v = call.version;
         let mut body = OffsetFetchResponse::default();
+        let access = Access::new(ctx, call);
         if v >= 8 {
             // The multi-group form: every group and every partition asked for is answered
             // (a broker that dropped partitions here left clients consuming only one).
@@ -80,7 +118,7 @@ impl Handler for OffsetFetch {
                 });
                 let mut out = OffsetFetchResponseGroup::default();
                 out.group_id = g.group_id.clone();
-                match fetch_group_offsets(ctx, &group, topics).await {
+                match fetch_group_offsets(ctx, &access, &group, topics).await {
                     Err(e) => out.error_code = error_code::group(&e).code(),
                     Ok(rows) => {
                         for (topic, parts) in by_topic(rows) {
@@ -89,6 +127,10 @@ impl Handler for OffsetFetch {
                             for (p, c) in parts {
                                 let mut pr = OffsetFetchResponsePartitions::default();
                                 pr.partition_index = p;
+                                let c = c.unwrap_or_else(|e| {
+                                    pr.error_code = e.code();
+                                    None
+                                });
                                 pr.committed_offset = c.as_ref().map(|c| c.offset).unwrap_or(-1);
                                 pr.committed_leader_epoch =
                                     c.as_ref().map(|c| c.leader_epoch).unwrap_or(-1);
@@ -108,7 +150,7 @@ impl Handler for OffsetFetch {
                     .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
                     .collect()
             });
-            match fetch_group_offsets(ctx, &group, topics).await {
+            match fetch_group_offsets(ctx, &access, &group, topics).await {
                 Err(e) => {
                     // v2+ has a top-level error code; before, the error goes per partition.
                     if v >= 2 {
@@ -122,6 +164,10 @@ impl Handler for OffsetFetch {
                         for (p, c) in parts {
                             let mut pr = OffsetFetchResponsePartition::default();
                             pr.partition_index = p;
+                            let c = c.unwrap_or_else(|e| {
+                                pr.error_code = e.code();
+                                None
+                            });
                             pr.committed_offset = c.as_ref().map(|c| c.offset).unwrap_or(-1);
                             if v >= 5 {
                                 pr.committed_leader_epoch =

@@ -10,6 +10,7 @@
 use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{EpochQuery, PartitionRequest, TopicPartition};
 use kafka_protocol::messages::offset_for_leader_epoch_response::{
@@ -36,18 +37,29 @@ impl Handler for OffsetForLeaderEpoch {
     async fn handle(
         ctx: &Ctx,
         req: Self::Request,
-        _call: &Call<'_>,
+        call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let meta = ctx.shard.metadata.snapshot();
         let mut fan = FanOut::new(ctx, req.topics.len());
+        // A follower (v3+ names its replica id) needs CLUSTER_ACTION, a client DESCRIBE on
+        // each topic.
+        let access = Access::new(ctx, call);
+        let replica_allowed =
+            (req.replica_id.0 >= 0).then(|| access.allows_cluster(Op::ClusterAction));
         for t in &req.topics {
             let name = t.topic.0.as_str();
             let topic: Arc<str> = name.into();
+            let authorized = replica_allowed
+                .unwrap_or_else(|| access.allows(Op::Describe, Resource::Topic, name));
             fan.next_topic(t.partitions.len());
             for p in &t.partitions {
                 let mut out = EpochEndOffset::default();
                 out.partition = p.partition;
-                match leader_check(ctx, &meta, name, p.partition) {
+                let checked = authorized
+                    .then_some(())
+                    .ok_or(ResponseError::TopicAuthorizationFailed)
+                    .and_then(|()| leader_check(ctx, &meta, name, p.partition));
+                match checked {
                     Err(e) => fan.refuse(out, e),
                     Ok(()) => {
                         let query = EpochQuery {

@@ -9,6 +9,7 @@ use super::admin_change::auto_create;
 use super::fan_out::{leader_check, FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
+use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use bytes::Bytes;
@@ -118,14 +119,31 @@ impl Handler for Produce {
         let acks = Acks::from_wire(req.acks);
         let timeout_ms = u64::try_from(req.timeout_ms).unwrap_or(0);
 
-        // Auto-create unknown topics named by a produce, as Kafka's auto.create.topics.enable.
+        // Authorization, per topic (never per batch): WRITE on each topic, and on the
+        // transactional id a transactional producer names.
+        let access = Access::new(ctx, call);
+        let transaction_refused = req
+            .transactional_id
+            .as_deref()
+            .is_some_and(|id| !access.allows(Op::Write, Resource::TransactionalId, id));
+        let writable: Vec<bool> = req
+            .topic_data
+            .iter()
+            .map(|t| !transaction_refused && access.allows(Op::Write, Resource::Topic, &t.name.0))
+            .collect();
+
+        // Auto-create unknown topics named by a produce, as Kafka's auto.create.topics.enable
+        // (with CREATE on the cluster or the topic where ACLs are on).
         if ctx.config.auto_create_topics && acks.is_some() {
             let meta = ctx.shard.metadata.snapshot();
             let missing: Vec<String> = req
                 .topic_data
                 .iter()
-                .map(|t| t.name.0.to_string())
+                .zip(&writable)
+                .filter(|(_, w)| **w)
+                .map(|(t, _)| t.name.0.to_string())
                 .filter(|n| meta.topic(n).is_none() && validate_topic_name(n).is_ok())
+                .filter(|n| access.may_create_topic(n))
                 .collect();
             if !missing.is_empty() {
                 auto_create(ctx, &missing).await;
@@ -134,9 +152,14 @@ impl Handler for Produce {
         let meta = ctx.shard.metadata.snapshot();
 
         let mut fan = FanOut::new(ctx, req.topic_data.len());
-        for t in &req.topic_data {
+        for (t, writable) in req.topic_data.iter().zip(writable) {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
+            let authorized = match (writable, transaction_refused) {
+                (true, _) => Ok(()),
+                (false, true) => Err(ResponseError::TransactionalIdAuthorizationFailed),
+                (false, false) => Err(ResponseError::TopicAuthorizationFailed),
+            };
             fan.next_topic(t.partition_data.len());
             for p in &t.partition_data {
                 let mut out = PartitionProduceResponse::default();
@@ -146,6 +169,7 @@ impl Handler for Produce {
                 out.log_start_offset = -1;
                 let accepted = acks
                     .ok_or(ResponseError::InvalidRequiredAcks)
+                    .and(authorized)
                     .and_then(|_| accepted(ctx, &meta, &req, name, p.index, &p.records));
                 match accepted {
                     Ok(records) => {

@@ -1,7 +1,7 @@
 //! SyncGroup (v0–v5): the leader's assignment handed to every member by the coordinator
 //! shard; v5 names the protocol type and name.
 
-use super::group_routing::{ask_coordinator, code, s, sb, unavailable};
+use super::group_routing::{ask_coordinator_to_read, code, s, sb, unavailable};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::frame::FrameError;
@@ -36,7 +36,7 @@ impl Handler for SyncGroup {
                 .map(|a| (s(&a.member_id), a.assignment.clone()))
                 .collect(),
         });
-        let answer = match ask_coordinator(ctx, &group, op).await {
+        let answer = match ask_coordinator_to_read(ctx, call, &group, op).await {
             Ok(GroupAnswer::Sync(a)) => a,
             Err(e) => SyncAnswer::error(e),
             _ => SyncAnswer::error(unavailable()),
