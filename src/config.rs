@@ -62,9 +62,14 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "super.users")]
     pub super_users: Option<String>,
-    /// Kafka's `allow.everyone.if.no.acl.found` (default false).
+    /// Kafka's `allow.everyone.if.no.acl.found` (default false); in the config file a
+    /// boolean or, as `server.properties` writes it, "true"/"false".
     #[arg(long)]
-    #[serde(alias = "allow.everyone.if.no.acl.found")]
+    #[serde(
+        alias = "allow.everyone.if.no.acl.found",
+        default,
+        deserialize_with = "bool_or_text"
+    )]
     pub allow_everyone_if_no_acl_found: Option<bool>,
     /// Kafka's TLS keys (`ssl.*`, and `listener.name.<name>.ssl.*` for one listener),
     /// as in the config file: `--security ssl.keystore.location=/etc/corelog/broker.pem`
@@ -626,6 +631,26 @@ pub struct ClusterConfig {
     /// `None`: auto.leader.rebalance.enable is off.
     pub leader_balance: Option<corelog_controller::leader_balance::LeaderBalance>,
     pub balancer: corelog_controller::balancer::Balancer,
+}
+
+/// A boolean key given as TOML's boolean or as Kafka's text ("true", "false").
+fn bool_or_text<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum BoolOrText {
+        Bool(bool),
+        Text(String),
+    }
+    match BoolOrText::deserialize(d)? {
+        BoolOrText::Bool(b) => Ok(Some(b)),
+        BoolOrText::Text(t) => match t.trim().to_ascii_lowercase().as_str() {
+            "true" => Ok(Some(true)),
+            "false" => Ok(Some(false)),
+            _ => Err(serde::de::Error::custom(format!(
+                "{t:?} is not true or false"
+            ))),
+        },
+    }
 }
 
 /// Kafka's authorizer class names that mean ACLs as the metadata log keeps them: KRaft's,
@@ -1209,6 +1234,51 @@ mod tests {
         })
         .expect("a listener may be bound without being advertised");
         assert_eq!(unadvertised.listeners[1].advertised, None);
+    }
+
+    #[test]
+    fn authorizer_from_kafkas_keys() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let resolve = |text: &str| {
+            let path = dir.path().join("a.toml");
+            std::fs::write(&path, text).expect("write");
+            BrokerConfig::resolve(ServeArgs {
+                config: Some(path),
+                ..Default::default()
+            })
+            .map(|c| c.authorizer)
+        };
+        const CLASS: &str =
+            "\"authorizer.class.name\" = \"org.apache.kafka.metadata.authorizer.StandardAuthorizer\"\n";
+        let p = resolve(&format!(
+            "{CLASS}\"super.users\" = \"User:admin; User:broker\"\n\
+             \"allow.everyone.if.no.acl.found\" = \"true\"\n"
+        ))
+        .expect("resolve")
+        .expect("an authorizer");
+        assert_eq!(p.super_users, ["User:admin", "User:broker"]);
+        assert!(p.allow_everyone_if_no_acl_found, "Kafka's text form");
+        let p = resolve(&format!(
+            "{CLASS}\"allow.everyone.if.no.acl.found\" = false\n"
+        ))
+        .expect("resolve")
+        .expect("an authorizer");
+        assert!(!p.allow_everyone_if_no_acl_found && p.super_users.is_empty());
+        assert_eq!(
+            resolve("").expect("resolve"),
+            None,
+            "no authorizer by default"
+        );
+        assert!(
+            resolve("\"super.users\" = \"User:a\"\n").is_err(),
+            "without an authorizer"
+        );
+        assert!(resolve("\"authorizer.class.name\" = \"com.example.Mine\"\n").is_err());
+        assert!(resolve(&format!("{CLASS}\"super.users\" = \"admin\"\n")).is_err());
+        assert!(resolve(&format!(
+            "{CLASS}\"allow.everyone.if.no.acl.found\" = \"yes\"\n"
+        ))
+        .is_err());
     }
 
     #[test]

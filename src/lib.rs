@@ -28,3 +28,5 @@ pub mod security_config;
 pub mod server;
 pub mod session;
 pub mod tls_config;
+pub mod tls_principal;
+pub mod tls_reload;

@@ -26,6 +26,7 @@ pub const KEYS: &[&str] = &[
     "ssl.enabled.protocols",
     "ssl.protocol",
     "ssl.endpoint.identification.algorithm",
+    "ssl.principal.mapping.rules",
     "sasl.enabled.mechanisms",
     "plain.sasl.jaas.config",
     "connection.failed.authentication.delay.ms",

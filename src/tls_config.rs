@@ -3,7 +3,9 @@
 //! (`ssl.keystore.type=PEM` with `ssl.keystore.certificate.chain` and
 //! `ssl.keystore.key`, or one `ssl.keystore.location` file holding both), the trusted
 //! CAs (`ssl.truststore.certificates` or `ssl.truststore.location`), `ssl.client.auth`
-//! (none, requested, required) and `ssl.enabled.protocols` (TLSv1.2, TLSv1.3).
+//! (none, requested, required), `ssl.enabled.protocols` (TLSv1.2, TLSv1.3) and
+//! `ssl.principal.mapping.rules` (`tls_principal`). A keystore file is reloaded when it
+//! changes (`tls_reload`).
 //!
 //! Invariants: a config is built only from a complete, consistent set of keys — a key
 //! without its certificate, a chain without its key, client authentication without a
@@ -30,7 +32,12 @@ pub enum ClientAuth {
 
 /// A listener's TLS server settings; its `Debug` shows nothing of the key.
 #[derive(Clone)]
-pub struct TlsServerConfig(pub Arc<ServerConfig>);
+pub struct TlsServerConfig {
+    pub rustls: Arc<ServerConfig>,
+    /// How a client certificate's subject becomes a principal
+    /// (`ssl.principal.mapping.rules`).
+    pub principal_mapping: Arc<crate::tls_principal::PrincipalMapping>,
+}
 
 impl std::fmt::Debug for TlsServerConfig {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,6 +53,13 @@ pub fn server_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Tls
         if !t.eq_ignore_ascii_case("PEM") {
             bail!("listener {listener}: ssl.keystore.type {t} is not served; use PEM (ssl.keystore.type=PEM)");
         }
+    }
+    // Kafka refuses both with a PEM store: only a key password exists there.
+    if get("ssl.keystore.password").is_some() {
+        bail!("listener {listener}: ssl.keystore.password cannot be specified with PEM format, only key password may be specified (and encrypted keys are not served: leave both unset)");
+    }
+    if get("ssl.truststore.password").is_some() {
+        bail!("listener {listener}: ssl.truststore.password cannot be specified for PEM format; leave it unset");
     }
     if get("ssl.key.password").is_some() {
         bail!("listener {listener}: encrypted private keys are not served; give an unencrypted PKCS#8 key (openssl pkcs8 -topk8 -nocrypt) and leave ssl.key.password unset");
@@ -128,11 +142,27 @@ pub fn server_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Tls
             )
         }
     };
-    let mut config = builder
-        .with_single_cert(chain, key)
-        .with_context(|| context("the certificate and key do not match or are unusable"))?;
+    // A keystore file is reloaded when it changes (`tls_reload`); an inline one is fixed.
+    let mut config = match get("ssl.keystore.location") {
+        Some(path) => {
+            let keystore = crate::tls_reload::ReloadingKeystore::open(path.into(), listener)
+                .with_context(|| context("the keystore"))?;
+            builder.with_cert_resolver(Arc::new(keystore))
+        }
+        None => builder
+            .with_single_cert(chain, key)
+            .with_context(|| context("the certificate and key do not match or are unusable"))?,
+    };
     config.enable_secret_extraction = true;
-    Ok(TlsServerConfig(Arc::new(config)))
+    let principal_mapping = match get("ssl.principal.mapping.rules") {
+        None => crate::tls_principal::PrincipalMapping::default(),
+        Some(rules) => crate::tls_principal::PrincipalMapping::parse(rules)
+            .map_err(|e| anyhow::anyhow!("listener {listener}: {e}"))?,
+    };
+    Ok(TlsServerConfig {
+        rustls: Arc::new(config),
+        principal_mapping: Arc::new(principal_mapping),
+    })
 }
 
 fn certificates(pem: &[u8]) -> anyhow::Result<Vec<CertificateDer<'static>>> {

@@ -77,7 +77,7 @@ pub async fn serve(
     let mut stream = stream;
     let tls = match &ctx.tls {
         None => None,
-        Some(config) => match crate::net::tls::accept(&mut stream, config.0.clone()).await {
+        Some(config) => match crate::net::tls::accept(&mut stream, config.rustls.clone()).await {
             Ok((session, leftover)) => {
                 tracing::debug!(%peer, listener = %ctx.listener, session = session.describe(), "TLS in user space (rustls)");
                 Some((session, leftover))
@@ -102,10 +102,28 @@ pub async fn serve(
     let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
     let tls_session = tls.as_ref().map(|(s, _)| s.clone());
     let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer, tls_session));
+    // A client certificate names the principal (mutual TLS), unless SASL does.
+    let certificate_principal = match (
+        &ctx.tls,
+        tls.as_ref().and_then(|(s, _)| s.peer_certificates()),
+    ) {
+        (Some(config), Some(chain)) if ctx.sasl.is_none() => {
+            let Some(leaf) = chain.first() else { return };
+            match config.principal_mapping.principal(leaf) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    // Kafka fails the authentication: this connection only.
+                    crate::sasl::audit_failure(&ctx.listener, peer, None, &e.to_string());
+                    return;
+                }
+            }
+        }
+        _ => None,
+    };
     let session = Rc::new(Session::new(
         ctx.sasl.clone().map(crate::sasl::Authentication::new),
         peer,
-        None,
+        certificate_principal,
     ));
     let reason = match tls {
         None => read_loop(ctx, peer, reader, tx, &shutdown, &memory, session).await,
@@ -259,7 +277,7 @@ async fn read_loop(
         let quota = crate::quota::admit(
             &ctx.quotas,
             request.api_key,
-            request.header.client_id.as_deref(),
+            crate::quota::QuotaClient::of(session.principal(), request.header.client_id.as_deref()),
             bytes_in,
             &throttle,
         );

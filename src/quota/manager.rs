@@ -27,7 +27,7 @@
 //! ids or `RESOLVED_CACHE_BYTES_MAX` of them. Sensors idle for a whole span are dropped
 //! at the next tick.
 
-use super::entity::{self, ANONYMOUS_USER};
+use super::entity;
 use corelog_shards::client_quota::{QuotaKind, UsageReport};
 use corelog_shards::metadata::ClusterMetadata;
 use corelog_shards::shard::Shard;
@@ -90,7 +90,10 @@ struct Resolved {
 
 struct Cache {
     snapshot: Option<Arc<ClusterMetadata>>,
-    by_client: HashMap<Box<str>, Rc<Resolved>>,
+    /// user → client id → resolution (two levels, so a lookup allocates nothing).
+    by_client: HashMap<Box<str>, HashMap<Box<str>, Rc<Resolved>>>,
+    /// Entries and bytes of names held, bounded as the module comment says.
+    entries: usize,
     bytes: usize,
 }
 
@@ -167,6 +170,7 @@ impl QuotaManager {
             cache: RefCell::new(Cache {
                 snapshot: None,
                 by_client: HashMap::new(),
+                entries: 0,
                 bytes: 0,
             }),
             full_warned: Cell::new(false),
@@ -194,27 +198,25 @@ impl QuotaManager {
         }
     }
 
-    fn resolved(&self, meta: &Arc<ClusterMetadata>, client_id: &str) -> Rc<Resolved> {
+    fn resolved(&self, meta: &Arc<ClusterMetadata>, client: QuotaClient<'_>) -> Rc<Resolved> {
+        let QuotaClient { user, client_id } = client;
         let mut cache = self.cache.borrow_mut();
         let fresh = cache
             .snapshot
             .as_ref()
             .is_some_and(|s| Arc::ptr_eq(s, meta));
-        if !fresh
-            || cache.by_client.len() >= RESOLVED_CACHE_MAX
-            || cache.bytes > RESOLVED_CACHE_BYTES_MAX
-        {
+        if !fresh || cache.entries >= RESOLVED_CACHE_MAX || cache.bytes > RESOLVED_CACHE_BYTES_MAX {
             cache.snapshot = Some(meta.clone());
             cache.by_client.clear();
+            cache.entries = 0;
             cache.bytes = 0;
         }
-        if let Some(r) = cache.by_client.get(client_id) {
+        if let Some(r) = cache.by_client.get(user).and_then(|m| m.get(client_id)) {
             return r.clone();
         }
         let q = &meta.client_quotas;
         let get = |key| {
-            entity::resolve(q, key, ANONYMOUS_USER, client_id)
-                .map(|a| (Arc::<str>::from(a.sensor), a.quota))
+            entity::resolve(q, key, user, client_id).map(|a| (Arc::<str>::from(a.sensor), a.quota))
         };
         let r = Rc::new(Resolved {
             produce: get(entity::PRODUCER_BYTE_RATE),
@@ -222,20 +224,25 @@ impl QuotaManager {
             // Percent of one core: 1 % is 10 ms of handling time per second.
             request: get(entity::REQUEST_PERCENTAGE).map(|(s, pct)| (s, pct * 10_000.0)),
         });
-        cache.bytes += client_id.len();
-        cache.by_client.insert(client_id.into(), r.clone());
+        cache.entries += 1;
+        cache.bytes += user.len() + client_id.len();
+        cache
+            .by_client
+            .entry(user.into())
+            .or_default()
+            .insert(client_id.into(), r.clone());
         r
     }
 
-    /// Records `bytes` of `kind` for `client_id` and returns how long the client is to
-    /// be throttled (zero when it has no quota or is within it).
-    pub fn record(&self, kind: QuotaKind, client_id: &str, bytes: u64) -> Duration {
+    /// Records `bytes` of `kind` for `client` and returns how long the client is to be
+    /// throttled (zero when it has no quota or is within it).
+    pub fn record(&self, kind: QuotaKind, client: QuotaClient<'_>, bytes: u64) -> Duration {
         let meta = self.shard.metadata.snapshot();
         if meta.client_quotas.entries.is_empty() {
             return Duration::ZERO;
         }
         self.apply_remote();
-        let resolved = self.resolved(&meta, client_id);
+        let resolved = self.resolved(&meta, client);
         let Some((sensor, quota)) = (match kind {
             QuotaKind::Produce => &resolved.produce,
             QuotaKind::Fetch => &resolved.fetch,
@@ -268,11 +275,11 @@ impl QuotaManager {
     pub fn charge(
         &self,
         kind: QuotaKind,
-        client_id: Option<&str>,
+        client: QuotaClient<'_>,
         bytes: u64,
         connection: &ConnectionThrottle,
     ) -> i32 {
-        let d = self.record(kind, client_id.unwrap_or(""), bytes);
+        let d = self.record(kind, client, bytes);
         connection.throttle(d);
         i32::try_from(d.as_millis()).unwrap_or(i32::MAX)
     }
@@ -348,19 +355,19 @@ impl QuotaManager {
 /// only the hold enforces this quota (Produce and Fetch report their byte-rate throttle).
 pub fn charge_request_time(
     quotas: &QuotaManager,
-    client_id: Option<&str>,
+    client: QuotaClient<'_>,
     spent: Duration,
     connection: &ConnectionThrottle,
 ) {
     let us = u64::try_from(spent.as_micros()).unwrap_or(u64::MAX);
-    quotas.charge(QuotaKind::Request, client_id, us, connection);
+    quotas.charge(QuotaKind::Request, client, us, connection);
 }
 
 /// Runs a request's handler, timing its polls, then charges that time
 /// (`charge_request_time`).
 pub async fn timed<T>(
     quotas: &QuotaManager,
-    client_id: Option<&str>,
+    client: QuotaClient<'_>,
     quota: &RequestQuota,
     handler: impl std::future::Future<Output = T>,
 ) -> T {
@@ -373,8 +380,29 @@ pub async fn timed<T>(
         r
     })
     .await;
-    charge_request_time(quotas, client_id, spent, &quota.connection);
+    charge_request_time(quotas, client, spent, &quota.connection);
     out
+}
+
+/// Whose quota a request counts against: the principal's name (`alice` for
+/// `User:alice`, `ANONYMOUS` before or without authentication) and the client id (empty
+/// when the request names none), resolved in Kafka's precedence (`entity::resolve`).
+#[derive(Debug, Clone, Copy)]
+pub struct QuotaClient<'a> {
+    pub user: &'a str,
+    pub client_id: &'a str,
+}
+
+impl<'a> QuotaClient<'a> {
+    /// The quota client of a request from `principal` (`Type:name`).
+    pub fn of(principal: &'a str, client_id: Option<&'a str>) -> QuotaClient<'a> {
+        QuotaClient {
+            user: principal
+                .split_once(':')
+                .map_or(principal, |(_, name)| name),
+            client_id: client_id.unwrap_or(""),
+        }
+    }
 }
 
 /// What a handler learns of the quota decision made for its request when the
@@ -395,17 +423,14 @@ pub struct RequestQuota {
 pub fn admit(
     quotas: &QuotaManager,
     api_key: kafka_protocol::messages::ApiKey,
-    client_id: Option<&str>,
+    client: QuotaClient<'_>,
     frame_bytes: usize,
     connection: &Rc<ConnectionThrottle>,
 ) -> RequestQuota {
     let throttle_time_ms = match api_key {
-        kafka_protocol::messages::ApiKey::Produce => quotas.charge(
-            QuotaKind::Produce,
-            client_id,
-            frame_bytes as u64,
-            connection,
-        ),
+        kafka_protocol::messages::ApiKey::Produce => {
+            quotas.charge(QuotaKind::Produce, client, frame_bytes as u64, connection)
+        }
         _ => 0,
     };
     RequestQuota {
@@ -452,6 +477,16 @@ impl ConnectionThrottle {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_quota_user_is_the_principals_name() {
+        let c = QuotaClient::of("User:alice", Some("app"));
+        assert_eq!((c.user, c.client_id), ("alice", "app"));
+        let c = QuotaClient::of("User:ANONYMOUS", None);
+        assert_eq!((c.user, c.client_id), (entity::ANONYMOUS_USER, ""));
+        // Only the first colon separates the type: a DN keeps its own.
+        assert_eq!(QuotaClient::of("User:CN=a:b", None).user, "CN=a:b");
+    }
 
     #[test]
     fn sensor_table_is_bounded_and_expires() {

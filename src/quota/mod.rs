@@ -1,5 +1,6 @@
-//! Client quotas (Kafka semantics): produce and fetch byte rates per user and client
-//! id, with defaults and overrides resolved in Kafka's precedence.
+//! Client quotas (Kafka semantics): produce and fetch byte rates per user (the
+//! connection's authenticated principal) and client id, with defaults and overrides
+//! resolved in Kafka's precedence.
 //!
 //! - [`entity`]: which configured quota applies to a client, and its sensor's name.
 //! - [`sampled_rate`]: the windowed rate (one-second samples) and the throttle formula.
@@ -17,5 +18,6 @@ pub mod manager;
 pub mod sampled_rate;
 
 pub use manager::{
-    admit, charge_request_time, timed, ConnectionThrottle, QuotaConfig, QuotaManager, RequestQuota,
+    admit, charge_request_time, timed, ConnectionThrottle, QuotaClient, QuotaConfig, QuotaManager,
+    RequestQuota,
 };

@@ -6,7 +6,8 @@ after it, super.users pass; Metadata leaves out what a principal may not describ
 every refusal is counted and logged with principal, address, resource and operation;
 an unauthenticated client on the plaintext listener (User:ANONYMOUS) gets nothing it
 was not granted; invalid ACLs and filters are INVALID_REQUEST; a broker without an
-authorizer answers ACL requests SECURITY_DISABLED."""
+authorizer answers ACL requests SECURITY_DISABLED; on a mutual-TLS listener the client
+certificate's subject, mapped by ssl.principal.mapping.rules, is the principal."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, A
                                    AdminClient, NewTopic, ResourcePatternType, ResourceType)
 
 import kwire
+from certs import CertificateAuthority
 from launcher import Broker, free_port
 
 TIMEOUT = 30
@@ -291,3 +293,52 @@ def test_without_an_authorizer_acl_requests_are_security_disabled(broker_factory
     r = kwire.flex_roundtrip(b.bootstrap, 29, 2, _describe_acls_v2(1, None, 1, None, None, 1, 1))
     r.i32()
     assert (r.i16(), r.c_string()) == (54, "No Authorizer is configured.")
+
+
+class MtlsAclBroker(Broker):
+    """An SSL listener that requires a client certificate, whose subject names the
+    principal through ssl.principal.mapping.rules (`O=corelog,CN=alice` -> `alice`);
+    ACLs on, User:admin a super user."""
+
+    def __init__(self, workdir: Path, ca: CertificateAuthority):
+        super().__init__(workdir)
+        self.ssl_port = free_port()
+        server = ca.issue("mtls-broker", "localhost", server=True)
+        config = workdir / "server.toml"
+        config.write_text(
+            '"authorizer.class.name" = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"\n'
+            '"super.users" = "User:admin"\n')
+        self.extra_args += [
+            "--listeners", f"PLAINTEXT://127.0.0.1:{self.port},SSL://127.0.0.1:{self.ssl_port}",
+            "--security", f"ssl.keystore.location={server.chain}",
+            "--security", f"ssl.truststore.location={ca.cert}",
+            "--security", "ssl.client.auth=required",
+            "--security", r"ssl.principal.mapping.rules=RULE:^O=corelog,CN=([^,]+)$/$1/L,DEFAULT",
+            "--config", str(config),
+        ]
+        self.ca = ca
+
+    def client(self, cn: str) -> dict:
+        issued = self.ca.issue(f"client-{cn}", cn)
+        return {"bootstrap.servers": f"127.0.0.1:{self.ssl_port}", "security.protocol": "SSL",
+                "ssl.ca.location": str(self.ca.cert),
+                "ssl.certificate.location": str(issued.cert),
+                "ssl.key.location": str(issued.key)}
+
+
+def test_a_client_certificate_names_the_principal_acls_decide_for(tmp_path):
+    ca = CertificateAuthority(tmp_path / "pki")
+    b = MtlsAclBroker(tmp_path / "mtls", ca).start()
+    try:
+        admin = AdminClient(b.client("Admin"))  # CN=Admin, lower-cased by the rule: a super user
+        t = topic("mtls")
+        admin.create_topics([NewTopic(t, 1, 1)])[t].result(TIMEOUT)
+        create(admin, [allow(ResourceType.TOPIC, t, "User:alice", AclOperation.WRITE)])
+        assert produce(b.client("alice"), t, 2) == [0, 1]
+        errors = produce(b.client("carol"), t, 1)
+        assert [e.code() for e in errors] == [KafkaError.TOPIC_AUTHORIZATION_FAILED], errors
+        line = next(l for l in b.log_path.read_text().splitlines()
+                    if "operation denied" in l and t in l)
+        assert 'principal="User:carol"' in line, line
+    finally:
+        b.stop()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import struct
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer
@@ -17,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire
 from kwire import array, i8, i16, i32, string
+from launcher import Broker, free_port
 
 API_DESCRIBE_CLIENT_QUOTAS = 48
 API_ALTER_CLIENT_QUOTAS = 49
@@ -534,3 +536,63 @@ def test_request_percentage_holds_a_busy_client(broker_factory):
     print(f"metadata requests in 3 s: busy {busy}, free {free}; request throttles {throttled}")
     assert throttled > 0
     assert busy * 3 < free, (busy, free)
+
+
+# ---------------------------------------------------------------------------
+# (f) quotas by user: the authenticated principal, with Kafka's precedence
+# ---------------------------------------------------------------------------
+
+USERS_JAAS = ('org.apache.kafka.common.security.plain.PlainLoginModule required '
+              'user_alice="alice-secret" user_bob="bob-secret";')
+
+
+class UserQuotaBroker(Broker):
+    """PLAINTEXT beside SASL_PLAINTEXT with PLAIN users alice and bob."""
+
+    def __init__(self, workdir: Path):
+        super().__init__(workdir)
+        self.sasl_port = free_port()
+        config = workdir / "users.toml"
+        config.write_text('[listener.name.sasl_plaintext]\n'
+                          '"sasl.enabled.mechanisms" = "PLAIN"\n'
+                          f"'plain.sasl.jaas.config' = '{USERS_JAAS}'\n")
+        self.extra_args += ["--listeners", f"PLAINTEXT://127.0.0.1:{self.port},"
+                                           f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+                            "--config", str(config)]
+
+
+def test_user_quotas_follow_the_authenticated_principal(tmp_path):
+    """A producer_byte_rate for user alice holds alice's SASL connections whatever their
+    client id, and not bob's; a (user alice, client id vip) quota beats alice's own;
+    ANONYMOUS on the plaintext listener is a user like any other."""
+    b = UserQuotaBroker(tmp_path / "user-quotas").start()
+    try:
+        _user_quotas(b)
+    finally:
+        b.stop()
+
+
+def _user_quotas(b: UserQuotaBroker) -> None:
+    sasl_port = b.sasl_port
+    create_topic(b.bootstrap, "quota-user")
+    set_quota(b.bootstrap, [("user", "alice")], "producer_byte_rate", 1024)
+    # Far above what loopback carries: alice as vip is never throttled.
+    set_quota(b.bootstrap, [("user", "alice"), ("client-id", "vip")], "producer_byte_rate",
+              1 << 40)
+
+    def throttled(user: str, client_id: str) -> float:
+        """The largest throttle time (ms) `user` is told over 2 s of 10 KiB produces."""
+        acked, throttles = [], []
+        _produce_flat_out(f"127.0.0.1:{sasl_port}", client_id, "quota-user",
+                          time.monotonic() + 2.0, acked, throttles,
+                          extra={"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                 "sasl.username": user, "sasl.password": f"{user}-secret"})
+        assert acked, f"{user} produced nothing"
+        return max(throttles, default=0.0)
+
+    assert throttled("alice", "any-client") > 1000
+    assert throttled("bob", "any-client") == 0
+    assert throttled("alice", "vip") == 0
+    # The plaintext listener's clients are User:ANONYMOUS, unbounded here.
+    with kwire.connect(b.bootstrap) as s:
+        assert produce_throttle_ms(s, 1, "quota-user", 64 * 1024, "any-client") == 0

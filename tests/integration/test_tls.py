@@ -4,7 +4,8 @@ client certificates (`listener.name.mtls.ssl.client.auth=required`), configured 
 Kafka's keys in corelog's config file. Real clients — librdkafka (confluent-kafka and
 kcat) and kafka-python — produce, consume and administer over TLS; records old enough
 to be read from segment files go out through the same TLS session; bad input on a TLS
-port closes only that connection."""
+port closes only that connection; a keystore file renewed in place is served without a
+restart."""
 
 from __future__ import annotations
 
@@ -187,3 +188,37 @@ def test_bad_input_on_a_tls_port_closes_only_that_connection(broker, pki):
     md = AdminClient(ssl_conf(broker, ca)).list_topics(timeout=10)
     assert md.brokers
     assert b"TLS handshake failed" in broker.log_path.read_bytes()  # rate-limited, at least one
+
+
+def _served_certificate(port: int, ca: CertificateAuthority) -> bytes:
+    ctx = ssl.create_default_context(cafile=str(ca.cert))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        with ctx.wrap_socket(raw, server_hostname="localhost") as tls:
+            return tls.getpeercert(binary_form=True)
+
+
+def test_a_renewed_keystore_file_is_served_without_a_restart(tmp_path):
+    """The keystore file is replaced in place (as a certificate renewal does): new
+    connections get the new certificate within a few seconds, the broker never stops;
+    a broken file in its place is logged and the last good certificate stays served."""
+    ca = CertificateAuthority(tmp_path / "pki")  # its own files: the module's broker keeps its own
+    b = TlsBroker(tmp_path / "renewing", ca).start()
+    try:
+        keystore = Path(next(l.split('"')[3] for l in (tmp_path / "renewing" / "server.toml")
+                             .read_text().splitlines() if l.startswith('"ssl.keystore.location"')))
+        before = _served_certificate(b.ssl_port, ca)
+        renewed = ca.issue("broker-renewed", "localhost", server=True)
+        keystore.write_text(renewed.chain.read_text())
+        deadline = time.time() + 10
+        while _served_certificate(b.ssl_port, ca) == before:
+            assert time.time() < deadline, "the renewed certificate was not served within 10 s"
+            time.sleep(0.2)
+        assert "TLS keystore reloaded" in b.log_path.read_text()
+        served = _served_certificate(b.ssl_port, ca)
+        keystore.write_text("not a keystore\n")
+        time.sleep(2.5)
+        assert _served_certificate(b.ssl_port, ca) == served
+        assert "unusable; the previous certificate stays in use" in b.log_path.read_text()
+        b.assert_alive()
+    finally:
+        b.stop()

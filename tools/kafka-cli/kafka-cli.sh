@@ -7,7 +7,7 @@
 #   tools/kafka-cli/kafka-cli.sh --fetch                 fetch (or refresh) the jars only
 #   tools/kafka-cli/kafka-cli.sh kafka-topics.sh ARGS    run a tool (the .sh is optional)
 #
-# Tools: kafka-topics, kafka-configs, kafka-consumer-groups, kafka-console-producer,
+# Tools: kafka-topics, kafka-configs, kafka-acls, kafka-consumer-groups, kafka-console-producer,
 # kafka-console-consumer, kafka-get-offsets, kafka-delete-records,
 # kafka-producer-perf-test, kafka-consumer-perf-test, kafka-verifiable-producer,
 # kafka-verifiable-consumer, kafka-metadata-quorum, kafka-reassign-partitions,
@@ -53,6 +53,7 @@ shift
 case "$tool" in
     kafka-topics)               main=org.apache.kafka.tools.TopicCommand ;;
     kafka-configs)              main=org.apache.kafka.tools.ConfigCommand ;;
+    kafka-acls)                 main=org.apache.kafka.tools.AclCommand ;;
     kafka-consumer-groups)      main=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
     kafka-console-producer)     main=org.apache.kafka.tools.ConsoleProducer ;;
     kafka-console-consumer)     main=org.apache.kafka.tools.consumer.ConsoleConsumer ;;

@@ -175,7 +175,10 @@ impl Handler for Fetch {
             let response_bytes = body.compute_size(call.version).unwrap_or(used) as u64;
             body.throttle_time_ms = ctx.quotas.charge(
                 corelog_shards::client_quota::QuotaKind::Fetch,
-                call.header.client_id.as_deref(),
+                crate::quota::QuotaClient::of(
+                    call.session.principal(),
+                    call.header.client_id.as_deref(),
+                ),
                 response_bytes,
                 &call.quota.connection,
             );

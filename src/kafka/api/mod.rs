@@ -233,5 +233,6 @@ pub async fn handle(
     // The request quota (`request_percentage`) is charged the time spent serving.
     let client_id = frame.header.client_id.clone();
     let serving = dispatch(ctx, frame, peer, quota, produce_order, session);
-    crate::quota::timed(&ctx.quotas, client_id.as_deref(), quota, serving).await
+    let client = crate::quota::QuotaClient::of(session.principal(), client_id.as_deref());
+    crate::quota::timed(&ctx.quotas, client, quota, serving).await
 }

@@ -13,7 +13,6 @@ import java.nio.file.Paths;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.List;
-import java.util.Map;
 import java.util.concurrent.TimeUnit;
 
 /**
@@ -80,7 +79,9 @@ final class KafkaCli {
     }
 
     static Result runAnyway(Path dir, String stdin, String... argv) throws IOException, InterruptedException {
-        List<String> cmd = command(argv);
+        Path kafkaCli = repoRoot().resolve("tools/kafka-cli/kafka-cli.sh");
+        List<String> cmd = new ArrayList<>(List.of(kafkaCli.toString()));
+        cmd.addAll(Arrays.asList(argv));
         Path out = Files.createTempFile(dir, "cli-", ".out");
         Path err = Files.createTempFile(dir, "cli-", ".err");
         ProcessBuilder pb = new ProcessBuilder(cmd)
@@ -103,51 +104,6 @@ final class KafkaCli {
         }
         return new Result(Arrays.asList(argv), p.isAlive() ? -1 : p.exitValue(),
                 Files.readString(out, StandardCharsets.UTF_8), Files.readString(err, StandardCharsets.UTF_8));
-    }
-
-    /**
-     * Tools that tools/kafka-cli/kafka-cli.sh does not name, by their main class: run here
-     * the way that script runs the others (the class on Kafka's classpath, the same JVM
-     * options and log4j2 configuration).
-     */
-    private static final Map<String, String> UNSCRIPTED = Map.of("kafka-acls", "org.apache.kafka.tools.AclCommand");
-
-    /** The command line for {@code argv}: kafka-cli.sh, or a JVM of its own for an {@link #UNSCRIPTED} tool. */
-    private static List<String> command(String... argv) throws IOException, InterruptedException {
-        Path root = repoRoot();
-        Path kafkaCli = root.resolve("tools/kafka-cli/kafka-cli.sh");
-        List<String> cmd = new ArrayList<>();
-        String main = argv.length == 0 ? null : UNSCRIPTED.get(argv[0].replaceFirst("\\.sh$", ""));
-        if (main == null) {
-            cmd.add(kafkaCli.toString());
-            cmd.addAll(Arrays.asList(argv));
-            return cmd;
-        }
-        String libsEnv = System.getenv("KAFKA_CLI_LIBS");
-        Path libs = libsEnv != null && !libsEnv.isBlank() ? Paths.get(libsEnv) : root.resolve(".cache/kafka/libs");
-        if (!Files.isDirectory(libs)) {
-            Process fetch = new ProcessBuilder(kafkaCli.toString(), "--fetch").inheritIO().start();
-            if (!fetch.waitFor(600, TimeUnit.SECONDS) || fetch.exitValue() != 0) {
-                fetch.destroyForcibly();
-                fail("kafka-cli.sh --fetch failed: no Kafka jars in " + libs);
-            }
-        }
-        String java = System.getenv().getOrDefault("JAVA", "java");
-        String heap = System.getenv().getOrDefault("KAFKA_HEAP_OPTS", "-Xmx512m");
-        cmd.add(java.isBlank() ? "java" : java);
-        cmd.addAll(words(heap.isBlank() ? "-Xmx512m" : heap));
-        cmd.addAll(List.of("-XX:+UseG1GC", "-Djava.awt.headless=true",
-                "-Dlog4j2.configurationFile=" + root.resolve("tools/kafka-cli/log4j2.properties")));
-        // The KAFKA_OPTS runAnyway gives kafka-cli.sh.
-        cmd.add("-XX:TieredStopAtLevel=1");
-        cmd.addAll(words(System.getenv().getOrDefault("KAFKA_OPTS", "")));
-        cmd.addAll(List.of("-cp", libs + File.separator + "*", main));
-        cmd.addAll(Arrays.asList(argv).subList(1, argv.length));
-        return cmd;
-    }
-
-    private static List<String> words(String s) {
-        return Arrays.stream(s.trim().split("\\s+")).filter(w -> !w.isEmpty()).toList();
     }
 
     private static Path repoRoot() {
