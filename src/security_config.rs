@@ -30,6 +30,7 @@ pub const KEYS: &[&str] = &[
     "sasl.enabled.mechanisms",
     "plain.sasl.jaas.config",
     "connection.failed.authentication.delay.ms",
+    "connections.max.reauth.ms",
 ];
 
 /// The prefix of a listener's overrides.

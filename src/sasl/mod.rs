@@ -6,7 +6,11 @@
 //! Invariants: a connection on a SASL listener is authenticated only by a mechanism the
 //! listener enables, chosen in its handshake, after that mechanism has verified the
 //! client's credentials; a failed attempt leaves the connection failed for good (it is
-//! closed after its answer). PLAIN users come from the listener's
+//! closed after its answer). With `connections.max.reauth.ms` (KIP-368) a session lasts
+//! that long: the client is told so, may authenticate again on the same connection with
+//! the same mechanism and must come out as the same principal, and once the session has
+//! expired nothing but the exchange is served (any other request closes the connection,
+//! as Kafka closes an expired one). PLAIN users come from the listener's
 //! `plain.sasl.jaas.config` (Kafka's `user_<name>="<password>"` options); SCRAM
 //! credentials from the metadata log (AlterUserScramCredentials). Passwords and keys
 //! appear in no error, log line or `Debug` output.
@@ -32,6 +36,9 @@ pub struct SaslListener {
     plain_users: BTreeMap<String, String>,
     /// How long a failed authentication's answer is held back.
     pub failed_delay: Duration,
+    /// Kafka's `connections.max.reauth.ms`: how long a session lasts (`None`: for the
+    /// connection's life, no re-authentication).
+    pub reauth: Option<Duration>,
 }
 
 impl std::fmt::Debug for SaslListener {
@@ -87,10 +94,19 @@ impl SaslListener {
                 anyhow::anyhow!("connection.failed.authentication.delay.ms must be a number of ms")
             })?,
         };
+        let reauth = match sec.get(listener, "connections.max.reauth.ms") {
+            None => 0,
+            Some(v) => v.trim().parse::<u64>().map_err(|_| {
+                anyhow::anyhow!(
+                    "connections.max.reauth.ms must be a number of ms (0: no re-authentication)"
+                )
+            })?,
+        };
         Ok(SaslListener {
             mechanisms,
             plain_users,
             failed_delay: Duration::from_millis(failed_delay),
+            reauth: (reauth > 0).then(|| Duration::from_millis(reauth)),
         })
     }
 
@@ -140,8 +156,12 @@ pub struct Authentication {
     /// a refusal: who tried).
     claimed: RefCell<Option<String>>,
     /// `User:<name>`, set once when the exchange succeeds (what ACLs name; read on every
-    /// request, so made once).
+    /// request, so made once; a re-authentication must give the same).
     principal: std::cell::OnceCell<String>,
+    /// The mechanism of the first handshake (a re-authentication must use it again).
+    mechanism: RefCell<Option<String>>,
+    /// When the session ends (`connections.max.reauth.ms` after authenticating).
+    expires: std::cell::Cell<Option<std::time::Instant>>,
 }
 
 impl Authentication {
@@ -152,6 +172,8 @@ impl Authentication {
             bare_tokens: std::cell::Cell::new(false),
             claimed: RefCell::new(None),
             principal: std::cell::OnceCell::new(),
+            mechanism: RefCell::new(None),
+            expires: std::cell::Cell::new(None),
         }
     }
 
@@ -186,8 +208,19 @@ impl Authentication {
         self.bare_tokens.set(true);
     }
 
+    /// Authenticated, and the session (if it has a lifetime) not yet expired.
     pub fn is_authenticated(&self) -> bool {
         matches!(&*self.state.borrow(), State::Authenticated(_))
+            && self
+                .expires
+                .get()
+                .is_none_or(|at| std::time::Instant::now() < at)
+    }
+
+    /// How long the session just authenticated lasts (SaslAuthenticate v1+ tells the
+    /// client, which re-authenticates before it ends); `None`: for the connection's life.
+    pub fn session_lifetime(&self) -> Option<Duration> {
+        self.listener.reauth
     }
 
     pub fn has_failed(&self) -> bool {
@@ -198,14 +231,21 @@ impl Authentication {
     /// comes out of turn (the connection fails either way).
     pub fn handshake(&self, mechanism: &str) -> Result<(), HandshakeRefusal> {
         let mut state = self.state.borrow_mut();
-        if !matches!(*state, State::Handshake) {
+        // A re-authentication (KIP-368) starts from an authenticated session, expired or
+        // not, with the mechanism it first used.
+        let reauthenticating =
+            self.listener.reauth.is_some() && matches!(*state, State::Authenticated(_));
+        if !matches!(*state, State::Handshake) && !reauthenticating {
             *state = State::Failed;
             return Err(HandshakeRefusal::OutOfTurn);
         }
-        if !self.listener.mechanisms.iter().any(|m| m == mechanism) {
+        if !self.listener.mechanisms.iter().any(|m| m == mechanism)
+            || (reauthenticating && self.mechanism.borrow().as_deref() != Some(mechanism))
+        {
             *state = State::Failed;
             return Err(HandshakeRefusal::Unsupported);
         }
+        *self.mechanism.borrow_mut() = Some(mechanism.to_string());
         *state = match ScramMechanism::from_name(mechanism) {
             Some(m) => State::Scram(scram::ScramServer::new(m)),
             None => State::Plain,
@@ -224,9 +264,13 @@ impl Authentication {
             State::Plain => match plain(token) {
                 Ok((user, password)) if self.listener.plain_password_matches(&user, password) => {
                     *self.claimed.borrow_mut() = Some(user.clone());
-                    let _ = self.principal.set(format!("User:{user}"));
-                    *state = State::Authenticated(user);
-                    return Step::Done(Vec::new());
+                    match self.authenticated_as(&user) {
+                        Ok(()) => {
+                            *state = State::Authenticated(user);
+                            return Step::Done(Vec::new());
+                        }
+                        Err(m) => Err((m.clone(), m)),
+                    }
                 }
                 Ok((user, _)) => {
                     *self.claimed.borrow_mut() = Some(user);
@@ -245,9 +289,13 @@ impl Authentication {
                 match server.step(token, lookup) {
                     Ok(scram::Outcome::Continue(bytes)) => return Step::Continue(bytes),
                     Ok(scram::Outcome::Authenticated { user, last }) => {
-                        let _ = self.principal.set(format!("User:{user}"));
-                        *state = State::Authenticated(user);
-                        return Step::Done(last);
+                        match self.authenticated_as(&user) {
+                            Ok(()) => {
+                                *state = State::Authenticated(user);
+                                return Step::Done(last);
+                            }
+                            Err(m) => Err((m.clone(), m)),
+                        }
                     }
                     Err(e) => {
                         let m = format!(
@@ -268,6 +316,26 @@ impl Authentication {
             Err((to_client, detail)) => Step::Failed(Refusal { to_client, detail }),
             Ok(()) => unreachable!("successes return above"),
         }
+    }
+}
+
+impl Authentication {
+    /// Records a successful exchange for `user`: the principal (the same one again on a
+    /// re-authentication, or the exchange is refused, as Kafka refuses it) and, with a
+    /// session lifetime, when the session ends.
+    fn authenticated_as(&self, user: &str) -> Result<(), String> {
+        let principal = format!("User:{user}");
+        if let Some(before) = self.principal.get() {
+            if *before != principal {
+                return Err(format!(
+                    "Cannot change principals during re-authentication from {before}: {principal}"
+                ));
+            }
+        }
+        let _ = self.principal.set(principal);
+        self.expires
+            .set(self.listener.reauth.map(|d| std::time::Instant::now() + d));
+        Ok(())
     }
 }
 
@@ -382,6 +450,87 @@ mod tests {
         assert!(
             SaslListener::from_config(&sec, "X").is_err(),
             "GSSAPI is not served"
+        );
+    }
+
+    fn reauthenticating(ms: u64) -> SaslListener {
+        SaslListener {
+            reauth: Some(Duration::from_millis(ms)),
+            plain_users: BTreeMap::from([
+                ("alice".to_string(), "secret".to_string()),
+                ("bob".to_string(), "other".to_string()),
+            ]),
+            ..listener()
+        }
+    }
+
+    #[test]
+    fn without_a_session_lifetime_there_is_no_second_handshake() {
+        let a = Authentication::new(listener());
+        assert!(a.handshake("PLAIN").is_ok());
+        assert!(matches!(
+            a.authenticate(b"\0alice\0secret", |_, _| None),
+            Step::Done(_)
+        ));
+        assert_eq!(a.session_lifetime(), None);
+        assert!(matches!(
+            a.handshake("PLAIN"),
+            Err(HandshakeRefusal::OutOfTurn)
+        ));
+    }
+
+    #[test]
+    fn a_session_expires_and_is_renewed_as_the_same_principal_only() {
+        let a = Authentication::new(reauthenticating(60_000));
+        assert!(a.handshake("PLAIN").is_ok());
+        assert!(matches!(
+            a.authenticate(b"\0alice\0secret", |_, _| None),
+            Step::Done(_)
+        ));
+        assert_eq!(a.session_lifetime(), Some(Duration::from_secs(60)));
+        // Again, as the same user: still authenticated, same principal.
+        assert!(a.handshake("PLAIN").is_ok());
+        assert!(!a.is_authenticated(), "mid-exchange nothing else is served");
+        assert!(matches!(
+            a.authenticate(b"\0alice\0secret", |_, _| None),
+            Step::Done(_)
+        ));
+        assert!(a.is_authenticated());
+        assert_eq!(a.principal(), Some("User:alice"));
+        // As someone else: refused, the connection fails.
+        assert!(a.handshake("PLAIN").is_ok());
+        match a.authenticate(b"\0bob\0other", |_, _| None) {
+            Step::Failed(r) => assert!(
+                r.to_client.contains("Cannot change principals"),
+                "{}",
+                r.to_client
+            ),
+            _ => panic!("another principal must be refused"),
+        }
+        assert!(a.has_failed());
+        // Another mechanism than the first is refused too.
+        let a = Authentication::new(reauthenticating(60_000));
+        assert!(a.handshake("PLAIN").is_ok());
+        assert!(matches!(
+            a.authenticate(b"\0alice\0secret", |_, _| None),
+            Step::Done(_)
+        ));
+        assert!(matches!(
+            a.handshake("SCRAM-SHA-512"),
+            Err(HandshakeRefusal::Unsupported)
+        ));
+        // And a session ends when its lifetime is over.
+        let a = Authentication::new(reauthenticating(1));
+        assert!(a.handshake("PLAIN").is_ok());
+        assert!(matches!(
+            a.authenticate(b"\0alice\0secret", |_, _| None),
+            Step::Done(_)
+        ));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!a.is_authenticated(), "expired");
+        assert!(
+            a.handshake("PLAIN").is_ok(),
+            "an expired session may re-authenticate"
         );
     }
 }

@@ -3,7 +3,8 @@ created and described with the AdminClient (AlterUserScramCredentials, KIP-554) 
 kept in the metadata log, PLAIN users from the listener's JAAS config, librdkafka and
 kafka-python authenticating with SCRAM-SHA-256/512 and PLAIN, and refusals: a wrong
 password, a mechanism the listener does not enable, a request before authenticating —
-each answered or closed for that connection only, logged and counted."""
+each answered or closed for that connection only, logged and counted; sessions limited
+by connections.max.reauth.ms and renewed on the connection (KIP-368)."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import (AdminClient, NewTopic, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialDeletion, UserScramCredentialUpsertion)
 
+import kwire
 from certs import CertificateAuthority
 from launcher import Broker, free_port
 from test_kafka_python import round_trip
@@ -230,3 +232,92 @@ def test_kcat_scram_over_sasl_ssl(broker, ca):
     assert out.returncode == 0, out.stderr
     assert f"localhost:{broker.sasl_ssl_port}" in out.stdout or \
         f"127.0.0.1:{broker.sasl_ssl_port}" in out.stdout
+
+
+class ReauthBroker(Broker):
+    """A SASL_PLAINTEXT listener with PLAIN users and a 1.5 s session lifetime."""
+
+    def metric(self, name: str) -> float:
+        text = urllib.request.urlopen(f"http://{self.http}/metrics", timeout=5).read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name))
+
+    def __init__(self, workdir: Path):
+        super().__init__(workdir)
+        self.sasl_port = free_port()
+        config = workdir / "server.toml"
+        config.write_text(
+            '[listener.name.sasl_plaintext]\n'
+            '"sasl.enabled.mechanisms" = "PLAIN"\n'
+            '"connections.max.reauth.ms" = "1500"\n'
+            f"'plain.sasl.jaas.config' = '{JAAS}'\n")
+        self.extra_args += ["--listeners", f"PLAINTEXT://127.0.0.1:{self.port},"
+                                           f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+                            "--config", str(config)]
+
+
+def _plain_login(sock, cid: int, user: str, password: str) -> tuple[int, str | None, int]:
+    """SaslHandshake v1 + SaslAuthenticate v2 with PLAIN on `sock`:
+    (error code, error message, session_lifetime_ms)."""
+    sock.sendall(kwire.request(17, 1, cid, kwire.string("PLAIN")))
+    _, body = kwire.recv_response(sock)
+    assert struct.unpack(">h", body[:2])[0] == 0, "handshake refused"
+    token = b"\0" + user.encode() + b"\0" + password.encode()
+    sock.sendall(kwire.request(36, 2, cid + 1, kwire.uvarint(len(token) + 1) + token + kwire.tags(),
+                               header_v2=True))
+    _, body = kwire.recv_response(sock)
+    r = kwire.Flex(body)
+    r.skip_tags()  # response header v1
+    code, message = r.i16(), r.c_string()
+    r.take(r.c_len())  # auth bytes
+    return code, message, r.i64()
+
+
+def _metadata_ok(sock, cid: int) -> None:
+    sock.sendall(kwire.metadata_v1(cid, []))
+    got, _ = kwire.recv_response(sock)
+    assert got == cid
+
+
+def test_sessions_last_connections_max_reauth_ms_and_are_renewed_on_the_connection(tmp_path):
+    """KIP-368 on the wire: SaslAuthenticate tells the session's lifetime; the client
+    authenticates again on the same connection as the same principal and goes on; as
+    another principal it is refused and closed; a session let expire is closed at its
+    next request. librdkafka's and Java's re-authentication run over this exchange."""
+    b = ReauthBroker(tmp_path / "reauth").start()
+    try:
+        bootstrap = f"127.0.0.1:{b.sasl_port}"
+        with kwire.connect(bootstrap) as s:
+            code, _, lifetime = _plain_login(s, 1, "carol", "carol-secret")
+            assert (code, lifetime) == (0, 1500)
+            _metadata_ok(s, 3)
+            time.sleep(1.0)
+            assert _plain_login(s, 4, "carol", "carol-secret")[0] == 0
+            time.sleep(1.0)  # past the first session's end, within the renewed one
+            _metadata_ok(s, 6)
+            code, message, _ = _plain_login(s, 7, "admin", "admin-secret")
+            assert code == 58 and "Cannot change principals" in message, (code, message)
+            assert kwire.wait_closed(s) in ("eof", "reset"), "closed after another principal"
+        with kwire.connect(bootstrap) as s:
+            assert _plain_login(s, 1, "carol", "carol-secret")[0] == 0
+            time.sleep(2.0)
+            s.sendall(kwire.metadata_v1(3, []))
+            with pytest.raises((kwire.Closed, TimeoutError)):
+                kwire.recv_response(s, timeout=5)
+        # librdkafka re-authenticates on its own and keeps producing across sessions.
+        conf = {"bootstrap.servers": bootstrap, "security.protocol": "SASL_PLAINTEXT",
+                "sasl.mechanism": "PLAIN", "sasl.username": "carol",
+                "sasl.password": "carol-secret"}
+        accepted = b.metric("corelog_connections_accepted")
+        p = Producer(conf)
+        delivered = []
+        for i in range(8):
+            p.produce("reauth", value=b"v%d" % i, on_delivery=lambda e, m: delivered.append(e))
+            p.flush(10)
+            time.sleep(0.5)
+        assert delivered == [None] * 8, delivered
+        # Across about three session lifetimes its connections stayed (bootstrap and
+        # broker connection): it renewed the sessions instead of being closed.
+        assert b.metric("corelog_connections_accepted") - accepted <= 2
+    finally:
+        b.stop()

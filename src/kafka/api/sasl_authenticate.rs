@@ -37,6 +37,10 @@ impl Handler for SaslAuthenticate {
             Step::Continue(bytes) => body.auth_bytes = Bytes::from(bytes),
             Step::Done(bytes) => {
                 body.auth_bytes = Bytes::from(bytes);
+                // v1+: how long the session lasts; the client re-authenticates before.
+                if let Some(d) = auth.session_lifetime().filter(|_| call.version >= 1) {
+                    body.session_lifetime_ms = i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+                }
                 tracing::debug!(peer = %call.peer, listener = %ctx.listener, user = auth.user().unwrap_or_default(), "authenticated");
             }
             Step::Failed(refusal) => {
