@@ -179,7 +179,7 @@ class AclTest {
         soft.check("bob (READ on the topic and the group) consumes what admin produced", () -> {
             Map<String, Object> c = sasl("bob");
             c.put(ConsumerConfig.GROUP_ID_CONFIG, bobGroup);
-            assertEquals(sent, consume(c, topic, 20), "records bob consumed, per partition");
+            assertEquals(sent, Support.consume(broker, c, topic, 20), "records bob consumed, per partition");
         });
         soft.check("alice (DESCRIBE, no READ on the topic; READ on her group) is refused from poll", () -> {
             Map<String, Object> c = sasl("alice");
@@ -305,7 +305,7 @@ class AclTest {
             Map<Integer, List<String>> sent = Support.produce(broker, sasl("admin"), topic, topic, 30);
             Map<String, Object> c = sasl("admin");
             c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-            assertEquals(sent, consume(c, topic, 30), "records the super user consumed, per partition");
+            assertEquals(sent, Support.consume(broker, c, topic, 30), "records the super user consumed, per partition");
 
             Map<TopicPartition, OffsetAndMetadata> committed =
                     get(admin.listConsumerGroupOffsets(group).partitionsToOffsetAndMetadata());
@@ -446,24 +446,5 @@ class AclTest {
             throw new AssertionError("poll was not refused within " + REFUSAL_TIMEOUT.toSeconds()
                     + " s (" + consumed + " records consumed)");
         }
-    }
-
-    /** Consumes {@code n} records of {@code topic} in {@code conf}'s group, commits, and returns them per partition. */
-    private static Map<Integer, List<String>> consume(Map<String, Object> conf, String topic, int n) {
-        Map<Integer, List<String>> got = new HashMap<>();
-        try (KafkaConsumer<byte[], byte[]> consumer = broker.consumer(conf)) {
-            consumer.subscribe(List.of(topic));
-            long deadline = System.nanoTime() + TIMEOUT.toNanos();
-            int count = 0;
-            while (count < n && System.nanoTime() < deadline) {
-                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
-                    got.computeIfAbsent(r.partition(), p -> new ArrayList<>())
-                            .add(new String(r.value(), StandardCharsets.UTF_8));
-                    count++;
-                }
-            }
-            consumer.commitSync(Duration.ofSeconds(15));
-        }
-        return got;
     }
 }

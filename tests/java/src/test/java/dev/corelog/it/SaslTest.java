@@ -224,7 +224,7 @@ class SaslTest {
 
             Map<String, Object> c = new HashMap<>(conf);
             c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-            Map<Integer, List<String>> got = consume(c, topic, n);
+            Map<Integer, List<String>> got = Support.consume(broker, c, topic, n);
             assertEquals(sent, got, "records consumed over SASL_SSL, per partition");
 
             Map<TopicPartition, OffsetAndMetadata> committed =
@@ -255,7 +255,7 @@ class SaslTest {
         Map<Integer, List<String>> sent = Support.produce(broker, plain, topic, topic, 50);
         Map<String, Object> c = new HashMap<>(plain);
         c.put(ConsumerConfig.GROUP_ID_CONFIG, "sasl-plain-group");
-        assertEquals(sent, consume(c, topic, 50), "records consumed with PLAIN");
+        assertEquals(sent, Support.consume(broker, c, topic, 50), "records consumed with PLAIN");
 
         for (Map.Entry<String, String> m : Map.of("SCRAM-SHA-256", ALICE_256, "SCRAM-SHA-512", ALICE_512).entrySet()) {
             try (Admin admin = broker.admin(sasl("SASL_PLAINTEXT", m.getKey(), scramJaas("alice", m.getValue())))) {
@@ -457,24 +457,5 @@ class SaslTest {
     /** Refused logins and TLS handshakes so far (every one counted; the log line is rate-limited). */
     private static double failedAuthentications() throws Exception {
         return broker.metric("corelog_failed_authentications_total");
-    }
-
-    /** Consumes {@code n} records of {@code topic} in {@code conf}'s group, commits, and returns them per partition. */
-    private static Map<Integer, List<String>> consume(Map<String, Object> conf, String topic, int n) {
-        Map<Integer, List<String>> got = new HashMap<>();
-        try (KafkaConsumer<byte[], byte[]> consumer = broker.consumer(conf)) {
-            consumer.subscribe(List.of(topic));
-            long deadline = System.nanoTime() + TIMEOUT.toNanos();
-            int count = 0;
-            while (count < n && System.nanoTime() < deadline) {
-                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
-                    got.computeIfAbsent(r.partition(), p -> new ArrayList<>())
-                            .add(new String(r.value(), StandardCharsets.UTF_8));
-                    count++;
-                }
-            }
-            consumer.commitSync(Duration.ofSeconds(15));
-        }
-        return got;
     }
 }

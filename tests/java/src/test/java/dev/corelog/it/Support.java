@@ -18,6 +18,8 @@ import java.util.concurrent.Future;
 import java.util.concurrent.TimeUnit;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.clients.producer.RecordMetadata;
@@ -26,7 +28,7 @@ import org.apache.kafka.common.Node;
 
 /** Small static helpers the TLS and SASL tests share: admin futures awaited with the
  * suite's timeout, broker addresses as clients see them, a produce whose acknowledged
- * offsets are checked, temporary directories. */
+ * offsets are checked, a group consume that commits, temporary directories. */
 final class Support {
     static final Duration TIMEOUT = Duration.ofSeconds(30);
 
@@ -95,5 +97,24 @@ final class Support {
         }
         return byOffset.entrySet().stream()
                 .collect(Collectors.toMap(Map.Entry::getKey, e -> new ArrayList<>(e.getValue().values())));
+    }
+
+    /** Consumes {@code n} records of {@code topic} in {@code conf}'s group, commits, and returns them per partition. */
+    static Map<Integer, List<String>> consume(CorelogBroker broker, Map<String, Object> conf, String topic, int n) {
+        Map<Integer, List<String>> got = new HashMap<>();
+        try (KafkaConsumer<byte[], byte[]> consumer = broker.consumer(conf)) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + TIMEOUT.toNanos();
+            int count = 0;
+            while (count < n && System.nanoTime() < deadline) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(500))) {
+                    got.computeIfAbsent(r.partition(), p -> new ArrayList<>())
+                            .add(new String(r.value(), StandardCharsets.UTF_8));
+                    count++;
+                }
+            }
+            consumer.commitSync(Duration.ofSeconds(15));
+        }
+        return got;
     }
 }
