@@ -52,6 +52,7 @@ pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode>
         initial_cluster_id: legacy_cluster_id(config),
         leader_balance: config.cluster.leader_balance.clone(),
         balancer: config.cluster.balancer.clone(),
+        security: config.cluster.controller_security.clone(),
     };
     ControllerNode::start(node).map_err(|e| anyhow::anyhow!("starting the controller node: {e}"))
 }

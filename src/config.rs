@@ -22,6 +22,7 @@ use corelog_storage::{Durability, LogConfig};
 use serde::Deserialize;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Default cleaner I/O budget per shard. Kafka leaves it unlimited; here it is set so a
 /// compaction backlog never takes more than a small share of a disk's bandwidth away
@@ -53,6 +54,13 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "inter.broker.listener.name")]
     pub inter_broker_listener_name: Option<String>,
+    /// Kafka's `controller.listener.names`: the listener whose protocol (in
+    /// `listener.security.protocol.map`) and `listener.name.<name>.*` settings secure the
+    /// controller port (default: plaintext). When `listeners` names it, it binds the
+    /// controller port instead of --controller-listen.
+    #[arg(long)]
+    #[serde(alias = "controller.listener.names")]
+    pub controller_listener_names: Option<String>,
     /// Kafka's `authorizer.class.name`: `org.apache.kafka.metadata.authorizer.StandardAuthorizer`
     /// turns ACLs on (default: none, every request allowed).
     #[arg(long)]
@@ -321,11 +329,13 @@ pub struct ServeArgs {
 
 /// The listeners to serve: Kafka's `listeners` family when set, else one PLAINTEXT
 /// listener from `--listen`/`--advertise` (default: plaintext on loopback port 9092).
-/// Returns them with the inter-broker listener's name.
+/// Returns them with the inter-broker listener's name, and the controller port's
+/// address when `listeners` names the controller listener (`controller`, upper case).
 fn served_listeners(
     a: &ServeArgs,
     security: &SecurityConfig,
-) -> anyhow::Result<(Vec<ServedListener>, String)> {
+    controller: Option<&str>,
+) -> anyhow::Result<(Vec<ServedListener>, String, Option<String>)> {
     let Some(listeners) = &a.listeners else {
         if a.advertised_listeners.is_some() || a.inter_broker_listener_name.is_some() {
             bail!("advertised.listeners and inter.broker.listener.name need listeners");
@@ -352,17 +362,43 @@ fn served_listeners(
             tls: None,
             sasl: None,
         };
-        return Ok((vec![only], name));
+        return Ok((vec![only], name, None));
     };
     if a.listen.is_some() || a.advertise.is_some() {
         bail!("set either listeners (Kafka's) or --listen/--advertise, not both");
     }
-    let c = crate::listeners::parse(
+    let mut c = crate::listeners::parse(
         listeners,
         a.advertised_listeners.as_deref(),
         a.listener_security_protocol_map.as_deref(),
         a.inter_broker_listener_name.as_deref(),
     )?;
+    // The controller listener is the controller port, not a Kafka listener (Kafka's
+    // combined mode lists both in `listeners`).
+    let mut controller_bind = None;
+    if let Some(name) = controller {
+        if let Some(i) = c.listeners.iter().position(|l| l.endpoint.name == name) {
+            if c.inter_broker == name {
+                bail!("the controller listener {name} cannot be the inter-broker listener");
+            }
+            if a.advertised_listeners.is_some() && c.advertised.iter().any(|e| e.name == name) {
+                bail!("advertised.listeners must not contain the controller listener {name}");
+            }
+            let e = c.listeners.remove(i).endpoint;
+            c.advertised.retain(|e| e.name != name);
+            let host = if e.host.is_empty() {
+                "0.0.0.0"
+            } else {
+                e.host.as_str()
+            };
+            let host = if host.contains(':') {
+                format!("[{host}]")
+            } else {
+                host.to_string()
+            };
+            controller_bind = Some(format!("{host}:{}", e.port));
+        }
+    }
     let mut served = Vec::with_capacity(c.listeners.len());
     for l in &c.listeners {
         let name = &l.endpoint.name;
@@ -392,14 +428,14 @@ fn served_listeners(
         });
     }
     for name in security.overridden_listeners() {
-        if !c.listeners.iter().any(|l| l.endpoint.name == name) {
+        if !c.listeners.iter().any(|l| l.endpoint.name == name) && Some(name) != controller {
             bail!(
                 "listener.name.{} settings name no listener",
                 name.to_ascii_lowercase()
             );
         }
     }
-    Ok((served, c.inter_broker))
+    Ok((served, c.inter_broker, controller_bind))
 }
 
 /// Where a listener binds: an empty host is every interface, as in Kafka; a name is
@@ -439,6 +475,9 @@ impl ServeArgs {
             inter_broker_listener_name: self
                 .inter_broker_listener_name
                 .or(file.inter_broker_listener_name),
+            controller_listener_names: self
+                .controller_listener_names
+                .or(file.controller_listener_names),
             authorizer_class_name: self.authorizer_class_name.or(file.authorizer_class_name),
             super_users: self.super_users.or(file.super_users),
             allow_everyone_if_no_acl_found: self
@@ -631,6 +670,8 @@ pub struct ClusterConfig {
     /// `None`: auto.leader.rebalance.enable is off.
     pub leader_balance: Option<corelog_controller::leader_balance::LeaderBalance>,
     pub balancer: corelog_controller::balancer::Balancer,
+    /// How the controller port is secured (`inter_broker_security`).
+    pub controller_security: Arc<corelog_controller::port_security::PortSecurity>,
 }
 
 /// A boolean key given as TOML's boolean or as Kafka's text ("true", "false").
@@ -740,13 +781,19 @@ fn leader_balance(
 }
 
 impl ClusterConfig {
-    fn resolve(a: &ServeArgs, node_id: i32) -> anyhow::Result<ClusterConfig> {
+    fn resolve(
+        a: &ServeArgs,
+        node_id: i32,
+        controller_bind: Option<String>,
+    ) -> anyhow::Result<ClusterConfig> {
         if node_id < 0 {
             bail!("--node-id must not be negative");
         }
-        let controller_listen = a
-            .controller_listen
-            .clone()
+        if controller_bind.is_some() && a.controller_listen.is_some() {
+            bail!("the controller listener is in listeners: leave --controller-listen unset");
+        }
+        let controller_listen = controller_bind
+            .or_else(|| a.controller_listen.clone())
             .unwrap_or_else(|| "127.0.0.1:9093".into());
         controller_listen
             .rsplit_once(':')
@@ -786,6 +833,7 @@ impl ClusterConfig {
             )?,
             leader_balance: leader_balance(a)?,
             balancer: balancer(a)?,
+            controller_security: Default::default(),
         })
     }
 }
@@ -911,7 +959,13 @@ impl BrokerConfig {
             kv.split_once('=')
                 .map_or((kv.as_str(), ""), |(k, v)| (k.trim(), v.trim()))
         }))?;
-        let (listeners, inter_broker_listener) = served_listeners(&a, &security)?;
+        let controller_listener = a
+            .controller_listener_names
+            .as_deref()
+            .and_then(|names| names.split(',').map(str::trim).find(|n| !n.is_empty()))
+            .map(str::to_ascii_uppercase);
+        let (listeners, inter_broker_listener, controller_bind) =
+            served_listeners(&a, &security, controller_listener.as_deref())?;
         let (advertise_host, advertise_port) = listeners
             .iter()
             .find(|l| l.name == inter_broker_listener)
@@ -1042,7 +1096,36 @@ impl BrokerConfig {
             window_ms: quota_window_s * 1000,
         };
         let node_id = a.node_id.unwrap_or(0);
-        let cluster = ClusterConfig::resolve(&a, node_id)?;
+        let authorizer = authorizer_policy(
+            a.authorizer_class_name.as_deref(),
+            a.super_users.as_deref(),
+            a.allow_everyone_if_no_acl_found,
+        )?;
+        let mut cluster = ClusterConfig::resolve(&a, node_id, controller_bind)?;
+        if let Some(name) = &controller_listener {
+            let protocol =
+                crate::listeners::protocol_of(name, a.listener_security_protocol_map.as_deref())?;
+            cluster.controller_security = Arc::new(
+                crate::inter_broker_security::controller_port(
+                    &security,
+                    name,
+                    protocol,
+                    authorizer.clone(),
+                )
+                .with_context(|| format!("the controller listener {name}"))?,
+            );
+        }
+        let inter_broker_protocol = listeners
+            .iter()
+            .find(|l| l.name == inter_broker_listener)
+            .map(|l| l.protocol)
+            .context("the inter-broker listener is served")?;
+        cluster.replication.fetch.security = crate::inter_broker_security::inter_broker_client(
+            &security,
+            &inter_broker_listener,
+            inter_broker_protocol,
+        )
+        .with_context(|| format!("the inter-broker listener {inter_broker_listener}"))?;
         Ok(BrokerConfig {
             cluster,
             quota,
@@ -1061,11 +1144,7 @@ impl BrokerConfig {
             storage_fault_injection: a.storage_fault_injection.unwrap_or(false),
             log_level: a.log_level.unwrap_or_else(|| "info".into()),
             node_id,
-            authorizer: authorizer_policy(
-                a.authorizer_class_name.as_deref(),
-                a.super_users.as_deref(),
-                a.allow_everyone_if_no_acl_found,
-            )?,
+            authorizer,
             auto_create_topics: a.auto_create_topics.unwrap_or(true),
             num_partitions,
             socket_request_max_bytes,
@@ -1197,6 +1276,48 @@ mod tests {
             ..Default::default()
         });
         assert!(typo.is_err(), "an unknown security key is refused");
+    }
+
+    #[test]
+    fn the_controller_listener_secures_and_may_bind_the_controller_port() {
+        let jaas = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" password="pw" user_broker="pw";"#;
+        let args = |listeners: &str| ServeArgs {
+            listeners: Some(listeners.into()),
+            listener_security_protocol_map: Some(
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:SASL_PLAINTEXT".into(),
+            ),
+            controller_listener_names: Some("CONTROLLER".into()),
+            security: vec![
+                "listener.name.controller.sasl.enabled.mechanisms=PLAIN".into(),
+                format!("listener.name.controller.plain.sasl.jaas.config={jaas}"),
+            ],
+            ..Default::default()
+        };
+        // Kafka's combined mode: the controller listener among `listeners` is the port.
+        let c = BrokerConfig::resolve(args(
+            "PLAINTEXT://127.0.0.1:19092,CONTROLLER://127.0.0.1:19093",
+        ))
+        .expect("resolve");
+        assert_eq!(
+            c.listeners.len(),
+            1,
+            "the controller port is no Kafka listener"
+        );
+        assert_eq!(c.cluster.controller_listen, "127.0.0.1:19093");
+        let port = &c.cluster.controller_security;
+        assert!(port.tls.is_none());
+        assert_eq!(
+            port.sasl.as_ref().map(|s| s.username.as_str()),
+            Some("broker")
+        );
+        // Or only named: --controller-listen binds, the listener's settings secure it.
+        let c = BrokerConfig::resolve(args("PLAINTEXT://127.0.0.1:19092")).expect("resolve");
+        assert_eq!(c.cluster.controller_listen, "127.0.0.1:9093");
+        assert!(c.cluster.controller_security.sasl.is_some());
+        // Without controller.listener.names the port is plaintext, as before.
+        let c = BrokerConfig::resolve(ServeArgs::default()).expect("resolve");
+        assert!(c.cluster.controller_security.sasl.is_none());
+        assert!(c.cluster.replication.fetch.security.is_plaintext());
     }
 
     #[test]

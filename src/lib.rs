@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod config;
 pub mod host_check;
 pub mod http;
+pub mod inter_broker_security;
 pub mod kafka;
 pub mod kernel;
 pub mod limits;

@@ -150,6 +150,23 @@ pub fn parse(
     })
 }
 
+/// The protocol listener `name` maps to in `protocol_map` (Kafka's default map when
+/// unset): how the controller listener, which `listeners` need not name, is secured.
+pub fn protocol_of(
+    name: &str,
+    protocol_map: Option<&str>,
+) -> Result<SecurityProtocol, ListenerError> {
+    let name = name.trim().to_ascii_uppercase();
+    protocol_map_of(protocol_map.unwrap_or(DEFAULT_PROTOCOL_MAP))?
+        .get(&name)
+        .copied()
+        .ok_or_else(|| {
+            ListenerError(format!(
+                "listener {name} is not in listener.security.protocol.map"
+            ))
+        })
+}
+
 fn protocol_map_of(s: &str) -> Result<BTreeMap<String, SecurityProtocol>, ListenerError> {
     let mut map = BTreeMap::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {

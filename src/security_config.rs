@@ -1,5 +1,5 @@
 //! Kafka's security settings as a `server.properties` holds them: the `ssl.*` and
-//! `sasl.*` keys (and the PLAIN mechanism's `plain.sasl.jaas.config`), each of which a listener may override as `listener.name.<name>.<key>` (the name in
+//! `sasl.*` keys (and the mechanisms' `<mechanism>.sasl.jaas.config`), each of which a listener may override as `listener.name.<name>.<key>` (the name in
 //! lower case, as Kafka writes it). They come from the config file (quoted dotted keys,
 //! or a `[listener.name.<name>]` table) and from `--security KEY=VALUE` flags, which win.
 //!
@@ -29,6 +29,11 @@ pub const KEYS: &[&str] = &[
     "ssl.principal.mapping.rules",
     "sasl.enabled.mechanisms",
     "plain.sasl.jaas.config",
+    "scram-sha-256.sasl.jaas.config",
+    "scram-sha-512.sasl.jaas.config",
+    "sasl.jaas.config",
+    "sasl.mechanism.inter.broker.protocol",
+    "sasl.mechanism.controller.protocol",
     "connection.failed.authentication.delay.ms",
     "connections.max.reauth.ms",
 ];

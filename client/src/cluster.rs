@@ -17,6 +17,7 @@
 use super::connection::Connection;
 use super::protocol::{self, Versions};
 use crate::error::{ClientError, Result};
+use crate::security::ClientSecurity;
 use kafka_protocol::messages::{ApiKey, CreateTopicsResponse, MetadataResponse};
 use kafka_protocol::ResponseError;
 use std::cell::RefCell;
@@ -34,12 +35,15 @@ pub struct ClientOptions {
     pub client_id: String,
     pub max_in_flight: usize,
     pub connect_timeout: Duration,
+    /// TLS and SASL, as the brokers' listener requires (plaintext by default).
+    pub security: ClientSecurity,
 }
 
 pub struct Cluster {
     opts: ClientOptions,
     pub topic: String,
-    brokers: HashMap<i32, SocketAddr>,
+    /// Each broker's address and host name (what its certificate names).
+    brokers: HashMap<i32, (SocketAddr, String)>,
     /// Leader node id of partition `i` at index `i`.
     leaders: Vec<i32>,
     conns: RefCell<HashMap<i32, Rc<Connection>>>,
@@ -72,11 +76,15 @@ impl Cluster {
         for a in &opts.bootstrap {
             match async {
                 let addr = resolve(a)?;
-                Connection::connect(
+                let host = a.rsplit_once(':').map_or(a.as_str(), |(h, _)| h);
+                let host = host.trim_start_matches('[').trim_end_matches(']');
+                Connection::connect_with(
                     addr,
+                    host,
                     &opts.client_id,
                     opts.max_in_flight,
                     opts.connect_timeout,
+                    &opts.security,
                 )
                 .await
             }
@@ -140,10 +148,8 @@ impl Cluster {
                     .brokers
                     .iter()
                     .map(|b| {
-                        Ok((
-                            b.node_id.0,
-                            resolve(&format!("{}:{}", b.host.as_str(), b.port))?,
-                        ))
+                        let addr = resolve(&format!("{}:{}", b.host.as_str(), b.port))?;
+                        Ok((b.node_id.0, (addr, b.host.to_string())))
                     })
                     .collect::<Result<_>>()?;
                 let n = t.partitions.len();
@@ -244,15 +250,17 @@ impl Cluster {
     /// order, so a long-poll Fetch on a connection producers also use holds their
     /// Produces until it returns (and it waits for data only those Produces bring).
     pub async fn dedicated_conn(&self, node: i32) -> Result<Rc<Connection>> {
-        let addr = *self
+        let (addr, host) = self
             .brokers
             .get(&node)
             .ok_or_else(|| ClientError::Metadata(format!("unknown broker {node}")))?;
-        Connection::connect(
-            addr,
+        Connection::connect_with(
+            *addr,
+            host,
             &self.opts.client_id,
             self.opts.max_in_flight,
             self.opts.connect_timeout,
+            &self.opts.security,
         )
         .await
     }
@@ -263,10 +271,11 @@ impl Cluster {
         if let Some(c) = self.conns.borrow().get(&node) {
             return Ok(c.clone());
         }
-        let addr = *self
+        let addr = self
             .brokers
             .get(&node)
-            .ok_or_else(|| ClientError::Metadata(format!("unknown broker {node}")))?;
+            .ok_or_else(|| ClientError::Metadata(format!("unknown broker {node}")))?
+            .0;
         let c = if addr == self.bootstrap.addr
             && !self
                 .conns

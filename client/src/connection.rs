@@ -16,23 +16,42 @@
 //!   the error that broke it. There is no reconnect; a load test with a dead broker
 //!   should say so, not paper over it.
 //!
-//! Not here: which broker leads what (`cluster.rs`), message contents (`protocol.rs`).
+//! - A secured connection (`ClientSecurity`) is usable only once its TLS handshake and
+//!   its SASL exchange have succeeded: `connect_with` returns it no earlier.
+//!
+//! Not here: which broker leads what (`cluster.rs`), message contents (`protocol.rs`),
+//! how SASL's messages are made (`sasl.rs`).
 
 use super::protocol::{self, Versions};
 use crate::error::{ClientError, Result};
+use crate::sasl::{Next, SaslClient};
+use crate::security::{ClientSecurity, SaslCredentials};
 use bytes::{Bytes, BytesMut};
 use futures::channel::oneshot;
-use futures::io::{AsyncReadExt, AsyncWriteExt, ReadHalf, WriteHalf};
+use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadHalf, WriteHalf};
 use futures::lock::Mutex;
 use glommio::net::TcpStream;
 use glommio::sync::{Semaphore, StaticPermit};
-use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseHeader};
+use kafka_protocol::messages::{
+    ApiKey, ApiVersionsRequest, ApiVersionsResponse, ResponseHeader, SaslAuthenticateRequest,
+    SaslAuthenticateResponse, SaslHandshakeRequest, SaslHandshakeResponse,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use std::cell::{Cell, RefCell};
 use std::collections::VecDeque;
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+/// The byte stream under a connection: TCP, or TLS over TCP.
+trait Stream: AsyncRead + AsyncWrite + Unpin {}
+impl<T: AsyncRead + AsyncWrite + Unpin> Stream for T {}
+type BoxedStream = Box<dyn Stream>;
+
+/// SaslHandshake v1 (the exchange then runs in SaslAuthenticate, KIP-152).
+const SASL_HANDSHAKE_VERSION: i16 = 1;
+/// SaslAuthenticate v2 (flexible; v1+ tells the session's lifetime, KIP-368).
+const SASL_AUTHENTICATE_VERSION: i16 = 2;
 
 /// Largest response frame accepted. A Fetch answer is bounded by `--fetch-max-bytes`
 /// (at most 1 GiB by the CLI) plus framing; anything larger is a broken peer.
@@ -56,29 +75,67 @@ pub struct Connection {
     client_id: StrBytes,
     versions: Cell<Option<Versions>>,
     broken: RefCell<Option<String>>,
+    /// When the broker ends this connection's SASL session (KIP-368), if it does.
+    session_expires: Cell<Option<Instant>>,
 }
 
 struct Writer {
-    half: WriteHalf<TcpStream>,
+    half: WriteHalf<BoxedStream>,
     buf: BytesMut,
 }
 
 impl Connection {
-    /// Connects, starts the reader task and negotiates API versions.
+    /// Connects in plaintext, starts the reader task and negotiates API versions.
     pub async fn connect(
         addr: SocketAddr,
         client_id: &str,
         max_in_flight: usize,
         timeout: Duration,
     ) -> Result<Rc<Connection>> {
-        let stream = TcpStream::connect_timeout(addr, timeout)
+        let host = addr.ip().to_string();
+        let plaintext = ClientSecurity::default();
+        Self::connect_with(addr, &host, client_id, max_in_flight, timeout, &plaintext).await
+    }
+
+    /// Connects with `security` — TLS to `host` (the name the server's certificate must
+    /// carry), then API versions, then SASL — and starts the reader task.
+    pub async fn connect_with(
+        addr: SocketAddr,
+        host: &str,
+        client_id: &str,
+        max_in_flight: usize,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Rc<Connection>> {
+        let unreachable = |reason: String| ClientError::Unreachable {
+            addr: addr.to_string(),
+            reason,
+        };
+        let tcp = TcpStream::connect_timeout(addr, timeout)
             .await
-            .map_err(|e| ClientError::Unreachable {
-                addr: addr.to_string(),
-                reason: e.to_string(),
-            })?;
+            .map_err(|e| unreachable(e.to_string()))?;
         // Requests are whole frames written at once; Nagle would only add latency.
-        stream.set_nodelay(true).ok();
+        tcp.set_nodelay(true).ok();
+        let stream: BoxedStream = match &security.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| unreachable(format!("TLS server name {host:?}: {e}")))?;
+                let connector = futures_rustls::TlsConnector::from(tls.config.clone());
+                let handshake = connector.connect(name, tcp);
+                let expired = async {
+                    glommio::timer::sleep(timeout).await;
+                    Err(std::io::Error::new(
+                        std::io::ErrorKind::TimedOut,
+                        format!("no TLS handshake within {timeout:?}"),
+                    ))
+                };
+                let stream = futures_lite::future::or(handshake, expired)
+                    .await
+                    .map_err(|e| unreachable(format!("TLS handshake: {e}")))?;
+                Box::new(stream)
+            }
+        };
         let (reader, writer) = stream.split();
         let conn = Rc::new(Connection {
             addr,
@@ -92,6 +149,7 @@ impl Connection {
             client_id: StrBytes::from_string(client_id.to_owned()),
             versions: Cell::new(None),
             broken: RefCell::new(None),
+            session_expires: Cell::new(None),
         });
         // The reader holds only a weak reference so dropping the last `Rc` ends it.
         let weak = Rc::downgrade(&conn);
@@ -110,7 +168,76 @@ impl Connection {
                 reason: format!("{e:#}"),
             })?;
         conn.versions.set(Some(versions));
+        if let Some(credentials) = &security.sasl {
+            conn.authenticate(credentials.clone())
+                .await
+                .map_err(|e| match e {
+                    ClientError::Kafka { .. } => e,
+                    e => unreachable(format!("{e:#}")),
+                })?;
+        }
         Ok(conn)
+    }
+
+    /// SaslHandshake, then SaslAuthenticate until the mechanism is done.
+    async fn authenticate(&self, credentials: SaslCredentials) -> Result<()> {
+        let mut client = SaslClient::new(credentials);
+        let mut handshake = SaslHandshakeRequest::default();
+        handshake.mechanism = StrBytes::from_static_str(client.mechanism().name());
+        let r: SaslHandshakeResponse = self
+            .request(ApiKey::SaslHandshake, SASL_HANDSHAKE_VERSION, &handshake)
+            .await?;
+        if r.error_code != 0 {
+            let enabled: Vec<&str> = r.mechanisms.iter().map(|m| m.as_str()).collect();
+            return Err(ClientError::Kafka {
+                context: format!(
+                    "SaslHandshake {} (the broker enables: {})",
+                    client.mechanism().name(),
+                    enabled.join(", ")
+                ),
+                code: r.error_code,
+            });
+        }
+        let mut message = client.start().map_err(ClientError::Protocol)?;
+        loop {
+            let mut req = SaslAuthenticateRequest::default();
+            req.auth_bytes = Bytes::from(message);
+            let r: SaslAuthenticateResponse = self
+                .request(ApiKey::SaslAuthenticate, SASL_AUTHENTICATE_VERSION, &req)
+                .await?;
+            if r.error_code != 0 {
+                let why = r.error_message.as_ref().map(|m| m.to_string());
+                return Err(ClientError::Kafka {
+                    context: format!(
+                        "SaslAuthenticate {}: {}",
+                        client.mechanism().name(),
+                        why.unwrap_or_default()
+                    ),
+                    code: r.error_code,
+                });
+            }
+            match client
+                .answer(&r.auth_bytes)
+                .map_err(ClientError::Protocol)?
+            {
+                Next::Send(m) => message = m,
+                Next::Done => {
+                    if r.session_lifetime_ms > 0 {
+                        let lifetime = Duration::from_millis(r.session_lifetime_ms as u64);
+                        self.session_expires.set(Some(Instant::now() + lifetime));
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Whether the broker's SASL session (KIP-368) ends within `margin`: a caller that
+    /// keeps the connection should open a new one before then.
+    pub fn session_ends_within(&self, margin: Duration) -> bool {
+        self.session_expires
+            .get()
+            .is_some_and(|t| t.saturating_duration_since(Instant::now()) <= margin)
     }
 
     pub fn versions(&self) -> Versions {
@@ -261,7 +388,7 @@ impl Connection {
 }
 
 /// Reads response frames until the socket fails; returns why it stopped.
-async fn read_loop(mut reader: ReadHalf<TcpStream>, conn: &std::rc::Weak<Connection>) -> String {
+async fn read_loop(mut reader: ReadHalf<BoxedStream>, conn: &std::rc::Weak<Connection>) -> String {
     let mut size_buf = [0u8; 4];
     // Frames are read into one reused allocation (`reserve` takes it back once the last
     // frame's bytes are dropped). A new allocation per frame is a new mapping for every

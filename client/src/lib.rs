@@ -11,6 +11,8 @@
 //! - `records`: RecordBatch v2 encode (per batch, not per message) and header walking.
 //! - `connection`: one pipelined broker connection with an in-flight limit.
 //! - `cluster`: bootstrap, topic creation, partition leaders, per-broker connections.
+//! - `security`: TLS (rustls) and SASL credentials for a connection.
+//! - `sasl`: the client side of SASL PLAIN and SCRAM, message by message.
 //! - `error`: what fails, typed.
 //!
 //! Deliberately absent: consumer groups, idempotence, transactions, retries, metadata
@@ -22,5 +24,7 @@ pub mod connection;
 pub mod error;
 pub mod protocol;
 pub mod records;
+pub mod sasl;
+pub mod security;
 
 pub use error::{ClientError, Result};

@@ -48,7 +48,12 @@ impl Heartbeats {
         let timeout = liveness::call_timeout(shared.config.heartbeat_interval);
         for (id, addr) in voters {
             let (_, client) = self.voters.entry(id).or_insert_with(|| {
-                let client = PeerClient::new(id, addr.clone(), shared.cluster_id.clone());
+                let client = PeerClient::new(
+                    id,
+                    addr.clone(),
+                    shared.cluster_id.clone(),
+                    shared.config.security.clone(),
+                );
                 (addr, Arc::new(Mutex::new(client)))
             });
             let Ok(mut client) = client.clone().try_lock_owned() else {

@@ -41,6 +41,7 @@ pub mod node;
 mod node_config;
 mod node_state;
 pub mod placement;
+pub mod port_security;
 pub mod raft_log;
 pub mod rpc;
 pub mod scram;

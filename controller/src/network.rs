@@ -9,7 +9,8 @@
 //! events that do; `PeerHealth` logs a peer's loss once, then at most once a minute while
 //! it lasts (with how long), and its return. openraft's other errors (storage) stay.
 
-use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError};
+use crate::port_security::PortSecurity;
+use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError, Stream};
 use crate::state_machine::MetadataRaft;
 use openraft::error::{
     InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
@@ -49,7 +50,8 @@ pub struct PeerClient {
     target: NodeId,
     addr: String,
     cluster_id: ClusterIdCell,
-    conn: Option<BufReader<TcpStream>>,
+    security: Arc<PortSecurity>,
+    conn: Option<BufReader<Box<dyn Stream>>>,
     /// Where reachability is reported (openraft's clients only).
     health: Option<PeerHealth>,
 }
@@ -129,11 +131,17 @@ pub enum CallError {
 }
 
 impl PeerClient {
-    pub fn new(target: NodeId, addr: String, cluster_id: ClusterIdCell) -> PeerClient {
+    pub fn new(
+        target: NodeId,
+        addr: String,
+        cluster_id: ClusterIdCell,
+        security: Arc<PortSecurity>,
+    ) -> PeerClient {
         PeerClient {
             target,
             addr,
             cluster_id,
+            security,
             conn: None,
             health: None,
         }
@@ -174,9 +182,14 @@ impl PeerClient {
             }
         }
         match result {
-            Ok(Response::Refused(e)) => Err(CallError::Refused { addr, source: e }),
+            Ok(Response::Refused(e)) => {
+                let e = CallError::Refused { addr, source: e };
+                report_refusal(&e);
+                Err(e)
+            }
             Ok(r) => Ok(r),
             Err(e) => {
+                report_refusal(&e);
                 self.conn = None;
                 Err(e)
             }
@@ -185,15 +198,7 @@ impl PeerClient {
 
     async fn exchange(&mut self, envelope: &Envelope<Request>) -> Result<Response, CallError> {
         if self.conn.is_none() {
-            let stream =
-                TcpStream::connect(&self.addr)
-                    .await
-                    .map_err(|source| CallError::Unreachable {
-                        addr: self.addr.clone(),
-                        source,
-                    })?;
-            stream.set_nodelay(true).ok();
-            self.conn = Some(BufReader::new(stream));
+            self.conn = Some(self.open().await?);
         }
         let net = |source: io::Error| CallError::Network {
             addr: self.addr.clone(),
@@ -214,10 +219,97 @@ impl PeerClient {
     }
 }
 
+impl CallError {
+    /// Whether the peer refused this node's credentials (its certificate, its SASL
+    /// login or its principal's rights): a configuration to fix, not a peer down.
+    pub fn is_refusal(&self) -> bool {
+        match self {
+            CallError::Refused { source, .. } => matches!(
+                source,
+                RpcError::AuthenticationFailed | RpcError::Unauthorized { .. }
+            ),
+            // rustls' alerts and certificate errors surface as invalid data.
+            CallError::Unreachable { source, .. } => source.kind() == io::ErrorKind::InvalidData,
+            CallError::Network { .. } => false,
+        }
+    }
+}
+
+/// Says that a peer refused this node, at most once a minute in all: a broker with the
+/// wrong credentials must tell its operator why it never joins.
+pub fn report_refusal(e: &CallError) {
+    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    if !e.is_refusal() {
+        return;
+    }
+    let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
+    if last.is_none_or(|t| t.elapsed() >= REPORT_AGAIN_AFTER) {
+        *last = Some(Instant::now());
+        tracing::warn!(error = %e, "a controller peer refused this node's credentials");
+    }
+}
+
+impl PeerClient {
+    /// A new connection, through TLS and the SASL login where the port has them.
+    async fn open(&self) -> Result<BufReader<Box<dyn Stream>>, CallError> {
+        let unreachable = |source: io::Error| CallError::Unreachable {
+            addr: self.addr.clone(),
+            source,
+        };
+        let tcp = TcpStream::connect(&self.addr).await.map_err(unreachable)?;
+        tcp.set_nodelay(true).ok();
+        let stream: Box<dyn Stream> = match &self.security.tls {
+            None => Box::new(tcp),
+            Some(tls) => {
+                let host = host_of(&self.addr);
+                let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                    .map_err(|e| unreachable(io::Error::new(io::ErrorKind::InvalidInput, e)))?;
+                let connector = tokio_rustls::TlsConnector::from(tls.client.clone());
+                Box::new(connector.connect(name, tcp).await.map_err(unreachable)?)
+            }
+        };
+        let mut stream = BufReader::new(stream);
+        if let Some(sasl) = &self.security.sasl {
+            let net = |source: io::Error| CallError::Network {
+                addr: self.addr.clone(),
+                source,
+            };
+            let login = Envelope {
+                cluster_id: self.cluster_id.get(),
+                body: Request::Authenticate(sasl.credentials()),
+            };
+            write_frame(&mut stream, &login).await.map_err(net)?;
+            match read_frame::<_, Response>(&mut stream).await.map_err(net)? {
+                Some(Response::Authenticate(Ok(()))) => {}
+                Some(Response::Authenticate(Err(e)) | Response::Refused(e)) => {
+                    return Err(CallError::Refused {
+                        addr: self.addr.clone(),
+                        source: e,
+                    })
+                }
+                _ => {
+                    return Err(net(io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "the SASL login was not answered",
+                    )))
+                }
+            }
+        }
+        Ok(stream)
+    }
+}
+
+/// The host of a `host:port` address (an IPv6 host without its brackets).
+fn host_of(addr: &str) -> &str {
+    let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+    host.trim_start_matches('[').trim_end_matches(']')
+}
+
 /// openraft's network: a `PeerClient` per target.
 #[derive(Clone)]
 pub struct Network {
     pub cluster_id: ClusterIdCell,
+    pub security: Arc<PortSecurity>,
     pub health: PeerHealth,
 }
 
@@ -225,8 +317,13 @@ impl RaftNetworkFactory<MetadataRaft> for Network {
     type Network = PeerClient;
 
     async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> PeerClient {
-        PeerClient::new(target, node.addr.clone(), self.cluster_id.clone())
-            .reporting_to(self.health.clone())
+        PeerClient::new(
+            target,
+            node.addr.clone(),
+            self.cluster_id.clone(),
+            self.security.clone(),
+        )
+        .reporting_to(self.health.clone())
     }
 }
 

@@ -211,7 +211,12 @@ impl ControllerNode {
                     return Ok(d);
                 }
                 if let Some((lid, addr)) = leader_addr(&shared) {
-                    let mut c = PeerClient::new(lid, addr, shared.cluster_id.clone());
+                    let mut c = PeerClient::new(
+                        lid,
+                        addr,
+                        shared.cluster_id.clone(),
+                        shared.config.security.clone(),
+                    );
                     if let Ok(Response::DescribeQuorum(Ok(d))) =
                         c.call(Request::DescribeQuorum, CALL_TIMEOUT).await
                     {
@@ -286,6 +291,7 @@ async fn boot(config: NodeConfig) -> Result<(Arc<Shared>, tokio::net::TcpListene
         Arc::new(raft_config),
         Network {
             cluster_id: cluster_id.clone(),
+            security: config.security.clone(),
             health: PeerHealth::default(),
         },
         log,
@@ -404,7 +410,12 @@ async fn check_cluster_of_voters(config: &NodeConfig, ours: &str) -> Result<(), 
         .iter()
         .filter(|(id, _)| **id != config.node_id)
     {
-        let mut c = PeerClient::new(*id as NodeId, addr.clone(), cell.clone());
+        let mut c = PeerClient::new(
+            *id as NodeId,
+            addr.clone(),
+            cell.clone(),
+            config.security.clone(),
+        );
         if let Err(CallError::Refused {
             source: RpcError::ClusterMismatch { ours: theirs, .. },
             ..
@@ -468,7 +479,12 @@ async fn propose(
             Err(RpcError::NotLeader {
                 leader: Some((lid, addr)),
             }) if lid != shared.id => {
-                let mut c = PeerClient::new(lid, addr, shared.cluster_id.clone());
+                let mut c = PeerClient::new(
+                    lid,
+                    addr,
+                    shared.cluster_id.clone(),
+                    shared.config.security.clone(),
+                );
                 let req = Request::Propose {
                     id: proposal.id,
                     command: proposal.command.clone(),
@@ -599,7 +615,12 @@ async fn join(shared: &Shared) {
                 .map(|(id, a)| (*id as NodeId, a.clone())),
         );
         for (id, addr) in targets {
-            let mut c = PeerClient::new(id, addr, shared.cluster_id.clone());
+            let mut c = PeerClient::new(
+                id,
+                addr,
+                shared.cluster_id.clone(),
+                shared.config.security.clone(),
+            );
             let req = Request::Join {
                 id: shared.id,
                 addr: me.clone(),

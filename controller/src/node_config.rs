@@ -33,6 +33,8 @@ pub struct NodeConfig {
     pub leader_balance: Option<LeaderBalance>,
     /// The partition balancer and decommissioning (`balancer`).
     pub balancer: Balancer,
+    /// How the controller port is secured (plaintext by default).
+    pub security: std::sync::Arc<crate::port_security::PortSecurity>,
 }
 
 impl NodeConfig {

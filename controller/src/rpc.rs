@@ -16,8 +16,12 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use std::io;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use uuid::Uuid;
+
+/// The byte stream under a controller connection: TCP, or TLS over TCP.
+pub trait Stream: AsyncRead + AsyncWrite + Unpin + Send + Sync {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send + Sync> Stream for T {}
 
 /// A frame longer than this is refused (a snapshot chunk is the largest message).
 pub const FRAME_MAX: usize = 64 << 20;
@@ -48,6 +52,8 @@ pub enum Request {
     Heartbeat(Heartbeat),
     /// The quorum as this node sees it (DescribeQuorum).
     DescribeQuorum,
+    /// A SASL login: the first request on a connection to a SASL port, and only there.
+    Authenticate(crate::port_security::Credentials),
 }
 
 /// A broker's liveness report to the active controller.
@@ -91,6 +97,7 @@ pub enum Response {
     Join(Result<(), RpcError>),
     Heartbeat(Result<(), RpcError>),
     DescribeQuorum(Result<QuorumDescription, RpcError>),
+    Authenticate(Result<(), RpcError>),
     /// The request could not be handled at all.
     Refused(RpcError),
 }
@@ -104,6 +111,12 @@ pub enum RpcError {
     ClusterMismatch { ours: String, theirs: String },
     #[error("the controller is shutting down or failed: {0}")]
     Unavailable(String),
+    /// The SASL login failed, or a request came before it.
+    #[error("authentication failed")]
+    AuthenticationFailed,
+    /// The peer's principal may not use the controller port (CLUSTER_ACTION).
+    #[error("{principal} is not authorized for CLUSTER_ACTION on the cluster")]
+    Unauthorized { principal: String },
 }
 
 /// One voter's or observer's replication state (DescribeQuorum, KIP-836).

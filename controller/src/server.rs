@@ -3,12 +3,18 @@
 //! taken only by the active controller (others answer `NotLeader` with the leader they
 //! know, and the caller goes there); heartbeats are kept by every node, so that a voter
 //! elected later knows who was alive before it led (`liveness`).
+//!
+//! A secured port (`port_security`) first finishes the connection's TLS handshake,
+//! then takes its SASL login as the first request, then authorizes its principal; only
+//! then are requests served, and a refusal closes only that connection.
 
 use crate::liveness;
 use crate::node_state::{self as node, Shared};
-use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError};
+use crate::port_security::{self, Refusal, ANONYMOUS};
+use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError, Stream};
 use crate::state_machine::Proposal;
 use openraft::BasicNode;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
@@ -28,9 +34,11 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     }
 }
 
-async fn connection(shared: Arc<Shared>, stream: TcpStream) {
-    let peer = stream.peer_addr().ok();
-    let mut stream = BufReader::new(stream);
+async fn connection(shared: Arc<Shared>, tcp: TcpStream) {
+    let peer = tcp.peer_addr().ok();
+    let Some(mut stream) = admit(&shared, tcp, peer).await else {
+        return;
+    };
     loop {
         let envelope = match read_frame::<_, Envelope<Request>>(&mut stream).await {
             Ok(Some(e)) => e,
@@ -71,7 +79,127 @@ async fn handle(shared: &Shared, envelope: Envelope<Request>) -> Response {
         Request::DescribeQuorum => {
             Response::DescribeQuorum(node::local_quorum(shared).ok_or_else(|| not_leader(shared)))
         }
+        // Only a connection's first request on a SASL port (`admit`) logs in.
+        Request::Authenticate(_) => Response::Refused(RpcError::AuthenticationFailed),
     }
+}
+
+/// The connection once it may be served: TLS finished, SASL passed, principal
+/// authorized. `None`: refused (and audited), or gone.
+async fn admit(
+    shared: &Shared,
+    tcp: TcpStream,
+    peer: Option<SocketAddr>,
+) -> Option<BufReader<Box<dyn Stream>>> {
+    let security = &shared.config.security;
+    let refuse = |principal: Option<&str>, authentication: bool, reason: &str| {
+        if let Some(audit) = &security.audit {
+            audit(&Refusal {
+                peer,
+                principal,
+                authentication,
+                reason,
+            });
+        }
+    };
+    let mut principal = ANONYMOUS.to_string();
+    let stream: Box<dyn Stream> = match &security.tls {
+        None => Box::new(tcp),
+        Some(tls) => {
+            let acceptor = tokio_rustls::TlsAcceptor::from(tls.server.clone());
+            let accepted =
+                tokio::time::timeout(port_security::HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await;
+            let stream = match accepted {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    refuse(None, true, &format!("TLS handshake: {e}"));
+                    return None;
+                }
+                Err(_) => {
+                    refuse(None, true, "no TLS handshake in time");
+                    return None;
+                }
+            };
+            let cert = stream
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first());
+            if let Some(p) = cert.and_then(|c| (tls.principal_of)(c)) {
+                principal = p;
+            }
+            Box::new(stream)
+        }
+    };
+    let mut stream = BufReader::new(stream);
+    if let Some(sasl) = &security.sasl {
+        let first = read_frame::<_, Envelope<Request>>(&mut stream)
+            .await
+            .ok()??;
+        let verdict = match first.body {
+            Request::Authenticate(c) if c.mechanism == "PLAIN" => {
+                if (sasl.verify)(&c.username, c.password.expose().as_bytes()) {
+                    Ok(port_security::sasl_principal(&c.username))
+                } else {
+                    Err(format!("wrong password for user {:?}", c.username))
+                }
+            }
+            Request::Authenticate(c) => Err(format!(
+                "SASL mechanism {} is not served here (PLAIN is)",
+                c.mechanism
+            )),
+            _ => Err("a request before SASL authentication".to_string()),
+        };
+        match verdict {
+            Ok(p) => principal = p,
+            Err(reason) => {
+                refuse(None, true, &reason);
+                tokio::time::sleep(sasl.failed_delay).await;
+                let answer = Response::Authenticate(Err(RpcError::AuthenticationFailed));
+                let _ = write_frame(&mut stream, &answer).await;
+                return None;
+            }
+        }
+        let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
+        let answer = match authorized(shared, &principal, &host) {
+            true => Response::Authenticate(Ok(())),
+            false => Response::Authenticate(Err(RpcError::Unauthorized {
+                principal: principal.clone(),
+            })),
+        };
+        let denied = matches!(answer, Response::Authenticate(Err(_)));
+        write_frame(&mut stream, &answer).await.ok()?;
+        if denied {
+            refuse(
+                Some(&principal),
+                false,
+                "CLUSTER_ACTION on the cluster denied",
+            );
+            return None;
+        }
+        return Some(stream);
+    }
+    let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
+    if !authorized(shared, &principal, &host) {
+        refuse(
+            Some(&principal),
+            false,
+            "CLUSTER_ACTION on the cluster denied",
+        );
+        // Told on its first request, so the peer knows why rather than seeing a reset.
+        if let Ok(Some(_)) = read_frame::<_, Envelope<Request>>(&mut stream).await {
+            let answer = Response::Refused(RpcError::Unauthorized { principal });
+            let _ = write_frame(&mut stream, &answer).await;
+        }
+        return None;
+    }
+    Some(stream)
+}
+
+fn authorized(shared: &Shared, principal: &str, host: &str) -> bool {
+    let policy = shared.config.security.authorizer.as_ref();
+    policy.is_none()
+        || port_security::may_use_port(policy, &shared.sm.image().acls, principal, host)
 }
 
 fn not_leader(shared: &Shared) -> RpcError {

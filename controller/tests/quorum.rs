@@ -73,6 +73,7 @@ impl Cluster {
                 enabled: false,
                 ..Default::default()
             },
+            security: Default::default(),
         }
     }
 

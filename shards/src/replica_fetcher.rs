@@ -26,6 +26,8 @@ use crate::metadata::ClusterMetadata;
 use crate::replication_throttle::{self, ReplicationThrottles, Side};
 use crate::routing::TopicPartition;
 use corelog_kafka_client::connection::Connection;
+use corelog_kafka_client::security::ClientSecurity;
+use corelog_kafka_client::ClientError;
 use corelog_partition::{Cut, Partition};
 use corelog_storage::AckLevel;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
@@ -37,6 +39,12 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How often a fetcher refused by its leader says so again.
+const WARN_AGAIN_AFTER: Duration = Duration::from_secs(60);
+
+/// A connection whose SASL session ends within this is replaced before the next fetch.
+const REAUTHENTICATE_BEFORE: Duration = Duration::from_secs(5);
 
 /// Fetch v15: replica state (id and broker epoch) in its own field, topics by id.
 const FETCH_VERSION: i16 = 15;
@@ -55,6 +63,8 @@ pub struct FetchConfig {
     /// `replica.socket.timeout.ms`: a fetch not answered within this is given up and
     /// its connection dropped (well above `wait_max_ms`, which the leader may hold it).
     pub request_timeout: Duration,
+    /// How the inter-broker listener is spoken to: TLS and SASL as it requires.
+    pub security: ClientSecurity,
 }
 
 impl Default for FetchConfig {
@@ -65,6 +75,7 @@ impl Default for FetchConfig {
             response_max_bytes: 10 << 20,
             backoff: Duration::from_millis(1000),
             request_timeout: Duration::from_secs(30),
+            security: ClientSecurity::default(),
         }
     }
 }
@@ -184,6 +195,7 @@ struct Sent {
 
 async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchConfig) {
     let mut conn: Option<Rc<Connection>> = None;
+    let mut warned: Option<Instant> = None;
     loop {
         if fetcher.stopped.get() {
             return;
@@ -206,25 +218,47 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
             }
             continue;
         }
-        let Some(addr) = leader_addr(&meta, fetcher.leader) else {
+        let Some((addr, leader_host)) = leader_addr(&meta, fetcher.leader) else {
             drop(h);
             glommio::timer::sleep(config.backoff).await;
             continue;
         };
-        if conn.as_ref().is_some_and(|c| c.addr != addr) {
+        // A new connection before the leader's SASL session ends (KIP-368): one that
+        // has ended is closed by the leader at the next fetch.
+        let session_ending = conn
+            .as_ref()
+            .is_some_and(|c| c.session_ends_within(REAUTHENTICATE_BEFORE));
+        if conn.as_ref().is_some_and(|c| c.addr != addr) || session_ending {
             conn = None;
         }
         let c = match &conn {
             Some(c) => c.clone(),
             None => {
                 let client_id = format!("corelog-replica-{}", h.node_id());
-                match Connection::connect(addr, &client_id, 1, Duration::from_secs(5)).await {
+                let connecting = Connection::connect_with(
+                    addr,
+                    &leader_host,
+                    &client_id,
+                    1,
+                    Duration::from_secs(5),
+                    &config.security,
+                );
+                match connecting.await {
                     Ok(c) => {
                         conn = Some(c.clone());
                         c
                     }
                     Err(e) => {
-                        tracing::debug!(leader = fetcher.leader, %addr, error = %e, "replica fetcher cannot reach its leader");
+                        // A refusal (TLS, SASL) is a configuration to fix, not a broker
+                        // that is down: said, at most once a minute per fetcher.
+                        let refused = matches!(e, ClientError::Kafka { .. })
+                            || e.to_string().contains("TLS handshake");
+                        if refused && warned.is_none_or(|t| t.elapsed() >= WARN_AGAIN_AFTER) {
+                            warned = Some(Instant::now());
+                            tracing::warn!(leader = fetcher.leader, %addr, error = %e, "replica fetcher is refused by its leader");
+                        } else {
+                            tracing::debug!(leader = fetcher.leader, %addr, error = %e, "replica fetcher cannot reach its leader");
+                        }
                         drop(h);
                         glommio::timer::sleep(config.backoff).await;
                         continue;
@@ -374,12 +408,14 @@ fn build_request<H: ReplicaHost>(
     (sent, request, next_due)
 }
 
-fn leader_addr(meta: &ClusterMetadata, leader: i32) -> Option<SocketAddr> {
+/// The leader's inter-broker address, and its host name (what its certificate names).
+fn leader_addr(meta: &ClusterMetadata, leader: i32) -> Option<(SocketAddr, String)> {
     let b = meta.brokers.get(&leader)?;
-    (b.endpoint.host.as_str(), b.endpoint.port)
+    let addr = (b.endpoint.host.as_str(), b.endpoint.port)
         .to_socket_addrs()
         .ok()?
-        .next()
+        .next()?;
+    Some((addr, b.endpoint.host.clone()))
 }
 
 /// A partition the leader answered with records or none, no error and no divergence.

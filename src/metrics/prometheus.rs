@@ -286,6 +286,11 @@ impl Collector for Snapshots {
             "Fetched record bytes sent from segment files with splice, never copied to user space.",
             &spliced,
         )?;
+        // The controller port is served off the shards (its own threads).
+        let controller = vec![("shard".to_string(), "controller".to_string())];
+        let port = &crate::inter_broker_security::CONTROLLER_PORT_REFUSALS;
+        failed_auth.push((controller.clone(), port.failed_authentications()));
+        denied.push((controller, port.denied()));
         counter(
             &mut encoder,
             "corelog_failed_authentications",

@@ -110,7 +110,8 @@ impl SaslListener {
         })
     }
 
-    fn plain_password_matches(&self, user: &str, password: &[u8]) -> bool {
+    /// Whether PLAIN accepts `user` with `password` (compared in constant time).
+    pub fn accepts_plain(&self, user: &str, password: &[u8]) -> bool {
         match self.plain_users.get(user) {
             Some(p) => bool::from(p.as_bytes().ct_eq(password)),
             None => false,
@@ -262,7 +263,7 @@ impl Authentication {
         let mut state = self.state.borrow_mut();
         let step = match &mut *state {
             State::Plain => match plain(token) {
-                Ok((user, password)) if self.listener.plain_password_matches(&user, password) => {
+                Ok((user, password)) if self.listener.accepts_plain(&user, password) => {
                     *self.claimed.borrow_mut() = Some(user.clone());
                     match self.authenticated_as(&user) {
                         Ok(()) => {

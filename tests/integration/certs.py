@@ -32,15 +32,19 @@ class CertificateAuthority:
                  "-nodes", "-keyout", str(self.key), "-out", str(self.cert), "-days", "2",
                  "-subj", f"/CN={name}", cwd=dir)
 
-    def issue(self, name: str, cn: str, server: bool = False) -> Issued:
+    def issue(self, name: str, cn: str, server: bool = False, client: bool = False) -> Issued:
+        """A certificate for ``cn``: a server's (127.0.0.1/localhost) when ``server``, a
+        client's otherwise; ``server`` and ``client`` both make a broker's, which serves
+        and also connects to other brokers with it (mutual TLS between brokers)."""
         key, csr, cert = (self.dir / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
         _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
                  "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={cn}/O=corelog",
                  cwd=self.dir)
         ext = self.dir / f"{name}.ext"
         if server:
+            usage = "serverAuth,clientAuth" if client else "serverAuth"
             ext.write_text("subjectAltName=IP:127.0.0.1,DNS:localhost\n"
-                           "extendedKeyUsage=serverAuth\n")
+                           f"extendedKeyUsage={usage}\n")
         else:
             ext.write_text("extendedKeyUsage=clientAuth\n")
         _openssl("x509", "-req", "-in", str(csr), "-CA", str(self.cert), "-CAkey",

@@ -144,6 +144,14 @@ class Broker:
             *self.extra_args,
         ]
 
+    def metric(self, name: str) -> float:
+        """Series of /metrics whose name begins with ``name``, summed (over shards)."""
+        opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+        with opener.open(f"http://{self.http}/metrics", timeout=5) as r:
+            text = r.read().decode()
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                   if line.startswith(name))
+
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "Broker":
         self.launch()

@@ -12,7 +12,6 @@ certificate's subject, mapped by ssl.principal.mapping.rules, is the principal."
 from __future__ import annotations
 
 import time
-import urllib.request
 import uuid
 from pathlib import Path
 
@@ -56,11 +55,6 @@ class AclBroker(Broker):
         return {"bootstrap.servers": f"127.0.0.1:{self.sasl_port}",
                 "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
                 "sasl.username": user, "sasl.password": USERS[user], **extra}
-
-    def metric(self, name: str) -> float:
-        text = urllib.request.urlopen(f"http://{self.http}/metrics", timeout=5).read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name))
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import socket
 import struct
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -80,9 +79,7 @@ def scram_ssl(broker, ca, user="alice", password="alice-secret", mechanism="SCRA
 
 
 def failed_authentications(broker) -> float:
-    text = urllib.request.urlopen(f"http://{broker.http}/metrics", timeout=5).read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("corelog_failed_authentications"))
+    return broker.metric("corelog_failed_authentications")
 
 
 def test_scram_users_are_described_and_deleted_through_the_admin_client(broker):
@@ -236,11 +233,6 @@ def test_kcat_scram_over_sasl_ssl(broker, ca):
 
 class ReauthBroker(Broker):
     """A SASL_PLAINTEXT listener with PLAIN users and a 1.5 s session lifetime."""
-
-    def metric(self, name: str) -> float:
-        text = urllib.request.urlopen(f"http://{self.http}/metrics", timeout=5).read().decode()
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name))
 
     def __init__(self, workdir: Path):
         super().__init__(workdir)

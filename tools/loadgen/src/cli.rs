@@ -4,11 +4,15 @@
 //! Invariants (checked once here, so nothing downstream re-validates):
 //! - sizes, counts and rates are positive; `--rate` is finite;
 //! - exactly one stop condition: `--messages N`, or `--duration D` (default 10s);
-//! - e2e messages are at least 8 bytes (the value's first 8 bytes carry the send stamp).
+//! - e2e messages are at least 8 bytes (the value's first 8 bytes carry the send stamp);
+//! - `--security-protocol` is one of Kafka's four, with the CA file and SASL login it needs.
 
 use crate::keys::KeySpec;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand, ValueEnum};
+use corelog_kafka_client::security::{
+    tls_client_config, ClientSecurity, SaslCredentials, SaslMechanism, TlsClient,
+};
 use kafka_protocol::records::Compression;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -139,6 +143,85 @@ pub struct Flags {
     /// numbers per partition (Kafka's enable.idempotence; needs --acks all).
     #[arg(long)]
     pub idempotent: bool,
+    /// Kafka's `security.protocol`: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL.
+    #[arg(long, default_value = "PLAINTEXT")]
+    pub security_protocol: String,
+    /// The CAs that signed the brokers' certificates (PEM), for SSL and SASL_SSL.
+    #[arg(long)]
+    pub ssl_ca_location: Option<PathBuf>,
+    /// This client's certificate chain and unencrypted key in one PEM file (mutual TLS).
+    #[arg(long)]
+    pub ssl_keystore_location: Option<PathBuf>,
+    /// Do not check that a broker's certificate names its host (Kafka's empty
+    /// `ssl.endpoint.identification.algorithm`).
+    #[arg(long)]
+    pub ssl_no_hostname_verification: bool,
+    /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long, default_value = "PLAIN")]
+    pub sasl_mechanism: String,
+    #[arg(long)]
+    pub sasl_username: Option<String>,
+    /// Read from the environment, so that it stays off command lines and logs.
+    #[arg(long, env = "CORELOG_LOAD_SASL_PASSWORD", hide_env_values = true)]
+    pub sasl_password: Option<String>,
+}
+
+impl Flags {
+    /// TLS and SASL as `--security-protocol` asks.
+    fn security(&self) -> Result<ClientSecurity> {
+        let protocol = self.security_protocol.trim().to_ascii_uppercase();
+        let (tls, sasl) = match protocol.as_str() {
+            "PLAINTEXT" => (false, false),
+            "SSL" => (true, false),
+            "SASL_PLAINTEXT" => (false, true),
+            "SASL_SSL" => (true, true),
+            other => {
+                bail!("--security-protocol {other}: PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL")
+            }
+        };
+        let tls = if tls {
+            let ca = self
+                .ssl_ca_location
+                .as_ref()
+                .context("--security-protocol with SSL needs --ssl-ca-location")?;
+            let trusted = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+            let identity = match &self.ssl_keystore_location {
+                Some(p) => {
+                    Some(std::fs::read(p).with_context(|| format!("reading {}", p.display()))?)
+                }
+                None => None,
+            };
+            let config = tls_client_config(
+                &trusted,
+                identity.as_deref(),
+                !self.ssl_no_hostname_verification,
+            )
+            .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+            Some(TlsClient { config })
+        } else {
+            None
+        };
+        let sasl = if sasl {
+            let mechanism = SaslMechanism::from_name(&self.sasl_mechanism).with_context(|| {
+                format!(
+                    "--sasl-mechanism {}: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512",
+                    self.sasl_mechanism
+                )
+            })?;
+            let user = self
+                .sasl_username
+                .clone()
+                .context("SASL needs --sasl-username")?;
+            let password = self
+                .sasl_password
+                .clone()
+                .context("SASL needs a password (CORELOG_LOAD_SASL_PASSWORD)")?;
+            Some(SaslCredentials::new(mechanism, user, password))
+        } else {
+            None
+        };
+        Ok(ClientSecurity { tls, sasl })
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,6 +257,8 @@ pub enum Stop {
 pub struct Config {
     pub mode: Mode,
     pub flags: Flags,
+    /// TLS and SASL towards the brokers (`--security-protocol`).
+    pub security: ClientSecurity,
     pub bootstrap: Vec<String>,
     pub stop: Stop,
     pub compression: Compression,
@@ -285,6 +370,7 @@ impl Config {
         };
         Ok(Config {
             mode,
+            security: f.security()?,
             compression: f.compression.into(),
             bootstrap,
             stop,

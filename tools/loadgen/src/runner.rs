@@ -51,6 +51,7 @@ fn client_options(cfg: &Config) -> ClientOptions {
         client_id: cfg.flags.client_id.clone(),
         max_in_flight: cfg.flags.max_in_flight,
         connect_timeout: cfg.flags.connect_timeout,
+        security: cfg.security.clone(),
     }
 }
 
