@@ -402,8 +402,9 @@ impl Authentication {
             (r, c) => r.or(c),
         };
         self.lifetime.set(lifetime);
+        // A lifetime too long to represent ends never.
         self.expires
-            .set(lifetime.map(|d| std::time::Instant::now() + d));
+            .set(lifetime.and_then(|d| std::time::Instant::now().checked_add(d)));
         Ok(())
     }
 }

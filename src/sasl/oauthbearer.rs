@@ -55,6 +55,9 @@ const UNKNOWN_KID_INTERVAL: Duration = Duration::from_secs(1);
 const REFRESH_MS_DEFAULT: u64 = 3_600_000;
 /// Kafka's default `sasl.oauthbearer.clock.skew.seconds`.
 const CLOCK_SKEW_S_DEFAULT: u64 = 30;
+/// The latest `exp` taken as it is (about 34,800 years from 1970); a later one is
+/// taken as this.
+const LATEST_DATE_S: i64 = 1 << 40;
 /// RSA keys shorter than this are not loaded (as jose4j, Kafka's JWT library, refuses them).
 const RSA_MIN_BITS: usize = 2048;
 
@@ -684,11 +687,13 @@ impl Validator {
             }
             .into());
         };
+        // Bounded, so that no time computed from it overflows (a signed token may
+        // still say "never").
         let exp = numeric_date(&claims, "exp")
             .ok()
             .flatten()
             .unwrap_or_default()
-            .max(0);
+            .clamp(0, LATEST_DATE_S);
         Ok(ValidToken {
             subject,
             expires: UNIX_EPOCH + Duration::from_secs(exp as u64),
@@ -1164,6 +1169,13 @@ DhiP48LzFsOuZymPg4rdRameUYCDWJvnYomd1hOXGrhD2EnfoEd8
         }
         let t = v.validate(&es256(&c), now).expect("accepted");
         assert_eq!(secs(t.expires), secs(now) + 3600);
+        // A token that never expires, as far as times go: bounded, no overflow.
+        for never in [json!(u64::MAX), json!(1e300), json!(i64::MAX)] {
+            let t = v
+                .validate(&es256(&with(c.clone(), "exp", never)), now)
+                .expect("accepted");
+            assert_eq!(secs(t.expires), LATEST_DATE_S);
+        }
         // The subject claim may be another one, and is trimmed.
         let f = Fixture::new(&[("sasl.oauthbearer.sub.claim.name", "client_id")]);
         let t = f
@@ -1684,5 +1696,14 @@ DhiP48LzFsOuZymPg4rdRameUYCDWJvnYomd1hOXGrhD2EnfoEd8
         ));
         assert_eq!(a.session_lifetime(), Some(Duration::ZERO));
         assert!(!a.is_authenticated(), "expired at once");
+        // A token that never expires: a session as long as times go, no overflow.
+        let a = authentication(&f);
+        let never = es256(&with(claims(now()), "exp", json!(u64::MAX)));
+        assert!(matches!(
+            a.authenticate(&first(&never), |_, _| None),
+            Step::Done(_)
+        ));
+        assert!(a.is_authenticated());
+        assert!(a.session_lifetime() > Some(Duration::from_secs(1 << 39)));
     }
 }
