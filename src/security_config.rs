@@ -36,6 +36,13 @@ pub const KEYS: &[&str] = &[
     "sasl.mechanism.controller.protocol",
     "connection.failed.authentication.delay.ms",
     "connections.max.reauth.ms",
+    "sasl.oauthbearer.jwks.endpoint.url",
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+    "sasl.oauthbearer.expected.audience",
+    "sasl.oauthbearer.expected.issuer",
+    "sasl.oauthbearer.sub.claim.name",
+    "sasl.oauthbearer.scope.claim.name",
+    "sasl.oauthbearer.clock.skew.seconds",
 ];
 
 /// The prefix of a listener's overrides.

@@ -1,6 +1,6 @@
 //! SASL authentication on a listener (Kafka's SASL_PLAINTEXT and SASL_SSL): the
 //! mechanisms a listener enables (`sasl.enabled.mechanisms`: PLAIN, SCRAM-SHA-256,
-//! SCRAM-SHA-512), and one connection's progress through SaslHandshake and
+//! SCRAM-SHA-512, OAUTHBEARER), and one connection's progress through SaslHandshake and
 //! SaslAuthenticate (KIP-152) to an authenticated principal.
 //!
 //! Invariants: a connection on a SASL listener is authenticated only by a mechanism the
@@ -10,18 +10,23 @@
 //! that long: the client is told so, may authenticate again on the same connection with
 //! the same mechanism and must come out as the same principal, and once the session has
 //! expired nothing but the exchange is served (any other request closes the connection,
-//! as Kafka closes an expired one). PLAIN users come from the listener's
-//! `plain.sasl.jaas.config` (Kafka's `user_<name>="<password>"` options); SCRAM
-//! credentials from the metadata log (AlterUserScramCredentials). Passwords and keys
-//! appear in no error, log line or `Debug` output.
+//! as Kafka closes an expired one). An OAUTHBEARER session also ends when its token
+//! expires, with or without that setting (as Kafka's: the shorter of the two). PLAIN
+//! users come from the listener's `plain.sasl.jaas.config` (Kafka's
+//! `user_<name>="<password>"` options); SCRAM credentials from the metadata log
+//! (AlterUserScramCredentials); OAUTHBEARER tokens are checked against a JWK set
+//! (`oauthbearer`, KIP-768). Passwords, tokens and keys appear in no error, log line or
+//! `Debug` output.
 
 pub mod jaas;
+pub mod oauthbearer;
 pub mod scram;
 
 use crate::security_config::SecurityConfig;
 use corelog_controller::scram::{ScramCredential, ScramMechanism};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 use subtle::ConstantTimeEq;
 
@@ -39,6 +44,9 @@ pub struct SaslListener {
     /// Kafka's `connections.max.reauth.ms`: how long a session lasts (`None`: for the
     /// connection's life, no re-authentication).
     pub reauth: Option<Duration>,
+    /// OAUTHBEARER's token validator, when the listener enables it (shared by its
+    /// connections, with the JWK set it keeps).
+    oauthbearer: Option<Arc<oauthbearer::Validator>>,
 }
 
 impl std::fmt::Debug for SaslListener {
@@ -46,12 +54,18 @@ impl std::fmt::Debug for SaslListener {
         f.debug_struct("SaslListener")
             .field("mechanisms", &self.mechanisms)
             .field("plain_users", &self.plain_users.len())
+            .field("oauthbearer", &self.oauthbearer)
             .finish()
     }
 }
 
 /// The mechanisms served.
-pub const MECHANISMS: &[&str] = &["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+pub const MECHANISMS: &[&str] = &[
+    "PLAIN",
+    "SCRAM-SHA-256",
+    "SCRAM-SHA-512",
+    oauthbearer::MECHANISM,
+];
 
 impl SaslListener {
     pub fn from_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<SaslListener> {
@@ -88,6 +102,13 @@ impl SaslListener {
         } else {
             BTreeMap::new()
         };
+        let oauthbearer = if mechanisms.iter().any(|m| m == oauthbearer::MECHANISM) {
+            Some(Arc::new(oauthbearer::Validator::from_config(
+                sec, listener,
+            )?))
+        } else {
+            None
+        };
         let failed_delay = match sec.get(listener, "connection.failed.authentication.delay.ms") {
             None => FAILED_AUTHENTICATION_DELAY_MS_DEFAULT,
             Some(v) => v.parse().map_err(|_| {
@@ -107,6 +128,7 @@ impl SaslListener {
             plain_users,
             failed_delay: Duration::from_millis(failed_delay),
             reauth: (reauth > 0).then(|| Duration::from_millis(reauth)),
+            oauthbearer,
         })
     }
 
@@ -125,6 +147,7 @@ enum State {
     Handshake,
     Plain,
     Scram(scram::ScramServer),
+    OAuthBearer(oauthbearer::Exchange),
     Authenticated(String),
     Failed,
 }
@@ -161,8 +184,11 @@ pub struct Authentication {
     principal: std::cell::OnceCell<String>,
     /// The mechanism of the first handshake (a re-authentication must use it again).
     mechanism: RefCell<Option<String>>,
-    /// When the session ends (`connections.max.reauth.ms` after authenticating).
+    /// When the session ends (`connections.max.reauth.ms` after authenticating, or
+    /// sooner when an OAUTHBEARER token expires).
     expires: std::cell::Cell<Option<std::time::Instant>>,
+    /// How long the last authenticated session lasts (what the client is told).
+    lifetime: std::cell::Cell<Option<Duration>>,
 }
 
 impl Authentication {
@@ -175,6 +201,7 @@ impl Authentication {
             principal: std::cell::OnceCell::new(),
             mechanism: RefCell::new(None),
             expires: std::cell::Cell::new(None),
+            lifetime: std::cell::Cell::new(None),
         }
     }
 
@@ -202,7 +229,11 @@ impl Authentication {
 
     /// After a SaslHandshake v0, until authenticated: the next frame is a bare token.
     pub fn expects_bare_token(&self) -> bool {
-        self.bare_tokens.get() && matches!(&*self.state.borrow(), State::Plain | State::Scram(_))
+        self.bare_tokens.get()
+            && matches!(
+                &*self.state.borrow(),
+                State::Plain | State::Scram(_) | State::OAuthBearer(_)
+            )
     }
 
     pub fn use_bare_tokens(&self) {
@@ -221,7 +252,7 @@ impl Authentication {
     /// How long the session just authenticated lasts (SaslAuthenticate v1+ tells the
     /// client, which re-authenticates before it ends); `None`: for the connection's life.
     pub fn session_lifetime(&self) -> Option<Duration> {
-        self.listener.reauth
+        self.lifetime.get()
     }
 
     pub fn has_failed(&self) -> bool {
@@ -232,10 +263,10 @@ impl Authentication {
     /// comes out of turn (the connection fails either way).
     pub fn handshake(&self, mechanism: &str) -> Result<(), HandshakeRefusal> {
         let mut state = self.state.borrow_mut();
-        // A re-authentication (KIP-368) starts from an authenticated session, expired or
-        // not, with the mechanism it first used.
+        // A re-authentication (KIP-368) starts from an authenticated session that has a
+        // lifetime, expired or not, with the mechanism it first used.
         let reauthenticating =
-            self.listener.reauth.is_some() && matches!(*state, State::Authenticated(_));
+            self.expires.get().is_some() && matches!(*state, State::Authenticated(_));
         if !matches!(*state, State::Handshake) && !reauthenticating {
             *state = State::Failed;
             return Err(HandshakeRefusal::OutOfTurn);
@@ -247,9 +278,15 @@ impl Authentication {
             return Err(HandshakeRefusal::Unsupported);
         }
         *self.mechanism.borrow_mut() = Some(mechanism.to_string());
-        *state = match ScramMechanism::from_name(mechanism) {
-            Some(m) => State::Scram(scram::ScramServer::new(m)),
-            None => State::Plain,
+        *state = match (
+            ScramMechanism::from_name(mechanism),
+            &self.listener.oauthbearer,
+        ) {
+            (Some(m), _) => State::Scram(scram::ScramServer::new(m)),
+            (None, Some(validator)) if mechanism == oauthbearer::MECHANISM => {
+                State::OAuthBearer(oauthbearer::Exchange::new(validator.clone()))
+            }
+            _ => State::Plain,
         };
         Ok(())
     }
@@ -265,7 +302,7 @@ impl Authentication {
             State::Plain => match plain(token) {
                 Ok((user, password)) if self.listener.accepts_plain(&user, password) => {
                     *self.claimed.borrow_mut() = Some(user.clone());
-                    match self.authenticated_as(&user) {
+                    match self.authenticated_as(&user, None) {
                         Ok(()) => {
                             *state = State::Authenticated(user);
                             return Step::Done(Vec::new());
@@ -290,7 +327,7 @@ impl Authentication {
                 match server.step(token, lookup) {
                     Ok(scram::Outcome::Continue(bytes)) => return Step::Continue(bytes),
                     Ok(scram::Outcome::Authenticated { user, last }) => {
-                        match self.authenticated_as(&user) {
+                        match self.authenticated_as(&user, None) {
                             Ok(()) => {
                                 *state = State::Authenticated(user);
                                 return Step::Done(last);
@@ -305,6 +342,27 @@ impl Authentication {
                         );
                         Err((m.clone(), format!("{m}: {e}")))
                     }
+                }
+            }
+            State::OAuthBearer(exchange) => {
+                match exchange.step(token, std::time::SystemTime::now()) {
+                    Ok(oauthbearer::Outcome::Challenge { error, subject }) => {
+                        if subject.is_some() {
+                            *self.claimed.borrow_mut() = subject;
+                        }
+                        return Step::Continue(error);
+                    }
+                    Ok(oauthbearer::Outcome::Authenticated { user, remaining }) => {
+                        *self.claimed.borrow_mut() = Some(user.clone());
+                        match self.authenticated_as(&user, Some(remaining)) {
+                            Ok(()) => {
+                                *state = State::Authenticated(user);
+                                return Step::Done(Vec::new());
+                            }
+                            Err(m) => Err((m.clone(), m)),
+                        }
+                    }
+                    Err(f) => Err((f.to_client, f.detail)),
                 }
             }
             State::Handshake | State::Authenticated(_) | State::Failed => {
@@ -323,8 +381,14 @@ impl Authentication {
 impl Authentication {
     /// Records a successful exchange for `user`: the principal (the same one again on a
     /// re-authentication, or the exchange is refused, as Kafka refuses it) and, with a
-    /// session lifetime, when the session ends.
-    fn authenticated_as(&self, user: &str) -> Result<(), String> {
+    /// session lifetime, when the session ends: `connections.max.reauth.ms`, or the
+    /// credential's remaining life (`credential_left`, an OAUTHBEARER token's) if
+    /// shorter, as Kafka's SaslServerAuthenticator bounds it.
+    fn authenticated_as(
+        &self,
+        user: &str,
+        credential_left: Option<Duration>,
+    ) -> Result<(), String> {
         let principal = format!("User:{user}");
         if let Some(before) = self.principal.get() {
             if *before != principal {
@@ -334,8 +398,14 @@ impl Authentication {
             }
         }
         let _ = self.principal.set(principal);
+        let lifetime = match (self.listener.reauth, credential_left) {
+            (Some(r), Some(c)) => Some(r.min(c)),
+            (r, c) => r.or(c),
+        };
+        self.lifetime.set(lifetime);
+        // A lifetime too long to represent ends never.
         self.expires
-            .set(self.listener.reauth.map(|d| std::time::Instant::now() + d));
+            .set(lifetime.and_then(|d| std::time::Instant::now().checked_add(d)));
         Ok(())
     }
 }
