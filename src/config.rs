@@ -101,8 +101,9 @@ pub struct ServeArgs {
     /// tracing filter, e.g. `info` or `corelog=debug,shards=debug`.
     #[arg(long)]
     pub log_level: Option<String>,
-    /// This broker's node id in Metadata.
+    /// This broker's node id in Metadata (Kafka's node.id).
     #[arg(long)]
+    #[serde(alias = "node.id")]
     pub node_id: Option<i32>,
     /// Create unknown topics on Metadata/Produce (Kafka's auto.create.topics.enable).
     #[arg(long)]
