@@ -6,6 +6,7 @@ to the machine limit it should be read against.
     benches/harness.sh --quick    # smoke run (< 2 minutes)
     benches/harness.sh --peer kafka [--quick]   # and Apache Kafka beside it (~11 / ~4 min)
     benches/harness.sh --only W1,W6 --no-build   # some workloads, on the broker CORELOG_BIN names
+    benches/harness.sh --tls --only W1,W2,W7 [--peer kafka]   # the load over TLS
 
 Steps: build release binaries; measure the limits (direct sequential disk write and
 read with fio, loopback TCP with iperf3 where installed); for each workload start a
@@ -34,6 +35,13 @@ table: throughput of each and corelog / Kafka, p50/p99/p99.9 of each, CPU-second
 moved of each broker process (/proc/PID/stat over the measured window), durability of
 each. Without --peer nothing of this runs.
 
+With --tls, every broker (corelog and Kafka alike) serves an SSL listener beside its
+plaintext one, with a certificate from a CA the run makes (openssl, as the tests do), and
+corelog-load drives it over TLS (`--security-protocol SSL`, the broker's name verified):
+rustls in corelog, the JDK's TLS in Kafka. Setup (topic creation, readiness) stays on
+the plaintext listener. The cross-check is skipped (kafka-producer-perf-test would run
+in plaintext).
+
 Bottleneck naming is a rule of thumb over the samples: a broker shard thread or the load
 generator above 90 % of a core is "CPU"; throughput above 80 % of the disk or loopback
 limit is "disk" / "network"; otherwise the workload is latency-bound (acks, fsync, rate).
@@ -57,6 +65,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import launcher  # noqa: E402
 from launcher import free_port  # noqa: E402
+from certs import CertificateAuthority, Issued  # noqa: E402
 
 BROKER = launcher.corelog_bin()
 LOAD = ROOT / "target" / "release" / "corelog-load"
@@ -278,15 +287,41 @@ def process_cpu(sampler: CpuSampler, t_end: float, result: dict) -> dict:
 
 # ---------------------------------------------------------------------------- broker
 
+class Tls:
+    """The run's TLS material (--tls): a CA and one server certificate for 127.0.0.1,
+    and the load generator's arguments to use it."""
+
+    def __init__(self, work: Path):
+        self.ca = CertificateAuthority(work / "pki", name="harness-ca")
+        self.server: Issued = self.ca.issue("broker", "localhost", server=True)
+
+    def client_args(self) -> list[str]:
+        return ["--security-protocol", "SSL", "--ssl-ca-location", str(self.ca.cert)]
+
+
 class WorkloadBroker(launcher.Broker):
     """The broker of one workload (tests/integration/launcher.py's): started and healthy
     once constructed, in a directory of its own under `work`, logging warnings and
-    above; stop() ends it (SIGTERM, SIGKILL after 30 s) and removes its data."""
+    above; stop() ends it (SIGTERM, SIGKILL after 30 s) and removes its data. With
+    `tls`, an SSL listener beside the plaintext one, and the load goes there."""
 
-    def __init__(self, work: Path, shards: int, extra: list[str]):
+    def __init__(self, work: Path, shards: int, extra: list[str], tls: Tls | None = None):
         super().__init__(Path(tempfile.mkdtemp(prefix="corelog-", dir=work)), shards=shards,
                          extra_args=extra, log_level="warn")
+        self.tls = tls
+        if tls:
+            self.ssl_port = free_port()
+            self.extra_args += [
+                "--listeners", f"PLAINTEXT://127.0.0.1:{self.port},SSL://127.0.0.1:{self.ssl_port}",
+                "--security", f"ssl.keystore.location={tls.server.chain}"]
         self.start()
+
+    @property
+    def load_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ssl_port}" if self.tls else self.bootstrap
+
+    def client_args(self) -> list[str]:
+        return self.tls.client_args() if self.tls else []
 
     @property
     def data(self) -> Path:
@@ -301,8 +336,8 @@ class WorkloadBroker(launcher.Broker):
 def load(broker: WorkloadBroker, out: Path, name: str, mode: str, args: list[str]) -> tuple[dict, dict]:
     """Runs corelog-load; returns (its JSON, CPU shares of broker threads and the client)."""
     j, hgrm, svg = out / f"{name}.json", out / f"{name}.hgrm", out / f"{name}.svg"
-    cmd = [str(LOAD), mode, "--bootstrap", broker.bootstrap, "--json", str(j), "--hgrm", str(hgrm),
-           "--plot", str(svg), *args]
+    cmd = [str(LOAD), mode, "--bootstrap", broker.load_bootstrap, "--json", str(j), "--hgrm",
+           str(hgrm), "--plot", str(svg), *args, *broker.client_args()]
     log(f"{name}: {' '.join(cmd[1:])}")
     sampler = CpuSampler(broker.proc.pid, device=block_device(broker.data))
     b0, t0 = thread_ticks(broker.proc.pid), time.time()
@@ -385,6 +420,8 @@ def main() -> int:
                          "the results)")
     ap.add_argument("--only", default=None, metavar="W1,W2,...",
                     help="run only these workloads (W4 without W2 runs at 1,000 msg/s)")
+    ap.add_argument("--tls", action="store_true",
+                    help="drive every broker over TLS (an SSL listener beside the plaintext one)")
     ap.add_argument("--no-build", action="store_true",
                     help="use the binaries as they are (the broker named by CORELOG_BIN, "
                          "e.g. for benches/ab.py's A/B runs)")
@@ -407,7 +444,7 @@ def main() -> int:
         ap.error("--kafka-config and --kafka-heap need --peer kafka")
     kafka_heap = args.kafka_heap or (peer.SERVER_HEAP if peer else None)
     stamp = (dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + ("-quick" if quick else "")
-             + (f"-vs-{args.peer}" if args.peer else ""))
+             + ("-tls" if args.tls else "") + (f"-vs-{args.peer}" if args.peer else ""))
     out = args.out or (ROOT / "benches" / "results" / stamp)
     out.mkdir(parents=True, exist_ok=True)
 
@@ -418,6 +455,7 @@ def main() -> int:
     log(f"broker: {BROKER}")
     work = Path(tempfile.mkdtemp(prefix="corelog-harness-", dir=os.environ.get("TMPDIR", "/tmp")))
     try:
+        tls = Tls(work) if args.tls else None
         log("measuring limits")
         limits = {
             "disk_write_mb_s": fio(work, "write", "256M" if quick else "1G"),
@@ -460,13 +498,15 @@ def main() -> int:
 
         def kafka_broker(name):
             return peer.KafkaBroker(work, kafka_heap, kafka_extra,
-                                    log_path=out / f"{name}-kafka-server.log")
+                                    log_path=out / f"{name}-kafka-server.log",
+                                    tls=tls.server if tls else None,
+                                    client_args=tls.client_args() if tls else [])
 
         def run(name, desc, mode, largs, extra_broker=(), limit=None, limit_name="disk",
                 kafka_topic_config=None):
             if only is not None and name not in only:
                 return {}
-            broker = WorkloadBroker(work, args.shards, list(extra_broker))
+            broker = WorkloadBroker(work, args.shards, list(extra_broker), tls)
             try:
                 res, cpu = load(broker, out, name, mode, largs)
             finally:
@@ -530,7 +570,7 @@ def main() -> int:
             Kafka too with --peer (`before_kafka_read(kb)` returns extra row fields)."""
             if only is not None and name not in only:
                 return
-            broker = WorkloadBroker(work, args.shards, [])
+            broker = WorkloadBroker(work, args.shards, [], tls)
             try:
                 log(f"{name}: filling")
                 load(broker, out, f"{name}-fill", "produce", fill)
@@ -594,11 +634,13 @@ def main() -> int:
             limits["loopback_mb_s"], "loopback", passes=5)
 
         doc = {"stamp": stamp, "quick": quick, "shards": args.shards, "cpus": os.cpu_count(),
-               "limits": limits, "workloads": rows}
-        if peer and (only is None or "W1" in only):
+               "tls": bool(tls), "limits": limits, "workloads": rows}
+        xcheck = None
+        if peer and not tls and (only is None or "W1" in only):
             records = 200_000 if quick else 1_000_000
             log(f"cross-check of W1 with kafka-producer-perf-test, {records:,} records, both brokers")
             xcheck = cross_check(peer, work, out, records, args.shards, kafka_broker)
+        if peer:
             doc["peer"] = {
                 "name": "kafka", "version": kafka_version,
                 "server_properties": {k: v for k, v in peer.server_properties(
@@ -764,7 +806,9 @@ def markdown(doc: dict) -> str:
     lines = [
         f"# corelog macro benchmark {doc['stamp']}",
         "",
-        f"{doc['cpus']} CPUs, broker with {doc['shards']} shards; harness took {doc['harness_seconds']} s.",
+        f"{doc['cpus']} CPUs, broker with {doc['shards']} shards; harness took {doc['harness_seconds']} s."
+        + (" The load ran over TLS (an SSL listener; rustls in corelog, the JDK's TLS in Kafka)."
+           if doc.get("tls") else ""),
         "",
         f"Limits measured in this run: disk direct sequential write {fmt(lim['disk_write_mb_s'])} MB/s, "
         f"read {fmt(lim['disk_read_mb_s'])} MB/s (fio, 1 MiB blocks, io_uring); loopback TCP "
@@ -894,6 +938,8 @@ def peer_markdown(doc: dict) -> list[str]:
             f"{fmt(pc.get('machine_busy_cores'), 2)}, load generator {pc['client']}; "
             f"Kafka bottleneck: {p['bottleneck']}")
     x = pr["cross_check"]
+    if x is None:
+        return lines
     lines += [
         "",
         "### Cross-check of W1 with kafka-producer-perf-test",

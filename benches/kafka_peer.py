@@ -120,7 +120,10 @@ def _metadata_brokers(port: int) -> int:
 
 
 def server_properties(port: int, controller_port: int, data: Path,
-                      extra: dict[str, str] | None = None) -> dict[str, str]:
+                      extra: dict[str, str] | None = None, ssl_port: int | None = None,
+                      keystore: Path | None = None) -> dict[str, str]:
+    """Kafka's settings for one KRaft broker; with `ssl_port`, an SSL listener beside the
+    plaintext one, its key and certificate in one PEM file (`keystore`)."""
     props = {
         "process.roles": "broker,controller",
         "node.id": "1",
@@ -137,6 +140,12 @@ def server_properties(port: int, controller_port: int, data: Path,
         "share.coordinator.state.topic.replication.factor": "1",
         "share.coordinator.state.topic.min.isr": "1",
     }
+    if ssl_port is not None:
+        props["listeners"] += f",SSL://127.0.0.1:{ssl_port}"
+        props["advertised.listeners"] += f",SSL://127.0.0.1:{ssl_port}"
+        props["listener.security.protocol.map"] += ",SSL:SSL"
+        props["ssl.keystore.type"] = "PEM"
+        props["ssl.keystore.location"] = str(keystore)
     props.update(extra or {})
     return props
 
@@ -148,12 +157,17 @@ class KafkaBroker:
     kind = "kafka"
 
     def __init__(self, work: Path, heap: str = SERVER_HEAP, extra: dict[str, str] | None = None,
-                 log_path: Path | None = None):
+                 log_path: Path | None = None, tls=None, client_args: list[str] | None = None):
+        """`tls`: a certificate (tests/integration/certs.py's Issued) for an SSL listener,
+        which the load then uses with `client_args`; set-up stays on PLAINTEXT."""
         self.port, self.controller_port = free_port(), free_port()
+        self.ssl_port = free_port() if tls else None
+        self._client_args = list(client_args or [])
         self.dir = work / f"kafka-{self.port}"
         self.data = self.dir / "data"
         self.dir.mkdir(parents=True)
-        self.props = server_properties(self.port, self.controller_port, self.data, extra)
+        self.props = server_properties(self.port, self.controller_port, self.data, extra,
+                                       self.ssl_port, tls.chain if tls else None)
         conf = self.dir / "server.properties"
         conf.write_text("".join(f"{k}={v}\n" for k, v in self.props.items()))
         cluster_id = "-"
@@ -184,6 +198,13 @@ class KafkaBroker:
     @property
     def bootstrap(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    @property
+    def load_bootstrap(self) -> str:
+        return f"127.0.0.1:{self.ssl_port}" if self.ssl_port else self.bootstrap
+
+    def client_args(self) -> list[str]:
+        return self._client_args
 
     def create_topic(self, topic: str, partitions: int, configs: dict[str, str] | None = None) -> None:
         create_topic(self.bootstrap, topic, partitions, configs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import struct
+import threading
 import time
 from pathlib import Path
 
@@ -313,3 +314,45 @@ def test_sessions_last_connections_max_reauth_ms_and_are_renewed_on_the_connecti
         assert b.metric("corelog_connections_accepted") - accepted <= 2
     finally:
         b.stop()
+
+
+def test_a_flood_of_failed_logins_does_not_starve_honest_clients(broker):
+    """32 clients guessing passwords as fast as the broker answers them (each refusal
+    held back connection.failed.authentication.delay.ms, on that connection only) while
+    an honest client logs in and makes requests: its logins and round trips stay fast,
+    and every refusal is counted."""
+    before = failed_authentications(broker)
+    stop = threading.Event()
+    refused = []
+
+    def guess() -> None:
+        while not stop.is_set():
+            try:
+                with socket.create_connection(("127.0.0.1", broker.sasl_port), timeout=10) as s:
+                    code, _, _ = _plain_login(s, 1, "admin", "guess")
+                    refused.append(code)
+            except (OSError, AssertionError):
+                pass
+
+    attackers = [threading.Thread(target=guess, daemon=True) for _ in range(32)]
+    for t in attackers:
+        t.start()
+    try:
+        time.sleep(1)
+        started = time.monotonic()
+        with kwire.connect(f"127.0.0.1:{broker.sasl_port}") as s:
+            code, _, _ = _plain_login(s, 1, "carol", "carol-secret")
+            login_s = time.monotonic() - started
+            assert code == 0
+            worst = 0.0
+            for i in range(50):
+                t0 = time.monotonic()
+                _metadata_ok(s, 10 + i)
+                worst = max(worst, time.monotonic() - t0)
+    finally:
+        stop.set()
+        for t in attackers:
+            t.join(15)
+    assert refused and all(c == 58 for c in refused), set(refused)  # SASL_AUTHENTICATION_FAILED
+    assert login_s < 1.0 and worst < 1.0, (login_s, worst)
+    assert failed_authentications(broker) >= before + 50

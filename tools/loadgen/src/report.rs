@@ -200,6 +200,8 @@ pub fn json_report(
         "interrupted": interrupted,
         "config": {
             "bootstrap": cfg.bootstrap,
+            "security_protocol": f.security_protocol.to_ascii_uppercase(),
+            "sasl_mechanism": cfg.security.sasl.as_ref().map(|s| s.mechanism.name()),
             "topic": f.topic,
             "partitions": partitions,
             "message_size": f.message_size,
