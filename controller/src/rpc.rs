@@ -182,6 +182,17 @@ where
     R: AsyncReadExt + Unpin,
     T: DeserializeOwned,
 {
+    read_frame_max(r, FRAME_MAX).await
+}
+
+/// The next frame, refused over `max` bytes before anything is allocated for it (a
+/// login, which an unauthenticated peer sends, is small).
+pub async fn read_frame_max<R, T>(r: &mut R, max: usize) -> io::Result<Option<T>>
+where
+    R: AsyncReadExt + Unpin,
+    T: DeserializeOwned,
+{
+    debug_assert!(max <= FRAME_MAX);
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -189,10 +200,10 @@ where
         Err(e) => return Err(e),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > FRAME_MAX {
+    if len > max {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
-            format!("a controller frame of {len} bytes is over the {FRAME_MAX}-byte limit"),
+            format!("a controller frame of {len} bytes is over the {max}-byte limit"),
         ));
     }
     let mut body = vec![0u8; len];

@@ -11,13 +11,18 @@
 use crate::liveness;
 use crate::node_state::{self as node, Shared};
 use crate::port_security::{self, Refusal, ANONYMOUS};
-use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError, Stream};
+use crate::rpc::{
+    read_frame, read_frame_max, write_frame, Envelope, Request, Response, RpcError, Stream,
+};
 use crate::state_machine::Proposal;
 use openraft::BasicNode;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use tokio::io::BufReader;
 use tokio::net::{TcpListener, TcpStream};
+
+/// The largest first message a SASL port reads from a peer not yet authenticated.
+const LOGIN_FRAME_MAX: usize = 64 << 10;
 
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     loop {
@@ -133,9 +138,20 @@ async fn admit(
     };
     let mut stream = BufReader::new(stream);
     if let Some(sasl) = &security.sasl {
-        let first = read_frame::<_, Envelope<Request>>(&mut stream)
-            .await
-            .ok()??;
+        // Bounded in size and time: nothing is known of the peer yet.
+        let login = read_frame_max::<_, Envelope<Request>>(&mut stream, LOGIN_FRAME_MAX);
+        let first = match tokio::time::timeout(port_security::HANDSHAKE_TIMEOUT, login).await {
+            Ok(Ok(Some(first))) => first,
+            Ok(Ok(None)) => return None,
+            Ok(Err(e)) => {
+                refuse(None, true, &format!("an unreadable login: {e}"));
+                return None;
+            }
+            Err(_) => {
+                refuse(None, true, "no login in time");
+                return None;
+            }
+        };
         let verdict = match first.body {
             Request::Authenticate(c) if c.mechanism == "PLAIN" => {
                 if (sasl.verify)(&c.username, c.password.expose().as_bytes()) {
@@ -187,7 +203,9 @@ async fn admit(
             "CLUSTER_ACTION on the cluster denied",
         );
         // Told on its first request, so the peer knows why rather than seeing a reset.
-        if let Ok(Some(_)) = read_frame::<_, Envelope<Request>>(&mut stream).await {
+        let first = read_frame_max::<_, Envelope<Request>>(&mut stream, LOGIN_FRAME_MAX);
+        let first = tokio::time::timeout(port_security::HANDSHAKE_TIMEOUT, first).await;
+        if let Ok(Ok(Some(_))) = first {
             let answer = Response::Refused(RpcError::Unauthorized { principal });
             let _ = write_frame(&mut stream, &answer).await;
         }

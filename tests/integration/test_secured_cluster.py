@@ -315,6 +315,11 @@ def test_the_controller_port_refuses_every_process_without_the_clusters_credenti
         s.sendall(controller_frame("DescribeQuorum"))
         assert read_controller_frame(s) == {"Authenticate": {"Err": "AuthenticationFailed"}}
 
+    # A login frame claiming 100 MiB is refused before anything is read into memory.
+    with tls_to_controller(b, ca, cert) as s:
+        s.sendall(struct.pack(">I", 100 << 20) + b"{")
+        assert read_controller_frame(s) is None
+
     # With the right password the port answers.
     with tls_to_controller(b, ca, cert) as s:
         s.sendall(login(BROKER_PASSWORD))
@@ -323,7 +328,7 @@ def test_the_controller_port_refuses_every_process_without_the_clusters_credenti
         answer = read_controller_frame(s)
         assert "DescribeQuorum" in answer, answer
 
-    assert b.metric("corelog_failed_authentications") >= failed_before + 3
+    assert b.metric("corelog_failed_authentications") >= failed_before + 4
 
 
 def test_a_broker_with_a_wrong_password_never_joins(cluster, ca):
