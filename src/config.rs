@@ -1103,6 +1103,16 @@ impl BrokerConfig {
             a.allow_everyone_if_no_acl_found,
         )?;
         let mut cluster = ClusterConfig::resolve(&a, node_id, controller_bind)?;
+        if controller_listener.is_none() {
+            let secured_elsewhere = authorizer.is_some()
+                || listeners
+                    .iter()
+                    .any(|l| l.protocol.uses_tls() || l.protocol.uses_sasl());
+            crate::inter_broker_security::check_open_controller_port(
+                &cluster.controller_listen,
+                secured_elsewhere,
+            )?;
+        }
         if let Some(name) = &controller_listener {
             let protocol =
                 crate::listeners::protocol_of(name, a.listener_security_protocol_map.as_deref())?;

@@ -103,15 +103,36 @@ pub fn controller_port(
     } else {
         None
     };
-    let secured = tls.is_some() || sasl.is_some();
     Ok(PortSecurity {
         tls,
         sasl,
-        // The port of a plaintext controller listener is open, as in Kafka: nothing
-        // authenticates a principal there to authorize.
-        authorizer: authorizer.filter(|_| secured),
+        // As Kafka: on a PLAINTEXT controller listener every peer is User:ANONYMOUS,
+        // which then needs CLUSTER_ACTION (or to be a super user).
+        authorizer,
         audit: Some(Arc::new(move |r: &Refusal<'_>| audit(r))),
     })
+}
+
+/// The controller port without `controller.listener.names` is plaintext and open, as it
+/// was before the port could be secured. That is refused where the rest of the broker
+/// is secured (an authorizer, or a TLS or SASL listener) and the port is reachable from
+/// other machines: whoever reaches it could commit any metadata change. On loopback
+/// (one machine: the default) it is said once at start-up.
+pub fn check_open_controller_port(bind: &str, secured_elsewhere: bool) -> anyhow::Result<()> {
+    if !secured_elsewhere {
+        return Ok(());
+    }
+    let loopback = {
+        use std::net::ToSocketAddrs;
+        bind.to_socket_addrs()
+            .map(|mut addrs| addrs.all(|a| a.ip().is_loopback()))
+            .unwrap_or(false)
+    };
+    if !loopback {
+        bail!("the controller port {bind} would be plaintext and open while the broker's listeners or ACLs are secured: set controller.listener.names (with listener.security.protocol.map, e.g. CONTROLLER:SASL_SSL), or bind --controller-listen to loopback");
+    }
+    tracing::warn!(bind, "the controller port is plaintext (no controller.listener.names): reachable from this machine only");
+    Ok(())
 }
 
 /// Logs and counts a refused controller-port connection, as the Kafka listeners do.
@@ -321,7 +342,7 @@ mod tests {
     }
 
     #[test]
-    fn a_plaintext_controller_port_is_open() {
+    fn a_plaintext_controller_listener_is_authorized_as_anonymous() {
         let policy = AuthorizerPolicy {
             super_users: vec![],
             allow_everyone_if_no_acl_found: false,
@@ -333,6 +354,16 @@ mod tests {
             Some(policy),
         )
         .unwrap();
-        assert!(port.tls.is_none() && port.sasl.is_none() && port.authorizer.is_none());
+        assert!(port.tls.is_none() && port.sasl.is_none() && port.authorizer.is_some());
+    }
+
+    #[test]
+    fn an_open_controller_port_beside_secured_listeners_must_be_on_loopback() {
+        assert!(check_open_controller_port("10.1.2.3:9093", false).is_ok());
+        assert!(check_open_controller_port("127.0.0.1:9093", true).is_ok());
+        assert!(check_open_controller_port("[::1]:9093", true).is_ok());
+        let e = check_open_controller_port("10.1.2.3:9093", true).unwrap_err();
+        assert!(format!("{e}").contains("controller.listener.names"), "{e}");
+        assert!(check_open_controller_port("0.0.0.0:9093", true).is_err());
     }
 }

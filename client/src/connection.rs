@@ -75,7 +75,8 @@ pub struct Connection {
     client_id: StrBytes,
     versions: Cell<Option<Versions>>,
     broken: RefCell<Option<String>>,
-    /// When the broker ends this connection's SASL session (KIP-368), if it does.
+    /// When to replace this connection, shortly before the broker ends its SASL session
+    /// (KIP-368), if it does.
     session_expires: Cell<Option<Instant>>,
 }
 
@@ -160,22 +161,31 @@ impl Connection {
             }
         })
         .detach();
-        let versions = conn
-            .negotiate()
-            .await
-            .map_err(|e| ClientError::Unreachable {
-                addr: addr.to_string(),
-                reason: format!("{e:#}"),
-            })?;
-        conn.versions.set(Some(versions));
-        if let Some(credentials) = &security.sasl {
-            conn.authenticate(credentials.clone())
+        // A broker that accepts and then says nothing must not hold the caller: the
+        // version negotiation and the login share the connect timeout.
+        let setup = async {
+            let versions = conn
+                .negotiate()
                 .await
-                .map_err(|e| match e {
-                    ClientError::Kafka { .. } => e,
-                    e => unreachable(format!("{e:#}")),
-                })?;
-        }
+                .map_err(|e| unreachable(format!("{e:#}")))?;
+            conn.versions.set(Some(versions));
+            if let Some(credentials) = &security.sasl {
+                conn.authenticate(credentials.clone())
+                    .await
+                    .map_err(|e| match e {
+                        ClientError::Kafka { .. } => e,
+                        e => unreachable(format!("{e:#}")),
+                    })?;
+            }
+            Ok(())
+        };
+        let expired = async {
+            glommio::timer::sleep(timeout).await;
+            Err(unreachable(format!(
+                "no API versions or SASL login within {timeout:?}"
+            )))
+        };
+        futures_lite::future::or(setup, expired).await?;
         Ok(conn)
     }
 
@@ -224,7 +234,11 @@ impl Connection {
                 Next::Done => {
                     if r.session_lifetime_ms > 0 {
                         let lifetime = Duration::from_millis(r.session_lifetime_ms as u64);
-                        self.session_expires.set(Some(Instant::now() + lifetime));
+                        // A new connection a tenth of the session before its end, at most
+                        // 5 s before (Kafka's clients renew at 85-95 % of it).
+                        let margin = (lifetime / 10).min(Duration::from_secs(5));
+                        let renew = Instant::now().checked_add(lifetime - margin);
+                        self.session_expires.set(renew);
                     }
                     return Ok(());
                 }
@@ -232,12 +246,12 @@ impl Connection {
         }
     }
 
-    /// Whether the broker's SASL session (KIP-368) ends within `margin`: a caller that
-    /// keeps the connection should open a new one before then.
-    pub fn session_ends_within(&self, margin: Duration) -> bool {
+    /// Whether the broker's SASL session (KIP-368) is close to its end: a caller that
+    /// keeps the connection should open a new one now, while this one still serves.
+    pub fn session_ending(&self) -> bool {
         self.session_expires
             .get()
-            .is_some_and(|t| t.saturating_duration_since(Instant::now()) <= margin)
+            .is_some_and(|renew| Instant::now() >= renew)
     }
 
     pub fn versions(&self) -> Versions {

@@ -130,6 +130,11 @@ impl SaslClient {
         if let Some(e) = server_first.strip_prefix("e=") {
             return Err(format!("the server refused the SCRAM exchange: {e}"));
         }
+        if server_first.starts_with("m=") {
+            return Err(
+                "the server's SCRAM message asks for an extension this client does not know".into(),
+            );
+        }
         let server_nonce =
             attribute(server_first, 'r').ok_or("no nonce in the server's SCRAM message")?;
         if !server_nonce.starts_with(nonce) || server_nonce.len() == nonce.len() {
@@ -261,6 +266,7 @@ mod tests {
             (b"r=abcd,s=c2FsdA==,i=1000000", "iteration"),
             (b"r=abcd,i=4096", "salt"),
             (b"e=unknown-user", "refused"),
+            (b"m=ext,r=abcd,s=c2FsdA==,i=4096", "extension"),
             (b"\xff", "UTF-8"),
         ] {
             let mut c = SaslClient::new(creds(SaslMechanism::ScramSha512, "u", "p"));

@@ -24,12 +24,30 @@ use tokio::net::{TcpListener, TcpStream};
 /// The largest first message a SASL port reads from a peer not yet authenticated.
 const LOGIN_FRAME_MAX: usize = 64 << 10;
 
+/// Connections at once between accept and admission (TLS, login): more are closed at
+/// once, so a flood of them holds neither memory nor descriptors for long.
+const ADMITTING_MAX: usize = 256;
+
+/// A connection not admitted within this (its TLS handshake and login together) is closed.
+const ADMISSION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
+    let admitting = Arc::new(tokio::sync::Semaphore::new(ADMITTING_MAX));
     loop {
         match listener.accept().await {
-            Ok((stream, _)) => {
+            Ok((stream, peer)) => {
+                let Ok(permit) = admitting.clone().try_acquire_owned() else {
+                    audit(
+                        &shared,
+                        Some(peer),
+                        None,
+                        true,
+                        "too many connections awaiting admission",
+                    );
+                    continue;
+                };
                 stream.set_nodelay(true).ok();
-                tokio::spawn(connection(shared.clone(), stream));
+                tokio::spawn(connection(shared.clone(), stream, permit));
             }
             Err(e) => {
                 tracing::warn!(error = %e, "controller port: accept");
@@ -39,11 +57,23 @@ pub(crate) async fn serve(shared: Arc<Shared>, listener: TcpListener) {
     }
 }
 
-async fn connection(shared: Arc<Shared>, tcp: TcpStream) {
+async fn connection(
+    shared: Arc<Shared>,
+    tcp: TcpStream,
+    admitting: tokio::sync::OwnedSemaphorePermit,
+) {
     let peer = tcp.peer_addr().ok();
-    let Some(mut stream) = admit(&shared, tcp, peer).await else {
-        return;
+    let admitted = tokio::time::timeout(ADMISSION_TIMEOUT, admit(&shared, tcp, peer)).await;
+    let (mut stream, principal) = match admitted {
+        Ok(Some(admitted)) => admitted,
+        Ok(None) => return,
+        Err(_) => {
+            audit(&shared, peer, None, true, "not admitted in time");
+            return;
+        }
     };
+    drop(admitting);
+    let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
     loop {
         let envelope = match read_frame::<_, Envelope<Request>>(&mut stream).await {
             Ok(Some(e)) => e,
@@ -53,6 +83,19 @@ async fn connection(shared: Arc<Shared>, tcp: TcpStream) {
                 return;
             }
         };
+        // Each request, so that a revoked right ends the connections that had it.
+        if !authorized(&shared, &principal, &host) {
+            audit(
+                &shared,
+                peer,
+                Some(&principal),
+                false,
+                "CLUSTER_ACTION on the cluster denied",
+            );
+            let answer = Response::Refused(RpcError::Unauthorized { principal });
+            let _ = write_frame(&mut stream, &answer).await;
+            return;
+        }
         let response = handle(&shared, envelope).await;
         if let Err(e) = write_frame(&mut stream, &response).await {
             tracing::debug!(?peer, error = %e, "controller port: writing a response");
@@ -89,23 +132,34 @@ async fn handle(shared: &Shared, envelope: Envelope<Request>) -> Response {
     }
 }
 
-/// The connection once it may be served: TLS finished, SASL passed, principal
-/// authorized. `None`: refused (and audited), or gone.
+/// Tells the broker's audit of a refused connection.
+fn audit(
+    shared: &Shared,
+    peer: Option<SocketAddr>,
+    principal: Option<&str>,
+    authentication: bool,
+    reason: &str,
+) {
+    if let Some(audit) = &shared.config.security.audit {
+        audit(&Refusal {
+            peer,
+            principal,
+            authentication,
+            reason,
+        });
+    }
+}
+
+/// The connection once it may be served (TLS finished, SASL passed, principal
+/// authorized), with its principal. `None`: refused (and audited), or gone.
 async fn admit(
     shared: &Shared,
     tcp: TcpStream,
     peer: Option<SocketAddr>,
-) -> Option<BufReader<Box<dyn Stream>>> {
+) -> Option<(BufReader<Box<dyn Stream>>, String)> {
     let security = &shared.config.security;
     let refuse = |principal: Option<&str>, authentication: bool, reason: &str| {
-        if let Some(audit) = &security.audit {
-            audit(&Refusal {
-                peer,
-                principal,
-                authentication,
-                reason,
-            });
-        }
+        audit(shared, peer, principal, authentication, reason)
     };
     let mut principal = ANONYMOUS.to_string();
     let stream: Box<dyn Stream> = match &security.tls {
@@ -130,8 +184,15 @@ async fn admit(
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first());
-            if let Some(p) = cert.and_then(|c| (tls.principal_of)(c)) {
-                principal = p;
+            if let Some(cert) = cert {
+                // As Kafka: a certificate no mapping rule applies to fails authentication.
+                match (tls.principal_of)(cert) {
+                    Some(p) => principal = p,
+                    None => {
+                        refuse(None, true, "the client certificate maps to no principal");
+                        return None;
+                    }
+                }
             }
             Box::new(stream)
         }
@@ -143,8 +204,9 @@ async fn admit(
         let first = match tokio::time::timeout(port_security::HANDSHAKE_TIMEOUT, login).await {
             Ok(Ok(Some(first))) => first,
             Ok(Ok(None)) => return None,
-            Ok(Err(e)) => {
-                refuse(None, true, &format!("an unreadable login: {e}"));
+            Ok(Err(_)) => {
+                // Not the decoder's message: it may quote what the peer sent.
+                refuse(None, true, "an unreadable login");
                 return None;
             }
             Err(_) => {
@@ -157,12 +219,12 @@ async fn admit(
                 if (sasl.verify)(&c.username, c.password.expose().as_bytes()) {
                     Ok(port_security::sasl_principal(&c.username))
                 } else {
-                    Err(format!("wrong password for user {:?}", c.username))
+                    Err(format!("wrong password for user {:?}", shown(&c.username)))
                 }
             }
             Request::Authenticate(c) => Err(format!(
                 "SASL mechanism {} is not served here (PLAIN is)",
-                c.mechanism
+                shown(&c.mechanism)
             )),
             _ => Err("a request before SASL authentication".to_string()),
         };
@@ -193,7 +255,7 @@ async fn admit(
             );
             return None;
         }
-        return Some(stream);
+        return Some((stream, principal));
     }
     let host = peer.map(|p| p.ip().to_string()).unwrap_or_default();
     if !authorized(shared, &principal, &host) {
@@ -211,7 +273,15 @@ async fn admit(
         }
         return None;
     }
-    Some(stream)
+    Some((stream, principal))
+}
+
+/// An attacker's text, cut short for the log.
+fn shown(s: &str) -> &str {
+    match s.char_indices().nth(64) {
+        Some((i, _)) => &s[..i],
+        None => s,
+    }
 }
 
 fn authorized(shared: &Shared, principal: &str, host: &str) -> bool {

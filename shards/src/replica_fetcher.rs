@@ -43,9 +43,6 @@ use std::time::{Duration, Instant};
 /// How often a fetcher refused by its leader says so again.
 const WARN_AGAIN_AFTER: Duration = Duration::from_secs(60);
 
-/// A connection whose SASL session ends within this is replaced before the next fetch.
-const REAUTHENTICATE_BEFORE: Duration = Duration::from_secs(5);
-
 /// Fetch v15: replica state (id and broker epoch) in its own field, topics by id.
 const FETCH_VERSION: i16 = 15;
 
@@ -225,9 +222,7 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
         };
         // A new connection before the leader's SASL session ends (KIP-368): one that
         // has ended is closed by the leader at the next fetch.
-        let session_ending = conn
-            .as_ref()
-            .is_some_and(|c| c.session_ends_within(REAUTHENTICATE_BEFORE));
+        let session_ending = conn.as_ref().is_some_and(|c| c.session_ending());
         if conn.as_ref().is_some_and(|c| c.addr != addr) || session_ending {
             conn = None;
         }
@@ -298,7 +293,12 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
             }
         };
         if response.error_code != 0 {
-            tracing::warn!(leader = fetcher.leader, error = ?ResponseError::try_from_code(response.error_code), "replica fetch refused");
+            // E.g. CLUSTER_AUTHORIZATION_FAILED: this broker's principal lacks
+            // CLUSTER_ACTION. Said once a minute, as a refused connection is.
+            if warned.is_none_or(|t| t.elapsed() >= WARN_AGAIN_AFTER) {
+                warned = Some(Instant::now());
+                tracing::warn!(leader = fetcher.leader, error = ?ResponseError::try_from_code(response.error_code), "replica fetch refused");
+            }
             glommio::timer::sleep(config.backoff).await;
             continue;
         }

@@ -952,8 +952,9 @@ impl Exchange {
             Ok(token) => {
                 if let Some(authzid) = first.authzid.filter(|a| *a != token.subject) {
                     let m = format!(
-                        "Authentication failed: Client requested an authorization id ({authzid}) that is different from the token's principal name ({})",
-                        token.subject
+                        "Authentication failed: Client requested an authorization id ({}) that is different from the token's principal name ({})",
+                        shown(&authzid),
+                        shown(&token.subject)
                     );
                     return Err(Failure {
                         to_client: m.clone(),

@@ -159,11 +159,10 @@ pub struct Flags {
     /// PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
     #[arg(long, default_value = "PLAIN")]
     pub sasl_mechanism: String,
+    /// The password is read from CORELOG_LOAD_SASL_PASSWORD, never a flag: it stays off
+    /// command lines, logs and this struct's `Debug`.
     #[arg(long)]
     pub sasl_username: Option<String>,
-    /// Read from the environment, so that it stays off command lines and logs.
-    #[arg(long, env = "CORELOG_LOAD_SASL_PASSWORD", hide_env_values = true)]
-    pub sasl_password: Option<String>,
 }
 
 impl Flags {
@@ -212,10 +211,8 @@ impl Flags {
                 .sasl_username
                 .clone()
                 .context("SASL needs --sasl-username")?;
-            let password = self
-                .sasl_password
-                .clone()
-                .context("SASL needs a password (CORELOG_LOAD_SASL_PASSWORD)")?;
+            let password = std::env::var("CORELOG_LOAD_SASL_PASSWORD")
+                .context("SASL needs a password in CORELOG_LOAD_SASL_PASSWORD")?;
             Some(SaslCredentials::new(mechanism, user, password))
         } else {
             None
