@@ -960,11 +960,23 @@ impl BrokerConfig {
             kv.split_once('=')
                 .map_or((kv.as_str(), ""), |(k, v)| (k.trim(), v.trim()))
         }))?;
-        let controller_listener = a
+        let controller_names: Vec<String> = a
             .controller_listener_names
             .as_deref()
-            .and_then(|names| names.split(',').map(str::trim).find(|n| !n.is_empty()))
-            .map(str::to_ascii_uppercase);
+            .unwrap_or_default()
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(str::to_ascii_uppercase)
+            .collect();
+        // Kafka's controllers bind every name; this broker has one controller port.
+        if controller_names.len() > 1 {
+            bail!(
+                "controller.listener.names names {} listeners; one is served (the controller port)",
+                controller_names.len()
+            );
+        }
+        let controller_listener = controller_names.into_iter().next();
         let (listeners, inter_broker_listener, controller_bind) =
             served_listeners(&a, &security, controller_listener.as_deref())?;
         let (advertise_host, advertise_port) = listeners
@@ -1325,6 +1337,12 @@ mod tests {
         let c = BrokerConfig::resolve(args("PLAINTEXT://127.0.0.1:19092")).expect("resolve");
         assert_eq!(c.cluster.controller_listen, "127.0.0.1:9093");
         assert!(c.cluster.controller_security.sasl.is_some());
+        // One controller port: a second name is refused, not ignored.
+        let two = BrokerConfig::resolve(ServeArgs {
+            controller_listener_names: Some("CONTROLLER,OTHER".into()),
+            ..args("PLAINTEXT://127.0.0.1:19092")
+        });
+        assert!(format!("{:#}", two.expect_err("two names")).contains("one is served"));
         // Without controller.listener.names the port is plaintext, as before.
         let c = BrokerConfig::resolve(ServeArgs::default()).expect("resolve");
         assert!(c.cluster.controller_security.sasl.is_none());

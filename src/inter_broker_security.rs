@@ -186,6 +186,19 @@ pub fn inter_broker_client(
         let mechanism = SaslMechanism::from_name(name).with_context(|| {
             format!("sasl.mechanism.inter.broker.protocol {name} is not served (PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512)")
         })?;
+        // As Kafka: the mechanism brokers log in with is one their listener enables.
+        let enabled = sec
+            .get(listener, "sasl.enabled.mechanisms")
+            .unwrap_or_default();
+        if !enabled
+            .split(',')
+            .any(|m| m.trim().eq_ignore_ascii_case(mechanism.name()))
+        {
+            bail!(
+                "sasl.mechanism.inter.broker.protocol {} must be one of listener {listener}'s sasl.enabled.mechanisms ({enabled})",
+                mechanism.name()
+            );
+        }
         let (username, password) = own_credentials(sec, listener, mechanism.name())?;
         Some(SaslCredentials::new(mechanism, username, password))
     } else {
@@ -278,7 +291,13 @@ mod tests {
             .unwrap_err();
         assert!(format!("{e:#}").contains("sasl.mechanism.inter.broker.protocol"));
         let e = inter_broker_client(
-            &sec(&[("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512")]),
+            &sec(&[
+                ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
+                (
+                    "listener.name.internal.sasl.enabled.mechanisms",
+                    "SCRAM-SHA-512",
+                ),
+            ]),
             "INTERNAL",
             SecurityProtocol::SaslPlaintext,
         )
@@ -287,9 +306,23 @@ mod tests {
             format!("{e:#}").contains("scram-sha-512.sasl.jaas.config"),
             "{e:#}"
         );
+        let e = inter_broker_client(
+            &sec(&[
+                ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
+                ("listener.name.internal.sasl.enabled.mechanisms", "PLAIN"),
+            ]),
+            "INTERNAL",
+            SecurityProtocol::SaslPlaintext,
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("sasl.enabled.mechanisms"),
+            "{e:#}"
+        );
         let c = inter_broker_client(
             &sec(&[
                 ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
+                ("listener.name.internal.sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-512"),
                 (
                     "listener.name.internal.scram-sha-512.sasl.jaas.config",
                     r#"org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="s3cret";"#,

@@ -21,7 +21,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::io;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -235,16 +235,24 @@ impl CallError {
     }
 }
 
-/// Says that a peer refused this node, at most once a minute in all: a broker with the
+/// Says that a peer refused this node, at most once a minute per peer: a broker with the
 /// wrong credentials must tell its operator why it never joins.
 pub fn report_refusal(e: &CallError) {
-    static LAST: Mutex<Option<Instant>> = Mutex::new(None);
+    static LAST: Mutex<BTreeMap<String, Instant>> = Mutex::new(BTreeMap::new());
     if !e.is_refusal() {
         return;
     }
+    let addr = match e {
+        CallError::Unreachable { addr, .. }
+        | CallError::Network { addr, .. }
+        | CallError::Refused { addr, .. } => addr,
+    };
     let mut last = LAST.lock().unwrap_or_else(|p| p.into_inner());
-    if last.is_none_or(|t| t.elapsed() >= REPORT_AGAIN_AFTER) {
-        *last = Some(Instant::now());
+    let due = last
+        .get(addr)
+        .is_none_or(|t| t.elapsed() >= REPORT_AGAIN_AFTER);
+    if due {
+        last.insert(addr.clone(), Instant::now());
         tracing::warn!(error = %e, "a controller peer refused this node's credentials");
     }
 }
