@@ -211,27 +211,8 @@ pub fn inter_broker_client(
 /// keystore (when it has one) as this broker's certificate, and the peer's name checked
 /// unless `ssl.endpoint.identification.algorithm` is empty.
 fn client_tls(sec: &SecurityConfig, listener: &str) -> anyhow::Result<TlsClient> {
-    let get = |key: &str| sec.get(listener, key).filter(|v| !v.trim().is_empty());
-    let trusted = match (
-        get("ssl.truststore.certificates"),
-        get("ssl.truststore.location"),
-    ) {
-        (Some(pem), _) => pem.as_bytes().to_vec(),
-        (None, Some(path)) => std::fs::read(path)
-            .with_context(|| format!("listener {listener}: reading {path}"))?,
-        (None, None) => bail!("listener {listener} carries inter-broker or controller traffic over TLS: set ssl.truststore.location (the CAs that signed the other brokers' certificates)"),
-    };
-    let identity = match (
-        get("ssl.keystore.location"),
-        get("ssl.keystore.certificate.chain"),
-        get("ssl.keystore.key"),
-    ) {
-        (Some(path), _, _) => Some(
-            std::fs::read(path).with_context(|| format!("listener {listener}: reading {path}"))?,
-        ),
-        (None, Some(chain), Some(key)) => Some([key.as_bytes(), b"\n", chain.as_bytes()].concat()),
-        _ => None,
-    };
+    let trusted = crate::tls_config::truststore_pem(sec, listener)?.with_context(|| format!("listener {listener} carries inter-broker or controller traffic over TLS: set ssl.truststore.location (the CAs that signed the other brokers' certificates)"))?;
+    let identity = crate::tls_config::keystore_pem(sec, listener)?;
     let verify_hostname = match sec.get(listener, "ssl.endpoint.identification.algorithm") {
         None => true,
         Some(a) if a.trim().eq_ignore_ascii_case("https") => true,

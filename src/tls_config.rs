@@ -64,17 +64,8 @@ pub fn server_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Tls
     if get("ssl.key.password").is_some() {
         bail!("listener {listener}: encrypted private keys are not served; give an unencrypted PKCS#8 key (openssl pkcs8 -topk8 -nocrypt) and leave ssl.key.password unset");
     }
-    let keystore: Vec<u8> = match (
-        get("ssl.keystore.certificate.chain"),
-        get("ssl.keystore.key"),
-        get("ssl.keystore.location"),
-    ) {
-        (Some(chain), Some(key), None) => [key.as_bytes(), b"\n", chain.as_bytes()].concat(),
-        (None, None, Some(path)) => {
-            std::fs::read(path).with_context(|| context(&format!("reading {path}")))?
-        }
-        (None, None, None) => bail!("listener {listener} uses TLS: set ssl.keystore.location, or ssl.keystore.certificate.chain and ssl.keystore.key"),
-        _ => bail!("listener {listener}: set either ssl.keystore.location or ssl.keystore.certificate.chain with ssl.keystore.key"),
+    let Some(keystore) = keystore_pem(sec, listener)? else {
+        bail!("listener {listener} uses TLS: set ssl.keystore.location, or ssl.keystore.certificate.chain and ssl.keystore.key");
     };
     let chain = certificates(&keystore).with_context(|| context("the keystore's certificates"))?;
     if chain.is_empty() {
@@ -95,17 +86,7 @@ pub fn server_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Tls
             bail!("listener {listener}: ssl.client.auth {other} is none, requested or required")
         }
     };
-    let trusted = match (
-        get("ssl.truststore.certificates"),
-        get("ssl.truststore.location"),
-    ) {
-        (Some(pem), None) => Some(pem.as_bytes().to_vec()),
-        (None, Some(path)) => {
-            Some(std::fs::read(path).with_context(|| context(&format!("reading {path}")))?)
-        }
-        (None, None) => None,
-        (Some(_), Some(_)) => bail!("listener {listener}: set ssl.truststore.certificates or ssl.truststore.location, not both"),
-    };
+    let trusted = truststore_pem(sec, listener)?;
     if let Some(t) = get("ssl.truststore.type") {
         if !t.eq_ignore_ascii_case("PEM") {
             bail!("listener {listener}: ssl.truststore.type {t} is not served; use PEM");
@@ -163,6 +144,45 @@ pub fn server_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Tls
         rustls: Arc::new(config),
         principal_mapping: Arc::new(principal_mapping),
     })
+}
+
+/// `listener`'s keystore as one PEM (the key, then the chain): the file
+/// `ssl.keystore.location`, or `ssl.keystore.key` with `ssl.keystore.certificate.chain`
+/// inline; `None` when it has none. The server's certificate and, towards other
+/// brokers, this broker's client certificate (`inter_broker_security`).
+pub fn keystore_pem(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    let get = |key: &str| sec.get(listener, key).filter(|v| !v.trim().is_empty());
+    match (
+        get("ssl.keystore.certificate.chain"),
+        get("ssl.keystore.key"),
+        get("ssl.keystore.location"),
+    ) {
+        (Some(chain), Some(key), None) => {
+            Ok(Some([key.as_bytes(), b"\n", chain.as_bytes()].concat()))
+        }
+        (None, None, Some(path)) => std::fs::read(path)
+            .map(Some)
+            .with_context(|| format!("listener {listener}: reading {path}")),
+        (None, None, None) => Ok(None),
+        _ => bail!("listener {listener}: set either ssl.keystore.location or ssl.keystore.certificate.chain with ssl.keystore.key"),
+    }
+}
+
+/// `listener`'s trusted CAs as PEM (`ssl.truststore.certificates` inline or the file
+/// `ssl.truststore.location`); `None` when it has none.
+pub fn truststore_pem(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    let get = |key: &str| sec.get(listener, key).filter(|v| !v.trim().is_empty());
+    match (
+        get("ssl.truststore.certificates"),
+        get("ssl.truststore.location"),
+    ) {
+        (Some(pem), None) => Ok(Some(pem.as_bytes().to_vec())),
+        (None, Some(path)) => std::fs::read(path)
+            .map(Some)
+            .with_context(|| format!("listener {listener}: reading {path}")),
+        (None, None) => Ok(None),
+        (Some(_), Some(_)) => bail!("listener {listener}: set ssl.truststore.certificates or ssl.truststore.location, not both"),
+    }
 }
 
 fn certificates(pem: &[u8]) -> anyhow::Result<Vec<CertificateDer<'static>>> {
