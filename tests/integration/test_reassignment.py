@@ -120,7 +120,7 @@ def test_moving_a_partition_from_1_2_to_2_3_under_acks_all_load_loses_nothing(br
     assert not load.errors, load.errors[:3]
     assert load.acked, "records acknowledged"
     values = consume_everything(brokers, "mv", 1, len(load.acked))
-    assert_exactly_once(load.acked, values)
+    assert_exactly_once(load.acked, values, load.epoch_bumps)
     wait_until(lambda: not partition_dir(b1, "mv", 0).exists(), 20,
                "the removed replica drops its copy")
     for b in brokers:
@@ -159,7 +159,7 @@ def test_a_cancelled_move_restores_the_original_replicas(broker_factory):
                "the replica that was being added drops its copy")
     assert not load.errors, load.errors[:3]
     values = consume_everything(voters, "cx", 1, len(load.acked))
-    assert_exactly_once(load.acked, values)
+    assert_exactly_once(load.acked, values, load.epoch_bumps)
 
 
 def test_a_move_survives_the_active_controllers_death(broker_factory):
@@ -193,7 +193,7 @@ def test_a_move_survives_the_active_controllers_death(broker_factory):
     assert partition_state(alive, "cf")[0] == (5, [5], [5])
     assert not load.errors, load.errors[:3]
     values = consume_everything(alive, "cf", 1, len(load.acked))
-    assert_exactly_once(load.acked, values)
+    assert_exactly_once(load.acked, values, load.epoch_bumps)
 
 
 def test_reassignments_are_checked(broker_factory):
