@@ -58,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -299,6 +300,19 @@ class Tls:
         return ["--security-protocol", "SSL", "--ssl-ca-location", str(self.ca.cert)]
 
 
+def tls_paths(broker) -> dict[str, int]:
+    """corelog_tls_sessions by path (kernel, user), summed over the shards."""
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    with opener.open(f"http://{broker.http}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    out: dict[str, int] = {}
+    for line in text.splitlines():
+        if line.startswith("corelog_tls_sessions"):
+            path = line.split('path="', 1)[1].split('"', 1)[0]
+            out[path] = out.get(path, 0) + int(float(line.rsplit(" ", 1)[1]))
+    return out
+
+
 class WorkloadBroker(launcher.Broker):
     """The broker of one workload (tests/integration/launcher.py's): started and healthy
     once constructed, in a directory of its own under `work`, logging warnings and
@@ -422,6 +436,9 @@ def main() -> int:
                     help="run only these workloads (W4 without W2 runs at 1,000 msg/s)")
     ap.add_argument("--tls", action="store_true",
                     help="drive every broker over TLS (an SSL listener beside the plaintext one)")
+    ap.add_argument("--tls-user-space", action="store_true",
+                    help="with --tls: keep corelog's sessions in user space (rustls), not "
+                         "handed to the kernel (--tls-kernel-offload false)")
     ap.add_argument("--no-build", action="store_true",
                     help="use the binaries as they are (the broker named by CORELOG_BIN, "
                          "e.g. for benches/ab.py's A/B runs)")
@@ -506,12 +523,17 @@ def main() -> int:
                 kafka_topic_config=None):
             if only is not None and name not in only:
                 return {}
-            broker = WorkloadBroker(work, args.shards, list(extra_broker), tls)
+            offload = ["--tls-kernel-offload", "false"] if args.tls_user_space else []
+            broker = WorkloadBroker(work, args.shards, list(extra_broker) + offload, tls)
             try:
                 res, cpu = load(broker, out, name, mode, largs)
+                paths = tls_paths(broker) if tls else {}
             finally:
                 broker.stop()
             rows.append(make_row(name, desc, mode, largs, res, cpu, limit, limit_name))
+            if paths:
+                # Where the load's TLS sessions were sealed: kernel (kTLS) or user (rustls).
+                rows[-1]["tls_sessions"] = paths
             lat = res.get("latency_ms", {})
             log(f"{name}: {res.get('msgs_per_s')} msg/s, {res.get('mb_per_s')} MB/s, p99 {lat.get('p99')} ms")
             if peer:
@@ -634,7 +656,8 @@ def main() -> int:
             limits["loopback_mb_s"], "loopback", passes=5)
 
         doc = {"stamp": stamp, "quick": quick, "shards": args.shards, "cpus": os.cpu_count(),
-               "tls": bool(tls), "limits": limits, "workloads": rows}
+               "tls": bool(tls), "tls_user_space": bool(tls and args.tls_user_space),
+               "kernel": os.uname().release, "limits": limits, "workloads": rows}
         xcheck = None
         if peer and not tls and (only is None or "W1" in only):
             records = 200_000 if quick else 1_000_000
@@ -808,7 +831,10 @@ def markdown(doc: dict) -> str:
         "",
         f"{doc['cpus']} CPUs, broker with {doc['shards']} shards; harness took {doc['harness_seconds']} s."
         + (" The load ran over TLS (an SSL listener; rustls in corelog, the JDK's TLS in Kafka)."
-           if doc.get("tls") else ""),
+           if doc.get("tls") else "")
+        + (" corelog's sessions were kept in user space (--tls-kernel-offload false)."
+           if doc.get("tls_user_space") else "")
+        + (f" Kernel {doc['kernel']}." if doc.get("kernel") else ""),
         "",
         f"Limits measured in this run: disk direct sequential write {fmt(lim['disk_write_mb_s'])} MB/s, "
         f"read {fmt(lim['disk_read_mb_s'])} MB/s (fio, 1 MiB blocks, io_uring); loopback TCP "

@@ -109,6 +109,11 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "auto.create.topics.enable")]
     pub auto_create_topics: Option<bool>,
+    /// Hand each TLS session to the kernel (kTLS) when the kernel takes its cipher, so
+    /// responses, spliced segment data included, are sealed without a copy to user
+    /// space; `false` keeps every session in user space (rustls). Default true.
+    #[arg(long)]
+    pub tls_kernel_offload: Option<bool>,
     /// Partitions of an auto-created topic (Kafka's num.partitions).
     #[arg(long)]
     #[serde(alias = "num.partitions")]
@@ -496,6 +501,7 @@ impl ServeArgs {
             log_level: self.log_level.or(file.log_level),
             node_id: self.node_id.or(file.node_id),
             auto_create_topics: self.auto_create_topics.or(file.auto_create_topics),
+            tls_kernel_offload: self.tls_kernel_offload.or(file.tls_kernel_offload),
             num_partitions: self.num_partitions.or(file.num_partitions),
             message_max_bytes: self.message_max_bytes.or(file.message_max_bytes),
             socket_request_max_bytes: self
@@ -628,6 +634,8 @@ pub struct BrokerConfig {
     pub log_level: String,
     pub node_id: i32,
     pub auto_create_topics: bool,
+    /// TLS sessions go to the kernel where it takes them (`net/ktls.rs`).
+    pub tls_kernel_offload: bool,
     pub num_partitions: i32,
     pub socket_request_max_bytes: usize,
     pub log: LogConfig,
@@ -1169,6 +1177,7 @@ impl BrokerConfig {
             node_id,
             authorizer,
             auto_create_topics: a.auto_create_topics.unwrap_or(true),
+            tls_kernel_offload: a.tls_kernel_offload.unwrap_or(true),
             num_partitions,
             socket_request_max_bytes,
             log,

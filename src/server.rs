@@ -286,6 +286,10 @@ async fn shard_main(
 
     let quotas = Rc::new(crate::quota::QuotaManager::new(config.quota, shard.clone()));
     glommio::spawn_local(quotas.clone().run_exchange()).detach();
+    if config.tls_kernel_offload && config.listeners.iter().any(|l| l.tls.is_some()) {
+        // Probed (and logged) once per process, before the first session needs it.
+        crate::net::ktls::support();
+    }
     let mut bound = Vec::with_capacity(config.listeners.len());
     for l in &config.listeners {
         let listener = TcpListener::bind(l.bind)

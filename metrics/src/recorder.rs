@@ -118,6 +118,9 @@ pub struct MetricsSnapshot {
     pub log_failures: u64,
     /// Fetched record bytes sent from segment files with splice (never in user space).
     pub spliced_bytes: u64,
+    /// TLS sessions established, by where their records are sealed.
+    pub tls_sessions_kernel: u64,
+    pub tls_sessions_user: u64,
     pub limits: LimitCounters,
     pub segment_files: SegmentFileCounters,
     /// Client quota throttling on this shard.
@@ -286,6 +289,8 @@ impl MetricsSnapshot {
         self.duplicate_batches += other.duplicate_batches;
         self.log_failures += other.log_failures;
         self.spliced_bytes += other.spliced_bytes;
+        self.tls_sessions_kernel += other.tls_sessions_kernel;
+        self.tls_sessions_user += other.tls_sessions_user;
         self.limits.merge(&other.limits);
         self.segment_files.merge(&other.segment_files);
         self.quota.merge(&other.quota);
@@ -309,6 +314,8 @@ struct Recorder {
     duplicate_batches: u64,
     log_failures: u64,
     spliced_bytes: u64,
+    tls_sessions_kernel: u64,
+    tls_sessions_user: u64,
     limits: LimitCounters,
     quota: QuotaMetrics,
     replication: ReplicationMetrics,
@@ -323,6 +330,8 @@ thread_local! {
         duplicate_batches: 0,
         log_failures: 0,
         spliced_bytes: 0,
+        tls_sessions_kernel: 0,
+        tls_sessions_user: 0,
         limits: LimitCounters {
             connections_refused_per_ip: 0,
             accept_waits: 0,
@@ -383,6 +392,19 @@ pub fn record_log_failure() {
     RECORDER.with(|r| r.borrow_mut().log_failures += 1);
 }
 
+/// Counts a TLS session established on this shard: `kernel` when the kernel seals its
+/// records (kTLS), else rustls in user space.
+pub fn record_tls_session(kernel: bool) {
+    RECORDER.with(|r| {
+        let mut r = r.borrow_mut();
+        if kernel {
+            r.tls_sessions_kernel += 1;
+        } else {
+            r.tls_sessions_user += 1;
+        }
+    });
+}
+
 /// Counts record bytes a connection of this shard sent with splice.
 pub fn record_sent_by_splice(bytes: u64) {
     RECORDER.with(|r| r.borrow_mut().spliced_bytes += bytes);
@@ -401,6 +423,8 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             duplicate_batches: r.duplicate_batches,
             log_failures: r.log_failures,
             spliced_bytes: r.spliced_bytes,
+            tls_sessions_kernel: r.tls_sessions_kernel,
+            tls_sessions_user: r.tls_sessions_user,
             limits: r.limits,
             segment_files: SegmentFileCounters::default(),
             quota: r.quota,

@@ -119,6 +119,7 @@ impl Collector for Snapshots {
         let mut duplicates = Vec::new();
         let mut log_failures = Vec::new();
         let mut spliced = Vec::new();
+        let mut tls_sessions = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
         let (mut failed_auth, mut denied) = (vec![], vec![]);
@@ -165,6 +166,14 @@ impl Collector for Snapshots {
             duplicates.push((by_shard.clone(), s.duplicate_batches));
             log_failures.push((by_shard.clone(), s.log_failures));
             spliced.push((by_shard.clone(), s.spliced_bytes));
+            for (path, n) in [
+                ("kernel", s.tls_sessions_kernel),
+                ("user", s.tls_sessions_user),
+            ] {
+                let mut labels = by_shard.clone();
+                labels.push(("path".to_string(), path.to_string()));
+                tls_sessions.push((labels, n));
+            }
             refused_ip.push((by_shard.clone(), s.limits.connections_refused_per_ip));
             accept_waits.push((by_shard.clone(), s.limits.accept_waits));
             memory_waits.push((by_shard.clone(), s.limits.request_memory_waits));
@@ -285,6 +294,12 @@ impl Collector for Snapshots {
             "corelog_fetch_bytes_spliced",
             "Fetched record bytes sent from segment files with splice, never copied to user space.",
             &spliced,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_tls_sessions",
+            "TLS sessions established, by where their records are sealed: kernel (kTLS) or user (rustls).",
+            &tls_sessions,
         )?;
         // The controller port is served off the shards (its own threads).
         let controller = vec![("shard".to_string(), "controller".to_string())];

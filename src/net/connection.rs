@@ -28,7 +28,9 @@
 use crate::kafka::api::{self, Ctx};
 use crate::kafka::frame::{self, FrameError};
 use crate::kafka::response_frame::ResponseFrame;
+use crate::net::frame_writer::Sealing;
 use crate::net::request_memory::RequestMemory;
+use crate::net::tls::Established;
 use crate::session::Session;
 use bytes::{Bytes, BytesMut};
 use corelog_metrics::Stage;
@@ -77,22 +79,32 @@ pub async fn serve(
     let mut stream = stream;
     let tls = match &ctx.tls {
         None => None,
-        Some(config) => match crate::net::tls::accept(&mut stream, config.rustls.clone()).await {
-            Ok((session, leftover)) => {
-                tracing::debug!(%peer, listener = %ctx.listener, session = session.describe(), "TLS in user space (rustls)");
-                Some((session, leftover))
+        Some(config) => {
+            let offload = ctx.config.tls_kernel_offload;
+            match crate::net::tls::accept(&mut stream, config.rustls.clone(), offload).await {
+                Ok(established) => {
+                    let kernel = established.user.is_none();
+                    corelog_metrics::record_tls_session(kernel);
+                    let why = match established.path {
+                        crate::net::ktls::Path::User(why) => why,
+                        crate::net::ktls::Path::Kernel => "",
+                    };
+                    tracing::info!(%peer, listener = %ctx.listener, session = %established.description,
+                        path = established.path.name(), why, "TLS session established");
+                    Some(established)
+                }
+                Err(e) => {
+                    corelog_metrics::record_connection_rejected();
+                    crate::sasl::audit_failure(
+                        &ctx.listener,
+                        peer,
+                        None,
+                        &format!("TLS handshake failed: {e}"),
+                    );
+                    return;
+                }
             }
-            Err(e) => {
-                corelog_metrics::record_connection_rejected();
-                crate::sasl::audit_failure(
-                    &ctx.listener,
-                    peer,
-                    None,
-                    &format!("TLS handshake failed: {e}"),
-                );
-                return;
-            }
-        },
+        }
     };
     // Responses are written on the descriptor itself (`frame_writer`); the stream's
     // write half is kept only to close the socket's sending side at the end.
@@ -100,12 +112,19 @@ pub async fn serve(
     let (reader, writer) = stream.split();
     let inflight_max = ctx.config.limits.max_inflight_requests_per_connection;
     let (tx, rx) = local_channel::new_bounded::<Pending>(inflight_max);
-    let tls_session = tls.as_ref().map(|(s, _)| s.clone());
-    let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer, tls_session));
+    let sealing = match &tls {
+        None => Sealing::Plain,
+        Some(Established { user: None, .. }) => Sealing::Kernel { records: 0 },
+        Some(Established {
+            user: Some(session),
+            ..
+        }) => Sealing::User(session.clone()),
+    };
+    let write_task = glommio::spawn_local(write_loop(writer, socket, rx, peer, sealing));
     // A client certificate names the principal (mutual TLS), unless SASL does.
     let certificate_principal = match (
         &ctx.tls,
-        tls.as_ref().and_then(|(s, _)| s.peer_certificates()),
+        tls.as_ref().and_then(|t| t.peer_certificates.as_ref()),
     ) {
         (Some(config), Some(chain)) if ctx.sasl.is_none() => {
             let Some(leaf) = chain.first() else { return };
@@ -125,10 +144,14 @@ pub async fn serve(
         peer,
         certificate_principal,
     ));
-    let reason = match tls {
+    let reason = match tls.and_then(|t| t.user) {
+        None if ctx.tls.is_some() => {
+            let reader = crate::net::tls::KernelTlsReader(reader);
+            read_loop(ctx, peer, reader, tx, &shutdown, &memory, session).await
+        }
         None => read_loop(ctx, peer, reader, tx, &shutdown, &memory, session).await,
-        Some((tls_session, leftover)) => {
-            let reader = crate::net::tls::TlsReader::new(reader, tls_session, leftover);
+        Some(tls_session) => {
+            let reader = crate::net::tls::TlsReader::new(reader, tls_session);
             read_loop(ctx, peer, reader, tx, &shutdown, &memory, session).await
         }
     };
@@ -400,11 +423,11 @@ async fn write_loop(
     socket: std::os::fd::RawFd,
     rx: local_channel::LocalReceiver<Pending>,
     peer: SocketAddr,
-    tls: Option<Rc<crate::net::tls::TlsSession>>,
+    sealing: Sealing,
 ) {
     use futures_lite::StreamExt;
     let mut rx = rx.stream();
-    let mut frames = crate::net::frame_writer::FrameWriter::new(socket, tls);
+    let mut frames = crate::net::frame_writer::FrameWriter::new(socket, sealing);
     while let Some(task) = rx.next().await {
         let response = match task.await {
             Some(Ok(Some(bytes))) => bytes,

@@ -14,12 +14,17 @@
 //! patched in too) and goes on where it stopped. The pipe-to-socket splice runs in
 //! io_uring's worker, where blocking on a full socket stops that worker, not the shard.
 //!
-//! On a TLS connection in user space (`net/tls.rs`) the frame is sealed instead: its
-//! parts are gathered into plaintext chunks of `tls::SEAL_CHUNK`, a file range through
-//! the same pipe (spliced in by io_uring, read out of the pipe), and each chunk goes out
-//! as TLS records. That is the copy user-space TLS cannot avoid.
+//! On a TLS connection whose session the kernel has (`net/ktls.rs`) frames go out
+//! exactly as on a plaintext one — the socket seals what it is given, spliced file
+//! ranges included — and the writer counts the records it may have made, ending the
+//! connection before one key has sealed `ktls::RECORDS_PER_KEY_MAX`. On a TLS
+//! connection in user space (`net/tls.rs`) the frame is sealed here instead: its parts
+//! are gathered into plaintext chunks of `tls::SEAL_CHUNK`, a file range through the
+//! same pipe (spliced in by io_uring, read out of the pipe), and each chunk goes out as
+//! TLS records. That is the copy user-space TLS cannot avoid.
 
 use crate::kafka::response_frame::{FramePart, ResponseFrame};
+use crate::net::ktls;
 use crate::net::tls::{TlsSession, SEAL_CHUNK};
 use bytes::Bytes;
 use corelog_storage::FileRange;
@@ -34,27 +39,37 @@ const PIPE_BYTES: i32 = 1 << 20;
 /// Most byte parts one send takes.
 const IOVECS_MAX: usize = 64;
 
+/// Who seals what the writer sends.
+pub enum Sealing {
+    /// Nobody: a plaintext connection.
+    Plain,
+    /// The kernel (kTLS); `records` bounds the records sealed so far.
+    Kernel { records: u64 },
+    /// This writer, through the session in user space.
+    User(Rc<TlsSession>),
+}
+
 /// One connection's writer.
 pub struct FrameWriter {
     socket: RawFd,
     /// (read end, write end, capacity), made at the first file range.
     pipe: Option<(OwnedFd, OwnedFd, usize)>,
-    /// A TLS session in user space: frames are sealed before they are sent.
-    tls: Option<Rc<TlsSession>>,
+    sealing: Sealing,
 }
 
 impl FrameWriter {
     /// A writer for `socket`, which must stay open while the writer is used.
-    pub fn new(socket: RawFd, tls: Option<Rc<TlsSession>>) -> FrameWriter {
+    pub fn new(socket: RawFd, sealing: Sealing) -> FrameWriter {
         FrameWriter {
             socket,
             pipe: None,
-            tls,
+            sealing,
         }
     }
 
     pub async fn write(&mut self, frame: ResponseFrame) -> io::Result<()> {
-        if let Some(tls) = self.tls.clone() {
+        if let Sealing::User(tls) = &self.sealing {
+            let tls = tls.clone();
             return self.write_sealed(&tls, frame).await;
         }
         let mut run: Vec<Bytes> = Vec::new();
@@ -72,7 +87,22 @@ impl FrameWriter {
                 }
             }
         }
-        self.write_all(run).await
+        self.write_all(run).await?;
+        if let Sealing::Kernel { records } = self.sealing {
+            if records >= ktls::RECORDS_PER_KEY_MAX {
+                return Err(io::Error::other(format!(
+                    "this TLS session has sealed up to {records} records under one key, which the kernel cannot change; the connection ends so the client reconnects with new keys"
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// Counts the records the kernel may have sealed for `bytes` sent in one call.
+    fn sealed_by_kernel(&mut self, bytes: usize) {
+        if let Sealing::Kernel { records } = &mut self.sealing {
+            *records += ktls::records_at_most(bytes);
+        }
     }
 
     /// Writes every byte of `parts`, in order, with as few sends as the socket allows.
@@ -107,6 +137,7 @@ impl FrameWriter {
                 continue;
             }
             let mut n = n as usize;
+            self.sealed_by_kernel(n);
             while n > 0 {
                 let head = &mut parts[first];
                 if n >= head.len() {
@@ -123,8 +154,10 @@ impl FrameWriter {
 
     /// Ends a TLS session in order (close_notify), before the socket is closed.
     pub async fn close(&mut self) -> io::Result<()> {
-        let Some(tls) = self.tls.clone() else {
-            return Ok(());
+        let tls = match &self.sealing {
+            Sealing::Plain => return Ok(()),
+            Sealing::Kernel { .. } => return ktls::send_close_notify(self.socket),
+            Sealing::User(tls) => tls.clone(),
         };
         tls.close();
         let mut sealed = Vec::new();
@@ -226,7 +259,10 @@ impl FrameWriter {
             while in_pipe > 0 {
                 match glommio::io::splice(read_end, None, self.socket, in_pipe).await {
                     Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-                    Ok(n) => in_pipe -= n,
+                    Ok(n) => {
+                        in_pipe -= n;
+                        self.sealed_by_kernel(n);
+                    }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                         glommio::io::wait_writable(self.socket).await?
                     }

@@ -4,6 +4,7 @@
 pub mod connection;
 pub mod connection_limits;
 pub mod frame_writer;
+pub mod ktls;
 pub mod listener;
 pub mod request_memory;
 pub mod shutdown;

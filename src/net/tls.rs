@@ -1,20 +1,26 @@
-//! TLS on one connection, in user space with rustls: the handshake, a reader that
-//! yields the client's plaintext, and the writer's side (`FrameWriter` seals each
-//! response through [`TlsSession::seal`]). The reader and the writer are two tasks of
-//! the connection's shard; they share the rustls session, borrowing it only between
-//! awaits.
+//! TLS on one connection: the rustls handshake, then the session either handed to the
+//! kernel (`ktls.rs`: the socket seals and opens records, the connection reads and
+//! writes as if it were plaintext) or kept in user space — a reader that yields the
+//! client's plaintext and the writer's side (`FrameWriter` seals each response through
+//! [`TlsSession::seal`]). In user space the reader and the writer are two tasks of the
+//! connection's shard; they share the rustls session, borrowing it only between awaits.
 //!
 //! Invariants: no byte reaches the request parser before the handshake has finished
 //! and been verified (client certificate included when required); a handshake that
 //! fails or does not finish within [`HANDSHAKE_TIMEOUT`] closes only this connection,
-//! after rustls' alert has been sent where one applies; ciphertext is read only as the
-//! reader needs plaintext, so a session never buffers more than one socket read ahead.
+//! after rustls' alert has been sent where one applies; the handshake reads the socket
+//! one TLS record at a time, so nothing the client sends after it is read before the
+//! session's path is chosen (the kernel must see every record from there on); in user
+//! space ciphertext is read only as the reader needs plaintext, so a session never
+//! buffers more than one socket read ahead.
 
+use crate::net::ktls;
 use futures::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use rustls::pki_types::CertificateDer;
 use rustls::{ServerConfig, ServerConnection};
 use std::cell::RefCell;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -26,6 +32,11 @@ pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Ciphertext read from the socket at a time.
 const READ_CHUNK: usize = 16 << 10;
+
+/// A TLS record's header, and the largest body one may have (RFC 8446 §5.2: 2^14
+/// bytes of plaintext and 256 of expansion; TLS 1.2 allows 2048 of expansion).
+const RECORD_HEADER: usize = 5;
+const RECORD_BODY_MAX: usize = (1 << 14) + 2048;
 
 /// Plaintext handed to rustls at a time before its records are sent.
 pub const SEAL_CHUNK: usize = 64 << 10;
@@ -41,6 +52,21 @@ pub enum HandshakeError {
     Timeout(Duration),
     #[error("client closed the connection during the TLS handshake")]
     Eof,
+    #[error("TLS record of {0} bytes, more than a record may hold")]
+    Oversized(usize),
+    #[error("handing the TLS session to the kernel: {0}")]
+    Kernel(io::Error),
+}
+
+/// A session after its handshake: who the client is, and where its records are sealed.
+pub struct Established {
+    /// The client's certificate chain (leaf first), when it sent one.
+    pub peer_certificates: Option<Vec<CertificateDer<'static>>>,
+    /// The negotiated protocol and cipher suite, for the log.
+    pub description: String,
+    pub path: ktls::Path,
+    /// The session in user space; `None` when the kernel has it.
+    pub user: Option<Rc<TlsSession>>,
 }
 
 /// One connection's established TLS session.
@@ -49,24 +75,6 @@ pub struct TlsSession {
 }
 
 impl TlsSession {
-    /// The client's certificate chain (leaf first), when it sent one.
-    pub fn peer_certificates(&self) -> Option<Vec<CertificateDer<'static>>> {
-        self.conn
-            .borrow()
-            .peer_certificates()
-            .map(|c| c.iter().map(|c| c.clone().into_owned()).collect())
-    }
-
-    /// The negotiated protocol and cipher suite, for the log.
-    pub fn describe(&self) -> String {
-        let c = self.conn.borrow();
-        format!(
-            "{:?} {:?}",
-            c.protocol_version(),
-            c.negotiated_cipher_suite().map(|s| s.suite())
-        )
-    }
-
     /// Encrypts `plain` into TLS records (appended to `out`). At most [`SEAL_CHUNK`]
     /// should be given at once so that the records are sent as they are made.
     pub fn seal(&self, plain: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
@@ -94,28 +102,25 @@ impl TlsSession {
     }
 }
 
-/// Runs the server side of the handshake on `stream`, within [`HANDSHAKE_TIMEOUT`].
-/// Returns the session and the ciphertext read past the handshake (the client's first
-/// records), which the reader takes first.
-pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
+/// Runs the server side of the handshake on `stream`, within [`HANDSHAKE_TIMEOUT`],
+/// then hands the session to the kernel when `offload` is on and the kernel takes its
+/// version and cipher ([`ktls::choose`]), or keeps it in user space.
+pub async fn accept<S: AsyncRead + AsyncWrite + AsRawFd + Unpin>(
     stream: &mut S,
     config: Arc<ServerConfig>,
-) -> Result<(Rc<TlsSession>, Vec<u8>), HandshakeError> {
+    offload: bool,
+) -> Result<Established, HandshakeError> {
     let handshake = async {
         let mut conn = ServerConnection::new(config)?;
-        let mut buf = vec![0u8; READ_CHUNK];
-        let (mut start, mut end) = (0, 0);
+        let mut record = vec![0u8; RECORD_HEADER + RECORD_BODY_MAX];
         let mut out = Vec::new();
         while conn.is_handshaking() {
             if conn.wants_read() {
-                if start == end {
-                    end = stream.read(&mut buf).await?;
-                    start = 0;
-                    if end == 0 {
-                        return Err(HandshakeError::Eof);
-                    }
+                let len = read_record(stream, &mut record).await?;
+                let mut rest = &record[..len];
+                while !rest.is_empty() {
+                    conn.read_tls(&mut rest)?;
                 }
-                start += conn.read_tls(&mut &buf[start..end])?;
                 if let Err(e) = conn.process_new_packets() {
                     // Tell the client why (rustls queued the alert), then give up.
                     out.clear();
@@ -134,22 +139,102 @@ pub async fn accept<S: AsyncRead + AsyncWrite + Unpin>(
                 stream.write_all(&out).await?;
             }
         }
-        buf.truncate(end);
-        buf.drain(..start);
-        // The writer seals at most SEAL_CHUNK and sends it before sealing more, so
-        // rustls' own bound on queued records would only turn a large part into a
-        // short write.
-        conn.set_buffer_limit(None);
-        let session = Rc::new(TlsSession {
-            conn: RefCell::new(conn),
-        });
-        Ok((session, buf))
+        Ok(conn)
     };
-    futures_lite::future::or(handshake, async {
+    let conn = futures_lite::future::or(handshake, async {
         glommio::timer::sleep(HANDSHAKE_TIMEOUT).await;
         Err(HandshakeError::Timeout(HANDSHAKE_TIMEOUT))
     })
-    .await
+    .await?;
+    let peer_certificates = conn
+        .peer_certificates()
+        .map(|c| c.iter().map(|c| c.clone().into_owned()).collect());
+    let description = format!(
+        "{:?} {:?}",
+        conn.protocol_version(),
+        conn.negotiated_cipher_suite().map(|s| s.suite())
+    );
+    let mut path = ktls::choose(
+        offload,
+        ktls::support(),
+        conn.protocol_version(),
+        conn.negotiated_cipher_suite(),
+    );
+    // SAFETY: the descriptor is `stream`'s, which is borrowed for this whole call, so
+    // it stays open while `socket` is used.
+    let socket = unsafe { BorrowedFd::borrow_raw(stream.as_raw_fd()) };
+    if path == ktls::Path::Kernel {
+        if let Err(e) = ktls::set_ulp(socket.as_fd()) {
+            tracing::warn!(error = %e, "the kernel refused TCP_ULP tls; this session stays in user space");
+            path = ktls::Path::User("the kernel refused TCP_ULP tls");
+        }
+    }
+    if path == ktls::Path::Kernel {
+        to_kernel(conn, socket)?;
+        return Ok(Established {
+            peer_certificates,
+            description,
+            path,
+            user: None,
+        });
+    }
+    let mut conn = conn;
+    // The writer seals at most SEAL_CHUNK and sends it before sealing more, so rustls'
+    // own bound on queued records would only turn a large part into a short write.
+    conn.set_buffer_limit(None);
+    Ok(Established {
+        peer_certificates,
+        description,
+        path,
+        user: Some(Rc::new(TlsSession {
+            conn: RefCell::new(conn),
+        })),
+    })
+}
+
+/// Hands `conn`'s keys to the kernel. rustls has sent all it queued (the handshake loop
+/// wrote it) and holds no record read from the client (the handshake read whole
+/// records and stopped at its end), so the sequence numbers it gives are the kernel's
+/// next ones.
+fn to_kernel(mut conn: ServerConnection, socket: BorrowedFd<'_>) -> Result<(), HandshakeError> {
+    let state = conn.process_new_packets()?;
+    if state.plaintext_bytes_to_read() != 0 || state.tls_bytes_to_write() != 0 {
+        return Err(HandshakeError::Kernel(io::Error::other(
+            "rustls still holds data of this session",
+        )));
+    }
+    let tls13 = conn.protocol_version() == Some(rustls::ProtocolVersion::TLSv1_3);
+    let secrets = conn.dangerous_extract_secrets()?;
+    let (tx_seq, tx) = &secrets.tx;
+    let (rx_seq, rx) = &secrets.rx;
+    ktls::set_keys(socket, tls13, tx, *tx_seq, rx, *rx_seq).map_err(HandshakeError::Kernel)
+}
+
+/// Reads exactly one TLS record (header and body) into `buf`; returns its length.
+async fn read_record<S: AsyncRead + Unpin>(
+    stream: &mut S,
+    buf: &mut [u8],
+) -> Result<usize, HandshakeError> {
+    let eof = |e: io::Error| {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            HandshakeError::Eof
+        } else {
+            HandshakeError::Io(e)
+        }
+    };
+    stream
+        .read_exact(&mut buf[..RECORD_HEADER])
+        .await
+        .map_err(eof)?;
+    let body = u16::from_be_bytes([buf[3], buf[4]]) as usize;
+    if body > RECORD_BODY_MAX {
+        return Err(HandshakeError::Oversized(body));
+    }
+    stream
+        .read_exact(&mut buf[RECORD_HEADER..RECORD_HEADER + body])
+        .await
+        .map_err(eof)?;
+    Ok(RECORD_HEADER + body)
 }
 
 /// The client's plaintext, read through the session from the socket's read half.
@@ -165,17 +250,30 @@ pub struct TlsReader<R> {
 }
 
 impl<R> TlsReader<R> {
-    /// `leftover`: ciphertext the handshake read past its end.
-    pub fn new(inner: R, session: Rc<TlsSession>, leftover: Vec<u8>) -> TlsReader<R> {
-        let mut buf = leftover;
-        let end = buf.len();
-        buf.resize(end.max(READ_CHUNK), 0);
+    pub fn new(inner: R, session: Rc<TlsSession>) -> TlsReader<R> {
         TlsReader {
             inner,
             session,
-            buf: buf.into_boxed_slice(),
+            buf: vec![0; READ_CHUNK].into_boxed_slice(),
             start: 0,
-            end,
+            end: 0,
+        }
+    }
+}
+
+/// The client's plaintext from a socket whose session the kernel has: the socket's own
+/// reads, with the kernel's TLS errors told as such ([`ktls::map_read_error`]).
+pub struct KernelTlsReader<R>(pub R);
+
+impl<R: AsyncRead + Unpin> AsyncRead for KernelTlsReader<R> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        match Pin::new(&mut self.get_mut().0).poll_read(cx, out) {
+            Poll::Ready(Err(e)) => Poll::Ready(Err(ktls::map_read_error(e))),
+            other => other,
         }
     }
 }

@@ -58,7 +58,8 @@ if [[ ! -f "$cache/initrd.gz" || "$0" -nt "$cache/initrd.gz" ]]; then
     mkdir -p "$ird/bin" "$ird/modules"
     cp /bin/busybox "$ird/bin/busybox"
     : > "$ird/modules.order"
-    for m in virtio_pci virtio_blk ext4 9p 9pnet_virtio tls gcm aesni_intel ghash_clmulni_intel chacha20poly1305; do
+    for m in virtio_pci virtio_blk ext4 9p 9pnet_virtio tls gcm aesni_intel ghash_clmulni_intel \
+             chacha_generic chacha_x86_64 poly1305_generic poly1305_x86_64 chacha20poly1305; do
         modprobe -d "$cache/root" -S "$version" --show-depends "$m" 2>/dev/null | awk '$1 == "insmod" {print $2}'
     done | awk '!seen[$0]++' | while read -r ko; do
         cp "$ko" "$ird/modules/"
