@@ -68,6 +68,10 @@ command -v go >/dev/null 2>&1 || { log "installing Go"; apt_install golang-go; }
 command -v openssl >/dev/null 2>&1 || { log "installing openssl"; apt_install openssl; }
 # The full-disk test makes an ext4 image of its own and loop-mounts it.
 command -v mkfs.ext4 >/dev/null 2>&1 || { log "installing e2fsprogs"; apt_install e2fsprogs; }
+# test_ktls runs itself in a qemu guest with Debian's kernel where this one lacks kTLS
+# (tools/kernel-vm/run.sh, which fetches that kernel on first use).
+command -v qemu-system-x86_64 >/dev/null 2>&1 \
+    || { log "installing qemu"; apt_install qemu-system-x86 busybox-static kmod; }
 log "fetching Apache Kafka's jars (tests/java/pom.xml) into .cache/"
 tools/kafka-cli/kafka-cli.sh --fetch
 export GOMODCACHE="$PWD/.cache/go-mod" GOPATH="$PWD/.cache/go" GOFLAGS=-modcacherw

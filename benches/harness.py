@@ -519,12 +519,17 @@ def main() -> int:
                                     tls=tls.server if tls else None,
                                     client_args=tls.client_args() if tls else [])
 
+        def corelog_broker(extra: list[str]) -> WorkloadBroker:
+            """A workload's corelog broker; with --tls-user-space its TLS sessions stay in
+            rustls."""
+            offload = ["--tls-kernel-offload", "false"] if args.tls_user_space else []
+            return WorkloadBroker(work, args.shards, extra + offload, tls)
+
         def run(name, desc, mode, largs, extra_broker=(), limit=None, limit_name="disk",
                 kafka_topic_config=None):
             if only is not None and name not in only:
                 return {}
-            offload = ["--tls-kernel-offload", "false"] if args.tls_user_space else []
-            broker = WorkloadBroker(work, args.shards, list(extra_broker) + offload, tls)
+            broker = corelog_broker(list(extra_broker))
             try:
                 res, cpu = load(broker, out, name, mode, largs)
                 paths = tls_paths(broker) if tls else {}
@@ -592,14 +597,17 @@ def main() -> int:
             Kafka too with --peer (`before_kafka_read(kb)` returns extra row fields)."""
             if only is not None and name not in only:
                 return
-            broker = WorkloadBroker(work, args.shards, [], tls)
+            broker = corelog_broker([])
             try:
                 log(f"{name}: filling")
                 load(broker, out, f"{name}-fill", "produce", fill)
                 res, cpu = read_passes(broker, name, read, passes)
+                paths = tls_paths(broker) if tls else {}
             finally:
                 broker.stop()
             rows.append(make_row(name, desc, "consume", [], res, cpu, limit, limit_name))
+            if paths:
+                rows[-1]["tls_sessions"] = paths
             log(f"{name}: {res.get('msgs_per_s')} msg/s, {res.get('mb_per_s')} MB/s")
             if not peer:
                 return

@@ -42,8 +42,14 @@ fi
 
 # The kernel: Debian's current one for this release, unpacked once.
 if [[ ! -f "$cache/vmlinuz" ]]; then
-    pkg=$(apt-cache depends linux-image-amd64 | awk '/Depends: linux-image-[0-9]/{print $2; exit}')
-    (cd "$cache" && apt-get download -qq "$pkg" 2>/dev/null)
+    kernel_package() {
+        apt-cache depends linux-image-amd64 2>/dev/null | awk '/Depends: linux-image-[0-9]/{print $2; exit}'
+    }
+    pkg=$(kernel_package)
+    # A fresh machine may not have the package lists yet.
+    [[ -n "$pkg" ]] || { apt-get update -qq >/dev/null; pkg=$(kernel_package); }
+    (cd "$cache" && apt-get download -qq "$pkg" 2>/dev/null) \
+        || { apt-get update -qq >/dev/null; (cd "$cache" && apt-get download -qq "$pkg"); }
     rm -rf "$cache/root" && dpkg-deb -x "$cache/$pkg"_*.deb "$cache/root"
     version=$(ls "$cache/root/lib/modules")
     depmod -b "$cache/root" "$version"
