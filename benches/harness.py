@@ -58,7 +58,6 @@ import sys
 import tempfile
 import threading
 import time
-import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -302,15 +301,8 @@ class Tls:
 
 def tls_paths(broker) -> dict[str, int]:
     """corelog_tls_sessions by path (kernel, user), summed over the shards."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://{broker.http}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    out: dict[str, int] = {}
-    for line in text.splitlines():
-        if line.startswith("corelog_tls_sessions"):
-            path = line.split('path="', 1)[1].split('"', 1)[0]
-            out[path] = out.get(path, 0) + int(float(line.rsplit(" ", 1)[1]))
-    return out
+    return {path: int(broker.metric("corelog_tls_sessions", path=path))
+            for path in ("kernel", "user")}
 
 
 class WorkloadBroker(launcher.Broker):

@@ -144,13 +144,15 @@ class Broker:
             *self.extra_args,
         ]
 
-    def metric(self, name: str) -> float:
-        """Series of /metrics whose name begins with ``name``, summed (over shards)."""
+    def metric(self, name: str, **labels: str) -> float:
+        """Series of /metrics whose name begins with ``name`` and that carry every label
+        given (``path="kernel"``), summed (over shards)."""
         opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
         with opener.open(f"http://{self.http}/metrics", timeout=5) as r:
             text = r.read().decode()
+        wanted = [f'{k}="{v}"' for k, v in labels.items()]
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                   if line.startswith(name))
+                   if line.startswith(name) and all(w in line for w in wanted))
 
     # -- lifecycle ----------------------------------------------------------
     def start(self) -> "Broker":

@@ -15,10 +15,8 @@ import os
 import re
 import socket
 import ssl
-import struct
 import subprocess
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -78,11 +76,7 @@ def kernel_takes(broker, session_line: str) -> bool:
 
 def sessions(broker, path: str) -> float:
     """corelog_tls_sessions for one path, over the shards."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    with opener.open(f"http://{broker.http}/metrics", timeout=5) as r:
-        text = r.read().decode()
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-               if line.startswith("corelog_tls_sessions") and f'path="{path}"' in line)
+    return broker.metric("corelog_tls_sessions", path=path)
 
 
 def on_kernel(line: str) -> bool:
@@ -149,9 +143,7 @@ def test_every_version_and_cipher_reads_and_writes_whole_records(broker, pki, ve
                        kwire.api_versions_v0(3)])
     s.sendall(frames)
     for expect in (1, 2, 3):
-        size = struct.unpack(">i", recv_exact(s, 4))[0]
-        body = recv_exact(s, size)
-        assert struct.unpack(">i", body[:4])[0] == expect
+        assert kwire.recv_response(s)[0] == expect
     s.unwrap()
     s.close()
     time.sleep(0.5)
@@ -161,18 +153,8 @@ def test_every_version_and_cipher_reads_and_writes_whole_records(broker, pki, ve
     # The broker still serves everyone else.
     s = raw_session(broker, pki.cert, version, suite)
     s.sendall(kwire.api_versions_v0(9))
-    size = struct.unpack(">i", recv_exact(s, 4))[0]
-    assert struct.unpack(">i", recv_exact(s, size)[:4])[0] == 9
+    assert kwire.recv_response(s)[0] == 9
     s.close()
-
-
-def recv_exact(s, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        chunk = s.recv(n - len(out))
-        assert chunk, "connection closed early"
-        out += chunk
-    return out
 
 
 def test_offload_turned_off_keeps_every_session_in_user_space(pki, tmp_path):
@@ -182,8 +164,7 @@ def test_offload_turned_off_keeps_every_session_in_user_space(pki, tmp_path):
     try:
         s = raw_session(b, pki.cert, ssl.TLSVersion.TLSv1_3, None)
         s.sendall(kwire.api_versions_v0(1))
-        size = struct.unpack(">i", recv_exact(s, 4))[0]
-        assert struct.unpack(">i", recv_exact(s, size)[:4])[0] == 1
+        assert kwire.recv_response(s)[0] == 1
         s.close()
         assert sessions(b, "user") == 1 and sessions(b, "kernel") == 0
         assert "kernel offload turned off" in session_lines(b)[0]
