@@ -21,8 +21,21 @@ pub struct OpenraftPeerNoise;
 /// its replication enters after an unreachable peer (logged every 500 ms too).
 pub fn is_peer_network_error(text: &str) -> bool {
     text.contains(PEER_UNREACHABLE)
-        || text.contains("timeout after")
+        || is_rpc_timeout(text)
         || text.contains("backoff mode: drain events")
+}
+
+/// The calls openraft makes to a peer, as its `RPCTypes` print.
+const PEER_CALLS: [&str; 3] = ["Vote", "AppendEntries", "InstallSnapshot"];
+
+/// openraft's `Timeout` of a call to a peer, displayed ("timeout after 500ms when Vote
+/// 1->2") or debugged ("Timeout { action: Vote, .. }"). Other timeouts — a wait for a
+/// metric, a storage operation — are not about a peer and pass.
+fn is_rpc_timeout(text: &str) -> bool {
+    PEER_CALLS.iter().any(|call| {
+        (text.contains("timeout after ") && text.contains(&format!(" when {call} ")))
+            || text.contains(&format!("Timeout {{ action: {call},"))
+    })
 }
 
 impl<S: Subscriber> Layer<S> for OpenraftPeerNoise {
@@ -89,6 +102,9 @@ mod tests {
             tracing::error!(target: "openraft::core", error = "timeout after 500ms when Vote 1->2", "timeout");
             tracing::warn!(target: "openraft::replication", interval = ?std::time::Duration::from_millis(500), "openraft::replication::ReplicationCore::backoff_drain_events backoff mode: drain events without processing them");
             tracing::error!(target: "openraft::replication", error = "storage error: disk full", "error replication to target=2");
+            tracing::error!(target: "openraft::replication", error = "Timeout(Timeout { action: AppendEntries, id: 1, target: 2, timeout: 500ms })", "debugged RPC timeout");
+            tracing::error!(target: "openraft::storage", error = "timeout after 5s when flushing the log", "a storage timeout passes");
+            tracing::warn!(target: "openraft::metrics", error = "timeout after 2s when wait for leader", "a metrics wait passes");
             tracing::warn!(target: "corelog", error = %down, "a broker's own warning");
             tracing::info!(target: "openraft::core", error = %down, "openraft info passes");
         });
@@ -96,6 +112,8 @@ mod tests {
             *seen.lock().expect("sink"),
             vec![
                 "error replication to target=2",
+                "a storage timeout passes",
+                "a metrics wait passes",
                 "a broker's own warning",
                 "openraft info passes"
             ]

@@ -40,6 +40,7 @@ pub mod network;
 pub mod node;
 mod node_config;
 mod node_state;
+pub mod peer_health;
 pub mod placement;
 pub mod port_security;
 pub mod raft_log;

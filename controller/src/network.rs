@@ -6,9 +6,12 @@
 //! Reachability is reported here, not by openraft: openraft logs a warning and an error
 //! for every failed replication or vote call (every 500 ms per unreachable peer), so its
 //! network errors carry [`PEER_UNREACHABLE`] and the broker's log filter drops openraft's
-//! events that do; `PeerHealth` logs a peer's loss once, then at most once a minute while
-//! it lasts (with how long), and its return. openraft's other errors (storage) stay.
+//! events that do; [`PeerHealth`] (`peer_health.rs`) logs a peer's loss once, then at most
+//! once a minute while it lasts (with how long), and its return. openraft's other errors
+//! (storage) stay.
 
+pub use crate::peer_health::PeerHealth;
+use crate::peer_health::REPORT_AGAIN_AFTER;
 use crate::port_security::PortSecurity;
 use crate::rpc::{read_frame, write_frame, Envelope, Request, Response, RpcError, Stream};
 use crate::state_machine::MetadataRaft;
@@ -21,7 +24,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -58,67 +61,6 @@ pub struct PeerClient {
 
 /// Begins the text of every error that says a peer could not be reached or talked to.
 pub const PEER_UNREACHABLE: &str = "controller peer unreachable";
-
-/// How often a peer that stays unreachable is reported again.
-const REPORT_AGAIN_AFTER: Duration = Duration::from_secs(60);
-
-/// What this node's openraft clients know of each peer's reachability, shared by all of
-/// them (openraft makes one client per replication stream and per election).
-#[derive(Clone, Default)]
-pub struct PeerHealth(Arc<Mutex<HashMap<NodeId, PeerDown>>>);
-
-struct PeerDown {
-    since: Instant,
-    reported: Instant,
-    failed_calls: u64,
-}
-
-impl PeerHealth {
-    fn down(&self, target: NodeId, addr: &str, error: &CallError) {
-        let mut peers = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        let now = Instant::now();
-        match peers.get_mut(&target) {
-            None => {
-                tracing::warn!(peer = target, addr, error = %error, "controller peer is unreachable");
-                peers.insert(
-                    target,
-                    PeerDown {
-                        since: now,
-                        reported: now,
-                        failed_calls: 1,
-                    },
-                );
-            }
-            Some(d) => {
-                d.failed_calls += 1;
-                if now.duration_since(d.reported) >= REPORT_AGAIN_AFTER {
-                    d.reported = now;
-                    tracing::warn!(
-                        peer = target,
-                        addr,
-                        down_s = now.duration_since(d.since).as_secs(),
-                        failed_calls = d.failed_calls,
-                        error = %error,
-                        "controller peer is still unreachable"
-                    );
-                }
-            }
-        }
-    }
-
-    fn up(&self, target: NodeId, addr: &str) {
-        let mut peers = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(d) = peers.remove(&target) {
-            tracing::info!(
-                peer = target,
-                addr,
-                down_ms = d.since.elapsed().as_millis() as u64,
-                failed_calls = d.failed_calls,
-                "controller peer is reachable again"
-            );
-        }
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CallError {
