@@ -852,6 +852,72 @@ mod tests {
         );
     }
 
+    /// Topics of `(partitions, replication factor, rotation)` on brokers `1..=brokers`,
+    /// each partition's replicas consecutive brokers from a start that rotates by
+    /// `rotation` per partition (so some layouts are skewed, some even).
+    fn layout(brokers: i32, topics: &[(usize, i32, i32)]) -> MetadataImage {
+        let mut img = cluster(brokers, vec![vec![1]]);
+        for (n, &(partitions, rf, rotation)) in topics.iter().enumerate() {
+            let rf = rf.min(brokers);
+            let assignments = (0..partitions as i32)
+                .map(|i| {
+                    (0..rf)
+                        .map(|r| (i * rotation + r).rem_euclid(brokers) + 1)
+                        .collect()
+                })
+                .collect();
+            create(&mut img, &format!("topic-{n}"), assignments);
+        }
+        img
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever the topics and their layout, a joining broker ends up with its
+        /// share of the cluster's replicas and of every topic big enough to give it one,
+        /// and the balancer settles.
+        #[test]
+        fn a_joining_broker_gets_its_share_of_any_layout(
+            brokers in 2..=5i32,
+            topics in proptest::collection::vec((1usize..=40, 1..=3i32, 0..=3i32), 1..=4),
+            max_moves in 1usize..=8,
+        ) {
+            let mut img = layout(brokers, &topics);
+            let joining = brokers + 1;
+            join(&mut img, joining);
+            let none = BTreeMap::new();
+            let mut waves = 0;
+            loop {
+                let p = plan(&img, &none, true, max_moves, 10);
+                if p.moves.is_empty() {
+                    break;
+                }
+                carry_out(&mut img, &p);
+                waves += 1;
+                proptest::prop_assert!(waves < 500, "the balancer settles");
+            }
+            let all = replicas_per_broker_all(&img);
+            let total: usize = all.values().sum();
+            let (lower, upper) = bounds(total, joining as usize, 10);
+            proptest::prop_assert!(
+                (1..=joining).all(|b| (lower..=upper).contains(all.get(&b).unwrap_or(&0))),
+                "cluster-wide {all:?}, bounds {lower}..={upper}"
+            );
+            for topic in img.topics.keys().filter(|t| t.starts_with("topic-")) {
+                let (per_broker, _) = topic_counts(&img, topic);
+                let replicas: usize = per_broker.values().sum();
+                let (lower, _) = bounds(replicas, joining as usize, 10);
+                let got = per_broker.get(&joining).copied().unwrap_or(0);
+                proptest::prop_assert!(got >= lower, "{topic}: {per_broker:?}, at least {lower} each");
+            }
+            for p in img.topics.values().flat_map(|t| &t.partitions) {
+                let set: BTreeSet<_> = p.replicas.iter().collect();
+                proptest::prop_assert_eq!(set.len(), p.replicas.len(), "no duplicates: {:?}", p.replicas);
+            }
+        }
+    }
+
     fn replicas_per_broker_all(img: &MetadataImage) -> BTreeMap<i32, usize> {
         let mut n = BTreeMap::new();
         for p in img.topics.values().flat_map(|t| &t.partitions) {
