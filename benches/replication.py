@@ -38,30 +38,20 @@ import launcher  # noqa: E402
 from launcher import free_port  # noqa: E402
 
 
-class CorelogCluster:
-    """`n` corelog brokers on loopback (tests/integration/launcher.py's), node ids 1..n,
-    each with `shards` shards, all voters of one quorum; data in work/corelog-<id>, logs
-    (warnings and above) in work/corelog-<id>.log."""
+class CorelogCluster(launcher.Cluster):
+    """`n` corelog brokers on loopback (tests/integration/launcher.py's Cluster), node ids
+    1..n, each with `shards` shards, all voters of one quorum; data in work/corelog-<id>,
+    logs (warnings and above) in work/corelog-<id>.log."""
 
     def __init__(self, work: Path, n: int, shards: int, extra_args: list[str] | None = None):
-        self.brokers: list[launcher.Broker] = []
-        for node_id in range(1, n + 1):
-            b = launcher.Broker(work, shards=shards, name=f"corelog-{node_id}", log_level="warn",
-                                data_dir=work / f"corelog-{node_id}",
-                                log_path=work / f"corelog-{node_id}.log")
-            b.node_id = node_id
-            self.brokers.append(b)
-        voters = launcher.controller_voters(self.brokers)
-        for b in self.brokers:
-            b.extra_args = ["--node-id", str(b.node_id), "--controller-voters", voters,
-                            "--topic-default", f"min.insync.replicas={min(2, n)}",
-                            *(extra_args or [])]
+        super().__init__(
+            [launcher.Broker(work, shards=shards, name=f"corelog-{node_id}", log_level="warn",
+                             data_dir=work / f"corelog-{node_id}",
+                             log_path=work / f"corelog-{node_id}.log")
+             for node_id in range(1, n + 1)],
+            extra_args=["--topic-default", f"min.insync.replicas={min(2, n)}", *(extra_args or [])])
         try:
-            for b in self.brokers:
-                b.launch()
-            deadline = time.monotonic() + 60
-            for b in self.brokers:
-                b.wait_healthy(timeout=max(1.0, deadline - time.monotonic()))
+            self.start(timeout=60)
         except BaseException:
             self.stop()
             raise
@@ -71,20 +61,13 @@ class CorelogCluster:
         return [b.bootstrap for b in self.brokers]
 
     @property
-    def bootstrap(self) -> str:
-        return ",".join(self.bootstraps)
-
-    @property
     def procs(self) -> list[subprocess.Popen]:
         """The brokers' processes, by node id (1 first)."""
         return [b.proc for b in self.brokers]
 
     def stop(self) -> None:
-        # All at once: one stopped after another would each wait for a controller.
+        self.teardown(timeout=60)
         for b in self.brokers:
-            b.begin_teardown()
-        for b in self.brokers:
-            b.finish_teardown(timeout=60)
             shutil.rmtree(b.data_dir, ignore_errors=True)
 
 

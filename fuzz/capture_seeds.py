@@ -373,13 +373,14 @@ def cluster_seeds() -> dict[str, int]:
     nodes = [launcher.Broker(work / f"n{i}", shards=1, name=f"node{i}", log_level="warn")
              for i in (1, 2, 3, 4)]
     voters = nodes[:3]
+    # The voters are reached through the proxies; node 4 is an observer.
     proxies = [RpcProxy(n.controller_port, kept, lock) for n in voters]
-    quorum = ",".join(f"{i}@127.0.0.1:{px.port}" for i, px in enumerate(proxies, 1))
-    for i, n in enumerate(nodes, 1):
-        n.extra_args = ["--node-id", str(i), "--controller-voters", quorum,
-                        "--metadata-snapshot-entries", str(SNAPSHOT_ENTRIES),
-                        "--partition-balancer-enable", "false",
-                        "--group-initial-rebalance-delay-ms", "0"]
+    cluster = launcher.Cluster(
+        nodes,
+        quorum=",".join(f"{i}@127.0.0.1:{px.port}" for i, px in enumerate(proxies, 1)),
+        extra_args=["--metadata-snapshot-entries", str(SNAPSHOT_ENTRIES),
+                    "--partition-balancer-enable", "false",
+                    "--group-initial-rebalance-delay-ms", "0"])
     added = {"controller_rpc": 0, "metadata_log": 0, "metadata_snapshot": 0}
 
     def grab() -> None:
@@ -399,10 +400,7 @@ def cluster_seeds() -> dict[str, int]:
                 added["metadata_snapshot"] += save("metadata_snapshot", snap.read_bytes())
 
     try:
-        for n in voters:
-            n.launch()
-        for n in voters:
-            n.wait_healthy(60)
+        cluster.start(voters, timeout=60)
         grab()
 
         def restart(meanwhile) -> None:
@@ -423,10 +421,7 @@ def cluster_seeds() -> dict[str, int]:
 
         cluster_workload(nodes[0].bootstrap, restart)
         time.sleep(3)
-        for n in nodes:  # controlled shutdowns, then the last ones stop as they can
-            n.begin_teardown()
-        for n in nodes:
-            n.finish_teardown(timeout=60)
+        cluster.teardown(timeout=60)  # controlled shutdowns, then the last ones stop as they can
         grab()
         for bodies in kept.values():
             for body in bodies:

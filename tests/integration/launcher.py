@@ -5,8 +5,9 @@ tests (conftest.py's fixtures), the benches (benches/*.py) and the fuzz seed cap
 ``Broker`` is one broker child process of the real binary (``target/release/corelog``
 or ``$CORELOG_BIN``) on loopback ports from ``free_port()``, with its data directory and
 log in a work directory; it can be started, killed, stopped and restarted on the same
-ports and data. ``BrokerPool`` starts brokers and clusters of them (a controller quorum
-of voters, and observers) and tears them all down at once.
+ports and data. ``Cluster`` makes brokers one cluster (node ids, the controller quorum's
+voters and observers), starts them together and tears them down at once; ``BrokerPool``
+starts brokers and clusters of them for a test and tears them all down at once.
 
 Outside pytest, put this directory on ``sys.path`` first::
 
@@ -127,6 +128,12 @@ class Broker:
     @property
     def http(self) -> str:
         return f"127.0.0.1:{self.http_port}"
+
+    @property
+    def controller_address(self) -> str:
+        """Where the other members reach this broker's controller port (its entry in
+        ``--controller-voters``)."""
+        return f"127.0.0.1:{self.controller_port}"
 
     def argv(self) -> list[str]:
         # Kafka's listener keys (among the extra arguments, or in a config file a
@@ -312,7 +319,63 @@ class Broker:
 
 def controller_voters(brokers: list[Broker]) -> str:
     """``--controller-voters`` for these brokers (each with a ``node_id``)."""
-    return ",".join(f"{b.node_id}@127.0.0.1:{b.controller_port}" for b in brokers)
+    return ",".join(f"{b.node_id}@{b.controller_address}" for b in brokers)
+
+
+def start_all(brokers: list[Broker], timeout: float = HEALTH_TIMEOUT_S) -> None:
+    """Launches every broker, then waits until each is healthy (up to ``timeout`` s
+    each): a cluster's member waits for a quorum, so all are started before any is waited
+    for. Raises BrokerStartError (the caller tears down)."""
+    for b in brokers:
+        b.launch()
+    for b in brokers:
+        b.wait_healthy(timeout=timeout)
+
+
+def stop_all(brokers: list[Broker], timeout: float = 10.0) -> None:
+    """SIGTERM to every running broker at once, then waits for each (SIGKILL after
+    ``timeout`` s). All at once: a cluster's brokers stopped one after another would each
+    wait for a controller (controlled shutdown) once the quorum's voters are gone."""
+    for b in brokers:
+        b.begin_teardown()
+    for b in brokers:
+        b.finish_teardown(timeout=timeout)
+
+
+class Cluster:
+    """``brokers`` (made, not started) as one cluster: node ids 1, 2, ... in their order
+    (``node_id``), the first ``voters`` (all by default) the controller quorum's voters,
+    the rest observers. Each broker's arguments become ``--node-id``,
+    ``--controller-voters``, the cluster's ``extra_args``, then its own extra arguments.
+    ``quorum`` replaces the ``--controller-voters`` value ``controller_voters`` gives (for
+    voters reached some other way, a proxy in front of each, say).
+
+    ``start()`` launches brokers and waits until each is healthy; ``teardown()`` stops
+    them all at once."""
+
+    def __init__(self, brokers: list[Broker], voters: int | None = None,
+                 extra_args: list[str] | None = None, quorum: str | None = None):
+        self.brokers = list(brokers)
+        for node_id, b in enumerate(self.brokers, start=1):
+            b.node_id = node_id
+        voters = len(self.brokers) if voters is None else voters
+        self.quorum = quorum or controller_voters(self.brokers[:voters])
+        for b in self.brokers:
+            b.extra_args = ["--node-id", str(b.node_id), "--controller-voters", self.quorum,
+                            *(extra_args or []), *b.extra_args]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(b.bootstrap for b in self.brokers)
+
+    def start(self, brokers: list[Broker] | None = None,
+              timeout: float = HEALTH_TIMEOUT_S) -> "Cluster":
+        """``start_all`` of ``brokers``, all of the cluster's by default."""
+        start_all(self.brokers if brokers is None else brokers, timeout=timeout)
+        return self
+
+    def teardown(self, timeout: float = 10.0) -> None:
+        stop_all(self.brokers, timeout=timeout)
 
 
 class BrokerPool:
@@ -347,29 +410,15 @@ class BrokerPool:
         for node_id in range(1, voters + observers + 1):
             wd = Path(tempfile.mkdtemp(prefix=f"corelog-it-n{node_id}-"))
             self.workdirs.append(wd)
-            b = Broker(wd, shards=shards, name=f"node{node_id}")
-            b.node_id = node_id
-            brokers.append(b)
-        quorum = controller_voters(brokers[:voters])
-        for b in brokers:
-            b.extra_args = ["--node-id", str(b.node_id), "--controller-voters", quorum,
-                            *([] if balancer else ["--partition-balancer-enable", "false"]),
-                            *(extra_args or [])]
-            self.brokers.append(b)
-        started = brokers[:len(brokers) - held_back]
-        for b in started:
-            b.launch()
-        for b in started:
-            b.wait_healthy()
+            brokers.append(Broker(wd, shards=shards, name=f"node{node_id}"))
+        cluster = Cluster(brokers, voters=voters, extra_args=[
+            *([] if balancer else ["--partition-balancer-enable", "false"]), *(extra_args or [])])
+        self.brokers.extend(brokers)
+        cluster.start(brokers[:len(brokers) - held_back])
         return brokers
 
     def close(self) -> None:
-        # All at once: a cluster's brokers stopped one after another would each wait for
-        # a controller (controlled shutdown) once the quorum's voters are gone.
-        for b in self.brokers:
-            b.begin_teardown()
-        for b in self.brokers:
-            b.finish_teardown()
+        stop_all(self.brokers)
         mode = os.environ.get("CORELOG_IT_KEEP", "")
         keep = mode == "all" or (mode == "1" and self.failed)
         for wd in self.workdirs:

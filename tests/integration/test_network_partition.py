@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Producer
 
-from launcher import Broker
+from launcher import Broker, Cluster, stop_all
 from test_kafka_python import wait_until
 from test_replication import (FAST, assert_exactly_once, batches_on_disk, consume_everything,
                               create, partition_state)
@@ -87,9 +87,9 @@ class Net:
 class NamespacedBroker(Broker):
     """A broker in namespace `ns` at `host`, on the standard ports of its own stack."""
 
-    def __init__(self, workdir: Path, ns: str, host: str, node_id: int, extra_args: list[str]):
-        super().__init__(workdir, shards=2, extra_args=extra_args, name=f"node{node_id}")
-        self.ns, self.host, self.node_id = ns, host, node_id
+    def __init__(self, workdir: Path, ns: str, host: str, node_id: int):
+        super().__init__(workdir, shards=2, name=f"node{node_id}")
+        self.ns, self.host = ns, host
         self.port, self.http_port, self.controller_port = KAFKA, HTTP, CONTROLLER
 
     @property
@@ -99,6 +99,10 @@ class NamespacedBroker(Broker):
     @property
     def http(self) -> str:
         return f"{self.host}:{HTTP}"
+
+    @property
+    def controller_address(self) -> str:
+        return f"{self.host}:{CONTROLLER}"
 
     def argv(self) -> list[str]:
         argv = super().argv()
@@ -133,21 +137,15 @@ def netns_cluster():
     brokers: list[NamespacedBroker] = []
     workdirs = []
     try:
-        quorum = ",".join(f"{i}@{net.host(i)}:{CONTROLLER}" for i in (1, 2, 3))
         for i in (1, 2, 3):
             wd = Path(tempfile.mkdtemp(prefix=f"corelog-it-netns{i}-"))
             workdirs.append(wd)
-            brokers.append(NamespacedBroker(
-                wd, net.namespaces[i - 1], net.host(i), i,
-                ["--node-id", str(i), "--controller-voters", quorum, *FAST]))
-        for b in brokers:
-            b.launch()
-        for b in brokers:
-            b.wait_healthy()
+            brokers.append(NamespacedBroker(wd, net.namespaces[i - 1], net.host(i), i))
+        # The voters at their namespaces' addresses (NamespacedBroker.controller_address).
+        Cluster(brokers, extra_args=FAST).start()
         yield net, brokers
     finally:
-        for b in brokers:
-            b.teardown()
+        stop_all(brokers)
         net.close()
         for wd in workdirs:
             subprocess.run(["rm", "-rf", str(wd)])

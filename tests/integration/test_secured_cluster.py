@@ -31,7 +31,7 @@ from confluent_kafka.admin import (AclBinding, AclOperation, AclPermissionType, 
                                    UserScramCredentialUpsertion)
 
 from certs import CertificateAuthority
-from launcher import Broker, BrokerStartError, controller_voters, corelog_bin
+from launcher import Broker, BrokerStartError, Cluster, controller_voters, corelog_bin
 
 TIMEOUT = 30
 BROKER_PASSWORD = "broker-secret"
@@ -47,7 +47,8 @@ def jaas(password: str = BROKER_PASSWORD) -> str:
 
 class SecuredBroker(Broker):
     """One member: INTERNAL (SASL_SSL, inter-broker, PLAIN and SCRAM-SHA-512) and the
-    controller port (SASL_SSL, PLAIN, client certificates required)."""
+    controller port (SASL_SSL, PLAIN, client certificates required). ``--node-id`` and
+    ``--controller-voters`` come from the cluster (launcher.Cluster)."""
 
     def __init__(self, workdir: Path, node_id: int, ca: CertificateAuthority,
                  controller_password: str = BROKER_PASSWORD):
@@ -77,7 +78,6 @@ class SecuredBroker(Broker):
             "--listener-security-protocol-map", "INTERNAL:SASL_SSL,CONTROLLER:SASL_SSL",
             "--inter-broker-listener-name", "INTERNAL",
             "--controller-listener-names", "CONTROLLER",
-            "--node-id", str(node_id),
             "--partition-balancer-enable", "false",
             "--config", str(config),
         ]
@@ -90,20 +90,13 @@ def ca(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def cluster(ca, tmp_path_factory):
-    brokers = [SecuredBroker(tmp_path_factory.mktemp(f"secured-n{i}"), i, ca) for i in (1, 2, 3)]
-    quorum = controller_voters(brokers)
-    for b in brokers:
-        b.extra_args += ["--controller-voters", quorum]
-        b.launch()
+    secured = Cluster([SecuredBroker(tmp_path_factory.mktemp(f"secured-n{i}"), i, ca)
+                       for i in (1, 2, 3)])
     try:
-        for b in brokers:
-            b.wait_healthy()
-        yield brokers
+        secured.start()
+        yield secured.brokers
     finally:
-        for b in brokers:
-            b.begin_teardown()
-        for b in brokers:
-            b.finish_teardown()
+        secured.teardown()
 
 
 def client(ca, brokers, user: str, password: str, mechanism: str = "SCRAM-SHA-512",
@@ -334,7 +327,7 @@ def test_the_controller_port_refuses_every_process_without_the_clusters_credenti
 def test_a_broker_with_a_wrong_password_never_joins(cluster, ca):
     workdir = Path(tempfile.mkdtemp(prefix="corelog-it-intruder-"))
     intruder = SecuredBroker(workdir, 4, ca, controller_password="guessed")
-    intruder.extra_args += ["--controller-voters", controller_voters(cluster)]
+    intruder.extra_args += ["--node-id", "4", "--controller-voters", controller_voters(cluster)]
     intruder.launch()
     try:
         with pytest.raises(BrokerStartError):
