@@ -23,9 +23,9 @@ Modes:
            with the flags benches/replication.py's CorelogCluster gives them (the
            defaults, `--topic-default min.insync.replicas=2`, the partition balancer on),
            2 shards each; topic `crash` with 8 partitions, replication factor 3,
-           min.insync.replicas 2. The brokers are started here rather than by
-           CorelogCluster because a cycle restarts one of them on its own ports and data
-           directory, which CorelogCluster has no way to do.
+           min.insync.replicas 2. The brokers are tests/integration/launcher.py's (one
+           launcher.Cluster), as CorelogCluster's are; built here rather than by
+           CorelogCluster to add the loop's markers and power-loss fault to each.
 
 Load: one confluent-kafka producer in a thread, enable.idempotence=True, acks=all,
 message.timeout.ms 300 s (rides out any restart), paced at --rate messages a second,
@@ -88,7 +88,6 @@ import os
 import random
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -105,11 +104,11 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import BROKER, ROOT  # noqa: E402
+from harness import ROOT  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import kwire  # noqa: E402
-from launcher import free_port  # noqa: E402
+import launcher  # noqa: E402
 
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 TOPIC = "crash"
@@ -127,105 +126,77 @@ def log(msg: str) -> None:
 
 # ---------------------------------------------------------------------------- brokers
 
-class Node:
-    """One corelog broker process that can be SIGKILLed and started again on the same
-    ports and data directory. Its output goes to one log file, appended to across
-    restarts, with a marker line at every start and kill."""
+class Node(launcher.Broker):
+    """One corelog broker of the loop: tests/integration/launcher.py's Broker (started
+    again on the same ports and data directory, its output appended to one log file
+    across restarts), data in work/corelog-<id>, log in work/corelog-<id>.log. What the
+    loop adds: a power loss through POST /faults besides a SIGKILL, and a timestamped
+    marker line in the log at every start, kill and stop."""
 
     def __init__(self, work: Path, node_id: int, shards: int, log_level: str):
-        self.id = node_id
-        self.port, self.http, self.controller = free_port(), free_port(), free_port()
-        self.data = work / f"corelog-{node_id}"
-        self.log_path = work / f"corelog-{node_id}.log"
-        self.shards = shards
-        self.log_level = log_level
-        self.extra: list[str] = []
-        self.proc: subprocess.Popen | None = None
-        self.starts = 0
+        super().__init__(work, shards=shards, name=f"node{node_id}", log_level=log_level,
+                         data_dir=work / f"corelog-{node_id}",
+                         log_path=work / f"corelog-{node_id}.log")
+        self.node_id = node_id
 
-    def command(self) -> list[str]:
-        return [str(BROKER), "serve", "--listen", f"127.0.0.1:{self.port}",
-                "--http", f"127.0.0.1:{self.http}", "--data-dir", str(self.data),
-                "--controller-listen", f"127.0.0.1:{self.controller}",
-                "--shards", str(self.shards), "--log-level", self.log_level, *self.extra]
+    @property
+    def id(self) -> int:
+        return self.node_id
 
     def _mark(self, what: str) -> None:
         with open(self.log_path, "a") as f:
             f.write(f"===== crash_loop: {what} at {dt.datetime.now(dt.timezone.utc).isoformat()}\n")
 
-    def start(self) -> None:
-        self.starts += 1
-        self._mark(f"start #{self.starts} of node {self.id}")
-        logf = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(self.command(), stdout=logf, stderr=subprocess.STDOUT,
-                                     env=dict(os.environ, NO_COLOR="1"))
-        logf.close()
+    def launch(self) -> "Node":
+        self._mark(f"start #{self.starts + 1} of node {self.id}")
+        return super().launch()
 
-    def kill(self, fault: str = "sigkill") -> None:
+    def kill(self, fault: str = "sigkill") -> int:
+        """Fails the broker (SIGKILL, or a power loss that ends in one) and reaps it."""
         assert self.proc is not None
-        if fault == "sigkill":
-            self.proc.send_signal(signal.SIGKILL)
-        else:
+        if fault != "sigkill":
             body = b"power-loss torn" if fault == "power-loss-torn" else b"power-loss"
-            req = urllib.request.Request(f"http://127.0.0.1:{self.http}/faults", data=body,
-                                         method="POST")
+            req = urllib.request.Request(f"http://{self.http}/faults", data=body, method="POST")
             try:
                 NO_PROXY.open(req, timeout=20).read()
             except OSError:
                 pass  # the process dies with the connection open
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait()
-        self._mark(f"{fault} of node {self.id} (exit {self.proc.returncode})")
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                pass  # SIGKILLed below
+        rc = super().kill()
+        self._mark(f"{fault} of node {self.id} (exit {rc})")
+        return rc
 
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def healthy(self) -> bool:
-        try:
-            with NO_PROXY.open(f"http://127.0.0.1:{self.http}/health", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def wait_healthy(self, within: float) -> float | None:
-        """Seconds until /health answers 200, or None (not within, or the process exited)."""
+    def seconds_to_healthy(self, within: float) -> float | None:
+        """Seconds until /health answers (polled every 50 ms), or None (not within
+        ``within`` s, or the process exited)."""
         t0 = time.monotonic()
-        while time.monotonic() - t0 < within:
-            if self.healthy():
-                return time.monotonic() - t0
-            if not self.alive():
-                return None
-            time.sleep(0.05)
-        return None
+        try:
+            self.wait_healthy(timeout=within, poll_s=0.05)
+        except launcher.BrokerStartError:
+            return None
+        return time.monotonic() - t0
 
-    def stop(self) -> None:
-        if self.alive():
-            self.proc.send_signal(signal.SIGTERM)
-
-    def finish(self) -> None:
+    def finish_teardown(self, timeout: float = 60.0) -> None:
         if self.proc is None:
             return
-        try:
-            self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        super().finish_teardown(timeout)
         self._mark(f"stop of node {self.id} (exit {self.proc.returncode})")
 
 
-def make_nodes(mode: str, work: Path, shards: int, log_level: str) -> list[Node]:
+def make_nodes(mode: str, work: Path, shards: int, log_level: str,
+               extra_args: list[str]) -> list[Node]:
+    """The broker (single), or three voters of one quorum with the flags
+    replication.CorelogCluster gives its brokers (cluster); configured, not started."""
     if mode == "single":
-        return [Node(work, 1, shards, log_level)]
-    nodes = [Node(work, i, shards, log_level) for i in (1, 2, 3)]
-    voters = ",".join(f"{n.id}@127.0.0.1:{n.controller}" for n in nodes)
-    for n in nodes:
-        # As replication.CorelogCluster starts them.
-        n.extra = ["--node-id", str(n.id), "--controller-voters", voters,
-                   "--topic-default", "min.insync.replicas=2"]
-    return nodes
+        node = Node(work, 1, shards, log_level)
+        node.extra_args += extra_args
+        return [node]
+    return launcher.Cluster([Node(work, i, shards, log_level) for i in (1, 2, 3)],
+                            extra_args=["--topic-default", "min.insync.replicas=2",
+                                        *extra_args]).brokers
 
 
 # ---------------------------------------------------------------------------- load
@@ -630,10 +601,8 @@ def main() -> int:
     client_log.addHandler(logging.FileHandler(work / "client.log"))
 
     loadavg_start = os.getloadavg()[0]
-    nodes = make_nodes(a.mode, work, a.shards, a.log_level)
-    if a.fault != "sigkill":
-        for n in nodes:
-            n.extra += ["--storage-fault-injection", "true"]
+    nodes = make_nodes(a.mode, work, a.shards, a.log_level,
+                       [] if a.fault == "sigkill" else ["--storage-fault-injection", "true"])
     per_cycle: list[dict] = []
     failed_to_come_back = 0
     died = 0
@@ -642,11 +611,7 @@ def main() -> int:
     load = None
     error = None
     try:
-        for n in nodes:
-            n.start()
-        for n in nodes:
-            if n.wait_healthy(HEALTHY_WITHIN) is None:
-                raise RuntimeError(f"node {n.id} did not become healthy at the start")
+        launcher.start_all(nodes, timeout=HEALTHY_WITHIN)
         bootstrap = ",".join(f"127.0.0.1:{n.port}" for n in nodes)
         admin = AdminClient({"bootstrap.servers": bootstrap, "logger": client_log})
         configs = {"min.insync.replicas": "2"} if a.mode == "cluster" else {}
@@ -676,7 +641,7 @@ def main() -> int:
                 load.max_gap = 0.0
                 under = round(a.seconds_per_cycle * rng.uniform(0.75, 1.25), 3)
                 time.sleep(under)
-                dead = [n for n in nodes if not n.alive()]
+                dead = [n for n in nodes if not n.is_running()]
                 if dead:
                     died += len(dead)
                     log(f"cycle {cycle}: node(s) {[n.id for n in dead]} exited on their own "
@@ -695,9 +660,9 @@ def main() -> int:
                 if a.down_seconds:
                     time.sleep(a.down_seconds)
                 for v in victims:
-                    v.start()
+                    v.launch()
                 t_start = time.monotonic()
-                came_back = all([v.wait_healthy(HEALTHY_WITHIN) is not None for v in victims])
+                came_back = all([v.seconds_to_healthy(HEALTHY_WITHIN) is not None for v in victims])
                 healthy = time.monotonic() - t_start if came_back else None
                 isr_s = None
                 if healthy is not None:
@@ -728,7 +693,7 @@ def main() -> int:
                 if healthy is None:
                     failed_to_come_back += 1
                     log(f"cycle {cycle}: node {victim.id} not healthy within {HEALTHY_WITHIN:.0f} s "
-                        f"(alive: {victim.alive()})")
+                        f"(alive: {victim.is_running()})")
                     break
             log("stopping the load (flush)")
         log(f"produced {load.sent}, acknowledged {len(load.acked)}, failed {len(load.failed)}, "
@@ -743,10 +708,7 @@ def main() -> int:
         error = f"{type(e).__name__}: {e}"
         log(f"run broke off: {error}\n{traceback.format_exc()}")
     finally:
-        for n in nodes:
-            n.stop()
-        for n in nodes:
-            n.finish()
+        launcher.stop_all(nodes, timeout=60)
 
     healthy_s = [c["healthy_s"] for c in per_cycle if c["healthy_s"] is not None]
     isr_s = [c["isr_full_s"] for c in per_cycle if c["isr_full_s"] is not None]
@@ -773,7 +735,7 @@ def main() -> int:
         "seconds_per_cycle": a.seconds_per_cycle, "seed": a.seed, "rate": a.rate,
         "down_seconds": a.down_seconds, "fault": a.fault, "all_at_once": a.all_at_once,
         "power_loss_files_cut": dropped_unsynced(nodes),
-        "shards": a.shards, "broker_command": nodes[0].command(),
+        "shards": a.shards, "broker_command": nodes[0].argv(),
         "produced": load.sent if load else 0, "producers": load.producers if load else 0,
         "unflushed_at_end": load.unflushed if load else None,
         "verification": verification or {"acknowledged": len(load.acked) if load else 0, "lost": None,
