@@ -28,8 +28,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# The broker launcher the integration tests use (tests/integration/launcher.py).
+# The broker launcher and the RecordBatch layout the integration tests use
+# (tests/integration/launcher.py, kwire.py).
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import kwire  # noqa: E402
 import launcher  # noqa: E402
 
 BIN = launcher.corelog_bin()
@@ -207,12 +209,12 @@ def kafka_python_clients(bootstrap: str) -> None:
 def split_batches(log: bytes) -> list[bytes]:
     """The record batches of a segment file, each whole (baseOffset, batchLength, ...)."""
     out, at = [], 0
-    while at + 12 <= len(log):
-        (length,) = struct.unpack(">i", log[at + 8:at + 12])
-        if length <= 0 or at + 12 + length > len(log):
+    while at + kwire.LOG_OVERHEAD <= len(log):
+        (length,) = struct.unpack_from(">i", log, at + kwire.BATCH_LENGTH.start)
+        if length <= 0 or at + kwire.LOG_OVERHEAD + length > len(log):
             break
-        out.append(log[at:at + 12 + length])
-        at += 12 + length
+        out.append(log[at:at + kwire.LOG_OVERHEAD + length])
+        at += kwire.LOG_OVERHEAD + length
     return out
 
 

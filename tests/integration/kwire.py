@@ -239,6 +239,36 @@ def send_and_expect_close(bootstrap: str, data: bytes, timeout: float = 5.0) -> 
 # RecordBatch v2
 # ---------------------------------------------------------------------------
 
+# The header's fields: each one's bytes in a batch, as a slice (``batch[CRC]``, or
+# ``CRC.start`` for struct.unpack_from). The names and ranges of the Rust table,
+# shards/storage/src/batch.rs's ``layout`` (client/src/records.rs keeps a copy).
+BASE_OFFSET = slice(0, 8)               # i64
+BATCH_LENGTH = slice(8, 12)             # i32: the bytes of the batch after this field
+PARTITION_LEADER_EPOCH = slice(12, 16)  # i32
+MAGIC = slice(16, 17)                   # i8
+CRC = slice(17, 21)                     # u32: CRC-32C of CRC_START.. (the end)
+ATTRIBUTES = slice(21, 23)              # i16
+LAST_OFFSET_DELTA = slice(23, 27)       # i32
+BASE_TIMESTAMP = slice(27, 35)          # i64
+MAX_TIMESTAMP = slice(35, 43)           # i64
+PRODUCER_ID = slice(43, 51)             # i64
+PRODUCER_EPOCH = slice(51, 53)          # i16
+BASE_SEQUENCE = slice(53, 57)           # i32
+RECORD_COUNT = slice(57, 61)            # i32, the last header field: the records follow
+# Bytes in front of each batch that batchLength does not count (a batch's size is
+# LOG_OVERHEAD + batchLength).
+LOG_OVERHEAD = BATCH_LENGTH.stop
+# The CRC covers attributes to the end of the batch.
+CRC_START = ATTRIBUTES.start
+BATCH_HEADER_LEN = RECORD_COUNT.stop
+
+_FIELDS = [BASE_OFFSET, BATCH_LENGTH, PARTITION_LEADER_EPOCH, MAGIC, CRC, ATTRIBUTES,
+           LAST_OFFSET_DELTA, BASE_TIMESTAMP, MAX_TIMESTAMP, PRODUCER_ID, PRODUCER_EPOCH,
+           BASE_SEQUENCE, RECORD_COUNT]
+assert _FIELDS[0].start == 0 and all(f.stop == g.start for f, g in zip(_FIELDS, _FIELDS[1:]))
+assert (LOG_OVERHEAD, CRC_START, BATCH_HEADER_LEN) == (12, 21, 61)
+
+
 def encode_record(offset_delta: int, ts_delta: int, key: bytes | None, value: bytes | None,
                   headers: list[tuple[str, bytes | None]]) -> bytes:
     body = i8(0) + varint(ts_delta) + varint(offset_delta)
@@ -270,12 +300,17 @@ def record_batch(records: list[tuple], base_timestamp: int, base_offset: int = 0
         + i32(len(records))          # records count
         + recs
     )
-    crc = crc32c(after_crc)
-    after_length = i32(-1) + i8(2) + u32(crc) + after_crc  # partitionLeaderEpoch, magic, crc
-    return i64(base_offset) + i32(len(after_length)) + after_length
+    # baseOffset, batchLength and crc filled in below, partitionLeaderEpoch, magic
+    batch = bytearray(i64(0) + i32(0) + i32(-1) + i8(2) + u32(0) + after_crc)
+    batch[BASE_OFFSET] = i64(base_offset)
+    batch[BATCH_LENGTH] = i32(len(batch) - LOG_OVERHEAD)
+    return with_crc(batch)
 
 
-BATCH_CRC_OFFSET = 8 + 4 + 4 + 1  # baseOffset, batchLength, partitionLeaderEpoch, magic
+def with_crc(batch: bytearray) -> bytes:
+    """The batch with its CRC field set to the CRC-32C of CRC_START.. (as it is now)."""
+    batch[CRC] = u32(crc32c(bytes(batch[CRC_START:])))
+    return bytes(batch)
 
 
 def decode_batches(data: bytes) -> list[dict]:

@@ -315,7 +315,7 @@ def test_produce_valid_then_corrupt_then_too_large(alive):
 
         # flip one bit of the CRC -> CORRUPT_MESSAGE (2), nothing appended
         bad = bytearray(W.record_batch(_raw_records("corrupt-crc", 3), base_timestamp=RAW_TS))
-        bad[W.BATCH_CRC_OFFSET] ^= 0x01
+        bad[W.CRC.start] ^= 0x01
         res = _raw_produce(alive.bootstrap, RAW_TOPIC, {0: bytes(bad)}, cid=22, sock=s)
         assert res[(RAW_TOPIC, 0)]["error_code"] == ERR_CORRUPT_MESSAGE, f"corrupted CRC: {res}"
 
@@ -328,7 +328,7 @@ def test_produce_valid_then_corrupt_then_too_large(alive):
         # batchLength larger than the records field: Kafka answers CORRUPT_MESSAGE (2) or,
         # since it then sees no complete batch, INVALID_RECORD (87); either way nothing is appended
         bad = bytearray(W.record_batch(_raw_records("bad-len", 1), base_timestamp=RAW_TS))
-        bad[8:12] = W.i32(len(bad) * 4)
+        bad[W.BATCH_LENGTH] = W.i32(len(bad) * 4)
         res = _raw_produce(alive.bootstrap, RAW_TOPIC, {0: bytes(bad)}, cid=24, sock=s)
         assert res[(RAW_TOPIC, 0)]["error_code"] in (ERR_CORRUPT_MESSAGE, ERR_INVALID_RECORD), (
             f"batchLength overrun: {res}")
@@ -366,20 +366,15 @@ def _raw_hwm(bootstrap: str) -> int:
     return W.parse_fetch_v4(body)[(RAW_TOPIC, 0)]["high_watermark"]
 
 
-def _with_crc(batch: bytearray) -> bytes:
-    """Recompute the CRC so that only the structural damage remains."""
-    batch[W.BATCH_CRC_OFFSET:W.BATCH_CRC_OFFSET + 4] = W.u32(W.crc32c(bytes(batch[W.BATCH_CRC_OFFSET + 4:])))
-    return bytes(batch)
-
-
 def _batch_with_raw_records(raw_records: bytes, count: int) -> bytes:
     """A batch header claiming ``count`` records followed by arbitrary record bytes, valid CRC."""
     b = bytearray(W.record_batch(_raw_records("x", 1), base_timestamp=RAW_TS))
-    b = b[:61] + raw_records
-    b[8:12] = W.i32(len(b) - 12)
-    b[23:27] = W.i32(count - 1)   # lastOffsetDelta
-    b[57:61] = W.i32(count)       # records count
-    return _with_crc(b)
+    b = b[:W.BATCH_HEADER_LEN] + raw_records
+    b[W.BATCH_LENGTH] = W.i32(len(b) - W.LOG_OVERHEAD)
+    b[W.LAST_OFFSET_DELTA] = W.i32(count - 1)
+    b[W.RECORD_COUNT] = W.i32(count)
+    # The CRC recomputed, so that only the structural damage remains.
+    return W.with_crc(b)
 
 
 def _record_body(tail: bytes) -> bytes:
@@ -401,8 +396,8 @@ MALFORMED_BATCHES = {
     "trailing-bytes-after-records": lambda: _batch_with_raw_records(
         W.varint(len(_record_body(W.varint(0)))) + _record_body(W.varint(0)) + b"\x00\x00\x00", 1),
     "record-count-zero": lambda: _batch_with_raw_records(b"", 0),
-    "batch-length-too-small": lambda: bytes(W.record_batch(_raw_records("s", 1), RAW_TS)[:8]) + W.i32(10)
-    + bytes(W.record_batch(_raw_records("s", 1), RAW_TS)[12:]),
+    "batch-length-too-small": lambda: bytes(W.record_batch(_raw_records("s", 1), RAW_TS)[:W.BATCH_LENGTH.start])
+    + W.i32(10) + bytes(W.record_batch(_raw_records("s", 1), RAW_TS)[W.BATCH_LENGTH.stop:]),
     "only-a-partial-header": lambda: bytes(W.record_batch(_raw_records("p", 1), RAW_TS)[:30]),
 }
 

@@ -132,10 +132,12 @@ def list_offsets_v4(bootstrap: str, topic: str, timestamp: int,
 def batch_epochs(records: bytes) -> list[tuple[int, int]]:
     """(base offset, partition leader epoch) of every batch."""
     out, pos = [], 0
-    while pos + 61 <= len(records):
-        base, length, epoch = struct.unpack(">qii", records[pos:pos + 16])
+    while pos + W.BATCH_HEADER_LEN <= len(records):
+        base, = struct.unpack_from(">q", records, pos + W.BASE_OFFSET.start)
+        length, = struct.unpack_from(">i", records, pos + W.BATCH_LENGTH.start)
+        epoch, = struct.unpack_from(">i", records, pos + W.PARTITION_LEADER_EPOCH.start)
         out.append((base, epoch))
-        pos += 12 + length
+        pos += W.LOG_OVERHEAD + length
     return out
 
 

@@ -119,18 +119,18 @@ def batches_on_disk(data_dir: Path, topic: str, partition: int) -> list[bytes]:
     for seg in sorted(d.glob("*.log"), key=lambda p: int(p.stem)):
         data = seg.read_bytes()
         pos = 0
-        while pos + 12 <= len(data):
-            _, length = struct.unpack_from(">qi", data, pos)
-            if length <= 0 or pos + 12 + length > len(data):
+        while pos + kwire.LOG_OVERHEAD <= len(data):
+            length, = struct.unpack_from(">i", data, pos + kwire.BATCH_LENGTH.start)
+            if length <= 0 or pos + kwire.LOG_OVERHEAD + length > len(data):
                 break
-            out.append(data[pos:pos + 12 + length])
-            pos += 12 + length
+            out.append(data[pos:pos + kwire.LOG_OVERHEAD + length])
+            pos += kwire.LOG_OVERHEAD + length
     return out
 
 
 def base_and_last(batch: bytes) -> tuple[int, int]:
-    base, = struct.unpack_from(">q", batch, 0)
-    delta, = struct.unpack_from(">i", batch, 23)
+    base, = struct.unpack_from(">q", batch, kwire.BASE_OFFSET.start)
+    delta, = struct.unpack_from(">i", batch, kwire.LAST_OFFSET_DELTA.start)
     return base, base + delta
 
 

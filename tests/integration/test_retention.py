@@ -13,6 +13,8 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import (AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
                                    NewTopic)
 
+import kwire
+
 TIMEOUT = 30
 FAST = ["--retention-check-interval-ms", "200", "--cleaner-backoff-ms", "200"]
 
@@ -211,8 +213,8 @@ def test_topic_compression_and_log_append_time_are_applied(broker_factory):
         assert abs(ts - time.time() * 1000) < 60_000
     (seg,) = segment_files(b, topic)
     with open(seg, "rb") as f:
-        head = f.read(61)
-    attributes = int.from_bytes(head[21:23], "big")
+        head = f.read(kwire.BATCH_HEADER_LEN)
+    attributes = int.from_bytes(head[kwire.ATTRIBUTES], "big")
     assert attributes & 0x07 == 1, attributes  # stored gzip
     assert attributes & 0x08, attributes  # log-append time
 
