@@ -1,6 +1,6 @@
 """CreateTopics' and CreatePartitions' request checks answer Kafka's codes and messages
 in a 3-broker cluster (`topic_admin_cases.py` lists them; the same cases pass against
-Apache Kafka: `benches/admin_checks_kafka.py`), and CreatePartitions takes explicit
+Apache Kafka: `benches/admin_against_kafka.py`), and CreatePartitions takes explicit
 replica lists as Kafka's `kafka-topics --alter --partitions N --replica-assignment`
 sends them."""
 from __future__ import annotations

@@ -3,7 +3,7 @@ and message of each of its request checks (ReplicationControlManager.createTopic
 createPartitions, validateManualPartitionAssignment), sent by kafka-python with
 raise_errors=False so the answer is seen as the broker gave it. A cluster of brokers 1,
 2 and 3 is expected. Used by `test_topic_admin_checks.py` and, against Apache Kafka, by
-`benches/admin_checks_kafka.py`."""
+`benches/admin_against_kafka.py`."""
 from __future__ import annotations
 
 import time
