@@ -51,10 +51,11 @@ def save(target: str, data: bytes) -> bool:
 
 
 def listen_loopback() -> socket.socket:
-    """A listening socket on a free loopback port, for a recording proxy."""
+    """A listening socket for a recording proxy, on a loopback port from
+    launcher.free_port() (not one the kernel picks for port 0: see its comment)."""
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    listener.bind(("127.0.0.1", 0))
+    listener.bind(("127.0.0.1", launcher.free_port()))
     listener.listen(64)
     return listener
 
