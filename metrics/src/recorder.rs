@@ -135,6 +135,11 @@ pub struct ReplicationMetrics {
     /// ISR changes this shard's leaders committed.
     pub isr_shrinks: u64,
     pub isr_expands: u64,
+    /// ISR changes this shard's leaders proposed to the controller (committed, refused
+    /// or lost), and those the controller refused.
+    pub isr_shrink_proposals: u64,
+    pub isr_expand_proposals: u64,
+    pub isr_proposals_refused: u64,
     /// Partitions led here / followed here.
     pub leaders: u64,
     pub followers: u64,
@@ -155,6 +160,9 @@ impl ReplicationMetrics {
     fn merge(&mut self, o: &ReplicationMetrics) {
         self.isr_shrinks += o.isr_shrinks;
         self.isr_expands += o.isr_expands;
+        self.isr_shrink_proposals += o.isr_shrink_proposals;
+        self.isr_expand_proposals += o.isr_expand_proposals;
+        self.isr_proposals_refused += o.isr_proposals_refused;
         self.leaders += o.leaders;
         self.followers += o.followers;
         self.under_replicated += o.under_replicated;
@@ -177,6 +185,23 @@ pub fn record_isr_change(expand: bool) {
             r.replication.isr_shrinks += 1;
         }
     });
+}
+
+/// One ISR change proposed by a leader of this shard.
+pub fn record_isr_proposal(expand: bool) {
+    RECORDER.with(|r| {
+        let mut r = r.borrow_mut();
+        if expand {
+            r.replication.isr_expand_proposals += 1;
+        } else {
+            r.replication.isr_shrink_proposals += 1;
+        }
+    });
+}
+
+/// One ISR change of a leader of this shard that the controller refused.
+pub fn record_isr_proposal_refused() {
+    RECORDER.with(|r| r.borrow_mut().replication.isr_proposals_refused += 1);
 }
 
 /// How often the connection and memory limits were hit (README "Limits").

@@ -150,6 +150,7 @@ impl Shard {
             return;
         };
         let expand = proposal.isr.len() > log.isr_len();
+        corelog_metrics::record_isr_proposal(expand);
         tracing::info!(topic = %tp.topic, partition = tp.partition, isr = ?proposal.isr, "proposing an ISR change");
         let command = Command::AlterPartition {
             broker: self.config.node_id,
@@ -176,6 +177,7 @@ impl Shard {
                     match refused {
                         Some(why) => {
                             tracing::info!(topic = %tp.topic, partition = tp.partition, reason = %why, "ISR change refused");
+                            corelog_metrics::record_isr_proposal_refused();
                             log.isr_proposal_refused(applied.index);
                         }
                         None => corelog_metrics::record_isr_change(expand),

@@ -366,6 +366,24 @@ impl Collector for Snapshots {
             "ISR expansions committed for partitions this shard leads.",
             &series(|r| r.isr_expands),
         )?;
+        counter(
+            &mut encoder,
+            "corelog_isr_shrink_proposals",
+            "ISR shrinks proposed to the controller for partitions this shard leads.",
+            &series(|r| r.isr_shrink_proposals),
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_isr_expand_proposals",
+            "ISR expansions proposed to the controller for partitions this shard leads.",
+            &series(|r| r.isr_expand_proposals),
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_isr_proposals_refused",
+            "ISR changes of partitions this shard leads that the controller refused.",
+            &series(|r| r.isr_proposals_refused),
+        )?;
         gauge(
             &mut encoder,
             "corelog_leader_partitions",

@@ -27,6 +27,12 @@ def quorum_high_watermark(brokers) -> int:
     raise AssertionError("no broker answers DescribeQuorum")
 
 
+def proposals(brokers) -> tuple[float, float]:
+    """ISR expansions the leaders on ``brokers`` proposed, and proposals refused."""
+    return (sum(b.metric("corelog_isr_expand_proposals") for b in brokers),
+            sum(b.metric("corelog_isr_proposals_refused") for b in brokers))
+
+
 def test_a_fenced_broker_causes_no_metadata_writes(broker_factory):
     brokers = broker_factory.cluster(voters=3, extra_args=FAST)
     create(brokers, "idle", 12, 3)
@@ -46,11 +52,16 @@ def test_a_fenced_broker_causes_no_metadata_writes(broker_factory):
                    20, "the fenced broker out of every ISR")
         time.sleep(1)  # what the fencing itself wrote is committed
         before = quorum_high_watermark(alive)
+        proposed = proposals(alive)
         time.sleep(6)  # the live followers fetch every partition many times meanwhile
         after = quorum_high_watermark(alive)
         assert after == before, (
             f"{after - before} metadata log entries written while broker {paused.node_id} "
             f"was fenced and nothing else changed")
+        # Not written, and not even proposed: the leaders know the broker is fenced.
+        assert proposals(alive) == proposed, (
+            f"ISR proposals (expand, refused) went from {proposed} to {proposals(alive)} "
+            f"while broker {paused.node_id} was fenced")
     finally:
         os.kill(paused.proc.pid, signal.SIGCONT)
     # Back, it rejoins every ISR (its own fetches propose it).
