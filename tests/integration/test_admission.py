@@ -36,5 +36,7 @@ def test_a_restarted_broker_is_unfenced_once_caught_up(broker_factory):
         took.append(int(waited[-1]))
     print(f"admitted after (ms): {took}")
     # Measured: 252-262 ms before (the controller checked every 250 ms, and about one
-    # restart in twenty waited for the next heartbeat), 10-20 ms now.
-    assert max(took) < 1000, f"a restarted broker waited for its next heartbeat: {took}"
+    # restart in twenty waited for the next heartbeat, 5 s here), 10-20 ms now. Below
+    # the 250 ms tick, so either wait fails the test, with room for a loaded machine.
+    assert max(took) < 200, (
+        f"a restarted broker waited for the controller's tick or its next heartbeat: {took}")
