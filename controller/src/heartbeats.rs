@@ -53,7 +53,8 @@ impl Heartbeats {
                     addr.clone(),
                     shared.cluster_id.clone(),
                     shared.config.security.clone(),
-                );
+                )
+                .reporting_to(shared.peer_health.clone());
                 (addr, Arc::new(Mutex::new(client)))
             });
             let Ok(mut client) = client.clone().try_lock_owned() else {

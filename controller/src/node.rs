@@ -286,13 +286,14 @@ async fn boot(config: NodeConfig) -> Result<(Arc<Shared>, tokio::net::TcpListene
     .validate()
     .map_err(|e| NodeError::Refused(format!("controller config: {e}")))?;
     let id = config.node_id as NodeId;
+    let peer_health = PeerHealth::default();
     let raft = Raft::new(
         id,
         Arc::new(raft_config),
         Network {
             cluster_id: cluster_id.clone(),
             security: config.security.clone(),
-            health: PeerHealth::default(),
+            health: peer_health.clone(),
         },
         log,
         sm.clone(),
@@ -323,6 +324,7 @@ async fn boot(config: NodeConfig) -> Result<(Arc<Shared>, tokio::net::TcpListene
         raft,
         sm,
         cluster_id,
+        peer_health,
         liveness: Mutex::new(Liveness::default()),
         liveness_wake: tokio::sync::Notify::new(),
         registered,

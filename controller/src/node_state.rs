@@ -3,7 +3,7 @@
 //! write on this node's own openraft.
 
 use crate::command::{Command, CommandError, Outcome};
-use crate::network::ClusterIdCell;
+use crate::network::{ClusterIdCell, PeerHealth};
 use crate::node_config::NodeConfig;
 use crate::rpc::{QuorumDescription, ReplicaState, RpcError};
 use crate::state_machine::{Applied, MetadataRaft, MetadataStateMachine, Proposal};
@@ -34,6 +34,9 @@ pub(crate) struct Shared {
     pub raft: Raft<MetadataRaft>,
     pub sm: MetadataStateMachine,
     pub cluster_id: ClusterIdCell,
+    /// What this node's calls to its peers say of their reachability: openraft's calls
+    /// and the heartbeats (a follower calls its leader only with heartbeats).
+    pub peer_health: PeerHealth,
     pub liveness: Mutex<Liveness>,
     /// Raised when a heartbeat may unfence a broker, so the active controller decides at
     /// once instead of at its next check.

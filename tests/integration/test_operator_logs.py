@@ -9,6 +9,8 @@ import select
 import subprocess
 import time
 
+import pytest
+
 from launcher import corelog_bin
 
 ESC = b"\x1b["
@@ -61,14 +63,16 @@ def _lines_since(broker, mark: int) -> list[str]:
     return broker.log_path.read_bytes()[mark:].decode("utf-8", "replace").splitlines()
 
 
-def test_a_voter_down_is_reported_once_not_every_500_ms(broker_factory):
+@pytest.mark.parametrize("role", ["follower", "leader"])
+def test_a_voter_down_is_reported_once_not_every_500_ms(broker_factory, role):
     """With one voter of three killed, the others log its loss once (then at most once a
     minute, and its return), instead of openraft's warning and error for every failed
-    replication or vote call (every 500 ms per peer)."""
+    replication or vote call (every 500 ms per peer). The quorum's leader killed, the
+    survivors' votes to it fail too, and the new leader's replication to it."""
     import kwire
     brokers = broker_factory.cluster(voters=3)
     leader = kwire.describe_quorum_leader(brokers[0].bootstrap)
-    victim = next(b for b in brokers if b.node_id != leader)
+    victim = next(b for b in brokers if (b.node_id == leader) == (role == "leader"))
     survivors = [b for b in brokers if b is not victim]
     marks = {b.name: b.log_path.stat().st_size for b in survivors}
     victim.kill()
