@@ -9,7 +9,9 @@ import os
 import shutil
 
 import pytest
+from confluent_kafka.admin import AdminClient
 from kafka import KafkaAdminClient
+from kafka.admin import NewPartitions
 
 import topic_admin_cases as cases
 from test_kafka_cli import KAFKA_CLI, KAFKA_LIBS, kafka
@@ -57,3 +59,47 @@ def test_kafka_topics_alter_with_a_replica_assignment(cluster):
               "--partitions", "5", "--replica-assignment", "1:2,2:3,3:1,1:3,2:9", check=False)
     assert r.rc != 0 and "InvalidReplicaAssignmentException" in r.out + r.err, r.why()
     assert "no such broker is registered" in r.out + r.err, r.why()
+
+
+def live_brokers(bootstrap_servers: str) -> set[int]:
+    md = AdminClient({"bootstrap.servers": bootstrap_servers}).list_topics(timeout=10)
+    return set(md.brokers)
+
+
+def isr_of(bootstrap_servers: str, topic: str, partition: int) -> tuple[int, list[int]]:
+    """(leader, ISR) of one partition, as Metadata answers it."""
+    md = AdminClient({"bootstrap.servers": bootstrap_servers}).list_topics(topic, timeout=10)
+    p = md.topics[topic].partitions.get(partition)
+    return (p.leader, sorted(p.isrs)) if p else (-1, [])
+
+
+def test_new_partitions_on_a_fenced_broker(cluster):
+    """A replica list naming only fenced brokers is refused with Kafka's code and
+    message; one naming a live broker too is taken, the fenced replica left out of the
+    ISR. (Last in this module: it stops broker 3, and starts it again.)"""
+    b = bootstrap(cluster[:2])
+    client = KafkaAdminClient(bootstrap_servers=b, request_timeout_ms=30_000)
+    stopped = cluster[2]
+    try:
+        for topic, first in (("fenced-rf1", [1]), ("fenced-rf2", [1, 2])):
+            r = client.create_topics({topic: {"assignments": {0: first}}}, raise_errors=False)
+            assert r["topics"][0]["error_code"] == cases.NONE, r
+        stopped.stop()
+        wait_until(lambda: stopped.node_id not in live_brokers(b), 30,
+                   f"broker {stopped.node_id} fenced")
+        r = client.create_partitions({"fenced-rf1": NewPartitions(2, [[3]])},
+                                     raise_errors=False)
+        (t,) = r.results
+        assert t.error_code == cases.INVALID_REPLICA_ASSIGNMENT and (
+            "All brokers specified in the manual partition assignment for partition 1 "
+            "are fenced or in controlled shutdown.") in t.error_message, t
+        r = client.create_partitions({"fenced-rf2": NewPartitions(2, [[3, 1]])},
+                                     raise_errors=False)
+        (t,) = r.results
+        assert t.error_code == cases.NONE, t
+        wait_until(lambda: isr_of(b, "fenced-rf2", 1) == (1, [1]), 20,
+                   "partition 1 led by broker 1, the fenced broker 3 outside its ISR")
+    finally:
+        client.close()
+        if not stopped.is_running():
+            stopped.start()
