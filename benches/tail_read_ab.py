@@ -6,7 +6,8 @@
 A harness W7 pass reads 576 MiB in about 0.3 s, too short a window for /proc's CPU ticks
 and the VM's neighbours; here each broker (A B B A A B, a fresh one each time) is filled
 as W7 fills it and read back `--passes` times, and the figure is the broker's CPU-seconds
-per GB over all its passes, beside the median pass's msg/s.
+per GB over all its passes, beside the median pass's msg/s. The summary is written to
+benches/results/<stamp>-tail-read-ab.json.
 """
 import argparse
 import os
@@ -49,6 +50,13 @@ for rnd, side in enumerate(["a", "b", "b", "a", "a", "b"]):
         print(side, "CPU-s/GB, median msg/s:", res[side][-1], flush=True)
     finally:
         broker.stop()
-for side in ("a", "b"):
-    print(side, "median CPU-s/GB", statistics.median(x[0] for x in res[side]),
-          "median msg/s", statistics.median(x[1] for x in res[side]))
+summary = {side: {"binary": Path(getattr(args, side)).name,
+                  "median_cpu_s_per_gb": statistics.median(x[0] for x in res[side]),
+                  "median_msgs_per_s": statistics.median(x[1] for x in res[side]),
+                  "brokers": [{"cpu_s_per_gb": c, "median_msgs_per_s": m}
+                              for c, m in res[side]]}
+           for side in ("a", "b")}
+summary["passes_per_broker"] = args.passes
+summary["b_over_a_cpu_s_per_gb"] = round(
+    summary["b"]["median_cpu_s_per_gb"] / summary["a"]["median_cpu_s_per_gb"], 3)
+harness.write_json_results("tail-read-ab", summary)
