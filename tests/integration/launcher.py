@@ -317,6 +317,25 @@ class Broker:
         return f"--- {self.log_path} (last {len(tail)} lines) ---\n" + "\n".join(tail)
 
 
+def bootstrap(brokers) -> str:
+    """``bootstrap.servers`` for the brokers of ``brokers`` that are running."""
+    return ",".join(b.bootstrap for b in brokers if b.is_running())
+
+
+def wait_until(pred, timeout: float, what, interval: float = 0.1):
+    """``pred()``'s first true value, asked every ``interval`` s; an AssertionError naming
+    ``what`` (a text, or a function that gives one) after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
+        time.sleep(interval)
+
+
 def controller_voters(brokers: list[Broker]) -> str:
     """``--controller-voters`` for these brokers (each with a ``node_id``)."""
     return ",".join(f"{b.node_id}@{b.controller_address}" for b in brokers)

@@ -16,7 +16,7 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 from confluent_kafka import Consumer, KafkaException
 
 from launcher import corelog_bin
-from test_kafka_python import wait_until
+from launcher import wait_until
 from test_reassignment import in_progress, produce_bytes, reassign, set_configs
 from test_replication import (FAST, TIMEOUT, Load, admin, assert_exactly_once, bootstrap,
                               by_id, consume_everything, controller_of, create, partition_state)

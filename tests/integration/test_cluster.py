@@ -17,18 +17,14 @@ import pytest
 from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
-from test_kafka_python import wait_until
 
 import kwire
+from launcher import bootstrap, wait_until
 
 # Short sessions so that a dead broker is fenced within seconds.
 FAST = ["--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
         "--group-initial-rebalance-delay-ms", "0"]
 TIMEOUT = 30
-
-
-def bootstrap(brokers) -> str:
-    return ",".join(b.bootstrap for b in brokers)
 
 
 def admin(brokers) -> AdminClient:

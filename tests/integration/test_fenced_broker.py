@@ -12,7 +12,7 @@ import signal
 import time
 
 import kwire
-from test_kafka_python import wait_until
+from launcher import wait_until
 from test_replication import FAST, admin, by_id, controller_of, create, partition_state
 
 

@@ -28,6 +28,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire as W
+from launcher import wait_until
 
 # Kafka error codes
 ERR_NONE = 0
@@ -96,17 +97,6 @@ def produce(bootstrap: str, topic: str, n: int, prefix: str = "k", partitions: i
     assert not errors, f"delivery errors: {errors[:5]}"
     assert len(out) == n, f"{len(out)} distinct (partition, offset) for {n} messages"
     return out
-
-
-def wait_until(pred, timeout: float, what, interval: float = 0.1):
-    deadline = time.monotonic() + timeout
-    while True:
-        v = pred()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what() if callable(what) else what}")
-        time.sleep(interval)
 
 
 def consumer_conf(bootstrap: str, group: str, name: str, session_ms: int = CALM_SESSION_MS, **extra) -> dict:

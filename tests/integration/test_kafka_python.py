@@ -8,6 +8,7 @@ import time
 import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import InvalidTopicError, TopicAlreadyExistsError
+from launcher import wait_until
 
 NUM_MESSAGES = 2_000
 NUM_PARTITIONS = 3
@@ -42,17 +43,6 @@ def round_trip(topic: str, n: int, **client) -> list[bytes]:
     got = [m.value for m in consumer]
     consumer.close()
     return got
-
-
-def wait_until(pred, timeout: float, what: str, interval: float = 0.2):
-    deadline = time.monotonic() + timeout
-    while True:
-        last = pred()
-        if last:
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
 
 
 def produce(bootstrap: str, topic: str, messages: list[tuple], partition: int | None = None) -> list:

@@ -23,7 +23,7 @@ import pytest
 from confluent_kafka import Producer
 
 from launcher import Broker, Cluster, stop_all
-from test_kafka_python import wait_until
+from launcher import wait_until
 from test_replication import (FAST, assert_exactly_once, batches_on_disk, consume_everything,
                               create, partition_state)
 

@@ -19,7 +19,7 @@ from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka.errors import KafkaConnectionError
 
-from test_kafka_python import wait_until
+from launcher import wait_until
 from test_replication import (FAST, TIMEOUT, Load, admin, assert_exactly_once,
                               batches_on_disk, bootstrap, by_id, consume_everything, controller_of, create,
                               end_offset, partition_state)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import kwire
 from confluent_kafka import Consumer, Producer, TopicPartition
-from test_kafka_python import wait_until
+from launcher import wait_until
 from test_replication import (FAST, TIMEOUT, admin, batches_on_disk, base_and_last, bootstrap,
                               by_id, create, partition_state)
 

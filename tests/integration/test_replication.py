@@ -28,16 +28,12 @@ from kafka.errors import NotEnoughReplicasError
 import coordinator_move
 import kwire
 from coordinator_move import java_hash
-from test_kafka_python import wait_until
+from launcher import bootstrap, wait_until
 
 # Short sessions and lag times so that failures show within seconds.
 FAST = ["--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
         "--replica-lag-time-max-ms", "3000", "--group-initial-rebalance-delay-ms", "0"]
 TIMEOUT = 30
-
-
-def bootstrap(brokers) -> str:
-    return ",".join(b.bootstrap for b in brokers if b.is_running())
 
 
 def admin(brokers) -> AdminClient:

@@ -14,17 +14,13 @@ from kafka import KafkaAdminClient
 from kafka.admin import NewPartitions
 
 import topic_admin_cases as cases
+from launcher import bootstrap, wait_until
 from test_kafka_cli import KAFKA_CLI, KAFKA_LIBS, kafka
-from test_kafka_python import wait_until
 
 
 @pytest.fixture(scope="module")
 def cluster(module_broker_factory):
     return module_broker_factory.cluster(voters=3)
-
-
-def bootstrap(brokers) -> str:
-    return ",".join(b.bootstrap for b in brokers)
 
 
 def test_create_topics_checks_answer_kafkas_codes(cluster):
