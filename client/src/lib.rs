@@ -5,7 +5,9 @@
 //! (batched requests, pipelined connections, typed errors, no allocation per record).
 //!
 //! It must never depend on the broker or its shards: it speaks only the Kafka protocol
-//! (through `kafka-protocol`) to whatever listens.
+//! (through `kafka-protocol`) to whatever listens. Its one corelog dependency is the leaf
+//! `corelog-record-batch`, the RecordBatch v2 header layout it shares with the storage
+//! engine.
 //!
 //! - `protocol`: API version ranges, negotiation, request framing and builders.
 //! - `records`: RecordBatch v2 encode (per batch, not per message) and header walking.

@@ -14,8 +14,8 @@
 //!   index, so `last_offset_delta == count - 1` and `max_timestamp == base_timestamp`.
 //! - Decoding never panics and never trusts a length: every read is bounds-checked, and
 //!   a truncated trailing batch (normal at a fetch's byte limit) ends the walk quietly.
-//! - Header fields are read and written only through `layout`, this crate's copy of the
-//!   header table.
+//! - Header fields are read and written only through `layout`, the header table shared
+//!   with the storage engine (`corelog-record-batch`).
 
 use core::ops::Range;
 
@@ -33,80 +33,10 @@ use layout::{
 pub const BATCH_HEADER_BYTES: usize = layout::BATCH_HEADER_LEN;
 
 /// The RecordBatch v2 header layout: each field's byte range from the start of the
-/// batch, big-endian, in wire order.
-///
-/// A copy. The owner is `corelog_storage::batch::layout` (`shards/storage/src/batch.rs`),
-/// which the broker and storage use; change the two together. This crate cannot use it:
-/// it must not depend on the broker or its shards (the crate doc), and
-/// `tests/layering/test_module_layering.py` allows it no corelog crate. The asserts below
-/// check that the copy is self-consistent (contiguous, the widths of the types, the
-/// 61-byte header); `corelog-shards`' `tests/batch_layout.rs`, which sees both crates,
-/// checks that it equals the owner.
-#[doc(hidden)]
-pub mod layout {
-    use core::ops::Range;
-
-    pub const BASE_OFFSET: Range<usize> = 0..8; // i64
-    pub const BATCH_LENGTH: Range<usize> = 8..12; // i32, bytes after this field
-    pub const PARTITION_LEADER_EPOCH: Range<usize> = 12..16; // i32
-    pub const MAGIC: Range<usize> = 16..17; // i8
-    pub const CRC: Range<usize> = 17..21; // u32, CRC-32C of CRC_START..end
-    pub const ATTRIBUTES: Range<usize> = 21..23; // i16
-    pub const LAST_OFFSET_DELTA: Range<usize> = 23..27; // i32
-    pub const BASE_TIMESTAMP: Range<usize> = 27..35; // i64
-    pub const MAX_TIMESTAMP: Range<usize> = 35..43; // i64
-    pub const PRODUCER_ID: Range<usize> = 43..51; // i64
-    pub const PRODUCER_EPOCH: Range<usize> = 51..53; // i16
-    pub const BASE_SEQUENCE: Range<usize> = 53..57; // i32
-    pub const RECORD_COUNT: Range<usize> = 57..61; // i32
-
-    /// Bytes in front of each batch that `batchLength` does not count.
-    pub const LOG_OVERHEAD: usize = BATCH_LENGTH.end;
-    /// The CRC covers `attributes` to the end of the batch.
-    pub const CRC_START: usize = ATTRIBUTES.start;
-    /// The fixed header, up to and including `recordCount`.
-    pub const BATCH_HEADER_LEN: usize = RECORD_COUNT.end;
-
-    /// Attribute bits 0-2: the compression codec.
-    pub const COMPRESSION_MASK: i16 = 0x07;
-    /// Attribute bit 5: control batch (transaction markers), never user records.
-    pub const CONTROL_BIT: i16 = 0x20;
-
-    pub const FIELDS: [(Range<usize>, usize); 13] = [
-        (BASE_OFFSET, size_of::<i64>()),
-        (BATCH_LENGTH, size_of::<i32>()),
-        (PARTITION_LEADER_EPOCH, size_of::<i32>()),
-        (MAGIC, size_of::<i8>()),
-        (CRC, size_of::<u32>()),
-        (ATTRIBUTES, size_of::<i16>()),
-        (LAST_OFFSET_DELTA, size_of::<i32>()),
-        (BASE_TIMESTAMP, size_of::<i64>()),
-        (MAX_TIMESTAMP, size_of::<i64>()),
-        (PRODUCER_ID, size_of::<i64>()),
-        (PRODUCER_EPOCH, size_of::<i16>()),
-        (BASE_SEQUENCE, size_of::<i32>()),
-        (RECORD_COUNT, size_of::<i32>()),
-    ];
-
-    const _: () = {
-        assert!(FIELDS[0].0.start == 0, "the header starts with baseOffset");
-        let mut i = 0;
-        while i < FIELDS.len() {
-            let (field, width) = (&FIELDS[i].0, FIELDS[i].1);
-            assert!(
-                field.end - field.start == width,
-                "a field is as wide as its type"
-            );
-            if i + 1 < FIELDS.len() {
-                assert!(field.end == FIELDS[i + 1].0.start, "fields are contiguous");
-            }
-            i += 1;
-        }
-        assert!(CRC.end == CRC_START, "the covered region follows the crc");
-        assert!(BATCH_HEADER_LEN == 61, "the v2 header is 61 bytes");
-        assert!(LOG_OVERHEAD == 12, "baseOffset and batchLength");
-    };
-}
+/// batch, big-endian, in wire order. Its one owner is `corelog-record-batch`, a leaf that
+/// the storage engine shares, so what this client builds and reads and what the log
+/// stores are laid out by the same table.
+use corelog_record_batch::layout;
 
 /// The only batch format this client writes or reads.
 const MAGIC_V2: u8 = 2;

@@ -25,6 +25,7 @@ CRATES = {
     "corelog-load": "tools/loadgen/src",
     "corelog-controller": "controller/src",
     "corelog-fuzz-targets": "tools/fuzz-targets/src",
+    "corelog-record-batch": "record-batch/src",
 }
 
 # The corelog crates each crate may depend on (normal dependencies).
@@ -34,13 +35,16 @@ ALLOWED = {
                 "corelog-kafka-client"},
     "corelog-shards": {"corelog-partition", "corelog-storage", "corelog-metrics", "corelog-controller", "corelog-kafka-client"},
     "corelog-partition": {"corelog-storage"},
-    "corelog-storage": set(),
+    # corelog-record-batch: the RecordBatch v2 header layout, one table for both.
+    "corelog-storage": {"corelog-record-batch"},
     "corelog-metrics": set(),
-    "corelog-kafka-client": set(),
+    "corelog-kafka-client": {"corelog-record-batch"},
     "corelog-load": {"corelog-kafka-client", "corelog-metrics"},
     "corelog-controller": set(),
     # corelog-controller: the metadata log, snapshot and controller-port decoders.
     "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller", "corelog-shards"},
+    # A leaf: the header layout depends on nothing.
+    "corelog-record-batch": set(),
 }
 MANIFESTS = {
     "corelog": "Cargo.toml",
@@ -52,6 +56,7 @@ MANIFESTS = {
     "corelog-load": "tools/loadgen/Cargo.toml",
     "corelog-controller": "controller/Cargo.toml",
     "corelog-fuzz-targets": "tools/fuzz-targets/Cargo.toml",
+    "corelog-record-batch": "record-batch/Cargo.toml",
 }
 
 

@@ -5,7 +5,8 @@
 //! shards, the cross-core mesh, the broker's housekeeping schedule, metrics or the Kafka
 //! protocol beyond the RecordBatch v2 format: wall time comes from the [`Clock`] it is
 //! handed and what it measures goes to the [`Observer`] it is handed ([`context`]). It must
-//! never depend on another corelog crate.
+//! never depend on another corelog crate but the leaf `corelog-record-batch` (the
+//! RecordBatch v2 header layout, shared with the Kafka client).
 //!
 //! A partition log is an ordered, append-only sequence of Kafka RecordBatch v2 bytes,
 //! split into segments on disk.
