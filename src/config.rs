@@ -878,7 +878,7 @@ fn parse_voters(list: &str) -> anyhow::Result<std::collections::BTreeMap<i32, St
 }
 
 /// Connection and memory limits (README "Limits"; `net/connection_limits.rs`,
-/// `net/request_memory.rs`, `shards/storage/src/tail_cache.rs`).
+/// `net/request_memory.rs`, `storage/src/tail_cache.rs`).
 #[derive(Debug, Clone)]
 pub struct LimitsConfig {
     pub connections: ConnectionLimitsConfig,

@@ -18,8 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 CRATES = {
     "corelog": "src",
     "corelog-shards": "shards/src",
-    "corelog-partition": "shards/partition/src",
-    "corelog-storage": "shards/storage/src",
+    "corelog-partition": "partition/src",
+    "corelog-storage": "storage/src",
     "corelog-metrics": "metrics/src",
     "corelog-kafka-client": "client/src",
     "corelog-load": "tools/loadgen/src",
@@ -49,8 +49,8 @@ ALLOWED = {
 MANIFESTS = {
     "corelog": "Cargo.toml",
     "corelog-shards": "shards/Cargo.toml",
-    "corelog-partition": "shards/partition/Cargo.toml",
-    "corelog-storage": "shards/storage/Cargo.toml",
+    "corelog-partition": "partition/Cargo.toml",
+    "corelog-storage": "storage/Cargo.toml",
     "corelog-metrics": "metrics/Cargo.toml",
     "corelog-kafka-client": "client/Cargo.toml",
     "corelog-load": "tools/loadgen/Cargo.toml",
