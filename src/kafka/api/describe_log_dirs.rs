@@ -1,5 +1,5 @@
 //! DescribeLogDirs (v1–v4): the broker's one log directory with each partition's size,
-//! gathered with one `DescribePartitions` message per owning shard.
+//! gathered with one `DescribePartitions` message per owning shard (`fan_out`).
 //!
 //! The broker has one log directory, the data directory; each partition is reported
 //! with its size (bytes of its segments), offset lag 0 (nothing is moving between
@@ -7,14 +7,12 @@
 //! usable bytes. Asking for topics or partitions that do not exist leaves them out, as
 //! Kafka does for partitions it does not host.
 
-use super::fan_out::PerShard;
+use super::fan_out::{FanOut, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
-use corelog_shards::mesh::{
-    PartitionDescription, PartitionError, PartitionRequest, TopicPartition,
-};
+use corelog_shards::mesh::{PartitionDescription, PartitionRequest, TopicPartition};
 use kafka_protocol::messages::describe_log_dirs_response::{
     DescribeLogDirsPartition, DescribeLogDirsResult, DescribeLogDirsTopic,
 };
@@ -70,39 +68,24 @@ impl Handler for DescribeLogDirs {
                 wanted.retain(|_, parts| !parts.is_empty());
             }
         }
-        let partitions: Vec<TopicPartition> = wanted
-            .iter()
-            .flat_map(|(name, parts)| {
-                let topic: Arc<str> = name.as_str().into();
-                parts.iter().map(move |p| TopicPartition {
-                    topic: topic.clone(),
-                    partition: *p,
-                })
-            })
-            .collect();
-        let described = describe(ctx, &partitions).await;
+        let described = describe(ctx, &wanted).await;
 
         let mut result = DescribeLogDirsResult::default();
         result.log_dir = StrBytes::from_string(ctx.config.data_dir.display().to_string());
-        let mut topics: BTreeMap<Arc<str>, Vec<DescribeLogDirsPartition>> = BTreeMap::new();
-        for (tp, d) in partitions.iter().zip(described) {
-            // A partition deleted meanwhile is no longer hosted: left out.
-            let Ok(d) = d else { continue };
-            let mut p = DescribeLogDirsPartition::default();
-            p.partition_index = tp.partition;
-            p.partition_size = i64::try_from(d.size_bytes).unwrap_or(i64::MAX);
-            p.offset_lag = 0;
-            p.is_future_key = false;
-            topics.entry(tp.topic.clone()).or_default().push(p);
-        }
-        result.topics = topics
-            .into_iter()
-            .map(|(name, partitions)| {
+        result.topics = wanted
+            .into_keys()
+            .zip(described)
+            .filter_map(|(name, partitions)| {
+                // A partition deleted meanwhile is no longer hosted: left out, and a topic
+                // with none left with it.
+                let partitions: Vec<_> = partitions.into_iter().filter_map(|h| h.0).collect();
+                if partitions.is_empty() {
+                    return None;
+                }
                 let mut t = DescribeLogDirsTopic::default();
-                t.name =
-                    kafka_protocol::messages::TopicName(StrBytes::from_string(name.to_string()));
+                t.name = kafka_protocol::messages::TopicName(StrBytes::from_string(name));
                 t.partitions = partitions;
-                t
+                Some(t)
             })
             .collect();
         if call.version >= 4 {
@@ -128,28 +111,45 @@ impl Handler for DescribeLogDirs {
     }
 }
 
-/// Asks the owning shards about `partitions`; answers in the same order.
-async fn describe(
-    ctx: &Ctx,
-    partitions: &[TopicPartition],
-) -> Vec<Result<PartitionDescription, PartitionError>> {
-    let mut per_shard = PerShard::new(ctx.shard.shard_count());
-    for (i, tp) in partitions.iter().enumerate() {
-        per_shard.push(ctx.shard.owner_of(&tp.topic, tp.partition), i, tp.clone());
+/// A partition's entry until its owning shard has described it: `None`, left out of the
+/// answer, when the shard could not (the partition was deleted meanwhile, or the shard is
+/// shutting down), as Kafka leaves out partitions it does not host.
+struct Hosted(Option<DescribeLogDirsPartition>);
+
+impl PartitionAnswer for Hosted {
+    fn set_error(&mut self, _: ResponseError) {
+        self.0 = None;
     }
-    let mut out: Vec<Result<PartitionDescription, PartitionError>> = partitions
-        .iter()
-        .map(|_| Err(PartitionError::ShuttingDown))
-        .collect();
+}
+
+/// Asks the owning shards about the `wanted` partitions; each topic's entries in the
+/// same order, a partition's size filled in where its shard described it.
+async fn describe(ctx: &Ctx, wanted: &BTreeMap<String, Vec<i32>>) -> Vec<Vec<Hosted>> {
+    let mut fan = FanOut::new(ctx, wanted.len());
+    for (name, parts) in wanted {
+        let topic: Arc<str> = name.as_str().into();
+        fan.next_topic(parts.len());
+        for p in parts {
+            let mut entry = DescribeLogDirsPartition::default();
+            entry.partition_index = *p;
+            entry.offset_lag = 0;
+            entry.is_future_key = false;
+            let tp = TopicPartition {
+                topic: topic.clone(),
+                partition: *p,
+            };
+            fan.ask(name, *p, Hosted(Some(entry)), tp);
+        }
+    }
     let make = |partitions, reply| PartitionRequest::DescribePartitions {
         partitions,
         with_producers: false,
         reply,
     };
-    for (i, answer) in per_shard.call(&ctx.shard, make).await {
-        if let (Some(slot), Some(answer)) = (out.get_mut(i), answer) {
-            *slot = answer;
+    let fill = |h: &mut Hosted, d: PartitionDescription| {
+        if let Some(entry) = &mut h.0 {
+            entry.partition_size = i64::try_from(d.size_bytes).unwrap_or(i64::MAX);
         }
-    }
-    out
+    };
+    fan.call(make, fill).await
 }

@@ -5,7 +5,7 @@
 //! An unknown partition is UNKNOWN_TOPIC_OR_PARTITION; one named twice is
 //! INVALID_REQUEST.
 
-use super::fan_out::{FanOut, PartitionAnswer};
+use super::fan_out::{FanOut, NamedOnce, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::access::{Access, Op, Resource};
@@ -43,13 +43,10 @@ impl Handler for DescribeProducers {
         let meta = ctx.shard.metadata.snapshot();
         // A partition named twice is INVALID_REQUEST: each answer may list thousands of
         // producers, so a request must not multiply them.
-        let mut named = std::collections::HashMap::new();
-        for t in &req.topics {
-            for p in &t.partition_indexes {
-                *named.entry((t.name.0.as_str(), *p)).or_insert(0usize) += 1;
-            }
-        }
-        let once = |name: &str, p: i32| named.get(&(name, p)).copied().unwrap_or(0) == 1;
+        let named = NamedOnce::count(req.topics.iter().flat_map(|t| {
+            let name = t.name.0.as_str();
+            t.partition_indexes.iter().map(move |p| (name, *p))
+        }));
         let mut fan = FanOut::new(ctx, req.topics.len());
         let access = Access::new(ctx, call);
         for t in &req.topics {
@@ -62,7 +59,7 @@ impl Handler for DescribeProducers {
                 pr.partition_index = *p;
                 if !readable {
                     fan.refuse(pr, ResponseError::TopicAuthorizationFailed);
-                } else if !once(name, *p) {
+                } else if !named.once(name, *p) {
                     pr.error_message = Some(StrBytes::from_static_str(
                         "the partition is named more than once",
                     ));

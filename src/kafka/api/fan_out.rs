@@ -20,6 +20,7 @@ use corelog_shards::routing::ShardId;
 use corelog_shards::shard::Shard;
 use futures::channel::oneshot;
 use kafka_protocol::ResponseError;
+use std::collections::HashMap;
 use std::rc::Rc;
 
 /// A partition's entry in a response: what the fan-out needs to answer it with an error.
@@ -69,6 +70,29 @@ pub fn leader_check(
 ) -> Result<(), ResponseError> {
     meta.check_leader(ctx.config.node_id, topic, partition)
         .map_err(|e| error_code::not_served(&e))
+}
+
+/// Which partitions a request names more than once. Kafka answers each such partition
+/// INVALID_REQUEST where one lookup may be costly (reading the log, listing thousands of
+/// producers), so that a request cannot multiply them.
+pub struct NamedOnce<'r> {
+    named: HashMap<(&'r str, i32), usize>,
+}
+
+impl<'r> NamedOnce<'r> {
+    /// Counts the (topic, partition) pairs of a request, in any order.
+    pub fn count(partitions: impl IntoIterator<Item = (&'r str, i32)>) -> Self {
+        let mut named = HashMap::new();
+        for key in partitions {
+            *named.entry(key).or_insert(0usize) += 1;
+        }
+        NamedOnce { named }
+    }
+
+    /// Whether the request names `topic`-`partition` exactly once.
+    pub fn once(&self, topic: &str, partition: i32) -> bool {
+        self.named.get(&(topic, partition)).copied().unwrap_or(0) == 1
+    }
 }
 
 /// A partition sent to its owning shard: where its answer goes and what was asked.
@@ -230,18 +254,18 @@ impl<'a, R: PartitionAnswer, I> FanOut<'a, R, I> {
 }
 
 /// Items grouped by owning shard, each with the key its answer comes back with.
-pub struct PerShard<I> {
+struct PerShard<I> {
     lists: Vec<Vec<(usize, I)>>,
 }
 
 impl<I> PerShard<I> {
-    pub fn new(shard_count: usize) -> Self {
+    fn new(shard_count: usize) -> Self {
         PerShard {
             lists: (0..shard_count).map(|_| Vec::new()).collect(),
         }
     }
 
-    pub fn push(&mut self, shard: ShardId, key: usize, item: I) {
+    fn push(&mut self, shard: ShardId, key: usize, item: I) {
         assert!(shard < self.lists.len(), "routing returns a valid shard");
         if let Some(list) = self.lists.get_mut(shard) {
             list.push((key, item));
@@ -250,7 +274,7 @@ impl<I> PerShard<I> {
 
     /// One message per shard with items, built by `make`; answers come back with their
     /// keys, in no particular order.
-    pub async fn call<O, M: Into<ShardMessage>>(
+    async fn call<O, M: Into<ShardMessage>>(
         self,
         shard: &Rc<Shard>,
         make: impl Fn(Vec<I>, Reply<Vec<O>>) -> M,
@@ -260,7 +284,7 @@ impl<I> PerShard<I> {
 
     /// As [`call`](Self::call), but `turn` is dropped as soon as every message is queued
     /// on its shard, before the answers are awaited (see `kafka::produce_order`).
-    pub async fn call_in_turn<O, T, M: Into<ShardMessage>>(
+    async fn call_in_turn<O, T, M: Into<ShardMessage>>(
         self,
         shard: &Rc<Shard>,
         make: impl Fn(Vec<I>, Reply<Vec<O>>) -> M,
@@ -293,7 +317,7 @@ impl<I> PerShard<I> {
 
     /// One message per shard with items, built by `make`; completes when the first shard
     /// answers (or is found gone). `false`, at once, when there are no items.
-    pub async fn first_answer<M: Into<ShardMessage>>(
+    async fn first_answer<M: Into<ShardMessage>>(
         self,
         shard: &Rc<Shard>,
         make: impl Fn(Vec<I>, Reply<()>) -> M,

@@ -9,7 +9,7 @@
 //! answers the epoch of the offset found. v10's timeout is for remote storage and has
 //! nothing to wait on here.
 
-use super::fan_out::{leader_check, FanOut, PartitionAnswer};
+use super::fan_out::{leader_check, FanOut, NamedOnce, PartitionAnswer};
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::access::{Access, Op, Resource};
@@ -49,14 +49,10 @@ impl Handler for ListOffsets {
         let mut fan = FanOut::new(ctx, req.topics.len());
         // Kafka answers a partition named more than once with INVALID_REQUEST (each lookup
         // may read the log, so a request must not multiply them).
-        let mut named = std::collections::HashMap::new();
-        for t in &req.topics {
-            for p in &t.partitions {
-                *named
-                    .entry((t.name.0.as_str(), p.partition_index))
-                    .or_insert(0usize) += 1;
-            }
-        }
+        let named = NamedOnce::count(req.topics.iter().flat_map(|t| {
+            let name = t.name.0.as_str();
+            t.partitions.iter().map(move |p| (name, p.partition_index))
+        }));
         let access = Access::new(ctx, call);
         for t in &req.topics {
             let name = t.name.0.as_str();
@@ -69,7 +65,7 @@ impl Handler for ListOffsets {
                 out.timestamp = -1;
                 out.offset = -1;
                 out.leader_epoch = -1;
-                let once = named.get(&(name, p.partition_index)).copied().unwrap_or(0) == 1;
+                let once = named.once(name, p.partition_index);
                 let served = described
                     .then_some(())
                     .ok_or(ResponseError::TopicAuthorizationFailed)
