@@ -523,6 +523,21 @@ impl Peers {
         rx.await.ok()
     }
 
+    /// Asks every shard, this one included, all at once: each is sent the message `make`
+    /// builds around its own reply channel. The replies in shard order, `None` for a
+    /// shard that is gone (shutdown); whole-broker questions (groups, metrics) ask this
+    /// way rather than partition by partition.
+    pub async fn call_each<T, M: Into<ShardMessage>>(
+        &self,
+        make: impl Fn(Reply<T>) -> M,
+    ) -> Vec<Option<T>> {
+        let calls = (0..self.shard_count).map(|target| {
+            let (tx, rx) = oneshot::channel();
+            self.call(target, make(tx), rx)
+        });
+        futures::future::join_all(calls).await
+    }
+
     /// Sends `msg` to `target` without waiting for an answer; `false` when the target is
     /// gone (shutdown).
     pub async fn tell(&self, target: ShardId, msg: impl Into<ShardMessage>) -> bool {

@@ -29,13 +29,9 @@ pub fn channel() -> (mpsc::Sender<MetricsQuery>, mpsc::Receiver<MetricsQuery>) {
 /// Runs on shard 0: answers each query with every shard's snapshot.
 pub async fn serve_queries(shard: Rc<Shard>, mut queries: mpsc::Receiver<MetricsQuery>) {
     while let Some(reply) = queries.next().await {
-        let calls = (0..shard.shard_count()).map(|target| {
-            let (tx, rx) = oneshot::channel();
-            shard
-                .peers
-                .call(target, ShardMessage::Metrics { reply: tx }, rx)
-        });
-        let snapshots: Vec<MetricsSnapshot> = futures::future::join_all(calls)
+        let snapshots: Vec<MetricsSnapshot> = shard
+            .peers
+            .call_each(|reply| ShardMessage::Metrics { reply })
             .await
             .into_iter()
             .flatten()

@@ -8,7 +8,6 @@ use crate::kafka::access::{Access, Op, Resource, CLUSTER_NAME};
 use crate::kafka::frame::FrameError;
 use corelog_shards::group::types::*;
 use corelog_shards::mesh::ShardMessage;
-use futures::channel::oneshot;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
@@ -30,16 +29,9 @@ impl Handler for ListGroups {
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let v = call.version;
-        let calls = (0..ctx.shard.shard_count()).map(|target| {
-            let (tx, rx) = oneshot::channel();
-            ctx.shard.peers.call(
-                target,
-                ShardMessage::Group {
-                    op: GroupOp::List,
-                    reply: tx,
-                },
-                rx,
-            )
+        let calls = ctx.shard.peers.call_each(|reply| ShardMessage::Group {
+            op: GroupOp::List,
+            reply,
         });
         let filter: Vec<String> = req
             .states_filter
@@ -57,7 +49,7 @@ impl Handler for ListGroups {
         let access = Access::new(ctx, call);
         let all_groups = access.may(Op::Describe, Resource::Cluster, CLUSTER_NAME);
         let mut body = ListGroupsResponse::default();
-        for answer in futures::future::join_all(calls).await {
+        for answer in calls.await {
             match answer {
                 Some(GroupAnswer::Listed(groups)) => {
                     for g in groups {
