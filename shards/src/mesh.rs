@@ -199,7 +199,8 @@ pub struct NewTopic {
     pub configs: Vec<(String, String)>,
 }
 
-/// Topic-level failures the controller reports; the edge maps them to Kafka codes.
+/// Topic-level failures of an admin change, as the admin shard reports them (its own
+/// checks, or the quorum's refusal passed on); the edge maps them to Kafka codes.
 #[derive(Debug, Clone, thiserror::Error, PartialEq, Eq)]
 pub enum TopicError {
     #[error("topic already exists")]
@@ -239,7 +240,7 @@ pub enum TopicError {
     EligibleLeadersNotAvailable,
     #[error("{0}")]
     Invalid(String),
-    /// An ACL refused the operation (checked at the edge; never from the controller).
+    /// An ACL refused the operation (checked at the edge; never from the admin shard).
     #[error("Authorization failed.")]
     Unauthorized,
 }

@@ -59,7 +59,7 @@ impl Shard {
                 Some(c) => c.handle(req).await,
                 None => tracing::error!(
                     shard = self.id,
-                    "controller request sent to a shard that is not the controller"
+                    "admin change sent to a shard that is not the admin shard"
                 ),
             },
             ShardMessage::Group { op, reply } => {

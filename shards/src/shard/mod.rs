@@ -5,8 +5,8 @@
 //! every partition `p` with `routing::shard_of(topic, p) == id` and is the only code
 //! that touches their logs. Other shards reach them only through [`ShardMessage`]s.
 //!
-//! Services, each with its own message type and none depending on `Shard`: the
-//! controller (shard 0, `AdminChange`), the group coordinator (`GroupOp`),
+//! Services, each with its own message type and none depending on `Shard`: admin
+//! changes (shard 0 only, `AdminChange`), the group coordinator (`GroupOp`),
 //! housekeeping (`HousekeepingMessage`; it sees the partitions through `PartitionSet`),
 //! the quota usage inbox, and the producer-id block. They reach other shards through
 //! [`Peers`], this shard's end of the mesh, never through the shard itself.

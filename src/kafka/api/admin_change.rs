@@ -16,9 +16,22 @@ use corelog_shards::routing::ADMIN_SHARD;
 use futures::channel::oneshot;
 use kafka_protocol::protocol::StrBytes;
 
-/// Sends a topic change about `n` topics to the controller (shard 0) and returns one
-/// outcome per topic; every one is a storage error if the controller cannot be reached
-/// (shutdown). The one way the edge asks for a metadata change.
+/// Sends an admin change to the admin shard (shard 0) and returns its reply, whatever
+/// its type; `None` if the admin shard cannot be reached (shutdown), which each caller
+/// answers in its own terms. The one way the edge asks for a metadata change:
+/// [`send_admin_change`] is its form for changes answered item by item.
+pub async fn ask_admin_shard<T>(
+    ctx: &Ctx,
+    request: impl FnOnce(Reply<T>) -> AdminChange,
+) -> Option<T> {
+    let (tx, rx) = oneshot::channel();
+    let msg = ShardMessage::AdminChange(request(tx));
+    ctx.shard.peers.call(ADMIN_SHARD, msg, rx).await
+}
+
+/// Sends an admin change about `n` items (topics, partitions, ACLs, ...) to the admin
+/// shard and returns one outcome per item; every one is a storage error if the admin
+/// shard cannot be reached (shutdown). Nothing is sent for no items.
 pub async fn send_admin_change(
     ctx: &Ctx,
     n: usize,
@@ -27,17 +40,11 @@ pub async fn send_admin_change(
     if n == 0 {
         return Vec::new();
     }
-    let (tx, rx) = oneshot::channel();
-    let msg = ShardMessage::AdminChange(request(tx));
-    ctx.shard
-        .peers
-        .call(ADMIN_SHARD, msg, rx)
-        .await
-        .unwrap_or_else(|| {
-            (0..n)
-                .map(|_| Err(TopicError::Storage("the controller is unavailable".into())))
-                .collect()
-        })
+    ask_admin_shard(ctx, request).await.unwrap_or_else(|| {
+        (0..n)
+            .map(|_| Err(TopicError::Storage("the controller is unavailable".into())))
+            .collect()
+    })
 }
 
 pub(super) async fn create_or_validate(
@@ -53,7 +60,7 @@ pub(super) async fn create_or_validate(
     .await
 }
 
-pub async fn create_via_controller(
+pub async fn create_via_admin_shard(
     ctx: &Ctx,
     topics: Vec<NewTopic>,
 ) -> Vec<Result<(), TopicError>> {
@@ -82,7 +89,7 @@ pub async fn auto_create(ctx: &Ctx, names: &[String]) -> Vec<Result<(), TopicErr
             configs: Vec::new(),
         })
         .collect();
-    let mut created = create_via_controller(ctx, ordinary).await.into_iter();
+    let mut created = create_via_admin_shard(ctx, ordinary).await.into_iter();
     let mut out = Vec::with_capacity(names.len());
     for n in names {
         out.push(if n == offsets {
@@ -124,7 +131,7 @@ pub async fn ensure_offsets_topic(ctx: &Ctx) -> Result<(), TopicError> {
         assignments: None,
         configs: vec![("cleanup.policy".into(), "compact".into())],
     };
-    match create_via_controller(ctx, vec![new]).await.pop() {
+    match create_via_admin_shard(ctx, vec![new]).await.pop() {
         Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),
         Some(Err(e)) => Err(e),
         None => Err(TopicError::Storage("no answer from the controller".into())),

@@ -1,13 +1,13 @@
 //! What the config APIs share: describing and checking config resources and sending
-//! changes to the controller. It serves no API itself.
+//! changes to the admin shard. It serves no API itself.
 //!
 //! DescribeConfigs (v1–v4), AlterConfigs (v0–v2), IncrementalAlterConfigs (v0–v1).
 //!
 //! Topic configs are the keys of `corelog_shards::topic_config`; their values resolve from the
-//! broker-wide defaults and the topic's stored overrides. Changes go to the controller,
+//! broker-wide defaults and the topic's stored overrides. Changes go to the admin shard,
 //! which validates every change whole — one bad key or value refuses that resource with
-//! INVALID_CONFIG and changes nothing of it — persists, and has the owning shards apply
-//! the new settings.
+//! INVALID_CONFIG and changes nothing of it — persists it through the controller quorum,
+//! and has the owning shards apply the new settings.
 //!
 //! Broker configs (resource type BROKER, named by this node's id or "" for the cluster
 //! default): the broker-wide topic defaults (`log.retention.ms`, `log.segment.bytes`,
@@ -27,10 +27,8 @@
 
 use super::Ctx;
 use crate::kafka::error_code;
-use corelog_shards::mesh::{AdminChange, ConfigOp, ConfigOps, ShardMessage, TopicConfigChange};
-use corelog_shards::routing::ADMIN_SHARD;
+use corelog_shards::mesh::{AdminChange, ConfigOp, ConfigOps, TopicConfigChange};
 use corelog_shards::topic_config::{self, ConfigSource, ConfigType, Described};
-use futures::channel::oneshot;
 use kafka_protocol::messages::describe_configs_response::{
     DescribeConfigsResourceResult, DescribeConfigsSynonym,
 };
@@ -310,7 +308,7 @@ pub(super) enum Change {
     },
 }
 
-/// A change for the controller, or the error to answer.
+/// A change for the admin shard, or the error to answer.
 type Checked = Result<Change, (ResponseError, String)>;
 
 /// The keys a change to `ops` names.
@@ -461,7 +459,7 @@ pub(super) fn check_resource(
     }
 }
 
-/// Sends the checked changes to the controller (the topic changes together, each broker
+/// Sends the checked changes to the admin shard (the topic changes together, each broker
 /// change on its own); returns one outcome per resource.
 pub(super) async fn alter(
     ctx: &Ctx,
@@ -500,14 +498,13 @@ pub(super) async fn alter(
                 )),
             },
             Ok(Change::Broker { resource, ops }) => {
-                let (tx, rx) = oneshot::channel();
-                let msg = ShardMessage::AdminChange(AdminChange::AlterBrokerConfigs {
+                let change = |reply| AdminChange::AlterBrokerConfigs {
                     resource,
                     ops,
                     validate_only,
-                    reply: tx,
-                });
-                match ctx.shard.peers.call(ADMIN_SHARD, msg, rx).await {
+                    reply,
+                };
+                match super::admin_change::ask_admin_shard(ctx, change).await {
                     Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
                     None => Err((
                         ResponseError::UnknownServerError,

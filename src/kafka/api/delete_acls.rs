@@ -5,15 +5,14 @@
 //! cluster; without an authorizer the answer is SECURITY_DISABLED.
 
 use super::acl_requests::{filter, gate};
+use super::admin_change::ask_admin_shard;
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::access::Op;
 use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use corelog_controller::acl::AclFilter;
-use corelog_shards::mesh::{AdminChange, ShardMessage, TopicError};
-use corelog_shards::routing::ADMIN_SHARD;
-use futures::channel::oneshot;
+use corelog_shards::mesh::{AdminChange, TopicError};
 use kafka_protocol::messages::delete_acls_response::{
     DeleteAclsFilterResult, DeleteAclsMatchingAcl,
 };
@@ -66,16 +65,12 @@ impl Handler for DeleteAcls {
         let deleted = if valid.is_empty() {
             Ok(Vec::new())
         } else {
-            let (tx, rx) = oneshot::channel();
-            let msg = ShardMessage::AdminChange(AdminChange::DeleteAcls {
+            ask_admin_shard(ctx, |reply| AdminChange::DeleteAcls {
                 filters: valid,
-                reply: tx,
-            });
-            ctx.shard
-                .peers
-                .call(ADMIN_SHARD, msg, rx)
-                .await
-                .unwrap_or_else(|| Err(TopicError::Storage("the controller is unavailable".into())))
+                reply,
+            })
+            .await
+            .unwrap_or_else(|| Err(TopicError::Storage("the controller is unavailable".into())))
         };
         let mut deleted = match deleted {
             Ok(v) => v.into_iter().map(Ok).collect::<Vec<_>>().into_iter(),

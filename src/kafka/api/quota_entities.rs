@@ -11,7 +11,7 @@
 //! entries), as in Kafka.
 //!
 //! Alter validates every entry here (entity, keys, values; see `quota::entity`), each
-//! entry failing on its own; valid entries go to the controller in one message and are
+//! entry failing on its own; valid entries go to the admin shard in one message and are
 //! persisted in one metadata write, unless `validate_only`. ip entities are refused
 //! (INVALID_REQUEST): corelog has no connection-rate quotas.
 
