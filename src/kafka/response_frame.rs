@@ -48,36 +48,18 @@ fn placeholder_region() -> &'static [u8] {
     unsafe { &*PLACEHOLDER.0.get() }
 }
 
-/// Records that a response's placeholder stands for.
-#[derive(Debug)]
-pub enum DeferredRecords {
-    /// Sent from the segment file (`splice`).
-    File(FileRange),
-    /// Tail-cache entries, each sent by reference (or copied into the frame's buffer
-    /// when smaller than `SHARED_MIN_BYTES`).
-    Cached(Vec<Bytes>),
-}
+/// Records that a response's placeholder stands for: storage's records sent by
+/// reference, a segment-file range (sent with `splice`) or tail-cache entries (each sent
+/// by reference, or copied into the frame's buffer when smaller than `SHARED_MIN_BYTES`).
+pub use corelog_storage::ByReference as DeferredRecords;
 
-impl DeferredRecords {
-    pub fn len(&self) -> usize {
-        match self {
-            DeferredRecords::File(f) => f.len(),
-            DeferredRecords::Cached(chunks) => chunks.iter().map(Bytes::len).sum(),
-        }
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
-    /// The records field that stands for these records: a placeholder of their length
-    /// (see the module doc). None when they are too long for one (over
-    /// `PLACEHOLDER_MAX_BYTES`) or empty.
-    pub fn placeholder(&self) -> Option<Bytes> {
-        let len = self.len();
-        (len > 0 && len <= PLACEHOLDER_MAX_BYTES)
-            .then(|| Bytes::from_static(&placeholder_region()[..len]))
-    }
+/// The records field that stands for `records`: a placeholder of their length (see the
+/// module doc). None when they are too long for one (over `PLACEHOLDER_MAX_BYTES`) or
+/// empty.
+pub fn placeholder(records: &DeferredRecords) -> Option<Bytes> {
+    let len = records.len();
+    (len > 0 && len <= PLACEHOLDER_MAX_BYTES)
+        .then(|| Bytes::from_static(&placeholder_region()[..len]))
 }
 
 /// The longest records a placeholder can stand for: the largest file range.
@@ -358,9 +340,9 @@ mod tests {
         let file = |r: &FileRange| DeferredRecords::File(r.clone());
         for version in [4, 11, 12, 13, 16, 18] {
             let body = response(vec![
-                file(&a).placeholder(),
+                placeholder(&file(&a)),
                 Some(Bytes::from_static(b"x")),
-                file(&b).placeholder(),
+                placeholder(&file(&b)),
             ]);
             let frame =
                 encode(ApiKey::Fetch, version, 1, &body, vec![file(&a), file(&b)]).expect("encode");
@@ -414,7 +396,7 @@ mod tests {
         let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
         for version in [4, 11, 12, 16, 18] {
             let cached = DeferredRecords::Cached(chunks.clone());
-            let body = response(vec![Some(Bytes::from_static(b"x")), cached.placeholder()]);
+            let body = response(vec![Some(Bytes::from_static(b"x")), placeholder(&cached)]);
             let frame = encode(ApiKey::Fetch, version, 7, &body, vec![cached]).expect("encode");
             let shared: Vec<*const u8> = frame
                 .parts

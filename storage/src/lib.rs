@@ -65,4 +65,4 @@ pub use fault::StorageFaults;
 pub use file_cache::{FileCache, FileCacheStats, SegmentFile};
 pub use file_range::FileRange;
 pub use partition_log::{AckLevel, AppendTicket, PartitionLog, ReadOutcome, TruncateOutcome};
-pub use records::Records;
+pub use records::{ByReference, Carried, Records};

@@ -1,10 +1,11 @@
 //! Whole record batches as a read hands them over — in memory, as tail-cache entries
-//! sent by reference, or as a segment-file range — and the byte-limit trim every reader
-//! of them applies.
+//! sent by reference, or as a segment-file range — the byte-limit trim every reader of
+//! them applies, and the form a response carries them in ([`Records::carried`]).
 //!
 //! Invariants: a `Records` value holds whole batches only, in offset order; `Cached`
 //! holds at least two entries and none empty (one is `Memory`); a trim never splits a
-//! batch and never returns less than the first batch.
+//! batch and never returns less than the first batch; turning records into their carried
+//! form copies nothing unless it must gather them into one buffer.
 
 use crate::batch::batches;
 use crate::file_range::FileRange;
@@ -60,13 +61,54 @@ impl Records {
         }
     }
 
-    /// In-memory records in one buffer: cached entries are copied into it once. A file
-    /// range is returned as it is.
-    pub fn gathered(self) -> Records {
+    /// The records in the form a response carries them: in memory as they are, a file
+    /// range and tail-cache entries by reference. Cached entries longer than
+    /// `by_reference_max` together, more than a response can stand for by reference,
+    /// are gathered into one buffer instead (copied once). A move, never a copy,
+    /// otherwise.
+    pub fn carried(self, by_reference_max: usize) -> Carried {
         match self {
-            Records::Cached(chunks) => Records::Memory(concat_chunks(chunks)),
-            other => other,
+            Records::Memory(bytes) => Carried::Inline(bytes),
+            Records::Cached(chunks)
+                if chunks.iter().map(Bytes::len).sum::<usize>() > by_reference_max =>
+            {
+                Carried::Inline(concat_chunks(chunks))
+            }
+            Records::Cached(chunks) => Carried::ByReference(ByReference::Cached(chunks)),
+            Records::File(range) => Carried::ByReference(ByReference::File(range)),
         }
+    }
+}
+
+/// How a response carries a read's records.
+#[derive(Debug)]
+pub enum Carried {
+    /// One buffer, which the response's encoding holds as it is.
+    Inline(Bytes),
+    /// Records the response stands for and sends beside its encoded bytes, never copied
+    /// into them.
+    ByReference(ByReference),
+}
+
+/// Records sent by reference: a segment-file range (sent with `splice`) or tail-cache
+/// entries (each sent as the cache holds it).
+#[derive(Debug)]
+pub enum ByReference {
+    File(FileRange),
+    /// At least two entries, none empty (what `Records::Cached` holds).
+    Cached(Vec<Bytes>),
+}
+
+impl ByReference {
+    pub fn len(&self) -> usize {
+        match self {
+            ByReference::File(f) => f.len(),
+            ByReference::Cached(chunks) => chunks.iter().map(Bytes::len).sum(),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
     }
 }
 
@@ -181,9 +223,26 @@ pub(crate) mod tests {
         }
         let one = Records::Memory(chunks[0].clone()).trim_to_whole_batches(1);
         assert_eq!(one.len(), batch_len, "never less than the first batch");
-        match cached.gathered() {
-            Records::Memory(b) => assert_eq!(b, concat_chunks(chunks)),
-            other => panic!("expected memory, got {other:?}"),
+    }
+
+    #[test]
+    fn records_are_carried_by_reference_up_to_the_limit_and_gathered_beyond() {
+        let chunks = batch_chunks(3, 2, 50);
+        let total: usize = chunks.iter().map(Bytes::len).sum();
+        match Records::Cached(chunks.clone()).carried(total) {
+            Carried::ByReference(ByReference::Cached(c)) => {
+                assert_eq!(c.len(), 3);
+                assert_eq!(c[0].as_ptr(), chunks[0].as_ptr(), "the entries themselves");
+            }
+            other => panic!("expected cached by reference, got {other:?}"),
+        }
+        match Records::Cached(chunks.clone()).carried(total - 1) {
+            Carried::Inline(b) => assert_eq!(b, concat_chunks(chunks.clone())),
+            other => panic!("expected one buffer, got {other:?}"),
+        }
+        match Records::Memory(chunks[0].clone()).carried(0) {
+            Carried::Inline(b) => assert_eq!(b.as_ptr(), chunks[0].as_ptr(), "not copied"),
+            other => panic!("expected inline, got {other:?}"),
         }
     }
 }

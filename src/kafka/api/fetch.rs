@@ -19,7 +19,7 @@ use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
-use crate::kafka::response_frame::{DeferredRecords, PLACEHOLDER_MAX_BYTES};
+use crate::kafka::response_frame::{placeholder, DeferredRecords, PLACEHOLDER_MAX_BYTES};
 use crate::limits::{FETCH_MAX_WAIT_MS_MAX, FETCH_PARTITION_BYTES_MAX, FETCH_RESPONSE_BYTES_MAX};
 use bytes::Bytes;
 use corelog_shards::mesh::{
@@ -27,7 +27,7 @@ use corelog_shards::mesh::{
     TopicPartition,
 };
 use corelog_shards::metadata::{ClusterMetadata, NotServed};
-use corelog_storage::Records;
+use corelog_storage::{Carried, Records};
 use kafka_protocol::messages::fetch_response::{
     FetchableTopicResponse, NodeEndpoint, PartitionData,
 };
@@ -141,49 +141,17 @@ impl Handler for Fetch {
             limits.max_bytes,
         );
         let outputs = read_until_enough(&fan, &limits).await;
-        let (mut answers, asked) = fan.into_parts();
-        let (deferred, used) = place_records(&mut answers, &asked, outputs, &limits);
-        let mut body = FetchResponse::default();
-        body.session_id = 0;
-        for (t, mut parts) in req.topics.iter().zip(answers) {
-            for p in &mut parts {
-                if p.records.is_none() {
-                    p.records = Some(Bytes::new());
-                }
-            }
-            let mut tr = FetchableTopicResponse::default();
-            tr.topic = t.topic.clone();
-            tr.topic_id = t.topic_id;
-            tr.partitions = parts;
-            body.responses.push(tr);
-        }
-        if call.version >= 16 {
-            body.node_endpoints = node_endpoints(&meta, &leaders_named, &ctx.listener);
-        }
-        // The consumer quota counts the response's size (Kafka does the same). The data
-        // is sent even when this response puts the client over: the hold that follows
-        // pays it back (no second empty response). Replication is not a client's.
-        if limits.replica_id < 0
-            && !ctx
-                .shard
-                .metadata
-                .snapshot()
-                .client_quotas
-                .entries
-                .is_empty()
-        {
-            let response_bytes = body.compute_size(call.version).unwrap_or(used) as u64;
-            body.throttle_time_ms = ctx.quotas.charge(
-                corelog_shards::client_quota::QuotaKind::Fetch,
-                crate::quota::QuotaClient::of(
-                    call.session.principal(),
-                    call.header.client_id.as_deref(),
-                ),
-                response_bytes,
-                &call.quota.connection,
-            );
-        }
-        Ok(FetchAnswer { body, deferred })
+        let (answers, asked) = fan.into_parts();
+        let placed = place_records(answers, &asked, outputs, &limits);
+        Ok(assemble(
+            ctx,
+            call,
+            &req,
+            &meta,
+            &leaders_named,
+            &limits,
+            placed,
+        ))
     }
 
     fn deferred_records(r: &mut Self::Response) -> Vec<DeferredRecords> {
@@ -389,15 +357,84 @@ async fn wait_round(
     .await;
 }
 
+/// Each partition's answer with its records placed, in request order, and the records
+/// the placeholders stand for.
+struct Placed {
+    answers: Vec<Vec<PartitionData>>,
+    /// In encoding order.
+    deferred: Vec<DeferredRecords>,
+    /// Bytes of records placed.
+    used: usize,
+}
+
+/// The response from the placed answers: each topic's answers under its name and id,
+/// records never null, from v16 the endpoints of the leaders named, and the consumer
+/// quota charged for the response's size.
+fn assemble(
+    ctx: &Ctx,
+    call: &Call<'_>,
+    req: &FetchRequest,
+    meta: &ClusterMetadata,
+    leaders_named: &BTreeSet<i32>,
+    limits: &Limits,
+    placed: Placed,
+) -> FetchAnswer {
+    let Placed {
+        answers,
+        deferred,
+        used,
+    } = placed;
+    let mut body = FetchResponse::default();
+    body.session_id = 0;
+    for (t, mut parts) in req.topics.iter().zip(answers) {
+        for p in &mut parts {
+            if p.records.is_none() {
+                p.records = Some(Bytes::new());
+            }
+        }
+        let mut tr = FetchableTopicResponse::default();
+        tr.topic = t.topic.clone();
+        tr.topic_id = t.topic_id;
+        tr.partitions = parts;
+        body.responses.push(tr);
+    }
+    if call.version >= 16 {
+        body.node_endpoints = node_endpoints(meta, leaders_named, &ctx.listener);
+    }
+    // The consumer quota counts the response's size (Kafka does the same). The data is
+    // sent even when this response puts the client over: the hold that follows pays it
+    // back (no second empty response). Replication is not a client's.
+    if limits.replica_id < 0
+        && !ctx
+            .shard
+            .metadata
+            .snapshot()
+            .client_quotas
+            .entries
+            .is_empty()
+    {
+        let response_bytes = body.compute_size(call.version).unwrap_or(used) as u64;
+        body.throttle_time_ms = ctx.quotas.charge(
+            corelog_shards::client_quota::QuotaKind::Fetch,
+            crate::quota::QuotaClient::of(
+                call.session.principal(),
+                call.header.client_id.as_deref(),
+            ),
+            response_bytes,
+            &call.quota.connection,
+        );
+    }
+    FetchAnswer { body, deferred }
+}
+
 /// Puts each read partition's answer and records into its slot, in request order,
-/// keeping the response within `max_bytes` (KIP-74, see [`fit`]). Returns the records
-/// the placeholders stand for, in encoding order, and the bytes of records placed.
+/// keeping the response within `max_bytes` (KIP-74, see [`fit`]).
 fn place_records(
-    answers: &mut [Vec<PartitionData>],
+    mut answers: Vec<Vec<PartitionData>>,
     asked: &[Asked<Wanted>],
     outputs: Vec<FetchOutput>,
     limits: &Limits,
-) -> (Vec<DeferredRecords>, usize) {
+) -> Placed {
     let mut used = 0usize;
     let mut deferred: Vec<((usize, usize), DeferredRecords)> = Vec::new();
     for (a, o) in asked.iter().zip(outputs) {
@@ -423,23 +460,17 @@ fn place_records(
                 continue;
             }
         };
-        let records = match records {
-            // Longer than a placeholder can stand for: one buffer.
-            cached @ Records::Cached(_) if cached.len() > PLACEHOLDER_MAX_BYTES => {
-                cached.gathered()
-            }
-            other => other,
-        };
-        let records = match records {
-            Records::Memory(bytes) => {
+        // In the response's buffer, or by reference behind a placeholder (cached entries
+        // longer than a placeholder can stand for come as one buffer).
+        let records = match records.carried(PLACEHOLDER_MAX_BYTES) {
+            Carried::Inline(bytes) => {
                 used += bytes.len();
                 slot.records = Some(bytes);
                 continue;
             }
-            Records::Cached(chunks) => DeferredRecords::Cached(chunks),
-            Records::File(range) => DeferredRecords::File(range),
+            Carried::ByReference(records) => records,
         };
-        match records.placeholder() {
+        match placeholder(&records) {
             Some(p) => {
                 used += records.len();
                 slot.records = Some(p);
@@ -456,7 +487,11 @@ fn place_records(
     }
     // `asked` is in request order, which is encoding order: topics, then partitions.
     debug_assert!(deferred.windows(2).all(|w| w[0].0 < w[1].0));
-    (deferred.into_iter().map(|(_, r)| r).collect(), used)
+    Placed {
+        answers,
+        deferred: deferred.into_iter().map(|(_, r)| r).collect(),
+        used,
+    }
 }
 
 /// What of a partition's records the response takes, `used` bytes of it already placed
