@@ -30,10 +30,12 @@
 //!   and the data directory's health shared by the shards.
 //!
 //! It builds on `corelog-partition`, `corelog-storage` and `corelog-metrics`, and must
-//! never depend on the broker's edge (the `corelog` crate): Kafka error codes exist only
-//! there, and so does serving Kafka's wire protocol. The one Kafka wire format spoken
-//! here is the replica fetcher's, as a client of the leader, through
-//! `corelog-kafka-client`. Errors are typed per layer (`thiserror`).
+//! never depend on the broker's edge (the `corelog` crate): serving Kafka's wire protocol
+//! happens only there, and so does mapping errors to the Kafka error codes a client is
+//! answered with. The one Kafka wire format spoken here is the replica fetcher's, as a
+//! client of the leader, through `corelog-kafka-client`: it reads the error codes in the
+//! leader's answers (`ResponseError`), and never answers with one. Errors are typed per
+//! layer (`thiserror`).
 
 pub mod admin_changes;
 pub mod client_quota;
