@@ -240,8 +240,8 @@ def send_and_expect_close(bootstrap: str, data: bytes, timeout: float = 5.0) -> 
 # ---------------------------------------------------------------------------
 
 # The header's fields: each one's bytes in a batch, as a slice (``batch[CRC]``, or
-# ``CRC.start`` for struct.unpack_from). The names and ranges of the Rust table,
-# shards/storage/src/batch.rs's ``layout`` (client/src/records.rs keeps a copy).
+# ``CRC.start`` for struct.unpack_from). The names and ranges of the Rust owner,
+# record-batch/src/layout.rs (tests/layering/test_batch_layout.py holds the two equal).
 BASE_OFFSET = slice(0, 8)               # i64
 BATCH_LENGTH = slice(8, 12)             # i32: the bytes of the batch after this field
 PARTITION_LEADER_EPOCH = slice(12, 16)  # i32
