@@ -22,6 +22,8 @@
 //! - [`admin_changes`]: shard 0's side of the controller quorum: admin changes validated
 //!   and committed as commands (topics, configs, quotas, producer-id blocks).
 //! - [`group`]: the classic consumer-group coordinator and its `__consumer_offsets` log.
+//! - [`txn`]: the transaction coordinator, over `__transaction_state` (being built: the
+//!   states and their transitions so far).
 //! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
 //! - [`topic_config`]: the topic configuration keys, their validation and description.
 //! - [`client_quota`]: quota entities and the usage reports shards exchange.
@@ -55,3 +57,4 @@ pub mod shard;
 pub mod shard_config;
 pub mod storage_context;
 pub mod topic_config;
+pub mod txn;

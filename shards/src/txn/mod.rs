@@ -1,0 +1,41 @@
+//! Transactions: the coordinator of Kafka's transactional producers.
+//!
+//! A transactional id's coordinator is the shard that leads partition
+//! `partition_for_transactional_id(id)` of the internal compacted topic
+//! `__transaction_state`, found as Kafka finds it (the Java `hashCode` of the id, made
+//! non-negative, modulo the partition count), so a client finds the same partition as on
+//! Kafka. Each id's state (`state`) is a record of that partition, written before any
+//! client is told of a change, and read back by the next leader.
+//!
+//! Modules: `state` (one id's states and the transitions it may make).
+
+pub mod state;
+
+pub const TRANSACTION_TOPIC: &str = "__transaction_state";
+
+/// Kafka's `transaction.state.log.num.partitions` default.
+pub const TRANSACTION_TOPIC_PARTITIONS_DEFAULT: i32 = 50;
+
+/// The `__transaction_state` partition of a transactional id (Kafka's
+/// `Utils.abs(id.hashCode) % n`, the same mapping as a group's).
+pub fn partition_for_transactional_id(id: &str, partitions: i32) -> i32 {
+    crate::group::partition_for_group(id, partitions)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_map_to_kafkas_partitions() {
+        // Java's String.hashCode: "my-txn" -1061187895 (negative: made non-negative by
+        // Kafka's Utils.abs, n & 0x7fffffff), "transactional-producer" 804003158,
+        // "tx-1" 3572520; modulo 50.
+        assert_eq!(partition_for_transactional_id("my-txn", 50), 3);
+        assert_eq!(
+            partition_for_transactional_id("transactional-producer", 50),
+            8
+        );
+        assert_eq!(partition_for_transactional_id("tx-1", 50), 20);
+    }
+}
