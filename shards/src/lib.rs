@@ -23,7 +23,7 @@
 //!   and committed as commands (topics, configs, quotas, producer-id blocks).
 //! - [`group`]: the classic consumer-group coordinator and its `__consumer_offsets` log.
 //! - [`txn`]: the transaction coordinator, over `__transaction_state` (being built: the
-//!   states and their transitions so far).
+//!   states, their transitions and the log record so far).
 //! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
 //! - [`topic_config`]: the topic configuration keys, their validation and description.
 //! - [`client_quota`]: quota entities and the usage reports shards exchange.

@@ -7,8 +7,10 @@
 //! Kafka. Each id's state (`state`) is a record of that partition, written before any
 //! client is told of a change, and read back by the next leader.
 //!
-//! Modules: `state` (one id's states and the transitions it may make).
+//! Modules: `state` (one id's states and the transitions it may make), `log_record` (the
+//! record codec).
 
+pub mod log_record;
 pub mod state;
 
 pub const TRANSACTION_TOPIC: &str = "__transaction_state";
