@@ -383,3 +383,89 @@ fn a_waiting_acks_all_produce_hears_of_an_isr_below_min_insync_replicas() {
         assert_eq!(p.high_watermark(), t2.next_offset);
     });
 }
+
+/// A transactional batch of one record from `pid`, sequence `seq`.
+fn txn_record(pid: i64, seq: i32) -> Vec<u8> {
+    let mut b = BatchBuilder::new(1_000)
+        .producer(pid, 0, seq)
+        .transactional();
+    b.push(&Record {
+        key: None,
+        value: Some(b"t"),
+        headers: &[],
+        timestamp_delta: 0,
+    });
+    b.build()
+}
+
+#[test]
+fn read_committed_stops_at_open_transactions_and_is_told_the_aborted_ones() {
+    use corelog_storage::txn_marker::{MarkerKind, TxnMarker};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let p = open(&path, Durability::AckAll, 0).await;
+        produce(&p, "a", AckLevel::All).await; // 0
+        let t = p.append(&txn_record(7, 0)).expect("txn"); // 1
+        p.wait(t, AckLevel::All).await.expect("ack");
+        produce(&p, "b", AckLevel::All).await; // 2
+        assert_eq!(p.high_watermark(), 3);
+        assert_eq!(
+            p.last_stable_offset(),
+            1,
+            "producer 7's transaction is open"
+        );
+        let committed = p
+            .read(0, -1, 1 << 20, Isolation::ReadCommitted)
+            .await
+            .expect("read");
+        let offsets: Vec<i64> = batches(&committed.records)
+            .map(|b| b.expect("whole").0.base_offset)
+            .collect();
+        assert_eq!(offsets, vec![0], "nothing at or past the open transaction");
+        assert_eq!(committed.last_stable_offset, 1);
+        assert_eq!(committed.aborted, Some(Vec::new()));
+        let uncommitted = p
+            .read(0, -1, 1 << 20, Isolation::ReadUncommitted)
+            .await
+            .expect("read");
+        assert_eq!(uncommitted.aborted, None);
+        assert_eq!(uncommitted.last_stable_offset, 1);
+        assert_eq!(
+            p.find_offset(LATEST_TIMESTAMP, Isolation::ReadCommitted)
+                .await
+                .expect("lookup")
+                .offset,
+            1
+        );
+        let marker = TxnMarker {
+            producer_id: 7,
+            producer_epoch: 0,
+            coordinator_epoch: 0,
+            kind: MarkerKind::Abort,
+        };
+        let t = p.append_marker(&marker).expect("marker"); // 3
+        p.wait(t, AckLevel::All).await.expect("ack");
+        assert_eq!(p.last_stable_offset(), 4);
+        let committed = p
+            .read(0, -1, 1 << 20, Isolation::ReadCommitted)
+            .await
+            .expect("read");
+        assert_eq!(batches(&committed.records).count(), 4);
+        let aborted = committed.aborted.expect("a read_committed read");
+        assert_eq!(
+            aborted
+                .iter()
+                .map(|a| (a.producer_id, a.first_offset))
+                .collect::<Vec<_>>(),
+            vec![(7, 1)]
+        );
+        // From past the marker there is nothing to be told.
+        let later = p
+            .read(4, -1, 1 << 20, Isolation::ReadCommitted)
+            .await
+            .expect("read");
+        assert_eq!(later.aborted, Some(Vec::new()));
+        p.close().await;
+    });
+}

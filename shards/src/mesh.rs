@@ -140,6 +140,9 @@ pub struct FetchOutput {
     pub result: Result<corelog_storage::Records, PartitionError>,
     /// Held back by the leader's replication throttle (no records), for about this long.
     pub throttled_for: Option<std::time::Duration>,
+    /// For a `read_committed` consumer's read, the transactions aborted among the records
+    /// (Fetch's `aborted_transactions`); `None` otherwise.
+    pub aborted: Option<Vec<corelog_storage::txn_index::AbortedTxn>>,
 }
 
 impl FetchOutput {
@@ -155,6 +158,7 @@ impl FetchOutput {
             diverging_epoch: None,
             result: Err(error),
             throttled_for: None,
+            aborted: None,
         }
     }
 }
@@ -408,6 +412,12 @@ pub enum PartitionRequest {
         partitions: Vec<TopicPartition>,
         with_producers: bool,
         reply: Reply<Vec<Result<PartitionDescription, PartitionError>>>,
+    },
+    /// WriteTxnMarkers: each partition's transaction marker appended and committed.
+    WriteMarkers {
+        timeout_ms: u64,
+        markers: Vec<(TopicPartition, corelog_storage::txn_marker::TxnMarker)>,
+        reply: Reply<Vec<Result<(), PartitionError>>>,
     },
     /// DeleteRecords: (partition, offset; -1 the high watermark) → the new log start.
     DeleteRecords {

@@ -47,6 +47,12 @@ pub fn partition(e: &PartitionError) -> ResponseError {
             AppendError::Sequence(SequenceError::StaleEpoch { .. }) => {
                 ResponseError::InvalidProducerEpoch
             }
+            // A producer in a transaction wrote outside it.
+            AppendError::Sequence(SequenceError::TxnOpen { .. }) => ResponseError::InvalidTxnState,
+            // A marker from a coordinator that has since been replaced.
+            AppendError::Sequence(SequenceError::CoordinatorFenced { .. }) => {
+                ResponseError::TransactionCoordinatorFenced
+            }
             // Only a follower's append of its leader's batches can fail so; no client
             // request reaches it.
             AppendError::OffsetMismatch { .. } => ResponseError::UnknownServerError,

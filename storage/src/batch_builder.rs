@@ -10,7 +10,7 @@
 //! into one internal buffer as they are pushed, so building costs one copy of that buffer
 //! and no per-record allocation.
 //!
-//! Does not: compress, produce transactional or control batches, assign real offsets
+//! Does not: compress, assign real offsets
 //! (base offset is 0; the broker rewrites it with
 //! [`crate::batch::set_base_offset`]) or do I/O. Its input is trusted (the caller's
 //! own data), so a field longer than `i32::MAX` bytes is a programming error and panics.
@@ -33,6 +33,8 @@ pub struct BatchBuilder {
     producer_id: i64,
     producer_epoch: i16,
     base_sequence: i32,
+    /// The transactional and control bits (`attributes`); never a codec or timestamp type.
+    flags: i16,
     /// Largest `timestamp_delta` pushed; `None` while empty.
     max_timestamp_delta: Option<i64>,
     /// Number of records pushed; also the next record's offset delta.
@@ -49,6 +51,7 @@ impl BatchBuilder {
             producer_id: -1,
             producer_epoch: -1,
             base_sequence: -1,
+            flags: 0,
             max_timestamp_delta: None,
             record_count: 0,
             records: Vec::new(),
@@ -60,6 +63,18 @@ impl BatchBuilder {
         self.producer_id = producer_id;
         self.producer_epoch = producer_epoch;
         self.base_sequence = base_sequence;
+        self
+    }
+
+    /// Marks the batch transactional (a transactional producer's data).
+    pub fn transactional(mut self) -> Self {
+        self.flags |= layout::TRANSACTIONAL_BIT;
+        self
+    }
+
+    /// Marks the batch a transactional control batch (a transaction marker).
+    pub fn control(mut self) -> Self {
+        self.flags |= layout::TRANSACTIONAL_BIT | layout::CONTROL_BIT;
         self
     }
 
@@ -118,7 +133,8 @@ impl BatchBuilder {
         self.record_count == 0
     }
 
-    /// Emits the batch: base offset 0, partition leader epoch -1, magic 2, attributes 0.
+    /// Emits the batch: base offset 0, partition leader epoch -1, magic 2, uncompressed
+    /// with create time, transactional or control as set.
     ///
     /// An empty builder yields a header-only batch with `recordCount` 0 and
     /// `lastOffsetDelta` -1, which `validate` rejects; it is useful for negative tests.
@@ -138,7 +154,7 @@ impl BatchBuilder {
         write_field(h, layout::BATCH_LENGTH, batch_length.to_be_bytes());
         write_field(h, layout::PARTITION_LEADER_EPOCH, (-1i32).to_be_bytes());
         write_field(h, layout::MAGIC, CURRENT_MAGIC.to_be_bytes());
-        write_field(h, layout::ATTRIBUTES, 0i16.to_be_bytes());
+        write_field(h, layout::ATTRIBUTES, self.flags.to_be_bytes());
         let last_offset_delta = self.record_count - 1;
         write_field(
             h,

@@ -19,6 +19,7 @@
 //! 00000000000000000000.index      sparse offset index: (relative offset u32, position u32)
 //! 00000000000000000000.timeindex  time index: (max timestamp i64, relative offset u32)
 //! 00000000000000004711.log        next segment, named by its base offset (20 digits)
+//! 00000000000000000000.txnindex   aborted transactions whose marker is in the segment
 //! 00000000000000004711.snapshot   idempotent producers' state below offset 4711
 //! ...
 //! ```
@@ -57,6 +58,8 @@ pub mod tail_cache_budget;
 #[doc(hidden)]
 pub mod test_executor;
 pub mod time_index;
+pub mod txn_index;
+pub mod txn_marker;
 
 pub use config::{Durability, LogConfig};
 pub use context::{Clock, LogContext, NoObserver, Observer, Stage, SystemClock};

@@ -8,12 +8,14 @@
 //! the log from that offset on is replayed. So after a clean stop nothing is replayed, and
 //! after a crash at most the batches written since the last roll are.
 //!
-//! Format (big-endian): `magic "CLPS"`, `version u16 = 2`, `crc32c u32` of everything after
+//! Format (big-endian): `magic "CLPS"`, `version u16 = 3`, `crc32c u32` of everything after
 //! it, `count u32`, then per producer: `producer_id i64, epoch i16, last_seen_ms i64,
-//! last_timestamp_ms i64, batches u8`, and per batch `first_seq i32, last_seq i32, first_offset i64,
+//! last_timestamp_ms i64, coordinator_epoch i32, current_txn_first_offset i64 (-1: none),
+//! batches u8`, and per batch `first_seq i32, last_seq i32, first_offset i64,
 //! next_offset i64`. A file that fails any check is ignored (the next older one is used),
-//! never trusted in part. Version 1 files (no `last_timestamp_ms`) are read too, with
-//! that timestamp unknown (-1).
+//! never trusted in part. Older versions are read too: version 2 lacks the two
+//! transaction fields (no coordinator, no open transaction), version 1 also
+//! `last_timestamp_ms` (unknown, -1).
 //!
 //! Invariant: a snapshot file is complete or absent (`checkpoint::replace_file`: written
 //! to a temporary name, synced, then renamed); only the [`SNAPSHOTS_KEPT`] newest are kept.
@@ -24,11 +26,13 @@ use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT_SUFFIX: &str = "snapshot";
 const MAGIC: &[u8; 4] = b"CLPS";
-const VERSION: u16 = 2;
+const VERSION: u16 = 3;
+/// The version before the transaction fields, still read.
+const VERSION_2: u16 = 2;
 /// The version before `last_timestamp_ms`, still read.
 const VERSION_1: u16 = 1;
 const HEADER_LEN: usize = 4 + 2 + 4;
-/// Smallest entry (version 1); version 2 adds 8 bytes.
+/// Smallest entry (version 1); version 2 adds 8 bytes, version 3 another 12.
 const ENTRY_LEN: usize = 8 + 2 + 8 + 1;
 const BATCH_LEN: usize = 4 + 4 + 8 + 8;
 /// Snapshots kept per partition: the newest, and one before it in case the newest is
@@ -74,6 +78,8 @@ pub fn encode(state: &ProducerState) -> Vec<u8> {
         body.extend_from_slice(&e.epoch.to_be_bytes());
         body.extend_from_slice(&e.last_seen_ms.to_be_bytes());
         body.extend_from_slice(&e.last_timestamp_ms.to_be_bytes());
+        body.extend_from_slice(&e.coordinator_epoch.to_be_bytes());
+        body.extend_from_slice(&e.current_txn_first_offset.unwrap_or(-1).to_be_bytes());
         body.push(e.batches.len() as u8);
         for b in &e.batches {
             body.extend_from_slice(&b.first_seq.to_be_bytes());
@@ -122,10 +128,13 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
         .get(4..6)
         .and_then(|b| <[u8; 2]>::try_from(b).ok())
         .map(u16::from_be_bytes);
-    if bytes.get(..4) != Some(&MAGIC[..]) || !matches!(version, Some(VERSION | VERSION_1)) {
+    if bytes.get(..4) != Some(&MAGIC[..])
+        || !matches!(version, Some(VERSION | VERSION_2 | VERSION_1))
+    {
         return Err(SnapshotError::Header);
     }
-    let has_last_timestamp = version == Some(VERSION);
+    let has_last_timestamp = matches!(version, Some(VERSION | VERSION_2));
+    let has_txn = version == Some(VERSION);
     let crc = bytes
         .get(6..10)
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
@@ -147,6 +156,14 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
         let epoch = i16::from_be_bytes(r.take()?);
         let last_seen_ms = r.i64()?;
         let last_timestamp_ms = if has_last_timestamp { r.i64()? } else { -1 };
+        let (coordinator_epoch, txn_first) = if has_txn {
+            (r.i32()?, r.i64()?)
+        } else {
+            (-1, -1)
+        };
+        if txn_first < -1 {
+            return Err(SnapshotError::Malformed);
+        }
         let [n] = r.take::<1>()?;
         if usize::from(n) > BATCHES_RETAINED {
             return Err(SnapshotError::Malformed);
@@ -175,6 +192,9 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
                 batches,
                 last_seen_ms,
                 last_timestamp_ms,
+                current_txn_first_offset: (txn_first >= 0).then_some(txn_first),
+                coordinator_epoch,
+                epoch_from_marker: false,
             },
             now_ms,
         );
@@ -245,6 +265,7 @@ fn remove_temporaries(dir: &Path) {
 mod tests {
     use super::*;
     use crate::producer_state::ProducerBatch;
+    use crate::txn_marker::MarkerKind;
 
     fn sample() -> ProducerState {
         let mut s = ProducerState::new();
@@ -256,9 +277,15 @@ mod tests {
                     first_seq: i * 2,
                     last_seq: i * 2 + 1,
                     max_timestamp: 1_600_000_000_000 + i64::from(i),
+                    // Every fourth producer is in a transaction.
+                    transactional: pid % 4 == 0,
                 };
                 let first = pid * 1000 + i64::from(i) * 2;
                 s.record(&b, first, first + 2, 1_700_000_000_000 + pid, i64::MAX);
+            }
+            if pid % 4 == 1 {
+                let at = pid * 1000 + 20;
+                s.record_marker(pid, (pid % 3) as i16, 9, MarkerKind::Abort, at, 0);
             }
         }
         s
@@ -275,6 +302,43 @@ mod tests {
         assert!(decode(&encode(&ProducerState::new()), 0)
             .expect("empty")
             .is_empty());
+    }
+
+    #[test]
+    fn open_transactions_survive_a_snapshot_unless_it_is_taken_before_them() {
+        let s = sample();
+        let mut back = decode(&encode(&s), i64::MAX).expect("decodes");
+        assert_eq!(
+            back.get(4).and_then(|e| e.current_txn_first_offset),
+            Some(4000)
+        );
+        assert_eq!(back.get(5).map(|e| e.coordinator_epoch), Some(9));
+        assert_eq!(back.first_unstable_offset(i64::MAX), Some(0));
+        // Loaded at offset 8000: the transaction opened at 8000 is replayed, not kept.
+        back.forget_batches_from(8000);
+        assert_eq!(back.get(8).and_then(|e| e.current_txn_first_offset), None);
+        assert_eq!(
+            back.get(4).and_then(|e| e.current_txn_first_offset),
+            Some(4000)
+        );
+    }
+
+    #[test]
+    fn version_2_files_are_read_without_transactions() {
+        let mut body = 1u32.to_be_bytes().to_vec();
+        body.extend_from_slice(&7i64.to_be_bytes());
+        body.extend_from_slice(&2i16.to_be_bytes());
+        body.extend_from_slice(&1000i64.to_be_bytes());
+        body.extend_from_slice(&1500i64.to_be_bytes());
+        body.push(0);
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&VERSION_2.to_be_bytes());
+        file.extend_from_slice(&crc32c::crc32c(&body).to_be_bytes());
+        file.extend_from_slice(&body);
+        let state = decode(&file, i64::MAX).expect("a version 2 file decodes");
+        let e = state.get(7).expect("the producer");
+        assert_eq!((e.last_timestamp_ms, e.coordinator_epoch), (1500, -1));
+        assert_eq!(e.current_txn_first_offset, None);
     }
 
     #[test]

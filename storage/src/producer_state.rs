@@ -27,12 +27,33 @@
 //! oldest first, all of the entry's epoch, with increasing offsets.
 //!
 //! Memory is bounded: at most [`PRODUCERS_PER_PARTITION_MAX`] producers per partition;
-//! past it the longest-idle eighth of those with nothing waiting to be written is
-//! forgotten (their retries then count as new writes, which is what Kafka does for
-//! expired producers too).
+//! past it the longest-idle eighth of those with nothing waiting to be written and no
+//! open transaction is forgotten (their retries then count as new writes, which is what
+//! Kafka does for expired producers too).
+//!
+//! Transactions (Kafka's `ProducerStateManager`): a transactional producer's first
+//! transactional batch here opens its transaction at that batch's offset, and its
+//! transaction marker (`txn_marker`, written at the coordinator's request) closes it. The
+//! offsets of open transactions bound the last stable offset, which `read_committed`
+//! consumers read up to; a transaction whose marker is written but not yet below the high
+//! watermark still bounds it ([`ProducerState::first_unstable_offset`]), so a consumer
+//! never reads a transaction's records before it can read its marker. Rules:
+//! - a producer with an open transaction may not write a non-transactional batch
+//!   (INVALID_TXN_STATE);
+//! - a marker older than the producer's epoch is fenced, and one from a coordinator
+//!   older than the last that wrote here is refused (TRANSACTION_COORDINATOR_FENCED);
+//! - a marker with a newer epoch (transaction version 2 bumps it at every end) takes
+//!   the epoch up, and the producer's next batch must start at sequence 0;
+//! - a marker for a producer with no open transaction is harmless: it changes nothing
+//!   but the epochs.
+//!
+//! A producer with an open transaction is never forgotten, by expiry or to make room:
+//! its transaction would otherwise hold nothing back and its aborted records could be
+//! read.
 
 use super::batch::BatchHeader;
-use std::collections::{HashMap, VecDeque};
+use crate::txn_marker::MarkerKind;
+use std::collections::{BTreeMap, HashMap, VecDeque};
 
 /// How many batches per producer a retry is recognised against (Kafka's
 /// `NUM_BATCHES_TO_RETAIN`, matching `max.in.flight.requests.per.connection` ≤ 5).
@@ -56,12 +77,15 @@ pub struct ProducerBatch {
     pub last_seq: i32,
     /// The batch's largest record timestamp (what DescribeProducers reports).
     pub max_timestamp: i64,
+    /// Written in a transaction (the batch's transactional bit).
+    pub transactional: bool,
 }
 
 impl ProducerBatch {
-    /// `None` for a batch without a producer id (not idempotent).
+    /// `None` for a batch without a producer id (not idempotent) and for a control batch
+    /// (a transaction marker is [`ProducerState::record_marker`]'s).
     pub fn from_header(h: &BatchHeader) -> Option<ProducerBatch> {
-        if h.producer_id <= NO_PRODUCER_ID {
+        if h.producer_id <= NO_PRODUCER_ID || h.is_control() {
             return None;
         }
         Some(ProducerBatch {
@@ -70,6 +94,7 @@ impl ProducerBatch {
             first_seq: h.base_sequence,
             last_seq: increment_sequence(h.base_sequence, h.last_offset_delta),
             max_timestamp: h.max_timestamp,
+            transactional: h.is_transactional(),
         })
     }
 }
@@ -110,6 +135,40 @@ pub struct ProducerEntry {
     /// Largest record timestamp of its newest batch (Kafka's `lastTimestamp`); -1 when
     /// unknown (restored from a snapshot written before it was kept).
     pub last_timestamp_ms: i64,
+    /// Offset of the first batch of the producer's open transaction here.
+    pub current_txn_first_offset: Option<i64>,
+    /// Epoch of the coordinator that wrote the producer's last marker here; -1: none yet.
+    pub coordinator_epoch: i32,
+    /// The epoch was taken up by a marker and no batch came since: the next one must
+    /// start at sequence 0 (not kept in snapshots; after a restart any sequence is
+    /// accepted, as for a producer whose batches were lost).
+    pub epoch_from_marker: bool,
+}
+
+impl ProducerEntry {
+    /// An entry with no batches yet.
+    pub fn new(epoch: i16, now_ms: i64) -> ProducerEntry {
+        ProducerEntry {
+            epoch,
+            batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
+            last_seen_ms: now_ms,
+            last_timestamp_ms: -1,
+            current_txn_first_offset: None,
+            coordinator_epoch: -1,
+            epoch_from_marker: false,
+        }
+    }
+}
+
+/// A transaction that a marker ended in this partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletedTxn {
+    pub producer_id: i64,
+    /// Offset of its first batch here.
+    pub first_offset: i64,
+    /// Offset of its marker.
+    pub last_offset: i64,
+    pub aborted: bool,
 }
 
 /// What to do with a batch that passed the sequence checks.
@@ -139,6 +198,19 @@ pub enum SequenceError {
         expected: i64,
         got: i32,
     },
+    #[error(
+        "producer {producer_id} has an open transaction; a non-transactional write is refused"
+    )]
+    TxnOpen { producer_id: i64 },
+    #[error(
+        "marker from coordinator epoch {coordinator_epoch} for producer {producer_id}, \
+         older than {current}"
+    )]
+    CoordinatorFenced {
+        producer_id: i64,
+        coordinator_epoch: i32,
+        current: i32,
+    },
 }
 
 /// One producer as DescribeProducers reports it.
@@ -150,11 +222,20 @@ pub struct ActiveProducer {
     pub last_sequence: i32,
     /// Largest record timestamp of its newest batch; -1 when unknown.
     pub last_timestamp_ms: i64,
+    /// Epoch of the coordinator of its last marker here; -1 when none.
+    pub coordinator_epoch: i32,
+    /// First offset of its open transaction here; -1 when none.
+    pub current_txn_start_offset: i64,
 }
 
 #[derive(Debug, Default)]
 pub struct ProducerState {
     producers: HashMap<i64, ProducerEntry>,
+    /// Open transactions by first offset: the producer of each.
+    ongoing: BTreeMap<i64, i64>,
+    /// Transactions whose marker is written but was not yet below the high watermark
+    /// when last asked, by first offset.
+    unreplicated: BTreeMap<i64, CompletedTxn>,
 }
 
 impl ProducerState {
@@ -184,6 +265,8 @@ impl ProducerState {
                 epoch: e.epoch,
                 last_sequence: e.batches.back().map_or(-1, |b| b.last_seq),
                 last_timestamp_ms: e.last_timestamp_ms,
+                coordinator_epoch: e.coordinator_epoch,
+                current_txn_start_offset: e.current_txn_first_offset.unwrap_or(-1),
             })
             .collect();
         out.sort_unstable_by_key(|p| p.producer_id);
@@ -199,6 +282,11 @@ impl ProducerState {
         let Some(entry) = self.producers.get(&batch.producer_id) else {
             return Ok(SequenceCheck::Append);
         };
+        if !batch.transactional && entry.current_txn_first_offset.is_some() {
+            return Err(SequenceError::TxnOpen {
+                producer_id: batch.producer_id,
+            });
+        }
         if batch.epoch == entry.epoch {
             if let Some(dup) = entry
                 .batches
@@ -228,6 +316,14 @@ impl ProducerState {
             return Ok(SequenceCheck::Append);
         }
         match entry.batches.back() {
+            None if entry.epoch_from_marker && batch.first_seq != 0 => {
+                Err(SequenceError::OutOfOrder {
+                    producer_id: batch.producer_id,
+                    epoch: batch.epoch,
+                    expected: 0,
+                    got: batch.first_seq,
+                })
+            }
             None => Ok(SequenceCheck::Append),
             Some(last) if in_sequence(last.last_seq, batch.first_seq) => Ok(SequenceCheck::Append),
             Some(last) => Err(SequenceError::OutOfOrder {
@@ -259,15 +355,15 @@ impl ProducerState {
         let entry = self
             .producers
             .entry(batch.producer_id)
-            .or_insert_with(|| ProducerEntry {
-                epoch: batch.epoch,
-                batches: VecDeque::with_capacity(BATCHES_PER_PRODUCER),
-                last_seen_ms: now_ms,
-                last_timestamp_ms: batch.max_timestamp,
-            });
+            .or_insert_with(|| ProducerEntry::new(batch.epoch, now_ms));
         if entry.epoch != batch.epoch {
             entry.epoch = batch.epoch;
             entry.batches.clear();
+        }
+        entry.epoch_from_marker = false;
+        if batch.transactional && entry.current_txn_first_offset.is_none() {
+            entry.current_txn_first_offset = Some(first_offset);
+            self.ongoing.insert(first_offset, batch.producer_id);
         }
         debug_assert!(entry
             .batches
@@ -286,20 +382,127 @@ impl ProducerState {
         entry.last_timestamp_ms = batch.max_timestamp;
     }
 
+    /// Checks a transaction marker for `producer_id` against what this partition knows,
+    /// without changing anything.
+    pub fn check_marker(
+        &self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+    ) -> Result<(), SequenceError> {
+        let Some(entry) = self.producers.get(&producer_id) else {
+            return Ok(());
+        };
+        if epoch < entry.epoch {
+            return Err(SequenceError::StaleEpoch {
+                producer_id,
+                epoch,
+                current: entry.epoch,
+            });
+        }
+        if coordinator_epoch < entry.coordinator_epoch {
+            return Err(SequenceError::CoordinatorFenced {
+                producer_id,
+                coordinator_epoch,
+                current: entry.coordinator_epoch,
+            });
+        }
+        Ok(())
+    }
+
+    /// Records the marker written at `offset` (checked by the leader; a follower and a
+    /// replay take it as it is): the producer's open transaction, if any, ends there.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_marker(
+        &mut self,
+        producer_id: i64,
+        epoch: i16,
+        coordinator_epoch: i32,
+        kind: MarkerKind,
+        offset: i64,
+        now_ms: i64,
+    ) -> Option<CompletedTxn> {
+        let entry = self
+            .producers
+            .entry(producer_id)
+            .or_insert_with(|| ProducerEntry::new(epoch, now_ms));
+        if entry.epoch != epoch {
+            entry.epoch = epoch;
+            entry.batches.clear();
+            entry.epoch_from_marker = true;
+        }
+        entry.coordinator_epoch = coordinator_epoch;
+        entry.last_seen_ms = entry.last_seen_ms.max(now_ms);
+        let first_offset = entry.current_txn_first_offset.take()?;
+        debug_assert!(first_offset < offset, "a marker follows its transaction");
+        let removed = self.ongoing.remove(&first_offset);
+        debug_assert_eq!(removed, Some(producer_id));
+        let done = CompletedTxn {
+            producer_id,
+            first_offset,
+            last_offset: offset,
+            aborted: !kind.is_commit(),
+        };
+        self.unreplicated.insert(first_offset, done);
+        Some(done)
+    }
+
+    /// The last stable offset right after `done`'s marker (what its aborted-transaction
+    /// entry records): the first offset of a transaction still open, or the offset after
+    /// the marker.
+    pub fn last_stable_offset_after(&self, done: &CompletedTxn) -> i64 {
+        self.ongoing
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(done.last_offset + 1)
+            .min(done.last_offset + 1)
+    }
+
+    /// The first offset a `read_committed` consumer may not read yet, given the high
+    /// watermark: the start of the earliest transaction that is open or whose marker is
+    /// not below `high_watermark`. `None` when there is none. Forgets the completed
+    /// transactions the high watermark has passed.
+    pub fn first_unstable_offset(&mut self, high_watermark: i64) -> Option<i64> {
+        if !self.unreplicated.is_empty() {
+            self.unreplicated
+                .retain(|_, t| t.last_offset >= high_watermark);
+        }
+        let open = self.ongoing.keys().next().copied();
+        let unreplicated = self.unreplicated.keys().next().copied();
+        match (open, unreplicated) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Puts back an entry read from a snapshot. A last-seen time in the future (the clock
     /// was stepped back) counts as now, so the entry still expires.
     pub fn restore(&mut self, producer_id: i64, mut entry: ProducerEntry, now_ms: i64) {
         debug_assert!(entry.batches.len() <= BATCHES_RETAINED);
         entry.last_seen_ms = entry.last_seen_ms.min(now_ms);
-        self.producers.insert(producer_id, entry);
+        if let Some(first) = entry.current_txn_first_offset {
+            self.ongoing.insert(first, producer_id);
+        }
+        if let Some(old) = self.producers.insert(producer_id, entry) {
+            if let Some(first) = old.current_txn_first_offset {
+                self.ongoing.remove(&first);
+            }
+        }
     }
 
     /// Forgets the batches at or past `offset` (they are replayed from the log, or were
-    /// lost with it). Entries stay, with their epoch, even when no batch is left.
+    /// lost with it), and transactions opened there. Entries stay, with their epoch, even
+    /// when no batch is left.
     pub fn forget_batches_from(&mut self, offset: i64) {
         for entry in self.producers.values_mut() {
             entry.batches.retain(|b| b.first_offset < offset);
+            if entry.current_txn_first_offset.is_some_and(|f| f >= offset) {
+                entry.current_txn_first_offset = None;
+            }
         }
+        self.ongoing.retain(|first, _| *first < offset);
+        self.unreplicated.retain(|_, t| t.last_offset < offset);
     }
 
     /// Forgets producers idle for `expiration_ms` or more, and those whose every batch lies
@@ -307,6 +510,9 @@ impl ProducerState {
     pub fn expire(&mut self, now_ms: i64, expiration_ms: i64, log_start_offset: i64) -> usize {
         let before = self.producers.len();
         self.producers.retain(|_, e| {
+            if e.current_txn_first_offset.is_some() {
+                return true;
+            }
             let idle = now_ms.saturating_sub(e.last_seen_ms) >= expiration_ms;
             let deleted = e
                 .batches
@@ -322,8 +528,10 @@ impl ProducerState {
             .producers
             .iter()
             .filter(|(_, e)| {
-                // Nothing at or past the written end (`is_none_or` needs a newer MSRV).
+                // Nothing at or past the written end (`is_none_or` needs a newer MSRV),
+                // and no transaction open.
                 !matches!(e.batches.back(), Some(b) if b.next_offset > written_offset)
+                    && e.current_txn_first_offset.is_none()
             })
             .map(|(id, e)| (e.last_seen_ms, *id))
             .collect();
@@ -351,6 +559,14 @@ mod tests {
             first_seq: first,
             last_seq: increment_sequence(first, count - 1),
             max_timestamp: 1_700_000_000_000,
+            transactional: false,
+        }
+    }
+
+    fn txn_batch(pid: i64, epoch: i16, first: i32, count: i32) -> ProducerBatch {
+        ProducerBatch {
+            transactional: true,
+            ..batch(pid, epoch, first, count)
         }
     }
 
@@ -520,6 +736,163 @@ mod tests {
         assert!(s.len() <= PRODUCERS_PER_PARTITION_MAX);
         assert!(s.get(0).is_none(), "the longest idle went first");
         assert!(s.get(PRODUCERS_PER_PARTITION_MAX as i64 + 9).is_some());
+    }
+
+    /// Checks and records a batch at `*next` like the log does.
+    fn write(s: &mut ProducerState, next: &mut i64, b: ProducerBatch) -> i64 {
+        let first = *next;
+        assert_eq!(s.check(&b), Ok(SequenceCheck::Append));
+        *next += i64::from(b.last_seq - b.first_seq) + 1;
+        s.record(&b, first, *next, 0, i64::MAX);
+        first
+    }
+
+    fn marker(
+        s: &mut ProducerState,
+        next: &mut i64,
+        pid: i64,
+        epoch: i16,
+        kind: MarkerKind,
+    ) -> Option<CompletedTxn> {
+        assert_eq!(s.check_marker(pid, epoch, 0), Ok(()));
+        let at = *next;
+        *next += 1;
+        s.record_marker(pid, epoch, 0, kind, at, 0)
+    }
+
+    #[test]
+    fn an_open_transaction_holds_the_stable_offset_until_its_marker_is_replicated() {
+        let mut s = ProducerState::new();
+        let mut next = 10;
+        write(&mut s, &mut next, batch(9, 0, 0, 2)); // 10..12, not transactional
+        assert_eq!(s.first_unstable_offset(12), None);
+        let first = write(&mut s, &mut next, txn_batch(1, 0, 0, 3)); // 12..15
+        write(&mut s, &mut next, txn_batch(1, 0, 3, 2)); // 15..17
+        assert_eq!(s.first_unstable_offset(17), Some(first));
+        assert_eq!(s.get(1).and_then(|e| e.current_txn_first_offset), Some(12));
+        let done = marker(&mut s, &mut next, 1, 0, MarkerKind::Commit).expect("ends the txn");
+        assert_eq!(
+            done,
+            CompletedTxn {
+                producer_id: 1,
+                first_offset: 12,
+                last_offset: 17,
+                aborted: false
+            }
+        );
+        assert_eq!(
+            s.first_unstable_offset(17),
+            Some(12),
+            "marker not below the HW yet"
+        );
+        assert_eq!(
+            s.first_unstable_offset(18),
+            None,
+            "the HW passed the marker"
+        );
+        assert_eq!(s.first_unstable_offset(17), None, "forgotten once passed");
+        assert_eq!(s.get(1).and_then(|e| e.current_txn_first_offset), None);
+    }
+
+    #[test]
+    fn an_abort_records_the_stable_offset_other_transactions_hold() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        write(&mut s, &mut next, txn_batch(1, 0, 0, 2)); // 0..2
+        write(&mut s, &mut next, txn_batch(2, 0, 0, 2)); // 2..4
+        let a = marker(&mut s, &mut next, 1, 0, MarkerKind::Abort).expect("ends"); // 4
+        assert!(a.aborted);
+        assert_eq!(
+            s.last_stable_offset_after(&a),
+            2,
+            "producer 2's transaction is open"
+        );
+        let b = marker(&mut s, &mut next, 2, 0, MarkerKind::Abort).expect("ends"); // 5
+        assert_eq!(s.last_stable_offset_after(&b), 6);
+        assert_eq!(s.first_unstable_offset(6), None);
+    }
+
+    #[test]
+    fn a_producer_with_an_open_transaction_may_not_write_outside_it() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        write(&mut s, &mut next, txn_batch(1, 0, 0, 1));
+        assert_eq!(
+            s.check(&batch(1, 0, 1, 1)),
+            Err(SequenceError::TxnOpen { producer_id: 1 })
+        );
+        assert_eq!(s.check(&txn_batch(1, 0, 1, 1)), Ok(SequenceCheck::Append));
+    }
+
+    #[test]
+    fn stale_markers_are_refused_and_late_ones_change_nothing() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        write(&mut s, &mut next, txn_batch(1, 3, 0, 1));
+        assert!(matches!(
+            s.check_marker(1, 2, 0),
+            Err(SequenceError::StaleEpoch { current: 3, .. })
+        ));
+        assert!(s.record_marker(1, 3, 5, MarkerKind::Commit, 1, 0).is_some());
+        assert!(matches!(
+            s.check_marker(1, 3, 4),
+            Err(SequenceError::CoordinatorFenced { current: 5, .. })
+        ));
+        // The same marker again: no transaction is open, nothing ends.
+        assert_eq!(s.check_marker(1, 3, 5), Ok(()));
+        assert_eq!(s.record_marker(1, 3, 5, MarkerKind::Commit, 2, 0), None);
+        assert_eq!(s.first_unstable_offset(3), None);
+        // A marker for a producer never seen here is harmless too.
+        assert_eq!(s.check_marker(77, 0, 0), Ok(()));
+        assert_eq!(s.record_marker(77, 0, 0, MarkerKind::Abort, 3, 0), None);
+    }
+
+    #[test]
+    fn a_marker_that_bumps_the_epoch_restarts_the_sequence() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        write(&mut s, &mut next, txn_batch(1, 0, 0, 5));
+        // Transaction version 2: the marker carries the next epoch.
+        assert!(marker(&mut s, &mut next, 1, 1, MarkerKind::Commit).is_some());
+        assert!(matches!(
+            s.check(&txn_batch(1, 1, 5, 1)),
+            Err(SequenceError::OutOfOrder { expected: 0, .. })
+        ));
+        assert!(
+            s.check(&txn_batch(1, 0, 5, 1)).is_err(),
+            "the old epoch is fenced"
+        );
+        write(&mut s, &mut next, txn_batch(1, 1, 0, 1));
+        assert_eq!(
+            s.get(1).and_then(|e| e.current_txn_first_offset),
+            Some(next - 1)
+        );
+    }
+
+    #[test]
+    fn open_transactions_are_never_forgotten_and_a_replay_reopens_them() {
+        let mut s = ProducerState::new();
+        let mut next = 0;
+        write(&mut s, &mut next, txn_batch(1, 0, 0, 1)); // 0
+        write(&mut s, &mut next, batch(2, 0, 0, 1)); // 1
+        assert_eq!(
+            s.expire(i64::MAX, 1, 0),
+            1,
+            "only the idle producer without a txn"
+        );
+        assert!(s.get(1).is_some());
+        write(&mut s, &mut next, txn_batch(3, 0, 0, 1)); // 2
+        s.forget_batches_from(2);
+        assert_eq!(s.get(3).and_then(|e| e.current_txn_first_offset), None);
+        assert_eq!(s.first_unstable_offset(3), Some(0));
+        let active = s.active();
+        assert_eq!(
+            active
+                .iter()
+                .find(|p| p.producer_id == 1)
+                .map(|p| p.current_txn_start_offset),
+            Some(0)
+        );
     }
 
     mod model {

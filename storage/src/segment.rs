@@ -14,9 +14,18 @@ use std::path::{Path, PathBuf};
 pub const LOG_SUFFIX: &str = "log";
 pub const INDEX_SUFFIX: &str = "index";
 pub const TIME_INDEX_SUFFIX: &str = "timeindex";
+/// The aborted transactions whose marker lies in the segment (`txn_index`).
+pub const TXN_INDEX_SUFFIX: &str = "txnindex";
 /// When the cleaner first wrote the segment (ms since the epoch, decimal): tombstones in it
 /// may go `delete.retention.ms` after that (Kafka's delete horizon, KIP-534).
 pub const CLEANED_AT_SUFFIX: &str = "cleanedat";
+/// Every file of a segment but its log: what goes and moves with it.
+pub const COMPANION_SUFFIXES: [&str; 4] = [
+    INDEX_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    TXN_INDEX_SUFFIX,
+    CLEANED_AT_SUFFIX,
+];
 
 pub fn file_path(dir: &Path, base_offset: i64, suffix: &str) -> PathBuf {
     assert!(base_offset >= 0, "segment base offsets are never negative");

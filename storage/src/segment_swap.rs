@@ -10,7 +10,7 @@
 //! or the new one, never a mix.
 
 use crate::error::StorageError;
-use crate::segment::{self, CLEANED_AT_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment::{self, COMPANION_SUFFIXES, LOG_SUFFIX};
 use std::path::{Path, PathBuf};
 
 /// Suffix of a rewritten segment's files while they are written.
@@ -44,19 +44,14 @@ pub(crate) fn complete_swap(
     stop_before_log: bool,
 ) -> std::io::Result<()> {
     for other in others {
-        for suffix in [
-            INDEX_SUFFIX,
-            TIME_INDEX_SUFFIX,
-            CLEANED_AT_SUFFIX,
-            LOG_SUFFIX,
-        ] {
+        for suffix in COMPANION_SUFFIXES.into_iter().chain([LOG_SUFFIX]) {
             match std::fs::remove_file(segment::file_path(dir, *other, suffix)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
         }
     }
-    for suffix in [INDEX_SUFFIX, TIME_INDEX_SUFFIX, CLEANED_AT_SUFFIX] {
+    for suffix in COMPANION_SUFFIXES {
         let target = segment::file_path(dir, base, suffix);
         let from = suffixed(&target, SWAP);
         if from.exists() {

@@ -51,6 +51,17 @@ impl Partition {
         self.log.append(records, self.leader_epoch.get())
     }
 
+    /// Appends the transaction marker the coordinator asks for (WriteTxnMarkers), stamped
+    /// with the current leader epoch, as [`Self::append`] does for produced records.
+    pub fn append_marker(
+        self: &Rc<Self>,
+        marker: &corelog_storage::txn_marker::TxnMarker,
+    ) -> Result<AppendTicket, AppendError> {
+        debug_assert!(self.is_leader(), "only a leader appends markers");
+        self.persist_epochs_before_writes();
+        self.log.append_marker(marker, self.leader_epoch.get())
+    }
+
     /// Appends batches fetched from the leader as they are (offsets and epochs kept). An
     /// epoch newer than the cache's latest starts at its first batch here, as it did on
     /// the leader, and the checkpoint naming it is durable before the batch is written.

@@ -106,9 +106,15 @@ impl Partition {
         }
     }
 
-    /// Equal to the high watermark: no open transaction holds it back.
+    /// What `read_committed` consumers may read up to (exclusive): the high watermark,
+    /// held back to the start of the earliest transaction that is open or whose marker
+    /// is not yet below the high watermark (so its outcome is known to every consumer
+    /// that reads its records).
     pub fn last_stable_offset(&self) -> i64 {
-        self.high_watermark()
+        let hw = self.high_watermark();
+        let lso = self.log.first_unstable_offset(hw).map_or(hw, |f| f.min(hw));
+        debug_assert!(lso <= hw);
+        lso
     }
 
     pub(super) fn hw_is_synced(&self) -> bool {

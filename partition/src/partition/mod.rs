@@ -4,8 +4,9 @@
 //!
 //! Offsets, in the order they may never pass one another:
 //! `log_start_offset <= high_watermark <= durable end <= written_offset <= log_end_offset`,
-//! with `last_stable_offset == high_watermark` (no transactions are served, so none holds
-//! it back). The *durable end* is what this replica acknowledges as its own: the synced
+//! and `last_stable_offset <= high_watermark`: held back to the first offset of the
+//! earliest transaction that is open, or whose marker is not below the high watermark
+//! yet (`corelog_storage::producer_state`). The *durable end* is what this replica acknowledges as its own: the synced
 //! offset under `ack-all` and `always`, the written offset under `interval`.
 //!
 //! The high watermark only grows (a truncation below it, after an unclean election, is

@@ -12,6 +12,7 @@
 use super::Partition;
 use bytes::Bytes;
 use corelog_storage::error::ReadError;
+use corelog_storage::txn_index::AbortedTxn;
 use corelog_storage::Records;
 use std::time::Instant;
 
@@ -68,6 +69,10 @@ pub struct PartitionRead<R = Bytes> {
     /// Where the fetcher's log diverges from this one (Fetch v12+ `diverging_epoch`):
     /// the epoch and end offset it should truncate to before fetching again.
     pub diverging_epoch: Option<(i32, i64)>,
+    /// For a `read_committed` consumer, the transactions aborted among the records read
+    /// (Fetch's `aborted_transactions`: producer id and first offset, by marker order);
+    /// `None` for any other reader.
+    pub aborted: Option<Vec<AbortedTxn>>,
 }
 
 /// An offset a ListOffsets lookup found: the offset, the timestamp it was found by (-1
@@ -140,6 +145,7 @@ impl Partition {
             log_start_offset: read.log_start_offset,
             records,
             diverging_epoch: read.diverging_epoch,
+            aborted: read.aborted,
         })
     }
 
@@ -175,16 +181,18 @@ impl Partition {
                 });
             }
             if epoch < last_fetched_epoch || end < offset {
-                let high_watermark = self.high_watermark();
                 return Ok(PartitionRead {
-                    high_watermark,
-                    last_stable_offset: high_watermark,
+                    high_watermark: self.high_watermark(),
+                    last_stable_offset: self.last_stable_offset(),
                     log_start_offset: self.log_start_offset(),
                     records: Records::default(),
                     diverging_epoch: Some((epoch, end)),
+                    aborted: None,
                 });
             }
         }
+        // Taken before the read: a read_committed bound only grows, and every transaction
+        // aborted below it has its entry already.
         let bound = match reader {
             Reader::Consumer(isolation) => self.bound(isolation),
             Reader::Replica => self.log.written_offset(),
@@ -204,12 +212,25 @@ impl Partition {
             Reader::Consumer(_) => self.high_watermark().max(end_offset),
             Reader::Replica => self.high_watermark(),
         };
+        let (last_stable_offset, aborted) = match reader {
+            Reader::Consumer(Isolation::ReadCommitted) => {
+                let lso = self.last_stable_offset().max(end_offset);
+                let aborted = if records.is_empty() {
+                    Vec::new()
+                } else {
+                    self.log.aborted_transactions(offset, end_offset)
+                };
+                (lso, Some(aborted))
+            }
+            _ => (self.last_stable_offset(), None),
+        };
         Ok(PartitionRead {
             high_watermark,
-            last_stable_offset: high_watermark,
+            last_stable_offset,
             log_start_offset,
             records,
             diverging_epoch: None,
+            aborted,
         })
     }
 

@@ -20,6 +20,14 @@ impl Shard {
                 let out = self.produce(acks, timeout_ms, partitions).await;
                 let _ = reply.send(out);
             }
+            ShardMessage::Partition(PartitionRequest::WriteMarkers {
+                timeout_ms,
+                markers,
+                reply,
+            }) => {
+                let out = self.write_markers(timeout_ms, markers).await;
+                let _ = reply.send(out);
+            }
             ShardMessage::Partition(PartitionRequest::Fetch {
                 partitions,
                 budget,

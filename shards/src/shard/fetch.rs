@@ -57,14 +57,14 @@ impl Shard {
             if left == 0 {
                 // The response is full: the rest are answered with their position.
                 for (i, log) in &reads[next..] {
-                    let high_watermark = log.high_watermark();
                     out[*i] = Some(FetchOutput {
-                        high_watermark,
-                        last_stable_offset: high_watermark,
+                        high_watermark: log.high_watermark(),
+                        last_stable_offset: log.last_stable_offset(),
                         log_start_offset: log.log_start_offset(),
                         diverging_epoch: None,
                         result: Ok(corelog_storage::Records::default()),
                         throttled_for: None,
+                        aborted: None,
                     });
                 }
                 break;
@@ -120,11 +120,12 @@ impl Shard {
                         }
                         FetchOutput {
                             high_watermark,
-                            last_stable_offset: high_watermark,
+                            last_stable_offset: read.last_stable_offset.min(high_watermark),
                             log_start_offset: read.log_start_offset,
                             diverging_epoch: read.diverging_epoch,
                             result: Ok(read.records),
                             throttled_for: None,
+                            aborted: read.aborted,
                         }
                     }
                     Err(e) => {
@@ -190,14 +191,14 @@ impl Shard {
             };
             // Not recorded as the replica's position: its divergence is not checked on
             // this answer, so it must not count towards the ISR.
-            let high_watermark = log.high_watermark();
             out[i] = Some(FetchOutput {
-                high_watermark,
-                last_stable_offset: high_watermark,
+                high_watermark: log.high_watermark(),
+                last_stable_offset: log.last_stable_offset(),
                 log_start_offset: log.log_start_offset(),
                 diverging_epoch: None,
                 result: Ok(corelog_storage::Records::default()),
                 throttled_for: Some(held),
+                aborted: None,
             });
         }
         (kept, throttled, caps)

@@ -1,13 +1,16 @@
 //! Produce on the owning shard: every partition's batches appended first (offsets in
-//! arrival order), then all acknowledgements awaited together so one sync serves them.
+//! arrival order), then all acknowledgements awaited together so one sync serves them;
+//! and WriteTxnMarkers' markers, appended and awaited the same way.
 //!
 //! Invariants: nothing is queued for a partition that is refused (unknown, not led here,
 //! too few in-sync replicas, disk budget exhausted); each partition times out on its
 //! own; answers are in input order.
 
 use super::Shard;
-use crate::mesh::{Acks, PartitionError, ProduceAck, ProduceInput, ProduceOutput};
-use corelog_storage::AckLevel;
+use crate::mesh::{Acks, PartitionError, ProduceAck, ProduceInput, ProduceOutput, TopicPartition};
+use corelog_partition::Partition;
+use corelog_storage::txn_marker::TxnMarker;
+use corelog_storage::{AckLevel, AppendTicket};
 use std::time::{Duration, Instant};
 
 impl Shard {
@@ -50,42 +53,12 @@ impl Shard {
             };
             tickets.push(r);
         }
-        let level = match acks {
-            Acks::None => None,
-            Acks::Leader | Acks::All => Some(acks),
-        };
         // Each partition times out on its own: one slow partition must not turn the
         // others' results (acknowledged, or refused for good) into a retriable timeout.
         let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
         let waits = futures::future::join_all(tickets.into_iter().map(|r| async move {
             let (log, ticket) = r?;
-            if let Some(level) = level {
-                let timer =
-                    glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-                let waited = futures_lite::future::or(
-                    async {
-                        Some(match level {
-                            Acks::All => log
-                                .wait_committed(ticket)
-                                .await
-                                .map_err(PartitionError::from),
-                            _ => log
-                                .wait(ticket, AckLevel::Leader)
-                                .await
-                                .map_err(PartitionError::from),
-                        })
-                    },
-                    async {
-                        timer.await;
-                        None
-                    },
-                )
-                .await;
-                match waited {
-                    Some(r) => r?,
-                    None => return Err(PartitionError::Timeout),
-                }
-            }
+            acknowledged(&log, ticket, acks, deadline).await?;
             Ok(ProduceAck {
                 base_offset: ticket.base_offset,
                 log_start_offset: log.log_start_offset(),
@@ -97,4 +70,68 @@ impl Shard {
             .map(|result| ProduceOutput { result })
             .collect()
     }
+
+    /// WriteTxnMarkers on the owning shard: each partition's marker appended (refused
+    /// where this broker does not lead the partition), then every one awaited as
+    /// acks=all, as Kafka's coordinator appends them.
+    pub(super) async fn write_markers(
+        &self,
+        timeout_ms: u64,
+        markers: Vec<(TopicPartition, TxnMarker)>,
+    ) -> Vec<Result<(), PartitionError>> {
+        let appended: Vec<_> = markers
+            .iter()
+            .map(|(tp, marker)| {
+                debug_assert_eq!(self.owner_of(&tp.topic, tp.partition), self.id);
+                let log = self
+                    .partition(tp)
+                    .ok_or(PartitionError::UnknownTopicOrPartition)?;
+                if !log.is_leader() {
+                    return Err(PartitionError::NotLeaderOrFollower);
+                }
+                let ticket = log.append_marker(marker)?;
+                Ok((log, ticket))
+            })
+            .collect();
+        let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
+        futures::future::join_all(appended.into_iter().map(|r| async move {
+            let (log, ticket) = r?;
+            acknowledged(&log, ticket, Acks::All, deadline).await
+        }))
+        .await
+    }
+}
+
+/// Waits until `ticket`'s records are acknowledged as `acks` asks (nothing for acks=0,
+/// written for acks=1, committed for acks=all), or `deadline`.
+async fn acknowledged(
+    log: &Partition,
+    ticket: AppendTicket,
+    acks: Acks,
+    deadline: Instant,
+) -> Result<(), PartitionError> {
+    if acks == Acks::None {
+        return Ok(());
+    }
+    let timer = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+    let waited = futures_lite::future::or(
+        async {
+            Some(match acks {
+                Acks::All => log
+                    .wait_committed(ticket)
+                    .await
+                    .map_err(PartitionError::from),
+                _ => log
+                    .wait(ticket, AckLevel::Leader)
+                    .await
+                    .map_err(PartitionError::from),
+            })
+        },
+        async {
+            timer.await;
+            None
+        },
+    )
+    .await;
+    waited.unwrap_or(Err(PartitionError::Timeout))
 }

@@ -29,9 +29,9 @@ use corelog_shards::mesh::{
 use corelog_shards::metadata::{ClusterMetadata, NotServed};
 use corelog_storage::{Carried, Records};
 use kafka_protocol::messages::fetch_response::{
-    FetchableTopicResponse, NodeEndpoint, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, NodeEndpoint, PartitionData,
 };
-use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
+use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId};
 use kafka_protocol::protocol::buf::ByteBufMut;
 use kafka_protocol::protocol::{Encodable, StrBytes};
 use kafka_protocol::ResponseError;
@@ -445,8 +445,21 @@ fn place_records(
         slot.last_stable_offset = o.last_stable_offset;
         slot.log_start_offset = o.log_start_offset;
         if limits.isolation == Isolation::ReadCommitted {
-            // No transactions, so none aborted: an empty list, as Kafka sends.
-            slot.aborted_transactions = Some(Vec::new());
+            // The consumer drops the records of these producers from each first offset to
+            // the producer's abort marker; sorted by first offset, the order it walks them.
+            let mut aborted: Vec<AbortedTransaction> = o
+                .aborted
+                .unwrap_or_default()
+                .iter()
+                .map(|t| {
+                    let mut a = AbortedTransaction::default();
+                    a.producer_id = ProducerId(t.producer_id);
+                    a.first_offset = t.first_offset;
+                    a
+                })
+                .collect();
+            aborted.sort_by_key(|a| a.first_offset);
+            slot.aborted_transactions = Some(aborted);
         }
         if let Some((epoch, end_offset)) = o.diverging_epoch {
             slot.diverging_epoch.epoch = epoch;

@@ -62,6 +62,7 @@ pub mod quota_entities;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
+pub mod write_txn_markers;
 
 use super::frame::{FrameError, RequestFrame};
 use crate::config::BrokerConfig;
@@ -146,7 +147,7 @@ macro_rules! apis {
 // limited to versions whose semantics are fully implemented: Produce from v3 and Fetch
 // from v4 because only RecordBatch v2 is stored (no down-conversion). Group APIs stop
 // below the versions of the new consumer protocol (KIP-848: OffsetCommit/OffsetFetch v9).
-// Transactions (AddPartitionsToTxn, EndTxn, …) are not served.
+// Of transactions, only the partition leader's part (WriteTxnMarkers) is served so far.
 apis![
     produce::Produce,
     fetch::Fetch,
@@ -190,6 +191,7 @@ apis![
     describe_acls::DescribeAcls,
     create_acls::CreateAcls,
     delete_acls::DeleteAcls,
+    write_txn_markers::WriteTxnMarkers,
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {

@@ -44,10 +44,11 @@ use crate::file_scan::{self, ScanEnd};
 use crate::offset_index::{self, IndexEntry, OffsetIndex};
 use crate::partition_log::{PartitionLog, SealedSegment};
 use crate::segment::{
-    self, Segment, CLEANED_AT_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+    self, Segment, CLEANED_AT_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX,
 };
 use crate::segment_swap::{complete_swap, covers_file, suffixed, CLEANED, SWAP};
 use crate::time_index::{self, TimeEntry, TimeIndex};
+use crate::txn_index::{self, AbortedTxns};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -647,6 +648,19 @@ async fn rewrite_group(
         w.write(bytes).await?;
         w.sync().await?;
     }
+    // The group's aborted transactions stay with the merged segment: a marker the
+    // cleaner keeps still needs its entry, and one it removed is harmless to keep.
+    let txn_path = segment::file_path(dir, base, TXN_INDEX_SUFFIX);
+    let mut aborted = AbortedTxns::new();
+    for seg in group {
+        aborted.extend(txn_index::read(dir, seg.base_offset).map_err(|e| err(dir, e))?);
+    }
+    let aborted = aborted.in_range(base, last.next_base).to_vec();
+    if !aborted.is_empty() {
+        let mut w = BlockingWriter::create(suffixed(&txn_path, CLEANED)).await?;
+        w.write(txn_index::encode(&aborted)).await?;
+        w.sync().await?;
+    }
     let result = Rewritten {
         segment: Segment {
             base_offset: base,
@@ -679,6 +693,7 @@ async fn rewrite_group(
         time_path.clone(),
         log_path.clone(),
     ];
+    let txn_swap = (!aborted.is_empty()).then(|| txn_path.clone());
     let others: Vec<i64> = group.iter().skip(1).map(|s| s.base_offset).collect();
     // The names are about to mean the cleaned copy (or nothing): whoever still reads the
     // old segments through their handles keeps reading the old files.
@@ -691,7 +706,10 @@ async fn rewrite_group(
             // Everything but the log first, made durable, then the log (the commit
             // point): a durable `.log.swap` implies durable companions.
             let [covers, cleaned_at, index, time, log_file] = &swap_set;
-            for p in [covers, cleaned_at, index, time] {
+            for p in [covers, cleaned_at, index, time]
+                .into_iter()
+                .chain(txn_swap.as_ref())
+            {
                 std::fs::rename(suffixed(p, CLEANED), suffixed(p, SWAP))?;
             }
             std::fs::File::open(&d)?.sync_all()?;

@@ -115,8 +115,7 @@ impl PartitionLog {
                     return;
                 }
                 // A clean stop leaves nothing to replay at the next open.
-                let end = log.state.borrow().written_offset;
-                log.snapshot_producers(end).await;
+                log.snapshot_producers().await;
                 let mut st = log.state.borrow_mut();
                 st.synced_offset = st.written_offset;
                 st.closed = true;
@@ -406,15 +405,29 @@ impl PartitionLog {
         *writer = w;
         tracing::debug!(dir = %dir.display(), base = new_base, "rolled segment");
         // Everything below `new_base` is now synced in sealed segments: a crash replays
-        // producer state from here at most.
-        self.snapshot_producers(new_base).await;
+        // producer state from about here at most.
+        self.snapshot_producers().await;
         Ok(())
     }
 
-    /// Writes the producer state as the snapshot at `offset` (see `producer_snapshot`).
+    /// Writes the producer state as the snapshot at the log end (see `producer_snapshot`):
+    /// the state there is exact, since it covers every batch queued so far. Batches still
+    /// waiting to be written are in it; if a crash loses them the snapshot lies past the
+    /// recovered end and the next open uses an older one. The aborted transactions go to
+    /// their `.txnindex` files first, and without them no snapshot is written (`txn`).
     /// A failure is logged, not fatal: the next open replays from an older snapshot.
-    async fn snapshot_producers(&self, offset: i64) {
-        let bytes = producer_snapshot::encode(&self.producers.borrow());
+    async fn snapshot_producers(&self) {
+        if let Err(e) = self.persist_txn_indexes().await {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "transaction index not written; producer snapshot skipped");
+            return;
+        }
+        let (bytes, offset) = {
+            let producers = self.producers.borrow();
+            (
+                producer_snapshot::encode(&producers),
+                self.state.borrow().next_offset,
+            )
+        };
         let dir = self.dir.clone();
         let written = glommio::executor()
             .spawn_blocking(move || producer_snapshot::write(&dir, offset, &bytes))

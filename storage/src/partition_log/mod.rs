@@ -30,7 +30,8 @@
 //! One module per job, each an `impl PartitionLog` block over the state defined here:
 //! `open` (with `recovery` of the active segment), `append`, `replicated` (a follower's
 //! append of its leader's batches: `append_replicated`), `read`, `flusher`, `syncer`,
-//! `segment_set` (roll targets, deletion, the cleaner's swap, holds), `retention`
+//! `segment_set` (roll targets, deletion, the cleaner's swap, holds), `txn`
+//! (transaction markers, the first unstable offset, aborted transactions), `retention`
 //! (retention and DeleteRecords move `log_start_offset`) and `truncate` (a closed log's
 //! directory cut back to an offset, for a follower whose log diverged:
 //! `truncate_closed`). Compaction itself is `crate::compaction`. Not here: leader epochs
@@ -48,6 +49,7 @@ mod retention;
 mod segment_set;
 mod syncer;
 mod truncate;
+mod txn;
 
 pub(crate) use segment_set::SealedSegment;
 pub use truncate::TruncateOutcome;
@@ -189,6 +191,11 @@ pub struct PartitionLog {
     /// Idempotent producers' epochs and last batches; changed only by `append`, in offset
     /// order, and never borrowed across an `.await`.
     producers: RefCell<ProducerState>,
+    /// The aborted transactions, in marker order; changed with `producers` (`txn`).
+    aborted: RefCell<crate::txn_index::AbortedTxns>,
+    /// Aborted-transaction entries whose marker is below this are in the `.txnindex`
+    /// files (`txn::persist_txn_indexes`).
+    txn_index_persisted: std::cell::Cell<i64>,
     /// The owner's clock and observer.
     context: LogContext,
 }

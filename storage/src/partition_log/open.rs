@@ -14,9 +14,10 @@ use crate::error::StorageError;
 use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan;
 use crate::producer_snapshot;
-use crate::producer_state::{ProducerBatch, ProducerState};
+use crate::producer_state::ProducerState;
 use crate::segment::{self, Segment, LOG_SUFFIX};
 use crate::tail_cache::TailCache;
+use crate::txn_index::AbortedTxn;
 use event_listener::Event;
 use glommio::io::OpenOptions;
 use std::cell::RefCell;
@@ -118,7 +119,11 @@ impl PartitionLog {
         let log_start_offset = (*bases.first().unwrap_or(&0))
             .max(checkpoint)
             .min(next_offset);
-        let producers = rebuild_producers(&dir, &segments, next_offset, context.now_ms()).await?;
+        let bases: Vec<i64> = segments.keys().copied().collect();
+        let mut aborted = super::txn::load_aborted(&dir, &bases, next_offset)?;
+        let (producers, replayed_from, rebuilt) =
+            rebuild_producers(&dir, &segments, next_offset, context.now_ms()).await?;
+        aborted.merge(rebuilt);
         let log = Rc::new(PartitionLog {
             config: RefCell::new(config.clone()),
             state: RefCell::new(LogState {
@@ -146,6 +151,8 @@ impl PartitionLog {
             oldest_kept_tombstone_ms: std::cell::Cell::new(i64::MIN),
             start_moves: glommio::sync::Semaphore::new(1),
             producers: RefCell::new(producers),
+            aborted: RefCell::new(aborted),
+            txn_index_persisted: std::cell::Cell::new(replayed_from),
             context,
             dir,
         });
@@ -185,16 +192,18 @@ impl PartitionLog {
     }
 }
 
-/// Rebuilds the idempotent-producer state at open: the newest usable snapshot, then the
-/// producer batches written after it. Without a snapshot the last two segments are
-/// replayed: enough for a crash before the first roll's snapshot was written, and a log
-/// from before snapshots existed has no older history worth a full scan.
+/// Rebuilds the producer state at open: the newest usable snapshot, then the producer
+/// batches and transaction markers written after it. Without a snapshot the last two
+/// segments are replayed: enough for a crash before the first roll's snapshot was
+/// written, and a log from before snapshots existed has no older history worth a full
+/// scan. Returns the state, the offset the replay started at, and the aborted
+/// transactions whose markers it replayed.
 async fn rebuild_producers(
     dir: &Path,
     segments: &BTreeMap<i64, Segment>,
     next_offset: i64,
     now: i64,
-) -> Result<ProducerState, StorageError> {
+) -> Result<(ProducerState, i64, Vec<AbortedTxn>), StorageError> {
     let (mut state, at) = producer_snapshot::load(dir, next_offset, now);
     let from = at.unwrap_or_else(|| {
         segments
@@ -206,8 +215,9 @@ async fn rebuild_producers(
             .unwrap_or(0)
     });
     if from >= next_offset {
-        return Ok(state);
+        return Ok((state, from, Vec::new()));
     }
+    let mut aborted = Vec::new();
     let bases: Vec<i64> = segments.keys().copied().collect();
     let mut replayed = 0usize;
     for (i, base) in bases.iter().enumerate() {
@@ -219,12 +229,16 @@ async fn rebuild_producers(
             continue;
         }
         let file = seg.file.open().await.map_err(|e| storage_err(dir, e))?;
-        file_scan::scan(&file, 0, seg.size, false, |h, _, _| {
-            if h.base_offset >= from {
-                if let Some(b) = ProducerBatch::from_header(h) {
-                    state.record(&b, h.base_offset, h.last_offset() + 1, now, i64::MAX);
-                    replayed += 1;
-                }
+        file_scan::scan(&file, 0, seg.size, false, |h, _, bytes| {
+            if h.base_offset >= from && h.producer_id >= 0 {
+                aborted.extend(super::txn::take_stored_batch(
+                    &mut state,
+                    h,
+                    bytes,
+                    now,
+                    i64::MAX,
+                ));
+                replayed += 1;
             }
             true
         })
@@ -232,5 +246,5 @@ async fn rebuild_producers(
         .map_err(|e| storage_err(dir, e))?;
     }
     tracing::debug!(dir = %dir.display(), from, replayed, producers = state.len(), "producer state rebuilt");
-    Ok(state)
+    Ok((state, from, aborted))
 }

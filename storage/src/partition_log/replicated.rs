@@ -26,7 +26,6 @@
 use super::{AppendTicket, PartitionLog, Pending};
 use crate::batch::{self, batches, BatchError};
 use crate::error::AppendError;
-use crate::producer_state::ProducerBatch;
 use bytes::BytesMut;
 
 /// The whole batches at the front of a follower's request.
@@ -91,20 +90,21 @@ impl PartitionLog {
         })
     }
 
-    /// Records every idempotent producer's batch of `whole` (validated, contiguous) as
-    /// `append` records its one batch, and as a replay of the log at open does: no
-    /// sequence is checked, the leader did that.
+    /// Records every producer's batch and transaction marker of `whole` (validated,
+    /// contiguous) as a replay of the log at open does: no sequence or epoch is checked,
+    /// the leader did that. An aborted transaction's entry is added as the leader added
+    /// it, so a follower that becomes leader serves `read_committed` fetches at once.
     fn record_producers(&self, whole: &[u8], now_ms: i64, written: i64) {
         let mut producers = self.producers.borrow_mut();
-        for (header, _) in batches(whole).flatten() {
-            if let Some(p) = ProducerBatch::from_header(&header) {
-                producers.record(
-                    &p,
-                    header.base_offset,
-                    header.last_offset() + 1,
-                    now_ms,
-                    written,
-                );
+        for (header, range) in batches(whole).flatten() {
+            if header.producer_id < 0 {
+                continue;
+            }
+            let bytes = whole.get(range).unwrap_or_default();
+            if let Some(entry) =
+                super::txn::take_stored_batch(&mut producers, &header, bytes, now_ms, written)
+            {
+                self.aborted.borrow_mut().push(entry);
             }
         }
     }

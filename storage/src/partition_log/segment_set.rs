@@ -8,7 +8,7 @@
 use super::files::sync_dir;
 use super::PartitionLog;
 use crate::file_cache::SegmentFile;
-use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment::{self, Segment, LOG_SUFFIX};
 use std::time::Duration;
 
 /// Suffix added to a deleted segment's files until they are unlinked.
@@ -71,6 +71,8 @@ impl PartitionLog {
             }
             if let Some(first) = st.segments.keys().next().copied() {
                 st.log_start_offset = st.log_start_offset.max(first);
+                // Their aborted transactions go with the segments that held the markers.
+                self.aborted.borrow_mut().remove_below(first);
             }
             assert!(
                 st.log_start_offset <= st.next_offset,
@@ -83,12 +85,7 @@ impl PartitionLog {
         }
         let mut renamed = Vec::with_capacity(doomed.len() * 3);
         for (base, file) in &doomed {
-            for suffix in [
-                LOG_SUFFIX,
-                INDEX_SUFFIX,
-                TIME_INDEX_SUFFIX,
-                segment::CLEANED_AT_SUFFIX,
-            ] {
+            for suffix in [LOG_SUFFIX].into_iter().chain(segment::COMPANION_SUFFIXES) {
                 let path = segment::file_path(&self.dir, *base, suffix);
                 let gone = path.with_extension(format!("{suffix}{DELETED_SUFFIX}"));
                 match std::fs::rename(&path, &gone) {

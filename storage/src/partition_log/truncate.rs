@@ -53,8 +53,9 @@ use crate::error::StorageError;
 use crate::offset_index::{self, OffsetIndex};
 use crate::producer_snapshot;
 use crate::retention::LOG_START_CHECKPOINT;
-use crate::segment::{self, CLEANED_AT_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment::{self, COMPANION_SUFFIXES, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::time_index::{self, TimeIndex};
+use crate::txn_index;
 use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
@@ -75,9 +76,6 @@ pub struct TruncateOutcome {
     /// the empty active segment emptied).
     pub segments_removed: usize,
 }
-
-/// Files of a segment other than its log, removed before it.
-const COMPANION_SUFFIXES: [&str; 3] = [INDEX_SUFFIX, TIME_INDEX_SUFFIX, CLEANED_AT_SUFFIX];
 
 /// Where a walk over a segment's batch headers stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -505,6 +503,12 @@ fn cut_segment(dir: &Path, base: i64, position: u64, new_end: i64) -> Result<(),
     let kept = TimeIndex::decode(base, &bytes, new_end).len() * time_index::ENTRY_BYTES;
     if kept < bytes.len() {
         truncate_file(&time_path, kept as u64)?;
+    }
+    // Aborted transactions whose marker goes with the cut are forgotten with it.
+    let aborted = txn_index::read(dir, base).map_err(|e| io_err(dir, &e))?;
+    let kept = aborted.partition_point(|e| e.last_offset < new_end);
+    if kept < aborted.len() {
+        txn_index::write(dir, base, &aborted[..kept]).map_err(|e| io_err(dir, &e))?;
     }
     truncate_file(&segment::file_path(dir, base, LOG_SUFFIX), position)
 }

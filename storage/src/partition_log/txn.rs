@@ -1,0 +1,189 @@
+//! Transactions in the log: the markers a partition leader appends at the coordinator's
+//! request, the first unstable offset that bounds what `read_committed` consumers read,
+//! the aborted transactions such a fetch is told about, and their `.txnindex` files.
+//!
+//! The producer state (`producer_state`) decides; this module keeps the log's part:
+//! every aborted transaction's entry is added in marker order, synchronously with the
+//! marker's offset, by all three paths that add batches (a leader's marker here, a
+//! follower's replicated batches, the replay at open), so a follower and a log reopened
+//! after a crash hold the same entries as the leader.
+//!
+//! Durability of the entries: before each producer snapshot, every segment that gained
+//! entries since the last one has its `.txnindex` written whole (`persist_txn_indexes`);
+//! a snapshot is written only if that succeeded. So every entry whose marker lies below
+//! the newest snapshot is on disk, and at open the replay from that snapshot adds the
+//! rest. An entry of a marker that a crash lost (at or past the recovered end) is
+//! dropped at open.
+
+use super::{io_err, AppendTicket, PartitionLog, Pending};
+use crate::batch;
+use crate::error::AppendError;
+use crate::producer_state::ProducerState;
+use crate::txn_index::{self, AbortedTxn, AbortedTxns};
+use crate::txn_marker::{self, TxnMarker};
+use bytes::BytesMut;
+
+impl PartitionLog {
+    /// Appends the transaction marker the coordinator asks for (WriteTxnMarkers), ending
+    /// the producer's open transaction here if it has one. Checked first: a marker older
+    /// than the producer's epoch, or from an older coordinator, is refused and nothing
+    /// is written. Wait on the ticket with [`Self::wait`].
+    pub fn append_marker(
+        &self,
+        marker: &TxnMarker,
+        leader_epoch: i32,
+    ) -> Result<AppendTicket, AppendError> {
+        let now_ms = self.context.now_ms();
+        self.producers.borrow().check_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+        )?;
+        let flush_messages = self.config.borrow().flush_messages;
+        let mut st = self.state.borrow_mut();
+        if let Some(f) = st.failure.as_ref().or(st.out_of_space.as_ref()) {
+            return Err(AppendError::Storage(f.clone()));
+        }
+        if st.closing {
+            return Err(AppendError::Closed);
+        }
+        let mut bytes = BytesMut::from(&txn_marker::build(marker, now_ms)[..]);
+        let offset = st.next_offset;
+        batch::set_base_offset(&mut bytes, offset);
+        batch::set_partition_leader_epoch(&mut bytes, leader_epoch);
+        st.next_offset = offset + 1;
+        let done = self.producers.borrow_mut().record_marker(
+            marker.producer_id,
+            marker.producer_epoch,
+            marker.coordinator_epoch,
+            marker.kind,
+            offset,
+            now_ms,
+        );
+        if let Some(done) = done.filter(|d| d.aborted) {
+            let entry = AbortedTxn {
+                producer_id: done.producer_id,
+                first_offset: done.first_offset,
+                last_offset: done.last_offset,
+                last_stable_offset: self.producers.borrow().last_stable_offset_after(&done),
+            };
+            self.aborted.borrow_mut().push(entry);
+        }
+        self.enqueue(
+            st,
+            Pending {
+                base_offset: offset,
+                next_offset: offset + 1,
+                bytes: bytes.freeze(),
+            },
+            flush_messages,
+        );
+        Ok(AppendTicket {
+            base_offset: offset,
+            next_offset: offset + 1,
+        })
+    }
+
+    /// The first offset a `read_committed` consumer may not read yet given the
+    /// partition's `high_watermark` (see `ProducerState::first_unstable_offset`);
+    /// `None` when no transaction holds anything back.
+    pub fn first_unstable_offset(&self, high_watermark: i64) -> Option<i64> {
+        self.producers
+            .borrow_mut()
+            .first_unstable_offset(high_watermark)
+    }
+
+    /// The aborted transactions a `read_committed` fetch from `fetch_offset` of records
+    /// below `upper_bound` must be told about, in marker order.
+    pub fn aborted_transactions(&self, fetch_offset: i64, upper_bound: i64) -> Vec<AbortedTxn> {
+        self.aborted.borrow().collect(fetch_offset, upper_bound)
+    }
+
+    /// Writes the `.txnindex` of every segment that gained entries since the last call,
+    /// whole. Called before each producer snapshot, which must not be written if this
+    /// fails (see the module doc).
+    pub(super) async fn persist_txn_indexes(&self) -> Result<(), crate::StorageError> {
+        let from = self.txn_index_persisted.get();
+        let (files, end) = {
+            let aborted = self.aborted.borrow();
+            let Some(last) = aborted.in_range(from, i64::MAX).last().copied() else {
+                return Ok(());
+            };
+            let bases: Vec<i64> = self.state.borrow().segments.keys().copied().collect();
+            let mut files = Vec::new();
+            for (i, base) in bases.iter().enumerate() {
+                let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+                if !aborted.in_range((*base).max(from), next_base).is_empty() {
+                    files.push((*base, aborted.in_range(*base, next_base).to_vec()));
+                }
+            }
+            (files, last.last_offset + 1)
+        };
+        let dir = self.dir.clone();
+        glommio::executor()
+            .spawn_blocking(move || -> std::io::Result<()> {
+                for (base, entries) in &files {
+                    txn_index::write(&dir, *base, entries)?;
+                }
+                Ok(())
+            })
+            .await
+            .map_err(|e| io_err(&self.dir, &e))?;
+        // Entries added meanwhile are for later markers: at or past `end`.
+        self.txn_index_persisted.set(end);
+        Ok(())
+    }
+}
+
+/// Takes one stored batch into `producers` as a follower's append and the replay at open
+/// do (no check: the leader made them): an idempotent or transactional producer's batch
+/// is recorded, a transaction marker ends its transaction. Returns the aborted
+/// transaction's entry when the batch is a marker that aborted one.
+pub(super) fn take_stored_batch(
+    producers: &mut ProducerState,
+    header: &batch::BatchHeader,
+    bytes: &[u8],
+    now_ms: i64,
+    written_offset: i64,
+) -> Option<AbortedTxn> {
+    if let Some(p) = crate::producer_state::ProducerBatch::from_header(header) {
+        producers.record(
+            &p,
+            header.base_offset,
+            header.last_offset() + 1,
+            now_ms,
+            written_offset,
+        );
+        return None;
+    }
+    let (kind, coordinator_epoch) = txn_marker::parse(header, bytes)?;
+    let done = producers.record_marker(
+        header.producer_id,
+        header.producer_epoch,
+        coordinator_epoch,
+        kind,
+        header.base_offset,
+        now_ms,
+    )?;
+    done.aborted.then(|| AbortedTxn {
+        producer_id: done.producer_id,
+        first_offset: done.first_offset,
+        last_offset: done.last_offset,
+        last_stable_offset: producers.last_stable_offset_after(&done),
+    })
+}
+
+/// The aborted transactions of the segments at `bases` as their files hold them, those
+/// whose marker is at or past `log_end` (lost in a crash) left out.
+pub(super) fn load_aborted(
+    dir: &std::path::Path,
+    bases: &[i64],
+    log_end: i64,
+) -> Result<AbortedTxns, crate::StorageError> {
+    let mut aborted = AbortedTxns::new();
+    for base in bases {
+        aborted.extend(txn_index::read(dir, *base).map_err(|e| io_err(dir, &e))?);
+    }
+    aborted.truncate_from(log_end);
+    Ok(aborted)
+}

@@ -1,0 +1,347 @@
+//! Transactions on a real partition log: markers ending transactions, the first unstable
+//! offset, the aborted transactions a `read_committed` fetch is told about, and all of it
+//! surviving clean restarts, crashes, segment rolls, a follower's replication, a
+//! truncation and compaction.
+
+mod common;
+
+use common::*;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::producer_state::SequenceError;
+use corelog_storage::txn_index::AbortedTxn;
+use corelog_storage::txn_marker::{MarkerKind, TxnMarker};
+use corelog_storage::LogContext;
+use corelog_storage::{AckLevel, AppendError, PartitionLog};
+use std::path::Path;
+
+/// A transactional batch of `count` records from `pid` at `epoch`, sequences from `seq`.
+fn txn(pid: i64, epoch: i16, seq: i32, count: usize) -> Vec<u8> {
+    let mut b = BatchBuilder::new(1_000)
+        .producer(pid, epoch, seq)
+        .transactional();
+    for i in 0..count {
+        let value = format!("p{pid}-s{}", i64::from(seq) + i as i64);
+        b.push(&Record {
+            key: Some(b"k"),
+            value: Some(value.as_bytes()),
+            headers: &[],
+            timestamp_delta: i as i64,
+        });
+    }
+    b.build()
+}
+
+fn marker(pid: i64, epoch: i16, coordinator_epoch: i32, commit: bool) -> TxnMarker {
+    TxnMarker {
+        producer_id: pid,
+        producer_epoch: epoch,
+        coordinator_epoch,
+        kind: if commit {
+            MarkerKind::Commit
+        } else {
+            MarkerKind::Abort
+        },
+    }
+}
+
+async fn produce(log: &PartitionLog, bytes: &[u8]) -> Result<i64, AppendError> {
+    let t = log.append(bytes, 0)?;
+    log.wait(t, AckLevel::All).await?;
+    Ok(t.base_offset)
+}
+
+async fn end(log: &PartitionLog, m: TxnMarker) -> Result<i64, AppendError> {
+    let t = log.append_marker(&m, 0)?;
+    log.wait(t, AckLevel::All).await?;
+    Ok(t.base_offset)
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("dir") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
+    }
+}
+
+/// The offset of the newest producer snapshot in `dir`.
+fn newest_snapshot(dir: &Path) -> i64 {
+    std::fs::read_dir(dir)
+        .expect("dir")
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            name.strip_suffix(".snapshot")?.parse::<i64>().ok()
+        })
+        .max()
+        .expect("a snapshot was written at a roll")
+}
+
+fn aborted(pid: i64, first: i64, last: i64, lso: i64) -> AbortedTxn {
+    AbortedTxn {
+        producer_id: pid,
+        first_offset: first,
+        last_offset: last,
+        last_stable_offset: lso,
+    }
+}
+
+#[test]
+fn markers_end_transactions_and_aborts_are_served() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
+            .await
+            .expect("open");
+        assert_eq!(produce(&log, &txn(1, 0, 0, 3)).await.expect("p1"), 0);
+        assert_eq!(produce(&log, &txn(2, 0, 0, 2)).await.expect("p2"), 3);
+        assert_eq!(produce(&log, &batch(0, 2, 10, 1)).await.expect("plain"), 5);
+        assert_eq!(log.first_unstable_offset(7), Some(0));
+        // Producer 1 may not write outside its transaction.
+        assert!(matches!(
+            log.append(&idem(1, 0, 3, 1), 0),
+            Err(AppendError::Sequence(SequenceError::TxnOpen {
+                producer_id: 1
+            }))
+        ));
+        assert_eq!(end(&log, marker(1, 0, 4, false)).await.expect("abort"), 7);
+        assert_eq!(
+            log.aborted_transactions(0, 8),
+            vec![aborted(1, 0, 7, 3)],
+            "producer 2's transaction held the stable offset at 3"
+        );
+        assert_eq!(
+            log.first_unstable_offset(7),
+            Some(0),
+            "marker not replicated"
+        );
+        assert_eq!(log.first_unstable_offset(8), Some(3));
+        assert_eq!(end(&log, marker(2, 0, 4, true)).await.expect("commit"), 8);
+        assert_eq!(log.first_unstable_offset(9), None);
+        assert_eq!(
+            log.aborted_transactions(0, 9).len(),
+            1,
+            "a commit adds none"
+        );
+        // Stale and fenced markers are refused and write nothing.
+        assert!(matches!(
+            log.append_marker(&marker(2, 0, 3, true), 0),
+            Err(AppendError::Sequence(SequenceError::CoordinatorFenced {
+                current: 4,
+                ..
+            }))
+        ));
+        produce(&log, &txn(2, 1, 0, 1)).await.expect("next epoch");
+        assert!(matches!(
+            log.append_marker(&marker(2, 0, 4, true), 0),
+            Err(AppendError::Sequence(SequenceError::StaleEpoch {
+                current: 1,
+                ..
+            }))
+        ));
+        // A duplicate of a marker already written is harmless: it ends nothing.
+        end(&log, marker(1, 0, 4, false))
+            .await
+            .expect("late marker");
+        assert_eq!(log.aborted_transactions(0, 100).len(), 1);
+        assert_eq!(
+            log.first_unstable_offset(11),
+            Some(9),
+            "producer 2's new one"
+        );
+        assert_eq!(log.written_offset(), 11);
+        // Markers are control batches read back as stored.
+        let all = read_all(&log).await;
+        let controls: Vec<i64> = headers(&all)
+            .iter()
+            .filter(|h| h.is_control())
+            .map(|h| h.base_offset)
+            .collect();
+        assert_eq!(controls, vec![7, 8, 10]);
+        log.close().await;
+    });
+}
+
+/// Many transactions over many small segments, every third aborted, producer 9's left
+/// open at the end.
+async fn write_history(log: &PartitionLog) -> Vec<AbortedTxn> {
+    let mut seq = [0i32; 4];
+    for round in 0..40 {
+        for pid in 1..4i64 {
+            let s = &mut seq[pid as usize];
+            produce(log, &txn(pid, 0, *s, 2)).await.expect("txn");
+            *s += 2;
+        }
+        for pid in 1..4i64 {
+            let commit = (round + pid) % 3 != 0;
+            end(log, marker(pid, 0, 1, commit)).await.expect("marker");
+        }
+    }
+    produce(log, &txn(9, 0, 0, 1)).await.expect("open txn");
+    log.aborted_transactions(0, i64::MAX)
+}
+
+#[test]
+fn transactions_survive_clean_restarts_crashes_and_rolls() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let live = dir.path().join("t-0");
+    let crashed = dir.path().join("crash-0");
+    let (l, c) = (live.clone(), crashed.clone());
+    let expected = run(move || async move {
+        let log = PartitionLog::open(l.clone(), small_config(1024), LogContext::system())
+            .await
+            .expect("open");
+        write_history(&log).await;
+        assert!(log.segment_count() > 5, "segments rolled");
+        // A tail of aborts: three producers' transactions, each aborted (less than a
+        // segment, so at most one roll among them).
+        for pid in [11i64, 12, 13] {
+            produce(&log, &txn(pid, 0, 0, 1)).await.expect("txn");
+        }
+        for pid in [11i64, 12, 13] {
+            end(&log, marker(pid, 0, 1, false)).await.expect("abort");
+        }
+        let expected = log.aborted_transactions(0, i64::MAX);
+        assert_eq!(expected.len(), 43);
+        // A crash image: copied while open, so no snapshot or index at the log end.
+        copy_dir(&l, &c);
+        // Some aborts lie past the newest snapshot: only a replay can find them.
+        let newest = newest_snapshot(&c);
+        assert!(
+            expected.iter().filter(|e| e.last_offset >= newest).count() >= 2,
+            "snapshot at {newest}, aborts at {:?}",
+            expected.iter().map(|e| e.last_offset).collect::<Vec<_>>()
+        );
+        log.close().await;
+        expected
+    });
+    for path in [live, crashed] {
+        let expected = expected.clone();
+        run(move || async move {
+            let log = PartitionLog::open(path.clone(), small_config(1024), LogContext::system())
+                .await
+                .expect("reopen");
+            let end_offset = log.written_offset();
+            assert_eq!(log.aborted_transactions(0, i64::MAX), expected, "{path:?}");
+            let open_at = end_offset - 7;
+            assert_eq!(
+                log.first_unstable_offset(end_offset),
+                Some(open_at),
+                "producer 9's transaction is still open"
+            );
+            end(&log, marker(9, 0, 1, false)).await.expect("abort it");
+            let last = log.aborted_transactions(end_offset, i64::MAX);
+            assert_eq!(last, vec![aborted(9, open_at, end_offset, end_offset + 1)]);
+            log.close().await;
+            // Reopened once more: the new entry was persisted at the clean close.
+            let log = PartitionLog::open(path.clone(), small_config(1024), LogContext::system())
+                .await
+                .expect("reopen");
+            assert_eq!(log.aborted_transactions(0, i64::MAX).len(), 44);
+            assert_eq!(log.first_unstable_offset(i64::MAX), None);
+            log.close().await;
+        });
+    }
+}
+
+#[test]
+fn a_follower_holds_what_its_leader_holds() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (l, f) = (dir.path().join("leader-0"), dir.path().join("follower-0"));
+    run(move || async move {
+        let leader = PartitionLog::open(l, small_config(1024), LogContext::system())
+            .await
+            .expect("open");
+        let follower = PartitionLog::open(f.clone(), small_config(1024), LogContext::system())
+            .await
+            .expect("open");
+        let expected = write_history(&leader).await;
+        let bytes = read_all(&leader).await;
+        let t = follower.append_replicated(&bytes).expect("replicate");
+        follower.wait(t, AckLevel::All).await.expect("written");
+        let end_offset = leader.written_offset();
+        assert_eq!(follower.aborted_transactions(0, i64::MAX), expected);
+        assert_eq!(
+            follower.first_unstable_offset(end_offset),
+            leader.first_unstable_offset(end_offset)
+        );
+        follower.close().await;
+        leader.close().await;
+        let follower = PartitionLog::open(f, small_config(1024), LogContext::system())
+            .await
+            .expect("reopen");
+        assert_eq!(follower.aborted_transactions(0, i64::MAX), expected);
+        follower.close().await;
+    });
+}
+
+#[test]
+fn a_truncation_forgets_the_markers_it_cuts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    let (cut, kept) = run(move || async move {
+        let log = PartitionLog::open(p, small_config(1024), LogContext::system())
+            .await
+            .expect("open");
+        let all = write_history(&log).await;
+        log.close().await;
+        // Cut right at an abort marker in the middle: it and every later one go.
+        let victim = all[all.len() / 2];
+        (victim.last_offset, all[..all.len() / 2].to_vec())
+    });
+    PartitionLog::truncate_closed(&path, cut).expect("truncate");
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1024), LogContext::system())
+            .await
+            .expect("reopen");
+        assert_eq!(log.written_offset(), cut);
+        assert_eq!(log.aborted_transactions(0, i64::MAX), kept);
+        // The transaction whose marker was cut is open again.
+        assert!(log.first_unstable_offset(cut).is_some_and(|f| f < cut));
+        log.close().await;
+    });
+}
+
+#[test]
+fn compaction_keeps_the_aborted_transactions_of_the_segments_it_merges() {
+    use corelog_storage::compaction::cleaner::clean;
+    use corelog_storage::config::CleanupPolicy;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let config = corelog_storage::LogConfig {
+        cleanup: CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        min_compaction_lag_ms: 0,
+        file_delete_delay_ms: 0,
+        ..small_config(1024)
+    };
+    let c = config.clone();
+    let p = path.clone();
+    let expected = run(move || async move {
+        let log = PartitionLog::open(p, c, LogContext::system())
+            .await
+            .expect("open");
+        let expected = write_history(&log).await;
+        let segments = log.segment_count();
+        let now = 2_000_000_000_000;
+        while clean(&log, 1 << 20, now, i64::MAX, true, None)
+            .await
+            .expect("clean")
+            .is_some()
+        {}
+        assert!(log.segment_count() < segments, "segments were merged");
+        assert_eq!(log.aborted_transactions(0, i64::MAX), expected);
+        log.close().await;
+        expected
+    });
+    run(move || async move {
+        let log = PartitionLog::open(path, config, LogContext::system())
+            .await
+            .expect("reopen");
+        assert_eq!(log.aborted_transactions(0, i64::MAX), expected);
+        log.close().await;
+    });
+}
