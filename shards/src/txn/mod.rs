@@ -8,9 +8,10 @@
 //! client is told of a change, and read back by the next leader.
 //!
 //! Modules: `state` (one id's states and the transitions it may make), `log_record` (the
-//! record codec).
+//! record codec), `rules` (what each request does to an id's state, as Kafka decides it).
 
 pub mod log_record;
+pub mod rules;
 pub mod state;
 
 pub const TRANSACTION_TOPIC: &str = "__transaction_state";

@@ -14,7 +14,10 @@
 //! - Dead and PrepareEpochFence are never committed states (Dead only pends while the
 //!   id's tombstone is written; PrepareEpochFence is replaced by PrepareAbort);
 //! - the epoch handed to a client is at most 32766, so the coordinator can always fence
-//!   it by one more bump.
+//!   it by one more bump (32767 only appears on a transaction being ended, Prepare* and
+//!   the Complete* that follows it, and is never an epoch a client is given);
+//! - a completion moves to a new producer id only to the one its Prepare* named
+//!   (`next_producer_id`, transaction version 2 when the epoch runs out).
 
 use std::collections::BTreeSet;
 
@@ -130,8 +133,13 @@ pub type TxnPartition = (String, i32);
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Transit {
     pub producer_id: i64,
-    /// The producer id before the last rotation (-1 if none).
+    /// The producer id of the state this transition was made from (Kafka's
+    /// `prevProducerId`, set on every transition; -1 for an id never written). After a
+    /// rotation it names the old id, which lets a client's retry with the old id be known.
     pub previous_producer_id: i64,
+    /// The producer id a version 2 end moves to once its markers are written, set by a
+    /// Prepare* whose epoch ran out (-1 otherwise).
+    pub next_producer_id: i64,
     pub producer_epoch: i16,
     /// The epoch before the last bump, so that a client retrying a bump it did not hear
     /// the answer to is given the same epoch (-1 if the bump fenced older instances).
@@ -142,6 +150,9 @@ pub struct Transit {
     /// When the ongoing transaction began (-1 if none).
     pub start_ms: i64,
     pub update_ms: i64,
+    /// Whether the transition was made under transaction version 2 (Kafka's
+    /// `clientTransactionVersion` 2, stored in the record; false is version 0).
+    pub tv2: bool,
 }
 
 /// Why a transition was refused.
@@ -166,7 +177,9 @@ pub struct TxnMetadata {
     pub current: Transit,
     /// The transition whose record is being written, if any.
     pub pending: Option<TxnState>,
-    /// Whether this transaction uses transaction version 2 (an epoch bump per end).
+    /// Checks every transition as one of transaction version 2 (an epoch bump per end).
+    /// A transition made under version 2 says so itself (`Transit::tv2`), which is what
+    /// the rules set; this flag forces it for a whole id.
     pub version2: bool,
 }
 
@@ -178,6 +191,7 @@ impl TxnMetadata {
             current: Transit {
                 producer_id,
                 previous_producer_id: -1,
+                next_producer_id: -1,
                 producer_epoch: -1,
                 last_producer_epoch: -1,
                 timeout_ms,
@@ -185,6 +199,7 @@ impl TxnMetadata {
                 partitions: BTreeSet::new(),
                 start_ms: -1,
                 update_ms: now_ms,
+                tv2: false,
             },
             pending: None,
             version2: false,
@@ -203,7 +218,10 @@ impl TxnMetadata {
         if to.producer_id < 0 || (to.producer_epoch < 0 && to.state != Dead) {
             return Err(TransitionError::NoProducer(to.state));
         }
-        if !to.state.may_follow(self.current.state, self.version2) {
+        if !to
+            .state
+            .may_follow(self.current.state, self.version2 || to.tv2)
+        {
             return Err(TransitionError::Illegal {
                 from: self.current.state,
                 to: to.state,
@@ -218,7 +236,7 @@ impl TxnMetadata {
         if self.pending != Some(to.state) {
             return Err(TransitionError::NotPrepared(to.state));
         }
-        check_invariants(&self.current, &to, self.version2)?;
+        check_invariants(&self.current, &to, self.version2 || to.tv2)?;
         self.pending = None;
         self.current = to;
         Ok(())
@@ -240,10 +258,9 @@ pub fn check_invariants(
     if !to.state.is_written() {
         return invalid("Dead and PrepareEpochFence are never committed states");
     }
-    if to.producer_epoch > EPOCH_EXHAUSTED_AT
-        && to.state != PrepareCommit
-        && to.state != PrepareAbort
-    {
+    // 32767 is reached only by ending a transaction (a fence at 32766, or a version 2 end
+    // bumping 32766), and the Complete* keeps the epoch its Prepare* ended under.
+    if to.producer_epoch > EPOCH_EXHAUSTED_AT && matches!(to.state, Empty | Ongoing) {
         return invalid("an epoch above 32766 is never handed out");
     }
     let same_producer = to.producer_id == from.producer_id;
@@ -283,11 +300,24 @@ pub fn check_invariants(
             if !empty_abort && to.start_ms != from.start_ms {
                 return invalid("a transaction ends with the start it had");
             }
-            // Version 2 ends every transaction under the next epoch; version 1 under its
-            // own, or the next one when the coordinator fences the producer and aborts.
-            let next = from.producer_epoch.checked_add(1);
-            let ends_ok = Some(to.producer_epoch) == next
-                || (!version2 && to.producer_epoch == from.producer_epoch);
+            // Version 1 ends a transaction under its own epoch, or the next one when the
+            // coordinator fences the producer and aborts. Version 2 ends it under the next
+            // epoch after the one it ran under, recorded as the last epoch; a fence first
+            // bumps that one, so a fenced abort may end two above (and stays at 32767
+            // rather than overflow).
+            let next = |e: i16| e.checked_add(1);
+            let ends_ok = if version2 {
+                let fenced = to.state == PrepareAbort
+                    && Some(to.last_producer_epoch) == next(from.producer_epoch);
+                let ran_under = to.last_producer_epoch == from.producer_epoch || fenced;
+                let at_max = to.state == PrepareAbort
+                    && to.producer_epoch == i16::MAX
+                    && to.last_producer_epoch == i16::MAX;
+                ran_under && (Some(to.producer_epoch) == next(to.last_producer_epoch) || at_max)
+            } else {
+                Some(to.producer_epoch) == next(from.producer_epoch)
+                    || to.producer_epoch == from.producer_epoch
+            };
             if same_producer && !ends_ok {
                 return invalid("a transaction ends under its epoch or the next");
             }
@@ -301,6 +331,10 @@ pub fn check_invariants(
             }
             if same_producer && to.producer_epoch != from.producer_epoch {
                 return invalid("completing keeps the epoch the transaction ended under");
+            }
+            if !same_producer && (to.producer_id != from.next_producer_id || to.producer_epoch != 0)
+            {
+                return invalid("a completion moves only to the next producer id, at epoch 0");
             }
         }
         Dead | PrepareEpochFence => unreachable!("checked above"),
@@ -516,6 +550,48 @@ mod tests {
         abort.start_ms = 50;
         to(&mut m, abort).unwrap();
         assert_eq!(m.current.producer_epoch, 2);
+    }
+
+    #[test]
+    fn an_end_moves_only_to_the_producer_id_it_named() {
+        let mut m = TxnMetadata::new("t", 7, 60_000, 0);
+        go(&mut m, |m| bumped(m, Empty)).unwrap();
+        go(&mut m, |m| ongoing(m, &[("a", 0)], 5)).unwrap();
+        m.current.producer_epoch = EPOCH_EXHAUSTED_AT;
+        let mut commit = bumped(&m, PrepareCommit);
+        commit.tv2 = true;
+        commit.next_producer_id = 8;
+        to(&mut m, commit).unwrap();
+        assert_eq!(m.current.producer_epoch, i16::MAX, "ended under 32767");
+
+        let ended = m.current.clone();
+        let done = |pid: i64, epoch: i16| {
+            let mut t = ended.clone();
+            t.state = CompleteCommit;
+            t.partitions.clear();
+            t.next_producer_id = -1;
+            t.producer_id = pid;
+            t.producer_epoch = epoch;
+            t
+        };
+        for wrong in [done(9, 0), done(8, 1)] {
+            let mut m = m.clone();
+            assert!(matches!(
+                to(&mut m, wrong),
+                Err(TransitionError::Invalid { .. })
+            ));
+        }
+        // Without a new id the completion keeps 32767, which only an ended transaction has.
+        to(&mut m.clone(), done(7, i16::MAX)).unwrap();
+        to(&mut m, done(8, 0)).unwrap();
+
+        let mut m = TxnMetadata::new("t", 7, 60_000, 0);
+        go(&mut m, |m| bumped(m, Empty)).unwrap();
+        m.current.producer_epoch = EPOCH_EXHAUSTED_AT;
+        assert!(matches!(
+            go(&mut m, |m| bumped(m, Empty)),
+            Err(TransitionError::Invalid { .. })
+        ));
     }
 
     #[test]
