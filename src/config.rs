@@ -18,6 +18,7 @@ use anyhow::{bail, Context};
 use clap::Args;
 use corelog_shards::group::coordinator::GroupConfig;
 use corelog_shards::housekeeping::HousekeepingConfig;
+use corelog_shards::txn::coordinator::TxnCoordinatorConfig;
 use corelog_storage::{Durability, LogConfig};
 use serde::Deserialize;
 use std::net::SocketAddr;
@@ -163,6 +164,46 @@ pub struct ServeArgs {
     /// The same in milliseconds, for finer control (wins over minutes).
     #[arg(long)]
     pub offsets_retention_ms: Option<u64>,
+    /// Partitions of __transaction_state when it is created (Kafka's
+    /// transaction.state.log.num.partitions, 50).
+    #[arg(long)]
+    #[serde(alias = "transaction.state.log.num.partitions")]
+    pub transaction_state_log_num_partitions: Option<i32>,
+    /// Replicas of each __transaction_state partition, at most one per live broker
+    /// (Kafka's transaction.state.log.replication.factor, 3).
+    #[arg(long)]
+    #[serde(alias = "transaction.state.log.replication.factor")]
+    pub transaction_state_log_replication_factor: Option<i32>,
+    /// min.insync.replicas of __transaction_state (Kafka's transaction.state.log.min.isr,
+    /// 2; at most its replication factor).
+    #[arg(long)]
+    #[serde(alias = "transaction.state.log.min.isr")]
+    pub transaction_state_log_min_isr: Option<i32>,
+    /// Segment size of __transaction_state partitions (Kafka's
+    /// transaction.state.log.segment.bytes, 100 MiB).
+    #[arg(long)]
+    #[serde(alias = "transaction.state.log.segment.bytes")]
+    pub transaction_state_log_segment_bytes: Option<u64>,
+    /// The longest transaction timeout a producer may ask for, ms (Kafka's
+    /// transaction.max.timeout.ms, 15 minutes).
+    #[arg(long)]
+    #[serde(alias = "transaction.max.timeout.ms")]
+    pub transaction_max_timeout_ms: Option<i32>,
+    /// How long a transactional id with no transaction in flight is kept after its last
+    /// use, ms (Kafka's transactional.id.expiration.ms, 7 days).
+    #[arg(long)]
+    #[serde(alias = "transactional.id.expiration.ms")]
+    pub transactional_id_expiration_ms: Option<i64>,
+    /// How often transactions past their timeout are looked for and aborted, ms (Kafka's
+    /// transaction.abort.timed.out.transaction.cleanup.interval.ms, 10 s).
+    #[arg(long)]
+    #[serde(alias = "transaction.abort.timed.out.transaction.cleanup.interval.ms")]
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: Option<u64>,
+    /// How often expired transactional ids are removed, ms (Kafka's
+    /// transaction.remove.expired.transaction.cleanup.interval.ms, 1 hour).
+    #[arg(long)]
+    #[serde(alias = "transaction.remove.expired.transaction.cleanup.interval.ms")]
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: Option<u64>,
     /// Age after which a segment is deleted, ms; -1 keeps data forever (Kafka's
     /// log.retention.ms; a topic's retention.ms overrides it).
     #[arg(long, allow_negative_numbers = true)]
@@ -524,6 +565,30 @@ impl ServeArgs {
                 .offsets_retention_minutes
                 .or(file.offsets_retention_minutes),
             offsets_retention_ms: self.offsets_retention_ms.or(file.offsets_retention_ms),
+            transaction_state_log_num_partitions: self
+                .transaction_state_log_num_partitions
+                .or(file.transaction_state_log_num_partitions),
+            transaction_state_log_replication_factor: self
+                .transaction_state_log_replication_factor
+                .or(file.transaction_state_log_replication_factor),
+            transaction_state_log_min_isr: self
+                .transaction_state_log_min_isr
+                .or(file.transaction_state_log_min_isr),
+            transaction_state_log_segment_bytes: self
+                .transaction_state_log_segment_bytes
+                .or(file.transaction_state_log_segment_bytes),
+            transaction_max_timeout_ms: self
+                .transaction_max_timeout_ms
+                .or(file.transaction_max_timeout_ms),
+            transactional_id_expiration_ms: self
+                .transactional_id_expiration_ms
+                .or(file.transactional_id_expiration_ms),
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: self
+                .transaction_abort_timed_out_transaction_cleanup_interval_ms
+                .or(file.transaction_abort_timed_out_transaction_cleanup_interval_ms),
+            transaction_remove_expired_transaction_cleanup_interval_ms: self
+                .transaction_remove_expired_transaction_cleanup_interval_ms
+                .or(file.transaction_remove_expired_transaction_cleanup_interval_ms),
             retention_ms: self.retention_ms.or(file.retention_ms),
             retention_bytes: self.retention_bytes.or(file.retention_bytes),
             // The file's defaults first, so a flag for the same key wins.
@@ -640,6 +705,7 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub log: LogConfig,
     pub groups: GroupConfig,
+    pub txns: TxnCoordinatorConfig,
     pub housekeeping: HousekeepingConfig,
     pub retention_check_interval_ms: u64,
     pub limits: LimitsConfig,
@@ -765,6 +831,70 @@ fn balancer(a: &ServeArgs) -> anyhow::Result<corelog_controller::balancer::Balan
         interval: std::time::Duration::from_millis(interval_ms),
         max_moves,
         ..defaults
+    })
+}
+
+/// The transaction coordinator's settings from their flags, with Kafka's defaults.
+fn txn_config(a: &ServeArgs, offsets_partitions: i32) -> anyhow::Result<TxnCoordinatorConfig> {
+    let d = TxnCoordinatorConfig::default();
+    let partitions = a
+        .transaction_state_log_num_partitions
+        .unwrap_or(d.partitions);
+    if !(1..=1000).contains(&partitions) {
+        bail!("transaction-state-log-num-partitions must be between 1 and 1000");
+    }
+    let replication_factor = positive(
+        a.transaction_state_log_replication_factor
+            .unwrap_or(d.replication_factor),
+        "transaction-state-log-replication-factor",
+    )?;
+    let min_isr = positive(
+        a.transaction_state_log_min_isr.unwrap_or(d.min_isr),
+        "transaction-state-log-min-isr",
+    )?;
+    let max_timeout_ms = positive(
+        a.transaction_max_timeout_ms
+            .unwrap_or(d.rules.max_timeout_ms),
+        "transaction-max-timeout-ms",
+    )?;
+    let id_expiration_ms = a
+        .transactional_id_expiration_ms
+        .unwrap_or(d.rules.id_expiration_ms);
+    if id_expiration_ms < 1 {
+        bail!("transactional-id-expiration-ms must be at least 1");
+    }
+    let interval = |ms: Option<u64>, default: std::time::Duration, flag: &str| {
+        let ms = ms.unwrap_or(default.as_millis() as u64);
+        if ms == 0 {
+            bail!("{flag} must be above 0");
+        }
+        Ok(std::time::Duration::from_millis(ms))
+    };
+    Ok(TxnCoordinatorConfig {
+        partitions,
+        rules: corelog_shards::txn::rules::TxnConfig {
+            max_timeout_ms,
+            id_expiration_ms,
+            ..d.rules
+        },
+        abort_timed_out_interval: interval(
+            a.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            d.abort_timed_out_interval,
+            "transaction-abort-timed-out-transaction-cleanup-interval-ms",
+        )?,
+        remove_expired_interval: interval(
+            a.transaction_remove_expired_transaction_cleanup_interval_ms,
+            d.remove_expired_interval,
+            "transaction-remove-expired-transaction-cleanup-interval-ms",
+        )?,
+        replication_factor,
+        min_isr,
+        // Index positions are 32-bit, as for every segment.
+        segment_bytes: a
+            .transaction_state_log_segment_bytes
+            .unwrap_or(d.segment_bytes)
+            .clamp(4096, u64::from(u32::MAX)),
+        offsets_partitions,
     })
 }
 
@@ -1044,6 +1174,7 @@ impl BrokerConfig {
                 (None, None) => std::time::Duration::from_secs(10080 * 60),
             },
         };
+        let txns = txn_config(&a, offsets_partitions)?;
         let mut log = LogConfig {
             segment_bytes,
             segment_ms: a.segment_ms.unwrap_or(defaults.segment_ms),
@@ -1163,6 +1294,7 @@ impl BrokerConfig {
             housekeeping,
             retention_check_interval_ms,
             groups,
+            txns,
             listeners,
             inter_broker_listener,
             advertise_host,

@@ -109,6 +109,7 @@ pub fn run(
         log: config.log.clone(),
         shard_count: config.shards,
         groups: config.groups.clone(),
+        txns: config.txns.clone(),
         housekeeping: config.housekeeping.clone(),
         tail_cache_shard_bytes: config.limits.tail_cache_shard_bytes,
         open_segment_files: (config.limits.max_open_segment_files / config.shards.max(1))
@@ -276,6 +277,7 @@ async fn shard_main(
     // Every shard replays the `__consumer_offsets` partitions it holds (the topic is
     // created on the first FindCoordinator, when the cluster's brokers are up).
     shard.start_group_coordinator().await;
+    shard.start_txn_coordinator();
     shard.housekeeping.start(shard.clone(), shard.peers.clone());
     shard.start_closing_idle_files();
     shard.start_replica_duties();

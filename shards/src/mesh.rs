@@ -446,6 +446,12 @@ pub enum ShardMessage {
         op: crate::group::types::GroupOp,
         reply: Reply<crate::group::types::GroupAnswer>,
     },
+    /// A transaction operation, sent to the transactional id's coordinator shard (or,
+    /// for List, to every shard).
+    Txn {
+        op: crate::txn::types::TxnOp,
+        reply: Reply<crate::txn::types::TxnAnswer>,
+    },
     /// A copy of the shard's metrics.
     Metrics {
         reply: Reply<corelog_metrics::MetricsSnapshot>,

@@ -77,6 +77,17 @@ impl Shard {
                 self.groups.unload_partition(tp.partition);
             }
         }
+        if &*tp.topic == crate::txn::TRANSACTION_TOPIC {
+            // The coordinator epoch is the leader epoch: a new epoch while leading is a
+            // new coordinator too, which loads the partition again.
+            let served = self.txns.served_epoch(tp.partition);
+            if log.is_leader() && served != Some(log.leader_epoch()) {
+                let (txns, log, p) = (self.txns.clone(), log.clone(), tp.partition);
+                glommio::spawn_local(async move { txns.load_partition(p, log).await }).detach();
+            } else if !log.is_leader() {
+                self.txns.unload_partition(tp.partition);
+            }
+        }
         Ok(())
     }
 

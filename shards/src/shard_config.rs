@@ -12,6 +12,8 @@ pub struct ShardConfig {
     pub log: LogConfig,
     pub shard_count: usize,
     pub groups: GroupConfig,
+    /// The transaction coordinator's settings.
+    pub txns: crate::txn::coordinator::TxnCoordinatorConfig,
     pub housekeeping: crate::housekeeping::HousekeepingConfig,
     /// All tail caches of this shard together (`corelog_storage::tail_cache_budget`).
     pub tail_cache_shard_bytes: u64,

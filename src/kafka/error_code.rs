@@ -7,6 +7,7 @@
 
 use corelog_shards::group::types::GroupError;
 use corelog_shards::mesh::{EpochError, PartitionError, TopicError};
+use corelog_shards::txn::rules::TxnError;
 use corelog_storage::batch::BatchError;
 use corelog_storage::producer_state::SequenceError;
 use corelog_storage::{AppendError, ReadError, RecordRule};
@@ -112,6 +113,26 @@ pub fn topic(e: &TopicError) -> ResponseError {
 pub fn count(api: ApiKey, code: i16) {
     if code != 0 {
         corelog_metrics::record_error(api as i16, code);
+    }
+}
+
+/// A transaction coordinator's refusal (its typed errors name Kafka's codes one to one).
+pub fn txn(e: TxnError) -> ResponseError {
+    match e {
+        TxnError::UnknownServerError => ResponseError::UnknownServerError,
+        TxnError::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress,
+        TxnError::CoordinatorNotAvailable => ResponseError::CoordinatorNotAvailable,
+        TxnError::NotCoordinator => ResponseError::NotCoordinator,
+        TxnError::InvalidRequest => ResponseError::InvalidRequest,
+        TxnError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        TxnError::InvalidTxnState => ResponseError::InvalidTxnState,
+        TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        TxnError::InvalidTransactionTimeout => ResponseError::InvalidTransactionTimeout,
+        TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
+        TxnError::OperationNotAttempted => ResponseError::OperationNotAttempted,
+        TxnError::ProducerFenced => ResponseError::ProducerFenced,
+        TxnError::TransactionalIdNotFound => ResponseError::TransactionalIdNotFound,
+        TxnError::TransactionAbortable => ResponseError::TransactionAbortable,
     }
 }
 

@@ -78,6 +78,10 @@ impl Shard {
                     .await;
                 let _ = reply.send(answer);
             }
+            ShardMessage::Txn { op, reply } => {
+                let answer = self.txns.handle(op).await;
+                let _ = reply.send(answer);
+            }
             ShardMessage::Metrics { reply } => {
                 let _ = reply.send(self.metrics_snapshot());
             }

@@ -66,6 +66,9 @@ pub struct Shard {
     /// What `reconcile` last made of the metadata.
     pub(crate) reconciled: RefCell<crate::reconcile::Reconciled>,
     pub groups: GroupCoordinator,
+    /// The transaction coordinator of the `__transaction_state` partitions this shard
+    /// leads.
+    pub txns: Rc<crate::txn::coordinator::TxnCoordinator>,
     /// Retention, compaction, producer expiry and the disk budget.
     pub housekeeping: Rc<Housekeeping>,
     /// Producer ids this shard may hand out without asking the controller
@@ -107,6 +110,11 @@ impl Shard {
             node,
             reconciled: RefCell::new(Default::default()),
             groups: GroupCoordinator::new(config.groups.clone()),
+            txns: Rc::new(crate::txn::coordinator::TxnCoordinator::new(
+                config.txns.clone(),
+                config.node_id,
+                config.replication.fetch.security.clone(),
+            )),
             housekeeping: Rc::new(Housekeeping::new(
                 config.housekeeping.clone(),
                 config.data_dir.clone(),
@@ -128,6 +136,8 @@ impl Shard {
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));
         shard.fetchers.set_host(Rc::downgrade(&shard));
+        let txn_host: Rc<dyn crate::txn::coordinator::TxnHost> = shard.clone();
+        shard.txns.set_host(Rc::downgrade(&txn_host));
         shard
     }
 
@@ -229,6 +239,21 @@ impl Shard {
         .detach();
     }
 
+    /// The shard that coordinates `transactional_id`.
+    pub fn txn_coordinator_of(&self, transactional_id: &str) -> ShardId {
+        self.owner_of(
+            crate::txn::TRANSACTION_TOPIC,
+            self.txns.partition_of(transactional_id),
+        )
+    }
+
+    /// Starts the transaction coordinator's timers. The ids of each
+    /// `__transaction_state` partition are loaded when this broker takes up its
+    /// leadership (`replication`).
+    pub fn start_txn_coordinator(&self) {
+        self.txns.start_timers();
+    }
+
     /// Flushes and closes every partition (clean shutdown).
     pub async fn close_all(&self) {
         self.fetchers.stop_all();
@@ -244,6 +269,31 @@ impl Shard {
 impl Inbox for Shard {
     fn deliver(self: Rc<Self>, msg: ShardMessage) {
         glommio::spawn_local(self.handle(msg)).detach();
+    }
+}
+
+impl crate::txn::coordinator::TxnHost for Shard {
+    fn txn_log(&self, partition: i32) -> Option<Rc<Partition>> {
+        self.partition(&TopicPartition {
+            topic: crate::txn::TRANSACTION_TOPIC.into(),
+            partition,
+        })
+    }
+
+    fn metadata(&self) -> Arc<crate::metadata::ClusterMetadata> {
+        self.metadata.snapshot()
+    }
+
+    fn allocate_producer_id(
+        &self,
+    ) -> futures::future::LocalBoxFuture<'_, Result<i64, crate::txn::rules::TxnError>> {
+        Box::pin(async move {
+            self.producer_ids.allocate(&self.peers).await.map_err(|e| {
+                tracing::warn!(error = %e, "no producer id could be allocated");
+                // Retriable for the client, as Kafka answers when it has no id at hand.
+                crate::txn::rules::TxnError::CoordinatorLoadInProgress
+            })
+        })
     }
 }
 

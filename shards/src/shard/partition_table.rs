@@ -230,6 +230,9 @@ impl Shard {
             if &*topic == OFFSETS_TOPIC {
                 self.groups.unload_partition(p);
             }
+            if &*topic == crate::txn::TRANSACTION_TOPIC {
+                self.txns.unload_partition(p);
+            }
             if let Some(log) = removed {
                 log.close().await;
             }

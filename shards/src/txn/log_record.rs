@@ -31,7 +31,7 @@
 //! Not here: what a record means to the coordinator (`state`), tombstones (a null value
 //! deletes its key; no decoder is called), and the record batches themselves.
 
-use super::state::TxnState;
+use super::state::{Transit, TxnState};
 use std::collections::BTreeMap;
 
 pub const KEY_VERSION: i16 = 0;
@@ -71,6 +71,65 @@ pub enum TxnRecordError {
 }
 
 type Result<T> = std::result::Result<T, TxnRecordError>;
+
+/// The record value of a transition (`Transit`): partitions grouped by topic, none
+/// (null) while Empty, the version 2 mark as client transaction version 2.
+pub fn value_of(t: &Transit) -> TxnLogValue {
+    let partitions = (t.state != TxnState::Empty).then(|| {
+        let mut topics: BTreeMap<String, Vec<i32>> = BTreeMap::new();
+        for (topic, p) in &t.partitions {
+            topics.entry(topic.clone()).or_default().push(*p);
+        }
+        topics
+    });
+    TxnLogValue {
+        producer_id: t.producer_id,
+        producer_epoch: t.producer_epoch,
+        timeout_ms: t.timeout_ms,
+        state: t.state,
+        partitions,
+        last_update_ms: t.update_ms,
+        start_ms: t.start_ms,
+        previous_producer_id: t.previous_producer_id,
+        next_producer_id: t.next_producer_id,
+        client_transaction_version: if t.tv2 { 2 } else { 0 },
+    }
+}
+
+/// The transition a record value describes, as a coordinator loading the log takes it
+/// up. The epoch before the last bump is not stored (Kafka's neither): it is unknown
+/// (-1) after a load.
+pub fn transit_of(v: &TxnLogValue) -> Transit {
+    let partitions = v
+        .partitions
+        .iter()
+        .flat_map(|topics| topics.iter())
+        .flat_map(|(topic, ps)| ps.iter().map(move |p| (topic.clone(), *p)))
+        .collect();
+    Transit {
+        producer_id: v.producer_id,
+        previous_producer_id: v.previous_producer_id,
+        next_producer_id: v.next_producer_id,
+        producer_epoch: v.producer_epoch,
+        last_producer_epoch: -1,
+        timeout_ms: v.timeout_ms,
+        state: v.state,
+        partitions,
+        start_ms: v.start_ms,
+        update_ms: v.last_update_ms,
+        tv2: v.client_transaction_version >= 2,
+    }
+}
+
+/// The value version a transition is written in: 1 (flexible, with the tagged fields)
+/// when it carries anything only version 1 can hold, else 0.
+pub fn value_version(t: &Transit) -> i16 {
+    if t.tv2 || t.next_producer_id != -1 || t.previous_producer_id != -1 {
+        1
+    } else {
+        0
+    }
+}
 
 /// A key: `int16` version 0 and the transactional id.
 pub fn encode_key(transactional_id: &str) -> Result<Vec<u8>> {
@@ -348,6 +407,46 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn transits_round_trip_through_their_records() {
+        let t = Transit {
+            producer_id: 7,
+            previous_producer_id: 6,
+            next_producer_id: -1,
+            producer_epoch: 3,
+            last_producer_epoch: -1,
+            timeout_ms: 60_000,
+            state: TxnState::Ongoing,
+            partitions: [
+                ("a".to_owned(), 1),
+                ("a".to_owned(), 0),
+                ("b".to_owned(), 4),
+            ]
+            .into_iter()
+            .collect(),
+            start_ms: 100,
+            update_ms: 200,
+            tv2: true,
+        };
+        let v = value_of(&t);
+        assert_eq!(
+            v.partitions.as_ref().map(|p| p["a"].clone()),
+            Some(vec![0, 1])
+        );
+        let bytes = encode_value(&v, value_version(&t)).expect("encodes");
+        let back = transit_of(&decode_value(&bytes).expect("decodes"));
+        assert_eq!(back, t);
+        let empty = Transit {
+            state: TxnState::Empty,
+            partitions: Default::default(),
+            tv2: false,
+            previous_producer_id: -1,
+            ..t
+        };
+        assert_eq!(value_of(&empty).partitions, None);
+        assert_eq!(value_version(&empty), 0);
+    }
 
     fn ongoing() -> TxnLogValue {
         TxnLogValue {

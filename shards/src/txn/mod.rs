@@ -8,11 +8,17 @@
 //! client is told of a change, and read back by the next leader.
 //!
 //! Modules: `state` (one id's states and the transitions it may make), `log_record` (the
-//! record codec), `rules` (what each request does to an id's state, as Kafka decides it).
+//! record codec), `rules` (what each request does to an id's state, as Kafka decides it),
+//! `coordinator` (a shard's ids: their writes, loading, timers), `markers` (the
+//! WriteTxnMarkers that end a transaction in its partitions) and `types` (what the edge
+//! asks and is answered).
 
+pub mod coordinator;
 pub mod log_record;
+pub mod markers;
 pub mod rules;
 pub mod state;
+pub mod types;
 
 pub const TRANSACTION_TOPIC: &str = "__transaction_state";
 

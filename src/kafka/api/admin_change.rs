@@ -103,6 +103,42 @@ pub async fn auto_create(ctx: &Ctx, names: &[String]) -> Vec<Result<(), TopicErr
     out
 }
 
+/// Creates `__transaction_state` if it does not exist yet, as Kafka's coordinator does on
+/// the first FindCoordinator for a transactional id: compacted,
+/// `transaction.state.log.num.partitions` partitions,
+/// `transaction.state.log.replication.factor` replicas (at most one per live broker) and
+/// `transaction.state.log.min.isr` in-sync replicas (at most its replicas).
+pub async fn ensure_transaction_topic(ctx: &Ctx) -> Result<(), TopicError> {
+    let topic = corelog_shards::txn::TRANSACTION_TOPIC;
+    let meta = ctx.shard.metadata.snapshot();
+    if meta.topic(topic).is_some() {
+        ctx.shard.metadata.wait_reconciled(meta.version()).await;
+        return Ok(());
+    }
+    let c = &ctx.config.txns;
+    let live = i32::try_from(meta.live_brokers().count()).unwrap_or(i32::MAX);
+    let replication_factor = c.replication_factor.min(live).max(1);
+    let new = NewTopic {
+        name: topic.into(),
+        partitions: c.partitions,
+        replication_factor,
+        assignments: None,
+        configs: vec![
+            ("cleanup.policy".into(), "compact".into()),
+            (
+                "min.insync.replicas".into(),
+                c.min_isr.min(replication_factor).max(1).to_string(),
+            ),
+            ("segment.bytes".into(), c.segment_bytes.to_string()),
+        ],
+    };
+    match create_via_admin_shard(ctx, vec![new]).await.pop() {
+        Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),
+        Some(Err(e)) => Err(e),
+        None => Err(TopicError::Storage("no answer from the controller".into())),
+    }
+}
+
 /// Creates `__consumer_offsets` if it does not exist yet: compacted, partitions as
 /// configured, placed over the live brokers, `offsets.topic.replication.factor` replicas
 /// (at most one per live broker).

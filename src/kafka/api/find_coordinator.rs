@@ -1,7 +1,10 @@
 //! FindCoordinator (v0–v4): a group's coordinator is the broker leading the group's
-//! `__consumer_offsets` partition (created on the first request, `admin_change`);
-//! COORDINATOR_NOT_AVAILABLE while that partition has no leader. A transactional id is
-//! refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, another key type INVALID_REQUEST.
+//! `__consumer_offsets` partition, a transactional id's the broker leading the id's
+//! `__transaction_state` partition (each topic created on the first request for it,
+//! `admin_change`); COORDINATOR_NOT_AVAILABLE while that partition has no leader.
+//! DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or the transactional id
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) is needed, as Kafka asks; another key type is
+//! INVALID_REQUEST.
 
 use super::group_routing::sb;
 use super::handler::{Call, Handler};
@@ -13,26 +16,30 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
-/// FindCoordinator's key types: 0 a group, 1 a transactional id. Transactions are not
-/// implemented, so a transactional id gets TRANSACTIONAL_ID_AUTHORIZATION_FAILED, the
-/// code InitProducerId and Produce give it too. It is fatal for librdkafka and the Java
-/// client alike, so a transactional producer fails at once with an error that says what
-/// is refused, instead of retrying the retriable COORDINATOR_NOT_AVAILABLE until its
-/// own timeout. Any other key type is INVALID_REQUEST, as Kafka answers.
-fn coordinator_key_error(key_type: i8) -> Option<ResponseError> {
-    match key_type {
-        0 => None,
-        1 => Some(ResponseError::TransactionalIdAuthorizationFailed),
-        _ => Some(ResponseError::InvalidRequest),
-    }
+/// What a FindCoordinator key names (its key type).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum KeyType {
+    Group,
+    Transaction,
 }
 
-fn coordinator_message(e: ResponseError) -> String {
-    match e {
-        ResponseError::TransactionalIdAuthorizationFailed => {
-            "transactions are not supported by this broker".to_owned()
+impl KeyType {
+    /// Kafka's key types: 0 a group, 1 a transactional id; anything else is
+    /// INVALID_REQUEST.
+    fn from_wire(key_type: i8) -> Option<KeyType> {
+        match key_type {
+            0 => Some(KeyType::Group),
+            1 => Some(KeyType::Transaction),
+            _ => None,
         }
-        _ => "unknown coordinator key type".to_owned(),
+    }
+
+    /// The internal topic whose partition leaders coordinate these keys.
+    fn topic(self) -> &'static str {
+        match self {
+            KeyType::Group => corelog_shards::group::OFFSETS_TOPIC,
+            KeyType::Transaction => corelog_shards::txn::TRANSACTION_TOPIC,
+        }
     }
 }
 
@@ -55,11 +62,14 @@ impl Handler for FindCoordinator {
         } else {
             vec![req.key.to_string()]
         };
-        let error = coordinator_key_error(req.key_type);
-        if error.is_none() {
-            if let Err(e) = super::admin_change::ensure_offsets_topic(ctx).await {
-                tracing::warn!(error = %e, "creating {}", corelog_shards::group::OFFSETS_TOPIC);
-            }
+        let kind = KeyType::from_wire(req.key_type);
+        let ensured = match kind {
+            Some(KeyType::Group) => super::admin_change::ensure_offsets_topic(ctx).await,
+            Some(KeyType::Transaction) => super::admin_change::ensure_transaction_topic(ctx).await,
+            None => Ok(()),
+        };
+        if let (Err(e), Some(kind)) = (ensured, kind) {
+            tracing::warn!(error = %e, "creating {}", kind.topic());
         }
         let meta = ctx.shard.metadata.snapshot();
         let access = Access::new(ctx, call);
@@ -67,18 +77,37 @@ impl Handler for FindCoordinator {
         let answer = |key: &str| -> (i32, StrBytes, i32, i16, Option<StrBytes>) {
             let refuse =
                 |e: ResponseError, m: String| (-1, sb(String::new()), -1, e.code(), Some(sb(m)));
-            if let Some(e) = error {
-                return refuse(e, coordinator_message(e));
-            }
-            if !access.allows(Op::Describe, Resource::Group, key) {
+            let Some(kind) = kind else {
                 return refuse(
-                    ResponseError::GroupAuthorizationFailed,
-                    "Group authorization failed.".to_owned(),
+                    ResponseError::InvalidRequest,
+                    "unknown coordinator key type".to_owned(),
                 );
+            };
+            let (partition, allowed) = match kind {
+                KeyType::Group => (
+                    ctx.shard.groups.offsets_partition(key),
+                    access.allows(Op::Describe, Resource::Group, key),
+                ),
+                KeyType::Transaction => (
+                    ctx.shard.txns.partition_of(key),
+                    access.allows(Op::Describe, Resource::TransactionalId, key),
+                ),
+            };
+            if !allowed {
+                return match kind {
+                    KeyType::Group => refuse(
+                        ResponseError::GroupAuthorizationFailed,
+                        "Group authorization failed.".to_owned(),
+                    ),
+                    KeyType::Transaction => refuse(
+                        ResponseError::TransactionalIdAuthorizationFailed,
+                        "Transactional Id authorization failed.".to_owned(),
+                    ),
+                };
             }
-            let partition = ctx.shard.groups.offsets_partition(key);
+            let topic = kind.topic();
             let leader = meta
-                .partition(corelog_shards::group::OFFSETS_TOPIC, partition)
+                .partition(topic, partition)
                 .map(|p| p.leader)
                 .and_then(|l| meta.broker(l).filter(|b| !b.fenced));
             let reach = leader.and_then(|b| Some((b.id, b.endpoint_on(&ctx.listener)?)));
@@ -90,10 +119,7 @@ impl Handler for FindCoordinator {
                 ),
                 None => refuse(
                     ResponseError::CoordinatorNotAvailable,
-                    format!(
-                        "partition {partition} of {} has no leader",
-                        corelog_shards::group::OFFSETS_TOPIC
-                    ),
+                    format!("partition {partition} of {topic} has no leader"),
                 ),
             }
         };

@@ -7,15 +7,21 @@
 //! restart; a producer that re-initialises after an error gets a new id and its old
 //! sequences no longer matter.
 //!
-//! Transactions are not implemented: a transactional id is refused with
-//! TRANSACTIONAL_ID_AUTHORIZATION_FAILED (fatal for the client, with a clear meaning: this
-//! broker authorises no transactional id), the code the produce path also uses; an empty
-//! one is INVALID_REQUEST, as Kafka answers.
+//! With a transactional id the id's coordinator answers (`corelog_shards::txn`): it
+//! needs WRITE on the id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED), bumps the id's epoch
+//! (fencing older instances; an ongoing transaction is aborted first and the client
+//! answered CONCURRENT_TRANSACTIONS meanwhile), and from v3 resumes the producer the
+//! client names (KIP-360). An empty id is INVALID_REQUEST, as Kafka answers;
+//! PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4.
 
 use super::handler::{Call, Handler};
+use super::txn_routing::{ask_coordinator, producer};
 use super::Ctx;
 use crate::kafka::access::{Access, Op, Resource, CLUSTER_NAME};
+use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
+use corelog_shards::txn::rules::{expected_producer, TxnApi};
+use corelog_shards::txn::types::TxnOp;
 use kafka_protocol::messages::{ApiKey, InitProducerIdRequest, InitProducerIdResponse, ProducerId};
 use kafka_protocol::ResponseError;
 
@@ -44,7 +50,32 @@ impl Handler for InitProducerId {
         };
         let outcome = match req.transactional_id.as_ref().map(|t| t.0.as_str()) {
             Some("") => Err(ResponseError::InvalidRequest),
-            Some(_) => Err(ResponseError::TransactionalIdAuthorizationFailed),
+            Some(id) if !access.allows(Op::Write, Resource::TransactionalId, id) => {
+                Err(ResponseError::TransactionalIdAuthorizationFailed)
+            }
+            Some(id) => {
+                let answer = match expected_producer(req.producer_id.0, req.producer_epoch) {
+                    Err(e) => Err(e),
+                    Ok(expected) => {
+                        let op = TxnOp::InitProducerId {
+                            transactional_id: id.to_owned(),
+                            timeout_ms: req.transaction_timeout_ms,
+                            expected: if call.version >= 3 { expected } else { None },
+                        };
+                        producer(ask_coordinator(ctx, op).await)
+                    }
+                };
+                match answer {
+                    Ok(p) => {
+                        body.producer_id = ProducerId(p.producer_id);
+                        body.producer_epoch = p.epoch;
+                        return Ok(body);
+                    }
+                    Err(e) => Err(error_code::txn(
+                        TxnApi::InitProducerId.error_for_version(e, call.version),
+                    )),
+                }
+            }
             None if !idempotent_allowed() => {
                 access.audit(Op::IdempotentWrite, Resource::Cluster, CLUSTER_NAME);
                 Err(ResponseError::ClusterAuthorizationFailed)

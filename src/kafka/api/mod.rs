@@ -2,7 +2,8 @@
 //! key and the versions it serves beside the code that serves them; `apis!` lists them
 //! once, and ApiVersions advertises exactly that list. A few modules are shared by
 //! several APIs and serve none themselves: `group_routing` (the coordinator shard of a
-//! group), `acl_requests` (the ACL APIs' gate and filters), `admin_change` (admin
+//! group), `txn_routing` (the coordinator shard of a transactional id), `acl_requests`
+//! (the ACL APIs' gate and filters), `admin_change` (admin
 //! changes sent to the admin shard), `config_resources`, `quota_entities` and `fan_out`.
 //! Every handler that serves a resource asks `kafka::access` first, as Kafka's does.
 //!
@@ -14,6 +15,8 @@
 //! and never fails the request.
 
 pub mod acl_requests;
+pub mod add_offsets_to_txn;
+pub mod add_partitions_to_txn;
 pub mod admin_change;
 pub mod alter_client_quotas;
 pub mod alter_configs;
@@ -37,8 +40,10 @@ pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
 pub mod describe_topic_partitions;
+pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
 pub mod elect_leaders;
+pub mod end_txn;
 pub mod fan_out;
 pub mod fetch;
 pub mod find_coordinator;
@@ -52,6 +57,7 @@ pub mod leave_group;
 pub mod list_groups;
 pub mod list_offsets;
 pub mod list_partition_reassignments;
+pub mod list_transactions;
 pub mod metadata;
 pub mod offset_commit;
 pub mod offset_delete;
@@ -62,6 +68,7 @@ pub mod quota_entities;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
+pub mod txn_routing;
 pub mod write_txn_markers;
 
 use super::frame::{FrameError, RequestFrame};
@@ -147,7 +154,8 @@ macro_rules! apis {
 // limited to versions whose semantics are fully implemented: Produce from v3 and Fetch
 // from v4 because only RecordBatch v2 is stored (no down-conversion). Group APIs stop
 // below the versions of the new consumer protocol (KIP-848: OffsetCommit/OffsetFetch v9).
-// Of transactions, only the partition leader's part (WriteTxnMarkers) is served so far.
+// Transactions: transaction version 1 (AddPartitionsToTxn up to v3, EndTxn up to v4); the
+// partition leaders' verification and version 2 (KIP-890) are not served yet.
 apis![
     produce::Produce,
     fetch::Fetch,
@@ -192,6 +200,11 @@ apis![
     create_acls::CreateAcls,
     delete_acls::DeleteAcls,
     write_txn_markers::WriteTxnMarkers,
+    add_partitions_to_txn::AddPartitionsToTxn,
+    add_offsets_to_txn::AddOffsetsToTxn,
+    end_txn::EndTxn,
+    describe_transactions::DescribeTransactions,
+    list_transactions::ListTransactions,
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {

@@ -1,4 +1,5 @@
-//! Produce (v3–v9): RecordBatch v2 only, acks 0 / 1 / all.
+//! Produce (v3–v9): RecordBatch v2 only, acks 0 / 1 / all; a transactional producer's
+//! batches with its transactional id (WRITE on it).
 //!
 //! Record bytes are never decoded here: each partition's `records` is a `Bytes` slice of
 //! the request frame that moves to the owning shard by reference count; the shard
@@ -28,10 +29,12 @@ use std::sync::Arc;
 
 /// Produce v3+ carries exactly one RecordBatch v2 per partition (Kafka's
 /// `ProduceRequest.validateRecords`): none, several, or another magic is INVALID_RECORD.
-/// So are control batches (only the broker writes transaction markers, as Kafka says) and
-/// transactional batches (transactions are not implemented: no marker would ever end
-/// them). Deeper validation (CRC, sizes, records) happens on the owning shard.
-fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
+/// So are control batches (only the broker writes transaction markers, as Kafka says). A
+/// transactional batch needs the request's transactional id (`transactional`), which
+/// the handler has authorized: without one it is TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+/// as Kafka answers. Deeper validation (CRC, sizes, records, the producer's transaction)
+/// happens on the owning shard.
+fn single_batch(records: &[u8], transactional: bool) -> Result<(), ResponseError> {
     use corelog_storage::batch::{magic, BatchHeader, CURRENT_MAGIC};
     match magic(records) {
         None => return Err(ResponseError::InvalidRecord),
@@ -39,8 +42,11 @@ fn single_batch(records: &[u8]) -> Result<(), ResponseError> {
         Some(_) => {}
     }
     let header = BatchHeader::parse(records).map_err(|_| ResponseError::CorruptMessage)?;
-    if header.is_control() || header.is_transactional() {
+    if header.is_control() {
         return Err(ResponseError::InvalidRecord);
+    }
+    if header.is_transactional() && !transactional {
+        return Err(ResponseError::TransactionalIdAuthorizationFailed);
     }
     match header.total_len().cmp(&records.len()) {
         std::cmp::Ordering::Less => Err(ResponseError::InvalidRecord),
@@ -59,16 +65,16 @@ fn accepted<'r>(
     partition: i32,
     records: &'r Option<Bytes>,
 ) -> Result<&'r Bytes, ResponseError> {
-    if req.transactional_id.is_some() {
-        return Err(ResponseError::TransactionalIdAuthorizationFailed);
-    }
     // Only the broker writes its internal topics (Kafka refuses the same).
-    if name == corelog_shards::group::OFFSETS_TOPIC || validate_topic_name(name).is_err() {
+    if name == corelog_shards::group::OFFSETS_TOPIC
+        || name == corelog_shards::txn::TRANSACTION_TOPIC
+        || validate_topic_name(name).is_err()
+    {
         return Err(ResponseError::InvalidTopicException);
     }
     leader_check(ctx, meta, name, partition)?;
     let records = records.as_ref().ok_or(ResponseError::InvalidRecord)?;
-    single_batch(records)?;
+    single_batch(records, req.transactional_id.is_some())?;
     Ok(records)
 }
 

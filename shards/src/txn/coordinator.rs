@@ -1,0 +1,839 @@
+//! A shard's transaction coordinator: the transactional ids whose `__transaction_state`
+//! partition this shard owns and this broker leads, their durable state, the markers
+//! that end their transactions, and their timers.
+//!
+//! Every change of an id's state is made as `state` requires: decided by `rules`,
+//! marked pending, written to the id's `__transaction_state` partition and committed
+//! (acks=all), and only then applied and answered. An end (EndTxn, a fence by
+//! InitProducerId, a timed out transaction) writes PrepareCommit or PrepareAbort; once
+//! that is durable the client is answered and, in a task of its own, the markers go to
+//! every partition of the transaction (`markers`) and CompleteCommit or CompleteAbort is
+//! written. Until then the id answers CONCURRENT_TRANSACTIONS (retriable).
+//!
+//! Leadership: when this broker becomes the leader of a `__transaction_state` partition,
+//! the partition is replayed (`load_partition`) and its ids come back as last written; a
+//! transaction left in PrepareCommit or PrepareAbort by the previous coordinator has its
+//! markers written and is completed here. The coordinator epoch written into markers is
+//! the partition's leader epoch, so a partition leader refuses the markers of a deposed
+//! coordinator. Until a partition is loaded its ids are answered
+//! COORDINATOR_LOAD_IN_PROGRESS; once this broker no longer leads it they are forgotten
+//! (`unload_partition`) and answered NOT_COORDINATOR.
+//!
+//! Invariants: an id is touched only on its coordinator shard, and only while its
+//! partition is loaded; a change is applied only if the partition is still held with the
+//! epoch and load it was written under (checked after every await); no `RefCell` borrow
+//! is held across an `.await`; a client is told of a change only once it is committed.
+
+use super::log_record::{self, decode_key, decode_value, encode_key, encode_value};
+use super::markers::{MarkerError, MarkerSender};
+use super::rules::{
+    self, AddDecision, EndDecision, InitAction, ProducerIdEpoch, TxnConfig, TxnError,
+};
+use super::state::{Transit, TxnMetadata, TxnState};
+use super::types::{AddMode, TxnAnswer, TxnDescription, TxnOp};
+use super::{partition_for_transactional_id, TRANSACTION_TOPIC_PARTITIONS_DEFAULT};
+use crate::metadata::ClusterMetadata;
+use corelog_kafka_client::security::ClientSecurity;
+use corelog_partition::{AckError, Partition, Reader};
+use corelog_storage::batch;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::AppendError;
+use futures::future::LocalBoxFuture;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
+use std::rc::{Rc, Weak};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// How long a write to `__transaction_state` may wait to be committed before the client
+/// is answered COORDINATOR_NOT_AVAILABLE (Kafka's `request.timeout.ms` default).
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
+/// Between two tries of a completion the log refused.
+const COMPLETE_RETRY: Duration = Duration::from_millis(200);
+
+/// The coordinator's settings (Kafka's names in the field docs).
+#[derive(Debug, Clone)]
+pub struct TxnCoordinatorConfig {
+    /// `transaction.state.log.num.partitions`.
+    pub partitions: i32,
+    /// `transaction.max.timeout.ms`, `transactional.id.expiration.ms` and the cluster's
+    /// transaction version.
+    pub rules: TxnConfig,
+    /// `transaction.abort.timed.out.transaction.cleanup.interval.ms`.
+    pub abort_timed_out_interval: Duration,
+    /// `transaction.remove.expired.transaction.cleanup.interval.ms`.
+    pub remove_expired_interval: Duration,
+    /// `transaction.state.log.replication.factor`.
+    pub replication_factor: i32,
+    /// `transaction.state.log.min.isr`.
+    pub min_isr: i32,
+    /// `transaction.state.log.segment.bytes`.
+    pub segment_bytes: u64,
+    /// `offsets.topic.num.partitions`: where AddOffsetsToTxn's group lives.
+    pub offsets_partitions: i32,
+}
+
+impl Default for TxnCoordinatorConfig {
+    fn default() -> Self {
+        TxnCoordinatorConfig {
+            partitions: TRANSACTION_TOPIC_PARTITIONS_DEFAULT,
+            rules: TxnConfig::kafka_defaults(false),
+            abort_timed_out_interval: Duration::from_secs(10),
+            remove_expired_interval: Duration::from_secs(3600),
+            replication_factor: 3,
+            min_isr: 2,
+            segment_bytes: 100 << 20,
+            offsets_partitions: crate::group::OFFSETS_TOPIC_PARTITIONS_DEFAULT,
+        }
+    }
+}
+
+/// What the coordinator needs of the shard it runs on.
+pub trait TxnHost {
+    /// This shard's replica of `__transaction_state` partition `partition`.
+    fn txn_log(&self, partition: i32) -> Option<Rc<Partition>>;
+    fn metadata(&self) -> Arc<ClusterMetadata>;
+    /// A producer id never handed out before.
+    fn allocate_producer_id(&self) -> LocalBoxFuture<'_, Result<i64, TxnError>>;
+}
+
+/// How this shard holds a `__transaction_state` partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Held {
+    /// Being replayed (load number).
+    Loading(u64),
+    /// Served, under `epoch` (the partition's leader epoch: the coordinator epoch).
+    Loaded { epoch: i32, load: u64 },
+}
+
+pub struct TxnCoordinator {
+    config: TxnCoordinatorConfig,
+    host: RefCell<Option<Weak<dyn TxnHost>>>,
+    txns: RefCell<HashMap<String, TxnMetadata>>,
+    held: RefCell<HashMap<i32, Held>>,
+    loads: Cell<u64>,
+    markers: MarkerSender,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl TxnCoordinator {
+    pub fn new(config: TxnCoordinatorConfig, node_id: i32, security: ClientSecurity) -> Self {
+        TxnCoordinator {
+            config,
+            host: RefCell::new(None),
+            txns: RefCell::new(HashMap::new()),
+            held: RefCell::new(HashMap::new()),
+            loads: Cell::new(0),
+            markers: MarkerSender::new(node_id, security),
+        }
+    }
+
+    pub fn set_host(&self, host: Weak<dyn TxnHost>) {
+        *self.host.borrow_mut() = Some(host);
+    }
+
+    pub fn config(&self) -> &TxnCoordinatorConfig {
+        &self.config
+    }
+
+    /// The `__transaction_state` partition of `transactional_id`.
+    pub fn partition_of(&self, transactional_id: &str) -> i32 {
+        partition_for_transactional_id(transactional_id, self.config.partitions)
+    }
+
+    fn host(&self) -> Result<Rc<dyn TxnHost>, TxnError> {
+        self.host
+            .borrow()
+            .as_ref()
+            .and_then(Weak::upgrade)
+            .ok_or(TxnError::NotCoordinator)
+    }
+
+    /// The epoch and load `partition` is served under.
+    fn serving(&self, partition: i32) -> Result<(i32, u64), TxnError> {
+        match self.held.borrow().get(&partition) {
+            Some(Held::Loaded { epoch, load }) => Ok((*epoch, *load)),
+            Some(Held::Loading(_)) => Err(TxnError::CoordinatorLoadInProgress),
+            None => Err(TxnError::NotCoordinator),
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Leadership
+
+    /// Replays `__transaction_state` partition `partition` (`log`, which this broker now
+    /// leads) to its log end and serves its ids; transactions left half ended are ended.
+    pub async fn load_partition(self: &Rc<Self>, partition: i32, log: Rc<Partition>) {
+        let load = self.loads.get() + 1;
+        self.loads.set(load);
+        let epoch = log.leader_epoch();
+        self.held
+            .borrow_mut()
+            .insert(partition, Held::Loading(load));
+        let mut loaded: HashMap<String, TxnMetadata> = HashMap::new();
+        let mut offset = log.log_start_offset();
+        let end = log.log_end_offset();
+        let mut records = 0usize;
+        while offset < end {
+            let read = match log.read_as(offset, -1, 1 << 20, Reader::Replica).await {
+                Ok(r) => r,
+                Err(e) => {
+                    tracing::error!(partition, error = %e, "reading __transaction_state; the partition is not served");
+                    if self.held.borrow().get(&partition) == Some(&Held::Loading(load)) {
+                        self.held.borrow_mut().remove(&partition);
+                    }
+                    return;
+                }
+            };
+            if read.records.is_empty() {
+                break;
+            }
+            for item in batch::batches(&read.records) {
+                let Ok((h, range)) = item else { break };
+                offset = h.last_offset() + 1;
+                if h.is_control() {
+                    continue;
+                }
+                let Some(bytes) = read.records.get(range) else {
+                    break;
+                };
+                for r in batch::records(bytes).unwrap_or_default() {
+                    records += 1;
+                    apply_record(&mut loaded, r.key, r.value);
+                }
+            }
+            glommio::yield_if_needed().await;
+        }
+        if self.held.borrow().get(&partition) != Some(&Held::Loading(load)) {
+            return; // unloaded or loaded again meanwhile
+        }
+        let unfinished: Vec<String> = loaded
+            .values()
+            .filter(|m| matches!(m.state(), TxnState::PrepareCommit | TxnState::PrepareAbort))
+            .map(|m| m.transactional_id.clone())
+            .collect();
+        {
+            let mut txns = self.txns.borrow_mut();
+            let n = self.config.partitions;
+            txns.retain(|id, _| partition_for_transactional_id(id, n) != partition);
+            txns.extend(loaded);
+        }
+        self.held
+            .borrow_mut()
+            .insert(partition, Held::Loaded { epoch, load });
+        tracing::debug!(
+            partition,
+            epoch,
+            records,
+            unfinished = unfinished.len(),
+            "transaction coordinator loaded a partition"
+        );
+        for id in unfinished {
+            self.finish_later(id);
+        }
+    }
+
+    /// This broker no longer leads `partition`: its ids are forgotten; work in flight for
+    /// them finds the partition gone and stops.
+    pub fn unload_partition(&self, partition: i32) {
+        if self.held.borrow_mut().remove(&partition).is_some() {
+            let n = self.config.partitions;
+            self.txns
+                .borrow_mut()
+                .retain(|id, _| partition_for_transactional_id(id, n) != partition);
+            tracing::debug!(partition, "transaction coordinator unloaded a partition");
+        }
+    }
+
+    /// The epoch a loaded partition is served under, if it is (for leadership changes
+    /// that keep this broker leader under a new epoch).
+    pub fn served_epoch(&self, partition: i32) -> Option<i32> {
+        self.serving(partition).ok().map(|(epoch, _)| epoch)
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Requests
+
+    pub async fn handle(self: &Rc<Self>, op: TxnOp) -> TxnAnswer {
+        match op {
+            TxnOp::InitProducerId {
+                transactional_id,
+                timeout_ms,
+                expected,
+            } => TxnAnswer::Producer(
+                self.init_producer_id(transactional_id, timeout_ms, expected)
+                    .await,
+            ),
+            TxnOp::AddPartitions {
+                transactional_id,
+                producer,
+                partitions,
+                mode: AddMode::Verify,
+            } => TxnAnswer::Verified(self.serving(self.partition_of(&transactional_id)).and_then(
+                |_| {
+                    let txns = self.txns.borrow();
+                    rules::verify_partitions(txns.get(&transactional_id), producer, &partitions)
+                },
+            )),
+            TxnOp::AddPartitions {
+                transactional_id,
+                producer,
+                partitions,
+                mode,
+            } => TxnAnswer::Added(
+                self.add(&transactional_id, |meta, now| {
+                    rules::add_partitions(
+                        meta,
+                        producer,
+                        &partitions,
+                        mode == AddMode::Implicit,
+                        now,
+                    )
+                })
+                .await,
+            ),
+            TxnOp::AddOffsets {
+                transactional_id,
+                producer,
+                group,
+            } => {
+                let n = self.config.offsets_partitions;
+                TxnAnswer::Added(
+                    self.add(&transactional_id, |meta, now| {
+                        rules::add_offsets(meta, producer, &group, n, now)
+                    })
+                    .await,
+                )
+            }
+            TxnOp::EndTxn {
+                transactional_id,
+                producer,
+                outcome,
+                tv2,
+            } => TxnAnswer::Producer(self.end_txn(transactional_id, producer, outcome, tv2).await),
+            TxnOp::Describe { ids } => TxnAnswer::Described(
+                ids.into_iter()
+                    .map(|id| {
+                        let d = self.describe(&id);
+                        (id, d)
+                    })
+                    .collect(),
+            ),
+            TxnOp::List {
+                states,
+                producer_ids,
+                min_duration_ms,
+            } => TxnAnswer::Listed(self.list(&states, &producer_ids, min_duration_ms)),
+        }
+    }
+
+    /// Runs a decision that needs a new producer id only sometimes: first without one;
+    /// if it asked for one, again with an id allocated meanwhile (the state may have
+    /// changed during the allocation, so the decision is made anew).
+    async fn decide_with_id<T>(
+        &self,
+        partition: i32,
+        decide: impl Fn(&mut dyn FnMut() -> Result<i64, TxnError>) -> Result<T, TxnError>,
+    ) -> Result<T, TxnError> {
+        let mut spare: Option<i64> = None;
+        for _ in 0..2 {
+            self.serving(partition)?;
+            let needed = Cell::new(false);
+            let mut take = || {
+                spare.take().ok_or_else(|| {
+                    needed.set(true);
+                    // Only seen when no id is at hand: the decision is made again.
+                    TxnError::CoordinatorLoadInProgress
+                })
+            };
+            let result = decide(&mut take);
+            if !needed.get() {
+                return result;
+            }
+            spare = Some(self.host()?.allocate_producer_id().await?);
+        }
+        Err(TxnError::CoordinatorLoadInProgress)
+    }
+
+    async fn init_producer_id(
+        self: &Rc<Self>,
+        id: String,
+        timeout_ms: i32,
+        expected: Option<ProducerIdEpoch>,
+    ) -> Result<ProducerIdEpoch, TxnError> {
+        let partition = self.partition_of(&id);
+        let cfg = self.config.rules;
+        let decision = self
+            .decide_with_id(partition, |allocate| {
+                let txns = self.txns.borrow();
+                rules::init_producer_id(
+                    txns.get(&id),
+                    &id,
+                    timeout_ms,
+                    expected,
+                    &cfg,
+                    now_ms(),
+                    allocate,
+                )
+            })
+            .await?;
+        if let Some(created) = decision.created {
+            self.txns.borrow_mut().entry(id.clone()).or_insert(created);
+        }
+        match decision.action {
+            InitAction::Answer(t) => {
+                let answer = ProducerIdEpoch::new(t.producer_id, t.producer_epoch);
+                self.transition(&id, t).await?;
+                Ok(answer)
+            }
+            InitAction::FenceOngoing(t) => {
+                self.transition(&id, t).await?;
+                self.finish_later(id);
+                Err(TxnError::ConcurrentTransactions)
+            }
+        }
+    }
+
+    async fn add(
+        &self,
+        id: &str,
+        decide: impl FnOnce(Option<&TxnMetadata>, i64) -> Result<AddDecision, TxnError>,
+    ) -> Result<(), TxnError> {
+        self.serving(self.partition_of(id))?;
+        let decision = {
+            let txns = self.txns.borrow();
+            decide(txns.get(id), now_ms())?
+        };
+        match decision {
+            AddDecision::AlreadyAdded => Ok(()),
+            AddDecision::Prepare(t) => self.transition(id, t).await,
+        }
+    }
+
+    async fn end_txn(
+        self: &Rc<Self>,
+        id: String,
+        producer: ProducerIdEpoch,
+        outcome: rules::TxnOutcome,
+        tv2: bool,
+    ) -> Result<ProducerIdEpoch, TxnError> {
+        let partition = self.partition_of(&id);
+        let decision = self
+            .decide_with_id(partition, |allocate| {
+                let txns = self.txns.borrow();
+                rules::end_txn(txns.get(&id), producer, outcome, tv2, now_ms(), allocate)
+            })
+            .await?;
+        match decision {
+            EndDecision::Done(answer) => Ok(answer),
+            EndDecision::Prepare { transit, answer } => {
+                self.transition(&id, transit).await?;
+                self.finish_later(id);
+                Ok(answer)
+            }
+        }
+    }
+
+    fn describe(&self, id: &str) -> Result<TxnDescription, TxnError> {
+        self.serving(self.partition_of(id))?;
+        let txns = self.txns.borrow();
+        match txns.get(id) {
+            Some(m) if m.pending != Some(TxnState::Dead) => Ok(description(m)),
+            _ => Err(TxnError::TransactionalIdNotFound),
+        }
+    }
+
+    fn list(
+        &self,
+        states: &[String],
+        producer_ids: &[i64],
+        min_duration_ms: i64,
+    ) -> Vec<TxnDescription> {
+        let now = now_ms();
+        let n = self.config.partitions;
+        let held = self.held.borrow();
+        let mut out: Vec<TxnDescription> = self
+            .txns
+            .borrow()
+            .values()
+            .filter(|m| {
+                matches!(
+                    held.get(&partition_for_transactional_id(&m.transactional_id, n)),
+                    Some(Held::Loaded { .. })
+                )
+            })
+            .filter(|m| m.pending != Some(TxnState::Dead))
+            .filter(|m| states.is_empty() || states.iter().any(|s| s == m.state().name()))
+            .filter(|m| producer_ids.is_empty() || producer_ids.contains(&m.current.producer_id))
+            .filter(|m| {
+                min_duration_ms < 0
+                    || (m.current.state == TxnState::Ongoing
+                        && now.saturating_sub(m.current.start_ms) >= min_duration_ms)
+            })
+            .map(description)
+            .collect();
+        out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
+        out
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Writing
+
+    /// Makes `transit` the id's state: prepared, written and committed, then applied.
+    async fn transition(&self, id: &str, transit: Transit) -> Result<(), TxnError> {
+        let partition = self.partition_of(id);
+        let serving = self.serving(partition)?;
+        {
+            let mut txns = self.txns.borrow_mut();
+            let meta = txns.get_mut(id).ok_or(TxnError::InvalidProducerIdMapping)?;
+            meta.prepare(&transit).map_err(|e| match e {
+                super::state::TransitionError::Pending { .. } => TxnError::ConcurrentTransactions,
+                e => {
+                    tracing::error!(transactional_id = id, error = %e, "a transition the rules chose was refused");
+                    TxnError::UnknownServerError
+                }
+            })?;
+        }
+        let written = self.write(partition, id, Some(&transit), serving).await;
+        if self.serving(partition) != Ok(serving) {
+            // Unloaded (or loaded again) meanwhile: the state is no longer this load's.
+            return Err(TxnError::NotCoordinator);
+        }
+        let mut txns = self.txns.borrow_mut();
+        let meta = txns.get_mut(id).ok_or(TxnError::NotCoordinator)?;
+        match written {
+            Ok(()) => meta.complete(transit).map_err(|e| {
+                tracing::error!(transactional_id = id, error = %e, "a written transition breaks an invariant");
+                TxnError::UnknownServerError
+            }),
+            Err(e) => {
+                meta.abandon();
+                Err(e)
+            }
+        }
+    }
+
+    /// Writes the record of `id` (`None`: its tombstone) to its partition and waits for
+    /// it to be committed, under the epoch and load `serving`.
+    async fn write(
+        &self,
+        partition: i32,
+        id: &str,
+        transit: Option<&Transit>,
+        serving: (i32, u64),
+    ) -> Result<(), TxnError> {
+        let log = self
+            .host()?
+            .txn_log(partition)
+            .ok_or(TxnError::NotCoordinator)?;
+        if !log.is_leader() || log.leader_epoch() != serving.0 {
+            return Err(TxnError::NotCoordinator);
+        }
+        if log.isr_len() < log.min_insync_replicas() {
+            return Err(TxnError::CoordinatorNotAvailable);
+        }
+        let key = encode_key(id).map_err(|_| TxnError::InvalidRequest)?;
+        let value = match transit {
+            Some(t) => Some(
+                encode_value(&log_record::value_of(t), log_record::value_version(t))
+                    .map_err(|_| TxnError::InvalidRequest)?,
+            ),
+            None => None,
+        };
+        let mut builder = BatchBuilder::new(now_ms());
+        builder.push(&Record {
+            key: Some(&key),
+            value: value.as_deref(),
+            headers: &[],
+            timestamp_delta: 0,
+        });
+        let ticket = log.append(&builder.build()).map_err(append_error)?;
+        let committed =
+            futures_lite::future::or(async { Some(log.wait_committed(ticket).await) }, async {
+                glommio::timer::sleep(COMMIT_TIMEOUT).await;
+                None
+            })
+            .await;
+        match committed {
+            Some(Ok(())) => Ok(()),
+            Some(Err(AckError::Append(e))) => Err(append_error(e)),
+            Some(Err(AckError::NotLeader)) => Err(TxnError::NotCoordinator),
+            Some(Err(AckError::NotEnoughReplicasAfterAppend)) | None => {
+                Err(TxnError::CoordinatorNotAvailable)
+            }
+        }
+    }
+
+    /// Ends `id`'s prepared transaction in a task of its own: its markers, then its
+    /// completion.
+    fn finish_later(self: &Rc<Self>, id: String) {
+        let me = self.clone();
+        glommio::spawn_local(async move { me.finish(id).await }).detach();
+    }
+
+    async fn finish(&self, id: String) {
+        let partition = self.partition_of(&id);
+        let Ok(serving) = self.serving(partition) else {
+            return;
+        };
+        let Some(markers) = self
+            .txns
+            .borrow()
+            .get(&id)
+            .and_then(|m| rules::markers(&m.current))
+        else {
+            return;
+        };
+        let Ok(host) = self.host() else { return };
+        let written = self
+            .markers
+            .write(
+                &markers,
+                serving.0,
+                || host.metadata(),
+                || self.serving(partition) == Ok(serving),
+            )
+            .await;
+        match written {
+            Ok(()) => {}
+            Err(MarkerError::NotCoordinator) => return,
+            Err(e) => {
+                tracing::warn!(transactional_id = %id, error = %e, "transaction markers refused; left to the coordinator that replaced this one");
+                return;
+            }
+        }
+        loop {
+            if self.serving(partition) != Ok(serving) {
+                return;
+            }
+            let complete = self
+                .txns
+                .borrow()
+                .get(&id)
+                .map(|m| rules::complete_end(m, now_ms()));
+            let transit = match complete {
+                Some(Ok(t)) => t,
+                // Something else is being written: try once it is.
+                Some(Err(TxnError::ConcurrentTransactions)) => {
+                    glommio::timer::sleep(COMPLETE_RETRY).await;
+                    continue;
+                }
+                _ => return,
+            };
+            match self.transition(&id, transit).await {
+                Ok(()) | Err(TxnError::NotCoordinator) => return,
+                Err(e) => {
+                    tracing::debug!(transactional_id = %id, error = %e, "completing a transaction; trying again");
+                    glommio::timer::sleep(COMPLETE_RETRY).await;
+                }
+            }
+        }
+    }
+
+    // -----------------------------------------------------------------------------------
+    // Timers
+
+    /// Starts the timers: timed out transactions aborted, idle ids removed.
+    pub fn start_timers(self: &Rc<Self>) {
+        let me = self.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(me.config.abort_timed_out_interval).await;
+                me.abort_timed_out().await;
+            }
+        })
+        .detach();
+        let me = self.clone();
+        glommio::spawn_local(async move {
+            loop {
+                glommio::timer::sleep(me.config.remove_expired_interval).await;
+                me.remove_expired().await;
+            }
+        })
+        .detach();
+    }
+
+    /// Aborts every loaded transaction that has run past its timeout, as Kafka's
+    /// coordinator does: its producer fenced, PrepareAbort written, then its markers and
+    /// completion. Nobody is answered.
+    pub async fn abort_timed_out(self: &Rc<Self>) {
+        let now = now_ms();
+        let ids: Vec<String> = {
+            let txns = self.txns.borrow();
+            rules::timed_out(txns.values(), now)
+                .into_iter()
+                .map(|(id, _)| id.to_owned())
+                .collect()
+        };
+        let cfg = self.config.rules;
+        for id in ids {
+            let partition = self.partition_of(&id);
+            let decided = self
+                .decide_with_id(partition, |allocate| {
+                    let txns = self.txns.borrow();
+                    match txns.get(&id) {
+                        Some(m) => rules::abort_timed_out(m, &cfg, now_ms(), allocate),
+                        None => Ok(None),
+                    }
+                })
+                .await;
+            let Ok(Some(transit)) = decided else { continue };
+            tracing::info!(transactional_id = %id, producer_id = transit.producer_id, "aborting a transaction past its timeout");
+            match self.transition(&id, transit).await {
+                Ok(()) => self.finish_later(id),
+                Err(e) => {
+                    tracing::debug!(transactional_id = %id, error = %e, "aborting a timed out transaction; tried again next round")
+                }
+            }
+        }
+    }
+
+    /// Removes the ids idle for `transactional.id.expiration.ms`: a tombstone written,
+    /// then the id forgotten.
+    pub async fn remove_expired(&self) {
+        let now = now_ms();
+        let cfg = self.config.rules;
+        let expiries: Vec<(String, Transit)> = {
+            let txns = self.txns.borrow();
+            txns.values()
+                .filter_map(|m| {
+                    let e = rules::expire(m, &cfg, now).ok()??;
+                    Some((m.transactional_id.clone(), e.dead))
+                })
+                .collect()
+        };
+        for (id, dead) in expiries {
+            let partition = self.partition_of(&id);
+            let Ok(serving) = self.serving(partition) else {
+                continue;
+            };
+            let prepared = self
+                .txns
+                .borrow_mut()
+                .get_mut(&id)
+                .map(|m| m.prepare(&dead));
+            if !matches!(prepared, Some(Ok(()))) {
+                continue;
+            }
+            let written = self.write(partition, &id, None, serving).await;
+            if self.serving(partition) != Ok(serving) {
+                continue;
+            }
+            let mut txns = self.txns.borrow_mut();
+            match written {
+                Ok(()) => {
+                    txns.remove(&id);
+                    tracing::debug!(transactional_id = %id, "removed an expired transactional id");
+                }
+                Err(_) => {
+                    if let Some(m) = txns.get_mut(&id) {
+                        m.abandon();
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Takes one `__transaction_state` record into the ids being loaded: the last record of
+/// an id is its state, a tombstone removes it; a record that does not decode is skipped
+/// (logged: a newer version's, or damage).
+fn apply_record(
+    loaded: &mut HashMap<String, TxnMetadata>,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+) {
+    let Some(id) = key.and_then(|k| decode_key(k).ok()) else {
+        return;
+    };
+    match value.map(decode_value) {
+        None => {
+            loaded.remove(&id);
+        }
+        Some(Ok(v)) => {
+            let current = log_record::transit_of(&v);
+            if !current.state.is_written() {
+                return;
+            }
+            loaded.insert(
+                id.clone(),
+                TxnMetadata {
+                    transactional_id: id,
+                    current,
+                    pending: None,
+                    version2: false,
+                },
+            );
+        }
+        Some(Err(e)) => {
+            tracing::warn!(transactional_id = %id, error = %e, "skipping a __transaction_state record that does not decode");
+        }
+    }
+}
+
+fn description(m: &TxnMetadata) -> TxnDescription {
+    TxnDescription {
+        transactional_id: m.transactional_id.clone(),
+        state: m.state().name(),
+        producer_id: m.current.producer_id,
+        producer_epoch: m.current.producer_epoch,
+        timeout_ms: m.current.timeout_ms,
+        start_ms: m.current.start_ms,
+        partitions: m.current.partitions.clone(),
+    }
+}
+
+/// What a refused append of a coordinator record tells the client (Kafka's mapping of
+/// the append's error, `rules::coordinator_error_for_append`).
+fn append_error(e: AppendError) -> TxnError {
+    match e {
+        AppendError::Closed | AppendError::Storage(_) => TxnError::NotCoordinator,
+        AppendError::InvalidBatch(_)
+        | AppendError::Empty
+        | AppendError::RecordsRejected(_)
+        | AppendError::Sequence(_)
+        | AppendError::OffsetMismatch { .. } => TxnError::UnknownServerError,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::txn::state::TxnPartition;
+    use std::collections::BTreeSet;
+
+    fn record(t: &Transit) -> Vec<u8> {
+        encode_value(&log_record::value_of(t), log_record::value_version(t)).expect("encodes")
+    }
+
+    #[test]
+    fn a_replay_keeps_each_ids_last_record_and_drops_tombstones() {
+        let mut loaded = HashMap::new();
+        let a = TxnMetadata::new("a", 7, 60_000, 1);
+        let mut ongoing = a.current.clone();
+        ongoing.producer_epoch = 0;
+        ongoing.state = TxnState::Ongoing;
+        ongoing.partitions = BTreeSet::from([("t".to_owned(), 0)] as [TxnPartition; 1]);
+        ongoing.start_ms = 5;
+        let mut empty = a.current.clone();
+        empty.producer_epoch = 0;
+        let key = encode_key("a").expect("key");
+        apply_record(&mut loaded, Some(&key), Some(&record(&empty)));
+        apply_record(&mut loaded, Some(&key), Some(&record(&ongoing)));
+        assert_eq!(loaded.get("a").map(|m| m.state()), Some(TxnState::Ongoing));
+        assert_eq!(loaded.get("a").map(|m| m.current.partitions.len()), Some(1));
+        // Garbage is skipped, a tombstone removes.
+        apply_record(&mut loaded, Some(&key), Some(b"\x00\x09junk"));
+        assert!(loaded.contains_key("a"));
+        apply_record(&mut loaded, Some(b"nonsense"), None);
+        assert!(loaded.contains_key("a"));
+        apply_record(&mut loaded, Some(&key), None);
+        assert!(loaded.is_empty());
+    }
+}
