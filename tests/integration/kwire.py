@@ -421,9 +421,10 @@ def parse_metadata_v1(body: bytes) -> dict:
 
 
 def produce_v3(correlation_id: int, topic: str, partition_batches: dict[int, bytes],
-               acks: int = -1, timeout_ms: int = 10_000) -> bytes:
+               acks: int = -1, timeout_ms: int = 10_000, transactional_id: str | None = None) -> bytes:
     parts = [i32(p) + kbytes(b) for p, b in partition_batches.items()]
-    body = string(None) + i16(acks) + i32(timeout_ms) + array([string(topic) + array(parts)])
+    body = (string(transactional_id) + i16(acks) + i32(timeout_ms)
+            + array([string(topic) + array(parts)]))
     return request(API_PRODUCE, 3, correlation_id, body)
 
 

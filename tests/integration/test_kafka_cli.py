@@ -1145,3 +1145,63 @@ def test_reassign_partitions_and_leader_election_tools(kafka_tools, broker_facto
     r = kafka("kafka-configs.sh", "--bootstrap-server", servers, "--describe",
               "--entity-type", "brokers", "--entity-name", "1", broker=brokers[0])
     assert "throttled.rate" not in r.text, r.text
+
+
+# ---------------------------------------------------------------------------------------
+# kafka-transactions
+# ---------------------------------------------------------------------------------------
+
+def test_transactions_list_describe_find_hanging_and_abort(fresh):
+    """kafka-transactions as an operator uses it: the coordinator's transactions listed and
+    described, a hanging transaction (open in a partition, unknown to any coordinator)
+    found and aborted, after which read_committed consumers move past it."""
+    from confluent_kafka import Consumer, Producer, TopicPartition
+
+    broker = fresh
+    topic = "tx-cli"
+    kafka("kafka-topics.sh", "--bootstrap-server", broker.bootstrap, "--create", "--topic", topic,
+          "--partitions", "2", broker=broker)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "transactional.id": "tx-cli-1"})
+    p.init_transactions(30)
+    p.begin_transaction()
+    p.produce(topic, value=b"open", partition=0)
+    p.flush(30)
+
+    r = kafka("kafka-transactions.sh", "--bootstrap-server", broker.bootstrap, "list", broker=broker)
+    rows = table(r, first="TransactionalId")
+    assert any(row["TransactionalId"] == "tx-cli-1" and row["TransactionState"] == "Ongoing"
+               for row in rows), r.out
+    r = kafka("kafka-transactions.sh", "--bootstrap-server", broker.bootstrap, "describe",
+              "--transactional-id", "tx-cli-1", broker=broker)
+    row = table(r, first="CoordinatorId")[0]
+    assert row["TransactionState"] == "Ongoing" and f"{topic}-0" in row["TopicPartitions"], r.out
+
+    # A hanging transaction: a transactional batch in partition 1 from a producer no
+    # coordinator knows, written an hour ago (older than the 15 minutes find-hanging allows).
+    old = int(time.time() * 1000) - 3_600_000
+    batch = W.record_batch([(None, b"ghost", [], old)], old, producer_id=987_654, producer_epoch=3,
+                           base_sequence=0, attributes=0x10)
+    with W.connect(broker.bootstrap) as s:
+        s.sendall(W.produce_v3(1, topic, {1: batch}, transactional_id="ghost"))
+        _, body = W.recv_response(s)
+    assert W.parse_produce_v3(body)[(topic, 1)]["error_code"] == 0
+
+    r = kafka("kafka-transactions.sh", "--bootstrap-server", broker.bootstrap, "find-hanging",
+              "--broker-id", "0", broker=broker)
+    hanging = table(r, first="Topic")
+    assert [(h["Topic"], h["Partition"], h["ProducerId"]) for h in hanging] == [(topic, "1", "987654")], r.out
+    start = hanging[0]["StartOffset"]
+
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "tx-cli-reader",
+                  "isolation.level": "read_committed"})
+    try:
+        assert c.get_watermark_offsets(TopicPartition(topic, 1), 30)[1] == 0, "the ghost holds the LSO"
+        kafka("kafka-transactions.sh", "--bootstrap-server", broker.bootstrap, "abort", "--topic", topic,
+              "--partition", "1", "--start-offset", start, broker=broker)
+        assert c.get_watermark_offsets(TopicPartition(topic, 1), 30)[1] == 2, "marker written, LSO past it"
+    finally:
+        c.close()
+    r = kafka("kafka-transactions.sh", "--bootstrap-server", broker.bootstrap, "find-hanging",
+              "--broker-id", "0", broker=broker)
+    assert table(r, first="Topic") == [], r.out
+    p.abort_transaction(30)

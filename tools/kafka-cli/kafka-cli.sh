@@ -66,6 +66,7 @@ case "$tool" in
     kafka-metadata-quorum)      main=org.apache.kafka.tools.MetadataQuorumCommand ;;
     kafka-reassign-partitions)  main=org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
     kafka-leader-election)      main=org.apache.kafka.tools.LeaderElectionCommand ;;
+    kafka-transactions)         main=org.apache.kafka.tools.TransactionsCommand ;;
     kafka-storage)              main=kafka.tools.StorageTool ;;
     kafka-server-start)         main=kafka.Kafka ;;
     *) echo "kafka-cli: unknown tool '$tool'" >&2; exit 2 ;;

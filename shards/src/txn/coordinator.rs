@@ -100,8 +100,8 @@ pub trait TxnHost {
 /// How this shard holds a `__transaction_state` partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Held {
-    /// Being replayed (load number).
-    Loading(u64),
+    /// Being replayed under `epoch` (load number `load`).
+    Loading { epoch: i32, load: u64 },
     /// Served, under `epoch` (the partition's leader epoch: the coordinator epoch).
     Loaded { epoch: i32, load: u64 },
 }
@@ -159,7 +159,7 @@ impl TxnCoordinator {
     fn serving(&self, partition: i32) -> Result<(i32, u64), TxnError> {
         match self.held.borrow().get(&partition) {
             Some(Held::Loaded { epoch, load }) => Ok((*epoch, *load)),
-            Some(Held::Loading(_)) => Err(TxnError::CoordinatorLoadInProgress),
+            Some(Held::Loading { .. }) => Err(TxnError::CoordinatorLoadInProgress),
             None => Err(TxnError::NotCoordinator),
         }
     }
@@ -175,7 +175,7 @@ impl TxnCoordinator {
         let epoch = log.leader_epoch();
         self.held
             .borrow_mut()
-            .insert(partition, Held::Loading(load));
+            .insert(partition, Held::Loading { epoch, load });
         let mut loaded: HashMap<String, TxnMetadata> = HashMap::new();
         let mut offset = log.log_start_offset();
         let end = log.log_end_offset();
@@ -185,7 +185,7 @@ impl TxnCoordinator {
                 Ok(r) => r,
                 Err(e) => {
                     tracing::error!(partition, error = %e, "reading __transaction_state; the partition is not served");
-                    if self.held.borrow().get(&partition) == Some(&Held::Loading(load)) {
+                    if self.held.borrow().get(&partition) == Some(&Held::Loading { epoch, load }) {
                         self.held.borrow_mut().remove(&partition);
                     }
                     return;
@@ -210,7 +210,7 @@ impl TxnCoordinator {
             }
             glommio::yield_if_needed().await;
         }
-        if self.held.borrow().get(&partition) != Some(&Held::Loading(load)) {
+        if self.held.borrow().get(&partition) != Some(&Held::Loading { epoch, load }) {
             return; // unloaded or loaded again meanwhile
         }
         let unfinished: Vec<String> = loaded
@@ -251,10 +251,14 @@ impl TxnCoordinator {
         }
     }
 
-    /// The epoch a loaded partition is served under, if it is (for leadership changes
-    /// that keep this broker leader under a new epoch).
+    /// The epoch a partition is served (or being loaded) under, if it is: a leadership
+    /// that keeps this broker leader under a new epoch loads it again, the same epoch
+    /// does not.
     pub fn served_epoch(&self, partition: i32) -> Option<i32> {
-        self.serving(partition).ok().map(|(epoch, _)| epoch)
+        match self.held.borrow().get(&partition) {
+            Some(Held::Loaded { epoch, .. } | Held::Loading { epoch, .. }) => Some(*epoch),
+            None => None,
+        }
     }
 
     // -----------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
-//! DescribeProducers (v0): the idempotent producers each partition remembers (the state
-//! its sequence checks use), from the owning shards, with the epoch, the last sequence
-//! written and the largest timestamp of its last batch (-1 when only an older snapshot
-//! knew it). There are no transactions, so no coordinator epoch or open transaction (-1).
+//! DescribeProducers (v0): the idempotent and transactional producers each partition
+//! remembers (the state its sequence checks use), from the owning shards, with the epoch,
+//! the last sequence written, the largest timestamp of its last batch (-1 when only an
+//! older snapshot knew it), the epoch of the coordinator of its last transaction marker
+//! and the first offset of its open transaction (-1 when none): what
+//! `kafka-transactions find-hanging` and `abort` read.
 //! An unknown partition is UNKNOWN_TOPIC_OR_PARTITION; one named twice is
 //! INVALID_REQUEST.
 
@@ -90,8 +92,8 @@ impl Handler for DescribeProducers {
                     s.producer_epoch = i32::from(a.epoch);
                     s.last_sequence = a.last_sequence;
                     s.last_timestamp = a.last_timestamp_ms;
-                    s.coordinator_epoch = -1;
-                    s.current_txn_start_offset = -1;
+                    s.coordinator_epoch = a.coordinator_epoch;
+                    s.current_txn_start_offset = a.current_txn_start_offset;
                     s
                 })
                 .collect();

@@ -1,0 +1,158 @@
+package dev.corelog.it;
+
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.TransactionDescription;
+import org.apache.kafka.clients.admin.TransactionListing;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerConfig;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.errors.ProducerFencedException;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.api.extension.RegisterExtension;
+
+/**
+ * The Java client's transactions against corelog: commits and aborts as read_committed
+ * and read_uncommitted consumers see them, zombie fencing, and the admin client's view of
+ * transactions.
+ */
+class TransactionsTest {
+
+    @RegisterExtension
+    static final CorelogBroker broker = new CorelogBroker("TransactionsTest");
+
+    private static KafkaProducer<byte[], byte[]> transactional(String id) {
+        KafkaProducer<byte[], byte[]> p = broker.producer(Map.of(
+                ProducerConfig.TRANSACTIONAL_ID_CONFIG, id,
+                ProducerConfig.TRANSACTION_TIMEOUT_CONFIG, 60_000));
+        p.initTransactions();
+        return p;
+    }
+
+    private static ProducerRecord<byte[], byte[]> record(String topic, int partition, String value) {
+        return new ProducerRecord<>(topic, partition, null, value.getBytes(StandardCharsets.UTF_8));
+    }
+
+    /** Every value of {@code topic}'s partitions a consumer of {@code isolation} reads to the end. */
+    private static List<String> readAll(String topic, int partitions, String isolation) {
+        List<String> out = new ArrayList<>();
+        try (KafkaConsumer<byte[], byte[]> c = broker.consumer(Map.of(
+                ConsumerConfig.ISOLATION_LEVEL_CONFIG, isolation))) {
+            List<TopicPartition> tps = new ArrayList<>();
+            for (int p = 0; p < partitions; p++) {
+                tps.add(new TopicPartition(topic, p));
+            }
+            c.assign(tps);
+            c.seekToBeginning(tps);
+            Map<TopicPartition, Long> end = c.endOffsets(tps);
+            long deadline = System.currentTimeMillis() + 20_000;
+            while (tps.stream().anyMatch(tp -> c.position(tp) < end.get(tp))) {
+                assertTrue(System.currentTimeMillis() < deadline, "reading " + topic + " to " + end);
+                for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(200))) {
+                    out.add(new String(r.value(), StandardCharsets.UTF_8));
+                }
+            }
+        }
+        out.sort(null);
+        return out;
+    }
+
+    private static void createTopic(String topic, int partitions) throws Exception {
+        try (Admin admin = broker.admin()) {
+            Await.createTopic(admin, new NewTopic(topic, partitions, (short) 1));
+        }
+    }
+
+    @Test
+    void readCommittedConsumersNeverSeeAbortedRecords() throws Exception {
+        String topic = "java-txn";
+        createTopic(topic, 3);
+        try (KafkaProducer<byte[], byte[]> p = transactional("java-txn-1")) {
+            for (int round = 0; round < 10; round++) {
+                p.beginTransaction();
+                for (int i = 0; i < 30; i++) {
+                    p.send(record(topic, i % 3, "r" + round + "-" + i));
+                }
+                if (round % 2 == 0) {
+                    p.commitTransaction();
+                } else {
+                    p.flush();
+                    p.abortTransaction();
+                }
+            }
+        }
+        List<String> committed = readAll(topic, 3, "read_committed");
+        assertEquals(150, committed.size());
+        assertTrue(committed.stream().allMatch(v -> Integer.parseInt(v.substring(1, v.indexOf('-'))) % 2 == 0),
+                "only even (committed) rounds");
+        assertEquals(300, readAll(topic, 3, "read_uncommitted").size());
+    }
+
+    @Test
+    void aSecondInstanceFencesTheFirst() throws Exception {
+        String topic = "java-txn-zombie";
+        createTopic(topic, 1);
+        KafkaProducer<byte[], byte[]> zombie = transactional("java-txn-zombie-1");
+        try {
+            zombie.beginTransaction();
+            zombie.send(record(topic, 0, "zombie")).get();
+            try (KafkaProducer<byte[], byte[]> fresh = transactional("java-txn-zombie-1")) {
+                // The zombie's next write is refused by the partition (its epoch is older
+                // than the abort marker's), and its commit by the coordinator.
+                Exception e = assertThrows(Exception.class, () -> {
+                    zombie.send(record(topic, 0, "late")).get();
+                    zombie.commitTransaction();
+                });
+                boolean fenced = false;
+                for (Throwable t = e; t != null; t = t.getCause()) {
+                    fenced |= t instanceof ProducerFencedException
+                            || t instanceof org.apache.kafka.common.errors.InvalidProducerEpochException;
+                }
+                assertTrue(fenced, "fenced: " + e);
+                fresh.beginTransaction();
+                fresh.send(record(topic, 0, "fresh"));
+                fresh.commitTransaction();
+            }
+        } finally {
+            zombie.close(Duration.ZERO);
+        }
+        assertEquals(List.of("fresh"), readAll(topic, 1, "read_committed"));
+    }
+
+    @Test
+    void theAdminClientListsAndDescribesTransactions() throws Exception {
+        String topic = "java-txn-admin";
+        createTopic(topic, 2);
+        try (KafkaProducer<byte[], byte[]> p = transactional("java-txn-admin-1");
+             Admin admin = broker.admin()) {
+            p.beginTransaction();
+            p.send(record(topic, 1, "open")).get();
+            Collection<TransactionListing> listed = admin.listTransactions().all().get();
+            assertTrue(listed.stream().anyMatch(l -> l.transactionalId().equals("java-txn-admin-1")
+                    && l.state().toString().equals("Ongoing")), "listed: " + listed);
+            TransactionDescription d = admin.describeTransactions(List.of("java-txn-admin-1"))
+                    .description("java-txn-admin-1").get();
+            assertEquals("Ongoing", d.state().toString());
+            assertEquals(Set.of(new TopicPartition(topic, 1)), d.topicPartitions());
+            p.abortTransaction();
+            TransactionDescription after = admin.describeTransactions(List.of("java-txn-admin-1"))
+                    .description("java-txn-admin-1").get();
+            assertTrue(Set.of("PrepareAbort", "CompleteAbort").contains(after.state().toString()), after.toString());
+        }
+    }
+}
