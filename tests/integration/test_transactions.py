@@ -10,7 +10,10 @@ read_committed consumers (confluent-kafka):
   ``transaction.timeout.ms``, so the LSO moves on;
 - the coordinator's state survives a restart: a transaction committed before it is still
   committed, and an abandoned one is aborted after it;
-- DescribeTransactions and ListTransactions report what the coordinator holds.
+- DescribeTransactions and ListTransactions report what the coordinator holds;
+- on three brokers, markers reach partitions other brokers lead, and a transaction left
+  open when its coordinator is killed is aborted by the next coordinator, with
+  read_committed consumers seeing exactly the committed records.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire as W
+from launcher import wait_until
 
 TIMEOUT = 30
 ABORT_CHECK_ARGS = ["--transaction-abort-timed-out-transaction-cleanup-interval-ms", "300"]
@@ -82,13 +86,6 @@ def high_watermark(bootstrap: str, topic: str) -> int:
         c.close()
 
 
-def wait_until(what: str, check, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
-
-
 def test_commit_and_abort_are_seen_as_kafka_shows_them(broker):
     topic = "txn-basic"
     create(broker.bootstrap, topic, 2)
@@ -130,7 +127,7 @@ def test_read_committed_stops_at_an_open_transaction(broker):
     assert read_values(broker.bootstrap, topic, "read_committed", wait=2.0) == [b"before"]
     p.commit_transaction(TIMEOUT)
     # The marker follows the transaction: the LSO passes it.
-    wait_until("the LSO to pass the marker", lambda: lso(broker.bootstrap, topic) == 4)
+    wait_until(lambda: lso(broker.bootstrap, topic) == 4, TIMEOUT, "the LSO to pass the marker")
     assert read_values(broker.bootstrap, topic, "read_committed", expect=3) == [
         b"before", b"inside", b"after"]
 
@@ -166,8 +163,7 @@ def test_an_abandoned_transaction_times_out(broker_factory):
     p.flush(TIMEOUT)
     assert lso(b.bootstrap, topic) == 0
     # Nobody ends it: the coordinator aborts it past its timeout and the LSO moves on.
-    wait_until("the coordinator to abort the transaction",
-               lambda: lso(b.bootstrap, topic) == 2, timeout=15)
+    wait_until(lambda: lso(b.bootstrap, topic) == 2, 15, "the coordinator to abort the transaction")
     assert read_values(b.bootstrap, topic, "read_committed", wait=2.0) == []
     assert read_values(b.bootstrap, topic, "read_uncommitted", expect=1) == [b"abandoned"]
 
@@ -187,8 +183,8 @@ def test_the_coordinator_state_survives_a_restart(broker_factory):
     b.start()
     # The committed one is still committed; the open one is aborted once it times out,
     # by the coordinator that loaded it after the restart.
-    wait_until("the restarted coordinator to abort the transaction",
-               lambda: lso(b.bootstrap, topic) == 4, timeout=20)
+    wait_until(lambda: lso(b.bootstrap, topic) == 4, 20,
+               "the restarted coordinator to abort the transaction")
     assert read_values(b.bootstrap, topic, "read_committed", expect=1) == [b"committed"]
     # The id goes on with a bumped epoch.
     again = txn_producer(b.bootstrap, "txn-restart-1")
@@ -244,3 +240,99 @@ def test_describe_and_list_transactions(broker):
     # The unknown id's partition may be on this single broker: TRANSACTIONAL_ID_NOT_FOUND.
     assert (code, tid) == (105, "nobody")
     p.abort_transaction(TIMEOUT)
+
+
+# ---------------------------------------------------------------------------------------
+# three brokers
+# ---------------------------------------------------------------------------------------
+
+FAST = ["--broker-session-timeout-ms", "3000", "--broker-heartbeat-interval-ms", "500",
+        "--replica-lag-time-max-ms", "3000"] + ABORT_CHECK_ARGS
+
+
+def coordinator_of(bootstrap: str, txn_id: str) -> int:
+    """The node id FindCoordinator (key type 1) names for `txn_id`."""
+    body = W.string(txn_id) + W.i8(1)
+    _, resp = W.roundtrip(bootstrap, W.request(10, 1, 9, body))
+    r = W.Reader(resp)
+    r.i32()
+    code, _message, node = r.i16(), r.string(), r.i32()
+    assert code == 0, f"FindCoordinator: error {code}"
+    return node
+
+
+def test_transactions_across_a_coordinator_kill_on_three_brokers(broker_factory):
+    """A replicated topic and __transaction_state (3 replicas, min ISR 2) on three
+    brokers. Transactions commit and abort with markers written to partitions led by other
+    brokers; then the coordinator of a transaction left open is killed: the new
+    coordinator loads the state and aborts it past its timeout, the producer's next
+    instance fences it, and read_committed consumers see exactly the committed records."""
+    brokers = broker_factory.cluster(voters=3, extra_args=FAST)
+    boot = ",".join(b.bootstrap for b in brokers)
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic("txn-r3", 6, 3, config={"min.insync.replicas": "2"})])[
+        "txn-r3"].result(TIMEOUT)
+    p = txn_producer(boot, "txn-r3-1", **{"transaction.timeout.ms": 4000})
+    committed = []
+    for round_ in range(6):
+        p.begin_transaction()
+        values = [f"r{round_}-{i}".encode() for i in range(24)]
+        for i, v in enumerate(values):
+            p.produce("txn-r3", value=v, partition=i % 6)
+        if round_ % 3 == 2:
+            p.flush(TIMEOUT)
+            p.abort_transaction(TIMEOUT)
+        else:
+            p.commit_transaction(TIMEOUT)
+            committed += values
+    # An open transaction, then its coordinator dies.
+    p.begin_transaction()
+    for i in range(6):
+        p.produce("txn-r3", value=f"open-{i}".encode(), partition=i)
+    p.flush(TIMEOUT)
+    victim_id = _coordinator_or_none(boot, "txn-r3-1")
+    victim = next(b for b in brokers if b.node_id == victim_id)
+    victim.kill()
+    survivors = [b for b in brokers if b is not victim]
+    sboot = ",".join(b.bootstrap for b in survivors)
+    wait_until(lambda: _coordinator_or_none(sboot, "txn-r3-1") not in (None, victim_id), 30,
+               "a new coordinator for the transactional id")
+    # The new coordinator aborts the open transaction once it times out: every
+    # partition's LSO moves to its high watermark.
+    def settled() -> bool:
+        c = Consumer({"bootstrap.servers": sboot, "group.id": f"g-{uuid.uuid4()}",
+                      "isolation.level": "read_committed"})
+        try:
+            return all(c.get_watermark_offsets(TopicPartition("txn-r3", part), 10)[1]
+                       == high_watermark_of(sboot, "txn-r3", part) for part in range(6))
+        except KafkaException:
+            return False
+        finally:
+            c.close()
+    wait_until(settled, 60, "the open transaction to be aborted by the new coordinator")
+    # The producer's next instance goes on (fencing the old one) on the survivors.
+    again = txn_producer(sboot, "txn-r3-1")
+    again.begin_transaction()
+    again.produce("txn-r3", value=b"after", partition=0)
+    again.commit_transaction(TIMEOUT)
+    committed.append(b"after")
+    victim.start()
+    got = read_values(boot, "txn-r3", "read_committed", 6, expect=len(committed), wait=30)
+    assert sorted(got) == sorted(committed), "read_committed holds exactly the committed records"
+
+
+def _coordinator_or_none(bootstrap: str, txn_id: str) -> int | None:
+    for b in bootstrap.split(","):
+        try:
+            return coordinator_of(b, txn_id)
+        except (OSError, AssertionError, W.Closed, TimeoutError):
+            continue
+    return None
+
+
+def high_watermark_of(bootstrap: str, topic: str, partition: int) -> int:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}"})
+    try:
+        return c.get_watermark_offsets(TopicPartition(topic, partition), 10)[1]
+    finally:
+        c.close()
