@@ -204,6 +204,12 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "transaction.remove.expired.transaction.cleanup.interval.ms")]
     pub transaction_remove_expired_transaction_cleanup_interval_ms: Option<u64>,
+    /// Whether a partition leader verifies with the coordinator a transactional batch
+    /// that opens a transaction in its partition (Kafka's
+    /// transaction.partition.verification.enable, true; KIP-890).
+    #[arg(long)]
+    #[serde(alias = "transaction.partition.verification.enable")]
+    pub transaction_partition_verification_enable: Option<bool>,
     /// Age after which a segment is deleted, ms; -1 keeps data forever (Kafka's
     /// log.retention.ms; a topic's retention.ms overrides it).
     #[arg(long, allow_negative_numbers = true)]
@@ -589,6 +595,9 @@ impl ServeArgs {
             transaction_remove_expired_transaction_cleanup_interval_ms: self
                 .transaction_remove_expired_transaction_cleanup_interval_ms
                 .or(file.transaction_remove_expired_transaction_cleanup_interval_ms),
+            transaction_partition_verification_enable: self
+                .transaction_partition_verification_enable
+                .or(file.transaction_partition_verification_enable),
             retention_ms: self.retention_ms.or(file.retention_ms),
             retention_bytes: self.retention_bytes.or(file.retention_bytes),
             // The file's defaults first, so a flag for the same key wins.
@@ -895,6 +904,9 @@ fn txn_config(a: &ServeArgs, offsets_partitions: i32) -> anyhow::Result<TxnCoord
             .unwrap_or(d.segment_bytes)
             .clamp(4096, u64::from(u32::MAX)),
         offsets_partitions,
+        verify_partitions: a
+            .transaction_partition_verification_enable
+            .unwrap_or(d.verify_partitions),
     })
 }
 

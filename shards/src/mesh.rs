@@ -80,6 +80,10 @@ pub enum PartitionError {
     /// The request named another leader epoch than the partition's.
     #[error(transparent)]
     Epoch(#[from] EpochError),
+    /// A transactional batch the coordinator did not confirm is in the producer's
+    /// transaction, or could not be asked about.
+    #[error("the transaction coordinator did not confirm the partition: {0}")]
+    Unverified(crate::txn::rules::TxnError),
 }
 
 impl From<corelog_partition::AckError> for PartitionError {
@@ -92,6 +96,14 @@ impl From<corelog_partition::AckError> for PartitionError {
             }
         }
     }
+}
+
+/// A transactional producer's Produce: its transactional id, which the coordinator is
+/// asked about, and the request's version, which decides the errors it understands.
+#[derive(Debug, Clone)]
+pub struct ProduceTxn {
+    pub transactional_id: Arc<str>,
+    pub version: i16,
 }
 
 pub struct ProduceInput {
@@ -377,6 +389,8 @@ pub enum PartitionRequest {
         acks: Acks,
         timeout_ms: u64,
         partitions: Vec<ProduceInput>,
+        /// Set for a transactional producer's request.
+        transaction: Option<ProduceTxn>,
         reply: Reply<Vec<ProduceOutput>>,
     },
     /// Reads the partitions in order; once their records add up to `budget` (the

@@ -72,6 +72,15 @@ pub fn partition(e: &PartitionError) -> ResponseError {
         PartitionError::NotLeaderOrFollower => ResponseError::NotLeaderOrFollower,
         PartitionError::Epoch(EpochError::Fenced { .. }) => ResponseError::FencedLeaderEpoch,
         PartitionError::Epoch(EpochError::Unknown { .. }) => ResponseError::UnknownLeaderEpoch,
+        // A coordinator that cannot answer yet is no reason for the producer to look for
+        // another leader: NOT_ENOUGH_REPLICAS, retriable for every producer, as Kafka's
+        // leader answers.
+        PartitionError::Unverified(
+            TxnError::CoordinatorLoadInProgress
+            | TxnError::CoordinatorNotAvailable
+            | TxnError::NotCoordinator,
+        ) => ResponseError::NotEnoughReplicas,
+        PartitionError::Unverified(e) => txn(*e),
     }
 }
 

@@ -11,6 +11,8 @@ read_committed consumers (confluent-kafka):
 - the coordinator's state survives a restart: a transaction committed before it is still
   committed, and an abandoned one is aborted after it;
 - DescribeTransactions and ListTransactions report what the coordinator holds;
+- a transactional batch opens a transaction in a partition only if the coordinator has
+  the partition in the producer's transaction (KIP-890 part 1);
 - on three brokers, markers reach partitions other brokers lead, and a transaction left
   open when its coordinator is killed is aborted by the next coordinator, with
   read_committed consumers seeing exactly the committed records.
@@ -240,6 +242,72 @@ def test_describe_and_list_transactions(broker):
     # The unknown id's partition may be on this single broker: TRANSACTIONAL_ID_NOT_FOUND.
     assert (code, tid) == (105, "nobody")
     p.abort_transaction(TIMEOUT)
+
+
+def find_txn_coordinator(bootstrap: str, txn_id: str) -> None:
+    """FindCoordinator (key type 1), which also creates __transaction_state."""
+    wait_until(lambda: _coordinator_or_none(bootstrap, txn_id) is not None, TIMEOUT,
+               f"a coordinator for {txn_id}")
+
+
+def raw_init(bootstrap: str, txn_id: str) -> tuple[int, int]:
+    """InitProducerId v1 for `txn_id` -> (producer id, epoch)."""
+    body = W.string(txn_id) + W.i32(60_000)
+    _, resp = W.roundtrip(bootstrap, W.request(22, 1, 7, body))
+    r = W.Reader(resp)
+    r.i32()
+    code, pid, epoch = r.i16(), r.i64(), r.i16()
+    assert code == 0, f"InitProducerId: error {code}"
+    return pid, epoch
+
+
+def raw_add_partitions(bootstrap: str, txn_id: str, pid: int, epoch: int, topic: str,
+                       partitions: list[int]) -> dict[int, int]:
+    """AddPartitionsToTxn v0 -> {partition: error code}."""
+    body = (W.string(txn_id) + W.i64(pid) + W.i16(epoch)
+            + W.array([W.string(topic) + W.array([W.i32(p) for p in partitions])]))
+    _, resp = W.roundtrip(bootstrap, W.request(24, 0, 8, body))
+    r = W.Reader(resp)
+    r.i32()
+    out = {}
+    for _ in range(r.i32()):
+        r.string()
+        for _ in range(r.i32()):
+            p = r.i32()
+            out[p] = r.i16()
+    return out
+
+
+def raw_txn_produce(bootstrap: str, txn_id: str, topic: str, partition: int, pid: int,
+                    epoch: int, seq: int = 0) -> int:
+    """A transactional batch with the request's transactional id -> its error code."""
+    now = int(time.time() * 1000)
+    batch = W.record_batch([(None, f"{pid}-{seq}".encode(), [], now)], now, producer_id=pid,
+                           producer_epoch=epoch, base_sequence=seq, attributes=0x10)
+    with W.connect(bootstrap) as s:
+        s.sendall(W.produce_v3(1, topic, {partition: batch}, transactional_id=txn_id))
+        _, body = W.recv_response(s)
+    return W.parse_produce_v3(body)[(topic, partition)]["error_code"]
+
+
+def test_a_batch_opens_a_transaction_only_in_a_partition_the_coordinator_added(broker):
+    """KIP-890 part 1: a partition leader appends the first transactional batch of a
+    producer only once the coordinator says the partition is in its ongoing transaction,
+    so no late or stray batch can leave a transaction no coordinator will end."""
+    topic = "txn-verify"
+    create(broker.bootstrap, topic, 2)
+    find_txn_coordinator(broker.bootstrap, "txn-verify-1")
+    pid, epoch = raw_init(broker.bootstrap, "txn-verify-1")
+    assert raw_add_partitions(broker.bootstrap, "txn-verify-1", pid, epoch, topic, [0]) == {0: 0}
+    assert raw_txn_produce(broker.bootstrap, "txn-verify-1", topic, 0, pid, epoch) == 0
+    # Partition 1 was never added: INVALID_TXN_STATE (Produce v3), nothing written.
+    assert raw_txn_produce(broker.bootstrap, "txn-verify-1", topic, 1, pid, epoch) == 48
+    # A stale epoch: fenced (INVALID_PRODUCER_EPOCH); an id the coordinator never saw:
+    # INVALID_PRODUCER_ID_MAPPING.
+    assert raw_txn_produce(broker.bootstrap, "txn-verify-1", topic, 1, pid, epoch - 1) == 47
+    assert raw_txn_produce(broker.bootstrap, "nobody", topic, 1, 424242, 0) == 49
+    assert high_watermark_of(broker.bootstrap, topic, 1) == 0
+    assert lso(broker.bootstrap, topic) == 0, "partition 0's transaction is open"
 
 
 # ---------------------------------------------------------------------------------------

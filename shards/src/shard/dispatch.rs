@@ -15,9 +15,12 @@ impl Shard {
                 acks,
                 timeout_ms,
                 partitions,
+                transaction,
                 reply,
             }) => {
-                let out = self.produce(acks, timeout_ms, partitions).await;
+                let out = self
+                    .produce(acks, timeout_ms, partitions, transaction)
+                    .await;
                 let _ = reply.send(out);
             }
             ShardMessage::Partition(PartitionRequest::WriteMarkers {

@@ -29,6 +29,7 @@ mod fetch;
 mod partition_requests;
 mod partition_table;
 mod produce;
+mod txn_verify;
 
 use crate::admin_changes::AdminChanges;
 use crate::group::coordinator::{offsets_tp, GroupCoordinator};
@@ -86,6 +87,8 @@ pub struct Shard {
     pub throttles: Arc<crate::replication_throttle::ReplicationThrottles>,
     /// The data directory's health (and armed faults), shared by the shards.
     pub data_dir: Arc<crate::storage_context::DataDir>,
+    /// Verifications in flight of transactional batches (`txn_verify`).
+    pub(crate) txn_guards: txn_verify::Guards,
 }
 
 impl Shard {
@@ -132,6 +135,7 @@ impl Shard {
             hw_checkpoints: Default::default(),
             throttles,
             data_dir,
+            txn_guards: Default::default(),
         });
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));

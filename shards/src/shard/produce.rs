@@ -2,12 +2,19 @@
 //! arrival order), then all acknowledgements awaited together so one sync serves them;
 //! and WriteTxnMarkers' markers, appended and awaited the same way.
 //!
+//! A transactional batch that would open its producer's transaction in a partition is
+//! appended only once the coordinator confirmed the partition is in the transaction
+//! (`txn_verify`); the other batches of the request are appended at once.
+//!
 //! Invariants: nothing is queued for a partition that is refused (unknown, not led here,
-//! too few in-sync replicas, disk budget exhausted); each partition times out on its
-//! own; answers are in input order.
+//! too few in-sync replicas, disk budget exhausted, not in the producer's transaction);
+//! each partition times out on its own; answers are in input order.
 
+use super::txn_verify::opens_transaction;
 use super::Shard;
-use crate::mesh::{Acks, PartitionError, ProduceAck, ProduceInput, ProduceOutput, TopicPartition};
+use crate::mesh::{
+    Acks, PartitionError, ProduceAck, ProduceInput, ProduceOutput, ProduceTxn, TopicPartition,
+};
 use corelog_partition::Partition;
 use corelog_storage::txn_marker::TxnMarker;
 use corelog_storage::{AckLevel, AppendTicket};
@@ -19,10 +26,12 @@ impl Shard {
         acks: Acks,
         timeout_ms: u64,
         inputs: Vec<ProduceInput>,
+        transaction: Option<ProduceTxn>,
     ) -> Vec<ProduceOutput> {
         // Append everything first (offsets assigned in arrival order), then wait for all
         // acknowledgements together so one sync can serve them.
         let mut tickets = Vec::with_capacity(inputs.len());
+        let mut unverified = Vec::new();
         let refused = self.produce_refused();
         for input in &inputs {
             debug_assert_eq!(self.owner_of(&input.tp.topic, input.tp.partition), self.id);
@@ -46,12 +55,27 @@ impl Shard {
                         min: log.min_insync_replicas(),
                     })
                 }
-                Ok(log) => log
-                    .append(&input.records)
-                    .map(|t| (log, t))
-                    .map_err(PartitionError::from),
+                Ok(log) => match transaction
+                    .as_ref()
+                    .filter(|_| self.config.txns.verify_partitions)
+                    .and_then(|_| opens_transaction(&log, &input.records))
+                {
+                    Some(producer) => {
+                        unverified.push((tickets.len(), log, producer));
+                        Err(PartitionError::ShuttingDown) // replaced once verified
+                    }
+                    None => log
+                        .append(&input.records)
+                        .map(|t| (log, t))
+                        .map_err(PartitionError::from),
+                },
             };
             tickets.push(r);
+        }
+        if let (Some(txn), false) = (&transaction, unverified.is_empty()) {
+            for (i, r) in self.verify_and_append(txn, &inputs, unverified).await {
+                tickets[i] = r;
+            }
         }
         // Each partition times out on its own: one slow partition must not turn the
         // others' results (acknowledged, or refused for good) into a retriable timeout.
@@ -90,6 +114,9 @@ impl Shard {
                     return Err(PartitionError::NotLeaderOrFollower);
                 }
                 let ticket = log.append_marker(marker)?;
+                // A verification in flight for the producer's ended transaction no
+                // longer holds: its batch must not open a transaction after the marker.
+                self.clear_txn_guard(tp, marker.producer_id);
                 Ok((log, ticket))
             })
             .collect();

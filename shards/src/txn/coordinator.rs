@@ -71,6 +71,9 @@ pub struct TxnCoordinatorConfig {
     pub segment_bytes: u64,
     /// `offsets.topic.num.partitions`: where AddOffsetsToTxn's group lives.
     pub offsets_partitions: i32,
+    /// `transaction.partition.verification.enable`: partition leaders verify a batch
+    /// that opens a transaction with its coordinator (KIP-890 part 1).
+    pub verify_partitions: bool,
 }
 
 impl Default for TxnCoordinatorConfig {
@@ -84,6 +87,7 @@ impl Default for TxnCoordinatorConfig {
             min_isr: 2,
             segment_bytes: 100 << 20,
             offsets_partitions: crate::group::OFFSETS_TOPIC_PARTITIONS_DEFAULT,
+            verify_partitions: true,
         }
     }
 }
@@ -136,6 +140,12 @@ impl TxnCoordinator {
 
     pub fn set_host(&self, host: Weak<dyn TxnHost>) {
         *self.host.borrow_mut() = Some(host);
+    }
+
+    /// The connections to other brokers the coordinator's requests go over, shared with
+    /// the partition leaders' verifications.
+    pub fn links(&self) -> &MarkerSender {
+        &self.markers
     }
 
     pub fn config(&self) -> &TxnCoordinatorConfig {

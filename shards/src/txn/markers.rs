@@ -1,5 +1,7 @@
 //! Writing a transaction's markers: WriteTxnMarkers to the leader of every partition of
-//! the transaction, until each has its marker.
+//! the transaction, until each has its marker; and the connections to other brokers that
+//! the transaction requests between brokers go over (`MarkerSender::ask`, also used by a
+//! partition leader's verification with a coordinator elsewhere).
 //!
 //! The coordinator sends one request per leader with the transaction's partitions it
 //! leads (to this broker too, through its own listener, as to any other), and asks
@@ -25,7 +27,7 @@ use kafka_protocol::messages::write_txn_markers_request::{
 use kafka_protocol::messages::{
     ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 use kafka_protocol::ResponseError;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -171,7 +173,6 @@ impl MarkerSender {
         coordinator_epoch: i32,
         parts: &BTreeSet<TxnPartition>,
     ) -> Option<HashMap<TxnPartition, i16>> {
-        let conn = self.connection(leader, meta).await?;
         let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
         for (t, p) in parts {
             topics.entry(t.as_str()).or_default().push(*p);
@@ -189,32 +190,49 @@ impl MarkerSender {
         }
         let mut req = WriteTxnMarkersRequest::default();
         req.markers.push(marker);
-        let asked = conn.request::<_, WriteTxnMarkersResponse>(
-            ApiKey::WriteTxnMarkers,
-            WRITE_TXN_MARKERS_VERSION,
-            &req,
-        );
+        let resp: WriteTxnMarkersResponse = self
+            .ask(
+                leader,
+                meta,
+                ApiKey::WriteTxnMarkers,
+                WRITE_TXN_MARKERS_VERSION,
+                &req,
+            )
+            .await?;
+        let mut out = HashMap::new();
+        for m in resp.markers {
+            for t in m.topics {
+                for p in t.partitions {
+                    out.insert((t.name.0.to_string(), p.partition_index), p.error_code);
+                }
+            }
+        }
+        Some(out)
+    }
+
+    /// One request to `broker` on its (cached) connection; `None`, the connection
+    /// dropped, if it could not be made or was not answered in time.
+    pub async fn ask<Req: Encodable, Resp: Decodable>(
+        &self,
+        broker: i32,
+        meta: &ClusterMetadata,
+        api: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Option<Resp> {
+        let conn = self.connection(broker, meta).await?;
+        let asked = conn.request::<Req, Resp>(api, version, req);
         let timeout = async {
             glommio::timer::sleep(REQUEST_TIMEOUT).await;
-            Err(corelog_kafka_client::ClientError::Protocol(
-                "no answer to WriteTxnMarkers".into(),
-            ))
+            Err(corelog_kafka_client::ClientError::Protocol(format!(
+                "no answer to {api:?}"
+            )))
         };
         match futures_lite::future::or(asked, timeout).await {
-            Ok(resp) => {
-                let mut out = HashMap::new();
-                for m in resp.markers {
-                    for t in m.topics {
-                        for p in t.partitions {
-                            out.insert((t.name.0.to_string(), p.partition_index), p.error_code);
-                        }
-                    }
-                }
-                Some(out)
-            }
+            Ok(resp) => Some(resp),
             Err(e) => {
-                tracing::debug!(leader, error = %e, "writing transaction markers");
-                self.conns.borrow_mut().remove(&leader);
+                tracing::debug!(broker, ?api, error = %e, "a request to another broker failed");
+                self.conns.borrow_mut().remove(&broker);
                 None
             }
         }

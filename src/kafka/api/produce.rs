@@ -15,7 +15,7 @@ use crate::kafka::error_code;
 use crate::kafka::frame::FrameError;
 use bytes::Bytes;
 use corelog_shards::mesh::{
-    Acks, PartitionError, PartitionRequest, ProduceAck, ProduceInput, TopicPartition,
+    Acks, PartitionError, PartitionRequest, ProduceAck, ProduceInput, ProduceTxn, TopicPartition,
 };
 use corelog_shards::metadata::{validate_topic_name, ClusterMetadata};
 use corelog_storage::{AppendError, RejectedRecords};
@@ -193,12 +193,17 @@ impl Handler for Produce {
             }
         }
 
+        let transaction = req.transactional_id.as_ref().map(|id| ProduceTxn {
+            transactional_id: id.0.as_str().into(),
+            version: call.version,
+        });
         let answers = match acks {
             Some(acks) => {
                 let make = |partitions, reply| PartitionRequest::Produce {
                     acks,
                     timeout_ms,
                     partitions,
+                    transaction: transaction.clone(),
                     reply,
                 };
                 let fill = |slot: &mut PartitionProduceResponse, ack: ProduceAck| {

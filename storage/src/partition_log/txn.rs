@@ -93,6 +93,16 @@ impl PartitionLog {
             .first_unstable_offset(high_watermark)
     }
 
+    /// The first offset of `producer_id`'s open transaction here, if it has one (a
+    /// transactional batch from a producer without one opens a transaction, which the
+    /// partition leader first verifies with the coordinator).
+    pub fn open_transaction(&self, producer_id: i64) -> Option<i64> {
+        self.producers
+            .borrow()
+            .get(producer_id)
+            .and_then(|e| e.current_txn_first_offset)
+    }
+
     /// The aborted transactions a `read_committed` fetch from `fetch_offset` of records
     /// below `upper_bound` must be told about, in marker order.
     pub fn aborted_transactions(&self, fetch_offset: i64, upper_bound: i64) -> Vec<AbortedTxn> {

@@ -1,0 +1,226 @@
+//! A partition leader's verification of transactional batches (KIP-890 part 1): a batch
+//! that would open its producer's transaction in a partition is appended only once the
+//! transaction's coordinator has confirmed the partition is in the producer's ongoing
+//! transaction (AddPartitionsToTxn with verifyOnly, to the coordinator shard over the mesh
+//! when this broker is the coordinator, else to the coordinator broker). Without it a
+//! late batch of a transaction that had already ended would open a transaction no
+//! coordinator knows, and hold the partition's last stable offset for good (a "hanging"
+//! transaction).
+//!
+//! A guard closes the race between the answer and the append: before asking, the leader
+//! registers a guard for (partition, producer); a marker for that producer appended
+//! meanwhile (the transaction ended) removes it; the batch is appended only if its guard
+//! is still there, synchronously with the check. Only the first batch of a transaction
+//! in a partition is verified: once it is appended the producer's transaction is open
+//! there and later batches need no coordinator.
+//!
+//! Errors as Kafka's leader answers them: the coordinator's per-partition error with
+//! PRODUCER_FENCED as INVALID_PRODUCER_EPOCH and TRANSACTION_ABORTABLE as
+//! INVALID_TXN_STATE for producers before Produce v11 (`rules::VerifyMode`); a
+//! coordinator that cannot be reached or is loading answers NOT_ENOUGH_REPLICAS
+//! (retriable, `error_code`); a guard gone is INVALID_TXN_STATE.
+
+use super::Shard;
+use crate::mesh::{PartitionError, ProduceInput, ProduceTxn, ShardMessage, TopicPartition};
+use crate::txn::rules::{ProducerIdEpoch, TxnError, VerifyMode};
+use crate::txn::state::TxnPartition;
+use crate::txn::types::{AddMode, TxnAnswer, TxnOp};
+use crate::txn::TRANSACTION_TOPIC;
+use corelog_partition::Partition;
+use corelog_storage::batch::BatchHeader;
+use corelog_storage::AppendTicket;
+use futures::channel::oneshot;
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
+use kafka_protocol::messages::{
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProducerId, TopicName,
+    TransactionalId,
+};
+use kafka_protocol::protocol::StrBytes;
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::rc::Rc;
+
+/// AddPartitionsToTxn v4: batched, from a broker, with verifyOnly.
+const VERIFY_VERSION: i16 = 4;
+
+/// The guards of verifications in flight, by (partition, producer id).
+#[derive(Default)]
+pub(crate) struct Guards {
+    live: RefCell<HashMap<(TopicPartition, i64), u64>>,
+    next: Cell<u64>,
+}
+
+/// The producer id and epoch of `records` if it is a transactional batch that would open
+/// its producer's transaction in `log` (none open there yet).
+pub(super) fn opens_transaction(log: &Partition, records: &[u8]) -> Option<ProducerIdEpoch> {
+    let h = BatchHeader::parse(records).ok()?;
+    let opens = h.is_transactional()
+        && !h.is_control()
+        && h.producer_id >= 0
+        && log.log().open_transaction(h.producer_id).is_none();
+    opens.then(|| ProducerIdEpoch::new(h.producer_id, h.producer_epoch))
+}
+
+type Appended = Result<(Rc<Partition>, AppendTicket), PartitionError>;
+
+impl Shard {
+    /// Removes the guard of `producer_id` in `tp`: its transaction there ended.
+    pub(super) fn clear_txn_guard(&self, tp: &TopicPartition, producer_id: i64) {
+        self.txn_guards
+            .live
+            .borrow_mut()
+            .remove(&(tp.clone(), producer_id));
+    }
+
+    /// Verifies the batches at `unverified` (input index, partition, producer) of a
+    /// produce with the coordinator and appends those confirmed whose guard still holds;
+    /// the outcome of each, by input index.
+    pub(super) async fn verify_and_append(
+        &self,
+        txn: &ProduceTxn,
+        inputs: &[ProduceInput],
+        unverified: Vec<(usize, Rc<Partition>, ProducerIdEpoch)>,
+    ) -> Vec<(usize, Appended)> {
+        // One question per producer (a request comes from one producer, but nothing on
+        // the wire says so).
+        let mut by_producer: BTreeMap<(i64, i16), Vec<(usize, Rc<Partition>)>> = BTreeMap::new();
+        for (i, log, p) in unverified {
+            by_producer
+                .entry((p.producer_id, p.epoch))
+                .or_default()
+                .push((i, log));
+        }
+        let mode = VerifyMode::for_produce(txn.version);
+        let mut out = Vec::new();
+        for ((producer_id, epoch), batches) in by_producer {
+            let producer = ProducerIdEpoch::new(producer_id, epoch);
+            let mut guards = Vec::with_capacity(batches.len());
+            let mut partitions = BTreeSet::new();
+            for (i, _) in &batches {
+                let tp = inputs[*i].tp.clone();
+                let token = self.txn_guards.next.get() + 1;
+                self.txn_guards.next.set(token);
+                self.txn_guards
+                    .live
+                    .borrow_mut()
+                    .insert((tp.clone(), producer_id), token);
+                guards.push(token);
+                partitions.insert((tp.topic.to_string(), tp.partition));
+            }
+            let answers = self
+                .verify(&txn.transactional_id, producer, &partitions)
+                .await;
+            for ((i, log), token) in batches.into_iter().zip(guards) {
+                let tp = &inputs[i].tp;
+                let key = (tp.topic.to_string(), tp.partition);
+                let verdict = match &answers {
+                    Err(e) => Err(*e),
+                    Ok(map) => match map.get(&key) {
+                        Some(None) => Ok(()),
+                        Some(Some(e)) => Err(*e),
+                        None => Err(TxnError::UnknownServerError),
+                    },
+                };
+                let guard = (tp.clone(), producer_id);
+                let held = self.txn_guards.live.borrow().get(&guard) == Some(&token);
+                if held {
+                    self.txn_guards.live.borrow_mut().remove(&guard);
+                }
+                let r = match verdict {
+                    Err(e) => Err(PartitionError::Unverified(mode.error_for_producer(e))),
+                    Ok(()) if !held => Err(PartitionError::Unverified(TxnError::InvalidTxnState)),
+                    Ok(()) if !log.is_leader() => Err(PartitionError::NotLeaderOrFollower),
+                    Ok(()) => log
+                        .append(&inputs[i].records)
+                        .map(|t| (log.clone(), t))
+                        .map_err(PartitionError::from),
+                };
+                out.push((i, r));
+            }
+        }
+        out
+    }
+
+    /// Asks `transactional_id`'s coordinator whether `partitions` are in `producer`'s
+    /// ongoing transaction: per partition `None` if it is.
+    async fn verify(
+        &self,
+        transactional_id: &str,
+        producer: ProducerIdEpoch,
+        partitions: &BTreeSet<TxnPartition>,
+    ) -> Result<BTreeMap<TxnPartition, Option<TxnError>>, TxnError> {
+        let meta = self.metadata.snapshot();
+        let coordinator = meta
+            .partition(TRANSACTION_TOPIC, self.txns.partition_of(transactional_id))
+            .map_or(-1, |p| p.leader);
+        if coordinator < 0 {
+            return Err(TxnError::CoordinatorNotAvailable);
+        }
+        if coordinator == self.config.node_id {
+            let op = TxnOp::AddPartitions {
+                transactional_id: transactional_id.to_owned(),
+                producer,
+                partitions: partitions.clone(),
+                mode: AddMode::Verify,
+            };
+            let (tx, rx) = oneshot::channel();
+            let target = self.txn_coordinator_of(transactional_id);
+            return match self
+                .peers
+                .call(target, ShardMessage::Txn { op, reply: tx }, rx)
+                .await
+            {
+                Some(TxnAnswer::Verified(r)) => r,
+                Some(_) => Err(TxnError::UnknownServerError),
+                None => Err(TxnError::CoordinatorNotAvailable),
+            };
+        }
+        let mut topics: BTreeMap<&str, Vec<i32>> = BTreeMap::new();
+        for (t, p) in partitions {
+            topics.entry(t.as_str()).or_default().push(*p);
+        }
+        let mut txn = AddPartitionsToTxnTransaction::default();
+        txn.transactional_id = TransactionalId(StrBytes::from_string(transactional_id.to_owned()));
+        txn.producer_id = ProducerId(producer.producer_id);
+        txn.producer_epoch = producer.epoch;
+        txn.verify_only = true;
+        for (t, ps) in topics {
+            let mut topic = AddPartitionsToTxnTopic::default();
+            topic.name = TopicName(StrBytes::from_string(t.to_owned()));
+            topic.partitions = ps;
+            txn.topics.push(topic);
+        }
+        let mut req = AddPartitionsToTxnRequest::default();
+        req.transactions.push(txn);
+        let resp: AddPartitionsToTxnResponse = self
+            .txns
+            .links()
+            .ask(
+                coordinator,
+                &meta,
+                ApiKey::AddPartitionsToTxn,
+                VERIFY_VERSION,
+                &req,
+            )
+            .await
+            .ok_or(TxnError::CoordinatorNotAvailable)?;
+        if let Some(e) = TxnError::from_code(resp.error_code) {
+            return Err(e);
+        }
+        let mut out = BTreeMap::new();
+        for r in resp.results_by_transaction {
+            for t in r.topic_results {
+                for p in t.results_by_partition {
+                    let e = (p.partition_error_code != 0).then(|| {
+                        TxnError::from_code(p.partition_error_code)
+                            .unwrap_or(TxnError::UnknownServerError)
+                    });
+                    out.insert((t.name.0.to_string(), p.partition_index), e);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
