@@ -79,9 +79,7 @@ pub fn decode(bytes: &[u8]) -> Vec<AbortedTxn> {
             last_offset: i64_at(18),
             last_stable_offset: i64_at(26),
         };
-        let in_order = out
-            .last()
-            .map_or(true, |p| p.last_offset < entry.last_offset);
+        let in_order = out.last().is_none_or(|p| p.last_offset < entry.last_offset);
         if !entry.is_well_formed() || !in_order {
             break;
         }
@@ -142,7 +140,7 @@ impl AbortedTxns {
         assert!(
             self.entries
                 .last()
-                .map_or(true, |p| p.last_offset < entry.last_offset),
+                .is_none_or(|p| p.last_offset < entry.last_offset),
             "aborted transactions are added in marker order"
         );
         self.entries.push(entry);
@@ -156,7 +154,7 @@ impl AbortedTxns {
                 && self
                     .entries
                     .last()
-                    .map_or(true, |p| p.last_offset < e.last_offset)
+                    .is_none_or(|p| p.last_offset < e.last_offset)
             {
                 self.entries.push(e);
             }

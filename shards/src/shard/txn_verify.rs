@@ -65,6 +65,9 @@ pub(super) fn opens_transaction(log: &Partition, records: &[u8]) -> Option<Produ
 
 type Appended = Result<(Rc<Partition>, AppendTicket), PartitionError>;
 
+/// Batches awaiting verification by producer (id, epoch): input index and partition.
+type ByProducer = BTreeMap<(i64, i16), Vec<(usize, Rc<Partition>)>>;
+
 impl Shard {
     /// Removes the guard of `producer_id` in `tp`: its transaction there ended.
     pub(super) fn clear_txn_guard(&self, tp: &TopicPartition, producer_id: i64) {
@@ -85,7 +88,7 @@ impl Shard {
     ) -> Vec<(usize, Appended)> {
         // One question per producer (a request comes from one producer, but nothing on
         // the wire says so).
-        let mut by_producer: BTreeMap<(i64, i16), Vec<(usize, Rc<Partition>)>> = BTreeMap::new();
+        let mut by_producer = ByProducer::new();
         for (i, log, p) in unverified {
             by_producer
                 .entry((p.producer_id, p.epoch))
