@@ -9,20 +9,11 @@ use common::*;
 use corelog_storage::producer_state::SequenceError;
 use corelog_storage::LogContext;
 use corelog_storage::{AckLevel, AppendError, PartitionLog};
-use std::path::Path;
 
 async fn produce(log: &PartitionLog, bytes: &[u8]) -> Result<i64, AppendError> {
     let t = log.append(bytes, 0)?;
     log.wait(t, AckLevel::All).await?;
     Ok(t.base_offset)
-}
-
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("dir") {
-        let p = e.expect("entry").path();
-        std::fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
-    }
 }
 
 #[test]

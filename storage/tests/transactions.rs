@@ -56,14 +56,6 @@ async fn end(log: &PartitionLog, m: TxnMarker) -> Result<i64, AppendError> {
     Ok(t.base_offset)
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).expect("mkdir");
-    for e in std::fs::read_dir(from).expect("dir") {
-        let p = e.expect("entry").path();
-        std::fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
-    }
-}
-
 /// The offset of the newest producer snapshot in `dir`.
 fn newest_snapshot(dir: &Path) -> i64 {
     std::fs::read_dir(dir)

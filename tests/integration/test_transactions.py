@@ -69,23 +69,20 @@ def read_values(bootstrap: str, topic: str, isolation: str, partitions: int = 1,
     return out
 
 
-def lso(bootstrap: str, topic: str) -> int:
-    """The end offset a read_committed consumer is given (ListOffsets latest)."""
+def end_offset(bootstrap: str, topic: str, partition: int = 0,
+               isolation: str = "read_uncommitted") -> int:
+    """The end offset ListOffsets (latest) gives a consumer of `isolation`: the high
+    watermark, or for read_committed the last stable offset."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
-                  "isolation.level": "read_committed"})
+                  "isolation.level": isolation})
     try:
-        return c.get_watermark_offsets(TopicPartition(topic, 0), TIMEOUT)[1]
+        return c.get_watermark_offsets(TopicPartition(topic, partition), TIMEOUT)[1]
     finally:
         c.close()
 
 
-def high_watermark(bootstrap: str, topic: str) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}",
-                  "isolation.level": "read_uncommitted"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, 0), TIMEOUT)[1]
-    finally:
-        c.close()
+def lso(bootstrap: str, topic: str, partition: int = 0) -> int:
+    return end_offset(bootstrap, topic, partition, "read_committed")
 
 
 def test_commit_and_abort_are_seen_as_kafka_shows_them(broker):
@@ -124,7 +121,7 @@ def test_read_committed_stops_at_an_open_transaction(broker):
     p.flush(TIMEOUT)
     plain.produce(topic, value=b"after")
     plain.flush(TIMEOUT)
-    assert high_watermark(broker.bootstrap, topic) == 3
+    assert end_offset(broker.bootstrap, topic) == 3
     assert lso(broker.bootstrap, topic) == 1, "the open transaction holds the LSO"
     assert read_values(broker.bootstrap, topic, "read_committed", wait=2.0) == [b"before"]
     p.commit_transaction(TIMEOUT)
@@ -306,7 +303,7 @@ def test_a_batch_opens_a_transaction_only_in_a_partition_the_coordinator_added(b
     # INVALID_PRODUCER_ID_MAPPING.
     assert raw_txn_produce(broker.bootstrap, "txn-verify-1", topic, 1, pid, epoch - 1) == 47
     assert raw_txn_produce(broker.bootstrap, "nobody", topic, 1, 424242, 0) == 49
-    assert high_watermark_of(broker.bootstrap, topic, 1) == 0
+    assert end_offset(broker.bootstrap, topic, 1) == 0
     assert lso(broker.bootstrap, topic) == 0, "partition 0's transaction is open"
 
 
@@ -368,15 +365,11 @@ def test_transactions_across_a_coordinator_kill_on_three_brokers(broker_factory)
     # The new coordinator aborts the open transaction once it times out: every
     # partition's LSO moves to its high watermark.
     def settled() -> bool:
-        c = Consumer({"bootstrap.servers": sboot, "group.id": f"g-{uuid.uuid4()}",
-                      "isolation.level": "read_committed"})
         try:
-            return all(c.get_watermark_offsets(TopicPartition("txn-r3", part), 10)[1]
-                       == high_watermark_of(sboot, "txn-r3", part) for part in range(6))
+            return all(lso(sboot, "txn-r3", part) == end_offset(sboot, "txn-r3", part)
+                       for part in range(6))
         except KafkaException:
             return False
-        finally:
-            c.close()
     wait_until(settled, 60, "the open transaction to be aborted by the new coordinator")
     # The producer's next instance goes on (fencing the old one) on the survivors.
     again = txn_producer(sboot, "txn-r3-1")
@@ -396,11 +389,3 @@ def _coordinator_or_none(bootstrap: str, txn_id: str) -> int | None:
         except (OSError, AssertionError, W.Closed, TimeoutError):
             continue
     return None
-
-
-def high_watermark_of(bootstrap: str, topic: str, partition: int) -> int:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4()}"})
-    try:
-        return c.get_watermark_offsets(TopicPartition(topic, partition), 10)[1]
-    finally:
-        c.close()

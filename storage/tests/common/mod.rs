@@ -84,3 +84,13 @@ pub async fn read_all(log: &PartitionLog) -> Vec<u8> {
     }
     out
 }
+
+/// A copy of a partition directory (a crash image when taken while the log is open: no
+/// snapshot or index written at close).
+pub fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for e in std::fs::read_dir(from).expect("dir") {
+        let p = e.expect("entry").path();
+        std::fs::copy(&p, to.join(p.file_name().expect("name"))).expect("copy");
+    }
+}
