@@ -166,6 +166,10 @@ pub fn group(e: &GroupError) -> ResponseError {
         // A failed write of group state: retriable, the client finds the coordinator again.
         GroupError::Storage(_) => ResponseError::CoordinatorNotAvailable,
         GroupError::AuthorizationFailed => ResponseError::GroupAuthorizationFailed,
+        // A fenced transactional producer (Kafka's code since 2.7: the client aborts).
+        GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
+        // Retriable: the client asks again once the transaction has ended.
+        GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
     }
 }
 

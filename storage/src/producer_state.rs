@@ -47,6 +47,12 @@
 //! - a marker for a producer with no open transaction is harmless: it changes nothing
 //!   but the epochs.
 //!
+//! Batches the broker writes itself for a producer (a group coordinator's transactional
+//! offset commit, Kafka's `AppendOrigin.COORDINATOR`) carry no client sequence: they are
+//! checked by [`ProducerState::check_unsequenced`] — the epoch, and the open-transaction
+//! rule — and never answered as duplicates; once recorded they count like any other
+//! batch (a transactional one opens the producer's transaction here).
+//!
 //! A producer with an open transaction is never forgotten, by expiry or to make room:
 //! its transaction would otherwise hold nothing back and its aborted records could be
 //! read.
@@ -333,6 +339,28 @@ impl ProducerState {
                 got: batch.first_seq,
             }),
         }
+    }
+
+    /// Checks a batch the broker writes itself for a producer (see the module doc):
+    /// without the sequence checks, so without duplicate detection either — two such
+    /// batches with the same sequences are two writes. Changes nothing.
+    pub fn check_unsequenced(&self, batch: &ProducerBatch) -> Result<(), SequenceError> {
+        let Some(entry) = self.producers.get(&batch.producer_id) else {
+            return Ok(());
+        };
+        if batch.epoch < entry.epoch {
+            return Err(SequenceError::StaleEpoch {
+                producer_id: batch.producer_id,
+                epoch: batch.epoch,
+                current: entry.epoch,
+            });
+        }
+        if !batch.transactional && entry.current_txn_first_offset.is_some() {
+            return Err(SequenceError::TxnOpen {
+                producer_id: batch.producer_id,
+            });
+        }
+        Ok(())
     }
 
     /// Remembers that `batch` was given offsets `[first_offset, next_offset)`.
@@ -810,6 +838,32 @@ mod tests {
         let b = marker(&mut s, &mut next, 2, 0, MarkerKind::Abort).expect("ends"); // 5
         assert_eq!(s.last_stable_offset_after(&b), 6);
         assert_eq!(s.first_unstable_offset(6), None);
+    }
+
+    #[test]
+    fn unsequenced_batches_check_the_epoch_only() {
+        let mut s = ProducerState::new();
+        assert_eq!(
+            s.check_unsequenced(&txn_batch(4, 2, 0, 3)),
+            Ok(()),
+            "unknown"
+        );
+        s.record(&txn_batch(4, 2, 0, 3), 0, 3, 0, i64::MAX);
+        // The same sequences again are a second write, not a retry.
+        assert_eq!(s.check_unsequenced(&txn_batch(4, 2, 0, 3)), Ok(()));
+        // Any sequence goes, in this epoch or a newer one.
+        assert_eq!(s.check_unsequenced(&txn_batch(4, 2, 77, 1)), Ok(()));
+        assert_eq!(s.check_unsequenced(&txn_batch(4, 3, 5, 1)), Ok(()));
+        assert!(matches!(
+            s.check_unsequenced(&txn_batch(4, 1, 0, 1)),
+            Err(SequenceError::StaleEpoch { current: 2, .. })
+        ));
+        assert_eq!(
+            s.check_unsequenced(&batch(4, 2, 0, 1)),
+            Err(SequenceError::TxnOpen { producer_id: 4 }),
+            "the transaction it opened is open"
+        );
+        assert_eq!(s.first_unstable_offset(3), Some(0));
     }
 
     #[test]

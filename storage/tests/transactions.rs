@@ -337,3 +337,207 @@ fn compaction_keeps_the_aborted_transactions_of_the_segments_it_merges() {
         log.close().await;
     });
 }
+
+/// One record `key` = `value`, of producer `pid` in a transaction (`Some`) or plain.
+fn keyed(txn_of: Option<(i64, i16)>, key: &str, value: &str) -> Vec<u8> {
+    let mut b = BatchBuilder::new(1_000);
+    if let Some((pid, epoch)) = txn_of {
+        b = b.producer(pid, epoch, 0).transactional();
+    }
+    b.push(&Record {
+        key: Some(key.as_bytes()),
+        value: Some(value.as_bytes()),
+        headers: &[],
+        timestamp_delta: 0,
+    });
+    b.build()
+}
+
+async fn coordinator_write(log: &PartitionLog, bytes: &[u8]) -> Result<i64, AppendError> {
+    let t = log.append_unsequenced(bytes, 0)?;
+    log.wait(t, AckLevel::All).await?;
+    Ok(t.base_offset)
+}
+
+/// A group coordinator's transactional offset commit (Kafka's `AppendOrigin.COORDINATOR`):
+/// no sequence checks, no duplicate detection, the epoch checked; it opens the
+/// producer's transaction like a producer's own batch, and a replay at open agrees.
+#[test]
+fn coordinator_batches_skip_sequences_but_not_the_epoch() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
+            .await
+            .expect("open");
+        let commit = txn(5, 2, 0, 2);
+        assert_eq!(coordinator_write(&log, &commit).await.expect("first"), 0);
+        assert_eq!(
+            log.first_unstable_offset(2),
+            Some(0),
+            "the batch opened a txn"
+        );
+        // The same bytes again are a second write: the coordinator's batches all start
+        // at sequence 0, so sequences tell nothing.
+        assert_eq!(coordinator_write(&log, &commit).await.expect("second"), 2);
+        // A client's batch of the same sequences is still checked as a client's.
+        assert!(matches!(
+            log.append(&txn(5, 2, 9, 1), 0),
+            Err(AppendError::Sequence(SequenceError::OutOfOrder { .. }))
+        ));
+        // A stale epoch is fenced, and nothing is written.
+        assert!(matches!(
+            log.append_unsequenced(&txn(5, 1, 0, 1), 0),
+            Err(AppendError::Sequence(SequenceError::StaleEpoch {
+                current: 2,
+                ..
+            }))
+        ));
+        // Outside its open transaction the producer may not write, coordinator or not.
+        assert!(matches!(
+            log.append_unsequenced(&idem(5, 2, 0, 1), 0),
+            Err(AppendError::Sequence(SequenceError::TxnOpen {
+                producer_id: 5
+            }))
+        ));
+        assert_eq!(log.written_offset(), 4);
+        end(&log, marker(5, 2, 0, true)).await.expect("commit");
+        assert_eq!(log.first_unstable_offset(5), None);
+        // Another producer's, left open at the close.
+        assert_eq!(
+            coordinator_write(&log, &txn(6, 0, 0, 1))
+                .await
+                .expect("open"),
+            5
+        );
+        log.close().await;
+    });
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
+            .await
+            .expect("reopen");
+        assert_eq!(log.first_unstable_offset(6), Some(5), "6's is still open");
+        assert!(matches!(
+            log.append_unsequenced(&txn(5, 1, 0, 1), 0),
+            Err(AppendError::Sequence(SequenceError::StaleEpoch { .. }))
+        ));
+        log.close().await;
+    });
+}
+
+/// Twenty plain records of distinct keys (`f<from>`…), enough to roll small segments.
+async fn filler(log: &PartitionLog, from: usize) {
+    for i in from..from + 20 {
+        let b = keyed(None, &format!("f{i}"), &"x".repeat(100));
+        produce(log, &b).await.expect("filler");
+    }
+}
+
+/// (offset, key) of every data record readable in `log`, and how many markers.
+async fn kept_records(log: &PartitionLog) -> (Vec<(i64, String)>, usize) {
+    let all = read_all(log).await;
+    let mut out = Vec::new();
+    let mut markers = 0;
+    for item in corelog_storage::batch::batches(&all) {
+        let (h, range) = item.expect("whole batches");
+        if h.is_control() {
+            markers += 1;
+            continue;
+        }
+        let bytes = all.get(range).expect("in range");
+        corelog_storage::batch_filter::for_each_record(bytes, |r| {
+            let key = r.key.map(|k| String::from_utf8_lossy(k).into_owned());
+            out.push((r.offset, key.unwrap_or_default()));
+        })
+        .expect("records");
+    }
+    (out, markers)
+}
+
+/// The cleaner and transactions (Kafka's `LogCleaner`, what a replay of a compacted log
+/// needs): an aborted record never supersedes a committed one and is removed; nothing
+/// at or past the first unstable offset is cleaned, so a transaction still open cannot
+/// take its key's committed record with it; markers stay.
+#[test]
+fn the_cleaner_drops_aborted_records_and_stops_at_open_transactions() {
+    use corelog_storage::compaction::cleaner::clean;
+    use corelog_storage::config::CleanupPolicy;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let config = corelog_storage::LogConfig {
+        cleanup: CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        min_compaction_lag_ms: 0,
+        file_delete_delay_ms: 0,
+        ..small_config(1024)
+    };
+    run(move || async move {
+        let log = PartitionLog::open(path, config, LogContext::system())
+            .await
+            .expect("open");
+        let a1 = produce(&log, &keyed(None, "a", "a1")).await.expect("a1");
+        let c1 = produce(&log, &keyed(None, "c", "c1")).await.expect("c1");
+        let a_aborted = produce(&log, &keyed(Some((1, 0)), "a", "aborted"))
+            .await
+            .expect("txn");
+        end(&log, marker(1, 0, 0, false)).await.expect("abort");
+        let b1 = produce(&log, &keyed(None, "b", "b1")).await.expect("b1");
+        let b_committed = produce(&log, &keyed(Some((2, 0)), "b", "committed"))
+            .await
+            .expect("txn");
+        end(&log, marker(2, 0, 0, true)).await.expect("commit");
+        filler(&log, 0).await;
+        // Producer 3 writes key c and leaves its transaction open; more data follows,
+        // sealing the segment that holds it.
+        let c_open = produce(&log, &keyed(Some((3, 0)), "c", "open"))
+            .await
+            .expect("txn");
+        filler(&log, 100).await;
+        assert!(log.segment_count() > 3, "segments rolled");
+        let now = 2_000_000_000_000;
+        let mut passes = 0;
+        while clean(&log, 1 << 20, now, i64::MAX, true, None)
+            .await
+            .expect("clean")
+            .is_some()
+        {
+            passes += 1;
+            assert!(passes < 10, "passes end");
+        }
+        let (kept, markers) = kept_records(&log).await;
+        let has = |offset: i64| kept.iter().any(|(o, _)| *o == offset);
+        assert!(has(a1), "the aborted record did not supersede a1: {kept:?}");
+        assert!(!has(a_aborted), "the aborted record is removed");
+        assert!(!has(b1), "the committed transactional record superseded b1");
+        assert!(has(b_committed));
+        assert!(
+            has(c1),
+            "nothing past the open transaction was cleaned: {kept:?}"
+        );
+        assert!(has(c_open));
+        assert_eq!(markers, 2, "markers are kept");
+        // The open transaction aborts: its record goes at the next pass, c1 stays.
+        end(&log, marker(3, 0, 0, false)).await.expect("abort");
+        filler(&log, 200).await;
+        while clean(&log, 1 << 20, now, i64::MAX, true, None)
+            .await
+            .expect("clean")
+            .is_some()
+        {}
+        let (kept, markers) = kept_records(&log).await;
+        let has = |offset: i64| kept.iter().any(|(o, _)| *o == offset);
+        assert!(has(c1), "{kept:?}");
+        assert!(!has(c_open));
+        assert!(has(a1) && has(b_committed));
+        assert_eq!(markers, 3);
+        assert_eq!(
+            log.aborted_transactions(0, i64::MAX).len(),
+            2,
+            "entries stay"
+        );
+        log.close().await;
+    });
+}

@@ -51,6 +51,22 @@ impl Partition {
         self.log.append(records, self.leader_epoch.get())
     }
 
+    /// [`Self::append`] of a batch the broker writes itself for a producer (a group
+    /// coordinator's transactional offset commit): the producer's epoch is checked, its
+    /// sequences are not (`PartitionLog::append_unsequenced`).
+    pub fn append_unsequenced(
+        self: &Rc<Self>,
+        records: &[u8],
+    ) -> Result<AppendTicket, AppendError> {
+        debug_assert!(
+            self.is_leader(),
+            "only a leader appends coordinator records"
+        );
+        self.persist_epochs_before_writes();
+        self.log
+            .append_unsequenced(records, self.leader_epoch.get())
+    }
+
     /// Appends the transaction marker the coordinator asks for (WriteTxnMarkers), stamped
     /// with the current leader epoch, as [`Self::append`] does for produced records.
     pub fn append_marker(

@@ -10,18 +10,37 @@
 //! The coordinator serves the groups of the `__consumer_offsets` partitions this broker
 //! leads. When it becomes a partition's leader it replays the partition from its start
 //! to its log end (`load_partition`): offset records (and their tombstones) rebuild
-//! committed offsets; group records bring the group back, Empty — its members must
+//! committed offsets, those of transactional batches pending until their producer's
+//! marker; group records bring the group back, Empty — its members must
 //! rejoin, as after a Kafka coordinator failover. When it stops leading one, its groups
 //! are forgotten (`unload_partition`). Until a partition is loaded its groups are
 //! answered COORDINATOR_NOT_AVAILABLE (retriable).
 //!
 //! Invariants: a group is only touched on its coordinator shard, and only while its
-//! partition is loaded; no `RefCell` borrow is held across an `.await`; an answer to a
-//! commit means its records are committed (on every in-sync replica, synced).
+//! partition is loaded (or being loaded); no `RefCell` borrow is held across an
+//! `.await`; an answer to a commit means its records are committed (on every in-sync
+//! replica, synced).
+//!
+//! Transactions (TxnOffsetCommit, Kafka's `OffsetMetadataManager`): a transactional
+//! commit is written as one transactional batch with the producer's id and epoch
+//! (`Partition::append_unsequenced`: the epoch checked, no client sequence), and its
+//! offsets are pending for that producer in that group from the moment the batch has
+//! its offset — synchronously with the append, so the producer's marker, which the log
+//! orders after it, always finds them. The marker's acknowledgement
+//! (`complete_transaction`, from the shard's WriteTxnMarkers path) commits or drops
+//! those written before it; the replay at load does the same with the markers it
+//! reads, and leaves a transaction still open at the end pending. `txn_groups` indexes
+//! the groups with a transaction open per producer, so a marker touches only those:
+//! it holds every (producer, group) pair with a `pending_txn` entry, and maybe stale
+//! names of groups since deleted (skipped).
 //!
 //! `__consumer_offsets` is a compacted topic: the log cleaner keeps the latest record of
 //! every key (group metadata, each committed offset) and drops tombstones after
-//! `delete.retention.ms`, so replay from the log start stays complete and short.
+//! `delete.retention.ms`, so replay from the log start stays complete and short. It
+//! cleans nothing at or past the partition's first unstable offset and removes the
+//! records of aborted transactions, keeping every marker
+//! (`corelog_storage::compaction::cleaner`), so a replay never meets an aborted or
+//! undecided offset where the committed one it superseded used to be.
 //!
 //! Offset retention (`expire_offsets`): a group Empty for `offsets.retention.minutes`
 //! loses the offsets not committed within that time (KIP-211). The Empty clock is
@@ -35,9 +54,11 @@ use crate::routing::TopicPartition;
 use corelog_partition::{AckError, Partition, Reader};
 use corelog_storage::batch;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::producer_state::SequenceError;
+use corelog_storage::{txn_marker, AppendError, AppendTicket};
 use futures::channel::oneshot;
 use std::cell::RefCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -83,7 +104,12 @@ pub struct GroupCoordinator {
     /// Bumped at every load and unload of a partition: a load that finds it moved was
     /// overtaken and undoes itself.
     generations: RefCell<HashMap<i32, u64>>,
+    /// Producer id → the groups where it has a transaction open (see the module doc).
+    txn_groups: RefCell<HashMap<i64, BTreeSet<String>>>,
 }
+
+/// Records for one batch: (key, value or tombstone).
+type KeyedRecords = [(Vec<u8>, Option<Vec<u8>>)];
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig) -> GroupCoordinator {
@@ -92,6 +118,7 @@ impl GroupCoordinator {
             groups: RefCell::new(HashMap::new()),
             loaded: RefCell::new(HashSet::new()),
             generations: RefCell::new(HashMap::new()),
+            txn_groups: RefCell::new(HashMap::new()),
         }
     }
 
@@ -112,13 +139,20 @@ impl GroupCoordinator {
 
     /// Replays `__consumer_offsets` partition `partition` (`log`, which this broker now
     /// leads) to its log end: what the previous leader wrote is committed as soon as the
-    /// followers confirm it, and this leader's view must include it.
+    /// followers confirm it, and this leader's view must include it. The end is the
+    /// written end when the replay gets there, not when it started: a marker written
+    /// meanwhile (WriteTxnMarkers is served while the partition loads) is replayed too,
+    /// and one written after is completed by its acknowledgement — either way no
+    /// transaction's offsets stay pending past their marker.
+    ///
+    /// A transactional batch's records are pending for its producer until a marker of
+    /// that producer commits or aborts them; control batches that are not transaction
+    /// markers are skipped.
     pub async fn load_partition(&self, partition: i32, log: Rc<Partition>) {
         let generation = self.next_generation(partition);
         let mut records = 0usize;
         let mut offset = log.log_start_offset();
-        let end = log.log_end_offset();
-        while offset < end {
+        while offset < log.log_end_offset() {
             let read = match log.read_as(offset, -1, 1 << 20, Reader::Replica).await {
                 Ok(r) => r,
                 Err(e) => {
@@ -135,9 +169,21 @@ impl GroupCoordinator {
                 let Some(bytes) = read.records.get(range) else {
                     break;
                 };
+                if h.is_control() {
+                    if let Some((kind, _)) = txn_marker::parse(&h, bytes) {
+                        self.complete_transaction(
+                            partition,
+                            h.producer_id,
+                            kind.is_commit(),
+                            h.base_offset,
+                        );
+                    }
+                    continue;
+                }
+                let producer = h.is_transactional().then_some(h.producer_id);
                 for r in batch::records(bytes).unwrap_or_default() {
                     records += 1;
-                    self.apply(r.key, r.value);
+                    self.apply(r.key, r.value, r.offset, producer);
                 }
             }
             glommio::yield_if_needed().await;
@@ -175,6 +221,73 @@ impl GroupCoordinator {
             }
             keep
         });
+        // Their pending offsets went with them.
+        self.txn_groups.borrow_mut().retain(|_, groups| {
+            groups.retain(|g| partition_for_group(g, n) != partition);
+            !groups.is_empty()
+        });
+    }
+
+    /// Producer `producer_id`'s transaction ended with the marker at `marker_offset` of
+    /// `__consumer_offsets` partition `partition` (acknowledged, or read by a replay):
+    /// in the partition's groups, its pending offsets written before the marker become
+    /// committed (`commit`) or vanish. A marker for a producer with nothing pending
+    /// (already completed, or a retry of the coordinator's) changes nothing.
+    pub fn complete_transaction(
+        &self,
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+        marker_offset: i64,
+    ) {
+        let n = self.config.offsets_partitions;
+        let mut index = self.txn_groups.borrow_mut();
+        let Some(names) = index.get_mut(&producer_id) else {
+            return;
+        };
+        let mut groups = self.groups.borrow_mut();
+        let mut completed = 0usize;
+        names.retain(|name| {
+            if partition_for_group(name, n) != partition {
+                return true; // its own partition's marker ends it there
+            }
+            completed += 1;
+            // A group deleted meanwhile has nothing left to complete.
+            groups
+                .get_mut(name)
+                .is_some_and(|g| g.complete_txn(producer_id, commit, marker_offset))
+        });
+        if names.is_empty() {
+            index.remove(&producer_id);
+        }
+        tracing::debug!(
+            partition,
+            producer_id,
+            commit,
+            marker_offset,
+            groups = completed,
+            "transaction ended in the group coordinator"
+        );
+    }
+
+    /// Records a pending transactional offset and indexes it.
+    fn put_pending(
+        &self,
+        groups: &mut HashMap<String, Group>,
+        group: &str,
+        producer_id: i64,
+        key: (String, i32),
+        c: Committed,
+    ) {
+        groups
+            .entry(group.to_string())
+            .or_insert_with(|| Group::new(group.to_string()))
+            .put_pending(producer_id, key, c);
+        self.txn_groups
+            .borrow_mut()
+            .entry(producer_id)
+            .or_default()
+            .insert(group.to_string());
     }
 
     fn serves(&self, op: &GroupOp) -> bool {
@@ -184,7 +297,15 @@ impl GroupCoordinator {
         }
     }
 
-    fn apply(&self, key: Option<&[u8]>, value: Option<&[u8]>) {
+    /// Replays one record at `record_offset`; `producer` names the producer of a
+    /// transactional batch, whose offsets are pending until its marker.
+    fn apply(
+        &self,
+        key: Option<&[u8]>,
+        value: Option<&[u8]>,
+        record_offset: i64,
+        producer: Option<i64>,
+    ) {
         let Some(key) = key.and_then(|k| rec::decode_key(k).ok()) else {
             return;
         };
@@ -196,23 +317,29 @@ impl GroupCoordinator {
                 partition,
             } => match value.map(rec::decode_offset_value) {
                 Some(Ok(v)) => {
-                    let g = groups
-                        .entry(group.clone())
-                        .or_insert_with(|| Group::new(group));
-                    g.offsets.insert(
-                        (topic, partition),
-                        Committed {
-                            offset: v.offset,
-                            leader_epoch: v.leader_epoch,
-                            metadata: v.metadata,
-                            commit_timestamp_ms: v.commit_timestamp_ms,
-                        },
-                    );
+                    let c = Committed {
+                        offset: v.offset,
+                        leader_epoch: v.leader_epoch,
+                        metadata: v.metadata,
+                        commit_timestamp_ms: v.commit_timestamp_ms,
+                        record_offset,
+                    };
+                    match producer {
+                        Some(pid) => {
+                            self.put_pending(&mut groups, &group, pid, (topic, partition), c)
+                        }
+                        None => {
+                            groups
+                                .entry(group.clone())
+                                .or_insert_with(|| Group::new(group))
+                                .put_committed((topic, partition), c);
+                        }
+                    }
                 }
                 Some(Err(_)) => {}
                 None => {
                     if let Some(g) = groups.get_mut(&group) {
-                        g.offsets.remove(&(topic, partition));
+                        g.apply_tombstone(&(topic, partition), record_offset);
                     }
                 }
             },
@@ -227,8 +354,9 @@ impl GroupCoordinator {
                 Some(Err(_)) => {}
                 None => {
                     // Offsets live on independently of the group record (as in Kafka):
-                    // a group tombstone forgets the group only when none are left.
-                    if groups.get(&group).is_some_and(|g| g.offsets.is_empty()) {
+                    // a group tombstone forgets the group only when none are left,
+                    // pending ones included.
+                    if groups.get(&group).is_some_and(|g| !g.has_offsets()) {
                         groups.remove(&group);
                     } else if let Some(g) = groups.get_mut(&group) {
                         g.protocol_type = None;
@@ -310,33 +438,23 @@ impl GroupCoordinator {
                 })
             }
             GroupOp::Commit(req) => GroupAnswer::Commit(self.commit(req, &log_of).await),
-            GroupOp::FetchOffsets { group, topics } => {
+            GroupOp::TxnCommit(req) => GroupAnswer::Commit(self.txn_commit(req, &log_of).await),
+            GroupOp::FetchOffsets {
+                group,
+                topics,
+                require_stable,
+            } => {
                 let groups = self.groups.borrow();
                 let Some(g) = groups.get(&group) else {
                     // Unknown group: every asked partition has no committed offset.
                     let out = topics
                         .unwrap_or_default()
                         .into_iter()
-                        .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p, None)))
+                        .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p, Ok(None))))
                         .collect();
                     return GroupAnswer::Offsets(Ok(out));
                 };
-                let out = match topics {
-                    None => g
-                        .offsets
-                        .iter()
-                        .map(|((t, p), c)| (t.clone(), *p, Some(c.clone())))
-                        .collect(),
-                    Some(list) => list
-                        .into_iter()
-                        .flat_map(|(t, ps)| {
-                            ps.into_iter()
-                                .map(|p| (t.clone(), p, g.offsets.get(&(t.clone(), p)).cloned()))
-                                .collect::<Vec<_>>()
-                        })
-                        .collect(),
-                };
-                GroupAnswer::Offsets(Ok(out))
+                GroupAnswer::Offsets(Ok(g.fetch_offsets(topics, require_stable)))
             }
             GroupOp::Describe { group } => {
                 let groups = self.groups.borrow();
@@ -425,27 +543,120 @@ impl GroupCoordinator {
         }
         let records: Vec<(Vec<u8>, Option<Vec<u8>>)> =
             keys.iter().map(|(_, k)| k.clone()).zip(values).collect();
-        if let Err(e) = self.append(&req.group, &records, log_of).await {
-            for (i, _) in &keys {
-                results[*i] = Err(e.clone());
+        let base = match self.append(&req.group, &records, log_of).await {
+            Ok(base) => base,
+            Err(e) => {
+                for (i, _) in &keys {
+                    results[*i] = Err(e.clone());
+                }
+                return results;
             }
-            return results;
-        }
+        };
         let mut groups = self.groups.borrow_mut();
         let g = groups
             .entry(req.group.clone())
             .or_insert_with(|| Group::new(req.group.clone()));
-        for (i, _) in &keys {
+        for (record_offset, (i, _)) in (base..).zip(&keys) {
             let (topic, partition, offset, epoch, metadata) = &req.offsets[*i];
-            g.offsets.insert(
+            g.put_committed(
                 (topic.clone(), *partition),
                 Committed {
                     offset: *offset,
                     leader_epoch: *epoch,
                     metadata: metadata.clone(),
                     commit_timestamp_ms: ts,
+                    record_offset,
                 },
             );
+        }
+        results
+    }
+
+    /// TxnOffsetCommit: the offsets are written as one transactional batch of the
+    /// producer's and are pending from the moment it has its offsets (module doc); the
+    /// answer waits until the batch is committed.
+    async fn txn_commit(
+        &self,
+        req: TxnCommitRequest,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
+    ) -> Vec<Result<(), GroupError>> {
+        let n = req.offsets.len();
+        if req.group.is_empty() {
+            return vec![Err(GroupError::InvalidGroupId); n];
+        }
+        let check = match self.groups.borrow().get(&req.group) {
+            Some(g) => g.check_txn_commit(&req),
+            // Kafka: a group that does not exist takes a commit from outside the group
+            // protocol (it is created as a simple group), not one naming a generation.
+            None if req.generation >= 0 => Err(GroupError::IllegalGeneration),
+            None => Ok(()),
+        };
+        if let Err(e) = check {
+            return vec![Err(e); n];
+        }
+        let ts = now_ms();
+        let mut results = vec![Ok(()); n];
+        let mut written = Vec::with_capacity(n);
+        let mut records = Vec::with_capacity(n);
+        for (i, (topic, partition, offset, epoch, metadata)) in req.offsets.iter().enumerate() {
+            if metadata.len() > OFFSET_METADATA_MAX_BYTES {
+                results[i] = Err(GroupError::OffsetMetadataTooLarge);
+                continue;
+            }
+            let c = Committed {
+                offset: *offset,
+                leader_epoch: *epoch,
+                metadata: metadata.clone(),
+                commit_timestamp_ms: ts,
+                record_offset: -1, // known once appended
+            };
+            records.push((
+                rec::encode_key(&RecordKey::Offset {
+                    group: req.group.clone(),
+                    topic: topic.clone(),
+                    partition: *partition,
+                }),
+                Some(rec::encode_offset_value(&OffsetValue {
+                    offset: c.offset,
+                    leader_epoch: c.leader_epoch,
+                    metadata: c.metadata.clone(),
+                    commit_timestamp_ms: ts,
+                    expire_timestamp_ms: -1,
+                })),
+            ));
+            written.push((i, (topic.clone(), *partition), c));
+        }
+        if written.is_empty() {
+            return results;
+        }
+        let bytes = batch_of(&records, Some((req.producer_id, req.producer_epoch)));
+        let appended = self.append_now(&req.group, &bytes, true, log_of);
+        let (log, ticket) = match appended {
+            Ok(a) => a,
+            Err(e) => {
+                for (i, _, _) in &written {
+                    results[*i] = Err(e.clone());
+                }
+                return results;
+            }
+        };
+        {
+            // No await since the append: the marker, ordered after this batch in the
+            // log, finds these pending. Should the wait below fail, they stay: the
+            // batch is in the log, and a replay would take it as pending too; the
+            // producer retries the commit (a later record replaces it) or aborts.
+            let mut groups = self.groups.borrow_mut();
+            for (record_offset, (_, key, mut c)) in
+                (ticket.base_offset..).zip(written.iter().cloned())
+            {
+                c.record_offset = record_offset;
+                self.put_pending(&mut groups, &req.group, req.producer_id, key, c);
+            }
+        }
+        if let Err(e) = committed(&log, ticket).await {
+            for (i, _, _) in &written {
+                results[*i] = Err(e.clone());
+            }
         }
         results
     }
@@ -455,38 +666,39 @@ impl GroupCoordinator {
         group: &str,
         log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<(), GroupError> {
-        let tombstones = {
+        let (keys, tombstones) = {
             let groups = self.groups.borrow();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
             if !g.is_empty() {
                 return Err(GroupError::GroupNotEmpty);
             }
-            let mut t: Vec<(Vec<u8>, Option<Vec<u8>>)> = g
+            // Every committed offset, and (as Kafka) every partition with only a pending
+            // transactional one: a replay drops those at the tombstone too.
+            let keys: BTreeSet<(String, i32)> = g
                 .offsets
                 .keys()
-                .map(|(topic, partition)| {
-                    (
-                        rec::encode_key(&RecordKey::Offset {
-                            group: group.to_string(),
-                            topic: topic.clone(),
-                            partition: *partition,
-                        }),
-                        None,
-                    )
-                })
+                .chain(g.pending_txn.values().flat_map(|p| p.keys()))
+                .cloned()
                 .collect();
+            let mut t = offset_tombstones(group, keys.iter());
             t.push((
                 rec::encode_key(&RecordKey::GroupMetadata {
                     group: group.to_string(),
                 }),
                 None,
             ));
-            t
+            (keys, t)
         };
-        self.append(group, &tombstones, log_of).await?;
+        let base = self.append(group, &tombstones, log_of).await?;
         let mut groups = self.groups.borrow_mut();
-        if groups.get(group).map(|g| g.is_empty()).unwrap_or(false) {
-            groups.remove(group);
+        if let Some(g) = groups.get_mut(group) {
+            for (record_offset, key) in (base..).zip(&keys) {
+                g.apply_tombstone(key, record_offset);
+            }
+            // What was committed during the append stays, and keeps the group.
+            if g.is_empty() && !g.has_offsets() {
+                groups.remove(group);
+            }
         }
         Ok(())
     }
@@ -497,45 +709,34 @@ impl GroupCoordinator {
         partitions: Vec<(String, i32)>,
         log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
-        let (results, tombstones, stamps) = {
+        let (results, keys) = {
             let groups = self.groups.borrow();
             let g = groups.get(group).ok_or(GroupError::GroupIdNotFound)?;
             let subscribed = g.subscribed_topics();
             let mut results = Vec::with_capacity(partitions.len());
-            let mut tombstones = Vec::new();
-            let mut stamps = Vec::new();
+            let mut keys = Vec::new();
             for (topic, partition) in &partitions {
                 if subscribed.iter().any(|t| t == topic) {
                     results.push(Err(GroupError::GroupSubscribedToTopic));
                 } else {
                     results.push(Ok(()));
-                    if let Some(c) = g.offsets.get(&(topic.clone(), *partition)) {
-                        stamps.push(((topic.clone(), *partition), c.commit_timestamp_ms));
-                        tombstones.push((
-                            rec::encode_key(&RecordKey::Offset {
-                                group: group.to_string(),
-                                topic: topic.clone(),
-                                partition: *partition,
-                            }),
-                            None,
-                        ));
+                    // A tombstone where an offset is committed or pending (as Kafka).
+                    let key = (topic.clone(), *partition);
+                    if g.offsets.contains_key(&key) || g.has_pending(&key) {
+                        keys.push(key);
                     }
                 }
             }
-            (results, tombstones, stamps)
+            (results, keys)
         };
-        if !tombstones.is_empty() {
-            self.append(group, &tombstones, log_of).await?;
+        if !keys.is_empty() {
+            let tombstones = offset_tombstones(group, keys.iter());
+            let base = self.append(group, &tombstones, log_of).await?;
             let mut groups = self.groups.borrow_mut();
             if let Some(g) = groups.get_mut(group) {
-                for (key, stamp) in &stamps {
-                    // Only what was tombstoned: a commit made during the append stays.
-                    if g.offsets
-                        .get(key)
-                        .is_some_and(|c| c.commit_timestamp_ms == *stamp)
-                    {
-                        g.offsets.remove(key);
-                    }
+                for (record_offset, key) in (base..).zip(&keys) {
+                    // Only what was tombstoned: a commit written after it stays.
+                    g.apply_tombstone(key, record_offset);
                 }
             }
         }
@@ -587,12 +788,14 @@ impl GroupCoordinator {
             }),
             Some(rec::encode_group_value(&value)),
         );
-        self.append(group, &[record], log_of).await
+        self.append(group, &[record], log_of).await.map(|_| ())
     }
 
     /// Expires the committed offsets of groups that have been Empty for the retention
     /// period (and were not committed to within it), writing tombstones; a group left
-    /// with nothing is forgotten. Kafka's rule since 2.1 (KIP-211).
+    /// with nothing is forgotten. Kafka's rule since 2.1 (KIP-211). As Kafka, an offset
+    /// with a pending transactional commit does not expire, nor does a group with a
+    /// transaction open.
     pub async fn expire_offsets(&self, log_of: impl Fn(i32) -> Option<Rc<Partition>>) -> usize {
         let retention = self.config.offsets_retention;
         let retention_ms = i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
@@ -616,31 +819,22 @@ impl GroupCoordinator {
                 if g.state != GroupState::Empty || g.empty_since.elapsed() < retention {
                     continue;
                 }
-                let expired: Vec<((String, i32), i64)> = g
+                let expired: Vec<(String, i32)> = g
                     .offsets
                     .iter()
-                    .filter(|(_, c)| now.saturating_sub(c.commit_timestamp_ms) >= retention_ms)
-                    .map(|(k, c)| (k.clone(), c.commit_timestamp_ms))
+                    .filter(|(k, c)| {
+                        now.saturating_sub(c.commit_timestamp_ms) >= retention_ms
+                            && !g.has_pending(k)
+                    })
+                    .map(|(k, _)| k.clone())
                     .collect();
-                let forget = expired.len() == g.offsets.len();
+                let forget = expired.len() == g.offsets.len() && g.pending_txn.is_empty();
                 (expired, forget)
             };
             if expired.is_empty() && !forget_group {
                 continue;
             }
-            let mut tombstones: Vec<(Vec<u8>, Option<Vec<u8>>)> = expired
-                .iter()
-                .map(|((topic, partition), _)| {
-                    (
-                        rec::encode_key(&RecordKey::Offset {
-                            group: group.clone(),
-                            topic: topic.clone(),
-                            partition: *partition,
-                        }),
-                        None,
-                    )
-                })
-                .collect();
+            let mut tombstones = offset_tombstones(&group, expired.iter());
             if forget_group {
                 tombstones.push((
                     rec::encode_key(&RecordKey::GroupMetadata {
@@ -649,23 +843,24 @@ impl GroupCoordinator {
                     None,
                 ));
             }
-            if let Err(e) = self.append(&group, &tombstones, &log_of).await {
-                tracing::warn!(group = %group, error = %e, "expiring offsets");
-                continue;
-            }
+            let base = match self.append(&group, &tombstones, &log_of).await {
+                Ok(base) => base,
+                Err(e) => {
+                    tracing::warn!(group = %group, error = %e, "expiring offsets");
+                    continue;
+                }
+            };
             let mut groups = self.groups.borrow_mut();
             if let Some(g) = groups.get_mut(&group) {
-                for (k, stamp) in &expired {
+                for (record_offset, k) in (base..).zip(&expired) {
                     // Only what was tombstoned: a newer commit of the same key stays.
-                    if g.offsets
-                        .get(k)
-                        .is_some_and(|c| c.commit_timestamp_ms == *stamp)
-                    {
-                        g.offsets.remove(k);
+                    let before = g.offsets.contains_key(k);
+                    g.apply_tombstone(k, record_offset);
+                    if before && !g.offsets.contains_key(k) {
                         count += 1;
                     }
                 }
-                if forget_group && g.state == GroupState::Empty && g.offsets.is_empty() {
+                if forget_group && g.state == GroupState::Empty && !g.has_offsets() {
                     groups.remove(&group);
                 }
             }
@@ -675,25 +870,30 @@ impl GroupCoordinator {
     }
 
     /// Appends (key, value-or-tombstone) records to the group's partition and waits until
-    /// they are durable.
+    /// they are committed; returns the offset of the first.
     async fn append(
         &self,
         group: &str,
-        records: &[(Vec<u8>, Option<Vec<u8>>)],
+        records: &KeyedRecords,
         log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
-    ) -> Result<(), GroupError> {
+    ) -> Result<i64, GroupError> {
+        let (log, ticket) = self.append_now(group, &batch_of(records, None), false, log_of)?;
+        committed(&log, ticket).await?;
+        Ok(ticket.base_offset)
+    }
+
+    /// Appends one batch to the group's partition, synchronously: its records have their
+    /// offsets when this returns. `unsequenced`: a producer's transactional batch the
+    /// coordinator writes for it (epoch checked, no sequence).
+    fn append_now(
+        &self,
+        group: &str,
+        bytes: &[u8],
+        unsequenced: bool,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
+    ) -> Result<(Rc<Partition>, AppendTicket), GroupError> {
         let partition = self.offsets_partition(group);
         let log = log_of(partition).ok_or(GroupError::CoordinatorNotAvailable)?;
-        let mut b = BatchBuilder::new(now_ms());
-        for (k, v) in records {
-            b.push(&Record {
-                key: Some(k),
-                value: v.as_deref(),
-                headers: &[],
-                timestamp_delta: 0,
-            });
-        }
-        let bytes = b.build();
         if !log.is_leader() {
             return Err(GroupError::NotCoordinator);
         }
@@ -702,19 +902,69 @@ impl GroupCoordinator {
         if log.isr_len() < log.min_insync_replicas() {
             return Err(GroupError::CoordinatorNotAvailable);
         }
-        let ticket = log.append(&bytes).map_err(|e| match e {
+        let appended = if unsequenced {
+            log.append_unsequenced(bytes)
+        } else {
+            log.append(bytes)
+        };
+        let ticket = appended.map_err(|e| match e {
             // Not retriable: the same commit will never fit (Kafka's INVALID_COMMIT_OFFSET_SIZE).
-            corelog_storage::AppendError::InvalidBatch(
-                corelog_storage::batch::BatchError::TooLarge { .. },
-            ) => GroupError::CommitTooLarge,
+            AppendError::InvalidBatch(corelog_storage::batch::BatchError::TooLarge { .. }) => {
+                GroupError::CommitTooLarge
+            }
+            // A transactional commit of a fenced producer.
+            AppendError::Sequence(SequenceError::StaleEpoch { .. }) => {
+                GroupError::InvalidProducerEpoch
+            }
             other => GroupError::Storage(other.to_string()),
         })?;
-        log.wait_committed(ticket).await.map_err(|e| match e {
-            AckError::NotLeader => GroupError::NotCoordinator,
-            AckError::NotEnoughReplicasAfterAppend => GroupError::CoordinatorNotAvailable,
-            AckError::Append(e) => GroupError::Storage(e.to_string()),
-        })
+        Ok((log, ticket))
     }
+}
+
+/// Waits until `ticket`'s records are committed (acks=all).
+async fn committed(log: &Partition, ticket: AppendTicket) -> Result<(), GroupError> {
+    log.wait_committed(ticket).await.map_err(|e| match e {
+        AckError::NotLeader => GroupError::NotCoordinator,
+        AckError::NotEnoughReplicasAfterAppend => GroupError::CoordinatorNotAvailable,
+        AckError::Append(e) => GroupError::Storage(e.to_string()),
+    })
+}
+
+/// One batch of `records`; with `producer` (id, epoch), a transactional batch of that
+/// producer, base sequence 0 as Kafka's coordinator writes it.
+fn batch_of(records: &KeyedRecords, producer: Option<(i64, i16)>) -> Vec<u8> {
+    let mut b = BatchBuilder::new(now_ms());
+    if let Some((id, epoch)) = producer {
+        b = b.producer(id, epoch, 0).transactional();
+    }
+    for (k, v) in records {
+        b.push(&Record {
+            key: Some(k),
+            value: v.as_deref(),
+            headers: &[],
+            timestamp_delta: 0,
+        });
+    }
+    b.build()
+}
+
+/// Offset tombstones of `group` for `keys`, in their order.
+fn offset_tombstones<'a>(
+    group: &str,
+    keys: impl Iterator<Item = &'a (String, i32)>,
+) -> Vec<(Vec<u8>, Option<Vec<u8>>)> {
+    keys.map(|(topic, partition)| {
+        (
+            rec::encode_key(&RecordKey::Offset {
+                group: group.to_string(),
+                topic: topic.clone(),
+                partition: *partition,
+            }),
+            None,
+        )
+    })
+    .collect()
 }
 
 fn not_available(op: GroupOp) -> GroupAnswer {
@@ -725,6 +975,7 @@ fn not_available(op: GroupOp) -> GroupAnswer {
         GroupOp::Heartbeat(_) | GroupOp::Delete { .. } => GroupAnswer::Done(Err(e)),
         GroupOp::Leave { .. } => GroupAnswer::Leave(Err(e)),
         GroupOp::Commit(r) => GroupAnswer::Commit(vec![Err(e); r.offsets.len()]),
+        GroupOp::TxnCommit(r) => GroupAnswer::Commit(vec![Err(e); r.offsets.len()]),
         GroupOp::FetchOffsets { .. } => GroupAnswer::Offsets(Err(e)),
         GroupOp::Describe { group } => GroupAnswer::Described(GroupDescription {
             group,
@@ -743,5 +994,292 @@ pub fn offsets_tp(partition: i32) -> TopicPartition {
     TopicPartition {
         topic: OFFSETS_TOPIC.into(),
         partition,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corelog_storage::test_executor::run;
+    use corelog_storage::txn_marker::{MarkerKind, TxnMarker};
+    use corelog_storage::{LogConfig, LogContext};
+    use std::path::Path;
+
+    const GROUP: &str = "g";
+
+    async fn open(dir: &Path) -> Rc<Partition> {
+        Partition::open(
+            dir.to_path_buf(),
+            LogConfig::default(),
+            LogContext::system(),
+            1,
+            0,
+        )
+        .await
+        .expect("open")
+    }
+
+    /// A coordinator with `GROUP`'s partition (`log`) loaded.
+    async fn loaded(log: &Rc<Partition>) -> GroupCoordinator {
+        let c = GroupCoordinator::new(GroupConfig::default());
+        c.load_partition(c.offsets_partition(GROUP), log.clone())
+            .await;
+        c
+    }
+
+    fn txn_commit(pid: i64, epoch: i16, offsets: &[(i32, i64)]) -> GroupOp {
+        GroupOp::TxnCommit(TxnCommitRequest {
+            group: GROUP.into(),
+            transactional_id: format!("tx-{pid}"),
+            producer_id: pid,
+            producer_epoch: epoch,
+            generation: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            offsets: offsets
+                .iter()
+                .map(|(p, o)| ("t".to_string(), *p, *o, -1, "m".to_string()))
+                .collect(),
+        })
+    }
+
+    fn commit(offsets: &[(i32, i64)]) -> GroupOp {
+        GroupOp::Commit(CommitRequest {
+            group: GROUP.into(),
+            generation: -1,
+            member_id: String::new(),
+            group_instance_id: None,
+            offsets: offsets
+                .iter()
+                .map(|(p, o)| ("t".to_string(), *p, *o, -1, String::new()))
+                .collect(),
+        })
+    }
+
+    async fn ask(c: &GroupCoordinator, log: &Rc<Partition>, op: GroupOp) -> GroupAnswer {
+        let l = log.clone();
+        c.handle(op, move |_| Some(l.clone())).await
+    }
+
+    async fn commits(
+        c: &GroupCoordinator,
+        log: &Rc<Partition>,
+        op: GroupOp,
+    ) -> Vec<Result<(), GroupError>> {
+        match ask(c, log, op).await {
+            GroupAnswer::Commit(r) => r,
+            other => panic!("not a commit answer: {other:?}"),
+        }
+    }
+
+    /// What OffsetFetch tells of partitions 0..3 of topic "t".
+    async fn fetched(
+        c: &GroupCoordinator,
+        log: &Rc<Partition>,
+        require_stable: bool,
+    ) -> Vec<Result<Option<i64>, GroupError>> {
+        let op = GroupOp::FetchOffsets {
+            group: GROUP.into(),
+            topics: Some(vec![("t".into(), vec![0, 1, 2])]),
+            require_stable,
+        };
+        match ask(c, log, op).await {
+            GroupAnswer::Offsets(Ok(rows)) => rows
+                .into_iter()
+                .map(|(_, _, r)| r.map(|c| c.map(|c| c.offset)))
+                .collect(),
+            other => panic!("not an offsets answer: {other:?}"),
+        }
+    }
+
+    /// Writes the marker the transaction coordinator asks for and tells the group
+    /// coordinator once it is committed, as the shard's WriteTxnMarkers path does.
+    async fn end_txn(
+        c: &GroupCoordinator,
+        log: &Rc<Partition>,
+        pid: i64,
+        epoch: i16,
+        commit: bool,
+    ) {
+        let marker = TxnMarker {
+            producer_id: pid,
+            producer_epoch: epoch,
+            coordinator_epoch: 0,
+            kind: if commit {
+                MarkerKind::Commit
+            } else {
+                MarkerKind::Abort
+            },
+        };
+        let ticket = log.append_marker(&marker).expect("marker");
+        log.wait_committed(ticket).await.expect("marker committed");
+        c.complete_transaction(c.offsets_partition(GROUP), pid, commit, ticket.base_offset);
+    }
+
+    const UNSTABLE: Result<Option<i64>, GroupError> = Err(GroupError::UnstableOffsetCommit);
+
+    #[test]
+    fn transactional_offsets_wait_for_their_marker_and_survive_a_reload() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let c = loaded(&log).await;
+            assert_eq!(commits(&c, &log, commit(&[(0, 1)])).await, vec![Ok(())]);
+            // Producer 7 commits partitions 0 and 1 in a transaction: pending.
+            assert_eq!(
+                commits(&c, &log, txn_commit(7, 0, &[(0, 10), (1, 11)])).await,
+                vec![Ok(()), Ok(())]
+            );
+            assert_eq!(
+                fetched(&c, &log, false).await,
+                vec![Ok(Some(1)), Ok(None), Ok(None)]
+            );
+            assert_eq!(
+                fetched(&c, &log, true).await,
+                vec![UNSTABLE, UNSTABLE, Ok(None)]
+            );
+            // The commit was written as one transactional batch: it holds the LSO.
+            assert!(log.last_stable_offset() < log.high_watermark());
+            end_txn(&c, &log, 7, 0, true).await;
+            assert_eq!(
+                fetched(&c, &log, true).await,
+                vec![Ok(Some(10)), Ok(Some(11)), Ok(None)]
+            );
+            // Producer 8 commits partition 2 and aborts: nothing of it is seen.
+            commits(&c, &log, txn_commit(8, 3, &[(2, 20), (0, 99)])).await;
+            assert_eq!(
+                fetched(&c, &log, true).await,
+                vec![UNSTABLE, Ok(Some(11)), UNSTABLE]
+            );
+            end_txn(&c, &log, 8, 3, false).await;
+            let want = vec![Ok(Some(10)), Ok(Some(11)), Ok(None)];
+            assert_eq!(fetched(&c, &log, true).await, want);
+            // Producer 9 leaves a transaction open.
+            commits(&c, &log, txn_commit(9, 0, &[(2, 30)])).await;
+            // A second coordinator replays the log: the same offsets, 9's pending.
+            let replayed = loaded(&log).await;
+            assert_eq!(
+                fetched(&replayed, &log, true).await,
+                vec![Ok(Some(10)), Ok(Some(11)), UNSTABLE]
+            );
+            assert_eq!(fetched(&replayed, &log, false).await, want);
+            // Its marker, once written, commits it there.
+            end_txn(&replayed, &log, 9, 0, true).await;
+            assert_eq!(
+                fetched(&replayed, &log, true).await,
+                vec![Ok(Some(10)), Ok(Some(11)), Ok(Some(30))]
+            );
+            // Unloading forgets everything, pending offsets included.
+            commits(&replayed, &log, txn_commit(7, 1, &[(0, 40)])).await;
+            replayed.unload_partition(replayed.offsets_partition(GROUP));
+            assert!(replayed.groups.borrow().is_empty());
+            assert!(replayed.txn_groups.borrow().is_empty());
+            log.close().await;
+        });
+    }
+
+    #[test]
+    fn a_replay_takes_the_later_record_between_regular_and_transactional_commits() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let c = loaded(&log).await;
+            // Partition 1: a regular commit, then the transactional one (which wins).
+            commits(&c, &log, commit(&[(1, 1)])).await;
+            commits(&c, &log, txn_commit(7, 0, &[(0, 10), (1, 11)])).await;
+            // Partition 0: the transactional commit, then a regular one before the
+            // marker (which wins).
+            commits(&c, &log, commit(&[(0, 5)])).await;
+            end_txn(&c, &log, 7, 0, true).await;
+            let want = vec![Ok(Some(5)), Ok(Some(11)), Ok(None)];
+            assert_eq!(fetched(&c, &log, true).await, want);
+            let replayed = loaded(&log).await;
+            assert_eq!(fetched(&replayed, &log, true).await, want);
+            log.close().await;
+        });
+    }
+
+    #[test]
+    fn a_fenced_producer_epoch_is_refused_and_writes_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let c = loaded(&log).await;
+            commits(&c, &log, txn_commit(7, 5, &[(0, 10)])).await;
+            let end = log.log_end_offset();
+            assert_eq!(
+                commits(&c, &log, txn_commit(7, 4, &[(0, 11)])).await,
+                vec![Err(GroupError::InvalidProducerEpoch)]
+            );
+            assert_eq!(log.log_end_offset(), end);
+            // Twice the same commit of the current epoch is two writes (no sequence).
+            commits(&c, &log, txn_commit(7, 5, &[(0, 12)])).await;
+            commits(&c, &log, txn_commit(7, 5, &[(0, 12)])).await;
+            assert_eq!(log.log_end_offset(), end + 2);
+            end_txn(&c, &log, 7, 5, true).await;
+            assert_eq!(fetched(&c, &log, true).await[0], Ok(Some(12)));
+            log.close().await;
+        });
+    }
+
+    #[test]
+    fn transactional_commits_check_the_group_as_kafka_does() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let c = loaded(&log).await;
+            let mut named = txn_commit(7, 0, &[(0, 10)]);
+            if let GroupOp::TxnCommit(r) = &mut named {
+                r.generation = 3;
+                r.member_id = "m".into();
+            }
+            assert_eq!(
+                commits(&c, &log, named).await,
+                vec![Err(GroupError::IllegalGeneration)],
+                "a group that does not exist knows no generation"
+            );
+            let mut metadata = txn_commit(7, 0, &[(0, 10), (1, 11)]);
+            if let GroupOp::TxnCommit(r) = &mut metadata {
+                r.offsets[1].4 = "x".repeat(OFFSET_METADATA_MAX_BYTES + 1);
+            }
+            assert_eq!(
+                commits(&c, &log, metadata).await,
+                vec![Ok(()), Err(GroupError::OffsetMetadataTooLarge)]
+            );
+            // A group with only pending offsets exists; its deletion writes tombstones
+            // for them, so its transaction's commit brings none back.
+            assert!(c
+                .groups
+                .borrow()
+                .get(GROUP)
+                .is_some_and(|g| g.has_offsets()));
+            match ask(
+                &c,
+                &log,
+                GroupOp::Delete {
+                    group: GROUP.into(),
+                },
+            )
+            .await
+            {
+                GroupAnswer::Done(r) => assert_eq!(r, Ok(())),
+                other => panic!("{other:?}"),
+            }
+            end_txn(&c, &log, 7, 0, true).await;
+            assert_eq!(
+                fetched(&c, &log, true).await,
+                vec![Ok(None), Ok(None), Ok(None)]
+            );
+            let replayed = loaded(&log).await;
+            assert_eq!(
+                fetched(&replayed, &log, true).await,
+                vec![Ok(None), Ok(None), Ok(None)]
+            );
+            log.close().await;
+        });
     }
 }

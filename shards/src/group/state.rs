@@ -16,6 +16,16 @@
 //! selected protocol every member supports; a JoinGroup answer is sent exactly once per
 //! waiting join (a new join from the same member answers the old one first).
 //!
+//! Offsets: `offsets` holds what is committed, each with the offset of the record that
+//! committed it; of two commits of one partition the later record wins, whatever order
+//! they reach the state in ([`Group::put_committed`]). Offsets committed in a producer's
+//! transaction (TxnOffsetCommit) wait in `pending_txn` until the transaction's marker:
+//! a commit makes those written before the marker committed (unless a later record
+//! committed the partition meanwhile), an abort drops them (Kafka's
+//! `OffsetMetadataManager`). Pending offsets are never answered by OffsetFetch; with
+//! `require_stable` their partitions are UNSTABLE_OFFSET_COMMIT. A tombstone removes the
+//! committed offset and the pending ones written before it.
+//!
 //! Not here: persistence and timers (the coordinator drives both), assignment (the
 //! leader computes it on the client, as the protocol intends).
 
@@ -83,6 +93,10 @@ pub struct Group {
     /// group.instance.id → member id (static membership).
     pub instances: HashMap<String, String>,
     pub offsets: BTreeMap<(String, i32), Committed>,
+    /// Offsets committed in transactions not yet ended, by producer id. A producer's
+    /// entry stays, even emptied by tombstones, while its transaction is open here
+    /// (Kafka's `openTransactionsByGroup`): the group lives on until it ends.
+    pub pending_txn: BTreeMap<i64, BTreeMap<(String, i32), Committed>>,
     /// PreparingRebalance: when the join phase ends whoever has rejoined.
     rebalance_deadline: Option<Instant>,
     /// PreparingRebalance from Empty: joins are collected at least until then
@@ -111,6 +125,7 @@ impl Group {
             pending: HashMap::new(),
             instances: HashMap::new(),
             offsets: BTreeMap::new(),
+            pending_txn: BTreeMap::new(),
             rebalance_deadline: None,
             join_not_before: None,
             dirty: false,
@@ -572,6 +587,150 @@ impl Group {
             // join phase and the new assignment is its generation not settled.
             GroupState::CompletingRebalance => Err(GroupError::RebalanceInProgress),
             _ => Ok(()),
+        }
+    }
+
+    /// Checks that a TxnOffsetCommit may be made (Kafka's
+    /// `ClassicGroup.validateOffsetCommit` for a transactional commit): a request without
+    /// member fields (v0–v2, or a producer outside the group protocol) is accepted in any
+    /// state; one that names a member must be that member in this generation. Unlike a
+    /// regular commit it is accepted during CompletingRebalance: the group's state is not
+    /// enforced for transactional commits.
+    pub fn check_txn_commit(&self, req: &TxnCommitRequest) -> Result<(), GroupError> {
+        if self.state == GroupState::Dead {
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
+        if req.generation < 0 && self.state == GroupState::Empty {
+            return Ok(());
+        }
+        if req.generation >= 0 || !req.member_id.is_empty() || req.group_instance_id.is_some() {
+            return self.check_member(
+                &req.member_id,
+                req.group_instance_id.as_ref(),
+                req.generation,
+            );
+        }
+        Ok(())
+    }
+
+    /// Takes `c` as the committed offset of `key` unless the one held was committed by a
+    /// later record; returns whether it was taken.
+    pub fn put_committed(&mut self, key: (String, i32), c: Committed) -> bool {
+        match self.offsets.get(&key) {
+            Some(held) if held.record_offset > c.record_offset => false,
+            _ => {
+                self.offsets.insert(key, c);
+                true
+            }
+        }
+    }
+
+    /// An offset committed in `producer_id`'s transaction: pending until its marker. A
+    /// later record of the same transaction replaces an earlier one.
+    pub fn put_pending(&mut self, producer_id: i64, key: (String, i32), c: Committed) {
+        let pending = self.pending_txn.entry(producer_id).or_default();
+        if pending
+            .get(&key)
+            .is_none_or(|held| held.record_offset < c.record_offset)
+        {
+            pending.insert(key, c);
+        }
+    }
+
+    /// `producer_id`'s transaction ended with the marker at `marker_offset`: its pending
+    /// offsets written before the marker become committed (`commit`) or are dropped.
+    /// Those written after it belong to a later transaction and stay pending. Returns
+    /// whether the producer still has a transaction open in this group.
+    pub fn complete_txn(&mut self, producer_id: i64, commit: bool, marker_offset: i64) -> bool {
+        let Some(pending) = self.pending_txn.get_mut(&producer_id) else {
+            return false;
+        };
+        let ended: Vec<(String, i32)> = pending
+            .iter()
+            .filter(|(_, c)| c.record_offset < marker_offset)
+            .map(|(k, _)| k.clone())
+            .collect();
+        let still_open = ended.len() < pending.len();
+        let mut done = Vec::with_capacity(ended.len());
+        for key in ended {
+            if let Some(c) = pending.remove(&key) {
+                done.push((key, c));
+            }
+        }
+        if !still_open {
+            self.pending_txn.remove(&producer_id);
+        }
+        if commit {
+            for (key, c) in done {
+                self.put_committed(key, c);
+            }
+        }
+        still_open
+    }
+
+    /// Whether the group holds any offset, committed or pending.
+    pub fn has_offsets(&self) -> bool {
+        !self.offsets.is_empty() || self.pending_txn.values().any(|p| !p.is_empty())
+    }
+
+    /// Whether a transaction that has not ended committed an offset of `key`.
+    pub fn has_pending(&self, key: &(String, i32)) -> bool {
+        self.pending_txn.values().any(|p| p.contains_key(key))
+    }
+
+    /// A tombstone of `key` at `record_offset`: the committed offset and every pending
+    /// one written before it go (a commit written after it stays, as a replay of the
+    /// log would have it).
+    pub fn apply_tombstone(&mut self, key: &(String, i32), record_offset: i64) {
+        if self
+            .offsets
+            .get(key)
+            .is_some_and(|c| c.record_offset < record_offset)
+        {
+            self.offsets.remove(key);
+        }
+        for pending in self.pending_txn.values_mut() {
+            if pending
+                .get(key)
+                .is_some_and(|c| c.record_offset < record_offset)
+            {
+                pending.remove(key);
+            }
+        }
+    }
+
+    /// OffsetFetch's rows: the named partitions (`None`: every committed one), each its
+    /// committed offset or none — or UNSTABLE_OFFSET_COMMIT with `require_stable` where a
+    /// transactional commit is pending (Kafka answers so per partition, offset -1).
+    pub fn fetch_offsets(
+        &self,
+        topics: Option<Vec<(String, Vec<i32>)>>,
+        require_stable: bool,
+    ) -> Vec<OffsetRow> {
+        let row = |key: (String, i32), c: Option<&Committed>| {
+            let told = if require_stable && self.has_pending(&key) {
+                Err(GroupError::UnstableOffsetCommit)
+            } else {
+                Ok(c.cloned())
+            };
+            (key.0, key.1, told)
+        };
+        match topics {
+            // Every committed offset; a partition that only has a pending one is not
+            // listed (as Kafka's fetchAllOffsets).
+            None => self
+                .offsets
+                .iter()
+                .map(|(k, c)| row(k.clone(), Some(c)))
+                .collect(),
+            Some(list) => list
+                .into_iter()
+                .flat_map(|(t, ps)| ps.into_iter().map(move |p| (t.clone(), p)))
+                .map(|k| {
+                    let c = self.offsets.get(&k);
+                    row(k, c)
+                })
+                .collect(),
         }
     }
 
@@ -1069,6 +1228,215 @@ mod tests {
                 "every first join was answered"
             );
         }
+    }
+
+    fn committed(offset: i64, record_offset: i64) -> Committed {
+        Committed {
+            offset,
+            leader_epoch: -1,
+            metadata: String::new(),
+            commit_timestamp_ms: 0,
+            record_offset,
+        }
+    }
+
+    fn key(p: i32) -> (String, i32) {
+        ("t".into(), p)
+    }
+
+    /// What OffsetFetch tells of partition `p` (`None`: no offset).
+    fn told(g: &Group, p: i32, require_stable: bool) -> Result<Option<i64>, GroupError> {
+        let rows = g.fetch_offsets(Some(vec![("t".into(), vec![p])]), require_stable);
+        assert_eq!(rows.len(), 1);
+        rows.into_iter()
+            .next()
+            .map(|(_, _, c)| c.map(|c| c.map(|c| c.offset)))
+            .unwrap_or(Ok(None))
+    }
+
+    #[test]
+    fn pending_offsets_are_invisible_until_their_transaction_commits() {
+        let mut g = Group::new("g".into());
+        g.put_committed(key(0), committed(5, 1));
+        g.put_pending(7, key(0), committed(50, 2));
+        g.put_pending(7, key(1), committed(60, 3));
+        assert_eq!(
+            told(&g, 0, false),
+            Ok(Some(5)),
+            "the committed one, not the pending"
+        );
+        assert_eq!(told(&g, 1, false), Ok(None));
+        assert_eq!(told(&g, 0, true), Err(GroupError::UnstableOffsetCommit));
+        assert_eq!(told(&g, 1, true), Err(GroupError::UnstableOffsetCommit));
+        assert_eq!(told(&g, 2, true), Ok(None), "nothing pending there");
+        assert!(g.has_offsets());
+        assert!(!g.complete_txn(7, true, 4), "nothing left open");
+        assert_eq!(told(&g, 0, true), Ok(Some(50)));
+        assert_eq!(told(&g, 1, true), Ok(Some(60)));
+        assert!(g.pending_txn.is_empty());
+    }
+
+    #[test]
+    fn an_abort_drops_the_pending_offsets_and_keeps_the_committed_ones() {
+        let mut g = Group::new("g".into());
+        g.put_committed(key(0), committed(5, 1));
+        g.put_pending(7, key(0), committed(50, 2));
+        g.put_pending(8, key(0), committed(80, 3));
+        assert!(!g.complete_txn(7, false, 4));
+        assert_eq!(told(&g, 0, false), Ok(Some(5)));
+        assert_eq!(
+            told(&g, 0, true),
+            Err(GroupError::UnstableOffsetCommit),
+            "producer 8's transaction is still open"
+        );
+        assert!(!g.complete_txn(8, false, 5));
+        assert_eq!(told(&g, 0, true), Ok(Some(5)));
+        // A marker for a producer with nothing pending changes nothing.
+        assert!(!g.complete_txn(8, true, 6));
+        assert_eq!(told(&g, 0, true), Ok(Some(5)));
+    }
+
+    #[test]
+    fn the_later_record_wins_between_regular_and_transactional_commits() {
+        // A regular commit written after the transactional one: it stays (Kafka keeps
+        // the most recent by record offset).
+        let mut g = Group::new("g".into());
+        g.put_pending(7, key(0), committed(50, 10));
+        g.put_committed(key(0), committed(5, 11));
+        g.complete_txn(7, true, 12);
+        assert_eq!(told(&g, 0, false), Ok(Some(5)));
+        // A transactional commit written after the regular one replaces it.
+        let mut g = Group::new("g".into());
+        g.put_committed(key(0), committed(5, 10));
+        g.put_pending(7, key(0), committed(50, 11));
+        g.complete_txn(7, true, 12);
+        assert_eq!(told(&g, 0, false), Ok(Some(50)));
+        // Applied out of log order, the later record still wins.
+        assert!(!g.put_committed(key(0), committed(4, 9)));
+        assert_eq!(told(&g, 0, false), Ok(Some(50)));
+    }
+
+    #[test]
+    fn a_marker_ends_only_what_was_written_before_it() {
+        let mut g = Group::new("g".into());
+        g.put_pending(7, key(0), committed(50, 10));
+        g.put_pending(7, key(1), committed(60, 20)); // the producer's next transaction
+        assert!(g.complete_txn(7, true, 15), "the next one is still open");
+        assert_eq!(told(&g, 0, true), Ok(Some(50)));
+        assert_eq!(told(&g, 1, true), Err(GroupError::UnstableOffsetCommit));
+        assert!(!g.complete_txn(7, false, 25));
+        assert_eq!(told(&g, 1, true), Ok(None));
+    }
+
+    #[test]
+    fn a_tombstone_removes_what_was_written_before_it() {
+        let mut g = Group::new("g".into());
+        g.put_committed(key(0), committed(5, 1));
+        g.put_pending(7, key(0), committed(50, 2));
+        g.put_pending(8, key(0), committed(80, 4));
+        g.apply_tombstone(&key(0), 3);
+        assert_eq!(told(&g, 0, false), Ok(None));
+        assert!(
+            g.pending_txn.get(&7).is_some_and(|p| p.is_empty()),
+            "emptied, the transaction still open"
+        );
+        assert!(!g.complete_txn(7, true, 5));
+        assert_eq!(
+            told(&g, 0, false),
+            Ok(None),
+            "producer 7's offset went with it"
+        );
+        g.complete_txn(8, true, 6);
+        assert_eq!(
+            told(&g, 0, false),
+            Ok(Some(80)),
+            "written after the tombstone"
+        );
+        // An older tombstone applied late removes nothing newer.
+        g.apply_tombstone(&key(0), 3);
+        assert_eq!(told(&g, 0, false), Ok(Some(80)));
+    }
+
+    #[test]
+    fn fetching_every_offset_lists_the_committed_and_flags_the_pending() {
+        let mut g = Group::new("g".into());
+        g.put_committed(key(0), committed(5, 1));
+        g.put_committed(key(1), committed(6, 2));
+        g.put_pending(7, key(1), committed(60, 3));
+        g.put_pending(7, key(2), committed(70, 4));
+        let rows = |stable| {
+            g.fetch_offsets(None, stable)
+                .into_iter()
+                .map(|(_, p, c)| (p, c.map(|c| c.map(|c| c.offset))))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(rows(false), vec![(0, Ok(Some(5))), (1, Ok(Some(6)))]);
+        assert_eq!(
+            rows(true),
+            vec![(0, Ok(Some(5))), (1, Err(GroupError::UnstableOffsetCommit))],
+            "a partition with only a pending offset is not listed"
+        );
+    }
+
+    fn txn_req(generation: i32, member: &str, instance: Option<&str>) -> TxnCommitRequest {
+        TxnCommitRequest {
+            group: "g".into(),
+            transactional_id: "tx".into(),
+            producer_id: 7,
+            producer_epoch: 0,
+            generation,
+            member_id: member.into(),
+            group_instance_id: instance.map(Into::into),
+            offsets: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn transactional_commits_check_the_member_only_when_named() {
+        let now = Instant::now();
+        let mut g = Group::new("g".into());
+        assert_eq!(
+            g.check_txn_commit(&txn_req(-1, "", None)),
+            Ok(()),
+            "empty group"
+        );
+        assert_eq!(
+            g.check_txn_commit(&txn_req(-1, "someone", None)),
+            Ok(()),
+            "generation -1 in an empty group, as Kafka"
+        );
+        let mut r = join(&mut g, join_req("", &["range"]), now);
+        let id = answer(&mut r).expect("id").member_id;
+        let mut r = join(&mut g, join_req(&id, &["range"]), now);
+        assert_eq!(answer(&mut r).expect("gen 1").generation, 1);
+        assert_eq!(g.state, GroupState::CompletingRebalance);
+        // Unlike a regular commit, accepted while the rebalance completes.
+        assert_eq!(g.check_txn_commit(&txn_req(1, &id, None)), Ok(()));
+        // v0–v2 name no member: accepted whatever the group's state.
+        assert_eq!(g.check_txn_commit(&txn_req(-1, "", None)), Ok(()));
+        assert_eq!(
+            g.check_txn_commit(&txn_req(0, &id, None)),
+            Err(GroupError::IllegalGeneration)
+        );
+        assert_eq!(
+            g.check_txn_commit(&txn_req(1, "nobody", None)),
+            Err(GroupError::UnknownMemberId)
+        );
+        assert_eq!(
+            g.check_txn_commit(&txn_req(-1, "nobody", None)),
+            Err(GroupError::UnknownMemberId),
+            "a member named in a non-empty group must be one"
+        );
+        g.instances.insert("inst".into(), id.clone());
+        assert_eq!(
+            g.check_txn_commit(&txn_req(1, "other", Some("inst"))),
+            Err(GroupError::FencedInstanceId)
+        );
+        g.unload();
+        assert_eq!(
+            g.check_txn_commit(&txn_req(-1, "", None)),
+            Err(GroupError::CoordinatorNotAvailable)
+        );
     }
 
     #[test]

@@ -44,6 +44,14 @@ pub enum GroupError {
     /// An ACL refused the operation on the group (checked at the edge).
     #[error("group authorization failed")]
     AuthorizationFailed,
+    /// A transactional commit from a producer epoch older than the one the offsets
+    /// partition knows: the producer was fenced.
+    #[error("the producer's epoch is older than its current one")]
+    InvalidProducerEpoch,
+    /// OffsetFetch with `require_stable`: the partition has an offset committed in a
+    /// transaction that has not ended yet (KIP-447; the client retries).
+    #[error("a transactional offset commit of the partition is pending")]
+    UnstableOffsetCommit,
 }
 
 /// A protocol a member supports (e.g. "range", "cooperative-sticky") with its metadata.
@@ -161,6 +169,23 @@ pub struct CommitRequest {
     pub offsets: Vec<(String, i32, i64, i32, String)>,
 }
 
+/// A TxnOffsetCommit: offsets committed in producer `producer_id`'s transaction,
+/// pending until the transaction's marker in the group's `__consumer_offsets` partition.
+#[derive(Debug, Clone)]
+pub struct TxnCommitRequest {
+    pub group: String,
+    pub transactional_id: String,
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    /// -1 when not given (TxnOffsetCommit v0–v2 carry no member fields).
+    pub generation: i32,
+    /// Empty when not given.
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    /// (topic, partition, offset, leader epoch, metadata)
+    pub offsets: Vec<(String, i32, i64, i32, String)>,
+}
+
 /// A committed offset.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Committed {
@@ -168,7 +193,15 @@ pub struct Committed {
     pub leader_epoch: i32,
     pub metadata: String,
     pub commit_timestamp_ms: i64,
+    /// Offset of the `__consumer_offsets` record that committed it. Of two commits of
+    /// one partition the later record wins, whatever order they are applied in (Kafka's
+    /// rule for a mix of regular and transactional commits).
+    pub record_offset: i64,
 }
+
+/// One partition of an OffsetFetch answer: its committed offset (`None`: none), or why
+/// it is not told (UNSTABLE_OFFSET_COMMIT).
+pub type OffsetRow = (String, i32, Result<Option<Committed>, GroupError>);
 
 #[derive(Debug, Clone)]
 pub struct DescribedMember {
@@ -208,10 +241,13 @@ pub enum GroupOp {
         members: Vec<LeavingMember>,
     },
     Commit(CommitRequest),
-    /// `None` topics: every committed offset of the group.
+    TxnCommit(TxnCommitRequest),
+    /// `None` topics: every committed offset of the group. `require_stable` (KIP-447):
+    /// a partition with a pending transactional commit is UNSTABLE_OFFSET_COMMIT.
     FetchOffsets {
         group: String,
         topics: Option<Vec<(String, Vec<i32>)>>,
+        require_stable: bool,
     },
     Describe {
         group: String,
@@ -234,6 +270,7 @@ impl GroupOp {
             GroupOp::Sync(r) => Some(&r.group),
             GroupOp::Heartbeat(r) => Some(&r.group),
             GroupOp::Commit(r) => Some(&r.group),
+            GroupOp::TxnCommit(r) => Some(&r.group),
             GroupOp::Leave { group, .. }
             | GroupOp::FetchOffsets { group, .. }
             | GroupOp::Describe { group }
@@ -251,10 +288,9 @@ pub enum GroupAnswer {
     Done(Result<(), GroupError>),
     /// Per member, in request order.
     Leave(Result<Vec<Result<(), GroupError>>, GroupError>),
-    /// Per offset, in request order.
+    /// Per offset, in request order (OffsetCommit and TxnOffsetCommit).
     Commit(Vec<Result<(), GroupError>>),
-    /// (topic, partition, committed) — `None` when nothing is committed.
-    Offsets(Result<Vec<(String, i32, Option<Committed>)>, GroupError>),
+    Offsets(Result<Vec<OffsetRow>, GroupError>),
     Described(GroupDescription),
     Listed(Vec<GroupListing>),
     /// Per partition, in request order.

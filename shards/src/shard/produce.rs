@@ -8,10 +8,15 @@
 //!
 //! Invariants: nothing is queued for a partition that is refused (unknown, not led here,
 //! too few in-sync replicas, disk budget exhausted, not in the producer's transaction);
-//! each partition times out on its own; answers are in input order.
+//! each partition times out on its own; answers are in input order. A marker
+//! acknowledged in a `__consumer_offsets` partition is told to the group coordinator
+//! (this same shard coordinates the partition's groups) before it is answered: the
+//! transaction's pending offsets there are committed or dropped by the time the
+//! transaction coordinator hears of it.
 
 use super::txn_verify::opens_transaction;
 use super::Shard;
+use crate::group::OFFSETS_TOPIC;
 use crate::mesh::{
     Acks, PartitionError, ProduceAck, ProduceInput, ProduceOutput, ProduceTxn, TopicPartition,
 };
@@ -121,10 +126,21 @@ impl Shard {
             })
             .collect();
         let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
-        futures::future::join_all(appended.into_iter().map(|r| async move {
-            let (log, ticket) = r?;
-            acknowledged(&log, ticket, Acks::All, deadline).await
-        }))
+        futures::future::join_all(markers.iter().zip(appended).map(
+            |((tp, marker), r)| async move {
+                let (log, ticket) = r?;
+                acknowledged(&log, ticket, Acks::All, deadline).await?;
+                if &*tp.topic == OFFSETS_TOPIC {
+                    self.groups.complete_transaction(
+                        tp.partition,
+                        marker.producer_id,
+                        marker.kind.is_commit(),
+                        ticket.base_offset,
+                    );
+                }
+                Ok(())
+            },
+        ))
         .await
     }
 }

@@ -4,7 +4,8 @@
 //!
 //! The classic consumer-group protocol at the edge: FindCoordinator, JoinGroup,
 //! SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, OffsetFetch, DescribeGroups,
-//! ListGroups, DeleteGroups, OffsetDelete.
+//! ListGroups, DeleteGroups, OffsetDelete; and TxnOffsetCommit, a transactional
+//! producer's commit of a group's offsets.
 //!
 //! Each handler decodes the request into the coordinator's domain types
 //! (`corelog_shards::group::types`), sends it to the group's coordinator shard — the owner of

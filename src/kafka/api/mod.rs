@@ -68,6 +68,7 @@ pub mod quota_entities;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod sync_group;
+pub mod txn_offset_commit;
 pub mod txn_routing;
 pub mod write_txn_markers;
 
@@ -154,7 +155,8 @@ macro_rules! apis {
 // limited to versions whose semantics are fully implemented: Produce from v3 and Fetch
 // from v4 because only RecordBatch v2 is stored (no down-conversion). Group APIs stop
 // below the versions of the new consumer protocol (KIP-848: OffsetCommit/OffsetFetch v9).
-// Transactions: transaction version 1 (AddPartitionsToTxn up to v3, EndTxn up to v4); the
+// Transactions: transaction version 1 (AddPartitionsToTxn up to v3, EndTxn up to v4,
+// TxnOffsetCommit up to v3); the
 // partition leaders' verification and version 2 (KIP-890) are not served yet.
 apis![
     produce::Produce,
@@ -205,6 +207,7 @@ apis![
     end_txn::EndTxn,
     describe_transactions::DescribeTransactions,
     list_transactions::ListTransactions,
+    txn_offset_commit::TxnOffsetCommit,
 ];
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {

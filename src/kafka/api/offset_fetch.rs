@@ -1,5 +1,11 @@
 //! OffsetFetch (v0–v8): committed offsets of one group (v0–v7) or of several (v8), all
 //! partitions or the named ones.
+//!
+//! Offsets committed in a transaction that has not ended are never answered. With
+//! `require_stable` (v7+, KIP-447) a partition that has one is answered
+//! UNSTABLE_OFFSET_COMMIT (partition level, offset -1, as Kafka), so a consumer that
+//! starts while a transactional producer's commit is undecided waits instead of reading
+//! from an offset about to be replaced.
 
 use super::group_routing::{ask_coordinator, s, sb, unavailable};
 use super::handler::{Call, Handler};
@@ -29,6 +35,7 @@ async fn fetch_group_offsets(
     access: &Access<'_>,
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Vec<Row>, GroupError> {
     if !access.allows(Op::Describe, Resource::Group, group) {
         return Err(GroupError::AuthorizationFailed);
@@ -49,12 +56,13 @@ async fn fetch_group_offsets(
         let op = GroupOp::FetchOffsets {
             group: group.to_string(),
             topics,
+            require_stable,
         };
         match ask_coordinator(ctx, group, op).await {
             Ok(GroupAnswer::Offsets(r)) => r?
                 .into_iter()
                 .filter(|(t, _, _)| !all || access.may(Op::Describe, Resource::Topic, t))
-                .map(|(t, p, c)| (t, p, Ok(c)))
+                .map(|(t, p, c)| (t, p, c.map_err(|e| error_code::group(&e))))
                 .collect(),
             Err(e) => return Err(e),
             _ => return Err(unavailable()),
@@ -104,6 +112,8 @@ impl Handler for OffsetFetch {
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let v = call.version;
+        // The field exists from v7 (the decoder leaves it false before).
+        let require_stable = v >= 7 && req.require_stable;
         let mut body = OffsetFetchResponse::default();
         let access = Access::new(ctx, call);
         if v >= 8 {
@@ -118,7 +128,7 @@ impl Handler for OffsetFetch {
                 });
                 let mut out = OffsetFetchResponseGroup::default();
                 out.group_id = g.group_id.clone();
-                match fetch_group_offsets(ctx, &access, &group, topics).await {
+                match fetch_group_offsets(ctx, &access, &group, topics, require_stable).await {
                     Err(e) => out.error_code = error_code::group(&e).code(),
                     Ok(rows) => {
                         for (topic, parts) in by_topic(rows) {
@@ -150,7 +160,7 @@ impl Handler for OffsetFetch {
                     .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
                     .collect()
             });
-            match fetch_group_offsets(ctx, &access, &group, topics).await {
+            match fetch_group_offsets(ctx, &access, &group, topics, require_stable).await {
                 Err(e) => {
                     // v2+ has a top-level error code; before, the error goes per partition.
                     if v >= 2 {

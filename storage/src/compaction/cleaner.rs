@@ -32,7 +32,24 @@
 //!
 //! Offsets never change: a cleaned segment keeps its base offset and every kept batch
 //! its base offset and last offset delta. Memory is bounded by the key map, one scan
-//! chunk, one decompressed batch and one output chunk ([`OUTPUT_CHUNK_BYTES`]).
+//! chunk, one decompressed batch and one output chunk ([`OUTPUT_CHUNK_BYTES`]), plus the
+//! ranges of the log's aborted transactions below the cleanable end.
+//!
+//! **Transactions** (Kafka's `LogCleaner`, the part replay needs): a reader that rebuilds
+//! state from a compacted log — the group coordinator replaying `__consumer_offsets` —
+//! takes a transactional record as pending until its producer's marker, and drops it on
+//! an abort. So the cleaner must never let an aborted or undecided record stand for its
+//! key, or it would remove the committed record it seems to supersede:
+//! - the cleanable log also ends at the log's first unstable offset (an open transaction,
+//!   or one whose marker is not below the high watermark: Kafka bounds
+//!   `firstUncleanableOffset` by the LSO); nothing at or past it is mapped or rewritten;
+//! - a batch of an aborted transaction (transactional, of a producer whose aborted
+//!   transaction — the log's aborted-transaction entries — spans its offset) maps no key
+//!   and is removed wherever the pass rewrites;
+//! - markers (control batches) are always kept, so every kept transactional record still
+//!   meets its producer's marker on replay. Kafka removes a marker once its transaction's
+//!   records are gone and `delete.retention.ms` has passed; here markers stay (a few
+//!   dozen bytes per transaction), and so do the `.txnindex` entries of removed aborts.
 
 use super::offset_map::OffsetMap;
 use crate::batch::BatchHeader;
@@ -48,7 +65,8 @@ use crate::segment::{
 };
 use crate::segment_swap::{complete_swap, covers_file, suffixed, CLEANED, SWAP};
 use crate::time_index::{self, TimeEntry, TimeIndex};
-use crate::txn_index::{self, AbortedTxns};
+use crate::txn_index::{self, AbortedTxn, AbortedTxns};
+use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -163,6 +181,11 @@ pub async fn clean(
         return Ok(None);
     }
     let dir = log.dir().to_path_buf();
+    // An undecided transaction's records must not supersede anything (module doc):
+    // the cleanable log ends at the first unstable offset too.
+    let upper_bound = log
+        .first_unstable_offset(upper_bound)
+        .map_or(upper_bound, |f| f.min(upper_bound));
     // From the first look at the segments to the last swap, none of them is deleted:
     // retention runs in this same task, and DeleteRecords defers its deletions to the
     // next retention round while the hold lasts.
@@ -177,6 +200,15 @@ pub async fn clean(
         return Ok(None);
     };
     let cleanable_end = last.next_base;
+    assert!(
+        cleanable_end <= upper_bound,
+        "nothing past the bound is cleanable"
+    );
+    // Every transaction aborted that began below the cleanable end (its marker is below
+    // the first unstable offset, so below the cleanable end too, or past it: either way
+    // its records here are never to be read).
+    let aborted =
+        AbortedRanges::new(&log.aborted_transactions(log.log_start_offset(), cleanable_end));
     let first_dirty = read_checkpoint(&dir)?
         .unwrap_or(0)
         .max(log.log_start_offset());
@@ -226,7 +258,8 @@ pub async fn clean(
                     resume = Some(at);
                     return false;
                 }
-                if h.last_offset() < first_dirty || h.is_control() {
+                if h.last_offset() < first_dirty || h.is_control() || aborted.holds(h) {
+                    // An aborted record supersedes nothing: it maps no key.
                     return true;
                 }
                 let count = usize::try_from(h.record_count).unwrap_or(0);
@@ -282,11 +315,14 @@ pub async fn clean(
     // wrote (or read) the segment holding it (Kafka's delete horizon), not by its own
     // timestamp: a consumer catching up gets that long to see every delete, whatever
     // clock the producer stamped it with.
-    let keep = |_h: &BatchHeader,
+    let keep = |h: &BatchHeader,
                 offset: i64,
                 key: Option<&[u8]>,
                 tombstone: bool,
                 cleaned_at: Option<i64>| {
+        if aborted.holds(h) {
+            return false; // never read by anyone: removed wherever it is
+        }
         if offset >= map_end {
             return true;
         }
@@ -379,6 +415,47 @@ pub async fn clean(
         .await
         .map_err(|e| err(&dir, e))?;
     Ok(Some(stats))
+}
+
+/// The aborted transactions of the cleanable log, by producer: each one's
+/// `[first_offset, marker offset)` ranges in offset order. They never overlap: a
+/// producer has at most one transaction open in a partition at a time.
+struct AbortedRanges {
+    by_producer: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+impl AbortedRanges {
+    /// From entries in marker order (as the log keeps them).
+    fn new(entries: &[AbortedTxn]) -> AbortedRanges {
+        let mut by_producer: HashMap<i64, Vec<(i64, i64)>> = HashMap::new();
+        for e in entries {
+            by_producer
+                .entry(e.producer_id)
+                .or_default()
+                .push((e.first_offset, e.last_offset));
+        }
+        // Marker order is already first-offset order for one producer (one transaction
+        // open at a time); sorted all the same, since the entries were read from disk.
+        for ranges in by_producer.values_mut() {
+            ranges.sort_unstable();
+        }
+        AbortedRanges { by_producer }
+    }
+
+    /// Whether `h` is a data batch of an aborted transaction.
+    fn holds(&self, h: &BatchHeader) -> bool {
+        if !h.is_transactional() || h.is_control() {
+            return false;
+        }
+        let Some(ranges) = self.by_producer.get(&h.producer_id) else {
+            return false;
+        };
+        let after = ranges.partition_point(|(first, _)| *first <= h.base_offset);
+        after
+            .checked_sub(1)
+            .and_then(|i| ranges.get(i))
+            .is_some_and(|(_, marker)| h.base_offset < *marker)
+    }
 }
 
 struct Rewritten {
@@ -776,4 +853,52 @@ pub fn read_checkpoint(dir: &Path) -> Result<Option<i64>, StorageError> {
 
 fn write_checkpoint(dir: &Path, offset: i64) -> std::io::Result<()> {
     checkpoint::write(dir, CLEANER_CHECKPOINT, offset)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch_builder::{BatchBuilder, Record};
+
+    fn header(pid: i64, base: i64, transactional: bool, control: bool) -> BatchHeader {
+        let mut b = BatchBuilder::new(0).producer(pid, 0, 0);
+        if transactional {
+            b = b.transactional();
+        }
+        if control {
+            b = b.control();
+        }
+        b.push(&Record {
+            key: Some(b"k"),
+            value: None,
+            headers: &[],
+            timestamp_delta: 0,
+        });
+        let mut bytes = b.build();
+        crate::batch::set_base_offset(&mut bytes, base);
+        BatchHeader::parse(&bytes).expect("a built batch parses")
+    }
+
+    #[test]
+    fn aborted_ranges_hold_the_data_batches_of_aborted_transactions_only() {
+        let entry = |pid, first, last| AbortedTxn {
+            producer_id: pid,
+            first_offset: first,
+            last_offset: last,
+            last_stable_offset: first,
+        };
+        let r = AbortedRanges::new(&[entry(1, 10, 20), entry(2, 12, 25), entry(1, 30, 31)]);
+        assert!(r.holds(&header(1, 10, true, false)));
+        assert!(r.holds(&header(1, 19, true, false)));
+        assert!(!r.holds(&header(1, 20, true, true)), "the marker stays");
+        assert!(!r.holds(&header(1, 21, true, false)), "between its aborts");
+        assert!(r.holds(&header(1, 30, true, false)));
+        assert!(
+            !r.holds(&header(1, 9, true, false)),
+            "before its first abort"
+        );
+        assert!(r.holds(&header(2, 24, true, false)));
+        assert!(!r.holds(&header(3, 15, true, false)), "another producer");
+        assert!(!r.holds(&header(1, 15, false, false)), "not transactional");
+    }
 }

@@ -3,6 +3,14 @@
 //! flusher — synchronous, so offsets follow the order produces reach the shard — and the
 //! waits of `acks` on the written or synced offset.
 //!
+//! Two origins, as Kafka's `AppendOrigin`: a client's produce ([`PartitionLog::append`])
+//! gets every check; a batch the broker writes itself for a producer — a group
+//! coordinator's transactional offset commit ([`PartitionLog::append_unsequenced`]) —
+//! skips the client sequence checks (it has no client sequence; Kafka's coordinator
+//! writes base sequence 0 every time) but keeps the epoch check, so a fenced producer's
+//! commit is still refused, and is recorded like any producer batch: a transactional
+//! one opens the producer's transaction in this partition, which its marker closes.
+//!
 //! Invariant: a request is queued whole or not at all; a refused batch changes no state.
 
 use super::{AckLevel, AppendTicket, LogState, PartitionLog, Pending};
@@ -16,10 +24,42 @@ use std::cell::RefMut;
 use std::sync::Arc;
 use std::time::Instant;
 
+/// Who asks for an append: it decides the producer checks a batch gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Origin {
+    /// A producer's request: sequences checked, retries answered as duplicates.
+    Client,
+    /// The broker itself, for a producer (see the module doc): the epoch checked only.
+    Coordinator,
+}
+
 impl PartitionLog {
     /// Validates and queues `records` (one or more RecordBatch v2), assigning offsets.
     /// Nothing of the request is queued unless every batch is valid.
     pub fn append(&self, records: &[u8], leader_epoch: i32) -> Result<AppendTicket, AppendError> {
+        self.append_from(records, leader_epoch, Origin::Client)
+    }
+
+    /// [`Self::append`] of a batch the broker writes itself for a producer (a group
+    /// coordinator's transactional offset commit): validated alike, but the producer's
+    /// sequences are not checked and it is never taken for a retry; a producer epoch
+    /// older than the producer's current one is refused
+    /// ([`crate::producer_state::SequenceError::StaleEpoch`], INVALID_PRODUCER_EPOCH),
+    /// and a transactional batch opens the producer's transaction here.
+    pub fn append_unsequenced(
+        &self,
+        records: &[u8],
+        leader_epoch: i32,
+    ) -> Result<AppendTicket, AppendError> {
+        self.append_from(records, leader_epoch, Origin::Coordinator)
+    }
+
+    fn append_from(
+        &self,
+        records: &[u8],
+        leader_epoch: i32,
+        origin: Origin,
+    ) -> Result<AppendTicket, AppendError> {
         let now_ms = self.context.now_ms();
         let config = self.config.borrow();
         let mut offsets = 0i64;
@@ -46,7 +86,11 @@ impl PartitionLog {
                 "an idempotent producer's batch must be the only one in its request",
             )));
         }
-        if let Some(p) = &producer {
+        if let (Some(p), Origin::Coordinator) = (&producer, origin) {
+            // Checked before any state changes, like a client's batch below.
+            self.producers.borrow().check_unsequenced(p)?;
+        }
+        if let (Some(p), Origin::Client) = (&producer, origin) {
             // Kafka's LogValidator: a producer's batch has a sequence.
             if p.first_seq < 0 {
                 return Err(AppendError::InvalidBatch(batch::BatchError::InvalidRecord(

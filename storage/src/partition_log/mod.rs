@@ -5,7 +5,9 @@
 //! 1. [`PartitionLog::append`] validates every batch, copies the request's records once
 //!    into a buffer of its own, writes base offsets and the leader epoch (outside the
 //!    CRC) and queues it as *pending* — synchronously, so offsets are assigned in the
-//!    order produces reach the shard.
+//!    order produces reach the shard. [`PartitionLog::append_unsequenced`] is the same
+//!    for a batch the broker writes for a producer (a group coordinator's transactional
+//!    offset commit): the producer's epoch is checked, its sequences are not.
 //! 2. The flusher task takes what is pending (a bounded round), rolls segments where
 //!    needed, appends the bytes to the active segment through the aligned direct-I/O
 //!    appender, adds sparse index entries and writes.
