@@ -11,6 +11,7 @@ import java.util.Collection;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
+import java.util.UUID;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.TransactionDescription;
@@ -18,6 +19,7 @@ import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
+import org.apache.kafka.clients.consumer.OffsetAndMetadata;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerConfig;
 import org.apache.kafka.clients.producer.ProducerRecord;
@@ -28,8 +30,8 @@ import org.junit.jupiter.api.extension.RegisterExtension;
 
 /**
  * The Java client's transactions against corelog: commits and aborts as read_committed
- * and read_uncommitted consumers see them, zombie fencing, and the admin client's view of
- * transactions.
+ * and read_uncommitted consumers see them, offsets sent to a transaction committed and
+ * aborted with it, zombie fencing, and the admin client's view of transactions.
  */
 class TransactionsTest {
 
@@ -101,6 +103,27 @@ class TransactionsTest {
         assertTrue(committed.stream().allMatch(v -> Integer.parseInt(v.substring(1, v.indexOf('-'))) % 2 == 0),
                 "only even (committed) rounds");
         assertEquals(300, readAll(topic, 3, "read_uncommitted").size());
+    }
+
+    @Test
+    void offsetsSentToATransactionCommitAndAbortWithIt() throws Exception {
+        String topic = "java-txn-offsets";
+        String group = "java-txn-group-" + UUID.randomUUID();
+        createTopic(topic, 1);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaProducer<byte[], byte[]> p = transactional("java-txn-offsets-1");
+             KafkaConsumer<byte[], byte[]> c = broker.consumer(Map.of(ConsumerConfig.GROUP_ID_CONFIG, group))) {
+            p.beginTransaction();
+            p.send(record(topic, 0, "x"));
+            p.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(42)), c.groupMetadata());
+            p.commitTransaction();
+            assertEquals(42, c.committed(Set.of(tp)).get(tp).offset());
+
+            p.beginTransaction();
+            p.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(99)), c.groupMetadata());
+            p.abortTransaction();
+            assertEquals(42, c.committed(Set.of(tp)).get(tp).offset(), "the aborted offset is gone");
+        }
     }
 
     @Test
