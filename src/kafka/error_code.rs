@@ -78,7 +78,8 @@ pub fn partition(e: &PartitionError) -> ResponseError {
         PartitionError::Unverified(
             TxnError::CoordinatorLoadInProgress
             | TxnError::CoordinatorNotAvailable
-            | TxnError::NotCoordinator,
+            | TxnError::NotCoordinator
+            | TxnError::ConcurrentTransactions,
         ) => ResponseError::NotEnoughReplicas,
         PartitionError::Unverified(e) => txn(*e),
     }

@@ -288,11 +288,6 @@ impl ProducerState {
         let Some(entry) = self.producers.get(&batch.producer_id) else {
             return Ok(SequenceCheck::Append);
         };
-        if !batch.transactional && entry.current_txn_first_offset.is_some() {
-            return Err(SequenceError::TxnOpen {
-                producer_id: batch.producer_id,
-            });
-        }
         if batch.epoch == entry.epoch {
             if let Some(dup) = entry
                 .batches
@@ -307,6 +302,12 @@ impl ProducerState {
                 producer_id: batch.producer_id,
                 epoch: batch.epoch,
                 current: entry.epoch,
+            });
+        }
+        // A fenced producer is told so first (Kafka checks the epoch before the rest).
+        if !batch.transactional && entry.current_txn_first_offset.is_some() {
+            return Err(SequenceError::TxnOpen {
+                producer_id: batch.producer_id,
             });
         }
         if batch.epoch > entry.epoch {
@@ -876,6 +877,14 @@ mod tests {
             Err(SequenceError::TxnOpen { producer_id: 1 })
         );
         assert_eq!(s.check(&txn_batch(1, 0, 1, 1)), Ok(SequenceCheck::Append));
+        // A fenced producer hears it is fenced, whatever else is wrong with its write.
+        s.record_marker(1, 2, 0, MarkerKind::Abort, next, 0);
+        next += 1;
+        write(&mut s, &mut next, txn_batch(1, 2, 0, 1));
+        assert!(matches!(
+            s.check(&batch(1, 1, 0, 1)),
+            Err(SequenceError::StaleEpoch { current: 2, .. })
+        ));
     }
 
     #[test]

@@ -91,6 +91,7 @@ impl Partition {
             let bound = set.high_watermark_bound(self.durable_end(), self.min_insync_replicas());
             if let Some(bound) = bound.filter(|b| *b > self.high_watermark.get()) {
                 self.high_watermark.set(bound);
+                self.log.prune_completed_transactions(bound);
                 self.hw_moved.notify(usize::MAX);
             }
         }
@@ -102,6 +103,7 @@ impl Partition {
         let hw = leader_high_watermark.min(self.durable_end());
         if hw > self.high_watermark.get() {
             self.high_watermark.set(hw);
+            self.log.prune_completed_transactions(hw);
             self.hw_moved.notify(usize::MAX);
         }
     }
@@ -112,7 +114,12 @@ impl Partition {
     /// that reads its records).
     pub fn last_stable_offset(&self) -> i64 {
         let hw = self.high_watermark();
-        let lso = self.log.first_unstable_offset(hw).map_or(hw, |f| f.min(hw));
+        // A transaction whose start retention or DeleteRecords removed holds the stable
+        // offset at the log start, not below it (Kafka's maybeIncrementFirstUnstableOffset).
+        let lso = self
+            .log
+            .first_unstable_offset(hw)
+            .map_or(hw, |f| f.max(self.log_start_offset()).min(hw));
         debug_assert!(lso <= hw);
         lso
     }

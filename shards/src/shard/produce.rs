@@ -118,6 +118,14 @@ impl Shard {
                 if !log.is_leader() {
                     return Err(PartitionError::NotLeaderOrFollower);
                 }
+                // Refused before anything is written, as an acks=all produce is: a marker
+                // appended under too small an ISR would only be appended again on retry.
+                if log.isr_len() < log.min_insync_replicas() {
+                    return Err(PartitionError::NotEnoughReplicas {
+                        isr: log.isr_len(),
+                        min: log.min_insync_replicas(),
+                    });
+                }
                 let ticket = log.append_marker(marker)?;
                 // A verification in flight for the producer's ended transaction no
                 // longer holds: its batch must not open a transaction after the marker.

@@ -8,11 +8,14 @@
 //! transaction).
 //!
 //! A guard closes the race between the answer and the append: before asking, the leader
-//! registers a guard for (partition, producer); a marker for that producer appended
-//! meanwhile (the transaction ended) removes it; the batch is appended only if its guard
-//! is still there, synchronously with the check. Only the first batch of a transaction
-//! in a partition is verified: once it is appended the producer's transaction is open
-//! there and later batches need no coordinator.
+//! takes the guard of (partition, producer) — one guard shared by every request of that
+//! producer verifying there at once, as a pipelining producer sends several before the
+//! first is appended (Kafka's `computeIfAbsent`); a marker for that producer appended
+//! meanwhile (the transaction ended) removes it; a batch is appended only if the guard it
+//! took is still there, synchronously with the check, and the guard goes when its last
+//! request is done. Only the first batches of a transaction in a partition are verified:
+//! once one is appended the producer's transaction is open there and later batches need
+//! no coordinator.
 //!
 //! Errors as Kafka's leader answers them: the coordinator's per-partition error with
 //! PRODUCER_FENCED as INVALID_PRODUCER_EPOCH and TRANSACTION_ABORTABLE as
@@ -48,8 +51,42 @@ const VERIFY_VERSION: i16 = 4;
 /// The guards of verifications in flight, by (partition, producer id).
 #[derive(Default)]
 pub(crate) struct Guards {
-    live: RefCell<HashMap<(TopicPartition, i64), u64>>,
+    live: RefCell<HashMap<(TopicPartition, i64), Guard>>,
     next: Cell<u64>,
+}
+
+/// One (partition, producer)'s guard: its token and how many requests hold it.
+struct Guard {
+    token: u64,
+    holders: usize,
+}
+
+impl Guards {
+    /// Takes the guard of `key`, shared with the requests holding it already.
+    fn take(&self, key: (TopicPartition, i64)) -> u64 {
+        let mut live = self.live.borrow_mut();
+        let guard = live.entry(key).or_insert_with(|| {
+            let token = self.next.get() + 1;
+            self.next.set(token);
+            Guard { token, holders: 0 }
+        });
+        guard.holders += 1;
+        guard.token
+    }
+
+    /// Whether the guard `token` of `key` still holds (no marker came since it was
+    /// taken), and lets it go: the last holder removes it.
+    fn release(&self, key: &(TopicPartition, i64), token: u64) -> bool {
+        let mut live = self.live.borrow_mut();
+        let Some(guard) = live.get_mut(key).filter(|g| g.token == token) else {
+            return false;
+        };
+        guard.holders -= 1;
+        if guard.holders == 0 {
+            live.remove(key);
+        }
+        true
+    }
 }
 
 /// The producer id and epoch of `records` if it is a transactional batch that would open
@@ -103,13 +140,7 @@ impl Shard {
             let mut partitions = BTreeSet::new();
             for (i, _) in &batches {
                 let tp = inputs[*i].tp.clone();
-                let token = self.txn_guards.next.get() + 1;
-                self.txn_guards.next.set(token);
-                self.txn_guards
-                    .live
-                    .borrow_mut()
-                    .insert((tp.clone(), producer_id), token);
-                guards.push(token);
+                guards.push(self.txn_guards.take((tp.clone(), producer_id)));
                 partitions.insert((tp.topic.to_string(), tp.partition));
             }
             let answers = self
@@ -126,11 +157,7 @@ impl Shard {
                         None => Err(TxnError::UnknownServerError),
                     },
                 };
-                let guard = (tp.clone(), producer_id);
-                let held = self.txn_guards.live.borrow().get(&guard) == Some(&token);
-                if held {
-                    self.txn_guards.live.borrow_mut().remove(&guard);
-                }
+                let held = self.txn_guards.release(&(tp.clone(), producer_id), token);
                 let r = match verdict {
                     Err(e) => Err(PartitionError::Unverified(mode.error_for_producer(e))),
                     Ok(()) if !held => Err(PartitionError::Unverified(TxnError::InvalidTxnState)),
@@ -225,5 +252,54 @@ impl Shard {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(p: i32) -> (TopicPartition, i64) {
+        (
+            TopicPartition {
+                topic: "t".into(),
+                partition: p,
+            },
+            7,
+        )
+    }
+
+    #[test]
+    fn pipelined_requests_share_one_guard_until_the_last_is_done() {
+        let g = Guards::default();
+        let a = g.take(key(0));
+        let b = g.take(key(0));
+        assert_eq!(a, b, "a second request in flight takes the same guard");
+        assert!(g.release(&key(0), a), "the first holds");
+        assert!(
+            g.release(&key(0), b),
+            "so does the second: nothing ended meanwhile"
+        );
+        assert!(g.live.borrow().is_empty(), "the last holder removes it");
+        let c = g.take(key(0));
+        assert_ne!(c, a, "a later verification gets a new guard");
+    }
+
+    #[test]
+    fn a_marker_voids_every_holder() {
+        let g = Guards::default();
+        let a = g.take(key(1));
+        let b = g.take(key(1));
+        // The transaction ended (a marker for the producer): the guard is removed.
+        g.live.borrow_mut().remove(&key(1));
+        assert!(!g.release(&key(1), a));
+        assert!(!g.release(&key(1), b));
+        // A new guard after the marker is not the old one.
+        let c = g.take(key(1));
+        assert!(
+            !g.release(&key(1), a),
+            "an old token never matches a new guard"
+        );
+        assert!(g.release(&key(1), c));
     }
 }

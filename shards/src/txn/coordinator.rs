@@ -189,6 +189,10 @@ impl TxnCoordinator {
         let mut loaded: HashMap<String, TxnMetadata> = HashMap::new();
         let mut offset = log.log_start_offset();
         let end = log.log_end_offset();
+        // What was appended but is not written yet is read too: the replay must hold
+        // everything in the log when the leadership came.
+        log.wait_beyond_log_end(end - 1, std::time::Instant::now() + COMMIT_TIMEOUT)
+            .await;
         let mut records = 0usize;
         while offset < end {
             let read = match log.read_as(offset, -1, 1 << 20, Reader::Replica).await {
@@ -382,6 +386,10 @@ impl TxnCoordinator {
         expected: Option<ProducerIdEpoch>,
     ) -> Result<ProducerIdEpoch, TxnError> {
         let partition = self.partition_of(&id);
+        // An id too long for its record key could never be written (nor expire).
+        if encode_key(&id).is_err() {
+            return Err(TxnError::InvalidRequest);
+        }
         let cfg = self.config.rules;
         let decision = self
             .decide_with_id(partition, |allocate| {
@@ -485,10 +493,10 @@ impl TxnCoordinator {
             .filter(|m| m.pending != Some(TxnState::Dead))
             .filter(|m| states.is_empty() || states.iter().any(|s| s == m.state().name()))
             .filter(|m| producer_ids.is_empty() || producer_ids.contains(&m.current.producer_id))
+            // Kafka's filter: running strictly longer than the duration, in any state (one
+            // with no transaction started, start -1, always is).
             .filter(|m| {
-                min_duration_ms < 0
-                    || (m.current.state == TxnState::Ongoing
-                        && now.saturating_sub(m.current.start_ms) >= min_duration_ms)
+                min_duration_ms < 0 || now.saturating_sub(m.current.start_ms) > min_duration_ms
             })
             .map(description)
             .collect();
@@ -727,11 +735,14 @@ impl TxnCoordinator {
             let Ok(serving) = self.serving(partition) else {
                 continue;
             };
-            let prepared = self
-                .txns
-                .borrow_mut()
-                .get_mut(&id)
-                .map(|m| m.prepare(&dead));
+            // Re-decided now: an earlier tombstone's write was awaited, and the id may have
+            // been used again meanwhile (a new epoch: not expired any more).
+            let prepared = self.txns.borrow_mut().get_mut(&id).and_then(|m| {
+                let same = m.current.producer_id == dead.producer_id
+                    && m.current.producer_epoch == dead.producer_epoch
+                    && rules::should_expire(m, &cfg, now_ms());
+                same.then(|| m.prepare(&dead))
+            });
             if !matches!(prepared, Some(Ok(()))) {
                 continue;
             }

@@ -103,6 +103,15 @@ impl PartitionLog {
             .and_then(|e| e.current_txn_first_offset)
     }
 
+    /// Forgets the completed transactions whose marker the high watermark has passed:
+    /// called as it moves, on leaders and followers alike, so that they never pile up
+    /// where nobody reads (Kafka's `onHighWatermarkUpdated`).
+    pub fn prune_completed_transactions(&self, high_watermark: i64) {
+        self.producers
+            .borrow_mut()
+            .first_unstable_offset(high_watermark);
+    }
+
     /// The aborted transactions a `read_committed` fetch from `fetch_offset` of records
     /// below `upper_bound` must be told about, in marker order.
     pub fn aborted_transactions(&self, fetch_offset: i64, upper_bound: i64) -> Vec<AbortedTxn> {
