@@ -295,21 +295,25 @@ fn a_truncation_forgets_the_markers_it_cuts() {
     });
 }
 
-#[test]
-fn compaction_keeps_the_aborted_transactions_of_the_segments_it_merges() {
-    use corelog_storage::compaction::cleaner::clean;
-    use corelog_storage::config::CleanupPolicy;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("t-0");
-    let config = corelog_storage::LogConfig {
-        cleanup: CleanupPolicy {
+/// Small segments, compacted at once (no lag), files unlinked at once.
+fn compacted_config() -> corelog_storage::LogConfig {
+    corelog_storage::LogConfig {
+        cleanup: corelog_storage::config::CleanupPolicy {
             delete: false,
             compact: true,
         },
         min_compaction_lag_ms: 0,
         file_delete_delay_ms: 0,
         ..small_config(1024)
-    };
+    }
+}
+
+#[test]
+fn compaction_keeps_the_aborted_transactions_of_the_segments_it_merges() {
+    use corelog_storage::compaction::cleaner::clean;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let config = compacted_config();
     let c = config.clone();
     let p = path.clone();
     let expected = run(move || async move {
@@ -462,18 +466,9 @@ async fn kept_records(log: &PartitionLog) -> (Vec<(i64, String)>, usize) {
 #[test]
 fn the_cleaner_drops_aborted_records_and_stops_at_open_transactions() {
     use corelog_storage::compaction::cleaner::clean;
-    use corelog_storage::config::CleanupPolicy;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
-    let config = corelog_storage::LogConfig {
-        cleanup: CleanupPolicy {
-            delete: false,
-            compact: true,
-        },
-        min_compaction_lag_ms: 0,
-        file_delete_delay_ms: 0,
-        ..small_config(1024)
-    };
+    let config = compacted_config();
     run(move || async move {
         let log = PartitionLog::open(path, config, LogContext::system())
             .await

@@ -25,7 +25,7 @@
 //! is held across an `.await`; a client is told of a change only once it is committed.
 
 use super::log_record::{self, decode_key, decode_value, encode_key, encode_value};
-use super::markers::{MarkerError, MarkerSender};
+use super::markers::{BrokerLinks, MarkerError};
 use super::rules::{
     self, AddDecision, EndDecision, InitAction, ProducerIdEpoch, TxnConfig, TxnError,
 };
@@ -116,7 +116,7 @@ pub struct TxnCoordinator {
     txns: RefCell<HashMap<String, TxnMetadata>>,
     held: RefCell<HashMap<i32, Held>>,
     loads: Cell<u64>,
-    markers: MarkerSender,
+    links: BrokerLinks,
 }
 
 fn now_ms() -> i64 {
@@ -134,7 +134,7 @@ impl TxnCoordinator {
             txns: RefCell::new(HashMap::new()),
             held: RefCell::new(HashMap::new()),
             loads: Cell::new(0),
-            markers: MarkerSender::new(node_id, security),
+            links: BrokerLinks::new(node_id, security),
         }
     }
 
@@ -144,8 +144,8 @@ impl TxnCoordinator {
 
     /// The connections to other brokers the coordinator's requests go over, shared with
     /// the partition leaders' verifications.
-    pub fn links(&self) -> &MarkerSender {
-        &self.markers
+    pub fn links(&self) -> &BrokerLinks {
+        &self.links
     }
 
     pub fn config(&self) -> &TxnCoordinatorConfig {
@@ -614,7 +614,7 @@ impl TxnCoordinator {
         };
         let Ok(host) = self.host() else { return };
         let written = self
-            .markers
+            .links
             .write(
                 &markers,
                 serving.0,

@@ -1,6 +1,6 @@
 //! Writing a transaction's markers: WriteTxnMarkers to the leader of every partition of
 //! the transaction, until each has its marker; and the connections to other brokers that
-//! the transaction requests between brokers go over (`MarkerSender::ask`, also used by a
+//! the transaction requests between brokers go over (`BrokerLinks::ask`, also used by a
 //! partition leader's verification with a coordinator elsewhere).
 //!
 //! The coordinator sends one request per leader with the transaction's partitions it
@@ -78,17 +78,18 @@ fn outcome(code: i16) -> Outcome {
     }
 }
 
-/// Connections to the brokers markers go to, one per broker, made on first use and
-/// dropped when they fail.
-pub struct MarkerSender {
+/// Connections to other brokers (and this one, through its listener) for the transaction
+/// requests between brokers — markers, a partition leader's verification — one per
+/// broker, made on first use and dropped when they fail.
+pub struct BrokerLinks {
     node_id: i32,
     security: ClientSecurity,
     conns: RefCell<HashMap<i32, Rc<Connection>>>,
 }
 
-impl MarkerSender {
-    pub fn new(node_id: i32, security: ClientSecurity) -> MarkerSender {
-        MarkerSender {
+impl BrokerLinks {
+    pub fn new(node_id: i32, security: ClientSecurity) -> BrokerLinks {
+        BrokerLinks {
             node_id,
             security,
             conns: RefCell::new(HashMap::new()),
