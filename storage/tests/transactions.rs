@@ -295,6 +295,51 @@ fn a_truncation_forgets_the_markers_it_cuts() {
     });
 }
 
+#[test]
+fn an_abort_whose_marker_a_crash_lost_leaves_no_entry_behind() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    let end_offset = run(move || async move {
+        let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
+            .await
+            .expect("open");
+        produce(&log, &txn(7, 0, 0, 2)).await.expect("txn");
+        let end_offset = log.written_offset();
+        log.close().await;
+        end_offset
+    });
+    // The entry of an abort marker that was queued when a snapshot wrote the index, and
+    // then lost with the crash: past the recovered end.
+    let phantom = aborted(7, 0, end_offset + 1, end_offset + 2);
+    corelog_storage::txn_index::write(&path, 0, &[phantom]).expect("phantom entry");
+    let p = path.clone();
+    run(move || async move {
+        let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())
+            .await
+            .expect("reopen");
+        assert!(log.aborted_transactions(0, i64::MAX).is_empty());
+        // The coordinator's marker comes again, a commit this time, and the offsets the
+        // phantom named go to other records: a commit writes no index.
+        end(&log, marker(7, 0, 1, true)).await.expect("commit");
+        produce(&log, &txn(7, 0, 2, 3)).await.expect("next txn");
+        end(&log, marker(7, 0, 1, true)).await.expect("commit");
+        log.close().await;
+    });
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1 << 20), LogContext::system())
+            .await
+            .expect("reopen");
+        assert!(log.written_offset() > end_offset + 2);
+        assert_eq!(
+            log.aborted_transactions(0, i64::MAX),
+            vec![],
+            "the lost marker's entry must not come back once the log passes it"
+        );
+        log.close().await;
+    });
+}
+
 /// Small segments, compacted at once (no lag), files unlinked at once.
 fn compacted_config() -> corelog_storage::LogConfig {
     corelog_storage::LogConfig {

@@ -413,21 +413,25 @@ impl PartitionLog {
     /// Writes the producer state as the snapshot at the log end (see `producer_snapshot`):
     /// the state there is exact, since it covers every batch queued so far. Batches still
     /// waiting to be written are in it; if a crash loses them the snapshot lies past the
-    /// recovered end and the next open uses an older one. The aborted transactions go to
-    /// their `.txnindex` files first, and without them no snapshot is written (`txn`).
+    /// recovered end and the next open uses an older one. The aborted transactions known
+    /// in the same instant go to their `.txnindex` files first, and without them no
+    /// snapshot is written (`txn`).
     /// A failure is logged, not fatal: the next open replays from an older snapshot.
     async fn snapshot_producers(&self) {
-        if let Err(e) = self.persist_txn_indexes().await {
-            tracing::warn!(dir = %self.dir.display(), error = %e, "transaction index not written; producer snapshot skipped");
-            return;
-        }
-        let (bytes, offset) = {
+        let (writes, bytes, offset) = {
             let producers = self.producers.borrow();
             (
+                self.txn_index_writes(),
                 producer_snapshot::encode(&producers),
                 self.state.borrow().next_offset,
             )
         };
+        if let Some(writes) = writes {
+            if let Err(e) = self.persist_txn_indexes(writes).await {
+                tracing::warn!(dir = %self.dir.display(), error = %e, "transaction index not written; producer snapshot skipped");
+                return;
+            }
+        }
         let dir = self.dir.clone();
         let written = glommio::executor()
             .spawn_blocking(move || producer_snapshot::write(&dir, offset, &bytes))

@@ -9,11 +9,13 @@
 //! after a crash hold the same entries as the leader.
 //!
 //! Durability of the entries: before each producer snapshot, every segment that gained
-//! entries since the last one has its `.txnindex` written whole (`persist_txn_indexes`);
-//! a snapshot is written only if that succeeded. So every entry whose marker lies below
-//! the newest snapshot is on disk, and at open the replay from that snapshot adds the
-//! rest. An entry of a marker that a crash lost (at or past the recovered end) is
-//! dropped at open.
+//! entries since the last one has its `.txnindex` written whole (`persist_txn_indexes`),
+//! with the entries known in the instant the snapshot's state was taken; the snapshot
+//! is written only if that succeeded. So every entry whose marker lies below the newest
+//! snapshot is on disk, and at open the replay from that snapshot adds the rest. A file
+//! may also hold the entry of a marker still queued when it was written; if a crash
+//! loses that marker (the entry is at or past the recovered end), open drops the entry
+//! from memory and from the file, before other batches take its offsets.
 
 use super::{io_err, AppendTicket, PartitionLog, Pending};
 use crate::batch;
@@ -118,27 +120,38 @@ impl PartitionLog {
         self.aborted.borrow().collect(fetch_offset, upper_bound)
     }
 
-    /// Writes the `.txnindex` of every segment that gained entries since the last call,
-    /// whole. Called before each producer snapshot, which must not be written if this
-    /// fails (see the module doc).
-    pub(super) async fn persist_txn_indexes(&self) -> Result<(), crate::StorageError> {
+    /// The `.txnindex` files to write before a producer snapshot taken now: every
+    /// segment that gained entries since the last snapshot, with all its entries, and
+    /// the offset past the newest entry. Taken in the same instant as the snapshot's
+    /// state, so that each entry below the snapshot's offset is in one of them (see the
+    /// module doc); `None` when no segment gained any.
+    pub(super) fn txn_index_writes(&self) -> Option<TxnIndexWrites> {
         let from = self.txn_index_persisted.get();
-        let (files, end) = {
-            let aborted = self.aborted.borrow();
-            let Some(last) = aborted.in_range(from, i64::MAX).last().copied() else {
-                return Ok(());
-            };
-            let bases: Vec<i64> = self.state.borrow().segments.keys().copied().collect();
-            let mut files = Vec::new();
-            for (i, base) in bases.iter().enumerate() {
-                let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
-                if !aborted.in_range((*base).max(from), next_base).is_empty() {
-                    files.push((*base, aborted.in_range(*base, next_base).to_vec()));
-                }
+        let aborted = self.aborted.borrow();
+        let last = aborted.in_range(from, i64::MAX).last().copied()?;
+        let st = self.state.borrow();
+        let bases: Vec<i64> = st.segments.keys().copied().collect();
+        let mut files = Vec::new();
+        for (i, base) in bases.iter().enumerate() {
+            let next_base = bases.get(i + 1).copied().unwrap_or(i64::MAX);
+            if !aborted.in_range((*base).max(from), next_base).is_empty() {
+                files.push((*base, aborted.in_range(*base, next_base).to_vec()));
             }
-            (files, last.last_offset + 1)
-        };
+        }
+        Some(TxnIndexWrites {
+            files,
+            end: last.last_offset + 1,
+        })
+    }
+
+    /// Writes the files [`Self::txn_index_writes`] listed, whole. The producer snapshot
+    /// taken with them must not be written if this fails.
+    pub(super) async fn persist_txn_indexes(
+        &self,
+        writes: TxnIndexWrites,
+    ) -> Result<(), crate::StorageError> {
         let dir = self.dir.clone();
+        let TxnIndexWrites { files, end } = writes;
         glommio::executor()
             .spawn_blocking(move || -> std::io::Result<()> {
                 for (base, entries) in &files {
@@ -149,9 +162,17 @@ impl PartitionLog {
             .await
             .map_err(|e| io_err(&self.dir, &e))?;
         // Entries added meanwhile are for later markers: at or past `end`.
-        self.txn_index_persisted.set(end);
+        self.txn_index_persisted
+            .set(self.txn_index_persisted.get().max(end));
         Ok(())
     }
+}
+
+/// The `.txnindex` files a producer snapshot needs on disk first: per segment base its
+/// entries, and the offset past the newest of them.
+pub(super) struct TxnIndexWrites {
+    files: Vec<(i64, Vec<AbortedTxn>)>,
+    end: i64,
 }
 
 /// Takes one stored batch into `producers` as a follower's append and the replay at open
@@ -193,7 +214,9 @@ pub(super) fn take_stored_batch(
 }
 
 /// The aborted transactions of the segments at `bases` as their files hold them, those
-/// whose marker is at or past `log_end` (lost in a crash) left out.
+/// whose marker is at or past `log_end` (lost in a crash) left out. A file holding such
+/// entries is rewritten without them at once: the offsets they name will be taken by
+/// other batches, and a later open, with the log end past them, must not believe them.
 pub(super) fn load_aborted(
     dir: &std::path::Path,
     bases: &[i64],
@@ -201,8 +224,15 @@ pub(super) fn load_aborted(
 ) -> Result<AbortedTxns, crate::StorageError> {
     let mut aborted = AbortedTxns::new();
     for base in bases {
-        aborted.extend(txn_index::read(dir, *base).map_err(|e| io_err(dir, &e))?);
+        let mut entries = txn_index::read(dir, *base).map_err(|e| io_err(dir, &e))?;
+        let held = entries.len();
+        entries.retain(|e| e.last_offset < log_end);
+        if entries.len() != held {
+            tracing::info!(dir = %dir.display(), base, lost = held - entries.len(),
+                "dropped aborted-transaction entries of markers a crash lost");
+            txn_index::write(dir, *base, &entries).map_err(|e| io_err(dir, &e))?;
+        }
+        aborted.extend(entries);
     }
-    aborted.truncate_from(log_end);
     Ok(aborted)
 }
