@@ -210,6 +210,14 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "transaction.partition.verification.enable")]
     pub transaction_partition_verification_enable: Option<bool>,
+    /// The transaction protocol version the cluster offers clients (Kafka's finalized
+    /// feature transaction.version: 0, 1 or 2; 2 by default, as a new Kafka 4 cluster).
+    /// At 2, clients that know it end each transaction under a new epoch and leave adding
+    /// partitions to their leaders (KIP-890 part 2); older clients use version 1
+    /// whatever this says. Set the same on every broker.
+    #[arg(long)]
+    #[serde(alias = "transaction.version")]
+    pub transaction_version: Option<i16>,
     /// Age after which a segment is deleted, ms; -1 keeps data forever (Kafka's
     /// log.retention.ms; a topic's retention.ms overrides it).
     #[arg(long, allow_negative_numbers = true)]
@@ -598,6 +606,7 @@ impl ServeArgs {
             transaction_partition_verification_enable: self
                 .transaction_partition_verification_enable
                 .or(file.transaction_partition_verification_enable),
+            transaction_version: self.transaction_version.or(file.transaction_version),
             retention_ms: self.retention_ms.or(file.retention_ms),
             retention_bytes: self.retention_bytes.or(file.retention_bytes),
             // The file's defaults first, so a flag for the same key wins.
@@ -872,6 +881,15 @@ fn txn_config(a: &ServeArgs, offsets_partitions: i32) -> anyhow::Result<TxnCoord
     if id_expiration_ms < 1 {
         bail!("transactional-id-expiration-ms must be at least 1");
     }
+    let transaction_version = a
+        .transaction_version
+        .unwrap_or(corelog_shards::txn::TRANSACTION_VERSION_MAX);
+    if !(0..=corelog_shards::txn::TRANSACTION_VERSION_MAX).contains(&transaction_version) {
+        bail!(
+            "transaction-version must be between 0 and {}",
+            corelog_shards::txn::TRANSACTION_VERSION_MAX
+        );
+    }
     let interval = |ms: Option<u64>, default: std::time::Duration, flag: &str| {
         let ms = ms.unwrap_or(default.as_millis() as u64);
         if ms == 0 {
@@ -884,8 +902,9 @@ fn txn_config(a: &ServeArgs, offsets_partitions: i32) -> anyhow::Result<TxnCoord
         rules: corelog_shards::txn::rules::TxnConfig {
             max_timeout_ms,
             id_expiration_ms,
-            ..d.rules
+            server_tv2: transaction_version >= 2,
         },
+        transaction_version,
         abort_timed_out_interval: interval(
             a.transaction_abort_timed_out_transaction_cleanup_interval_ms,
             d.abort_timed_out_interval,

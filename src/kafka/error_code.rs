@@ -171,6 +171,9 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::InvalidProducerEpoch => ResponseError::InvalidProducerEpoch,
         // Retriable: the client asks again once the transaction has ended.
         GroupError::UnstableOffsetCommit => ResponseError::UnstableOffsetCommit,
+        GroupError::InvalidTxnState => ResponseError::InvalidTxnState,
+        GroupError::TransactionAbortable => ResponseError::TransactionAbortable,
+        GroupError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
     }
 }
 

@@ -310,6 +310,16 @@ impl ProducerState {
                 producer_id: batch.producer_id,
             });
         }
+        if batch.epoch > entry.epoch && entry.current_txn_first_offset.is_some() {
+            // A transaction under the old epoch is still open here (its marker, which
+            // under transaction version 2 carries the bumped epoch, has not come yet): a
+            // batch under the new epoch belongs to the next transaction and must not
+            // join this one. Its leader verifies it with the coordinator first, which
+            // holds it back until the markers are written; this is the last line.
+            return Err(SequenceError::TxnOpen {
+                producer_id: batch.producer_id,
+            });
+        }
         if batch.epoch > entry.epoch {
             // A bumped epoch restarts the sequence.
             if batch.first_seq != 0 {
@@ -397,7 +407,7 @@ impl ProducerState {
         debug_assert!(entry
             .batches
             .back()
-            .map_or(true, |b| b.next_offset <= first_offset));
+            .is_none_or(|b| b.next_offset <= first_offset));
         if entry.batches.len() == BATCHES_RETAINED {
             entry.batches.pop_front();
         }
@@ -877,6 +887,12 @@ mod tests {
             Err(SequenceError::TxnOpen { producer_id: 1 })
         );
         assert_eq!(s.check(&txn_batch(1, 0, 1, 1)), Ok(SequenceCheck::Append));
+        // The next transaction's batch, under the epoch a version 2 end bumped to, may
+        // not join this one before its marker comes.
+        assert_eq!(
+            s.check(&txn_batch(1, 1, 0, 1)),
+            Err(SequenceError::TxnOpen { producer_id: 1 })
+        );
         // A fenced producer hears it is fenced, whatever else is wrong with its write.
         s.record_marker(1, 2, 0, MarkerKind::Abort, next, 0);
         next += 1;

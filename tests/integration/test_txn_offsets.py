@@ -6,8 +6,9 @@ the transaction coordinator would send it, coordinator epoch 0) commits it or ab
 after a restart the replay of that partition agrees, an open transaction staying
 pending.
 
-Versions: TxnOffsetCommit v0 and v2 (classic encoding) and v3 (flexible, member
-fields), OffsetFetch v7 (flexible, require_stable), WriteTxnMarkers v1 (flexible).
+Versions: TxnOffsetCommit v0 and v2 (classic encoding) and v3–v5 (flexible, member
+fields; v5 is transaction version 2), OffsetFetch v7 (flexible, require_stable),
+WriteTxnMarkers v1 (flexible), EndTxn v5.
 """
 
 from __future__ import annotations
@@ -150,7 +151,10 @@ def offsets_partition_of(bootstrap: str, group: str) -> int:
 # the story
 # ---------------------------------------------------------------------------
 
-def test_transactional_offsets_are_pending_until_their_marker(broker):
+def test_transactional_offsets_are_pending_until_their_marker(broker_factory):
+    # These producers have no coordinator (the markers are sent by hand): with the
+    # leaders' verification on, their commits would be refused (see the next test).
+    broker = broker_factory(extra_args=["--transaction-partition-verification-enable", "false"])
     topic, group = "txo", "txo-group"
     create_topic(broker.bootstrap, topic, 2)
     b = broker.bootstrap
@@ -204,6 +208,61 @@ def test_transactional_offsets_are_pending_until_their_marker(broker):
     assert write_txn_marker(b, 4000, 0, True, partition) == ERR_NONE
     assert fetch_committed(b, group, topic, [0, 1], True) == \
         {0: (10, ERR_NONE), 1: (44, ERR_NONE)}
+    broker.assert_alive()
+
+
+def end_txn_v5(bootstrap: str, txn_id: str, pid: int, epoch: int,
+               commit: bool) -> tuple[int, int, int]:
+    """EndTxn v5 (transaction version 2) -> (error code, producer id, epoch to go on with)."""
+    body = (W.compact_string(txn_id) + W.i64(pid) + W.i16(epoch) + W.i8(1 if commit else 0)
+            + W.tags())
+    r = W.flex_roundtrip(bootstrap, 26, 5, body)
+    r.i32()  # throttle
+    out = r.i16(), r.i64(), r.i16()
+    r.skip_tags()
+    assert r.remaining() == 0, f"{r.remaining()} trailing bytes"
+    return out
+
+
+def test_offsets_join_a_transaction_only_through_its_coordinator(broker):
+    """Before writing a transaction's offsets, the group's offsets partition checks with
+    the transaction coordinator (Kafka's verification): a producer that never added the
+    group (AddOffsetsToTxn) is refused — INVALID_TXN_STATE, TRANSACTION_ABORTABLE from
+    v4 — and nothing is pending; from v5 (transaction version 2, no AddOffsetsToTxn) the
+    check adds the partition to the transaction, whose end then commits the offsets."""
+    from test_transactions import find_txn_coordinator, raw_init
+
+    b = broker.bootstrap
+    topic, group, txn_id = "txo-verify", "txo-verify-group", "txo-verify-tx"
+    create_topic(b, topic, 1)
+    find_txn_coordinator(b, txn_id)
+    pid, epoch = raw_init(b, txn_id)
+    assert txn_offset_commit(b, 3, txn_id, group, pid, epoch, topic, {0: 7}) == {0: 48}
+    assert txn_offset_commit(b, 4, txn_id, group, pid, epoch, topic, {0: 7}) == {0: 120}
+    assert fetch_committed(b, group, topic, [0], True) == {0: (-1, ERR_NONE)}, \
+        "nothing pending"
+    # A stale epoch is fenced before anything joins the transaction.
+    assert txn_offset_commit(b, 5, txn_id, group, pid, epoch - 1, topic, {0: 7}) == \
+        {0: ERR_INVALID_PRODUCER_EPOCH}
+    assert txn_offset_commit(b, 5, txn_id, group, pid, epoch, topic, {0: 7}) == {0: ERR_NONE}
+    assert fetch_committed(b, group, topic, [0], True) == \
+        {0: (-1, ERR_UNSTABLE_OFFSET_COMMIT)}
+    code, next_pid, next_epoch = end_txn_v5(b, txn_id, pid, epoch, True)
+    assert (code, next_pid, next_epoch) == (ERR_NONE, pid, epoch + 1), \
+        "version 2 ends under the next epoch"
+    stable = wait_until(
+        lambda: (lambda r: r if r[0][1] == ERR_NONE else None)(
+            fetch_committed(b, group, topic, [0], True)),
+        30, "the commit marker in the group's offsets partition")
+    assert stable == {0: (7, ERR_NONE)}
+    # The next transaction, under the new epoch; the old one is fenced.
+    assert txn_offset_commit(b, 5, txn_id, group, pid, epoch, topic, {0: 9}) == \
+        {0: ERR_INVALID_PRODUCER_EPOCH}
+    assert txn_offset_commit(b, 5, txn_id, group, pid, next_epoch, topic, {0: 9}) == \
+        {0: ERR_NONE}
+    assert end_txn_v5(b, txn_id, pid, next_epoch, False) == (ERR_NONE, pid, next_epoch + 1)
+    wait_until(lambda: fetch_committed(b, group, topic, [0], True) == {0: (7, ERR_NONE)},
+               30, "the abort marker drops the pending offset")
     broker.assert_alive()
 
 

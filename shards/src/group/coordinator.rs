@@ -291,10 +291,14 @@ impl GroupCoordinator {
     }
 
     fn serves(&self, op: &GroupOp) -> bool {
-        match op.group() {
-            Some(g) => self.loaded.borrow().contains(&self.offsets_partition(g)),
-            None => true,
-        }
+        op.group().is_none_or(|g| self.serves_group(g))
+    }
+
+    /// Whether this shard coordinates `group` (its offsets partition is loaded here).
+    pub fn serves_group(&self, group: &str) -> bool {
+        self.loaded
+            .borrow()
+            .contains(&self.offsets_partition(group))
     }
 
     /// Replays one record at `record_offset`; `producer` names the producer of a
@@ -1040,6 +1044,7 @@ mod tests {
                 .iter()
                 .map(|(p, o)| ("t".to_string(), *p, *o, -1, "m".to_string()))
                 .collect(),
+            version: 3,
         })
     }
 

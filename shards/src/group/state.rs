@@ -1388,6 +1388,7 @@ mod tests {
             member_id: member.into(),
             group_instance_id: instance.map(Into::into),
             offsets: Vec::new(),
+            version: 3,
         }
     }
 

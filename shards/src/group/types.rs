@@ -52,6 +52,18 @@ pub enum GroupError {
     /// transaction that has not ended yet (KIP-447; the client retries).
     #[error("a transactional offset commit of the partition is pending")]
     UnstableOffsetCommit,
+    /// TxnOffsetCommit from a producer whose transaction does not hold the group's
+    /// offsets partition, as its coordinator answered the partition leader's check (or
+    /// a marker ended the transaction while it was asked).
+    #[error("the group's offsets partition is not in the producer's transaction")]
+    InvalidTxnState,
+    /// The same, told to a client that knows TRANSACTION_ABORTABLE (TxnOffsetCommit
+    /// v4+): it aborts the transaction and goes on.
+    #[error("the transaction must be aborted")]
+    TransactionAbortable,
+    /// The transaction coordinator knows no such producer for the transactional id.
+    #[error("the producer id does not match the transactional id's")]
+    InvalidProducerIdMapping,
 }
 
 /// A protocol a member supports (e.g. "range", "cooperative-sticky") with its metadata.
@@ -184,6 +196,9 @@ pub struct TxnCommitRequest {
     pub group_instance_id: Option<String>,
     /// (topic, partition, offset, leader epoch, metadata)
     pub offsets: Vec<(String, i32, i64, i32, String)>,
+    /// The TxnOffsetCommit version: how the offsets partition's leader checks the
+    /// transaction with its coordinator first (v5+: adds the partition to it).
+    pub version: i16,
 }
 
 /// A committed offset.

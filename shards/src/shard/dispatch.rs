@@ -4,6 +4,7 @@
 
 use super::Shard;
 use crate::group::coordinator::offsets_tp;
+use crate::group::types::GroupOp;
 use crate::mesh::{PartitionRequest, ShardMessage};
 use std::rc::Rc;
 
@@ -73,6 +74,12 @@ impl Shard {
                     "admin change sent to a shard that is not the admin shard"
                 ),
             },
+            ShardMessage::Group {
+                op: GroupOp::TxnCommit(req),
+                reply,
+            } => {
+                let _ = reply.send(self.txn_commit_verified(req).await);
+            }
             ShardMessage::Group { op, reply } => {
                 let shard = self.clone();
                 let answer = self

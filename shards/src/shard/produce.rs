@@ -14,12 +14,13 @@
 //! transaction's pending offsets there are committed or dropped by the time the
 //! transaction coordinator hears of it.
 
-use super::txn_verify::opens_transaction;
+use super::txn_verify::{must_verify, opens_transaction};
 use super::Shard;
 use crate::group::OFFSETS_TOPIC;
 use crate::mesh::{
     Acks, PartitionError, ProduceAck, ProduceInput, ProduceOutput, ProduceTxn, TopicPartition,
 };
+use crate::txn::rules::VerifyMode;
 use corelog_partition::Partition;
 use corelog_storage::txn_marker::TxnMarker;
 use corelog_storage::{AckLevel, AppendTicket};
@@ -62,7 +63,12 @@ impl Shard {
                 }
                 Ok(log) => match transaction
                     .as_ref()
-                    .filter(|_| self.config.txns.verify_partitions)
+                    .filter(|t| {
+                        must_verify(
+                            VerifyMode::for_produce(t.version),
+                            self.config.txns.verify_partitions,
+                        )
+                    })
                     .and_then(|_| opens_transaction(&log, &input.records))
                 {
                     Some(producer) => {

@@ -24,6 +24,9 @@
 //! (retriable, `error_code`); a guard gone is INVALID_TXN_STATE.
 
 use super::Shard;
+use crate::group::coordinator::offsets_tp;
+use crate::group::types::{GroupAnswer, GroupError, GroupOp, TxnCommitRequest};
+use crate::group::OFFSETS_TOPIC;
 use crate::mesh::{PartitionError, ProduceInput, ProduceTxn, ShardMessage, TopicPartition};
 use crate::txn::rules::{ProducerIdEpoch, TxnError, VerifyMode};
 use crate::txn::state::TxnPartition;
@@ -45,7 +48,9 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::rc::Rc;
 
-/// AddPartitionsToTxn v4: batched, from a broker, with verifyOnly.
+/// AddPartitionsToTxn v4: batched, from a broker, with verifyOnly or (transaction
+/// version 2) without. The oldest such version, which every broker serving transactions
+/// knows.
 const VERIFY_VERSION: i16 = 4;
 
 /// The guards of verifications in flight, by (partition, producer id).
@@ -90,14 +95,24 @@ impl Guards {
 }
 
 /// The producer id and epoch of `records` if it is a transactional batch that would open
-/// its producer's transaction in `log` (none open there yet).
+/// its producer's transaction in `log` (none open there yet under its epoch).
 pub(super) fn opens_transaction(log: &Partition, records: &[u8]) -> Option<ProducerIdEpoch> {
     let h = BatchHeader::parse(records).ok()?;
     let opens = h.is_transactional()
         && !h.is_control()
         && h.producer_id >= 0
-        && log.log().open_transaction(h.producer_id).is_none();
+        && log
+            .log()
+            .open_transaction(h.producer_id, h.producer_epoch)
+            .is_none();
     opens.then(|| ProducerIdEpoch::new(h.producer_id, h.producer_epoch))
+}
+
+/// Whether a transactional write of a request under `mode` is checked with the
+/// coordinator: always under transaction version 2, whose producers never add partitions
+/// themselves (the leader's add is the only one), else as `verify_partitions` says.
+pub(super) fn must_verify(mode: VerifyMode, verify_partitions: bool) -> bool {
+    mode == VerifyMode::AddPartition || verify_partitions
 }
 
 type Appended = Result<(Rc<Partition>, AppendTicket), PartitionError>;
@@ -133,6 +148,7 @@ impl Shard {
                 .push((i, log));
         }
         let mode = VerifyMode::for_produce(txn.version);
+        debug_assert!(must_verify(mode, self.config.txns.verify_partitions));
         let mut out = Vec::new();
         for ((producer_id, epoch), batches) in by_producer {
             let producer = ProducerIdEpoch::new(producer_id, epoch);
@@ -144,7 +160,7 @@ impl Shard {
                 partitions.insert((tp.topic.to_string(), tp.partition));
             }
             let answers = self
-                .verify(&txn.transactional_id, producer, &partitions)
+                .verify(&txn.transactional_id, producer, &partitions, mode)
                 .await;
             for ((i, log), token) in batches.into_iter().zip(guards) {
                 let tp = &inputs[i].tp;
@@ -173,13 +189,72 @@ impl Shard {
         out
     }
 
-    /// Asks `transactional_id`'s coordinator whether `partitions` are in `producer`'s
-    /// ongoing transaction: per partition `None` if it is.
+    /// TxnOffsetCommit's check before the group coordinator writes the offsets (Kafka's
+    /// `maybeStartTransactionVerificationForPartition` on the group's offsets partition):
+    /// if the producer has no transaction open there under its epoch, the coordinator is
+    /// asked whether the partition is in the transaction (or, under version 2, adds it),
+    /// and the group coordinator is asked to write only if no marker came meanwhile.
+    /// Runs on the shard that owns the group's offsets partition.
+    pub(super) async fn txn_commit_verified(self: &Rc<Self>, req: TxnCommitRequest) -> GroupAnswer {
+        let n = req.offsets.len();
+        if !self.groups.serves_group(&req.group) {
+            // Answered as not coordinated here, before anything joins a transaction.
+            return self.groups.handle(GroupOp::TxnCommit(req), |_| None).await;
+        }
+        let mode = VerifyMode::for_txn_offset_commit(req.version);
+        let partition = self.groups.offsets_partition(&req.group);
+        let tp = offsets_tp(partition);
+        let producer = ProducerIdEpoch::new(req.producer_id, req.producer_epoch);
+        let already_open = self.partition(&tp).is_some_and(|log| {
+            log.log()
+                .open_transaction(producer.producer_id, producer.epoch)
+                .is_some()
+        });
+        let token = (!already_open && must_verify(mode, self.config.txns.verify_partitions))
+            .then(|| self.txn_guards.take((tp.clone(), producer.producer_id)));
+        if let Some(token) = token {
+            let asked = BTreeSet::from([(OFFSETS_TOPIC.to_string(), partition)]);
+            let verdict = self
+                .verify(&req.transactional_id, producer, &asked, mode)
+                .await
+                .and_then(|m| match m.values().next() {
+                    Some(None) => Ok(()),
+                    Some(Some(e)) => Err(*e),
+                    None => Err(TxnError::UnknownServerError),
+                });
+            let held = self
+                .txn_guards
+                .release(&(tp.clone(), producer.producer_id), token);
+            let refusal = match verdict {
+                Err(e) => Some(group_error(mode.error_for_producer(e))),
+                Ok(()) if !held => Some(GroupError::InvalidTxnState),
+                Ok(()) => None,
+            };
+            if let Some(e) = refusal {
+                return GroupAnswer::Commit(vec![Err(e); n]);
+            }
+        }
+        // No await between the guard's release and the append: the group coordinator
+        // appends the offsets' batch before its first wait, so no marker of this
+        // producer can land in between.
+        let shard = self.clone();
+        self.groups
+            .handle(GroupOp::TxnCommit(req), move |p| {
+                shard.partition(&offsets_tp(p))
+            })
+            .await
+    }
+
+    /// Asks `transactional_id`'s coordinator about `partitions` for `producer`: under
+    /// `mode` AddPartition it adds them to the transaction (transaction version 2), else
+    /// it says whether they are in the ongoing transaction. Per partition `None` if
+    /// they are (now).
     async fn verify(
         &self,
         transactional_id: &str,
         producer: ProducerIdEpoch,
         partitions: &BTreeSet<TxnPartition>,
+        mode: VerifyMode,
     ) -> Result<BTreeMap<TxnPartition, Option<TxnError>>, TxnError> {
         let meta = self.metadata.snapshot();
         let coordinator = meta
@@ -193,7 +268,11 @@ impl Shard {
                 transactional_id: transactional_id.to_owned(),
                 producer,
                 partitions: partitions.clone(),
-                mode: AddMode::Verify,
+                mode: if mode.verify_only() {
+                    AddMode::Verify
+                } else {
+                    AddMode::Implicit
+                },
             };
             let (tx, rx) = oneshot::channel();
             let target = self.txn_coordinator_of(transactional_id);
@@ -203,6 +282,9 @@ impl Shard {
                 .await
             {
                 Some(TxnAnswer::Verified(r)) => r,
+                Some(TxnAnswer::Added(r)) => {
+                    r.map(|()| partitions.iter().map(|p| (p.clone(), None)).collect())
+                }
                 Some(_) => Err(TxnError::UnknownServerError),
                 None => Err(TxnError::CoordinatorNotAvailable),
             };
@@ -215,7 +297,7 @@ impl Shard {
         txn.transactional_id = TransactionalId(StrBytes::from_string(transactional_id.to_owned()));
         txn.producer_id = ProducerId(producer.producer_id);
         txn.producer_epoch = producer.epoch;
-        txn.verify_only = true;
+        txn.verify_only = mode.verify_only();
         for (t, ps) in topics {
             let mut topic = AddPartitionsToTxnTopic::default();
             topic.name = TopicName(StrBytes::from_string(t.to_owned()));
@@ -252,6 +334,26 @@ impl Shard {
             }
         }
         Ok(out)
+    }
+}
+
+/// The group error a TxnOffsetCommit is answered for the coordinator's `err` (already
+/// as `VerifyMode::error_for_producer` made it for the client's version). A coordinator
+/// that cannot answer now is COORDINATOR_NOT_AVAILABLE, which the producer retries after
+/// finding the group coordinator again (Kafka's group coordinator turns the
+/// NOT_ENOUGH_REPLICAS of a failed verification into the same).
+fn group_error(err: TxnError) -> GroupError {
+    match err {
+        TxnError::CoordinatorLoadInProgress
+        | TxnError::CoordinatorNotAvailable
+        | TxnError::NotCoordinator
+        | TxnError::ConcurrentTransactions => GroupError::CoordinatorNotAvailable,
+        TxnError::InvalidProducerEpoch | TxnError::ProducerFenced => {
+            GroupError::InvalidProducerEpoch
+        }
+        TxnError::TransactionAbortable => GroupError::TransactionAbortable,
+        TxnError::InvalidProducerIdMapping => GroupError::InvalidProducerIdMapping,
+        _ => GroupError::InvalidTxnState,
     }
 }
 

@@ -74,6 +74,9 @@ pub struct TxnCoordinatorConfig {
     /// `transaction.partition.verification.enable`: partition leaders verify a batch
     /// that opens a transaction with its coordinator (KIP-890 part 1).
     pub verify_partitions: bool,
+    /// The finalized `transaction.version` feature clients are offered (0..=2); the
+    /// coordinator's own aborts follow it (`rules.server_tv2` is `>= 2`).
+    pub transaction_version: i16,
 }
 
 impl Default for TxnCoordinatorConfig {
@@ -88,6 +91,7 @@ impl Default for TxnCoordinatorConfig {
             segment_bytes: 100 << 20,
             offsets_partitions: crate::group::OFFSETS_TOPIC_PARTITIONS_DEFAULT,
             verify_partitions: true,
+            transaction_version: 1,
         }
     }
 }

@@ -1,4 +1,4 @@
-//! AddPartitionsToTxn (v0–v3): a transactional producer adds the partitions it is about
+//! AddPartitionsToTxn (v0–v5): a transactional producer adds the partitions it is about
 //! to write to its transaction, so that the coordinator writes their markers when the
 //! transaction ends.
 //!
@@ -12,8 +12,8 @@
 //! Version 4 is the partition leaders' (KIP-890 part 1): batched by transaction, from a
 //! broker (CLUSTER_ACTION, else CLUSTER_AUTHORIZATION_FAILED for the whole request), each
 //! transaction either verified (verifyOnly: per partition, whether it is in the ongoing
-//! transaction) or added for a version 2 producer. Version 5 (transaction version 2) is
-//! not served yet.
+//! transaction) or added for a version 2 producer. Version 5 is version 4 that may
+//! answer TRANSACTION_ABORTABLE (KIP-890).
 
 use super::handler::{Call, Handler};
 use super::txn_routing::{added, ask_coordinator};
@@ -38,7 +38,7 @@ pub struct AddPartitionsToTxn;
 
 impl Handler for AddPartitionsToTxn {
     const KEY: ApiKey = ApiKey::AddPartitionsToTxn;
-    const VERSIONS: (i16, i16) = (0, 4);
+    const VERSIONS: (i16, i16) = (0, 5);
     type Request = AddPartitionsToTxnRequest;
     type Response = AddPartitionsToTxnResponse;
 

@@ -1,6 +1,11 @@
 //! ApiVersions (v0–v4; v4 only lets the supported-features minimum be 0): what this
 //! broker implements, and the KIP-511 fallback.
 //!
+//! From v3 the features (KIP-584): `transaction.version` supported up to 2 and finalized
+//! at the configured level (none at 0), under the metadata log index as the features'
+//! epoch, as Kafka gives its metadata offset. Kafka 4 clients pick transaction version 2
+//! (KIP-890 part 2) from it.
+//!
 //! A client that sends a newer ApiVersions than we know gets a v0-format response with
 //! UNSUPPORTED_VERSION and our ranges, so it can retry at a version we support. Clients
 //! pick every version from this answer: advertising a version that is not fully served
@@ -10,8 +15,12 @@ use super::handler::{Call, Handler};
 use super::{Ctx, SUPPORTED_APIS};
 use crate::kafka::frame::{encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
-use kafka_protocol::messages::api_versions_response::ApiVersion;
+use corelog_shards::txn::{TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION_MAX};
+use kafka_protocol::messages::api_versions_response::{
+    ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
+};
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 
 fn response(error_code: i16) -> ApiVersionsResponse {
@@ -41,11 +50,27 @@ impl Handler for ApiVersions {
     type Response = ApiVersionsResponse;
 
     async fn handle(
-        _ctx: &Ctx,
+        ctx: &Ctx,
         _request: Self::Request,
         _call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
-        Ok(response(0))
+        let mut r = response(0);
+        let mut supported = SupportedFeatureKey::default();
+        supported.name = StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE);
+        supported.min_version = 0;
+        supported.max_version = TRANSACTION_VERSION_MAX;
+        r.supported_features.push(supported);
+        let level = ctx.config.txns.transaction_version;
+        if level > 0 {
+            let mut finalized = FinalizedFeatureKey::default();
+            finalized.name = StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE);
+            finalized.min_version_level = level;
+            finalized.max_version_level = level;
+            r.finalized_features.push(finalized);
+        }
+        r.finalized_features_epoch =
+            i64::try_from(ctx.shard.metadata.snapshot().version()).unwrap_or(i64::MAX);
+        Ok(r)
     }
 
     fn error_codes(r: &Self::Response, each: &mut dyn FnMut(i16)) {

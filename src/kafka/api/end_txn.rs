@@ -1,11 +1,11 @@
-//! EndTxn (v0–v4): commits or aborts the producer's transaction. Answered once the
+//! EndTxn (v0–v5): commits or aborts the producer's transaction. Answered once the
 //! coordinator has durably prepared the end; the markers and the completion follow, and
 //! the id answers CONCURRENT_TRANSACTIONS (retriable) until they are written.
 //!
 //! Needs WRITE on the transactional id (TRANSACTIONAL_ID_AUTHORIZATION_FAILED).
 //! PRODUCER_FENCED is answered as INVALID_PRODUCER_EPOCH to clients before v2. Version 5
-//! (transaction version 2: an epoch bump per transaction) is not served until the
-//! partitions' implicit adds are.
+//! is transaction version 2 (KIP-890 part 2): every end bumps the epoch, and the answer
+//! carries the producer id and epoch the client goes on with.
 
 use super::handler::{Call, Handler};
 use super::txn_routing::{ask_coordinator, producer};
@@ -22,7 +22,7 @@ pub struct EndTxn;
 
 impl Handler for EndTxn {
     const KEY: ApiKey = ApiKey::EndTxn;
-    const VERSIONS: (i16, i16) = (0, 4);
+    const VERSIONS: (i16, i16) = (0, 5);
     type Request = EndTxnRequest;
     type Response = EndTxnResponse;
 

@@ -19,6 +19,7 @@ use corelog_shards::metadata::ClusterMetadata;
 use corelog_shards::routing::ShardId;
 use corelog_shards::shard::Shard;
 use futures::channel::oneshot;
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -343,4 +344,46 @@ impl<I> PerShard<I> {
         futures::future::select_all(calls).await;
         true
     }
+}
+
+/// A response's endpoint of a broker (Fetch and Produce each have their own type).
+pub trait NodeEndpointOf: Default {
+    fn set(&mut self, node_id: i32, host: &str, port: u16, rack: Option<&str>);
+}
+
+macro_rules! node_endpoint_of {
+    ($($t:ty),*) => {$(
+        impl NodeEndpointOf for $t {
+            fn set(&mut self, node_id: i32, host: &str, port: u16, rack: Option<&str>) {
+                self.node_id = kafka_protocol::messages::BrokerId(node_id);
+                self.host = StrBytes::from_string(host.to_string());
+                self.port = i32::from(port);
+                self.rack = rack.map(|r| StrBytes::from_string(r.to_string()));
+            }
+        }
+    )*};
+}
+
+node_endpoint_of!(
+    kafka_protocol::messages::fetch_response::NodeEndpoint,
+    kafka_protocol::messages::produce_response::NodeEndpoint
+);
+
+/// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951).
+/// Each by its address on `listener`, the one the request came in on.
+pub fn node_endpoints<E: NodeEndpointOf>(
+    meta: &ClusterMetadata,
+    leaders: &std::collections::BTreeSet<i32>,
+    listener: &str,
+) -> Vec<E> {
+    leaders
+        .iter()
+        .filter_map(|id| meta.broker(*id))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint_on(listener)?;
+            let mut e = E::default();
+            e.set(b.id, host, port, b.rack.as_deref());
+            Some(e)
+        })
+        .collect()
 }

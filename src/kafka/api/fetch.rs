@@ -29,11 +29,11 @@ use corelog_shards::mesh::{
 use corelog_shards::metadata::{ClusterMetadata, NotServed};
 use corelog_storage::{Carried, Records};
 use kafka_protocol::messages::fetch_response::{
-    AbortedTransaction, FetchableTopicResponse, NodeEndpoint, PartitionData,
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
 };
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse, ProducerId};
 use kafka_protocol::protocol::buf::ByteBufMut;
-use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::protocol::Encodable;
 use kafka_protocol::ResponseError;
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -399,7 +399,7 @@ fn assemble(
         body.responses.push(tr);
     }
     if call.version >= 16 {
-        body.node_endpoints = node_endpoints(meta, leaders_named, &ctx.listener);
+        body.node_endpoints = super::fan_out::node_endpoints(meta, leaders_named, &ctx.listener);
     }
     // The consumer quota counts the response's size (Kafka does the same). The data is
     // sent even when this response puts the client over: the hold that follows pays it
@@ -532,26 +532,4 @@ fn fit(records: Records, used: usize, max_bytes: usize, partition_max_bytes: usi
     } else {
         part
     }
-}
-
-/// The endpoints of the leaders named in NOT_LEADER_OR_FOLLOWER answers (KIP-951).
-/// Each by its address on `listener`, the one the request came in on.
-fn node_endpoints(
-    meta: &ClusterMetadata,
-    leaders: &BTreeSet<i32>,
-    listener: &str,
-) -> Vec<NodeEndpoint> {
-    leaders
-        .iter()
-        .filter_map(|id| meta.broker(*id))
-        .filter_map(|b| {
-            let (host, port) = b.endpoint_on(listener)?;
-            let mut e = NodeEndpoint::default();
-            e.node_id = BrokerId(b.id);
-            e.host = StrBytes::from_string(host.to_string());
-            e.port = i32::from(port);
-            e.rack = b.rack.clone().map(StrBytes::from_string);
-            Some(e)
-        })
-        .collect()
 }

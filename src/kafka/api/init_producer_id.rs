@@ -1,4 +1,4 @@
-//! InitProducerId (v0–v4): gives an idempotent producer its id and epoch.
+//! InitProducerId (v0–v5): gives an idempotent producer its id and epoch.
 //!
 //! Without a transactional id Kafka always hands out a fresh producer id with epoch 0,
 //! whatever id and epoch the request carries (v3+ carry them for transactional
@@ -12,7 +12,8 @@
 //! (fencing older instances; an ongoing transaction is aborted first and the client
 //! answered CONCURRENT_TRANSACTIONS meanwhile), and from v3 resumes the producer the
 //! client names (KIP-360). An empty id is INVALID_REQUEST, as Kafka answers;
-//! PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4.
+//! PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4; v5 only
+//! lets the answer be TRANSACTION_ABORTABLE, which this coordinator never gives here.
 
 use super::handler::{Call, Handler};
 use super::txn_routing::{ask_coordinator, producer};
@@ -29,7 +30,7 @@ pub struct InitProducerId;
 
 impl Handler for InitProducerId {
     const KEY: ApiKey = ApiKey::InitProducerId;
-    const VERSIONS: (i16, i16) = (0, 4);
+    const VERSIONS: (i16, i16) = (0, 5);
     type Request = InitProducerIdRequest;
     type Response = InitProducerIdResponse;
 

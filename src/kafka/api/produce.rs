@@ -1,5 +1,9 @@
-//! Produce (v3–v9): RecordBatch v2 only, acks 0 / 1 / all; a transactional producer's
-//! batches with its transactional id (WRITE on it).
+//! Produce (v3–v12): RecordBatch v2 only, acks 0 / 1 / all; a transactional producer's
+//! batches with its transactional id (WRITE on it). v10 adds where the leader is to
+//! NOT_LEADER_OR_FOLLOWER answers (KIP-951); v11 lets the leader answer
+//! TRANSACTION_ABORTABLE; from v12 the producer uses transaction version 2, whose
+//! partitions the leader adds to the transaction itself (KIP-890 part 2,
+//! `corelog_shards::shard::txn_verify`).
 //!
 //! Record bytes are never decoded here: each partition's `records` is a `Bytes` slice of
 //! the request frame that moves to the owning shard by reference count; the shard
@@ -17,14 +21,15 @@ use bytes::Bytes;
 use corelog_shards::mesh::{
     Acks, PartitionError, PartitionRequest, ProduceAck, ProduceInput, ProduceTxn, TopicPartition,
 };
-use corelog_shards::metadata::{validate_topic_name, ClusterMetadata};
+use corelog_shards::metadata::{validate_topic_name, ClusterMetadata, NotServed};
 use corelog_storage::{AppendError, RejectedRecords};
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
 };
-use kafka_protocol::messages::{ApiKey, ProduceRequest, ProduceResponse};
+use kafka_protocol::messages::{ApiKey, BrokerId, ProduceRequest, ProduceResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Produce v3+ carries exactly one RecordBatch v2 per partition (Kafka's
@@ -110,7 +115,7 @@ pub struct Produce;
 
 impl Handler for Produce {
     const KEY: ApiKey = ApiKey::Produce;
-    const VERSIONS: (i16, i16) = (3, 9);
+    const VERSIONS: (i16, i16) = (3, 12);
     type Request = ProduceRequest;
     type Response = ProduceResponse;
 
@@ -158,6 +163,7 @@ impl Handler for Produce {
         let meta = ctx.shard.metadata.snapshot();
 
         let mut fan = FanOut::new(ctx, req.topic_data.len());
+        let mut leaders_named = BTreeSet::new();
         for (t, writable) in req.topic_data.iter().zip(writable) {
             let name = t.name.0.as_str();
             let topic: Arc<str> = name.into();
@@ -188,7 +194,21 @@ impl Handler for Produce {
                         };
                         fan.ask(name, p.index, out, input);
                     }
-                    Err(e) => fan.refuse(out, e),
+                    Err(e) => {
+                        if let Err(NotServed::NotLeader {
+                            leader,
+                            leader_epoch,
+                        }) = meta.check_leader(ctx.config.node_id, name, p.index)
+                        {
+                            // KIP-951 (v10+ tagged): where the producer should go.
+                            out.current_leader.leader_id = BrokerId(leader);
+                            out.current_leader.leader_epoch = leader_epoch;
+                            if leader >= 0 {
+                                leaders_named.insert(leader);
+                            }
+                        }
+                        fan.refuse(out, e)
+                    }
                 }
             }
         }
@@ -218,6 +238,10 @@ impl Handler for Produce {
         let mut body = ProduceResponse::default();
         // Charged when the connection read the request (its whole size, as Kafka).
         body.throttle_time_ms = call.quota.throttle_time_ms;
+        if call.version >= 10 {
+            body.node_endpoints =
+                super::fan_out::node_endpoints(&meta, &leaders_named, &ctx.listener);
+        }
         for (t, parts) in req.topic_data.iter().zip(answers) {
             let mut tr = TopicProduceResponse::default();
             tr.name = t.name.clone();

@@ -1,4 +1,4 @@
-//! TxnOffsetCommit (v0–v3): a transactional producer commits a consumer group's offsets
+//! TxnOffsetCommit (v0–v5): a transactional producer commits a consumer group's offsets
 //! as part of its transaction (`sendOffsetsToTransaction`). The group's coordinator shard
 //! writes them as one transactional batch of the producer's (its id and epoch) to the
 //! group's `__consumer_offsets` partition and answers once that batch is committed; the
@@ -16,14 +16,12 @@
 //! and generation, checked as Kafka checks them (ILLEGAL_GENERATION, UNKNOWN_MEMBER_ID,
 //! FENCED_INSTANCE_ID) when given. A fenced producer epoch is INVALID_PRODUCER_EPOCH.
 //!
-//! Not here: v4+ (KIP-890 part 2), and the verification with the transaction
-//! coordinator. Before writing, Kafka verifies that the group's offsets partition is in
-//! the producer's ongoing transaction (`maybeStartTransactionVerification`: for every
-//! version while `transaction.partition.verification.enable` is on, v4+ only changing
-//! the error codes); this broker does so for produced batches
-//! (`shards/src/shard/txn_verify.rs`), not yet for this API. That check belongs in
-//! [`verify_transaction`], before the coordinator is asked; serving v4 is raising
-//! [`VERSION_MAX`] once it is made.
+//! Before the offsets are written, the shard of the group's offsets partition checks the
+//! producer's transaction with its coordinator, as Kafka's partition leaders do
+//! (`corelog_shards::shard::txn_verify`): whether the partition is in the ongoing
+//! transaction while `transaction.partition.verification.enable` is on (INVALID_TXN_STATE
+//! if not; TRANSACTION_ABORTABLE from v4), and from v5 (transaction version 2, whose
+//! producers send no AddOffsetsToTxn) it adds the partition to the transaction.
 
 use super::group_routing::{ask_coordinator, code, s, unavailable};
 use super::handler::{Call, Handler};
@@ -37,21 +35,8 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::{ApiKey, TxnOffsetCommitRequest, TxnOffsetCommitResponse};
 use kafka_protocol::ResponseError;
 
-/// The highest version served (see the module doc for what v4 needs).
-pub const VERSION_MAX: i16 = 3;
-
-/// Whether the producer's transaction may write the group's offsets, asked of the
-/// transaction coordinator before anything is written. The extension point for the
-/// verification and v4+ (module doc): for now this broker, like Kafka with verification
-/// off, takes the producer's word — the epoch check of the append still fences a stale
-/// producer.
-async fn verify_transaction(version: i16, _req: &TxnOffsetCommitRequest) -> Result<(), GroupError> {
-    assert!(
-        version <= VERSION_MAX,
-        "only served versions reach the handler"
-    );
-    Ok(())
-}
+/// The highest version served.
+pub const VERSION_MAX: i16 = 5;
 
 pub struct TxnOffsetCommit;
 
@@ -115,8 +100,6 @@ impl Handler for TxnOffsetCommit {
         let n = offsets.len();
         let results: Vec<Result<(), GroupError>> = if n == 0 {
             Vec::new()
-        } else if let Err(e) = verify_transaction(v, &req).await {
-            vec![Err(e); n]
         } else {
             let op = GroupOp::TxnCommit(TxnCommitRequest {
                 group: group.clone(),
@@ -137,6 +120,7 @@ impl Handler for TxnOffsetCommit {
                     None
                 },
                 offsets,
+                version: v,
             });
             match ask_coordinator(ctx, &group, op).await {
                 Ok(GroupAnswer::Commit(r)) if r.len() == n => r,

@@ -95,13 +95,16 @@ impl PartitionLog {
             .first_unstable_offset(high_watermark)
     }
 
-    /// The first offset of `producer_id`'s open transaction here, if it has one (a
-    /// transactional batch from a producer without one opens a transaction, which the
-    /// partition leader first verifies with the coordinator).
-    pub fn open_transaction(&self, producer_id: i64) -> Option<i64> {
+    /// The first offset of the transaction `producer_id` has open here under `epoch`, if
+    /// any. A transactional batch for which there is none opens a transaction, which
+    /// the partition leader first verifies with the coordinator: so does one under a
+    /// newer epoch while the older epoch's transaction waits for its marker (Kafka's
+    /// `hasOngoingTransaction`).
+    pub fn open_transaction(&self, producer_id: i64, epoch: i16) -> Option<i64> {
         self.producers
             .borrow()
             .get(producer_id)
+            .filter(|e| e.epoch == epoch)
             .and_then(|e| e.current_txn_first_offset)
     }
 

@@ -13,7 +13,9 @@ import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.FinalizedVersionRange;
 import org.apache.kafka.clients.admin.NewTopic;
+import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
@@ -155,6 +157,38 @@ class TransactionsTest {
             zombie.close(Duration.ZERO);
         }
         assertEquals(List.of("fresh"), readAll(topic, 1, "read_committed"));
+    }
+
+    @Test
+    void transactionVersion2EndsEachTransactionUnderANewEpoch() throws Exception {
+        String topic = "java-txn-v2";
+        createTopic(topic, 1);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (Admin admin = broker.admin()) {
+            // The feature the client reads its transaction protocol from.
+            FinalizedVersionRange tv = admin.describeFeatures().featureMetadata().get()
+                    .finalizedFeatures().get("transaction.version");
+            assertEquals(2, tv == null ? 0 : tv.maxVersionLevel(), "finalized transaction.version");
+            try (KafkaProducer<byte[], byte[]> p = transactional("java-txn-v2-1")) {
+                for (int round = 0; round < 3; round++) {
+                    p.beginTransaction();
+                    p.send(record(topic, 0, "v2-" + round));
+                    p.commitTransaction();
+                }
+                // Version 2: each end's markers carry the next epoch, which the partition
+                // takes as the producer's (version 1 would still be at its first epoch).
+                ProducerState state = admin.describeProducers(List.of(tp)).partitionResult(tp).get()
+                        .activeProducers().get(0);
+                assertTrue(state.producerEpoch() >= 3, "epoch after three ends: " + state);
+                // Aborting a transaction that wrote nothing is allowed under version 2.
+                p.beginTransaction();
+                p.abortTransaction();
+                p.beginTransaction();
+                p.send(record(topic, 0, "v2-last"));
+                p.commitTransaction();
+            }
+        }
+        assertEquals(List.of("v2-0", "v2-1", "v2-2", "v2-last"), readAll(topic, 1, "read_committed"));
     }
 
     @Test
