@@ -480,10 +480,13 @@ impl TxnCoordinator {
         states: &[String],
         producer_ids: &[i64],
         min_duration_ms: i64,
-    ) -> Vec<TxnDescription> {
+    ) -> Result<Vec<TxnDescription>, TxnError> {
         let now = now_ms();
         let n = self.config.partitions;
         let held = self.held.borrow();
+        if held.values().any(|h| matches!(h, Held::Loading { .. })) {
+            return Err(TxnError::CoordinatorLoadInProgress);
+        }
         let mut out: Vec<TxnDescription> = self
             .txns
             .borrow()
@@ -505,7 +508,7 @@ impl TxnCoordinator {
             .map(description)
             .collect();
         out.sort_by(|a, b| a.transactional_id.cmp(&b.transactional_id));
-        out
+        Ok(out)
     }
 
     // -----------------------------------------------------------------------------------

@@ -101,5 +101,7 @@ pub enum TxnAnswer {
     /// transaction.
     Verified(Result<BTreeMap<TxnPartition, Option<TxnError>>, TxnError>),
     Described(Vec<(String, Result<TxnDescription, TxnError>)>),
-    Listed(Vec<TxnDescription>),
+    /// The ids of a shard, or COORDINATOR_LOAD_IN_PROGRESS while one of its partitions
+    /// loads (Kafka lists nothing then: the list would miss ids).
+    Listed(Result<Vec<TxnDescription>, TxnError>),
 }

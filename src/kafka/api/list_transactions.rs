@@ -2,6 +2,9 @@
 //! coordinates, filtered by state, producer id and (v1) how long their transaction has
 //! been running; the admin client asks every broker.
 //!
+//! While any `__transaction_state` partition of this broker loads, the answer is
+//! COORDINATOR_LOAD_IN_PROGRESS with nothing listed, as Kafka's.
+//!
 //! Only ids the principal may DESCRIBE are listed (the others are left out, as Kafka
 //! does). State names this broker does not know are answered in
 //! `unknown_state_filters`.
@@ -61,7 +64,14 @@ impl Handler for ListTransactions {
         let access = Access::new(ctx, call);
         for answer in ctx.shard.peers.call_each(op).await {
             match answer {
-                Some(TxnAnswer::Listed(list)) => {
+                Some(TxnAnswer::Listed(Err(e))) => {
+                    // One shard still loading: answered as Kafka does, nothing listed
+                    // (the admin client retries).
+                    body.error_code = crate::kafka::error_code::txn(e).code();
+                    body.transaction_states.clear();
+                    return Ok(body);
+                }
+                Some(TxnAnswer::Listed(Ok(list))) => {
                     for d in list {
                         if !access.may(Op::Describe, Resource::TransactionalId, &d.transactional_id)
                         {
