@@ -135,7 +135,7 @@ impl Shard {
                 let ticket = log.append_marker(marker)?;
                 // A verification in flight for the producer's ended transaction no
                 // longer holds: its batch must not open a transaction after the marker.
-                self.clear_txn_guard(tp, marker.producer_id);
+                self.clear_txn_guard(tp, marker.producer_id, marker.producer_epoch);
                 Ok((log, ticket))
             })
             .collect();

@@ -8,10 +8,13 @@
 //! transaction).
 //!
 //! A guard closes the race between the answer and the append: before asking, the leader
-//! takes the guard of (partition, producer) — one guard shared by every request of that
+//! takes the guard of (partition, producer, epoch) — one guard shared by every request of that
 //! producer verifying there at once, as a pipelining producer sends several before the
 //! first is appended (Kafka's `computeIfAbsent`); a marker for that producer appended
-//! meanwhile (the transaction ended) removes it; a batch is appended only if the guard it
+//! meanwhile that may end the transaction verified removes it (under version 1 one under
+//! the batches' epoch or later; under version 2, whose ends bump the epoch, only a later
+//! one: the marker under their own epoch ends the transaction before theirs, which a
+//! version 2 producer does not wait for); a batch is appended only if the guard it
 //! took is still there, synchronously with the check, and the guard goes when its last
 //! request is done. Only the first batches of a transaction in a partition are verified:
 //! once one is appended the producer's transaction is open there and later batches need
@@ -58,35 +61,63 @@ const VERIFY_VERSION: i16 = 4;
 const CONCURRENT_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
 const CONCURRENT_RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// The guards of verifications in flight, by (partition, producer id).
+/// A guard's key: the partition, the producer id and the epoch of the batches verified.
+type GuardKey = (TopicPartition, i64, i16);
+
+/// The guards of verifications in flight, by (partition, producer id, epoch).
 #[derive(Default)]
 pub(crate) struct Guards {
-    live: RefCell<HashMap<(TopicPartition, i64), Guard>>,
+    live: RefCell<HashMap<GuardKey, Guard>>,
     next: Cell<u64>,
 }
 
-/// One (partition, producer)'s guard: its token and how many requests hold it.
+/// One (partition, producer, epoch)'s guard: its token, how many requests hold it, and
+/// whether all of them run under transaction version 2.
 struct Guard {
     token: u64,
     holders: usize,
+    version2: bool,
+}
+
+/// Whether a marker under `marker_epoch` voids a guard of batches under `guard_epoch`:
+/// whether it may end the transaction those batches are verified for. Under version 2
+/// every end bumps the epoch, so the end of a transaction begun under an epoch carries a
+/// higher one, and a marker under the batches' own epoch ends the transaction before
+/// theirs (whose markers a version 2 producer does not wait for). Under version 1 the
+/// epoch does not move, and a marker under it may end theirs.
+fn voids(guard_epoch: i16, version2: bool, marker_epoch: i16) -> bool {
+    guard_epoch < marker_epoch || (guard_epoch == marker_epoch && !version2)
 }
 
 impl Guards {
     /// Takes the guard of `key`, shared with the requests holding it already.
-    fn take(&self, key: (TopicPartition, i64)) -> u64 {
+    fn take(&self, key: GuardKey, version2: bool) -> u64 {
         let mut live = self.live.borrow_mut();
         let guard = live.entry(key).or_insert_with(|| {
             let token = self.next.get() + 1;
             self.next.set(token);
-            Guard { token, holders: 0 }
+            Guard {
+                token,
+                holders: 0,
+                version2,
+            }
         });
         guard.holders += 1;
+        // A version 1 holder makes it void under its own epoch's marker too.
+        guard.version2 &= version2;
         guard.token
     }
 
+    /// Removes the guards of `producer_id` in `tp` that a marker under `epoch` voids.
+    fn void(&self, tp: &TopicPartition, producer_id: i64, epoch: i16) {
+        self.live
+            .borrow_mut()
+            .retain(|(t, p, e), g| !(t == tp && *p == producer_id && voids(*e, g.version2, epoch)));
+    }
+
     /// Whether the guard `token` of `key` still holds (no marker came since it was
-    /// taken), and lets it go: the last holder removes it.
-    fn release(&self, key: &(TopicPartition, i64), token: u64) -> bool {
+    /// taken that voids it), and lets it go: the last holder removes it.
+    fn release(&self, key: &GuardKey, token: u64) -> bool {
         let mut live = self.live.borrow_mut();
         let Some(guard) = live.get_mut(key).filter(|g| g.token == token) else {
             return false;
@@ -126,12 +157,10 @@ type Appended = Result<(Rc<Partition>, AppendTicket), PartitionError>;
 type ByProducer = BTreeMap<(i64, i16), Vec<(usize, Rc<Partition>)>>;
 
 impl Shard {
-    /// Removes the guard of `producer_id` in `tp`: its transaction there ended.
-    pub(super) fn clear_txn_guard(&self, tp: &TopicPartition, producer_id: i64) {
-        self.txn_guards
-            .live
-            .borrow_mut()
-            .remove(&(tp.clone(), producer_id));
+    /// A marker of `producer_id` under `epoch` was appended in `tp`: the guards of the
+    /// verifications it may have ended the transaction of no longer hold (`voids`).
+    pub(super) fn clear_txn_guard(&self, tp: &TopicPartition, producer_id: i64, epoch: i16) {
+        self.txn_guards.void(tp, producer_id, epoch);
     }
 
     /// Verifies the batches at `unverified` (input index, partition, producer) of a
@@ -161,7 +190,10 @@ impl Shard {
             let mut partitions = BTreeSet::new();
             for (i, _) in &batches {
                 let tp = inputs[*i].tp.clone();
-                guards.push(self.txn_guards.take((tp.clone(), producer_id)));
+                guards.push(
+                    self.txn_guards
+                        .take((tp.clone(), producer_id, epoch), !mode.verify_only()),
+                );
                 partitions.insert((tp.topic.to_string(), tp.partition));
             }
             let answers = self
@@ -178,7 +210,9 @@ impl Shard {
                         None => Err(TxnError::UnknownServerError),
                     },
                 };
-                let held = self.txn_guards.release(&(tp.clone(), producer_id), token);
+                let held = self
+                    .txn_guards
+                    .release(&(tp.clone(), producer_id, epoch), token);
                 let r = match verdict {
                     Err(e) => Err(PartitionError::Unverified(mode.error_for_producer(e))),
                     Ok(()) if !held => Err(PartitionError::Unverified(TxnError::InvalidTxnState)),
@@ -215,8 +249,13 @@ impl Shard {
                 .open_transaction(producer.producer_id, producer.epoch)
                 .is_some()
         });
-        let token = (!already_open && must_verify(mode, self.config.txns.verify_partitions))
-            .then(|| self.txn_guards.take((tp.clone(), producer.producer_id)));
+        let token =
+            (!already_open && must_verify(mode, self.config.txns.verify_partitions)).then(|| {
+                self.txn_guards.take(
+                    (tp.clone(), producer.producer_id, producer.epoch),
+                    !mode.verify_only(),
+                )
+            });
         if let Some(token) = token {
             let asked = BTreeSet::from([(OFFSETS_TOPIC.to_string(), partition)]);
             let verdict = self
@@ -229,7 +268,7 @@ impl Shard {
                 });
             let held = self
                 .txn_guards
-                .release(&(tp.clone(), producer.producer_id), token);
+                .release(&(tp.clone(), producer.producer_id, producer.epoch), token);
             let refusal = match verdict {
                 Err(e) => Some(group_error(mode.error_for_producer(e))),
                 Ok(()) if !held => Some(GroupError::InvalidTxnState),
@@ -401,21 +440,22 @@ fn group_error(err: TxnError) -> GroupError {
 mod tests {
     use super::*;
 
-    fn key(p: i32) -> (TopicPartition, i64) {
-        (
-            TopicPartition {
-                topic: "t".into(),
-                partition: p,
-            },
-            7,
-        )
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition {
+            topic: "t".into(),
+            partition: p,
+        }
+    }
+
+    fn key(p: i32) -> GuardKey {
+        (tp(p), 7, 3)
     }
 
     #[test]
     fn pipelined_requests_share_one_guard_until_the_last_is_done() {
         let g = Guards::default();
-        let a = g.take(key(0));
-        let b = g.take(key(0));
+        let a = g.take(key(0), false);
+        let b = g.take(key(0), false);
         assert_eq!(a, b, "a second request in flight takes the same guard");
         assert!(g.release(&key(0), a), "the first holds");
         assert!(
@@ -423,25 +463,53 @@ mod tests {
             "so does the second: nothing ended meanwhile"
         );
         assert!(g.live.borrow().is_empty(), "the last holder removes it");
-        let c = g.take(key(0));
+        let c = g.take(key(0), false);
         assert_ne!(c, a, "a later verification gets a new guard");
     }
 
     #[test]
     fn a_marker_voids_every_holder() {
         let g = Guards::default();
-        let a = g.take(key(1));
-        let b = g.take(key(1));
-        // The transaction ended (a marker for the producer): the guard is removed.
-        g.live.borrow_mut().remove(&key(1));
+        let a = g.take(key(1), false);
+        let b = g.take(key(1), false);
+        // The transaction ended (a version 1 marker under the batches' epoch).
+        g.void(&tp(1), 7, 3);
         assert!(!g.release(&key(1), a));
         assert!(!g.release(&key(1), b));
         // A new guard after the marker is not the old one.
-        let c = g.take(key(1));
+        let c = g.take(key(1), false);
         assert!(
             !g.release(&key(1), a),
             "an old token never matches a new guard"
         );
         assert!(g.release(&key(1), c));
+    }
+
+    #[test]
+    fn under_version_2_only_a_marker_under_a_later_epoch_voids() {
+        let g = Guards::default();
+        let a = g.take(key(2), true);
+        // The last transaction's marker, under the epoch its end bumped to: the one the
+        // batches of the next transaction carry.
+        g.void(&tp(2), 7, 3);
+        // Markers of other partitions and producers change nothing either.
+        g.void(&tp(1), 7, 9);
+        g.void(&tp(2), 8, 9);
+        assert!(g.release(&key(2), a), "the next transaction's guard holds");
+        let b = g.take(key(2), true);
+        // The end of the verified transaction itself bumps again.
+        g.void(&tp(2), 7, 4);
+        assert!(!g.release(&key(2), b));
+        // A version 1 holder sharing the guard makes its own epoch's marker void it.
+        let c = g.take(key(2), true);
+        let d = g.take(key(2), false);
+        g.void(&tp(2), 7, 3);
+        assert!(!g.release(&key(2), c) && !g.release(&key(2), d));
+    }
+
+    #[test]
+    fn voiding_follows_the_epochs() {
+        assert!(voids(3, false, 3) && voids(3, true, 4) && voids(3, false, 4));
+        assert!(!voids(3, true, 3) && !voids(3, false, 2) && !voids(3, true, 2));
     }
 }
