@@ -507,12 +507,14 @@ async fn kept_records(log: &PartitionLog) -> (Vec<(i64, String)>, usize) {
 /// The cleaner and transactions (Kafka's `LogCleaner`, what a replay of a compacted log
 /// needs): an aborted record never supersedes a committed one and is removed; nothing
 /// at or past the first unstable offset is cleaned, so a transaction still open cannot
-/// take its key's committed record with it; markers stay.
+/// take its key's committed record with it; a marker stays while a record of its
+/// transaction does, and at least `delete.retention.ms`.
 #[test]
 fn the_cleaner_drops_aborted_records_and_stops_at_open_transactions() {
     use corelog_storage::compaction::cleaner::clean;
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("t-0");
+    let reopen = path.clone();
     let config = compacted_config();
     run(move || async move {
         let log = PartitionLog::open(path, config, LogContext::system())
@@ -578,6 +580,29 @@ fn the_cleaner_drops_aborted_records_and_stops_at_open_transactions() {
             2,
             "entries stay"
         );
+        // Once `delete.retention.ms` has passed, the markers whose transactions have no
+        // record left go (both aborts'); the commit's marker stays with b_committed.
+        let later = now + log.config().delete_retention_ms + 1;
+        while clean(&log, 1 << 20, later, i64::MAX, true, None)
+            .await
+            .expect("clean")
+            .is_some()
+        {}
+        let (kept, markers) = kept_records(&log).await;
+        let has = |offset: i64| kept.iter().any(|(o, _)| *o == offset);
+        assert!(has(a1) && has(b_committed) && has(c1), "{kept:?}");
+        assert_eq!(
+            markers, 1,
+            "only the marker of a transaction with a record left"
+        );
+        log.close().await;
+    });
+    // A replay of the cleaned log finds no transaction left open.
+    run(move || async move {
+        let log = PartitionLog::open(reopen, compacted_config(), LogContext::system())
+            .await
+            .expect("reopen");
+        assert_eq!(log.first_unstable_offset(i64::MAX), None);
         log.close().await;
     });
 }

@@ -46,10 +46,15 @@
 //! - a batch of an aborted transaction (transactional, of a producer whose aborted
 //!   transaction — the log's aborted-transaction entries — spans its offset) maps no key
 //!   and is removed wherever the pass rewrites;
-//! - markers (control batches) are always kept, so every kept transactional record still
-//!   meets its producer's marker on replay. Kafka removes a marker once its transaction's
-//!   records are gone and `delete.retention.ms` has passed; here markers stay (a few
-//!   dozen bytes per transaction), and so do the `.txnindex` entries of removed aborts.
+//! - a marker (control batch) goes, as Kafka's do, only once no record of its transaction
+//!   is left and `delete.retention.ms` has passed since the cleaner first wrote its
+//!   segment (the tombstones' horizon: a consumer catching up still meets it). "No
+//!   record left" is decided by walking the cleanable log from its start in offset order
+//!   ([`MarkerKeeper`]): a transactional batch of a producer with a record kept holds its
+//!   producer's next marker. So every kept transactional record still meets its marker
+//!   on replay, and a replica or a reopened log never finds a transaction left open.
+//!   Only the first round of a pass decides (the merging round does not walk every
+//!   segment); the `.txnindex` entries of removed aborts stay (they name no record).
 
 use super::offset_map::OffsetMap;
 use crate::batch::BatchHeader;
@@ -344,6 +349,13 @@ pub async fn clean(
     let mut tombstones_seen = i64::MAX;
     for round in 0..2 {
         oldest_tombstone.set(i64::MAX);
+        let markers = MarkerKeeper {
+            may_remove: round == 0,
+            delete_horizon,
+            now_ms,
+            holding: std::cell::RefCell::new(std::collections::HashSet::new()),
+            oldest_kept: &oldest_tombstone,
+        };
         let current = if round == 0 {
             std::mem::take(&mut cleanable)
         } else {
@@ -366,6 +378,7 @@ pub async fn clean(
                 config.index_interval_bytes,
                 now_ms,
                 &keep,
+                &markers,
                 crash,
             )
             .await?;
@@ -415,6 +428,43 @@ pub async fn clean(
         .await
         .map_err(|e| err(&dir, e))?;
     Ok(Some(stats))
+}
+
+/// Which markers a pass keeps (module doc), fed every batch of the cleanable log in
+/// offset order from its start.
+struct MarkerKeeper<'a> {
+    /// Whether markers may go in this round at all.
+    may_remove: bool,
+    delete_horizon: i64,
+    now_ms: i64,
+    /// Producers with a transactional record kept since their last marker.
+    holding: std::cell::RefCell<std::collections::HashSet<i64>>,
+    /// The oldest delete horizon start of what is kept only until its horizon passes
+    /// (shared with the tombstones: a pass is due when it expires).
+    oldest_kept: &'a std::cell::Cell<i64>,
+}
+
+impl MarkerKeeper<'_> {
+    /// A data batch was filtered: `kept` of its records stay.
+    fn data(&self, h: &BatchHeader, kept: bool) {
+        if kept && h.is_transactional() {
+            self.holding.borrow_mut().insert(h.producer_id);
+        }
+    }
+
+    /// Whether the marker `h` in a segment first cleaned at `cleaned_at` stays.
+    fn keep(&self, h: &BatchHeader, bytes: &[u8], cleaned_at: Option<i64>) -> bool {
+        let holds_records = self.holding.borrow_mut().remove(&h.producer_id);
+        if !self.may_remove || holds_records || crate::txn_marker::parse(h, bytes).is_none() {
+            return true;
+        }
+        let expired = cleaned_at.is_some_and(|c| c < self.delete_horizon);
+        if !expired {
+            let since = cleaned_at.unwrap_or(self.now_ms);
+            self.oldest_kept.set(self.oldest_kept.get().min(since));
+        }
+        !expired
+    }
 }
 
 /// The aborted transactions of the cleanable log, by producer: each one's
@@ -570,6 +620,7 @@ async fn rewrite_group(
     index_interval_bytes: u32,
     now_ms: i64,
     keep: &impl Fn(&BatchHeader, i64, Option<&[u8]>, bool, Option<i64>) -> bool,
+    markers: &MarkerKeeper<'_>,
     crash: Option<CrashPoint>,
 ) -> Result<Option<Rewritten>, StorageError> {
     let (Some(first), Some(last)) = (group.first(), group.last()) else {
@@ -617,13 +668,21 @@ async fn rewrite_group(
                 }
                 let mut dropped = 0u64;
                 let filtered = if h.is_control() {
-                    Ok(Filtered::Unchanged)
+                    if markers.keep(h, bytes, seg.cleaned_at_ms) {
+                        Ok(Filtered::Unchanged)
+                    } else {
+                        dropped += 1;
+                        Ok(Filtered::Empty)
+                    }
                 } else {
-                    filter_batch(bytes, |r| {
+                    let f = filter_batch(bytes, |r| {
                         let k = keep(h, r.offset, r.key, r.is_tombstone, seg.cleaned_at_ms);
                         dropped += u64::from(!k);
                         k
-                    })
+                    });
+                    // Unreadable records are kept as they are (below).
+                    markers.data(h, !matches!(f, Ok(Filtered::Empty)));
+                    f
                 };
                 let kept: Option<&[u8]> = match &filtered {
                     Ok(Filtered::Unchanged) => Some(bytes),
