@@ -11,8 +11,10 @@
 //! leads. When it becomes a partition's leader it replays the partition from its start
 //! to its log end (`load_partition`): offset records (and their tombstones) rebuild
 //! committed offsets, those of transactional batches pending until their producer's
-//! marker; group records bring the group back, Empty — its members must
-//! rejoin, as after a Kafka coordinator failover. When it stops leading one, its groups
+//! marker; group records bring the group back as it was last stored — Stable with its
+//! members, generation and assignments, each member's session starting at the load, as
+//! Kafka's coordinator restores it — so live members go on heartbeating and committing
+//! without a rebalance, and dead ones expire. When it stops leading one, its groups
 //! are forgotten (`unload_partition`). Until a partition is loaded its groups are
 //! answered COORDINATOR_NOT_AVAILABLE (retriable).
 //!
@@ -352,8 +354,8 @@ impl GroupCoordinator {
                     let g = groups
                         .entry(group.clone())
                         .or_insert_with(|| Group::new(group));
-                    g.generation = g.generation.max(v.generation);
-                    g.protocol_type = Some(v.protocol_type);
+                    // Records come in log order: the last one is the group.
+                    g.restore(v, Instant::now());
                 }
                 Some(Err(_)) => {}
                 None => {
@@ -435,11 +437,21 @@ impl GroupCoordinator {
                 })
             }
             GroupOp::Leave { group, members } => {
-                let mut groups = self.groups.borrow_mut();
-                GroupAnswer::Leave(match groups.get_mut(&group) {
-                    Some(g) => Ok(g.leave(&members, now)),
-                    None => Err(GroupError::UnknownMemberId),
-                })
+                let (answer, emptied) = {
+                    let mut groups = self.groups.borrow_mut();
+                    match groups.get_mut(&group) {
+                        Some(g) => {
+                            let had_members = !g.is_empty();
+                            let left = g.leave(&members, now);
+                            (Ok(left), had_members && g.is_empty())
+                        }
+                        None => (Err(GroupError::UnknownMemberId), false),
+                    }
+                };
+                if emptied {
+                    self.store_emptied(vec![group], &log_of).await;
+                }
+                GroupAnswer::Leave(answer)
             }
             GroupOp::Commit(req) => GroupAnswer::Commit(self.commit(req, &log_of).await),
             GroupOp::TxnCommit(req) => GroupAnswer::Commit(self.txn_commit(req, &log_of).await),
@@ -493,11 +505,41 @@ impl GroupCoordinator {
         }
     }
 
-    /// Runs the timers of every group: session expiry, join-phase timeouts.
-    pub fn tick(&self) {
+    /// Runs the timers of every group: session expiry, join-phase timeouts. Returns the
+    /// groups whose last member went, whose Empty state is to be stored
+    /// ([`Self::store_emptied`]).
+    pub fn tick(&self) -> Vec<String> {
         let now = Instant::now();
+        let mut emptied = Vec::new();
         for g in self.groups.borrow_mut().values_mut() {
+            let had_members = !g.is_empty();
             g.tick(now);
+            if had_members && g.is_empty() {
+                emptied.push(g.id.clone());
+            }
+        }
+        emptied
+    }
+
+    /// Stores the groups of `emptied` that are still Empty, so that a coordinator that
+    /// replays them later does not bring back members that left (`Group::restore`). A
+    /// failure is logged: the members stored last then expire after their sessions.
+    pub async fn store_emptied(
+        &self,
+        emptied: Vec<String>,
+        log_of: impl Fn(i32) -> Option<Rc<Partition>>,
+    ) {
+        for group in emptied {
+            let still = self
+                .groups
+                .borrow()
+                .get(&group)
+                .is_some_and(|g| g.is_empty());
+            if still && self.serves_group(&group) {
+                if let Err(e) = self.persist_group(&group, &log_of).await {
+                    tracing::warn!(group = %group, error = %e, "storing an emptied group");
+                }
+            }
         }
     }
 

@@ -137,6 +137,70 @@ impl Group {
         self.members.is_empty()
     }
 
+    /// Takes the group's stored record as the group (the replay of its offsets
+    /// partition by a new coordinator, Kafka's `GroupMetadataManager.replay`): its
+    /// generation, protocol, leader and members with their subscriptions and
+    /// assignments, Stable if it has members (Empty if not). Each member's session
+    /// starts now: a member alive goes on heartbeating under its generation, one that
+    /// died with the old coordinator expires after its session timeout.
+    pub fn restore(&mut self, v: super::offsets_record::GroupValue, now: Instant) {
+        for m in self.members.values_mut() {
+            // Nothing waits on a group being replayed; answered as on unload all the same.
+            if let Some(w) = m.join_waiter.take() {
+                let _ = w.send(JoinAnswer::error(GroupError::NotCoordinator, m.id.clone()));
+            }
+            if let Some(w) = m.sync_waiter.take() {
+                let _ = w.send(SyncAnswer::error(GroupError::NotCoordinator));
+            }
+        }
+        self.members.clear();
+        self.instances.clear();
+        self.pending.clear();
+        self.rebalance_deadline = None;
+        self.join_not_before = None;
+        self.generation = v.generation;
+        self.protocol_type = Some(v.protocol_type);
+        self.protocol = v.protocol;
+        self.leader = v.leader;
+        for mv in v.members {
+            let protocols = self
+                .protocol
+                .iter()
+                .map(|name| Protocol {
+                    name: name.clone(),
+                    metadata: mv.subscription.clone(),
+                })
+                .collect();
+            if let Some(instance) = &mv.group_instance_id {
+                self.instances
+                    .insert(instance.clone(), mv.member_id.clone());
+            }
+            let to_duration = |ms: i32| Duration::from_millis(u64::try_from(ms).unwrap_or(0));
+            let member = Member {
+                id: mv.member_id.clone(),
+                instance_id: mv.group_instance_id,
+                client_id: mv.client_id,
+                client_host: mv.client_host,
+                session_timeout: to_duration(mv.session_timeout_ms),
+                rebalance_timeout: to_duration(mv.rebalance_timeout_ms),
+                protocols,
+                assignment: mv.assignment,
+                last_heartbeat: now,
+                join_waiter: None,
+                sync_waiter: None,
+            };
+            self.members.insert(mv.member_id, member);
+        }
+        if self.members.is_empty() {
+            self.state = GroupState::Empty;
+            self.leader = None;
+            self.empty_since = now;
+        } else {
+            self.state = GroupState::Stable;
+        }
+        self.dirty = false;
+    }
+
     fn new_member_id(client_id: &str) -> String {
         format!("{client_id}-{}", uuid::Uuid::new_v4())
     }
@@ -933,6 +997,68 @@ pub fn consumer_subscription_topics(bytes: &[u8]) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stored_group_comes_back_stable_and_its_dead_members_expire() {
+        use crate::group::offsets_record::{GroupValue, MemberValue};
+        let member = |id: &str, instance: Option<&str>, session_ms: i32| MemberValue {
+            member_id: id.into(),
+            group_instance_id: instance.map(Into::into),
+            client_id: "c".into(),
+            client_host: "/127.0.0.1".into(),
+            rebalance_timeout_ms: 60_000,
+            session_timeout_ms: session_ms,
+            subscription: Bytes::from_static(b"sub"),
+            assignment: Bytes::from_static(b"assigned"),
+        };
+        let mut g = Group::new("g".into());
+        let t0 = Instant::now();
+        g.restore(
+            GroupValue {
+                protocol_type: "consumer".into(),
+                generation: 7,
+                protocol: Some("range".into()),
+                leader: Some("a".into()),
+                current_state_timestamp_ms: -1,
+                members: vec![member("a", None, 45_000), member("b", Some("i-b"), 30_000)],
+            },
+            t0,
+        );
+        assert_eq!(g.state, GroupState::Stable);
+        assert_eq!((g.generation, g.leader.as_deref()), (7, Some("a")));
+        assert_eq!(g.instances.get("i-b").map(String::as_str), Some("b"));
+        assert_eq!(g.members["a"].assignment, Bytes::from_static(b"assigned"));
+        assert_eq!(
+            g.members["a"].metadata_for("range"),
+            Bytes::from_static(b"sub")
+        );
+        // A live member goes on under its generation, without a rebalance.
+        let beat = |member: &str| HeartbeatRequest {
+            group: "g".into(),
+            generation: 7,
+            member_id: member.into(),
+            group_instance_id: None,
+        };
+        assert_eq!(g.heartbeat(&beat("a"), t0 + Duration::from_secs(8)), Ok(()));
+        // b never comes back: its session runs out and the group rebalances without it.
+        g.tick(t0 + Duration::from_secs(31));
+        assert!(g.members.contains_key("a") && !g.members.contains_key("b"));
+        assert_eq!(g.state, GroupState::PreparingRebalance);
+        // A stored Empty group comes back Empty.
+        g.restore(
+            GroupValue {
+                protocol_type: "consumer".into(),
+                generation: 9,
+                protocol: None,
+                leader: None,
+                current_state_timestamp_ms: -1,
+                members: vec![],
+            },
+            t0,
+        );
+        assert_eq!(g.state, GroupState::Empty);
+        assert!(g.members.is_empty() && g.instances.is_empty());
+    }
 
     fn join_req(member: &str, protocols: &[&str]) -> JoinRequest {
         JoinRequest {

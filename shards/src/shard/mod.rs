@@ -226,7 +226,17 @@ impl Shard {
             let mut ticks = 0u64;
             loop {
                 glommio::timer::sleep(Duration::from_millis(100)).await;
-                shard.groups.tick();
+                let emptied = shard.groups.tick();
+                if !emptied.is_empty() {
+                    let s = shard.clone();
+                    glommio::spawn_local(async move {
+                        let s2 = s.clone();
+                        s.groups
+                            .store_emptied(emptied, move |p| s2.partition(&offsets_tp(p)))
+                            .await;
+                    })
+                    .detach();
+                }
                 ticks += 1;
                 if ticks % OFFSET_EXPIRY_CHECK_TICKS == 0 {
                     let s = shard.clone();
