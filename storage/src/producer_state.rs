@@ -286,6 +286,21 @@ impl ProducerState {
     /// Checks `batch` against the producer's history without changing anything.
     pub fn check(&self, batch: &ProducerBatch) -> Result<SequenceCheck, SequenceError> {
         let Some(entry) = self.producers.get(&batch.producer_id) else {
+            // A transactional producer new to the partition starts at sequence 0 (Kafka
+            // says so for transaction version 2 producers; for version 1 it checks against
+            // the lowest sequence being verified). Without this, a later batch of a
+            // pipelining producer whose first batch was refused (its verification sent
+            // back for a retry) would be appended first, and the retried first batch
+            // then refused for ever as out of order. An idempotent producer's state may
+            // have expired, so any sequence is taken from it (as Kafka).
+            if batch.transactional && batch.first_seq != 0 {
+                return Err(SequenceError::OutOfOrder {
+                    producer_id: batch.producer_id,
+                    epoch: batch.epoch,
+                    expected: 0,
+                    got: batch.first_seq,
+                });
+            }
             return Ok(SequenceCheck::Append);
         };
         if batch.epoch == entry.epoch {
@@ -887,6 +902,12 @@ mod tests {
             Err(SequenceError::TxnOpen { producer_id: 1 })
         );
         assert_eq!(s.check(&txn_batch(1, 0, 1, 1)), Ok(SequenceCheck::Append));
+        // A transactional producer new to a partition starts at sequence 0.
+        assert!(matches!(
+            s.check(&txn_batch(2, 0, 5, 1)),
+            Err(SequenceError::OutOfOrder { expected: 0, .. })
+        ));
+        assert_eq!(s.check(&batch(2, 0, 5, 1)), Ok(SequenceCheck::Append));
         // The next transaction's batch, under the epoch a version 2 end bumped to, may
         // not join this one before its marker comes.
         assert_eq!(

@@ -50,6 +50,19 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 const COMMIT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Between two tries of a completion the log refused.
 const COMPLETE_RETRY: Duration = Duration::from_millis(200);
+/// How long an add (or an end) waits for an ending transaction of its id before it is
+/// refused CONCURRENT_TRANSACTIONS (`TxnCoordinator::add`).
+const ADD_WAITS_FOR_END: Duration = Duration::from_millis(100);
+
+/// Notifies everything waiting on a transition when dropped: after the transition's
+/// state is applied or dropped, on every path out of `TxnCoordinator::transition`.
+struct Settled<'a>(&'a event_listener::Event);
+
+impl Drop for Settled<'_> {
+    fn drop(&mut self) {
+        self.0.notify(usize::MAX);
+    }
+}
 
 /// The coordinator's settings (Kafka's names in the field docs).
 #[derive(Debug, Clone)]
@@ -121,6 +134,9 @@ pub struct TxnCoordinator {
     held: RefCell<HashMap<i32, Held>>,
     loads: Cell<u64>,
     links: BrokerLinks,
+    /// Notified whenever a transition ends (written and applied, or dropped): what an
+    /// add held back by a transaction that is ending waits for (`add`).
+    settled: event_listener::Event,
 }
 
 fn now_ms() -> i64 {
@@ -139,6 +155,7 @@ impl TxnCoordinator {
             held: RefCell::new(HashMap::new()),
             loads: Cell::new(0),
             links: BrokerLinks::new(node_id, security),
+            settled: event_listener::Event::new(),
         }
     }
 
@@ -426,19 +443,46 @@ impl TxnCoordinator {
         }
     }
 
+    /// Adds partitions as `decide` says. An add refused CONCURRENT_TRANSACTIONS — the
+    /// id's last transaction still ending (its markers being written), or another
+    /// transition being written — is decided again as each transition ends, for up to
+    /// [`ADD_WAITS_FOR_END`], before the refusal goes back: a producer starts its next
+    /// transaction as soon as its end is answered, and under transaction version 2 its
+    /// first produce arrives while the markers are still being written, which would
+    /// otherwise cost it a retry after a backoff (Kafka's partition leaders wait 20 ms
+    /// between such retries).
     async fn add(
         &self,
         id: &str,
-        decide: impl FnOnce(Option<&TxnMetadata>, i64) -> Result<AddDecision, TxnError>,
+        decide: impl Fn(Option<&TxnMetadata>, i64) -> Result<AddDecision, TxnError>,
     ) -> Result<(), TxnError> {
-        self.serving(self.partition_of(id))?;
-        let decision = {
-            let txns = self.txns.borrow();
-            decide(txns.get(id), now_ms())?
-        };
-        match decision {
-            AddDecision::AlreadyAdded => Ok(()),
-            AddDecision::Prepare(t) => self.transition(id, t).await,
+        let deadline = std::time::Instant::now() + ADD_WAITS_FOR_END;
+        loop {
+            // Listening before deciding: an end applied in between still wakes this.
+            let settled = self.settled.listen();
+            self.serving(self.partition_of(id))?;
+            let decision = {
+                let txns = self.txns.borrow();
+                decide(txns.get(id), now_ms())
+            };
+            let decision = match decision {
+                Err(TxnError::ConcurrentTransactions) => {
+                    let now = std::time::Instant::now();
+                    if now >= deadline {
+                        return Err(TxnError::ConcurrentTransactions);
+                    }
+                    let timeout = async {
+                        glommio::timer::sleep(deadline - now).await;
+                    };
+                    futures_lite::future::or(settled, timeout).await;
+                    continue;
+                }
+                other => other?,
+            };
+            return match decision {
+                AddDecision::AlreadyAdded => Ok(()),
+                AddDecision::Prepare(t) => self.transition(id, t).await,
+            };
         }
     }
 
@@ -450,12 +494,28 @@ impl TxnCoordinator {
         tv2: bool,
     ) -> Result<ProducerIdEpoch, TxnError> {
         let partition = self.partition_of(&id);
-        let decision = self
-            .decide_with_id(partition, |allocate| {
-                let txns = self.txns.borrow();
-                rules::end_txn(txns.get(&id), producer, outcome, tv2, now_ms(), allocate)
-            })
-            .await?;
+        // As an add does (`add`): an end refused because the last one is still being
+        // completed is decided again as transitions end, for a short while.
+        let deadline = std::time::Instant::now() + ADD_WAITS_FOR_END;
+        let decision = loop {
+            let settled = self.settled.listen();
+            let decided = self
+                .decide_with_id(partition, |allocate| {
+                    let txns = self.txns.borrow();
+                    rules::end_txn(txns.get(&id), producer, outcome, tv2, now_ms(), allocate)
+                })
+                .await;
+            let now = std::time::Instant::now();
+            match decided {
+                Err(TxnError::ConcurrentTransactions) if now < deadline => {
+                    let timeout = async {
+                        glommio::timer::sleep(deadline - now).await;
+                    };
+                    futures_lite::future::or(settled, timeout).await;
+                }
+                other => break other?,
+            }
+        };
         match decision {
             EndDecision::Done(answer) => Ok(answer),
             EndDecision::Prepare { transit, answer } => {
@@ -530,6 +590,8 @@ impl TxnCoordinator {
             })?;
         }
         let written = self.write(partition, id, Some(&transit), serving).await;
+        // However it ends, what waits on this id may go on (`add`).
+        let _settled = Settled(&self.settled);
         if self.serving(partition) != Ok(serving) {
             // Unloaded (or loaded again) meanwhile: the state is no longer this load's.
             return Err(TxnError::NotCoordinator);

@@ -612,16 +612,20 @@ pub enum EndDecision {
 ///
 /// Version 2: a retry is a request under the epoch before the current one (the end
 /// bumped it; or the old producer id at 32766 after an end moved to a new one). In
-/// Ongoing and Empty only the current epoch is valid, in Prepare* only a retry, in
-/// Complete* either; anything else is PRODUCER_FENCED.
+/// Ongoing and Empty only the current epoch is valid, in Prepare* and Complete* either;
+/// anything else is PRODUCER_FENCED.
 ///
 /// | state          | Abort, retry  | Abort, current | Commit, retry | Commit, current |
 /// |----------------|---------------|----------------|---------------|-----------------|
 /// | Empty          | FENCED        | PrepareAbort   | FENCED        | INVALID_STATE   |
+/// | PrepareCommit  | INVALID_STATE | CONCURRENT     | CONCURRENT    | CONCURRENT      |
+/// | PrepareAbort   | CONCURRENT    | CONCURRENT     | INVALID_STATE | CONCURRENT      |
 /// | CompleteAbort  | OK            | PrepareAbort   | INVALID_STATE | INVALID_STATE   |
 /// | CompleteCommit | INVALID_STATE | PrepareAbort   | OK            | INVALID_STATE   |
 ///
-/// (Ongoing and Prepare* as under version 1.) An abort from Empty or a completed state
+/// (Ongoing as under version 1.) In Prepare* the current epoch is the client's next
+/// transaction, answered to it when this end was prepared: its end waits until this one
+/// completes (an abort of records it never sent, say). An abort from Empty or a completed state
 /// ends a transaction the client is unsure it started: no partitions, started now.
 pub fn end_txn(
     meta: Option<&TxnMetadata>,
@@ -712,7 +716,9 @@ fn end_txn_v2(
     // than the state's is a producer this coordinator never gave it to.
     let valid_epoch = match cur.state {
         Ongoing | Empty | Dead | PrepareEpochFence => current,
-        PrepareCommit | PrepareAbort => retry_on_bump,
+        // The current epoch is the client's next transaction, whose end waits for this
+        // one's (below): the client was answered this epoch when this end was prepared.
+        PrepareCommit | PrepareAbort => retry_on_bump || current,
         CompleteCommit | CompleteAbort => retry_on_bump || retry_on_overflow || current,
     };
     let is_retry = retry_on_bump || retry_on_overflow;
@@ -728,6 +734,7 @@ fn end_txn_v2(
     let here = ProducerIdEpoch::new(cur.producer_id, cur.producer_epoch);
     match (cur.state, outcome) {
         (Ongoing, _) => prepare_v2_end(meta, prepare_state(outcome), false, now_ms, allocate),
+        (PrepareCommit | PrepareAbort, _) if current => Err(TxnError::ConcurrentTransactions),
         (CompleteCommit, TxnOutcome::Commit) | (CompleteAbort, TxnOutcome::Abort) if is_retry => {
             Ok(EndDecision::Done(here))
         }
@@ -1786,14 +1793,21 @@ mod tests {
         );
         apply(&mut m, transit);
 
-        // While the markers are written: a retry waits, the next epoch is no one's yet.
+        // While the markers are written: a retry waits, and so does the end of the next
+        // transaction (the client has epoch 1 already: an abort of records it never sent).
         assert_eq!(
             end_err(&m, e0, Commit, true),
             TxnError::ConcurrentTransactions
         );
         assert_eq!(end_err(&m, e0, Abort, true), TxnError::InvalidTxnState);
+        for outcome in [Commit, Abort] {
+            assert_eq!(
+                end_err(&m, ProducerIdEpoch::new(PID, 1), outcome, true),
+                TxnError::ConcurrentTransactions
+            );
+        }
         assert_eq!(
-            end_err(&m, ProducerIdEpoch::new(PID, 1), Commit, true),
+            end_err(&m, ProducerIdEpoch::new(PID, 2), Abort, true),
             TxnError::ProducerFenced
         );
 
