@@ -14,7 +14,7 @@
 //! transaction's pending offsets there are committed or dropped by the time the
 //! transaction coordinator hears of it.
 
-use super::txn_verify::{must_verify, opens_transaction};
+use super::txn_verify::must_verify;
 use super::Shard;
 use crate::group::OFFSETS_TOPIC;
 use crate::mesh::{
@@ -69,7 +69,7 @@ impl Shard {
                             self.config.txns.verify_partitions,
                         )
                     })
-                    .and_then(|_| opens_transaction(&log, &input.records))
+                    .and_then(|_| self.needs_verification(&input.tp, &log, &input.records))
                 {
                     Some(producer) => {
                         unverified.push((tickets.len(), log, producer));

@@ -16,7 +16,9 @@
 //! one: the marker under their own epoch ends the transaction before theirs, which a
 //! version 2 producer does not wait for); a batch is appended only if the guard it
 //! took is still there, synchronously with the check, and the guard goes when its last
-//! request is done. Only the first batches of a transaction in a partition are verified:
+//! request is done. Its holders append in the order they took it, each after the one
+//! before is done and only if that one appended (`Turn`): a pipelining producer's later
+//! batch must not land before an earlier one whose verification took longer. Only the first batches of a transaction in a partition are verified:
 //! once one is appended the producer's transaction is open there and later batches need
 //! no coordinator.
 //!
@@ -71,12 +73,60 @@ pub(crate) struct Guards {
     next: Cell<u64>,
 }
 
-/// One (partition, producer, epoch)'s guard: its token, how many requests hold it, and
-/// whether all of them run under transaction version 2.
+/// One (partition, producer, epoch)'s guard: its token, how many requests hold it,
+/// whether all of them run under transaction version 2, and the turn of the last one
+/// to take it.
 struct Guard {
     token: u64,
     holders: usize,
     version2: bool,
+    last: Rc<Step>,
+}
+
+/// Whether a holder's batch was appended, once it knows.
+#[derive(Default)]
+struct Step {
+    appended: Cell<Option<bool>>,
+    done: event_listener::Event,
+}
+
+/// A holder's place in the order of a guard's holders: the requests of a pipelining
+/// producer take it in the order they reach the partition, and each appends only after
+/// the one before it is done — and not at all if that one was refused — so that a later
+/// batch never lands before an earlier one whose verification took longer (Kafka reads
+/// one request of a connection at a time). Dropped unfinished, it counts as refused.
+pub(super) struct Turn {
+    mine: Rc<Step>,
+    previous: Option<Rc<Step>>,
+}
+
+impl Turn {
+    /// Waits until the holder before this one is done: whether it appended.
+    async fn previous_appended(&self) -> bool {
+        let Some(p) = &self.previous else {
+            return true;
+        };
+        loop {
+            let listener = p.done.listen();
+            if let Some(appended) = p.appended.get() {
+                return appended;
+            }
+            listener.await;
+        }
+    }
+
+    fn finish(&self, appended: bool) {
+        if self.mine.appended.get().is_none() {
+            self.mine.appended.set(Some(appended));
+            self.mine.done.notify(usize::MAX);
+        }
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        self.finish(false);
+    }
 }
 
 /// Whether a marker under `marker_epoch` voids a guard of batches under `guard_epoch`:
@@ -90,22 +140,29 @@ fn voids(guard_epoch: i16, version2: bool, marker_epoch: i16) -> bool {
 }
 
 impl Guards {
-    /// Takes the guard of `key`, shared with the requests holding it already.
-    fn take(&self, key: GuardKey, version2: bool) -> u64 {
+    /// Takes the guard of `key`, shared with the requests holding it already: its
+    /// token, and this holder's turn after them.
+    fn take(&self, key: GuardKey, version2: bool) -> (u64, Turn) {
         let mut live = self.live.borrow_mut();
-        let guard = live.entry(key).or_insert_with(|| {
-            let token = self.next.get() + 1;
-            self.next.set(token);
-            Guard {
-                token,
-                holders: 0,
-                version2,
-            }
-        });
+        let mine = Rc::new(Step::default());
+        let mut previous = None;
+        let guard = live
+            .entry(key)
+            .and_modify(|g| previous = Some(std::mem::replace(&mut g.last, mine.clone())))
+            .or_insert_with(|| {
+                let token = self.next.get() + 1;
+                self.next.set(token);
+                Guard {
+                    token,
+                    holders: 0,
+                    version2,
+                    last: mine.clone(),
+                }
+            });
         guard.holders += 1;
         // A version 1 holder makes it void under its own epoch's marker too.
         guard.version2 &= version2;
-        guard.token
+        (guard.token, Turn { mine, previous })
     }
 
     /// Removes the guards of `producer_id` in `tp` that a marker under `epoch` voids.
@@ -130,18 +187,35 @@ impl Guards {
     }
 }
 
-/// The producer id and epoch of `records` if it is a transactional batch that would open
-/// its producer's transaction in `log` (none open there yet under its epoch).
-pub(super) fn opens_transaction(log: &Partition, records: &[u8]) -> Option<ProducerIdEpoch> {
-    let h = BatchHeader::parse(records).ok()?;
-    let opens = h.is_transactional()
-        && !h.is_control()
-        && h.producer_id >= 0
-        && log
+impl Shard {
+    /// The producer id and epoch of `records` if it is a transactional batch that must
+    /// go through the coordinator's check: one that would open its producer's
+    /// transaction in `log` (none open there yet under its epoch), or one that follows
+    /// batches of that producer still being checked there (it takes its turn after
+    /// them, `Turn`).
+    pub(super) fn needs_verification(
+        &self,
+        tp: &TopicPartition,
+        log: &Partition,
+        records: &[u8],
+    ) -> Option<ProducerIdEpoch> {
+        let h = BatchHeader::parse(records).ok()?;
+        if !h.is_transactional() || h.is_control() || h.producer_id < 0 {
+            return None;
+        }
+        let opens = log
             .log()
             .open_transaction(h.producer_id, h.producer_epoch)
             .is_none();
-    opens.then(|| ProducerIdEpoch::new(h.producer_id, h.producer_epoch))
+        let behind = || {
+            self.txn_guards.live.borrow().contains_key(&(
+                tp.clone(),
+                h.producer_id,
+                h.producer_epoch,
+            ))
+        };
+        (opens || behind()).then(|| ProducerIdEpoch::new(h.producer_id, h.producer_epoch))
+    }
 }
 
 /// Whether a transactional write of a request under `mode` is checked with the
@@ -199,7 +273,7 @@ impl Shard {
             let answers = self
                 .verify(&txn.transactional_id, producer, &partitions, mode)
                 .await;
-            for ((i, log), token) in batches.into_iter().zip(guards) {
+            for ((i, log), (token, turn)) in batches.into_iter().zip(guards) {
                 let tp = &inputs[i].tp;
                 let key = (tp.topic.to_string(), tp.partition);
                 let verdict = match &answers {
@@ -210,11 +284,17 @@ impl Shard {
                         None => Err(TxnError::UnknownServerError),
                     },
                 };
+                // An earlier request's batch refused: this one, of later sequences, may
+                // not go first; the producer sends both again (retriable).
+                let in_order = turn.previous_appended().await;
                 let held = self
                     .txn_guards
                     .release(&(tp.clone(), producer_id, epoch), token);
                 let r = match verdict {
                     Err(e) => Err(PartitionError::Unverified(mode.error_for_producer(e))),
+                    Ok(()) if !in_order => {
+                        Err(PartitionError::Unverified(TxnError::ConcurrentTransactions))
+                    }
                     Ok(()) if !held => Err(PartitionError::Unverified(TxnError::InvalidTxnState)),
                     Ok(()) if !log.is_leader() => Err(PartitionError::NotLeaderOrFollower),
                     Ok(()) => log
@@ -222,6 +302,7 @@ impl Shard {
                         .map(|t| (log.clone(), t))
                         .map_err(PartitionError::from),
                 };
+                turn.finish(r.is_ok());
                 out.push((i, r));
             }
         }
@@ -256,7 +337,9 @@ impl Shard {
                     !mode.verify_only(),
                 )
             });
-        if let Some(token) = token {
+        // One TxnOffsetCommit at a time per producer (the client waits for each), so its
+        // turn is not waited on.
+        if let Some((token, _turn)) = token {
             let asked = BTreeSet::from([(OFFSETS_TOPIC.to_string(), partition)]);
             let verdict = self
                 .verify(&req.transactional_id, producer, &asked, mode)
@@ -454,8 +537,8 @@ mod tests {
     #[test]
     fn pipelined_requests_share_one_guard_until_the_last_is_done() {
         let g = Guards::default();
-        let a = g.take(key(0), false);
-        let b = g.take(key(0), false);
+        let (a, _) = g.take(key(0), false);
+        let (b, _) = g.take(key(0), false);
         assert_eq!(a, b, "a second request in flight takes the same guard");
         assert!(g.release(&key(0), a), "the first holds");
         assert!(
@@ -463,21 +546,21 @@ mod tests {
             "so does the second: nothing ended meanwhile"
         );
         assert!(g.live.borrow().is_empty(), "the last holder removes it");
-        let c = g.take(key(0), false);
+        let (c, _) = g.take(key(0), false);
         assert_ne!(c, a, "a later verification gets a new guard");
     }
 
     #[test]
     fn a_marker_voids_every_holder() {
         let g = Guards::default();
-        let a = g.take(key(1), false);
-        let b = g.take(key(1), false);
+        let (a, _) = g.take(key(1), false);
+        let (b, _) = g.take(key(1), false);
         // The transaction ended (a version 1 marker under the batches' epoch).
         g.void(&tp(1), 7, 3);
         assert!(!g.release(&key(1), a));
         assert!(!g.release(&key(1), b));
         // A new guard after the marker is not the old one.
-        let c = g.take(key(1), false);
+        let (c, _) = g.take(key(1), false);
         assert!(
             !g.release(&key(1), a),
             "an old token never matches a new guard"
@@ -488,7 +571,7 @@ mod tests {
     #[test]
     fn under_version_2_only_a_marker_under_a_later_epoch_voids() {
         let g = Guards::default();
-        let a = g.take(key(2), true);
+        let (a, _) = g.take(key(2), true);
         // The last transaction's marker, under the epoch its end bumped to: the one the
         // batches of the next transaction carry.
         g.void(&tp(2), 7, 3);
@@ -496,15 +579,30 @@ mod tests {
         g.void(&tp(1), 7, 9);
         g.void(&tp(2), 8, 9);
         assert!(g.release(&key(2), a), "the next transaction's guard holds");
-        let b = g.take(key(2), true);
+        let (b, _) = g.take(key(2), true);
         // The end of the verified transaction itself bumps again.
         g.void(&tp(2), 7, 4);
         assert!(!g.release(&key(2), b));
         // A version 1 holder sharing the guard makes its own epoch's marker void it.
-        let c = g.take(key(2), true);
-        let d = g.take(key(2), false);
+        let (c, _) = g.take(key(2), true);
+        let (d, _) = g.take(key(2), false);
         g.void(&tp(2), 7, 3);
         assert!(!g.release(&key(2), c) && !g.release(&key(2), d));
+    }
+
+    #[test]
+    fn holders_append_in_the_order_they_took_the_guard() {
+        let g = Guards::default();
+        let (_, first) = g.take(key(3), true);
+        let (_, second) = g.take(key(3), true);
+        let (_, third) = g.take(key(3), true);
+        assert!(futures::executor::block_on(first.previous_appended()));
+        first.finish(true);
+        assert!(futures::executor::block_on(second.previous_appended()));
+        // The second is dropped unfinished (its request went away): refused, so the
+        // third, of later sequences, may not append either.
+        drop(second);
+        assert!(!futures::executor::block_on(third.previous_appended()));
     }
 
     #[test]
