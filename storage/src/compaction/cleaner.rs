@@ -376,7 +376,6 @@ pub async fn clean(
                 &log.files(),
                 &group,
                 config.index_interval_bytes,
-                now_ms,
                 &keep,
                 &markers,
                 crash,
@@ -436,6 +435,7 @@ struct MarkerKeeper<'a> {
     /// Whether markers may go in this round at all.
     may_remove: bool,
     delete_horizon: i64,
+    /// The pass's clock (also the rewrite's: a new segment's delete horizon starts here).
     now_ms: i64,
     /// Producers with a transactional record kept since their last marker.
     holding: std::cell::RefCell<std::collections::HashSet<i64>>,
@@ -618,11 +618,11 @@ async fn rewrite_group(
     files: &Rc<FileCache>,
     group: &[&SealedSegment],
     index_interval_bytes: u32,
-    now_ms: i64,
     keep: &impl Fn(&BatchHeader, i64, Option<&[u8]>, bool, Option<i64>) -> bool,
     markers: &MarkerKeeper<'_>,
     crash: Option<CrashPoint>,
 ) -> Result<Option<Rewritten>, StorageError> {
+    let now_ms = markers.now_ms;
     let (Some(first), Some(last)) = (group.first(), group.last()) else {
         return Ok(None);
     };
