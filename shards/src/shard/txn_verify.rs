@@ -58,11 +58,6 @@ use std::rc::Rc;
 /// knows.
 const VERIFY_VERSION: i16 = 4;
 
-/// How long a CONCURRENT_TRANSACTIONS answer waits before the coordinator is asked
-/// again, and for how long in all (`Shard::verify`).
-const CONCURRENT_RETRY_BACKOFF: std::time::Duration = std::time::Duration::from_millis(20);
-const CONCURRENT_RETRY_MAX: std::time::Duration = std::time::Duration::from_millis(100);
-
 /// A guard's key: the partition, the producer id and the epoch of the batches verified.
 type GuardKey = (TopicPartition, i64, i16);
 
@@ -377,41 +372,9 @@ impl Shard {
     /// it says whether they are in the ongoing transaction. Per partition `None` if
     /// they are (now).
     ///
-    /// CONCURRENT_TRANSACTIONS is asked again here for a short while (Kafka's
-    /// `add.partitions.to.txn.retry.backoff.ms` and `...backoff.max.ms`, 20 and 100 ms):
-    /// under version 2 a producer starts its next transaction as soon as its end is
-    /// answered, usually while the markers of the last one are still being written, and
-    /// sending it back to retry costs it its own backoff (100 ms by default) each time.
+    /// CONCURRENT_TRANSACTIONS comes back only after the coordinator waited for the
+    /// transition in the way (`TxnCoordinator::until_settled`); the producer retries.
     async fn verify(
-        &self,
-        transactional_id: &str,
-        producer: ProducerIdEpoch,
-        partitions: &BTreeSet<TxnPartition>,
-        mode: VerifyMode,
-    ) -> Result<BTreeMap<TxnPartition, Option<TxnError>>, TxnError> {
-        let started = std::time::Instant::now();
-        loop {
-            let answer = self
-                .ask_once(transactional_id, producer, partitions, mode)
-                .await;
-            let concurrent = match &answer {
-                Err(e) => *e == TxnError::ConcurrentTransactions,
-                // A remote coordinator answers per partition.
-                Ok(m) => m
-                    .values()
-                    .any(|e| *e == Some(TxnError::ConcurrentTransactions)),
-            };
-            let retry =
-                concurrent && started.elapsed() + CONCURRENT_RETRY_BACKOFF <= CONCURRENT_RETRY_MAX;
-            if !retry {
-                return answer;
-            }
-            glommio::timer::sleep(CONCURRENT_RETRY_BACKOFF).await;
-        }
-    }
-
-    /// One question of [`Self::verify`].
-    async fn ask_once(
         &self,
         transactional_id: &str,
         producer: ProducerIdEpoch,

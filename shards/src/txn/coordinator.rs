@@ -314,12 +314,14 @@ impl TxnCoordinator {
                 producer,
                 partitions,
                 mode: AddMode::Verify,
-            } => TxnAnswer::Verified(self.serving(self.partition_of(&transactional_id)).and_then(
-                |_| {
+            } => TxnAnswer::Verified(
+                self.until_settled(|| async {
+                    self.serving(self.partition_of(&transactional_id))?;
                     let txns = self.txns.borrow();
                     rules::verify_partitions(txns.get(&transactional_id), producer, &partitions)
-                },
-            )),
+                })
+                .await,
+            ),
             TxnOp::AddPartitions {
                 transactional_id,
                 producer,
@@ -443,46 +445,54 @@ impl TxnCoordinator {
         }
     }
 
-    /// Adds partitions as `decide` says. An add refused CONCURRENT_TRANSACTIONS — the
-    /// id's last transaction still ending (its markers being written), or another
-    /// transition being written — is decided again as each transition ends, for up to
-    /// [`ADD_WAITS_FOR_END`], before the refusal goes back: a producer starts its next
+    /// Runs `decide` until it is not refused CONCURRENT_TRANSACTIONS — the id's last
+    /// transaction still ending (its markers being written), or another transition being
+    /// written — deciding again as each transition ends, for up to
+    /// [`ADD_WAITS_FOR_END`], before the refusal goes back. A producer starts its next
     /// transaction as soon as its end is answered, and under transaction version 2 its
     /// first produce arrives while the markers are still being written, which would
-    /// otherwise cost it a retry after a backoff (Kafka's partition leaders wait 20 ms
-    /// between such retries).
+    /// otherwise cost it a retry after a client backoff (Kafka's partition leaders retry
+    /// such adds every 20 ms).
+    async fn until_settled<T, F, Fut>(&self, mut decide: F) -> Result<T, TxnError>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Result<T, TxnError>>,
+    {
+        let deadline = std::time::Instant::now() + ADD_WAITS_FOR_END;
+        loop {
+            // Listening before deciding: an end applied in between still wakes this.
+            let settled = self.settled.listen();
+            let decided = decide().await;
+            let now = std::time::Instant::now();
+            match decided {
+                Err(TxnError::ConcurrentTransactions) if now < deadline => {
+                    let timeout = async {
+                        glommio::timer::sleep(deadline - now).await;
+                    };
+                    futures_lite::future::or(settled, timeout).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Adds partitions as `decide` says, once no other transition of the id is in the
+    /// way (`until_settled`).
     async fn add(
         &self,
         id: &str,
         decide: impl Fn(Option<&TxnMetadata>, i64) -> Result<AddDecision, TxnError>,
     ) -> Result<(), TxnError> {
-        let deadline = std::time::Instant::now() + ADD_WAITS_FOR_END;
-        loop {
-            // Listening before deciding: an end applied in between still wakes this.
-            let settled = self.settled.listen();
-            self.serving(self.partition_of(id))?;
-            let decision = {
+        let decision = self
+            .until_settled(|| async {
+                self.serving(self.partition_of(id))?;
                 let txns = self.txns.borrow();
                 decide(txns.get(id), now_ms())
-            };
-            let decision = match decision {
-                Err(TxnError::ConcurrentTransactions) => {
-                    let now = std::time::Instant::now();
-                    if now >= deadline {
-                        return Err(TxnError::ConcurrentTransactions);
-                    }
-                    let timeout = async {
-                        glommio::timer::sleep(deadline - now).await;
-                    };
-                    futures_lite::future::or(settled, timeout).await;
-                    continue;
-                }
-                other => other?,
-            };
-            return match decision {
-                AddDecision::AlreadyAdded => Ok(()),
-                AddDecision::Prepare(t) => self.transition(id, t).await,
-            };
+            })
+            .await?;
+        match decision {
+            AddDecision::AlreadyAdded => Ok(()),
+            AddDecision::Prepare(t) => self.transition(id, t).await,
         }
     }
 
@@ -494,28 +504,16 @@ impl TxnCoordinator {
         tv2: bool,
     ) -> Result<ProducerIdEpoch, TxnError> {
         let partition = self.partition_of(&id);
-        // As an add does (`add`): an end refused because the last one is still being
-        // completed is decided again as transitions end, for a short while.
-        let deadline = std::time::Instant::now() + ADD_WAITS_FOR_END;
-        let decision = loop {
-            let settled = self.settled.listen();
-            let decided = self
-                .decide_with_id(partition, |allocate| {
+        // As an add does: an end refused because the last one is still being completed
+        // waits for it.
+        let decision = self
+            .until_settled(|| {
+                self.decide_with_id(partition, |allocate| {
                     let txns = self.txns.borrow();
                     rules::end_txn(txns.get(&id), producer, outcome, tv2, now_ms(), allocate)
                 })
-                .await;
-            let now = std::time::Instant::now();
-            match decided {
-                Err(TxnError::ConcurrentTransactions) if now < deadline => {
-                    let timeout = async {
-                        glommio::timer::sleep(deadline - now).await;
-                    };
-                    futures_lite::future::or(settled, timeout).await;
-                }
-                other => break other?,
-            }
-        };
+            })
+            .await?;
         match decision {
             EndDecision::Done(answer) => Ok(answer),
             EndDecision::Prepare { transit, answer } => {
