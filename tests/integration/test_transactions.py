@@ -13,6 +13,8 @@ read_committed consumers (confluent-kafka):
 - DescribeTransactions and ListTransactions report what the coordinator holds;
 - a transactional batch opens a transaction in a partition only if the coordinator has
   the partition in the producer's transaction (KIP-890 part 1);
+- a version 2 commit that overtakes its batch (the Java producer's race) is told to
+  retry, and commits the batch once it is written;
 - on three brokers, markers reach partitions other brokers lead, and a transaction left
   open when its coordinator is killed is aborted by the next coordinator, with
   read_committed consumers seeing exactly the committed records.
@@ -305,6 +307,69 @@ def test_a_batch_opens_a_transaction_only_in_a_partition_the_coordinator_added(b
     assert raw_txn_produce(broker.bootstrap, "nobody", topic, 1, 424242, 0) == 49
     assert end_offset(broker.bootstrap, topic, 1) == 0
     assert lso(broker.bootstrap, topic) == 0, "partition 0's transaction is open"
+
+
+def raw_init_v5(bootstrap: str, txn_id: str) -> tuple[int, int]:
+    """InitProducerId v5 (flexible; a transaction version 2 client) -> (id, epoch)."""
+    body = W.compact_string(txn_id) + W.i32(60_000) + W.i64(-1) + W.i16(-1) + W.tags()
+    r = W.flex_roundtrip(bootstrap, 22, 5, body)
+    r.i32()
+    code, pid, epoch = r.i16(), r.i64(), r.i16()
+    assert code == 0, f"InitProducerId: error {code}"
+    return pid, epoch
+
+
+def raw_end_v5(bootstrap: str, txn_id: str, pid: int, epoch: int,
+               commit: bool) -> tuple[int, int, int]:
+    """EndTxn v5 (transaction version 2) -> (error code, producer id, epoch to go on with)."""
+    body = (W.compact_string(txn_id) + W.i64(pid) + W.i16(epoch) + W.i8(1 if commit else 0)
+            + W.tags())
+    r = W.flex_roundtrip(bootstrap, 26, 5, body)
+    r.i32()
+    return r.i16(), r.i64(), r.i16()
+
+
+def raw_txn_produce_v12(bootstrap: str, txn_id: str, topic: str, partition: int, pid: int,
+                        epoch: int, seq: int = 0) -> int:
+    """A transactional batch in Produce v12, whose leader adds the partition to the
+    transaction itself (transaction version 2) -> its error code."""
+    now = int(time.time() * 1000)
+    batch = W.record_batch([(None, f"{pid}-{epoch}-{seq}".encode(), [], now)], now,
+                           producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                           attributes=0x10)
+    part = W.i32(partition) + W.uvarint(len(batch) + 1) + batch + W.tags()
+    body = (W.compact_string(txn_id) + W.i16(-1) + W.i32(30_000)
+            + W.c_array([W.compact_string(topic) + W.c_array([part]) + W.tags()]) + W.tags())
+    r = W.flex_roundtrip(bootstrap, 0, 12, body)
+    assert r.c_len() == 1 and r.c_string() == topic
+    assert r.c_len() == 1 and r.i32() == partition
+    return r.i16()
+
+
+def test_a_version_2_commit_that_overtakes_its_batch_is_told_to_retry(broker):
+    """The Java producer under transaction version 2 can send EndTxn before the produce
+    of the batch it just appended (its sender reads "no incomplete batches" just before
+    the application's send and commit). The commit is then one of a transaction nothing
+    was added to yet: CONCURRENT_TRANSACTIONS, so the client sends it again once its
+    batch is answered, and the record is committed (Kafka answers INVALID_TXN_STATE,
+    fatal to the producer). The commit is never decided before the batch's append."""
+    topic, txn_id = "txn-early-commit", "txn-early-commit-1"
+    create(broker.bootstrap, topic)
+    find_txn_coordinator(broker.bootstrap, txn_id)
+    pid, epoch = raw_init_v5(broker.bootstrap, txn_id)
+    assert raw_end_v5(broker.bootstrap, txn_id, pid, epoch, True)[0] == 51, \
+        "the commit came first: CONCURRENT_TRANSACTIONS"
+    assert raw_txn_produce_v12(broker.bootstrap, txn_id, topic, 0, pid, epoch) == 0
+    assert raw_end_v5(broker.bootstrap, txn_id, pid, epoch, True) == (0, pid, epoch + 1)
+    assert read_values(broker.bootstrap, topic, "read_committed", expect=1) == \
+        [f"{pid}-{epoch}-0".encode()]
+    # The next transaction's commit overtakes its batch too; the batch then fails (say)
+    # and the client aborts instead: nothing of it is ever read.
+    assert raw_end_v5(broker.bootstrap, txn_id, pid, epoch + 1, True)[0] == 51
+    assert raw_end_v5(broker.bootstrap, txn_id, pid, epoch + 1, False) == (0, pid, epoch + 2)
+    assert raw_txn_produce_v12(broker.bootstrap, txn_id, topic, 0, pid, epoch + 1, 1) in (47, 90), \
+        "a batch of the aborted epoch is fenced"
+    assert lso(broker.bootstrap, topic) == end_offset(broker.bootstrap, topic), "nothing open"
 
 
 # ---------------------------------------------------------------------------------------

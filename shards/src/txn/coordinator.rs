@@ -516,6 +516,7 @@ impl TxnCoordinator {
             .await?;
         match decision {
             EndDecision::Done(answer) => Ok(answer),
+            EndDecision::BatchesPending => Err(TxnError::ConcurrentTransactions),
             EndDecision::Prepare { transit, answer } => {
                 self.transition(&id, transit).await?;
                 self.finish_later(id);

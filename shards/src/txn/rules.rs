@@ -594,6 +594,11 @@ pub enum EndDecision {
         transit: Transit,
         answer: ProducerIdEpoch,
     },
+    /// A version 2 commit that came before its transaction's first add (EARLY in
+    /// `end_txn`'s table): answer CONCURRENT_TRANSACTIONS now, without waiting for the
+    /// add — the commit has to follow the append of the batch that adds, which only the
+    /// client's retry, sent once its batches are answered, ensures.
+    BatchesPending,
 }
 
 /// EndTxn from a client. `tv2`: the client uses transaction version 2 (EndTxn v5+,
@@ -617,16 +622,33 @@ pub enum EndDecision {
 ///
 /// | state          | Abort, retry  | Abort, current | Commit, retry | Commit, current |
 /// |----------------|---------------|----------------|---------------|-----------------|
-/// | Empty          | FENCED        | PrepareAbort   | FENCED        | INVALID_STATE   |
+/// | Empty          | FENCED        | PrepareAbort   | FENCED        | EARLY           |
 /// | PrepareCommit  | INVALID_STATE | CONCURRENT     | CONCURRENT    | CONCURRENT      |
-/// | PrepareAbort   | CONCURRENT    | CONCURRENT     | INVALID_STATE | CONCURRENT      |
-/// | CompleteAbort  | OK            | PrepareAbort   | INVALID_STATE | INVALID_STATE   |
-/// | CompleteCommit | INVALID_STATE | PrepareAbort   | OK            | INVALID_STATE   |
+/// | PrepareAbort   | CONCURRENT    | CONCURRENT     | CONCURRENT    | CONCURRENT      |
+/// | CompleteAbort  | OK            | PrepareAbort   | FENCED        | EARLY           |
+/// | CompleteCommit | INVALID_STATE | PrepareAbort   | OK            | EARLY           |
 ///
 /// (Ongoing as under version 1.) In Prepare* the current epoch is the client's next
 /// transaction, answered to it when this end was prepared: its end waits until this one
 /// completes (an abort of records it never sent, say). An abort from Empty or a completed state
 /// ends a transaction the client is unsure it started: no partitions, started now.
+///
+/// A commit under a retry epoch in an abort is one that crossed the coordinator's own
+/// abort of a timed out transaction (KAFKA-20785): the client is fenced, which it
+/// recovers from (Kafka Streams rebalances), rather than told INVALID_TXN_STATE, which is
+/// fatal to it; in PrepareAbort it waits for the abort to complete first, as Kafka's
+/// pending completion makes it.
+///
+/// EARLY (`EndDecision::BatchesPending`): a commit under the current epoch of a
+/// transaction nothing was added to yet. The Java producer sends it when its sender
+/// thread reads "no incomplete batches" just before the application appends a record and
+/// commits (`nextRequest(accumulator.hasIncomplete())` is not atomic): the EndTxn goes
+/// out first and the batch, whose produce adds the partition, right after. Kafka answers
+/// INVALID_TXN_STATE, which is fatal to the producer; here the client is told
+/// CONCURRENT_TRANSACTIONS and sends the commit again once its batches are answered —
+/// so the commit is decided after their append, never before it. A transaction with
+/// nothing added within its timeout of its last transition is not waiting for a batch:
+/// INVALID_TXN_STATE then, as Kafka.
 pub fn end_txn(
     meta: Option<&TxnMetadata>,
     producer: ProducerIdEpoch,
@@ -739,8 +761,18 @@ fn end_txn_v2(
             Ok(EndDecision::Done(here))
         }
         (CompleteCommit, TxnOutcome::Abort) if is_retry => Err(TxnError::InvalidTxnState),
+        (PrepareAbort, TxnOutcome::Commit) => Err(TxnError::ConcurrentTransactions),
+        (CompleteAbort, TxnOutcome::Commit) if is_retry => Err(TxnError::ProducerFenced),
         (Empty | CompleteCommit | CompleteAbort, TxnOutcome::Abort) => {
             prepare_v2_end(meta, PrepareAbort, true, now_ms, allocate)
+        }
+        (Empty | CompleteCommit | CompleteAbort, TxnOutcome::Commit) => {
+            debug_assert!(current);
+            if now_ms.saturating_sub(cur.update_ms) <= i64::from(cur.timeout_ms) {
+                Ok(EndDecision::BatchesPending)
+            } else {
+                Err(TxnError::InvalidTxnState)
+            }
         }
         (Dead | PrepareEpochFence, _) => Err(TxnError::UnknownServerError),
         (state, _) => Err(refuse_end(state, outcome)),
@@ -1822,9 +1854,24 @@ mod tests {
             Ok(EndDecision::Done(e1))
         );
         assert_eq!(end_err(&m, e0, Abort, true), TxnError::InvalidTxnState);
-        // The current epoch is the next end: a commit of nothing is refused, an abort is
-        // allowed (with no partitions).
-        assert_eq!(end_err(&m, e1, Commit, true), TxnError::InvalidTxnState);
+        // The current epoch is the next end. A commit of nothing is one that overtook its
+        // batch: told to come again (at once, not waited on), and refused once the
+        // transaction's timeout has passed with nothing added; an abort is allowed (with
+        // no partitions).
+        assert_eq!(
+            end_txn(Some(&m), e1, Commit, true, 40, never()),
+            Ok(EndDecision::BatchesPending)
+        );
+        let late = 30 + i64::from(TIMEOUT);
+        assert_eq!(
+            end_txn(Some(&m), e1, Commit, true, late, never()),
+            Ok(EndDecision::BatchesPending),
+            "exactly the timeout after the completion"
+        );
+        assert_eq!(
+            end_txn(Some(&m), e1, Commit, true, late + 1, never()),
+            Err(TxnError::InvalidTxnState)
+        );
         assert_eq!(
             end_err(&m, ProducerIdEpoch::new(PID, 2), Abort, true),
             TxnError::ProducerFenced
@@ -1839,17 +1886,26 @@ mod tests {
         assert_eq!(transit.start_ms, 50, "started now: it had no start");
         assert_eq!(answer, ProducerIdEpoch::new(PID, 2));
         apply(&mut m, transit);
+        assert_eq!(
+            end_err(&m, e1, Commit, true),
+            TxnError::ConcurrentTransactions,
+            "a commit crossing an abort waits for it to complete (then it is fenced)"
+        );
         let done = complete_end(&m, 50).unwrap();
         apply(&mut m, done);
         let e2 = producer(&m);
 
-        // CompleteAbort: the retry is OK, a commit is refused either way.
+        // CompleteAbort: the retry is OK; a commit under the epoch before crossed the
+        // abort (fenced, KAFKA-20785), one under the current epoch overtook its batch.
         assert_eq!(
             end_txn(Some(&m), e1, Abort, true, 60, never()),
             Ok(EndDecision::Done(e2))
         );
-        assert_eq!(end_err(&m, e1, Commit, true), TxnError::InvalidTxnState);
-        assert_eq!(end_err(&m, e2, Commit, true), TxnError::InvalidTxnState);
+        assert_eq!(end_err(&m, e1, Commit, true), TxnError::ProducerFenced);
+        assert_eq!(
+            end_txn(Some(&m), e2, Commit, true, 60, never()),
+            Ok(EndDecision::BatchesPending)
+        );
         assert!(matches!(
             end_txn(Some(&m), e2, Abort, true, 60, never()),
             Ok(EndDecision::Prepare { .. })
@@ -1864,7 +1920,14 @@ mod tests {
             TxnError::ProducerFenced,
             "no retry from Empty"
         );
-        assert_eq!(end_err(&m, e3, Commit, true), TxnError::InvalidTxnState);
+        assert_eq!(
+            end_txn(Some(&m), e3, Commit, true, 75, never()),
+            Ok(EndDecision::BatchesPending)
+        );
+        assert_eq!(
+            end_txn(Some(&m), e3, Commit, true, 71 + i64::from(TIMEOUT), never()),
+            Err(TxnError::InvalidTxnState)
+        );
         let EndDecision::Prepare { transit, .. } =
             end_txn(Some(&m), e3, Abort, true, 80, never()).unwrap()
         else {
@@ -2000,7 +2063,8 @@ mod tests {
             end_txn(Some(&m), old, Abort, true, now + 1, never()),
             Ok(EndDecision::Done(ProducerIdEpoch::new(NEXT_PID, 0)))
         );
-        assert_eq!(end_err(&m, old, Commit, true), TxnError::InvalidTxnState);
+        // Its commit crossed the abort: fenced (KAFKA-20785).
+        assert_eq!(end_err(&m, old, Commit, true), TxnError::ProducerFenced);
     }
 
     #[test]
