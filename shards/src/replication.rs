@@ -257,7 +257,12 @@ impl Shard {
         let name = format!("{CHECKPOINT_PREFIX}{}", self.id);
         glommio::executor()
             .spawn_blocking(move || {
-                corelog_storage::checkpoint::replace_file(&dir, &name, text.as_bytes())
+                corelog_storage::checkpoint::replace_file(
+                    &corelog_storage::fs::KernelFs,
+                    &dir,
+                    &name,
+                    text.as_bytes(),
+                )
             })
             .await?;
         *written = marks;

@@ -90,5 +90,6 @@ pub fn storage_context(open_files: usize, data_dir: &Arc<DataDir>) -> corelog_st
             data_dir: data_dir.clone(),
         }),
         files: corelog_storage::FileCache::with_faults(open_files, data_dir.faults().cloned()),
+        runtime: corelog_storage::runtime::Runtime::Glommio,
     }
 }

@@ -20,12 +20,12 @@
 //! time; readers and recovery stop at the logical end (see `recovery.rs`).
 
 use crate::file_cache::SegmentFile;
+use crate::segment_io::OpenFile;
 use bytes::Bytes;
-use glommio::io::DmaFile;
 
 /// The block size direct I/O to `file` must align to (at least 4 KiB, the page size).
-pub fn alignment_of(file: &DmaFile) -> u64 {
-    file.alignment().max(4096)
+pub fn alignment_of(file: &OpenFile) -> u64 {
+    file.alignment()
 }
 
 pub struct AlignedAppender {
@@ -103,7 +103,7 @@ impl AlignedAppender {
         let len = self.tail.len() + self.parts_len as usize;
         let padded = (len as u64).div_ceil(self.alignment) * self.alignment;
         let file = self.file.open().await?;
-        let mut dma = file.alloc_dma_buffer(padded as usize);
+        let mut dma = file.alloc_buffer(padded as usize);
         let out = dma.as_bytes_mut();
         let mut at = self.tail.len();
         out[..at].copy_from_slice(&self.tail);
@@ -171,7 +171,7 @@ mod tests {
             let path = dir.path().join("0.log");
             let file = SegmentFile::new(&cache, path.clone(), Access::Create);
             let f = file.open().await.expect("open");
-            f.pre_allocate(1 << 20, false).await.expect("fallocate");
+            f.pre_allocate(1 << 20).await.expect("fallocate");
             let alignment = alignment_of(&f);
             drop(f);
             let mut a = AlignedAppender::resume(file.clone(), alignment, 0, Vec::new());

@@ -412,7 +412,7 @@ fn walk<'a>(
 
         // Increasing deltas keep offsets unique and ordered, which the cleaner's "latest
         // offset per key" relies on; the bound keeps them inside the batch's span.
-        let in_order = previous_delta.map_or(true, |p| fields.offset_delta > p);
+        let in_order = previous_delta.is_none_or(|p| fields.offset_delta > p);
         if fields.offset_delta < 0 || fields.offset_delta > header.last_offset_delta || !in_order {
             return Err(BatchError::InvalidRecord(
                 "record offset deltas are not increasing within lastOffsetDelta",

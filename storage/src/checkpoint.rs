@@ -6,7 +6,7 @@
 //! directory is synced before the write counts as done.
 
 use super::error::StorageError;
-use std::io::Write;
+use crate::fs::Fs;
 use std::path::Path;
 
 /// The log cleaner's checkpoint: the first offset not yet compacted. Named here, not in
@@ -15,9 +15,9 @@ use std::path::Path;
 pub const CLEANER_CHECKPOINT: &str = "cleaner-offset-checkpoint";
 
 /// The offset stored in `dir/name`, or `None` if the file does not exist.
-pub fn read(dir: &Path, name: &str) -> Result<Option<i64>, StorageError> {
+pub fn read(fs: &dyn Fs, dir: &Path, name: &str) -> Result<Option<i64>, StorageError> {
     let path = dir.join(name);
-    match std::fs::read_to_string(&path) {
+    match fs.read_to_string(&path) {
         Ok(text) => decode(&text)
             .map(Some)
             .map_err(|e| StorageError::new(path.display(), format!("bad checkpoint file: {e}"))),
@@ -31,22 +31,24 @@ pub fn decode(text: &str) -> Result<i64, std::num::ParseIntError> {
     text.trim().parse::<i64>()
 }
 
-/// Replaces `dir/name` with `offset`. Blocking; run it off the reactor.
-pub fn write(dir: &Path, name: &str, offset: i64) -> std::io::Result<()> {
-    replace_file(dir, name, format!("{offset}\n").as_bytes())
+/// Replaces `dir/name` with `offset`. Blocking on the kernel's file system; run it off
+/// the reactor (`Disk::run`).
+pub fn write(fs: &dyn Fs, dir: &Path, name: &str, offset: i64) -> std::io::Result<()> {
+    replace_file(fs, dir, name, format!("{offset}\n").as_bytes())
 }
 
 /// Replaces `dir/name` with `bytes` atomically: a temporary `name.tmp` is written and
 /// synced, renamed over `name`, and the directory synced, so a crash leaves the old file
-/// or the new one, never a torn one. Blocking; run it off the reactor.
-pub fn replace_file(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+/// or the new one, never a torn one. Blocking on the kernel's file system; run it off
+/// the reactor (`Disk::run`).
+pub fn replace_file(fs: &dyn Fs, dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(bytes)?;
+    let mut f = fs.create(&tmp)?;
+    f.write_all_at(bytes, 0)?;
     f.sync_all()?;
     drop(f);
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir)?.sync_all()
+    fs.rename(&tmp, &dir.join(name))?;
+    fs.sync_dir(dir)
 }
 
 #[cfg(test)]
@@ -54,10 +56,11 @@ mod tests {
     #[test]
     fn round_trips_and_rejects_garbage() {
         let dir = tempfile::tempdir().expect("tempdir");
-        assert_eq!(super::read(dir.path(), "x").expect("read"), None);
-        super::write(dir.path(), "x", 4711).expect("write");
-        assert_eq!(super::read(dir.path(), "x").expect("read"), Some(4711));
+        let fs = &crate::fs::KernelFs;
+        assert_eq!(super::read(fs, dir.path(), "x").expect("read"), None);
+        super::write(fs, dir.path(), "x", 4711).expect("write");
+        assert_eq!(super::read(fs, dir.path(), "x").expect("read"), Some(4711));
         std::fs::write(dir.path().join("y"), "four").expect("write");
-        assert!(super::read(dir.path(), "y").is_err());
+        assert!(super::read(fs, dir.path(), "y").is_err());
     }
 }

@@ -8,6 +8,7 @@
 //! Latencies are measured on the monotonic clock (`Instant`) and reported, not kept.
 
 use crate::file_cache::FileCache;
+use crate::runtime::Runtime;
 use std::rc::Rc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -60,13 +61,16 @@ impl Observer for NoObserver {
     fn duplicate_batch(&self) {}
 }
 
-/// The clock, observer and open-file cache every log of one owner shares.
+/// The clocks, observer, open-file cache and task spawner every log of one owner shares.
 #[derive(Clone)]
 pub struct LogContext {
+    /// The wall clock.
     pub clock: Rc<dyn Clock>,
     pub observer: Rc<dyn Observer>,
     /// The descriptors of every segment file of the owner's logs (`file_cache`).
     pub files: Rc<FileCache>,
+    /// The monotonic clock, sleeps and background tasks (`runtime`).
+    pub runtime: Runtime,
 }
 
 impl LogContext {
@@ -76,6 +80,7 @@ impl LogContext {
             clock: Rc::new(SystemClock),
             observer: Rc::new(NoObserver),
             files: FileCache::new(crate::file_cache::DEFAULT_CAPACITY),
+            runtime: Runtime::Glommio,
         }
     }
 

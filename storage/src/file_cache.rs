@@ -11,7 +11,7 @@
 //!
 //! Invariants:
 //! - the cache holds at most `capacity` files (asserted after each insert);
-//! - an operation holds the `Rc<DmaFile>` it got for its whole duration: a file evicted
+//! - an operation holds the `Rc<OpenFile>` it got for its whole duration: a file evicted
 //!   meanwhile closes when the operation drops it, so eviction never fails an operation
 //!   in flight (open descriptors exceed the bound by at most the operations in flight);
 //! - a handle names exactly one file: renaming the file goes through
@@ -26,7 +26,9 @@
 //! itself, so reopening loses no error a caller acts on (kernel-notes.md, "Descriptors").
 
 use crate::fault::{Op, StorageFaults, Verdict};
-use glommio::io::{DmaFile, OpenOptions};
+use crate::fs::{Disk, MemFs};
+pub use crate::segment_io::os_error;
+use crate::segment_io::{OpenFile, WriteBuffer};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -53,6 +55,8 @@ pub struct FileCache {
     exhausted: Cell<u64>,
     /// Armed storage faults (`fault`), when the broker runs with them.
     faults: Option<Arc<StorageFaults>>,
+    /// The file system the owner's logs live in.
+    disk: Disk,
 }
 
 #[derive(Default)]
@@ -60,7 +64,7 @@ struct CacheState {
     next_id: u64,
     tick: u64,
     /// id → (file, tick of its last use).
-    open: HashMap<u64, (Rc<DmaFile>, u64)>,
+    open: HashMap<u64, (Rc<OpenFile>, u64)>,
     /// tick of last use → (id, when): the eviction order.
     by_use: BTreeMap<u64, (u64, Instant)>,
 }
@@ -86,6 +90,16 @@ impl FileCache {
 
     /// A cache whose files' writes and syncs go through `faults` (`fault`).
     pub fn with_faults(capacity: usize, faults: Option<Arc<StorageFaults>>) -> Rc<FileCache> {
+        FileCache::build(capacity, faults, Disk::Kernel)
+    }
+
+    /// A cache of files that live in `fs`, the simulator's disk (no storage faults: the
+    /// simulator plays its own on `fs`).
+    pub fn in_memory(capacity: usize, fs: MemFs) -> Rc<FileCache> {
+        FileCache::build(capacity, None, Disk::Memory(fs))
+    }
+
+    fn build(capacity: usize, faults: Option<Arc<StorageFaults>>, disk: Disk) -> Rc<FileCache> {
         Rc::new(FileCache {
             capacity: Cell::new(capacity.max(MIN_CAPACITY)),
             state: RefCell::default(),
@@ -93,11 +107,18 @@ impl FileCache {
             evictions: Cell::new(0),
             exhausted: Cell::new(0),
             faults,
+            disk,
         })
     }
 
     pub fn faults(&self) -> Option<&Arc<StorageFaults>> {
         self.faults.as_ref()
+    }
+
+    /// The file system the owner's logs live in: what every file operation by name
+    /// (checkpoints, snapshots, renames, listings) goes through.
+    pub fn disk(&self) -> &Disk {
+        &self.disk
     }
 
     pub fn stats(&self) -> FileCacheStats {
@@ -170,7 +191,7 @@ impl FileCache {
         st.next_id
     }
 
-    fn hit(&self, id: u64) -> Option<Rc<DmaFile>> {
+    fn hit(&self, id: u64) -> Option<Rc<OpenFile>> {
         let mut st = self.state.borrow_mut();
         st.tick += 1;
         let tick = st.tick;
@@ -183,7 +204,7 @@ impl FileCache {
     }
 
     /// Keeps `file` as `id`'s descriptor (unless one raced it in), evicting past the bound.
-    fn insert(&self, id: u64, file: Rc<DmaFile>) -> Rc<DmaFile> {
+    fn insert(&self, id: u64, file: Rc<OpenFile>) -> Rc<OpenFile> {
         if let Some(existing) = self.hit(id) {
             return existing; // another operation opened it meanwhile; ours closes on drop
         }
@@ -246,7 +267,7 @@ struct Handle {
     cache: Rc<FileCache>,
     /// A descriptor kept outside the cache for the handle's remaining life: its name is
     /// about to mean another file (`pin`).
-    pinned: RefCell<Option<Rc<DmaFile>>>,
+    pinned: RefCell<Option<Rc<OpenFile>>>,
 }
 
 impl Drop for Handle {
@@ -272,7 +293,7 @@ impl SegmentFile {
         cache: &Rc<FileCache>,
         path: PathBuf,
         access: Access,
-    ) -> std::io::Result<(SegmentFile, Rc<DmaFile>)> {
+    ) -> std::io::Result<(SegmentFile, Rc<OpenFile>)> {
         let f = SegmentFile::new(cache, path, access);
         let file = f.open().await?;
         Ok((f, file))
@@ -313,18 +334,18 @@ impl SegmentFile {
     /// (`fault`) when there are any. Errors keep their OS code (`os_error`).
     pub async fn write_at(
         &self,
-        opened: &DmaFile,
-        buf: glommio::io::DmaBuffer,
+        opened: &OpenFile,
+        buf: WriteBuffer,
         pos: u64,
     ) -> std::io::Result<usize> {
         let Some(faults) = self.faults() else {
-            return opened.write_at(buf, pos).await.map_err(os_error);
+            return opened.write_at(buf, pos).await;
         };
         let path = self.path();
         let len = buf.len() as u64;
         let ticket = faults.begin(Op::Write, &path).await;
         let result = match &ticket.verdict {
-            Verdict::Proceed => opened.write_at(buf, pos).await.map_err(os_error),
+            Verdict::Proceed => opened.write_at(buf, pos).await,
             Verdict::Fail(e) => Err(std::io::Error::from_raw_os_error(
                 e.raw_os_error().unwrap_or(libc::EIO),
             )),
@@ -359,14 +380,14 @@ impl SegmentFile {
     /// any. Its errors carry no OS code on purpose: whatever the code (ENOSPC too), a
     /// failed sync leaves the disk's content unknown, so no caller may take it for a
     /// transient error and sync again (`StorageError::is_transient`).
-    pub async fn sync_data(&self, opened: &DmaFile) -> std::io::Result<()> {
+    pub async fn sync_data(&self, opened: &OpenFile) -> std::io::Result<()> {
         let Some(faults) = self.faults() else {
-            return opened.fdatasync().await.map_err(sync_error);
+            return opened.sync_data().await;
         };
         let path = self.path();
         let ticket = faults.begin(Op::Sync, &path).await;
         let result = match &ticket.verdict {
-            Verdict::Proceed => opened.fdatasync().await.map_err(sync_error),
+            Verdict::Proceed => opened.sync_data().await,
             Verdict::Fail(e) | Verdict::Tear(e) => {
                 Err(std::io::Error::other(format!("fdatasync failed: {e}")))
             }
@@ -377,8 +398,8 @@ impl SegmentFile {
     }
 
     /// Cuts this file to `len` bytes through `opened`.
-    pub async fn truncate(&self, opened: &DmaFile, len: u64) -> std::io::Result<()> {
-        opened.truncate(len).await.map_err(os_error)?;
+    pub async fn truncate(&self, opened: &OpenFile, len: u64) -> std::io::Result<()> {
+        opened.truncate(len).await?;
         if let Some(faults) = self.faults() {
             faults.truncated(&self.path(), len);
         }
@@ -391,7 +412,7 @@ impl SegmentFile {
     }
 
     /// The open file, from the cache or opened now. Hold it for the operation only.
-    pub async fn open(&self) -> std::io::Result<Rc<DmaFile>> {
+    pub async fn open(&self) -> std::io::Result<Rc<OpenFile>> {
         if let Some(f) = self.0.pinned.borrow().as_ref() {
             return Ok(f.clone());
         }
@@ -400,10 +421,11 @@ impl SegmentFile {
             return Ok(f);
         }
         let path = self.path();
-        let file = match open_dma(&path, self.0.access).await {
+        let create = self.0.access == Access::Create;
+        let file = match OpenFile::open(&cache.disk, &path, create).await {
             Err(e) if out_of_descriptors(&e) => {
                 let shed = cache.shed_and_settle().await;
-                match open_dma(&path, self.0.access).await {
+                match OpenFile::open(&cache.disk, &path, create).await {
                     Err(e) if out_of_descriptors(&e) => {
                         cache.exhausted.set(cache.exhausted.get() + 1);
                         return Err(exhausted_error(&path, &e, shed));
@@ -416,30 +438,6 @@ impl SegmentFile {
         cache.opens.set(cache.opens.get() + 1);
         Ok(cache.insert(self.0.id, Rc::new(file)))
     }
-}
-
-async fn open_dma(path: &Path, access: Access) -> std::io::Result<DmaFile> {
-    let mut options = OpenOptions::new();
-    options.read(true).write(true);
-    if access == Access::Create {
-        options.create(true);
-    }
-    options.dma_open(path).await.map_err(os_error)
-}
-
-fn sync_error(e: glommio::GlommioError<()>) -> std::io::Error {
-    std::io::Error::other(format!("fdatasync failed: {}", os_error(e)))
-}
-
-/// The error with its OS code kept (glommio's conversion keeps only the kind, and the
-/// kind of EMFILE is not one a caller can name); callers add the path.
-pub fn os_error(e: glommio::GlommioError<()>) -> std::io::Error {
-    if let glommio::GlommioError::EnhancedIoError { source, .. } = &e {
-        if let Some(code) = source.raw_os_error() {
-            return std::io::Error::from_raw_os_error(code);
-        }
-    }
-    std::io::Error::from(e)
 }
 
 /// EMFILE (this process's RLIMIT_NOFILE) or ENFILE (the system's `fs.file-max`).
@@ -545,10 +543,7 @@ mod tests {
             for f in &others {
                 let _ = f.open().await.expect("open");
             }
-            let read = held
-                .read_at_aligned(0, 4096)
-                .await
-                .expect("read after eviction");
+            let read = held.read_at(0, 4096).await.expect("read after eviction");
             assert!(read.iter().all(|b| *b == 7));
         });
     }

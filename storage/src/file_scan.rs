@@ -6,7 +6,7 @@
 //! `max(SCAN_CHUNK_BYTES, largest batch)` whatever the file size.
 
 use super::batch::{self, BatchError, BatchHeader, BATCH_HEADER_LEN};
-use glommio::io::DmaFile;
+use crate::segment_io::OpenFile;
 
 pub const SCAN_CHUNK_BYTES: u64 = 1 << 20;
 
@@ -21,9 +21,9 @@ pub enum ScanEnd {
     Stopped,
 }
 
-/// Reads `len` bytes at `pos` from a direct-I/O file (glommio aligns the read itself).
-pub async fn read_exact(file: &DmaFile, pos: u64, len: usize) -> std::io::Result<Vec<u8>> {
-    let res = file.read_at(pos, len).await.map_err(std::io::Error::from)?;
+/// Reads `len` bytes at `pos` from a segment file (glommio aligns a direct read itself).
+pub async fn read_exact(file: &OpenFile, pos: u64, len: usize) -> std::io::Result<Vec<u8>> {
+    let res = file.read_at(pos, len).await?;
     if res.len() < len {
         return Err(std::io::Error::new(
             std::io::ErrorKind::UnexpectedEof,
@@ -39,7 +39,7 @@ pub async fn read_exact(file: &DmaFile, pos: u64, len: usize) -> std::io::Result
 /// The visitor gets the header, the batch's file position and its bytes, and returns
 /// `false` to stop.
 pub async fn scan(
-    file: &DmaFile,
+    file: &OpenFile,
     start: u64,
     end: u64,
     verify: bool,

@@ -4,7 +4,12 @@
 //! It owns the files of a partition directory and nothing else. It knows nothing of
 //! shards, the cross-core mesh, the broker's housekeeping schedule, metrics or the Kafka
 //! protocol beyond the RecordBatch v2 format: wall time comes from the [`Clock`] it is
-//! handed and what it measures goes to the [`Observer`] it is handed ([`context`]). It must
+//! handed and what it measures goes to the [`Observer`] it is handed ([`context`]). Its
+//! files live on the [`fs::Disk`] of its file cache (the kernel's, or the simulator's
+//! [`fs::MemFs`]), and its monotonic clock, sleeps and background tasks come from the
+//! [`runtime::Runtime`] it is handed (glommio's, or the simulator's [`runtime::SimTime`]):
+//! the simulator runs the same engine on a disk in memory that can crash, under time it
+//! controls, one seed replaying one run. It must
 //! never depend on another corelog crate but the leaf `corelog-record-batch` (the
 //! RecordBatch v2 header layout, shared with the Kafka client).
 //!
@@ -44,6 +49,8 @@ pub mod fault;
 pub mod file_cache;
 pub mod file_range;
 pub mod file_scan;
+pub mod fs;
+pub mod mem_file;
 pub mod offset_index;
 pub mod partition_log;
 pub mod producer_snapshot;
@@ -51,7 +58,9 @@ pub mod producer_state;
 pub mod records;
 
 pub mod retention;
+pub mod runtime;
 pub mod segment;
+pub mod segment_io;
 pub mod segment_swap;
 pub mod tail_cache;
 pub mod tail_cache_budget;

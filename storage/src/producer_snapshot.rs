@@ -21,6 +21,7 @@
 //! to a temporary name, synced, then renamed); only the [`SNAPSHOTS_KEPT`] newest are kept.
 
 use super::producer_state::{BatchMeta, ProducerEntry, ProducerState, BATCHES_RETAINED};
+use crate::fs::Fs;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
@@ -48,12 +49,12 @@ fn file_name(offset: i64) -> String {
 }
 
 /// Offsets of the snapshot files in `dir`, ascending.
-pub fn list(dir: &Path) -> std::io::Result<Vec<i64>> {
+pub fn list(fs: &dyn Fs, dir: &Path) -> std::io::Result<Vec<i64>> {
     let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(stem) = name
-            .to_str()
+    for entry in fs.read_dir(dir)? {
+        let Some(stem) = entry
+            .file_name()
+            .and_then(|n| n.to_str())
             .and_then(|n| n.strip_suffix(SNAPSHOT_SUFFIX))
             .and_then(|n| n.strip_suffix('.'))
         else {
@@ -207,11 +208,11 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
 
 /// Writes `bytes` as the snapshot at `offset` and removes all but the newest
 /// [`SNAPSHOTS_KEPT`]. Blocking; run it off the reactor.
-pub fn write(dir: &Path, offset: i64, bytes: &[u8]) -> std::io::Result<()> {
-    super::checkpoint::replace_file(dir, &file_name(offset), bytes)?;
-    let all = list(dir)?;
+pub fn write(fs: &dyn Fs, dir: &Path, offset: i64, bytes: &[u8]) -> std::io::Result<()> {
+    super::checkpoint::replace_file(fs, dir, &file_name(offset), bytes)?;
+    let all = list(fs, dir)?;
     for old in all.iter().rev().skip(SNAPSHOTS_KEPT) {
-        let _ = std::fs::remove_file(path(dir, *old));
+        let _ = fs.remove_file(&path(dir, *old));
     }
     Ok(())
 }
@@ -220,16 +221,17 @@ pub fn write(dir: &Path, offset: i64, bytes: &[u8]) -> std::io::Result<()> {
 /// describe batches a crash lost). Returns the state with the batches at or past the
 /// snapshot's offset dropped, and that offset (where replay starts); an empty state and
 /// `None` when there is no usable snapshot.
-pub fn load(dir: &Path, log_end: i64, now_ms: i64) -> (ProducerState, Option<i64>) {
-    remove_temporaries(dir);
-    let offsets = list(dir).unwrap_or_default();
+pub fn load(fs: &dyn Fs, dir: &Path, log_end: i64, now_ms: i64) -> (ProducerState, Option<i64>) {
+    remove_temporaries(fs, dir);
+    let offsets = list(fs, dir).unwrap_or_default();
     for &offset in offsets.iter().rev() {
         let p = path(dir, offset);
         if offset > log_end {
-            let _ = std::fs::remove_file(&p);
+            let _ = fs.remove_file(&p);
             continue;
         }
-        match std::fs::read(&p)
+        match fs
+            .read(&p)
             .map_err(|e| e.to_string())
             .and_then(|b| decode(&b, now_ms).map_err(|e| e.to_string()))
         {
@@ -246,17 +248,17 @@ pub fn load(dir: &Path, log_end: i64, now_ms: i64) -> (ProducerState, Option<i64
 }
 
 /// A crash between writing a snapshot and renaming it leaves a `.snapshot.tmp`.
-fn remove_temporaries(dir: &Path) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
+fn remove_temporaries(fs: &dyn Fs, dir: &Path) {
+    let Ok(entries) = fs.read_dir(dir) else {
         return;
     };
-    for entry in entries.flatten() {
+    for entry in entries {
         let tmp = entry
             .file_name()
-            .to_str()
+            .and_then(|n| n.to_str())
             .is_some_and(|n| n.ends_with(".snapshot.tmp"));
         if tmp {
-            let _ = std::fs::remove_file(entry.path());
+            let _ = fs.remove_file(&entry);
         }
     }
 }
@@ -264,6 +266,7 @@ fn remove_temporaries(dir: &Path) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::KernelFs;
     use crate::producer_state::ProducerBatch;
     use crate::txn_marker::MarkerKind;
 
@@ -396,28 +399,28 @@ mod tests {
     fn load_prefers_the_newest_usable_snapshot_at_or_below_the_end() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = sample();
-        write(dir.path(), 100, &encode(&s)).expect("write");
-        write(dir.path(), 5_000, &encode(&s)).expect("write");
+        write(&KernelFs, dir.path(), 100, &encode(&s)).expect("write");
+        write(&KernelFs, dir.path(), 5_000, &encode(&s)).expect("write");
         // Past the recovered end: removed. Below it: loaded, batches past it dropped.
         std::fs::write(dir.path().join("x.snapshot.tmp"), b"torn").expect("write");
-        let (state, at) = load(dir.path(), 4_999, i64::MAX);
+        let (state, at) = load(&KernelFs, dir.path(), 4_999, i64::MAX);
         assert!(
             !dir.path().join("x.snapshot.tmp").exists(),
             "temporaries removed"
         );
         assert_eq!(at, Some(100));
-        assert_eq!(list(dir.path()).expect("list"), vec![100]);
+        assert_eq!(list(&KernelFs, dir.path()).expect("list"), vec![100]);
         assert!(state
             .entries()
             .all(|(_, e)| e.batches.iter().all(|b| b.first_offset < 100)));
         assert_eq!(state.len(), s.len(), "entries stay even without batches");
         // A damaged newest one falls back to the older.
-        write(dir.path(), 200, b"garbage").expect("write");
-        assert_eq!(load(dir.path(), 1_000, i64::MAX).1, Some(100));
+        write(&KernelFs, dir.path(), 200, b"garbage").expect("write");
+        assert_eq!(load(&KernelFs, dir.path(), 1_000, i64::MAX).1, Some(100));
         // Only the newest SNAPSHOTS_KEPT stay.
         for o in [300, 400, 500] {
-            write(dir.path(), o, &encode(&s)).expect("write");
+            write(&KernelFs, dir.path(), o, &encode(&s)).expect("write");
         }
-        assert_eq!(list(dir.path()).expect("list"), vec![400, 500]);
+        assert_eq!(list(&KernelFs, dir.path()).expect("list"), vec![400, 500]);
     }
 }

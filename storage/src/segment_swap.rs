@@ -10,6 +10,7 @@
 //! or the new one, never a mix.
 
 use crate::error::StorageError;
+use crate::fs::Fs;
 use crate::segment::{self, COMPANION_SUFFIXES, LOG_SUFFIX};
 use std::path::{Path, PathBuf};
 
@@ -38,6 +39,7 @@ pub(crate) fn covers_file(dir: &Path, base: i64) -> PathBuf {
 /// rename the swap files over the first's (log last), drop the covers file. With
 /// `stop_before_log` (tests), stops as a crash would just before the log's rename.
 pub(crate) fn complete_swap(
+    fs: &dyn Fs,
     dir: &Path,
     base: i64,
     others: &[i64],
@@ -45,7 +47,7 @@ pub(crate) fn complete_swap(
 ) -> std::io::Result<()> {
     for other in others {
         for suffix in COMPANION_SUFFIXES.into_iter().chain([LOG_SUFFIX]) {
-            match std::fs::remove_file(segment::file_path(dir, *other, suffix)) {
+            match fs.remove_file(&segment::file_path(dir, *other, suffix)) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
@@ -54,41 +56,38 @@ pub(crate) fn complete_swap(
     for suffix in COMPANION_SUFFIXES {
         let target = segment::file_path(dir, base, suffix);
         let from = suffixed(&target, SWAP);
-        if from.exists() {
-            std::fs::rename(&from, &target)?;
+        if fs.exists(&from) {
+            fs.rename(&from, &target)?;
         }
     }
     if stop_before_log {
         return Ok(());
     }
     let target = segment::file_path(dir, base, LOG_SUFFIX);
-    std::fs::rename(suffixed(&target, SWAP), &target)?;
+    fs.rename(&suffixed(&target, SWAP), &target)?;
     let covers = suffixed(&covers_file(dir, base), SWAP);
-    match std::fs::remove_file(&covers) {
+    match fs.remove_file(&covers) {
         Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
         _ => {}
     }
-    std::fs::File::open(dir)?.sync_all()
+    fs.sync_dir(dir)
 }
 
 /// Completes or undoes a swap interrupted by a crash (see the module doc). Runs before a
 /// partition's segments are listed.
-pub fn recover_swaps(dir: &Path) -> Result<(), StorageError> {
-    let entries = match std::fs::read_dir(dir) {
+pub fn recover_swaps(fs: &dyn Fs, dir: &Path) -> Result<(), StorageError> {
+    let entries = match fs.read_dir(dir) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(err(dir, e)),
     };
-    let mut names = Vec::new();
-    for entry in entries {
-        let entry = entry.map_err(|e| err(dir, e))?;
-        if let Some(name) = entry.file_name().to_str() {
-            names.push(name.to_string());
-        }
-    }
+    let names: Vec<String> = entries
+        .iter()
+        .filter_map(|p| p.file_name().and_then(|n| n.to_str()).map(str::to_owned))
+        .collect();
     let mut touched = false;
     for name in names.iter().filter(|n| n.ends_with(CLEANED)) {
-        let _ = std::fs::remove_file(dir.join(name));
+        let _ = fs.remove_file(&dir.join(name));
         touched = true;
     }
     // Complete every swap whose log reached `.swap`: the segments it covers are
@@ -104,7 +103,7 @@ pub fn recover_swaps(dir: &Path) -> Result<(), StorageError> {
             continue;
         };
         let covers = suffixed(&covers_file(dir, base), SWAP);
-        let end = match std::fs::read_to_string(&covers) {
+        let end = match fs.read_to_string(&covers) {
             Ok(text) => text.trim().parse::<i64>().map_err(|e| err(&covers, e))?,
             Err(_) => base + 1, // no covers file: the swap replaces only its own segment
         };
@@ -113,22 +112,20 @@ pub fn recover_swaps(dir: &Path) -> Result<(), StorageError> {
             .filter_map(|n| segment::parse_log_file_name(n))
             .filter(|b| *b > base && *b < end)
             .collect();
-        complete_swap(dir, base, &others, false).map_err(|e| err(dir, e))?;
+        complete_swap(fs, dir, base, &others, false).map_err(|e| err(dir, e))?;
         tracing::info!(dir = %dir.display(), segment = base, replaced = others.len() + 1, "completed a compaction swap interrupted by a crash");
         touched = true;
     }
     // Index `.swap` files without a log `.swap`: the swap never began; the originals stand.
     for name in names.iter().filter(|n| n.ends_with(SWAP)) {
         let path = dir.join(name);
-        if path.exists() {
-            let _ = std::fs::remove_file(&path);
+        if fs.exists(&path) {
+            let _ = fs.remove_file(&path);
             touched = true;
         }
     }
     if touched {
-        std::fs::File::open(dir)
-            .and_then(|d| d.sync_all())
-            .map_err(|e| err(dir, e))?;
+        fs.sync_dir(dir).map_err(|e| err(dir, e))?;
     }
     Ok(())
 }

@@ -19,6 +19,7 @@
 //! transaction's records) and `last_stable_offset <= last_offset + 1`;
 //! decoding untrusted bytes never panics and stops at the first entry it cannot read.
 
+use crate::fs::Fs;
 use crate::segment::{self, TXN_INDEX_SUFFIX};
 use std::path::Path;
 
@@ -89,8 +90,8 @@ pub fn decode(bytes: &[u8]) -> Vec<AbortedTxn> {
 }
 
 /// Reads the `.txnindex` of the segment at `base`; no file is no entries.
-pub fn read(dir: &Path, base: i64) -> std::io::Result<Vec<AbortedTxn>> {
-    match std::fs::read(segment::file_path(dir, base, TXN_INDEX_SUFFIX)) {
+pub fn read(fs: &dyn Fs, dir: &Path, base: i64) -> std::io::Result<Vec<AbortedTxn>> {
+    match fs.read(&segment::file_path(dir, base, TXN_INDEX_SUFFIX)) {
         Ok(bytes) => Ok(decode(&bytes)),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(e),
@@ -99,7 +100,7 @@ pub fn read(dir: &Path, base: i64) -> std::io::Result<Vec<AbortedTxn>> {
 
 /// Writes the `.txnindex` of the segment at `base` whole and durably, or removes it when
 /// there are no entries.
-pub fn write(dir: &Path, base: i64, entries: &[AbortedTxn]) -> std::io::Result<()> {
+pub fn write(fs: &dyn Fs, dir: &Path, base: i64, entries: &[AbortedTxn]) -> std::io::Result<()> {
     let path = segment::file_path(dir, base, TXN_INDEX_SUFFIX);
     let name = path
         .file_name()
@@ -107,12 +108,12 @@ pub fn write(dir: &Path, base: i64, entries: &[AbortedTxn]) -> std::io::Result<(
         .map(str::to_owned)
         .unwrap_or_default();
     if entries.is_empty() {
-        return match std::fs::remove_file(&path) {
+        return match fs.remove_file(&path) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
             _ => Ok(()),
         };
     }
-    crate::checkpoint::replace_file(dir, &name, &encode(entries))
+    crate::checkpoint::replace_file(fs, dir, &name, &encode(entries))
 }
 
 /// A partition's aborted transactions, sorted by marker offset.
@@ -342,14 +343,20 @@ mod tests {
 
     #[test]
     fn files_round_trip_and_vanish_when_empty() {
-        let dir = std::env::temp_dir().join(format!("txnindex-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).expect("dir");
-        let entries = [txn(1, 0, 9, 10)];
-        write(&dir, 0, &entries).expect("write");
-        assert_eq!(read(&dir, 0).expect("read"), entries.to_vec());
-        write(&dir, 0, &[]).expect("write empty");
-        assert!(!segment::file_path(&dir, 0, TXN_INDEX_SUFFIX).exists());
-        assert!(read(&dir, 0).expect("read").is_empty());
-        let _ = std::fs::remove_dir_all(&dir);
+        // The same on the kernel's file system and in memory.
+        let tmp = tempfile::tempdir().expect("tempdir");
+        let mem = crate::fs::MemFs::new();
+        mem.create_dir_all(Path::new("/p")).expect("dir");
+        for (fs, dir) in [
+            (&crate::fs::KernelFs as &dyn Fs, tmp.path()),
+            (&mem, Path::new("/p")),
+        ] {
+            let entries = [txn(1, 0, 9, 10)];
+            write(fs, dir, 0, &entries).expect("write");
+            assert_eq!(read(fs, dir, 0).expect("read"), entries.to_vec());
+            write(fs, dir, 0, &[]).expect("write empty");
+            assert!(!fs.exists(&segment::file_path(dir, 0, TXN_INDEX_SUFFIX)));
+            assert!(read(fs, dir, 0).expect("read").is_empty());
+        }
     }
 }

@@ -25,6 +25,7 @@ use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::batch_filter::for_each_record;
 use corelog_storage::compaction::cleaner::{self, clean, read_checkpoint, CrashPoint};
 use corelog_storage::config::CleanupPolicy;
+use corelog_storage::fs::KernelFs;
 use corelog_storage::LogContext;
 use corelog_storage::{AckLevel, LogConfig, PartitionLog, ReadError};
 use kafka_protocol::records::{
@@ -556,20 +557,23 @@ async fn check_workload(w: Workload, dir: std::path::PathBuf) {
             &format!("round {round}, before its pass"),
         );
 
-        let checkpoint = read_checkpoint(&dir).expect("checkpoint");
+        let checkpoint = read_checkpoint(&KernelFs, &dir).expect("checkpoint");
         let first_dirty = checkpoint.unwrap_or(0).max(lso);
         let passes = clean_fully(&log, memory, NOW).await;
         if first_dirty < cleaned_end {
             assert!(passes >= 1, "a log with dirty sealed segments gets a pass");
             assert_eq!(
-                read_checkpoint(&dir).expect("checkpoint"),
+                read_checkpoint(&KernelFs, &dir).expect("checkpoint"),
                 Some(cleaned_end),
                 "the cleaner checkpoints the end of what it cleaned"
             );
         } else {
             // DeleteRecords moved the start into the active segment: nothing to clean.
             assert_eq!(passes, 0);
-            assert_eq!(read_checkpoint(&dir).expect("checkpoint"), checkpoint);
+            assert_eq!(
+                read_checkpoint(&KernelFs, &dir).expect("checkpoint"),
+                checkpoint
+            );
         }
         want = compacted(&model.recs, cleaned_end, false);
         assert_eq!(
@@ -915,7 +919,7 @@ fn a_pass_stops_at_the_high_watermark() {
             .expect("the first two segments are dirty");
         assert_eq!((stats.first_dirty, stats.map_end), (0, second_end));
         assert_eq!(
-            read_checkpoint(&path).expect("checkpoint"),
+            read_checkpoint(&KernelFs, &path).expect("checkpoint"),
             Some(second_end)
         );
         assert_same(
@@ -981,7 +985,10 @@ fn dirty_ratio_and_compaction_lags_decide_when_and_how_far() {
             .await
             .expect("clean")
             .is_none());
-        assert_eq!(read_checkpoint(&path).expect("checkpoint"), Some(end1));
+        assert_eq!(
+            read_checkpoint(&KernelFs, &path).expect("checkpoint"),
+            Some(end1)
+        );
         // Unless its oldest record is older than max.compaction.lag.ms.
         log.set_config(LogConfig {
             max_compaction_lag_ms: NOW - T0 - 1,
@@ -1037,7 +1044,7 @@ fn dirty_ratio_and_compaction_lags_decide_when_and_how_far() {
         assert!(cleaned_end <= first_young);
         clean_fully(&log, BIG_MEMORY, NOW).await;
         assert_eq!(
-            read_checkpoint(&path).expect("checkpoint"),
+            read_checkpoint(&KernelFs, &path).expect("checkpoint"),
             Some(cleaned_end)
         );
         let want = compacted(&model.recs, cleaned_end, false);
@@ -1127,7 +1134,7 @@ async fn crash_case(
         end0 = build_crash_log(&log, &mut model, 0).await;
         clean_fully(&log, BIG_MEMORY, NOW).await;
     }
-    let checkpoint = read_checkpoint(&path).expect("checkpoint");
+    let checkpoint = read_checkpoint(&KernelFs, &path).expect("checkpoint");
     assert_eq!(checkpoint, precleaned.then_some(end0));
     let end = build_crash_log(&log, &mut model, 1).await;
     let sealed_before = log_bases(&path);
@@ -1203,7 +1210,7 @@ async fn crash_case(
         }
     }
     assert_eq!(
-        read_checkpoint(&path).expect("checkpoint"),
+        read_checkpoint(&KernelFs, &path).expect("checkpoint"),
         checkpoint,
         "{what}: the checkpoint does not move"
     );

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::fs::KernelFs;
 use corelog_storage::producer_state::SequenceError;
 use corelog_storage::txn_index::AbortedTxn;
 use corelog_storage::txn_marker::{MarkerKind, TxnMarker};
@@ -282,7 +283,7 @@ fn a_truncation_forgets_the_markers_it_cuts() {
         let victim = all[all.len() / 2];
         (victim.last_offset, all[..all.len() / 2].to_vec())
     });
-    PartitionLog::truncate_closed(&path, cut).expect("truncate");
+    PartitionLog::truncate_closed(&KernelFs, &path, cut).expect("truncate");
     run(move || async move {
         let log = PartitionLog::open(path, small_config(1024), LogContext::system())
             .await
@@ -312,7 +313,7 @@ fn an_abort_whose_marker_a_crash_lost_leaves_no_entry_behind() {
     // The entry of an abort marker that was queued when a snapshot wrote the index, and
     // then lost with the crash: past the recovered end.
     let phantom = aborted(7, 0, end_offset + 1, end_offset + 2);
-    corelog_storage::txn_index::write(&path, 0, &[phantom]).expect("phantom entry");
+    corelog_storage::txn_index::write(&KernelFs, &path, 0, &[phantom]).expect("phantom entry");
     let p = path.clone();
     run(move || async move {
         let log = PartitionLog::open(p, small_config(1 << 20), LogContext::system())

@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use corelog_storage::fs::KernelFs;
 use corelog_storage::offset_index::OffsetIndex;
 use corelog_storage::time_index::TimeIndex;
 use corelog_storage::{AckLevel, LogContext, PartitionLog, TruncateOutcome};
@@ -127,7 +128,7 @@ fn snapshot_dir(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 fn truncate(path: &Path, offset: i64) -> TruncateOutcome {
-    PartitionLog::truncate_closed(path, offset).expect("truncate")
+    PartitionLog::truncate_closed(&KernelFs, path, offset).expect("truncate")
 }
 
 /// On disk, before the log opens again: no segment past `end`, no producer snapshot past
@@ -349,7 +350,7 @@ fn truncating_at_or_past_the_end_changes_nothing() {
         0
     );
     assert!(!truncate(&path, 0).truncated);
-    assert!(PartitionLog::truncate_closed(&path, -1).is_err());
+    assert!(PartitionLog::truncate_closed(&KernelFs, &path, -1).is_err());
 }
 
 #[test]
@@ -408,7 +409,8 @@ fn truncating_at_or_below_the_log_start_resets_the_log_there() {
             "producers forgotten"
         );
         assert_eq!(
-            corelog_storage::checkpoint::read(&path, "log-start-offset").expect("checkpoint"),
+            corelog_storage::checkpoint::read(&KernelFs, &path, "log-start-offset")
+                .expect("checkpoint"),
             Some(offset)
         );
         let p = path.clone();
@@ -452,7 +454,7 @@ fn resetting_past_the_end_starts_an_empty_log_there() {
     let end = sent.last().map_or(0, |s| s.next);
     let start = end + 1_000;
     let segments = segment_bases(&path).len();
-    let outcome = PartitionLog::reset_closed(&path, start).expect("reset");
+    let outcome = PartitionLog::reset_closed(&KernelFs, &path, start).expect("reset");
     assert_eq!(
         outcome,
         TruncateOutcome {
@@ -491,7 +493,7 @@ fn resetting_past_the_end_starts_an_empty_log_there() {
     // An empty directory (nothing fetched yet) resets too.
     let empty = dir.path().join("e-0");
     std::fs::create_dir_all(&empty).expect("dir");
-    PartitionLog::reset_closed(&empty, 42).expect("reset");
+    PartitionLog::reset_closed(&KernelFs, &empty, 42).expect("reset");
     let e = empty.clone();
     run(move || async move {
         let log = open(&e).await;

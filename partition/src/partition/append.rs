@@ -118,7 +118,7 @@ impl Partition {
         }
         let hold = self.log.hold_writes();
         let partition = self.clone();
-        glommio::spawn_local(async move {
+        self.context.runtime.spawn(async move {
             // A full filesystem is waited out as the log's own writes wait it out: new
             // appends are refused meanwhile, and what is queued is written once the
             // checkpoint is. Any other error fails the log.
@@ -133,8 +133,7 @@ impl Partition {
                 }
             }
             drop(hold);
-        })
-        .detach();
+        });
     }
 
     /// Waits for an append per `acks`: acks=1 once written here.

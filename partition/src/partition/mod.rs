@@ -124,7 +124,7 @@ impl Partition {
     ) -> Result<Rc<Partition>, StorageError> {
         let log = PartitionLog::open(dir.clone(), config, context.clone()).await?;
         let path = dir.join(CHECKPOINT_FILE);
-        let mut epochs = match std::fs::read_to_string(&path) {
+        let mut epochs = match context.files.disk().fs().read_to_string(&path) {
             Ok(text) => match LeaderEpochCache::decode(&text) {
                 Ok(c) => c,
                 Err(e) => {

@@ -246,11 +246,11 @@ impl Partition {
             if self.high_watermark() > offset || self.log.is_closing() {
                 return;
             }
-            let now = Instant::now();
+            let now = self.context.runtime.now();
             if now >= deadline {
                 return;
             }
-            let timeout = glommio::timer::sleep(deadline - now);
+            let timeout = self.context.runtime.sleep(deadline - now);
             futures_lite::future::or(listener, timeout).await;
         }
     }

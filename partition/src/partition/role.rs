@@ -145,13 +145,20 @@ impl Partition {
         // Taken after the permit: a later change is never overwritten by an older one.
         let text = self.epochs.borrow().encode();
         let dir = self.dir.clone();
-        let faults = self.log.files().faults().cloned();
-        glommio::executor()
-            .spawn_blocking(move || {
+        let files = self.log.files();
+        let faults = files.faults().cloned();
+        files
+            .disk()
+            .run(move |fs| {
                 if let Some(faults) = faults {
                     faults.replacing(&dir.join(CHECKPOINT_FILE))?;
                 }
-                corelog_storage::checkpoint::replace_file(&dir, CHECKPOINT_FILE, text.as_bytes())
+                corelog_storage::checkpoint::replace_file(
+                    fs,
+                    &dir,
+                    CHECKPOINT_FILE,
+                    text.as_bytes(),
+                )
             })
             .await
             .map_err(|e| StorageError::io(self.dir.join(CHECKPOINT_FILE).display(), &e))

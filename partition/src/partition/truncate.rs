@@ -36,10 +36,13 @@ impl Partition {
         // The flusher finishes first, and with it a pending write of the epoch cache.
         self.close().await;
         let dir = self.dir.clone();
-        let outcome = glommio::executor()
-            .spawn_blocking(move || match cut {
-                Cut::Tail(offset) => PartitionLog::truncate_closed(&dir, offset),
-                Cut::Everything { new_start } => PartitionLog::reset_closed(&dir, new_start),
+        let outcome = self
+            .log
+            .files()
+            .disk()
+            .run(move |fs| match cut {
+                Cut::Tail(offset) => PartitionLog::truncate_closed(fs, &dir, offset),
+                Cut::Everything { new_start } => PartitionLog::reset_closed(fs, &dir, new_start),
             })
             .await?;
         tracing::info!(dir = %self.dir.display(), ?cut, ?outcome, "log cut to follow its leader's");

@@ -63,6 +63,7 @@ use crate::checkpoint;
 use crate::error::StorageError;
 use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan::{self, ScanEnd};
+use crate::fs::Fs;
 use crate::offset_index::{self, IndexEntry, OffsetIndex};
 use crate::partition_log::{PartitionLog, SealedSegment};
 use crate::segment::{
@@ -214,7 +215,7 @@ pub async fn clean(
     // its records here are never to be read).
     let aborted =
         AbortedRanges::new(&log.aborted_transactions(log.log_start_offset(), cleanable_end));
-    let first_dirty = read_checkpoint(&dir)?
+    let first_dirty = read_checkpoint(log.files().disk().fs(), &dir)?
         .unwrap_or(0)
         .max(log.log_start_offset());
     // Tombstones already in the clean part expire with time alone: a pass is due when
@@ -422,8 +423,9 @@ pub async fn clean(
     let checkpoint = map_end.max(first_dirty);
     stats.map_end = checkpoint;
     let d = dir.clone();
-    glommio::executor()
-        .spawn_blocking(move || write_checkpoint(&d, checkpoint))
+    log.files()
+        .disk()
+        .run(move |fs| write_checkpoint(fs, &d, checkpoint))
         .await
         .map_err(|e| err(&dir, e))?;
     Ok(Some(stats))
@@ -789,7 +791,9 @@ async fn rewrite_group(
     let txn_path = segment::file_path(dir, base, TXN_INDEX_SUFFIX);
     let mut aborted = AbortedTxns::new();
     for seg in group {
-        aborted.extend(txn_index::read(dir, seg.base_offset).map_err(|e| err(dir, e))?);
+        aborted.extend(
+            txn_index::read(files.disk().fs(), dir, seg.base_offset).map_err(|e| err(dir, e))?,
+        );
     }
     let aborted = aborted.in_range(base, last.next_base).to_vec();
     if !aborted.is_empty() {
@@ -837,8 +841,9 @@ async fn rewrite_group(
         seg.file.pin().await.map_err(|e| err(&seg.file.path(), e))?;
     }
     let stop = crash;
-    glommio::executor()
-        .spawn_blocking(move || -> std::io::Result<()> {
+    files
+        .disk()
+        .run(move |fs| -> std::io::Result<()> {
             // Everything but the log first, made durable, then the log (the commit
             // point): a durable `.log.swap` implies durable companions.
             let [covers, cleaned_at, index, time, log_file] = &swap_set;
@@ -846,15 +851,15 @@ async fn rewrite_group(
                 .into_iter()
                 .chain(txn_swap.as_ref())
             {
-                std::fs::rename(suffixed(p, CLEANED), suffixed(p, SWAP))?;
+                fs.rename(&suffixed(p, CLEANED), &suffixed(p, SWAP))?;
             }
-            std::fs::File::open(&d)?.sync_all()?;
-            std::fs::rename(suffixed(log_file, CLEANED), suffixed(log_file, SWAP))?;
-            std::fs::File::open(&d)?.sync_all()?;
+            fs.sync_dir(&d)?;
+            fs.rename(&suffixed(log_file, CLEANED), &suffixed(log_file, SWAP))?;
+            fs.sync_dir(&d)?;
             if stop == Some(CrashPoint::AfterSwapFiles) {
                 return Ok(());
             }
-            complete_swap(&d, base, &others, stop == Some(CrashPoint::MidSwap))
+            complete_swap(fs, &d, base, &others, stop == Some(CrashPoint::MidSwap))
         })
         .await
         .map_err(|e| err(dir, e))?;
@@ -906,12 +911,12 @@ fn write_small_file(dir: &Path, path: &Path, value: i64) -> std::io::Result<()> 
 }
 
 /// The first offset not yet compacted, if a pass has run.
-pub fn read_checkpoint(dir: &Path) -> Result<Option<i64>, StorageError> {
-    checkpoint::read(dir, CLEANER_CHECKPOINT)
+pub fn read_checkpoint(fs: &dyn Fs, dir: &Path) -> Result<Option<i64>, StorageError> {
+    checkpoint::read(fs, dir, CLEANER_CHECKPOINT)
 }
 
-fn write_checkpoint(dir: &Path, offset: i64) -> std::io::Result<()> {
-    checkpoint::write(dir, CLEANER_CHECKPOINT, offset)
+fn write_checkpoint(fs: &dyn Fs, dir: &Path, offset: i64) -> std::io::Result<()> {
+    checkpoint::write(fs, dir, CLEANER_CHECKPOINT, offset)
 }
 
 #[cfg(test)]

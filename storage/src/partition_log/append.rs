@@ -268,11 +268,11 @@ impl PartitionLog {
                     self.sync_work.notify(1);
                 }
             }
-            let now = Instant::now();
+            let now = self.context.runtime.now();
             if now >= deadline {
                 return;
             }
-            let timeout = glommio::timer::sleep(deadline - now);
+            let timeout = self.context.runtime.sleep(deadline - now);
             futures_lite::future::or(listener, timeout).await;
         }
     }

@@ -7,25 +7,26 @@ use crate::aligned_appender::{alignment_of, AlignedAppender};
 use crate::error::StorageError;
 use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan;
+use crate::fs::Fs;
 use crate::offset_index::OffsetIndex;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment_io::OpenFile;
 use crate::time_index::TimeIndex;
-use glommio::io::{DmaFile, OpenOptions};
 use std::path::Path;
 use std::rc::Rc;
 use std::time::Instant;
 
-/// Opens an existing file for direct-I/O reads (and the truncation of a torn tail).
-pub(super) async fn open_existing(path: &Path) -> Result<DmaFile, StorageError> {
-    OpenOptions::new()
-        .read(true)
-        .write(true)
-        .dma_open(path)
+/// Opens an existing file for reads (and the truncation of a torn tail).
+pub(super) async fn open_existing(
+    files: &FileCache,
+    path: &Path,
+) -> Result<OpenFile, StorageError> {
+    OpenFile::open(files.disk(), path, false)
         .await
         .map_err(|e| storage_err(path, e))
 }
 
-pub(super) async fn read_whole(file: &DmaFile, path: &Path) -> Result<Vec<u8>, StorageError> {
+pub(super) async fn read_whole(file: &OpenFile, path: &Path) -> Result<Vec<u8>, StorageError> {
     let len = file.file_size().await.map_err(|e| storage_err(path, e))?;
     if len == 0 {
         return Ok(Vec::new());
@@ -37,33 +38,35 @@ pub(super) async fn read_whole(file: &DmaFile, path: &Path) -> Result<Vec<u8>, S
 
 /// A segment's offset index, with the file's bytes (empty when there is no file).
 pub(super) async fn load_index(
+    files: &FileCache,
     dir: &Path,
     base: i64,
     log_len: u64,
 ) -> Result<(OffsetIndex, Vec<u8>), StorageError> {
     let path = segment::file_path(dir, base, INDEX_SUFFIX);
-    if !path.exists() {
+    if !files.disk().fs().exists(&path) {
         return Ok((OffsetIndex::new(base), Vec::new()));
     }
-    let file = open_existing(&path).await?;
+    let file = open_existing(files, &path).await?;
     let bytes = read_whole(&file, &path).await?;
-    let _ = file.close().await;
+    file.close().await;
     Ok((OffsetIndex::decode(base, &bytes, log_len), bytes))
 }
 
 /// A segment's time index, with the file's bytes (empty when there is no file).
 pub(super) async fn load_time_index(
+    files: &FileCache,
     dir: &Path,
     base: i64,
     next_offset: i64,
 ) -> Result<(TimeIndex, Vec<u8>), StorageError> {
     let path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
-    if !path.exists() {
+    if !files.disk().fs().exists(&path) {
         return Ok((TimeIndex::new(base), Vec::new()));
     }
-    let file = open_existing(&path).await?;
+    let file = open_existing(files, &path).await?;
     let bytes = read_whole(&file, &path).await?;
-    let _ = file.close().await;
+    file.close().await;
     Ok((TimeIndex::decode(base, &bytes, next_offset), bytes))
 }
 
@@ -73,7 +76,7 @@ pub(super) async fn create_file(
     files: &Rc<FileCache>,
     path: std::path::PathBuf,
 ) -> Result<(SegmentFile, u64), StorageError> {
-    let fresh = !path.exists();
+    let fresh = !files.disk().fs().exists(&path);
     let (file, open) = SegmentFile::open_now(files, path.clone(), Access::Create)
         .await
         .map_err(|e| StorageError::io(path.display(), &e))?;
@@ -89,6 +92,7 @@ pub(super) async fn create_active(
     dir: &Path,
     base: i64,
     files: &Rc<FileCache>,
+    now: Instant,
 ) -> Result<(Segment, ActiveWriter), StorageError> {
     let (log_file, log_align) =
         create_file(files, segment::file_path(dir, base, LOG_SUFFIX)).await?;
@@ -114,15 +118,18 @@ pub(super) async fn create_active(
         bytes_since_index: 0,
         last_index_offset: base,
         max_timestamp_ms: i64::MIN,
-        opened_at: Instant::now(),
+        opened_at: now,
         preallocated: 0,
-        indexes_written_at: Instant::now(),
+        indexes_written_at: now,
         log_len_at_index_write: 0,
     };
     Ok((seg, writer))
 }
 
 pub(super) async fn sync_dir(dir: &Path, files: &FileCache) -> Result<(), StorageError> {
+    if let Some(mem) = files.disk().memory() {
+        return mem.sync_dir(dir).map_err(|e| storage_err(dir, e));
+    }
     let d = files
         .open_beside(|| async {
             glommio::io::Directory::open(dir)
@@ -144,6 +151,7 @@ pub(super) fn new_writer(
     bytes_since_index: u64,
     last_index_offset: i64,
     max_timestamp_ms: i64,
+    now: Instant,
 ) -> ActiveWriter {
     let log_len = log.logical_len();
     ActiveWriter {
@@ -154,9 +162,9 @@ pub(super) fn new_writer(
         bytes_since_index,
         last_index_offset,
         max_timestamp_ms,
-        opened_at: Instant::now(),
+        opened_at: now,
         preallocated: 0,
-        indexes_written_at: Instant::now(),
+        indexes_written_at: now,
         log_len_at_index_write: log_len,
     }
 }

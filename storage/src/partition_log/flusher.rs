@@ -18,7 +18,7 @@ use crate::producer_snapshot;
 use crate::tail_cache::CachedBatches;
 use crate::time_index::{self};
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// Most bytes one flusher round writes; a larger backlog takes several rounds.
 const FLUSH_ROUND_BYTES_MAX: usize = 8 << 20;
@@ -57,7 +57,7 @@ impl PartitionLog {
                 }
                 // Idle with index entries not yet on disk: write them when they are due.
                 let due = INDEX_WRITE_INTERVAL
-                    .saturating_sub(writer.indexes_written_at.elapsed())
+                    .saturating_sub(log.context.runtime.since(writer.indexes_written_at))
                     .max(DESCRIPTOR_RETRY);
                 let woken = futures_lite::future::or(
                     async {
@@ -65,7 +65,7 @@ impl PartitionLog {
                         true
                     },
                     async {
-                        glommio::timer::sleep(due).await;
+                        log.context.runtime.sleep(due).await;
                         false
                     },
                 )
@@ -150,8 +150,9 @@ impl PartitionLog {
         for p in &batch_list {
             let len = writer.log.logical_len();
             let too_big = len > 0 && len + p.bytes.len() as u64 > config.segment_bytes;
-            let too_old =
-                len > 0 && writer.opened_at.elapsed() >= Duration::from_millis(config.segment_ms);
+            let too_old = len > 0
+                && self.context.runtime.since(writer.opened_at)
+                    >= Duration::from_millis(config.segment_ms);
             // Index entries hold offsets relative to the segment base in 32 bits (Kafka
             // rolls at i32::MAX too): a batch that would leave that range starts a segment.
             let too_far = len > 0 && p.next_offset - 1 - writer.base_offset > i64::from(i32::MAX);
@@ -252,13 +253,13 @@ impl PartitionLog {
                 }
                 st.out_of_space = Some(e);
             }
-            glommio::timer::sleep(NO_SPACE_RETRY).await;
+            self.context.runtime.sleep(NO_SPACE_RETRY).await;
             return Ok(());
         }
         if !e.out_of_descriptors {
             return Err(e);
         }
-        glommio::timer::sleep(DESCRIPTOR_RETRY).await;
+        self.context.runtime.sleep(DESCRIPTOR_RETRY).await;
         Ok(())
     }
 
@@ -294,10 +295,7 @@ impl PartitionLog {
             debug_assert_eq!(target % 4096, 0, "whole blocks are reserved");
             // Best effort: a filesystem without fallocate still takes the writes.
             let reserved = match writer.log.file().open().await {
-                Ok(file) => file
-                    .pre_allocate(target, false)
-                    .await
-                    .map_err(crate::file_cache::os_error),
+                Ok(file) => file.pre_allocate(target).await,
                 Err(e) => Err(e),
             };
             match reserved {
@@ -312,7 +310,7 @@ impl PartitionLog {
             }
         }
         // The log first: an index entry must never point at bytes not yet written.
-        let started = Instant::now();
+        let started = self.context.runtime.now();
         writer
             .log
             .flush()
@@ -345,7 +343,7 @@ impl PartitionLog {
         let pending = writer.index.unflushed_len() + writer.time_index.unflushed_len();
         if pending >= INDEX_WRITE_PENDING_BYTES
             || writer.log.logical_len() - writer.log_len_at_index_write >= INDEX_WRITE_LOG_BYTES
-            || writer.indexes_written_at.elapsed() >= INDEX_WRITE_INTERVAL
+            || self.context.runtime.since(writer.indexes_written_at) >= INDEX_WRITE_INTERVAL
         {
             match self.write_indexes(writer).await {
                 // No descriptor or no space for an index file now: its entries wait in
@@ -357,7 +355,7 @@ impl PartitionLog {
         }
         self.context
             .observer
-            .stage(Stage::Append, started.elapsed());
+            .stage(Stage::Append, self.context.runtime.since(started));
         Ok(())
     }
 
@@ -378,7 +376,7 @@ impl PartitionLog {
             .flush()
             .await
             .map_err(|e| io_err(&self.dir, &e))?;
-        writer.indexes_written_at = Instant::now();
+        writer.indexes_written_at = self.context.runtime.now();
         writer.log_len_at_index_write = writer.log.logical_len();
         Ok(())
     }
@@ -395,7 +393,13 @@ impl PartitionLog {
             writer.time_index.sync().await
         };
         seal.await.map_err(|e| io_err(dir, &e))?;
-        let fresh = create_active(dir, new_base, &self.context.files).await?;
+        let fresh = create_active(
+            dir,
+            new_base,
+            &self.context.files,
+            self.context.runtime.now(),
+        )
+        .await?;
         let (seg, w) = fresh;
         {
             let mut st = self.state.borrow_mut();
@@ -433,8 +437,10 @@ impl PartitionLog {
             }
         }
         let dir = self.dir.clone();
-        let written = glommio::executor()
-            .spawn_blocking(move || producer_snapshot::write(&dir, offset, &bytes))
+        let written = self
+            .files()
+            .disk()
+            .run(move |fs| producer_snapshot::write(fs, &dir, offset, &bytes))
             .await;
         if let Err(e) = written {
             tracing::warn!(dir = %self.dir.display(), offset, error = %e, "producer snapshot not written");

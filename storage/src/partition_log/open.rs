@@ -13,6 +13,7 @@ use crate::context::LogContext;
 use crate::error::StorageError;
 use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan;
+use crate::fs::Disk;
 use crate::producer_snapshot;
 use crate::producer_state::ProducerState;
 use crate::segment::{self, Segment, LOG_SUFFIX};
@@ -67,19 +68,25 @@ impl PartitionLog {
         config: LogConfig,
         context: LogContext,
     ) -> Result<Rc<PartitionLog>, StorageError> {
-        // Directory creation is a rare metadata operation; std's call is fine here.
-        std::fs::create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
-        ensure_io_probe(&dir).await?;
+        let disk = context.files.disk().clone();
+        let fs = disk.fs();
+        // Directory creation and listing are rare metadata operations, done on the
+        // reactor.
+        fs.create_dir_all(&dir).map_err(|e| storage_err(&dir, e))?;
+        if matches!(disk, Disk::Kernel) {
+            ensure_io_probe(&dir).await?;
+        }
         // Finish (or undo) a compaction swap a crash interrupted before listing segments.
-        crate::segment_swap::recover_swaps(&dir)?;
+        crate::segment_swap::recover_swaps(fs, &dir)?;
         let mut bases = Vec::new();
-        for entry in std::fs::read_dir(&dir).map_err(|e| storage_err(&dir, e))? {
-            let entry = entry.map_err(|e| storage_err(&dir, e))?;
-            let name = entry.file_name();
-            let name = name.to_str().unwrap_or_default();
+        for entry in fs.read_dir(&dir).map_err(|e| storage_err(&dir, e))? {
+            let name = entry
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
             if name.ends_with(DELETED_SUFFIX) {
                 // Deleted before a restart but not yet unlinked: nobody reads it now.
-                let _ = std::fs::remove_file(entry.path());
+                let _ = fs.remove_file(&entry);
                 continue;
             }
             if let Some(base) = segment::parse_log_file_name(name) {
@@ -102,27 +109,38 @@ impl PartitionLog {
                 Self::open_sealed(&dir, base, next_base, &context.files).await?,
             );
         }
-        let (active_segment, writer, next_offset) =
-            super::recovery::recover_active(&dir, last_base, &config, &context.files).await?;
+        let (active_segment, writer, next_offset) = super::recovery::recover_active(
+            &dir,
+            last_base,
+            &config,
+            &context.files,
+            context.runtime.now(),
+        )
+        .await?;
         let active_file = active_segment.file.clone();
         segments.insert(last_base, active_segment);
         // DeleteRecords may have moved the start inside the first segment.
-        let checkpoint = crate::checkpoint::read(&dir, crate::retention::LOG_START_CHECKPOINT)?
+        let checkpoint = crate::checkpoint::read(fs, &dir, crate::retention::LOG_START_CHECKPOINT)?
             .unwrap_or(i64::MIN);
         if checkpoint > next_offset {
             // The start was moved past what survived a power loss (DeleteRecords of
             // written but unsynced offsets). Offsets from the recovered end will be
             // assigned again to new records: the checkpoint must not hide them later.
-            crate::checkpoint::write(&dir, crate::retention::LOG_START_CHECKPOINT, next_offset)
-                .map_err(|e| storage_err(&dir, e))?;
+            crate::checkpoint::write(
+                fs,
+                &dir,
+                crate::retention::LOG_START_CHECKPOINT,
+                next_offset,
+            )
+            .map_err(|e| storage_err(&dir, e))?;
         }
         let log_start_offset = (*bases.first().unwrap_or(&0))
             .max(checkpoint)
             .min(next_offset);
         let bases: Vec<i64> = segments.keys().copied().collect();
-        let mut aborted = super::txn::load_aborted(&dir, &bases, next_offset)?;
+        let mut aborted = super::txn::load_aborted(fs, &dir, &bases, next_offset)?;
         let (producers, replayed_from, rebuilt) =
-            rebuild_producers(&dir, &segments, next_offset, context.now_ms()).await?;
+            rebuild_producers(fs, &dir, &segments, next_offset, context.now_ms()).await?;
         aborted.merge(rebuilt);
         let log = Rc::new(PartitionLog {
             config: RefCell::new(config.clone()),
@@ -156,8 +174,9 @@ impl PartitionLog {
             context,
             dir,
         });
-        glommio::spawn_local(Self::flusher(log.clone(), writer)).detach();
-        glommio::spawn_local(Self::syncer(log.clone())).detach();
+        let runtime = &log.context.runtime;
+        runtime.spawn(Self::flusher(log.clone(), writer));
+        runtime.spawn(Self::syncer(log.clone()));
         Ok(log)
     }
 
@@ -169,15 +188,15 @@ impl PartitionLog {
         files: &Rc<FileCache>,
     ) -> Result<Segment, StorageError> {
         let log_path = segment::file_path(dir, base, LOG_SUFFIX);
+        let fs = files.disk().fs();
         // A stat, not an open: sealed segments hold no descriptor until they are read.
-        let size = std::fs::metadata(&log_path)
-            .map_err(|e| storage_err(&log_path, e))?
-            .len();
-        let (index, _) = super::files::load_index(dir, base, size).await?;
-        let (time_index, _) = super::files::load_time_index(dir, base, next_base).await?;
+        let size = fs.len(&log_path).map_err(|e| storage_err(&log_path, e))?;
+        let (index, _) = super::files::load_index(files, dir, base, size).await?;
+        let (time_index, _) = super::files::load_time_index(files, dir, base, next_base).await?;
         let max_timestamp_ms = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
         let cleaned_at_path = segment::file_path(dir, base, segment::CLEANED_AT_SUFFIX);
-        let cleaned_at_ms = std::fs::read_to_string(&cleaned_at_path)
+        let cleaned_at_ms = fs
+            .read_to_string(&cleaned_at_path)
             .ok()
             .and_then(|t| t.trim().parse::<i64>().ok());
         Ok(Segment {
@@ -199,12 +218,13 @@ impl PartitionLog {
 /// scan. Returns the state, the offset the replay started at, and the aborted
 /// transactions whose markers it replayed.
 async fn rebuild_producers(
+    fs: &dyn crate::fs::Fs,
     dir: &Path,
     segments: &BTreeMap<i64, Segment>,
     next_offset: i64,
     now: i64,
 ) -> Result<(ProducerState, i64, Vec<AbortedTxn>), StorageError> {
-    let (mut state, at) = producer_snapshot::load(dir, next_offset, now);
+    let (mut state, at) = producer_snapshot::load(fs, dir, next_offset, now);
     let from = at.unwrap_or_else(|| {
         segments
             .keys()

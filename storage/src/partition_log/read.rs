@@ -232,7 +232,7 @@ impl PartitionLog {
     /// lies past the segment's last batch.
     async fn find_batch(
         &self,
-        opened: &glommio::io::DmaFile,
+        opened: &crate::segment_io::OpenFile,
         start: u64,
         size: u64,
         offset: i64,
@@ -354,6 +354,10 @@ impl PartitionLog {
             // the range could be cut from the new file. Read the bytes (through the
             // pinned descriptor) instead. Checked right before the open, with no await
             // between: the pin comes before the rename.
+            return Ok(None);
+        }
+        if self.files().disk().memory().is_some() {
+            // No descriptor to send from: the caller reads the bytes.
             return Ok(None);
         }
         match std::fs::File::open(file.path()) {

@@ -21,6 +21,7 @@ use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan::{self, ScanEnd};
 use crate::offset_index;
 use crate::segment::{self, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment_io::OpenFile;
 use crate::time_index;
 use std::path::Path;
 use std::rc::Rc;
@@ -36,17 +37,18 @@ pub(super) async fn recover_active(
     base: i64,
     config: &LogConfig,
     cache: &Rc<FileCache>,
+    now: std::time::Instant,
 ) -> Result<(Segment, Writer, i64), StorageError> {
     let log_path = segment::file_path(dir, base, LOG_SUFFIX);
-    if !log_path.exists() {
-        let (seg, writer) = files::create_active(dir, base, cache).await?;
+    if !cache.disk().fs().exists(&log_path) {
+        let (seg, writer) = files::create_active(dir, base, cache, now).await?;
         return Ok((seg, writer, base));
     }
     let (handle, file) = SegmentFile::open_now(cache, log_path.clone(), Access::Create)
         .await
         .map_err(|e| err(&log_path, e))?;
     let file_len = file.file_size().await.map_err(|e| err(&log_path, e))?;
-    let (mut index, index_on_disk) = super::files::load_index(dir, base, file_len).await?;
+    let (mut index, index_on_disk) = super::files::load_index(cache, dir, base, file_len).await?;
 
     // Scan from the last trustworthy index entry.
     let mut scanned: Vec<(i64, i64, i64, u64, u64)>; // (base, last, max_ts, pos, len)
@@ -120,7 +122,7 @@ pub(super) async fn recover_active(
         bytes_since_index += len;
     }
     let (mut time_index, time_on_disk) =
-        super::files::load_time_index(dir, base, next_offset).await?;
+        super::files::load_time_index(cache, dir, base, next_offset).await?;
     let mut max_ts = time_index.max_timestamp_ms().unwrap_or(i64::MIN);
     for &(b, _, ts, _, _) in &scanned {
         if b - base > i64::from(i32::MAX) {
@@ -175,6 +177,7 @@ pub(super) async fn recover_active(
         bytes_since_index,
         last_index_offset,
         max_ts,
+        now,
     );
     Ok((seg, writer, next_offset))
 }
@@ -219,7 +222,7 @@ async fn rewrite(
 /// Whether the log ends in zeros at `pos` (the padding of the last direct-I/O block or the
 /// preallocated, never written rest of the segment — not worth a warning). Looks at one
 /// block.
-async fn is_zero_padding(file: &glommio::io::DmaFile, pos: u64, end: u64) -> bool {
+async fn is_zero_padding(file: &OpenFile, pos: u64, end: u64) -> bool {
     let len = (end - pos).min(4096);
     match file_scan::read_exact(file, pos, len as usize).await {
         Ok(b) => b.iter().all(|x| *x == 0),

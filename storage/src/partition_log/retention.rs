@@ -67,9 +67,10 @@ impl PartitionLog {
             return Ok(lso);
         }
         let dir = self.dir.clone();
-        glommio::executor()
-            .spawn_blocking(move || {
-                crate::checkpoint::write(&dir, crate::retention::LOG_START_CHECKPOINT, target)
+        self.files()
+            .disk()
+            .run(move |fs| {
+                crate::checkpoint::write(fs, &dir, crate::retention::LOG_START_CHECKPOINT, target)
             })
             .await
             .map_err(|e| ReadError::Storage(storage_err(&self.dir, e)))?;

@@ -83,12 +83,13 @@ impl PartitionLog {
         if doomed.is_empty() {
             return 0;
         }
+        let disk = self.context.files.disk().clone();
         let mut renamed = Vec::with_capacity(doomed.len() * 3);
         for (base, file) in &doomed {
             for suffix in [LOG_SUFFIX].into_iter().chain(segment::COMPANION_SUFFIXES) {
                 let path = segment::file_path(&self.dir, *base, suffix);
                 let gone = path.with_extension(format!("{suffix}{DELETED_SUFFIX}"));
-                match std::fs::rename(&path, &gone) {
+                match disk.fs().rename(&path, &gone) {
                     Ok(()) => {
                         if suffix == LOG_SUFFIX {
                             // A reader that took the segment before it went opens it
@@ -108,7 +109,7 @@ impl PartitionLog {
         let delay = self.config.borrow().file_delete_delay_ms.max(0) as u64;
         let unlink = move || {
             for path in renamed {
-                match std::fs::remove_file(&path) {
+                match disk.fs().remove_file(&path) {
                     // The whole partition was deleted meanwhile.
                     Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                         tracing::warn!(path = %path.display(), error = %e, "unlinking a deleted segment file")
@@ -120,11 +121,11 @@ impl PartitionLog {
         if delay == 0 {
             unlink();
         } else {
-            glommio::spawn_local(async move {
-                glommio::timer::sleep(Duration::from_millis(delay)).await;
+            let runtime = self.context.runtime.clone();
+            self.context.runtime.spawn(async move {
+                runtime.sleep(Duration::from_millis(delay)).await;
                 unlink();
-            })
-            .detach();
+            });
         }
         tracing::debug!(dir = %self.dir.display(), segments = doomed.len(), "deleted segments");
         doomed.len()

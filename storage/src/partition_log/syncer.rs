@@ -8,7 +8,7 @@ use super::{storage_err, PartitionLog, DESCRIPTOR_RETRY};
 use crate::context::Stage;
 use crate::file_cache::is_out_of_descriptors;
 use std::rc::Rc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 impl PartitionLog {
     /// Group commit: whenever a waiter wants a sync (or the interval has passed with
@@ -16,7 +16,8 @@ impl PartitionLog {
     /// when it was issued. It runs beside the flusher, so writes — and acks=1 produces —
     /// never wait behind a sync.
     pub(super) async fn syncer(log: Rc<PartitionLog>) {
-        let mut last_sync = Instant::now();
+        let runtime = log.context.runtime.clone();
+        let mut last_sync = runtime.now();
         loop {
             let (file, target) = loop {
                 // Read each round: `flush.ms` may be altered while the log is open.
@@ -29,7 +30,7 @@ impl PartitionLog {
                     }
                     let dirty = st.written_offset > st.synced_offset;
                     let wanted = st.sync_wanted > st.synced_offset;
-                    if dirty && (wanted || last_sync.elapsed() >= interval) {
+                    if dirty && (wanted || runtime.since(last_sync) >= interval) {
                         // Read together: every offset below `target` is in this file or
                         // in a sealed (already synced) segment.
                         break (st.active_file.clone(), st.written_offset);
@@ -42,16 +43,16 @@ impl PartitionLog {
                         continue;
                     }
                 }
-                let due = interval.saturating_sub(last_sync.elapsed());
-                futures_lite::future::or(listener, glommio::timer::sleep(due)).await;
+                let due = interval.saturating_sub(runtime.since(last_sync));
+                futures_lite::future::or(listener, runtime.sleep(due)).await;
             };
-            let started = Instant::now();
+            let started = runtime.now();
             let opened = match file.open().await {
                 Ok(f) => f,
                 Err(e) if is_out_of_descriptors(&e) => {
                     // Nothing is lost by waiting: the data is written, only its sync is
                     // late (and so are the acks=all produces that wait for it).
-                    glommio::timer::sleep(DESCRIPTOR_RETRY).await;
+                    runtime.sleep(DESCRIPTOR_RETRY).await;
                     continue;
                 }
                 Err(e) => {
@@ -64,8 +65,10 @@ impl PartitionLog {
                 return;
             }
             drop(opened);
-            last_sync = Instant::now();
-            log.context.observer.stage(Stage::Fsync, started.elapsed());
+            last_sync = runtime.now();
+            log.context
+                .observer
+                .stage(Stage::Fsync, runtime.since(started));
             log.syncs.set(log.syncs.get() + 1);
             let mut st = log.state.borrow_mut();
             if target > st.synced_offset {

@@ -50,14 +50,13 @@ use super::{io_err, storage_err, PartitionLog};
 use crate::batch::{BatchHeader, BATCH_HEADER_LEN, CURRENT_MAGIC};
 use crate::checkpoint;
 use crate::error::StorageError;
+use crate::fs::{Fs, FsFile};
 use crate::offset_index::{self, OffsetIndex};
 use crate::producer_snapshot;
 use crate::retention::LOG_START_CHECKPOINT;
 use crate::segment::{self, COMPANION_SUFFIXES, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
 use crate::time_index::{self, TimeIndex};
 use crate::txn_index;
-use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::Path;
 
 /// What [`PartitionLog::truncate_closed`] did, for the caller's log line.
@@ -111,7 +110,11 @@ impl PartitionLog {
     ///
     /// Blocking (`std::fs`, `fsync`s): run it off the reactor, e.g. with glommio's
     /// `spawn_blocking`.
-    pub fn truncate_closed(dir: &Path, offset: i64) -> Result<TruncateOutcome, StorageError> {
+    pub fn truncate_closed(
+        fs: &dyn Fs,
+        dir: &Path,
+        offset: i64,
+    ) -> Result<TruncateOutcome, StorageError> {
         if offset < 0 {
             return Err(storage_err(
                 dir,
@@ -120,9 +123,9 @@ impl PartitionLog {
         }
         // As `open` does first: finish or undo an interrupted compaction swap, so the
         // segment list is sound.
-        crate::segment_swap::recover_swaps(dir)?;
-        let bases = list_segments(dir)?;
-        let plan = match plan(dir, &bases, offset)? {
+        crate::segment_swap::recover_swaps(fs, dir)?;
+        let bases = list_segments(fs, dir)?;
+        let plan = match plan(fs, dir, &bases, offset)? {
             Ok(plan) => plan,
             Err(log_end_offset) => {
                 return Ok(TruncateOutcome {
@@ -135,7 +138,7 @@ impl PartitionLog {
         };
         let steps = plan.steps(offset);
         for step in &steps {
-            apply(dir, *step)?;
+            apply(fs, dir, *step)?;
         }
         let outcome = TruncateOutcome {
             log_end_offset: plan.new_end,
@@ -160,20 +163,24 @@ impl PartitionLog {
     /// midway leaves a prefix of the old log, and a retry finishes).
     ///
     /// Blocking, as [`PartitionLog::truncate_closed`].
-    pub fn reset_closed(dir: &Path, start: i64) -> Result<TruncateOutcome, StorageError> {
+    pub fn reset_closed(
+        fs: &dyn Fs,
+        dir: &Path,
+        start: i64,
+    ) -> Result<TruncateOutcome, StorageError> {
         if start < 0 {
             return Err(storage_err(
                 dir,
                 format!("reset to negative offset {start}"),
             ));
         }
-        crate::segment_swap::recover_swaps(dir)?;
-        let bases = list_segments(dir)?;
+        crate::segment_swap::recover_swaps(fs, dir)?;
+        let bases = list_segments(fs, dir)?;
         if bases.is_empty() {
             let path = segment::file_path(dir, start, LOG_SUFFIX);
-            File::create(&path).map_err(|e| io_err(&path, &e))?;
-            sync_dir(dir)?;
-            apply(dir, Step::SetStartCheckpoint(start))?;
+            fs.create(&path).map_err(|e| io_err(&path, &e))?;
+            sync_dir(fs, dir)?;
+            apply(fs, dir, Step::SetStartCheckpoint(start))?;
         } else {
             let plan = Plan {
                 new_end: start,
@@ -182,7 +189,7 @@ impl PartitionLog {
                 reset: true,
             };
             for step in plan.steps(start) {
-                apply(dir, step)?;
+                apply(fs, dir, step)?;
             }
         }
         tracing::info!(dir = %dir.display(), start, removed = bases.len(), "reset the log to start at its leader's log start");
@@ -197,13 +204,12 @@ impl PartitionLog {
 
 /// Base offsets of the segments in `dir`, ascending (`*.deleted` leftovers are no
 /// segments).
-fn list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
+fn list_segments(fs: &dyn Fs, dir: &Path) -> Result<Vec<i64>, StorageError> {
     let mut bases = Vec::new();
-    for entry in std::fs::read_dir(dir).map_err(|e| storage_err(dir, e))? {
-        let entry = entry.map_err(|e| storage_err(dir, e))?;
+    for entry in fs.read_dir(dir).map_err(|e| storage_err(dir, e))? {
         if let Some(base) = entry
             .file_name()
-            .to_str()
+            .and_then(|n| n.to_str())
             .and_then(segment::parse_log_file_name)
         {
             bases.push(base);
@@ -215,12 +221,17 @@ fn list_segments(dir: &Path) -> Result<Vec<i64>, StorageError> {
 
 /// The plan for truncating at `offset`, or `Err(log end)` when the log already ends at
 /// or before it.
-fn plan(dir: &Path, bases: &[i64], offset: i64) -> Result<Result<Plan, i64>, StorageError> {
+fn plan(
+    fs: &dyn Fs,
+    dir: &Path,
+    bases: &[i64],
+    offset: i64,
+) -> Result<Result<Plan, i64>, StorageError> {
     let split = bases.partition_point(|b| *b < offset);
     let (below, later) = bases.split_at(split);
     let holder = below.last().copied();
     let walked = holder
-        .map(|base| walk_segment(dir, base, offset))
+        .map(|base| walk_segment(fs, dir, base, offset))
         .transpose()?;
     // (holder, cut position, base offset of the first batch that goes)
     let cut = match (holder, walked) {
@@ -256,7 +267,7 @@ fn plan(dir: &Path, bases: &[i64], offset: i64) -> Result<Result<Plan, i64>, Sto
     }
     // An empty active segment at exactly `offset` after everything below it: the log
     // already ends there.
-    if cut.is_none() && later == [offset] && !holds_batches(dir, offset)? {
+    if cut.is_none() && later == [offset] && !holds_batches(fs, dir, offset)? {
         return Ok(Err(offset));
     }
     Ok(Ok(Plan {
@@ -270,27 +281,27 @@ fn plan(dir: &Path, bases: &[i64], offset: i64) -> Result<Result<Plan, i64>, Sto
 /// Walks the segment at `base` from the index entry at or before `offset` to the first
 /// batch whose last offset is at or past `offset`. If the entry names no batch (an index
 /// written after a crash lost its log), the walk starts over from the segment start.
-fn walk_segment(dir: &Path, base: i64, offset: i64) -> Result<Walked, StorageError> {
+fn walk_segment(fs: &dyn Fs, dir: &Path, base: i64, offset: i64) -> Result<Walked, StorageError> {
     let path = segment::file_path(dir, base, LOG_SUFFIX);
-    let file = File::open(&path).map_err(|e| storage_err(&path, e))?;
-    let len = file.metadata().map_err(|e| storage_err(&path, e))?.len();
-    let index = read_offset_index(dir, base, len)?;
+    let file = fs.open(&path, false).map_err(|e| storage_err(&path, e))?;
+    let len = file.size().map_err(|e| storage_err(&path, e))?;
+    let index = read_offset_index(fs, dir, base, len)?;
     let (from_offset, from_pos) = index.lookup(offset);
-    let walked = walk(&file, len, u64::from(from_pos), from_offset, offset)
+    let walked = walk(&*file, len, u64::from(from_pos), from_offset, offset)
         .map_err(|e| storage_err(&path, e))?;
     let saw_none = matches!(walked, Walked::End { next_offset } if next_offset == from_offset);
     if from_pos > 0 && saw_none {
-        return walk(&file, len, 0, base, offset).map_err(|e| storage_err(&path, e));
+        return walk(&*file, len, 0, base, offset).map_err(|e| storage_err(&path, e));
     }
     Ok(walked)
 }
 
 /// Whether the segment at `base` holds a batch (its file may be preallocated zeros).
-fn holds_batches(dir: &Path, base: i64) -> Result<bool, StorageError> {
+fn holds_batches(fs: &dyn Fs, dir: &Path, base: i64) -> Result<bool, StorageError> {
     let path = segment::file_path(dir, base, LOG_SUFFIX);
-    let file = File::open(&path).map_err(|e| storage_err(&path, e))?;
-    let len = file.metadata().map_err(|e| storage_err(&path, e))?.len();
-    let walked = walk(&file, len, 0, base, i64::MIN).map_err(|e| storage_err(&path, e))?;
+    let file = fs.open(&path, false).map_err(|e| storage_err(&path, e))?;
+    let len = file.size().map_err(|e| storage_err(&path, e))?;
+    let walked = walk(&*file, len, 0, base, i64::MIN).map_err(|e| storage_err(&path, e))?;
     Ok(matches!(walked, Walked::Found { .. }))
 }
 
@@ -299,7 +310,7 @@ fn holds_batches(dir: &Path, base: i64) -> Result<bool, StorageError> {
 /// past `offset`. One header read per batch: the walk spans about one index interval
 /// (more after a crash, when the index on disk may lag the log).
 fn walk(
-    file: &File,
+    file: &dyn FsFile,
     len: u64,
     mut pos: u64,
     from_offset: i64,
@@ -308,7 +319,9 @@ fn walk(
     let mut next_offset = from_offset;
     let mut header = [0u8; BATCH_HEADER_LEN];
     while pos + BATCH_HEADER_LEN as u64 <= len {
-        file.read_exact_at(&mut header, pos)?;
+        if file.read_at(&mut header, pos)? < header.len() {
+            break; // shorter than the length said: the segment ends here
+        }
         let Ok(h) = BatchHeader::parse(&header) else {
             break;
         };
@@ -328,13 +341,18 @@ fn walk(
     Ok(Walked::End { next_offset })
 }
 
-fn read_offset_index(dir: &Path, base: i64, log_len: u64) -> Result<OffsetIndex, StorageError> {
-    let bytes = read_if_exists(&segment::file_path(dir, base, INDEX_SUFFIX))?;
+fn read_offset_index(
+    fs: &dyn Fs,
+    dir: &Path,
+    base: i64,
+    log_len: u64,
+) -> Result<OffsetIndex, StorageError> {
+    let bytes = read_if_exists(fs, &segment::file_path(dir, base, INDEX_SUFFIX))?;
     Ok(OffsetIndex::decode(base, &bytes, log_len))
 }
 
-fn read_if_exists(path: &Path) -> Result<Vec<u8>, StorageError> {
-    match std::fs::read(path) {
+fn read_if_exists(fs: &dyn Fs, path: &Path) -> Result<Vec<u8>, StorageError> {
+    match fs.read(path) {
         Ok(bytes) => Ok(bytes),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(storage_err(path, e)),
@@ -412,71 +430,71 @@ impl Plan {
 }
 
 /// Makes one change, durably.
-fn apply(dir: &Path, step: Step) -> Result<(), StorageError> {
+fn apply(fs: &dyn Fs, dir: &Path, step: Step) -> Result<(), StorageError> {
     match step {
         Step::LowerCleanerCheckpoint(to) => {
-            lower_checkpoint(dir, checkpoint::CLEANER_CHECKPOINT, to)
+            lower_checkpoint(fs, dir, checkpoint::CLEANER_CHECKPOINT, to)
         }
-        Step::RemoveSnapshotsAfter(end) => remove_snapshots_after(dir, end),
-        Step::RemoveSegment(base) => remove_segment(dir, base),
-        Step::EmptySegment(base) => empty_segment(dir, base),
+        Step::RemoveSnapshotsAfter(end) => remove_snapshots_after(fs, dir, end),
+        Step::RemoveSegment(base) => remove_segment(fs, dir, base),
+        Step::EmptySegment(base) => empty_segment(fs, dir, base),
         Step::CutSegment {
             base,
             position,
             new_end,
-        } => cut_segment(dir, base, position, new_end),
-        Step::RenameSegment { from, to } => rename_segment(dir, from, to),
-        Step::LowerStartCheckpoint(to) => lower_checkpoint(dir, LOG_START_CHECKPOINT, to),
-        Step::SetStartCheckpoint(to) => checkpoint::write(dir, LOG_START_CHECKPOINT, to)
+        } => cut_segment(fs, dir, base, position, new_end),
+        Step::RenameSegment { from, to } => rename_segment(fs, dir, from, to),
+        Step::LowerStartCheckpoint(to) => lower_checkpoint(fs, dir, LOG_START_CHECKPOINT, to),
+        Step::SetStartCheckpoint(to) => checkpoint::write(fs, dir, LOG_START_CHECKPOINT, to)
             .map_err(|e| io_err(&dir.join(LOG_START_CHECKPOINT), &e)),
     }
 }
 
 /// Lowers the checkpoint `name` to `to` if it is above.
-fn lower_checkpoint(dir: &Path, name: &str, to: i64) -> Result<(), StorageError> {
-    match checkpoint::read(dir, name)? {
+fn lower_checkpoint(fs: &dyn Fs, dir: &Path, name: &str, to: i64) -> Result<(), StorageError> {
+    match checkpoint::read(fs, dir, name)? {
         Some(at) if at > to => {
-            checkpoint::write(dir, name, to).map_err(|e| io_err(&dir.join(name), &e))
+            checkpoint::write(fs, dir, name, to).map_err(|e| io_err(&dir.join(name), &e))
         }
         _ => Ok(()),
     }
 }
 
 /// Deletes the producer snapshots past `end`: they remember batches that are gone.
-fn remove_snapshots_after(dir: &Path, end: i64) -> Result<(), StorageError> {
-    let offsets = producer_snapshot::list(dir).map_err(|e| io_err(dir, &e))?;
+fn remove_snapshots_after(fs: &dyn Fs, dir: &Path, end: i64) -> Result<(), StorageError> {
+    let offsets = producer_snapshot::list(fs, dir).map_err(|e| io_err(dir, &e))?;
     let mut any = false;
     for at in offsets.into_iter().filter(|at| *at > end) {
-        any |= remove_if_exists(&producer_snapshot::path(dir, at))?;
+        any |= remove_if_exists(fs, &producer_snapshot::path(dir, at))?;
     }
     if any {
-        sync_dir(dir)?;
+        sync_dir(fs, dir)?;
     }
     Ok(())
 }
 
 /// Removes every file of the segment at `base`, the log last.
-fn remove_segment(dir: &Path, base: i64) -> Result<(), StorageError> {
-    remove_companions(dir, base)?;
-    remove_if_exists(&segment::file_path(dir, base, LOG_SUFFIX))?;
-    sync_dir(dir)
+fn remove_segment(fs: &dyn Fs, dir: &Path, base: i64) -> Result<(), StorageError> {
+    remove_companions(fs, dir, base)?;
+    remove_if_exists(fs, &segment::file_path(dir, base, LOG_SUFFIX))?;
+    sync_dir(fs, dir)
 }
 
 /// Leaves of the segment at `base` an empty log file: an active segment's index files
 /// are made again when the log opens.
-fn empty_segment(dir: &Path, base: i64) -> Result<(), StorageError> {
-    remove_companions(dir, base)?;
-    truncate_file(&segment::file_path(dir, base, LOG_SUFFIX), 0)
+fn empty_segment(fs: &dyn Fs, dir: &Path, base: i64) -> Result<(), StorageError> {
+    remove_companions(fs, dir, base)?;
+    truncate_file(fs, &segment::file_path(dir, base, LOG_SUFFIX), 0)
 }
 
 /// Removes the files of the segment at `base` other than its log, durably.
-fn remove_companions(dir: &Path, base: i64) -> Result<(), StorageError> {
+fn remove_companions(fs: &dyn Fs, dir: &Path, base: i64) -> Result<(), StorageError> {
     let mut any = false;
     for suffix in COMPANION_SUFFIXES {
-        any |= remove_if_exists(&segment::file_path(dir, base, suffix))?;
+        any |= remove_if_exists(fs, &segment::file_path(dir, base, suffix))?;
     }
     if any {
-        sync_dir(dir)?;
+        sync_dir(fs, dir)?;
     }
     Ok(())
 }
@@ -485,48 +503,55 @@ fn remove_companions(dir: &Path, base: i64) -> Result<(), StorageError> {
 /// (`new_end` is at most its base offset): its index entries for what goes first, then
 /// the log. An index file is a prefix of entries in order, so the entries kept are a
 /// prefix of the file too.
-fn cut_segment(dir: &Path, base: i64, position: u64, new_end: i64) -> Result<(), StorageError> {
+fn cut_segment(
+    fs: &dyn Fs,
+    dir: &Path,
+    base: i64,
+    position: u64,
+    new_end: i64,
+) -> Result<(), StorageError> {
     debug_assert!(
         position > 0,
         "a segment cut to nothing is emptied or removed"
     );
     let index_path = segment::file_path(dir, base, INDEX_SUFFIX);
-    let bytes = read_if_exists(&index_path)?;
+    let bytes = read_if_exists(fs, &index_path)?;
     let kept = OffsetIndex::decode(base, &bytes, position).len() * offset_index::ENTRY_BYTES;
     if kept < bytes.len() {
-        truncate_file(&index_path, kept as u64)?;
+        truncate_file(fs, &index_path, kept as u64)?;
     }
     let time_path = segment::file_path(dir, base, TIME_INDEX_SUFFIX);
-    let bytes = read_if_exists(&time_path)?;
+    let bytes = read_if_exists(fs, &time_path)?;
     // Entries at or past the new end name batches that go: their timestamps must not
     // stay the segment's largest.
     let kept = TimeIndex::decode(base, &bytes, new_end).len() * time_index::ENTRY_BYTES;
     if kept < bytes.len() {
-        truncate_file(&time_path, kept as u64)?;
+        truncate_file(fs, &time_path, kept as u64)?;
     }
     // Aborted transactions whose marker goes with the cut are forgotten with it.
-    let aborted = txn_index::read(dir, base).map_err(|e| io_err(dir, &e))?;
+    let aborted = txn_index::read(fs, dir, base).map_err(|e| io_err(dir, &e))?;
     let kept = aborted.partition_point(|e| e.last_offset < new_end);
     if kept < aborted.len() {
-        txn_index::write(dir, base, &aborted[..kept]).map_err(|e| io_err(dir, &e))?;
+        txn_index::write(fs, dir, base, &aborted[..kept]).map_err(|e| io_err(dir, &e))?;
     }
-    truncate_file(&segment::file_path(dir, base, LOG_SUFFIX), position)
+    truncate_file(fs, &segment::file_path(dir, base, LOG_SUFFIX), position)
 }
 
 /// Renames the (empty) log of the segment at `from` to the segment at `to`, whose name
 /// no segment holds; stray files of that name from an older life go first.
-fn rename_segment(dir: &Path, from: i64, to: i64) -> Result<(), StorageError> {
-    remove_companions(dir, to)?;
+fn rename_segment(fs: &dyn Fs, dir: &Path, from: i64, to: i64) -> Result<(), StorageError> {
+    remove_companions(fs, dir, to)?;
     let target = segment::file_path(dir, to, LOG_SUFFIX);
-    debug_assert!(!target.exists(), "no segment is named by the new end");
+    debug_assert!(!fs.exists(&target), "no segment is named by the new end");
     let source = segment::file_path(dir, from, LOG_SUFFIX);
-    std::fs::rename(&source, &target).map_err(|e| io_err(&source, &e))?;
-    sync_dir(dir)
+    fs.rename(&source, &target)
+        .map_err(|e| io_err(&source, &e))?;
+    sync_dir(fs, dir)
 }
 
-fn truncate_file(path: &Path, len: u64) -> Result<(), StorageError> {
+fn truncate_file(fs: &dyn Fs, path: &Path, len: u64) -> Result<(), StorageError> {
     let cut = || -> std::io::Result<()> {
-        let file = std::fs::OpenOptions::new().write(true).open(path)?;
+        let mut file = fs.open(path, false)?;
         file.set_len(len)?;
         file.sync_all()
     };
@@ -534,18 +559,16 @@ fn truncate_file(path: &Path, len: u64) -> Result<(), StorageError> {
 }
 
 /// Whether there was a file to remove.
-fn remove_if_exists(path: &Path) -> Result<bool, StorageError> {
-    match std::fs::remove_file(path) {
+fn remove_if_exists(fs: &dyn Fs, path: &Path) -> Result<bool, StorageError> {
+    match fs.remove_file(path) {
         Ok(()) => Ok(true),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
         Err(e) => Err(io_err(path, &e)),
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
-    File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_err(dir, &e))
+fn sync_dir(fs: &dyn Fs, dir: &Path) -> Result<(), StorageError> {
+    fs.sync_dir(dir).map_err(|e| io_err(dir, &e))
 }
 
 #[cfg(test)]
@@ -554,6 +577,7 @@ mod tests {
     use crate::batch::batches;
     use crate::batch_builder::{BatchBuilder, Record};
     use crate::config::{Durability, LogConfig};
+    use crate::fs::KernelFs;
     use crate::test_executor::run;
     use crate::{AckLevel, LogContext};
     use std::path::PathBuf;
@@ -661,7 +685,7 @@ mod tests {
         let root = tempfile::tempdir().expect("tempdir");
         let original = root.path().join("original");
         write(&original);
-        let bases = list_segments(&original).expect("segments");
+        let bases = list_segments(&KernelFs, &original).expect("segments");
         assert!(bases.len() >= 5 && bases[0] > 0);
         let (start, end, all) = {
             let probe = root.path().join("probe");
@@ -680,7 +704,7 @@ mod tests {
         let last = bases[bases.len() - 1];
         let targets = [inside.base_offset + 1, bases[3], last + 1, bases[0] - 1];
         for offset in targets {
-            let plan = match plan(&original, &bases, offset).expect("plan") {
+            let plan = match plan(&KernelFs, &original, &bases, offset).expect("plan") {
                 Ok(plan) => plan,
                 Err(end) => panic!("{offset} is below the log end {end}"),
             };
@@ -689,7 +713,7 @@ mod tests {
                 let crashed: PathBuf = root.path().join(format!("crash-{offset}-{done}"));
                 copy_dir(&original, &crashed);
                 for step in &steps[..done] {
-                    apply(&crashed, *step).expect("step");
+                    apply(&KernelFs, &crashed, *step).expect("step");
                 }
                 let retried = root.path().join(format!("retry-{offset}-{done}"));
                 copy_dir(&crashed, &retried);
@@ -704,7 +728,8 @@ mod tests {
                     assert_eq!(e, plan.new_end);
                 }
                 // The follower tries again after its restart, and ends where it meant to.
-                let outcome = PartitionLog::truncate_closed(&retried, offset).expect("retry");
+                let outcome =
+                    PartitionLog::truncate_closed(&KernelFs, &retried, offset).expect("retry");
                 assert!(outcome.log_end_offset <= offset);
                 let (s, e, bytes) = reopen(&retried);
                 assert!(

@@ -155,10 +155,11 @@ impl PartitionLog {
     ) -> Result<(), crate::StorageError> {
         let dir = self.dir.clone();
         let TxnIndexWrites { files, end } = writes;
-        glommio::executor()
-            .spawn_blocking(move || -> std::io::Result<()> {
+        self.files()
+            .disk()
+            .run(move |fs| -> std::io::Result<()> {
                 for (base, entries) in &files {
-                    txn_index::write(&dir, *base, entries)?;
+                    txn_index::write(fs, &dir, *base, entries)?;
                 }
                 Ok(())
             })
@@ -221,19 +222,20 @@ pub(super) fn take_stored_batch(
 /// entries is rewritten without them at once: the offsets they name will be taken by
 /// other batches, and a later open, with the log end past them, must not believe them.
 pub(super) fn load_aborted(
+    fs: &dyn crate::fs::Fs,
     dir: &std::path::Path,
     bases: &[i64],
     log_end: i64,
 ) -> Result<AbortedTxns, crate::StorageError> {
     let mut aborted = AbortedTxns::new();
     for base in bases {
-        let mut entries = txn_index::read(dir, *base).map_err(|e| io_err(dir, &e))?;
+        let mut entries = txn_index::read(fs, dir, *base).map_err(|e| io_err(dir, &e))?;
         let held = entries.len();
         entries.retain(|e| e.last_offset < log_end);
         if entries.len() != held {
             tracing::info!(dir = %dir.display(), base, lost = held - entries.len(),
                 "dropped aborted-transaction entries of markers a crash lost");
-            txn_index::write(dir, *base, &entries).map_err(|e| io_err(dir, &e))?;
+            txn_index::write(fs, dir, *base, &entries).map_err(|e| io_err(dir, &e))?;
         }
         aborted.extend(entries);
     }
