@@ -110,19 +110,15 @@ pub(super) async fn create_active(
         max_timestamp_ms: i64::MIN,
         cleaned_at_ms: None,
     };
-    let writer = ActiveWriter {
-        base_offset: base,
-        log: AlignedAppender::resume(log_file, log_align, 0, Vec::new()),
-        index: AlignedAppender::resume(index_file, index_align, 0, Vec::new()),
-        time_index: AlignedAppender::resume(time_file, time_align, 0, Vec::new()),
-        bytes_since_index: 0,
-        last_index_offset: base,
-        max_timestamp_ms: i64::MIN,
-        opened_at: now,
-        preallocated: 0,
-        indexes_written_at: now,
-        log_len_at_index_write: 0,
-    };
+    let writer = new_writer(
+        base,
+        [
+            AlignedAppender::resume(log_file, log_align, 0, Vec::new()),
+            AlignedAppender::resume(index_file, index_align, 0, Vec::new()),
+            AlignedAppender::resume(time_file, time_align, 0, Vec::new()),
+        ],
+        now,
+    );
     Ok((seg, writer))
 }
 
@@ -143,14 +139,11 @@ pub(super) async fn sync_dir(dir: &Path, files: &FileCache) -> Result<(), Storag
     Ok(())
 }
 
+/// The flusher's writer over a segment's three appenders, as of `now`: nothing indexed
+/// since the segment's base, no timestamp yet (recovery sets what it found).
 pub(super) fn new_writer(
     base_offset: i64,
-    log: AlignedAppender,
-    index: AlignedAppender,
-    time_index: AlignedAppender,
-    bytes_since_index: u64,
-    last_index_offset: i64,
-    max_timestamp_ms: i64,
+    [log, index, time_index]: [AlignedAppender; 3],
     now: Instant,
 ) -> ActiveWriter {
     let log_len = log.logical_len();
@@ -159,9 +152,9 @@ pub(super) fn new_writer(
         log,
         index,
         time_index,
-        bytes_since_index,
-        last_index_offset,
-        max_timestamp_ms,
+        bytes_since_index: 0,
+        last_index_offset: base_offset,
+        max_timestamp_ms: i64::MIN,
         opened_at: now,
         preallocated: 0,
         indexes_written_at: now,

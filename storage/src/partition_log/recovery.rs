@@ -169,16 +169,10 @@ pub(super) async fn recover_active(
         max_timestamp_ms: max_ts,
         cleaned_at_ms: None, // the active segment is never cleaned
     };
-    let writer = files::new_writer(
-        base,
-        log_appender,
-        index_appender,
-        time_appender,
-        bytes_since_index,
-        last_index_offset,
-        max_ts,
-        now,
-    );
+    let mut writer = files::new_writer(base, [log_appender, index_appender, time_appender], now);
+    writer.bytes_since_index = bytes_since_index;
+    writer.last_index_offset = last_index_offset;
+    writer.max_timestamp_ms = max_ts;
     Ok((seg, writer, next_offset))
 }
 
