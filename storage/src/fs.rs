@@ -242,6 +242,29 @@ struct MemState {
     pending: Vec<NsOp>,
     /// The process using it is dying: every operation fails until the crash is played.
     frozen: bool,
+    /// Armed faults, first match first.
+    faults: Vec<DiskFault>,
+    /// The bytes all files may hold together (a full disk past it), if bounded.
+    capacity: Option<u64>,
+}
+
+/// An operation a [`DiskFault`] can fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DiskOp {
+    /// A write to a file (of a segment, or of a small file).
+    Write,
+    /// An `fdatasync`/`fsync` of a file.
+    Sync,
+}
+
+/// A fault armed on a [`MemFs`]: the next `count` operations `op` on a file with a
+/// name under `under` fail with OS error `errno` (EIO, ENOSPC) and change nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DiskFault {
+    pub op: DiskOp,
+    pub under: PathBuf,
+    pub errno: i32,
+    pub count: usize,
 }
 
 /// A file system in memory that can crash (see the module doc). Cheap to clone: clones
@@ -286,6 +309,53 @@ impl MemState {
             return Err(io::Error::other("the disk's process has crashed"));
         }
         Ok(())
+    }
+
+    /// Fails `op` on `inode` if an armed fault says so (and uses it up).
+    fn check(&mut self, op: DiskOp, inode: u64) -> io::Result<()> {
+        self.alive()?;
+        if self.faults.is_empty() {
+            return Ok(());
+        }
+        let names: Vec<&PathBuf> = self
+            .live
+            .iter()
+            .filter(|(_, e)| **e == Entry::File(inode))
+            .map(|(p, _)| p)
+            .collect();
+        let hit = self
+            .faults
+            .iter()
+            .position(|f| f.op == op && names.iter().any(|n| n.starts_with(&f.under)));
+        let Some(i) = hit else {
+            return Ok(());
+        };
+        let errno = self.faults[i].errno;
+        self.faults[i].count -= 1;
+        if self.faults[i].count == 0 {
+            self.faults.remove(i);
+        }
+        Err(io::Error::from_raw_os_error(errno))
+    }
+
+    /// ENOSPC if growing `inode` to `len` bytes passes the capacity.
+    fn room(&self, inode: u64, len: u64) -> io::Result<()> {
+        let Some(capacity) = self.capacity else {
+            return Ok(());
+        };
+        let current = self.inodes.get(&inode).map_or(0, |n| n.file.len());
+        let used: u64 = self.inodes.values().map(|n| n.file.len()).sum();
+        if len > current && used + (len - current) > capacity {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        Ok(())
+    }
+
+    /// A write of `len` bytes at `pos` of `inode`, checked against faults and room.
+    fn may_write(&mut self, inode: u64, pos: u64, len: usize) -> io::Result<()> {
+        self.check(DiskOp::Write, inode)?;
+        let current = self.inodes.get(&inode).map_or(0, |n| n.file.len());
+        self.room(inode, current.max(pos + len as u64))
     }
 
     fn change(&mut self, op: NsOp) {
@@ -397,7 +467,7 @@ impl MemFs {
     /// `fdatasync` of an inode: its contents, and every namespace change so far.
     pub fn sync_inode(&self, inode: u64) -> io::Result<()> {
         let mut s = self.0.borrow_mut();
-        s.alive()?;
+        s.check(DiskOp::Sync, inode)?;
         s.inodes.get_mut(&inode).ok_or_else(inode_gone)?.file.sync();
         s.commit();
         Ok(())
@@ -437,6 +507,20 @@ impl MemFs {
         self.0.borrow().pending.len()
     }
 
+    /// Arms `fault`.
+    pub fn arm(&self, fault: DiskFault) {
+        if fault.count > 0 {
+            self.0.borrow_mut().faults.push(fault);
+        }
+    }
+
+    /// Bounds what all files may hold together (`None`: unbounded). Writes and
+    /// allocations that would pass it fail with ENOSPC; what is already allocated stays
+    /// writable, as on a full file system.
+    pub fn set_capacity(&self, bytes: Option<u64>) {
+        self.0.borrow_mut().capacity = bytes;
+    }
+
     /// Opens the file at `path` (creating it if `create`) for a segment's I/O: its
     /// inode, held until [`Self::close`].
     pub fn open_inode(&self, path: &Path, create: bool) -> io::Result<u64> {
@@ -454,6 +538,7 @@ impl MemFs {
 
     /// Writes `bytes` at `pos` of inode `inode`.
     pub fn write_inode(&self, inode: u64, pos: u64, bytes: &[u8]) -> io::Result<usize> {
+        self.0.borrow_mut().may_write(inode, pos, bytes.len())?;
         self.with_inode(inode, |f| f.write_at(pos, bytes))
             .map(|()| bytes.len())
             .ok_or_else(inode_gone)
@@ -461,6 +546,11 @@ impl MemFs {
 
     /// Grows inode `inode` to `len` (`fallocate`).
     pub fn allocate_inode(&self, inode: u64, len: u64) -> io::Result<()> {
+        {
+            let s = self.0.borrow();
+            s.alive()?;
+            s.room(inode, len)?;
+        }
         self.with_inode(inode, |f| f.allocate(len))
             .ok_or_else(inode_gone)
     }
@@ -487,6 +577,8 @@ impl Fs for MemFs {
             Err(e) if e.kind() == io::ErrorKind::NotFound => s.create(path)?,
             Err(e) => return Err(e),
         };
+        s.check(DiskOp::Write, inode)?;
+        s.room(inode, bytes.len() as u64)?;
         let f = s.inode_mut(inode);
         f.truncate(0);
         f.write_at(0, bytes);
@@ -621,10 +713,11 @@ impl FsFile for MemFsFile {
     }
 
     fn write_all_at(&mut self, bytes: &[u8], pos: u64) -> io::Result<()> {
-        self.with(|f| f.write_at(pos, bytes))
+        self.fs.write_inode(self.inode, pos, bytes).map(|_| ())
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
+        self.fs.0.borrow().room(self.inode, len)?;
         self.with(|f| f.truncate(len))
     }
 
@@ -738,6 +831,43 @@ mod tests {
         f.sync_data().expect("sync");
         fs.crash(0, |_, _| false);
         assert_eq!(fs.read(&d.join("seg")).expect("read"), b"batch");
+    }
+
+    #[test]
+    fn armed_faults_and_a_full_disk_fail_operations_and_change_nothing() {
+        let fs = MemFs::new();
+        let d = p("/d");
+        fs.create_dir_all(&d).expect("mkdir");
+        let mut f = fs.open(&d.join("seg"), true).expect("create");
+        f.write_all_at(b"ab", 0).expect("write");
+        fs.arm(DiskFault {
+            op: DiskOp::Write,
+            under: d.clone(),
+            errno: libc::EIO,
+            count: 1,
+        });
+        fs.arm(DiskFault {
+            op: DiskOp::Sync,
+            under: p("/elsewhere"),
+            errno: libc::EIO,
+            count: 1,
+        });
+        let e = f.write_all_at(b"cd", 2).expect_err("armed");
+        assert_eq!(e.raw_os_error(), Some(libc::EIO));
+        assert_eq!(
+            fs.read(&d.join("seg")).expect("read"),
+            b"ab",
+            "nothing written"
+        );
+        f.write_all_at(b"cd", 2).expect("used up");
+        f.sync_data().expect("a fault under another directory");
+        fs.set_capacity(Some(6));
+        let e = f.write_all_at(b"efg", 4).expect_err("full");
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        f.write_all_at(b"ef", 4).expect("fits exactly");
+        f.write_all_at(b"AB", 0)
+            .expect("rewriting what is there needs no room");
+        assert_eq!(fs.read(&d.join("seg")).expect("read"), b"ABcdef");
     }
 
     #[test]

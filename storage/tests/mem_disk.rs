@@ -160,3 +160,89 @@ fn under_simulated_time_a_seed_replays_the_same_run() {
         assert_eq!(first, again, "seed {seed}");
     }
 }
+
+/// The log cleaner on the simulator's disk: a pass keeps each key's last record, and a
+/// crash right after it (nothing unsynced kept) leaves the cleaned log.
+#[test]
+fn compaction_runs_on_the_memory_disk_and_survives_a_crash() {
+    use corelog_storage::batch_builder::{BatchBuilder, Record};
+    use corelog_storage::compaction::cleaner::clean;
+    use corelog_storage::config::CleanupPolicy;
+    use corelog_storage::LogConfig;
+    run(|| async {
+        let fs = MemFs::new();
+        let dir = PathBuf::from("/data/c-0");
+        let config = LogConfig {
+            segment_bytes: 2048,
+            index_interval_bytes: 256,
+            cleanup: CleanupPolicy {
+                delete: false,
+                compact: true,
+            },
+            min_compaction_lag_ms: 0,
+            file_delete_delay_ms: 0,
+            ..LogConfig::default()
+        };
+        let rt = Runtime::Glommio;
+        let log = PartitionLog::open(dir.clone(), config.clone(), context(&fs, &rt))
+            .await
+            .expect("open");
+        for i in 0..200u32 {
+            let key = format!("k{}", i % 5);
+            let value = format!("v{i}");
+            let mut b = BatchBuilder::new(1_000);
+            b.push(&Record {
+                key: Some(key.as_bytes()),
+                value: Some(value.as_bytes()),
+                headers: &[],
+                timestamp_delta: 0,
+            });
+            let t = log.append(&b.build(), 0).expect("append");
+            log.wait(t, AckLevel::All).await.expect("synced");
+        }
+        // (key, offset) of every record.
+        let values = |bytes: &[u8]| -> Vec<(String, i64)> {
+            let mut out = Vec::new();
+            for r in batches(bytes) {
+                let range = r.expect("whole batches").1;
+                corelog_storage::batch_filter::for_each_record(&bytes[range], |rec| {
+                    let key = String::from_utf8_lossy(rec.key.unwrap_or_default()).into_owned();
+                    out.push((key, rec.offset));
+                })
+                .expect("records");
+            }
+            out
+        };
+        let before = values(&read_all(&log).await);
+        assert_eq!(before.len(), 200);
+        let stats = clean(&log, 1 << 20, 2_000, i64::MAX, true, None)
+            .await
+            .expect("clean")
+            .expect("a pass ran");
+        assert!(stats.segments_rewritten >= 2, "{stats:?}");
+        let after = values(&read_all(&log).await);
+        assert!(
+            after.len() < before.len(),
+            "compaction removed superseded records"
+        );
+        for k in 0..5i64 {
+            let last = (format!("k{k}"), 195 + k);
+            assert!(
+                after.contains(&last),
+                "the last record of each key stays: {last:?}"
+            );
+        }
+        fs.freeze();
+        log.close().await;
+        fs.crash(0, |_, _| false);
+        let log = PartitionLog::open(dir, config, context(&fs, &rt))
+            .await
+            .expect("reopen");
+        assert_eq!(
+            values(&read_all(&log).await),
+            after,
+            "the cleaned log survives"
+        );
+        log.close().await;
+    });
+}

@@ -63,7 +63,7 @@ use crate::checkpoint;
 use crate::error::StorageError;
 use crate::file_cache::{Access, FileCache, SegmentFile};
 use crate::file_scan::{self, ScanEnd};
-use crate::fs::Fs;
+use crate::fs::{Disk, Fs};
 use crate::offset_index::{self, IndexEntry, OffsetIndex};
 use crate::partition_log::{PartitionLog, SealedSegment};
 use crate::segment::{
@@ -387,8 +387,9 @@ pub async fn clean(
                 for seg in group.iter().filter(|s| s.cleaned_at_ms.is_none()) {
                     let path = segment::file_path(&dir, seg.base_offset, CLEANED_AT_SUFFIX);
                     let (p, d) = (path.clone(), dir.clone());
-                    glommio::executor()
-                        .spawn_blocking(move || write_small_file(&d, &p, now_ms))
+                    log.files()
+                        .disk()
+                        .run(move |fs| write_small_file(fs, &d, &p, now_ms))
                         .await
                         .map_err(|e| err(&path, e))?;
                     log.mark_cleaned(seg.base_offset, now_ms);
@@ -517,12 +518,20 @@ struct Rewritten {
 }
 
 /// A file written in chunks from the blocking pool (the cleaned copies are written with
-/// ordinary buffered I/O and synced once: they are not on any latency path).
+/// ordinary buffered I/O and synced once: they are not on any latency path), or at once
+/// on the simulator's disk.
 struct BlockingWriter {
-    file: Option<std::fs::File>,
+    file: Option<WriterFile>,
     path: PathBuf,
     /// Bytes written so far (the offset of the next chunk).
     written: u64,
+}
+
+/// A [`BlockingWriter`]'s file: moved to the blocking pool for each call on the kernel's
+/// disk, used in place in memory.
+enum WriterFile {
+    Kernel(std::fs::File),
+    Memory(Box<dyn crate::fs::FsFile>),
 }
 
 /// Starts writeback of a chunk just written (`sync_file_range(SYNC_FILE_RANGE_WRITE)`),
@@ -541,12 +550,18 @@ fn start_writeback(file: &std::fs::File, offset: u64, len: u64) {
 }
 
 impl BlockingWriter {
-    async fn create(path: PathBuf) -> Result<BlockingWriter, StorageError> {
-        let p = path.clone();
-        let file = glommio::executor()
-            .spawn_blocking(move || std::fs::File::create(&p))
-            .await
-            .map_err(|e| err(&path, e))?;
+    async fn create(disk: &Disk, path: PathBuf) -> Result<BlockingWriter, StorageError> {
+        let file = match disk {
+            Disk::Kernel => {
+                let p = path.clone();
+                glommio::executor()
+                    .spawn_blocking(move || std::fs::File::create(&p))
+                    .await
+                    .map(WriterFile::Kernel)
+            }
+            Disk::Memory(fs) => fs.create(&path).map(WriterFile::Memory),
+        }
+        .map_err(|e| err(&path, e))?;
         Ok(BlockingWriter {
             file: Some(file),
             path,
@@ -555,19 +570,25 @@ impl BlockingWriter {
     }
 
     async fn write(&mut self, chunk: Vec<u8>) -> Result<(), StorageError> {
-        let Some(mut file) = self.file.take() else {
+        let Some(file) = self.file.take() else {
             return Err(err(&self.path, "writer already failed"));
         };
         let offset = self.written;
         let len = chunk.len();
-        let file = glommio::executor()
-            .spawn_blocking(move || {
-                file.write_all(&chunk)?;
-                start_writeback(&file, offset, len as u64);
-                Ok::<_, std::io::Error>(file)
-            })
-            .await
-            .map_err(|e| err(&self.path, e))?;
+        let file = match file {
+            WriterFile::Kernel(mut file) => glommio::executor()
+                .spawn_blocking(move || {
+                    file.write_all(&chunk)?;
+                    start_writeback(&file, offset, len as u64);
+                    Ok::<_, std::io::Error>(file)
+                })
+                .await
+                .map(WriterFile::Kernel),
+            WriterFile::Memory(mut file) => file
+                .write_all_at(&chunk, offset)
+                .map(|()| WriterFile::Memory(file)),
+        }
+        .map_err(|e| err(&self.path, e))?;
         self.written += len as u64;
         self.file = Some(file);
         Ok(())
@@ -577,10 +598,15 @@ impl BlockingWriter {
         let Some(file) = self.file.take() else {
             return Err(err(&self.path, "writer already failed"));
         };
-        glommio::executor()
-            .spawn_blocking(move || file.sync_all())
-            .await
-            .map_err(|e| err(&self.path, e))
+        match file {
+            WriterFile::Kernel(file) => {
+                glommio::executor()
+                    .spawn_blocking(move || file.sync_all())
+                    .await
+            }
+            WriterFile::Memory(mut file) => file.sync_all(),
+        }
+        .map_err(|e| err(&self.path, e))
     }
 }
 
@@ -732,9 +758,9 @@ async fn rewrite_group(
             let flushed = if resume.is_some() && out.len() >= OUTPUT_CHUNK_BYTES {
                 let w = match &mut writer {
                     Some(w) => w,
-                    None => {
-                        writer.insert(BlockingWriter::create(suffixed(&log_path, CLEANED)).await?)
-                    }
+                    None => writer.insert(
+                        BlockingWriter::create(files.disk(), suffixed(&log_path, CLEANED)).await?,
+                    ),
                 };
                 let n = out.len() as u64;
                 w.write(std::mem::take(&mut out)).await?;
@@ -753,7 +779,7 @@ async fn rewrite_group(
     }
     if !changed {
         if writer.is_some() {
-            let _ = std::fs::remove_file(suffixed(&log_path, CLEANED));
+            let _ = files.disk().fs().remove_file(&suffixed(&log_path, CLEANED));
         }
         return Ok(None);
     }
@@ -770,7 +796,7 @@ async fn rewrite_group(
     }
     let mut log_writer = match writer {
         Some(w) => w,
-        None => BlockingWriter::create(suffixed(&log_path, CLEANED)).await?,
+        None => BlockingWriter::create(files.disk(), suffixed(&log_path, CLEANED)).await?,
     };
     if !out.is_empty() {
         log_writer.write(std::mem::take(&mut out)).await?;
@@ -782,7 +808,7 @@ async fn rewrite_group(
         (&covers_path, format!("{}\n", last.next_base).into_bytes()),
         (&cleaned_at_path, format!("{cleaned_at}\n").into_bytes()),
     ] {
-        let mut w = BlockingWriter::create(suffixed(path, CLEANED)).await?;
+        let mut w = BlockingWriter::create(files.disk(), suffixed(path, CLEANED)).await?;
         w.write(bytes).await?;
         w.sync().await?;
     }
@@ -797,7 +823,7 @@ async fn rewrite_group(
     }
     let aborted = aborted.in_range(base, last.next_base).to_vec();
     if !aborted.is_empty() {
-        let mut w = BlockingWriter::create(suffixed(&txn_path, CLEANED)).await?;
+        let mut w = BlockingWriter::create(files.disk(), suffixed(&txn_path, CLEANED)).await?;
         w.write(txn_index::encode(&aborted)).await?;
         w.sync().await?;
     }
@@ -899,15 +925,13 @@ fn encode_time_index(index: &TimeIndex) -> Vec<u8> {
     out
 }
 
-/// Writes `value` to `path` atomically (temporary file, fsync, rename, directory fsync).
-fn write_small_file(dir: &Path, path: &Path, value: i64) -> std::io::Result<()> {
-    let tmp = suffixed(path, ".tmp");
-    let mut f = std::fs::File::create(&tmp)?;
-    f.write_all(format!("{value}\n").as_bytes())?;
-    f.sync_all()?;
-    drop(f);
-    std::fs::rename(&tmp, path)?;
-    std::fs::File::open(dir)?.sync_all()
+/// Writes `value` to `path` in `dir` atomically (`checkpoint::replace_file`).
+fn write_small_file(fs: &dyn Fs, dir: &Path, path: &Path, value: i64) -> std::io::Result<()> {
+    let name = path
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| std::io::Error::other("a small file's name"))?;
+    checkpoint::replace_file(fs, dir, name, format!("{value}\n").as_bytes())
 }
 
 /// The first offset not yet compacted, if a pass has run.
