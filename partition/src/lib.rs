@@ -7,10 +7,13 @@
 //! Produce, Fetch, ListOffsets, OffsetForLeaderEpoch, DeleteRecords, the group
 //! coordinator's offsets log and housekeeping's retention all go through a [`Partition`];
 //! only what works on segments themselves (compaction, sizes, budgets) reaches the log.
+//! A follower's decisions on its leader's answers are here too (`follower`), so the
+//! broker's replica fetcher and the simulator replicate with the same rules.
 //!
 //! It depends on the storage engine only: never on shards, the mesh, the controller or
 //! the Kafka protocol's framing.
 
+pub mod follower;
 pub mod leader_epoch_cache;
 mod partition;
 pub mod replica_set;

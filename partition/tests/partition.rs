@@ -469,3 +469,92 @@ fn read_committed_stops_at_open_transactions_and_is_told_the_aborted_ones() {
         p.close().await;
     });
 }
+
+/// The follower's rules (`follower::decide`, `take_up`): records are appended, made
+/// durable and the leader's marks followed; a divergence cuts where the two logs' epochs
+/// agree; a fetch below the leader's log start starts over there, one past its high
+/// watermark cuts back to it; anything else waits for the backoff.
+#[test]
+fn a_follower_takes_up_its_leaders_records_and_cuts_where_the_epochs_say() {
+    use corelog_partition::follower::{self, FollowerStep, LeaderAnswer};
+    use corelog_partition::Cut;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (lpath, fpath) = (dir.path().join("l-0"), dir.path().join("f-0"));
+    run(move || async move {
+        let leader = open(&lpath, Durability::AckAll, 1).await;
+        produce(&leader, "a", AckLevel::All).await;
+        produce(&leader, "b", AckLevel::All).await;
+        let follower =
+            Partition::open_replica(fpath, config(Durability::AckAll), LogContext::system(), -1)
+                .await
+                .expect("open");
+        follower.become_follower(1, 1);
+        let records = leader
+            .log()
+            .read(0, 1 << 20, i64::MAX)
+            .await
+            .expect("read")
+            .records;
+        let answer = LeaderAnswer::Records {
+            records: Some(&records),
+            high_watermark: 2,
+            log_start_offset: 0,
+        };
+        let step = follower::decide(&follower, 0, answer);
+        let FollowerStep::TakeUp {
+            records,
+            high_watermark,
+            log_start_offset,
+        } = step
+        else {
+            panic!("{step:?}")
+        };
+        follower::take_up(&follower, records, high_watermark, log_start_offset)
+            .await
+            .expect("taken up");
+        assert_eq!(follower.log_end_offset(), 2);
+        assert_eq!(follower.high_watermark(), 2);
+        assert_eq!(epochs_from(&follower, 0).await, vec![(0, 1), (1, 1)]);
+
+        // The leader's epoch 1 ended at 1: cut there (its end here is 2).
+        let diverging = LeaderAnswer::Diverging {
+            epoch: 1,
+            end_offset: 1,
+        };
+        assert_eq!(
+            follower::decide(&follower, 2, diverging),
+            FollowerStep::Cut(Cut::Tail(1))
+        );
+        // An epoch older than this log's first: where this log's first epoch starts.
+        let older = LeaderAnswer::Diverging {
+            epoch: 0,
+            end_offset: 7,
+        };
+        assert_eq!(
+            follower::decide(&follower, 2, older),
+            FollowerStep::Cut(Cut::Tail(0))
+        );
+        let out_of_range = |log_start_offset, high_watermark| LeaderAnswer::OutOfRange {
+            log_start_offset,
+            high_watermark,
+        };
+        assert_eq!(
+            follower::decide(&follower, 2, out_of_range(5, 9)),
+            FollowerStep::Cut(Cut::Everything { new_start: 5 })
+        );
+        assert_eq!(
+            follower::decide(&follower, 12, out_of_range(0, 9)),
+            FollowerStep::Cut(Cut::Tail(9))
+        );
+        assert_eq!(
+            follower::decide(&follower, 2, out_of_range(0, 9)),
+            FollowerStep::Backoff
+        );
+        assert_eq!(
+            follower::decide(&follower, 2, LeaderAnswer::Failed),
+            FollowerStep::Backoff
+        );
+        follower.close().await;
+        leader.close().await;
+    });
+}

@@ -28,8 +28,8 @@ use crate::routing::TopicPartition;
 use corelog_kafka_client::connection::Connection;
 use corelog_kafka_client::security::ClientSecurity;
 use corelog_kafka_client::ClientError;
+use corelog_partition::follower::{self, FollowerStep, LeaderAnswer};
 use corelog_partition::{Cut, Partition};
-use corelog_storage::AckLevel;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
@@ -422,8 +422,7 @@ fn leader_addr(meta: &ClusterMetadata, leader: i32) -> Option<(SocketAddr, Strin
 struct Fetched {
     tp: TopicPartition,
     partition: Rc<Partition>,
-    /// What was appended of the records, if any came.
-    ticket: Option<corelog_storage::AppendTicket>,
+    records: Option<bytes::Bytes>,
     leader_high_watermark: i64,
     leader_log_start: i64,
 }
@@ -463,17 +462,32 @@ async fn apply_response<H: ReplicaHost>(
             {
                 continue;
             }
-            match ResponseError::try_from_code(p.error_code) {
-                None if p.diverging_epoch.epoch >= 0 => {
-                    let to = truncation_offset(
-                        &s.partition,
-                        p.diverging_epoch.epoch,
-                        p.diverging_epoch.end_offset,
-                    );
-                    truncations.push((tp, Cut::Tail(to)));
+            let answer = match ResponseError::try_from_code(p.error_code) {
+                None if p.diverging_epoch.epoch >= 0 => LeaderAnswer::Diverging {
+                    epoch: p.diverging_epoch.epoch,
+                    end_offset: p.diverging_epoch.end_offset,
+                },
+                None => LeaderAnswer::Records {
+                    records: p.records.as_deref(),
+                    high_watermark: p.high_watermark,
+                    log_start_offset: p.log_start_offset,
+                },
+                Some(ResponseError::OffsetOutOfRange) => LeaderAnswer::OutOfRange {
+                    log_start_offset: p.log_start_offset,
+                    high_watermark: p.high_watermark,
+                },
+                Some(e) => {
+                    tracing::debug!(topic = %tp.topic, partition = tp.partition, leader = fetcher.leader, error = ?e, "replica fetch of a partition failed");
+                    LeaderAnswer::Failed
                 }
-                None => {
-                    if let (Some(rate), Some(records)) = (s.throttle, p.records.as_ref()) {
+            };
+            match follower::decide(&s.partition, s.fetch_offset, answer) {
+                FollowerStep::TakeUp {
+                    records,
+                    high_watermark,
+                    log_start_offset,
+                } => {
+                    if let (Some(rate), Some(records)) = (s.throttle, records) {
                         host.throttles().record(
                             Side::Follower,
                             rate,
@@ -481,60 +495,33 @@ async fn apply_response<H: ReplicaHost>(
                             Instant::now(),
                         );
                     }
-                    let ticket = match p.records.as_ref().filter(|r| !r.is_empty()) {
-                        Some(records) => match s.partition.append_as_follower(records) {
-                            Ok(ticket) => Some(ticket),
-                            Err(e) => {
-                                tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "replicated batches refused");
-                                failed.push(tp);
-                                continue;
-                            }
-                        },
-                        None => None,
-                    };
                     fetched.push(Fetched {
                         tp,
                         partition: s.partition,
-                        ticket,
-                        leader_high_watermark: p.high_watermark,
-                        leader_log_start: p.log_start_offset,
+                        // The response's buffer, shared: no copy.
+                        records: records.and(p.records.clone()),
+                        leader_high_watermark: high_watermark,
+                        leader_log_start: log_start_offset,
                     });
                 }
-                Some(ResponseError::OffsetOutOfRange) if s.fetch_offset < p.log_start_offset => {
-                    // Behind what the leader still holds (its retention moved on): start
-                    // over from its log start (Kafka's truncateFullyAndStartAt).
-                    truncations.push((
-                        tp,
-                        Cut::Everything {
-                            new_start: p.log_start_offset,
-                        },
-                    ));
-                }
-                Some(ResponseError::OffsetOutOfRange) if s.fetch_offset > p.high_watermark => {
-                    // Ahead of the leader with no epoch to tell where: what lies below
-                    // its high watermark is committed, so both logs hold it.
-                    truncations.push((tp, Cut::Tail(p.high_watermark.max(0))));
-                }
-                Some(e) => {
-                    tracing::debug!(topic = %tp.topic, partition = tp.partition, leader = fetcher.leader, error = ?e, "replica fetch of a partition failed");
-                    failed.push(tp);
-                }
+                FollowerStep::Cut(cut) => truncations.push((tp, cut)),
+                FollowerStep::Backoff => failed.push(tp),
             }
         }
     }
+    // Every partition's append happens at the first poll, in order; then they wait
+    // together (`follower::take_up`).
     let acknowledged = futures::future::join_all(fetched.into_iter().map(|f| async move {
-        if let Some(ticket) = f.ticket {
-            if let Err(e) = f.partition.wait(ticket, AckLevel::All).await {
-                tracing::warn!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "replicated batches not acknowledged");
-                return Some(f.tp);
-            }
-        }
-        f.partition.follow_high_watermark(f.leader_high_watermark);
-        if let Err(e) = f.partition.follow_log_start(f.leader_log_start).await {
-            tracing::warn!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "the leader's log start not taken up");
-            return Some(f.tp);
-        }
-        None
+        let done = follower::take_up(
+            &f.partition,
+            f.records.as_deref(),
+            f.leader_high_watermark,
+            f.leader_log_start,
+        )
+        .await;
+        let e = done.err()?;
+        tracing::warn!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "a replicated round of a partition failed");
+        Some(f.tp)
     }))
     .await;
     failed.extend(acknowledged.into_iter().flatten());
@@ -550,22 +537,4 @@ async fn apply_response<H: ReplicaHost>(
             }
         }
     }
-}
-
-/// Where a follower cuts its log when its leader answers that `leader_epoch` ended at
-/// `leader_end` there (Kafka's `AbstractFetcherThread.getOffsetTruncationState`): the
-/// end of that epoch here, or the leader's end of it, whichever is lower, never past this
-/// log's end. When this log does not know that epoch, its own end for the largest epoch
-/// below is taken, and the next round asks again from there.
-fn truncation_offset(partition: &Partition, leader_epoch: i32, leader_end: i64) -> i64 {
-    let log_end = partition.log_end_offset();
-    let (epoch, end) = partition.end_offset_for_epoch(leader_epoch);
-    let to = if epoch == corelog_partition::UNDEFINED_EPOCH {
-        leader_end
-    } else if epoch != leader_epoch {
-        end
-    } else {
-        end.min(leader_end)
-    };
-    to.min(log_end).max(partition.log_start_offset())
 }
