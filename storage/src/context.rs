@@ -30,6 +30,13 @@ impl Clock for SystemClock {
     }
 }
 
+/// The simulator's wall clock: its start's plus the simulated time elapsed.
+impl Clock for crate::runtime::SimTime {
+    fn now_ms(&self) -> i64 {
+        crate::runtime::SimTime::now_ms(self)
+    }
+}
+
 /// A stage of the write path whose latency the engine reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stage {

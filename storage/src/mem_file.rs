@@ -28,6 +28,10 @@ pub struct MemFile {
     durable: Vec<u8>,
     /// The sectors written since that sync, by index.
     dirty: BTreeSet<u64>,
+    /// The lowest length a truncation cut the file to since that sync: from there on
+    /// what reads see may differ from the durable image without a sector written (the
+    /// file grown again reads zeros where the image holds the bytes cut).
+    cut_at: Option<u64>,
 }
 
 impl MemFile {
@@ -80,6 +84,9 @@ impl MemFile {
 
     /// Cuts the file to `len` bytes (or grows it with zeros, as `ftruncate` does).
     pub fn truncate(&mut self, len: u64) {
+        if len < self.len() {
+            self.cut_at = Some(self.cut_at.map_or(len, |c| c.min(len)));
+        }
         self.live.resize(len as usize, 0);
         let sectors = len.div_ceil(SECTOR);
         self.dirty.retain(|&s| s < sectors);
@@ -96,6 +103,10 @@ impl MemFile {
         for &s in &self.dirty {
             let (a, b) = self.sector(s, self.live.len());
             self.durable[a..b].copy_from_slice(&self.live[a..b]);
+        }
+        if let Some(cut) = self.cut_at.take() {
+            let from = (cut as usize).min(self.live.len());
+            self.durable[from..].copy_from_slice(&self.live[from..]);
         }
         self.dirty.clear();
         debug_assert_eq!(self.durable, self.live);
@@ -120,6 +131,7 @@ impl MemFile {
             }
         }
         self.dirty.clear();
+        self.cut_at = None;
         self.durable = image.clone();
         self.live = image;
         lost
@@ -189,6 +201,19 @@ mod tests {
         f.sync();
         f.crash(|_| true);
         assert_eq!(f.read_at(0, 2048), &[3; 100][..]);
+    }
+
+    #[test]
+    fn a_file_cut_and_grown_again_syncs_what_reads_see() {
+        let mut f = MemFile::new();
+        f.write_at(0, &[5; 2048]);
+        f.sync();
+        f.truncate(100);
+        f.allocate(2048);
+        assert_eq!(f.read_at(100, 10), &[0; 10][..]);
+        f.sync();
+        f.crash(|_| false);
+        assert_eq!(f.read_at(0, 2048), [&[5; 100][..], &[0; 1948][..]].concat());
     }
 
     #[test]

@@ -184,12 +184,6 @@ impl SimTime {
     }
 }
 
-impl crate::context::Clock for SimTime {
-    fn now_ms(&self) -> i64 {
-        SimTime::now_ms(self)
-    }
-}
-
 /// A simulated sleep: ready once the clock reaches its deadline.
 pub struct SimSleep {
     time: SimTime,

@@ -26,6 +26,7 @@ CRATES = {
     "corelog-controller": "controller/src",
     "corelog-fuzz-targets": "tools/fuzz-targets/src",
     "corelog-record-batch": "record-batch/src",
+    "corelog-sim": "sim/src",
 }
 
 # The corelog crates each crate may depend on (normal dependencies).
@@ -45,6 +46,8 @@ ALLOWED = {
     "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller", "corelog-shards"},
     # A leaf: the header layout depends on nothing.
     "corelog-record-batch": set(),
+    # The simulator runs the real partition layer and storage engine, and nothing above.
+    "corelog-sim": {"corelog-partition", "corelog-storage"},
     # fuzz/ (cargo fuzz, its own workspace, never built here): libFuzzer wrappers around
     # the bodies in tools/fuzz-targets, and nothing else of ours.
     "corelog-fuzz": {"corelog-fuzz-targets"},
@@ -60,6 +63,7 @@ MANIFESTS = {
     "corelog-controller": "controller/Cargo.toml",
     "corelog-fuzz-targets": "tools/fuzz-targets/Cargo.toml",
     "corelog-record-batch": "record-batch/Cargo.toml",
+    "corelog-sim": "sim/Cargo.toml",
     "corelog-fuzz": "fuzz/Cargo.toml",
 }
 

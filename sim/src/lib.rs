@@ -1,0 +1,17 @@
+//! `corelog-sim`: corelog's deterministic simulator. The real storage engine and
+//! partition layer run on disks in memory (`corelog_storage::fs::MemFs`) under simulated
+//! time (`corelog_storage::runtime::SimTime`), on one thread, with faults injected on
+//! purpose; one seed makes one exact run, so a failing seed is replayed as it failed.
+//!
+//! The fault model (kernel-notes.md, "Fault model"): a crash keeps what a node synced
+//! and any subset of the sectors it wrote since, each whole, and a prefix of its
+//! unsynced namespace changes; the network loses, delays (so reorders) and duplicates
+//! messages and cuts links; a disk fails writes and syncs and fills up.
+//!
+//! `replication` plays one replicated partition and checks what replication promises;
+//! `exec` is the executor and its clock; `net` the network; `rng` the only chance.
+
+pub mod exec;
+pub mod net;
+pub mod replication;
+pub mod rng;

@@ -1,0 +1,873 @@
+//! One replicated partition under faults: real [`Partition`]s — the real append, fetch,
+//! high watermark, ISR and truncation — on three nodes, each with a disk of its own in
+//! memory, a simulated controller electing leaders from the ISR and taking ISR changes,
+//! an acks=all producer and a consumer, while nodes crash (power loss: any unsynced part
+//! of what they wrote may survive) one at a time or all at once, come back, and the
+//! network loses, delays, duplicates and cuts messages.
+//!
+//! The followers run the broker's own rules (`corelog_partition::follower`); the leader
+//! answers a follower's fetch as the broker does (`read_as` for a replica, then
+//! `record_follower_fetch`). Only the transport is the simulator's.
+//!
+//! Checked during the run and at its end, once the faults stop and the replicas have
+//! caught up (any breach fails the seed):
+//! - no record acknowledged at acks=all is lost: each is in the final log at its offset;
+//! - no consumer reads a record at or above the high watermark it was served with, and
+//!   every record a consumer read is in the final log at its offset (it was committed);
+//! - a partition's high watermark never moves back while it is open;
+//! - every replica holds the same batches below the high watermark.
+
+use crate::exec::{Executor, Stopped};
+use crate::net::{Delivery, Net, NetFaults};
+use crate::rng::Rng;
+use bytes::Bytes;
+use corelog_partition::follower::{self, FollowerStep, LeaderAnswer};
+use corelog_partition::{Assignment, FollowerFetch, Isolation, IsrProposal, Partition, Reader};
+use corelog_storage::batch::{batches, BatchHeader};
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::batch_filter::for_each_record;
+use corelog_storage::context::{Clock, NoObserver};
+use corelog_storage::error::ReadError;
+use corelog_storage::file_cache::FileCache;
+use corelog_storage::fs::MemFs;
+use corelog_storage::runtime::Runtime;
+use corelog_storage::{Durability, LogConfig, LogContext};
+use std::cell::{Cell, RefCell};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::time::Duration;
+
+/// The client side of the network.
+const CLIENT: i32 = 0;
+/// How long a leader holds a follower's fetch that finds nothing new.
+const FETCH_WAIT: Duration = Duration::from_millis(50);
+/// After a failed fetch or produce.
+const BACKOFF: Duration = Duration::from_millis(30);
+/// `replica.lag.time.max.ms`.
+const LAG_MS: i64 = 300;
+/// How long the producer waits for a commit before it gives the record up.
+const PRODUCE_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// What one run does.
+#[derive(Debug, Clone, Copy)]
+pub struct Scenario {
+    pub nodes: i32,
+    pub min_insync_replicas: i32,
+    /// How long faults are played before the cluster is healed.
+    pub faults_for: Duration,
+    pub net: NetFaults,
+}
+
+impl Default for Scenario {
+    fn default() -> Self {
+        Scenario {
+            nodes: 3,
+            min_insync_replicas: 2,
+            faults_for: Duration::from_secs(5),
+            net: NetFaults {
+                loss: 3,
+                duplicate: 2,
+                max_delay_ms: 8,
+            },
+        }
+    }
+}
+
+/// What a run saw, for its report and for replay checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub acked: usize,
+    pub final_high_watermark: i64,
+    pub crashes: usize,
+    pub elections: usize,
+    pub elapsed_ms: u128,
+}
+
+struct Node {
+    id: i32,
+    fs: MemFs,
+    context: LogContext,
+    partition: RefCell<Option<Rc<Partition>>>,
+    /// Bumped at each crash: a task of an older life stops.
+    life: Cell<u64>,
+    /// The high watermark last seen on the open partition (`None` after a reopen).
+    hw_seen: Cell<Option<i64>>,
+}
+
+impl Node {
+    fn dir() -> PathBuf {
+        PathBuf::from("/data/t-0")
+    }
+
+    fn partition(&self) -> Option<Rc<Partition>> {
+        self.partition.borrow().clone()
+    }
+}
+
+#[derive(Debug)]
+struct Controller {
+    leader: Option<i32>,
+    leader_epoch: i32,
+    isr: Vec<i32>,
+    partition_epoch: i32,
+    replicas: Vec<i32>,
+    up: Vec<i32>,
+    /// The metadata version, bumped at every change (an ISR proposal refused at a
+    /// version is not made again before a newer one).
+    version: u64,
+    elections: usize,
+}
+
+impl Controller {
+    fn assignment(&self) -> Assignment {
+        Assignment {
+            replicas: self.replicas.clone(),
+            isr: self.isr.clone(),
+            partition_epoch: self.partition_epoch,
+        }
+    }
+}
+
+struct World {
+    scenario: Scenario,
+    runtime: Runtime,
+    clock: Rc<dyn Clock>,
+    nodes: Vec<Rc<Node>>,
+    ctl: RefCell<Controller>,
+    net: Net,
+    rng: RefCell<Rng>,
+    /// Acknowledged records: offset → key.
+    acked: RefCell<BTreeMap<i64, String>>,
+    /// Records consumers read: offset → key.
+    seen: RefCell<BTreeMap<i64, String>>,
+    violations: RefCell<Vec<String>>,
+    stop_producing: Cell<bool>,
+    stop_faults: Cell<bool>,
+    crashes: Cell<usize>,
+}
+
+fn config(min_isr: i32) -> LogConfig {
+    LogConfig {
+        segment_bytes: 16 * 1024,
+        index_interval_bytes: 512,
+        tail_cache_bytes: 4 * 1024,
+        durability: Durability::AckAll,
+        min_insync_replicas: min_isr,
+        file_delete_delay_ms: 0,
+        ..LogConfig::default()
+    }
+}
+
+/// (offset, key) of every record in `bytes`.
+fn records_of(bytes: &[u8]) -> Vec<(i64, String)> {
+    let mut out = Vec::new();
+    for item in batches(bytes) {
+        let Ok((_, range)) = item else { break };
+        let _ = for_each_record(&bytes[range], |r| {
+            out.push((
+                r.offset,
+                String::from_utf8_lossy(r.key.unwrap_or_default()).into_owned(),
+            ));
+        });
+    }
+    out
+}
+
+impl World {
+    fn node(&self, id: i32) -> &Rc<Node> {
+        &self.nodes[(id - 1) as usize]
+    }
+
+    fn violation(&self, what: String) {
+        self.violations.borrow_mut().push(what);
+    }
+
+    fn alive(&self, node: &Node, life: u64) -> bool {
+        node.life.get() == life && node.partition.borrow().is_some()
+    }
+
+    /// Checks that an open partition's high watermark never went back.
+    fn check_hw(&self, node: &Node, p: &Partition) {
+        let hw = p.high_watermark();
+        if let Some(seen) = node.hw_seen.get() {
+            if hw < seen {
+                self.violation(format!(
+                    "node {}: high watermark went back from {seen} to {hw}",
+                    node.id
+                ));
+            }
+        }
+        node.hw_seen.set(Some(hw));
+    }
+
+    /// Tells every node that is up its role, as the controller has it.
+    fn push_roles(&self) {
+        let (leader, epoch, assignment) = {
+            let c = self.ctl.borrow();
+            (c.leader, c.leader_epoch, c.assignment())
+        };
+        for node in &self.nodes {
+            let Some(p) = node.partition() else { continue };
+            match leader {
+                Some(l) if l == node.id => {
+                    if let Err(e) = p.become_leader(epoch, node.id, assignment.clone()) {
+                        self.violation(format!("node {} cannot lead epoch {epoch}: {e}", node.id));
+                    }
+                }
+                Some(l) => p.become_follower(l, epoch),
+                None => p.become_follower(-1, epoch),
+            }
+        }
+    }
+
+    /// Elects a leader from the ISR members that are up (Kafka's clean election), or
+    /// none when no ISR member is up.
+    fn elect(&self) {
+        {
+            let mut c = self.ctl.borrow_mut();
+            let candidate = c.isr.iter().copied().find(|id| c.up.contains(id));
+            c.leader = candidate;
+            c.leader_epoch += 1;
+            c.partition_epoch += 1;
+            c.version += 1;
+            c.elections += 1;
+        }
+        self.push_roles();
+    }
+
+    /// Node `id` went down (its broker session expired): out of the ISR unless it is the
+    /// last member, and a new leader if it led.
+    fn node_down(&self, id: i32) {
+        let led = {
+            let mut c = self.ctl.borrow_mut();
+            c.up.retain(|n| *n != id);
+            if c.isr.len() > 1 {
+                c.isr.retain(|n| *n != id);
+            }
+            c.partition_epoch += 1;
+            c.version += 1;
+            c.leader == Some(id)
+        };
+        if led {
+            self.elect();
+        } else {
+            self.push_roles();
+        }
+    }
+
+    fn node_up(&self, id: i32) {
+        let offline = {
+            let mut c = self.ctl.borrow_mut();
+            c.up.push(id);
+            c.version += 1;
+            c.leader.is_none()
+        };
+        if offline {
+            self.elect();
+        } else {
+            self.push_roles();
+        }
+    }
+
+    /// The leader `from` proposes an ISR change.
+    fn propose(&self, from: i32, proposal: IsrProposal) {
+        let accepted = {
+            let mut c = self.ctl.borrow_mut();
+            let ok = c.leader == Some(from)
+                && proposal.leader_epoch == c.leader_epoch
+                && proposal.partition_epoch == c.partition_epoch
+                && proposal.isr.iter().all(|id| c.up.contains(id))
+                && !proposal.isr.is_empty();
+            if ok {
+                c.isr = proposal.isr.clone();
+                c.partition_epoch += 1;
+            }
+            c.version += 1;
+            (ok, c.version)
+        };
+        if accepted.0 {
+            self.push_roles();
+        } else if let Some(p) = self.node(from).partition() {
+            p.isr_proposal_refused(accepted.1);
+        }
+    }
+
+    /// The leader `leader`'s answer to `follower`'s fetch, as the broker gives it.
+    async fn answer_fetch(
+        self: &Rc<Self>,
+        leader: i32,
+        follower: i32,
+        fetch_offset: i64,
+        last_epoch: i32,
+        leader_epoch: i32,
+    ) -> Answer {
+        let node = self.node(leader).clone();
+        let Some(p) = node.partition() else {
+            return Answer::Failed;
+        };
+        if !p.is_leader() || p.leader_epoch() != leader_epoch {
+            return Answer::Failed;
+        }
+        if fetch_offset >= p.log_end_offset() {
+            let deadline = self.runtime.now() + FETCH_WAIT;
+            p.wait_beyond_log_end(fetch_offset, deadline).await;
+        }
+        match p
+            .read_as(fetch_offset, last_epoch, 64 * 1024, Reader::Replica)
+            .await
+        {
+            Err(ReadError::OffsetOutOfRange { .. }) => Answer::OutOfRange {
+                log_start_offset: p.log_start_offset(),
+                high_watermark: p.high_watermark(),
+            },
+            Err(_) => Answer::Failed,
+            Ok(r) => {
+                if let Some((epoch, end_offset)) = r.diverging_epoch {
+                    return Answer::Diverging { epoch, end_offset };
+                }
+                let version = self.ctl.borrow().version;
+                match p.record_follower_fetch(follower, fetch_offset, || Some(version)) {
+                    FollowerFetch::Recorded(Some(proposal)) => {
+                        let world = self.clone();
+                        self.runtime.spawn(async move {
+                            if world.net.send(leader, CLIENT).await != Delivery::Lost {
+                                world.propose(leader, proposal);
+                            } else if let Some(p) = world.node(leader).partition() {
+                                p.isr_proposal_failed();
+                            }
+                        });
+                    }
+                    FollowerFetch::Recorded(None) => {}
+                    FollowerFetch::NotLeader | FollowerFetch::UnknownReplica => {
+                        return Answer::Failed
+                    }
+                }
+                self.check_hw(&node, &p);
+                Answer::Records {
+                    records: r.records,
+                    high_watermark: p.high_watermark(),
+                    log_start_offset: r.log_start_offset,
+                }
+            }
+        }
+    }
+}
+
+/// A leader's answer, owned (it travels back over the network).
+#[derive(Debug, Clone)]
+enum Answer {
+    Records {
+        records: Bytes,
+        high_watermark: i64,
+        log_start_offset: i64,
+    },
+    Diverging {
+        epoch: i32,
+        end_offset: i64,
+    },
+    OutOfRange {
+        log_start_offset: i64,
+        high_watermark: i64,
+    },
+    Failed,
+}
+
+impl Answer {
+    fn as_leader_answer(&self) -> LeaderAnswer<'_> {
+        match self {
+            Answer::Records {
+                records,
+                high_watermark,
+                log_start_offset,
+            } => LeaderAnswer::Records {
+                records: Some(records),
+                high_watermark: *high_watermark,
+                log_start_offset: *log_start_offset,
+            },
+            Answer::Diverging { epoch, end_offset } => LeaderAnswer::Diverging {
+                epoch: *epoch,
+                end_offset: *end_offset,
+            },
+            Answer::OutOfRange {
+                log_start_offset,
+                high_watermark,
+            } => LeaderAnswer::OutOfRange {
+                log_start_offset: *log_start_offset,
+                high_watermark: *high_watermark,
+            },
+            Answer::Failed => LeaderAnswer::Failed,
+        }
+    }
+}
+
+/// A node's replica fetcher and its leader's ISR shrink check, for one life.
+async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
+    let rt = world.runtime.clone();
+    while world.alive(&node, life) {
+        let Some(p) = node.partition() else { return };
+        world.check_hw(&node, &p);
+        if p.is_leader() {
+            let version = world.ctl.borrow().version;
+            if let Some(proposal) = p.isr_shrink(LAG_MS, version) {
+                world.propose(node.id, proposal);
+            }
+            rt.sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        let Some(leader) = p.following().filter(|l| *l > 0) else {
+            rt.sleep(BACKOFF).await;
+            continue;
+        };
+        let (fetch_offset, last_epoch, leader_epoch) =
+            (p.log_end_offset(), p.latest_epoch(), p.leader_epoch());
+        let request = world.net.send(node.id, leader).await;
+        if request == Delivery::Lost {
+            rt.sleep(BACKOFF).await;
+            continue;
+        }
+        let mut answer = world
+            .answer_fetch(leader, node.id, fetch_offset, last_epoch, leader_epoch)
+            .await;
+        if request == Delivery::Twice {
+            // The copy is answered too; the follower takes whichever comes first.
+            answer = world
+                .answer_fetch(leader, node.id, fetch_offset, last_epoch, leader_epoch)
+                .await;
+        }
+        if world.net.send(leader, node.id).await == Delivery::Lost {
+            rt.sleep(BACKOFF).await;
+            continue;
+        }
+        // Applied only to the partition the fetch was built for, still following the
+        // same leader in the same epoch.
+        let current = node.partition();
+        if !world.alive(&node, life)
+            || !current.is_some_and(|c| Rc::ptr_eq(&c, &p))
+            || p.following() != Some(leader)
+            || p.leader_epoch() != leader_epoch
+        {
+            continue;
+        }
+        match follower::decide(&p, fetch_offset, answer.as_leader_answer()) {
+            FollowerStep::TakeUp {
+                records,
+                high_watermark,
+                log_start_offset,
+            } => {
+                if follower::take_up(&p, records, high_watermark, log_start_offset)
+                    .await
+                    .is_err()
+                {
+                    rt.sleep(BACKOFF).await;
+                }
+            }
+            FollowerStep::Cut(cut) => match p.truncate_and_reopen(cut).await {
+                Ok(reopened) if world.alive(&node, life) => {
+                    *node.partition.borrow_mut() = Some(reopened);
+                    node.hw_seen.set(None);
+                    world.push_roles();
+                }
+                Ok(reopened) => reopened.close().await,
+                Err(e) => {
+                    world.violation(format!("node {}: truncation {cut:?} failed: {e}", node.id))
+                }
+            },
+            FollowerStep::Backoff => rt.sleep(BACKOFF).await,
+        }
+    }
+}
+
+async fn producer(world: Rc<World>) {
+    let rt = world.runtime.clone();
+    let mut n = 0u64;
+    while !world.stop_producing.get() {
+        n += 1;
+        let key = format!("r{n}");
+        let leader = world.ctl.borrow().leader;
+        let Some(leader) = leader else {
+            rt.sleep(BACKOFF).await;
+            continue;
+        };
+        let request = world.net.send(CLIENT, leader).await;
+        if request == Delivery::Lost {
+            continue;
+        }
+        let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
+            continue;
+        };
+        let mut b = BatchBuilder::new(world.clock.now_ms());
+        b.push(&Record {
+            key: Some(key.as_bytes()),
+            value: Some(b"v"),
+            headers: &[],
+            timestamp_delta: 0,
+        });
+        let Ok(ticket) = p.append(&b.build()) else {
+            rt.sleep(BACKOFF).await;
+            continue;
+        };
+        let committed =
+            futures_lite::future::or(async { Some(p.wait_committed(ticket).await) }, async {
+                rt.sleep(PRODUCE_TIMEOUT).await;
+                None
+            })
+            .await;
+        if !matches!(committed, Some(Ok(()))) {
+            continue;
+        }
+        if world.net.send(leader, CLIENT).await != Delivery::Lost {
+            world.acked.borrow_mut().insert(ticket.base_offset, key);
+        }
+    }
+}
+
+async fn consumer(world: Rc<World>) {
+    let rt = world.runtime.clone();
+    let mut position = 0i64;
+    loop {
+        rt.sleep(Duration::from_millis(20)).await;
+        let leader = world.ctl.borrow().leader;
+        let Some(leader) = leader else { continue };
+        let Some(p) = world.node(leader).partition() else {
+            continue;
+        };
+        if !p.is_leader() {
+            continue;
+        }
+        let Ok(r) = p
+            .read_as(
+                position,
+                -1,
+                64 * 1024,
+                Reader::Consumer(Isolation::ReadUncommitted),
+            )
+            .await
+        else {
+            continue;
+        };
+        let mut seen = world.seen.borrow_mut();
+        for (offset, key) in records_of(&r.records) {
+            if offset >= r.high_watermark {
+                drop(seen);
+                world.violation(format!(
+                    "a consumer read offset {offset} at a high watermark of {}",
+                    r.high_watermark
+                ));
+                return;
+            }
+            if let Some(before) = seen.insert(offset, key.clone()) {
+                if before != key {
+                    drop(seen);
+                    world.violation(format!(
+                        "offset {offset} was read as {before}, then as {key}"
+                    ));
+                    return;
+                }
+            }
+            position = offset + 1;
+        }
+    }
+}
+
+/// Crashes node `id`: its process dies (its disk refuses everything it still tries),
+/// then the disk keeps what it synced and any part of the rest.
+async fn crash(world: &Rc<World>, id: i32) {
+    let node = world.node(id).clone();
+    node.life.set(node.life.get() + 1);
+    node.fs.freeze();
+    let open = node.partition.borrow_mut().take();
+    if let Some(p) = open {
+        p.close().await;
+    }
+    let (keep_ops, mut keep) = {
+        let mut rng = world.rng.borrow_mut();
+        let ops = rng.below(node.fs.pending_ops() as u64 + 1) as usize;
+        (ops, rng.fork())
+    };
+    node.fs.crash(keep_ops, |_, _| keep.chance(50));
+    node.hw_seen.set(None);
+    world.crashes.set(world.crashes.get() + 1);
+    world.node_down(id);
+}
+
+/// Starts node `id` again from what its disk kept.
+async fn restart(world: &Rc<World>, id: i32) {
+    let node = world.node(id).clone();
+    let opened = Partition::open_replica(
+        Node::dir(),
+        config(world.scenario.min_insync_replicas),
+        node.context.clone(),
+        -1,
+    )
+    .await;
+    match opened {
+        Ok(p) => {
+            *node.partition.borrow_mut() = Some(p);
+            let life = node.life.get();
+            world.node_up(id);
+            world
+                .runtime
+                .spawn(replica_loop(world.clone(), node.clone(), life));
+        }
+        Err(e) => world.violation(format!("node {id} does not open after a crash: {e}")),
+    }
+}
+
+async fn faults(world: Rc<World>) {
+    let rt = world.runtime.clone();
+    while !world.stop_faults.get() {
+        let (wait, what, target) = {
+            let mut rng = world.rng.borrow_mut();
+            (
+                rng.between(50, 600),
+                rng.below(10),
+                rng.between(1, world.scenario.nodes as u64) as i32,
+            )
+        };
+        rt.sleep(Duration::from_millis(wait)).await;
+        if world.stop_faults.get() {
+            break;
+        }
+        let up = world.node(target).partition().is_some();
+        let down = world
+            .nodes
+            .iter()
+            .filter(|n| n.partition().is_none())
+            .count();
+        match what {
+            0..=2 if up && down == 0 => crash(&world, target).await,
+            0..=4 if !up => restart(&world, target).await,
+            5 | 6 => {
+                let other = 1 + (target % world.scenario.nodes);
+                world.net.cut(target, other);
+            }
+            7 => world.net.heal_all(),
+            // A power loss of every node at once (the whole rack): what was acknowledged
+            // was synced on every ISR member, so it must survive this too.
+            8 if down == 0 && world.rng.borrow_mut().chance(30) => {
+                for id in 1..=world.scenario.nodes {
+                    crash(&world, id).await;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Runs one seed of the scenario: `Ok` with what it saw, or `Err` with every breach.
+pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
+    let mut exec = Executor::new();
+    let runtime = exec.runtime();
+    let mut rng = Rng::new(seed);
+    let time = exec.time().clone();
+    let clock: Rc<dyn Clock> = Rc::new(time.clone());
+    let nodes: Vec<Rc<Node>> = (1..=scenario.nodes)
+        .map(|id| {
+            let fs = MemFs::new();
+            Rc::new(Node {
+                id,
+                context: LogContext {
+                    clock: clock.clone(),
+                    observer: Rc::new(NoObserver),
+                    files: FileCache::in_memory(64, fs.clone()),
+                    runtime: runtime.clone(),
+                },
+                fs,
+                partition: RefCell::new(None),
+                life: Cell::new(0),
+                hw_seen: Cell::new(None),
+            })
+        })
+        .collect();
+    let replicas: Vec<i32> = (1..=scenario.nodes).collect();
+    let world = Rc::new(World {
+        scenario,
+        runtime: runtime.clone(),
+        clock: clock.clone(),
+        nodes,
+        ctl: RefCell::new(Controller {
+            leader: Some(1),
+            leader_epoch: 0,
+            isr: replicas.clone(),
+            partition_epoch: 0,
+            replicas: replicas.clone(),
+            up: Vec::new(),
+            version: 0,
+            elections: 0,
+        }),
+        net: Net::new(runtime.clone(), rng.fork(), scenario.net),
+        rng: RefCell::new(rng.fork()),
+        acked: RefCell::default(),
+        seen: RefCell::default(),
+        violations: RefCell::default(),
+        stop_producing: Cell::new(false),
+        stop_faults: Cell::new(false),
+        crashes: Cell::new(0),
+    });
+
+    // Start every node, then play.
+    let started = Rc::new(Cell::new(false));
+    {
+        let (world, started) = (world.clone(), started.clone());
+        exec.spawn(async move {
+            for id in replicas {
+                restart(&world, id).await;
+            }
+            started.set(true);
+            world.runtime.spawn(producer(world.clone()));
+            world.runtime.spawn(consumer(world.clone()));
+            world.runtime.spawn(faults(world.clone()));
+        });
+    }
+    let fail = |world: &World, why: String| -> Vec<String> {
+        let mut v = world.violations.borrow().clone();
+        v.push(why);
+        v
+    };
+    exec.run_until(Duration::from_secs(5), || started.get())
+        .map_err(|e| fail(&world, format!("nodes did not start: {e:?}")))?;
+    exec.run_for(scenario.faults_for);
+
+    // Heal: no more faults, every node up, then let the replicas catch up.
+    world.stop_faults.set(true);
+    world.net.heal_all();
+    world.net.set_faults(NetFaults::NONE);
+    {
+        let world = world.clone();
+        exec.spawn(async move {
+            for id in 1..=world.scenario.nodes {
+                if world.node(id).partition().is_none() {
+                    restart(&world, id).await;
+                }
+            }
+        });
+    }
+    exec.run_for(Duration::from_millis(500));
+    world.stop_producing.set(true);
+    let settled = || {
+        let c = world.ctl.borrow();
+        let Some(leader) = c.leader.and_then(|l| world.node(l).partition()) else {
+            return false;
+        };
+        c.isr.len() == world.scenario.nodes as usize
+            && world.nodes.iter().all(|n| {
+                n.partition().is_some_and(|p| {
+                    p.log_end_offset() == leader.log_end_offset()
+                        && p.high_watermark() == leader.high_watermark()
+                })
+            })
+    };
+    match exec.run_until(Duration::from_secs(30), settled) {
+        Ok(()) => {}
+        Err(Stopped::Deadlock) | Err(Stopped::TimeLimit) => {
+            let c = world.ctl.borrow();
+            let state: Vec<String> = world
+                .nodes
+                .iter()
+                .map(|n| match n.partition() {
+                    Some(p) => format!(
+                        "node {}: end {} hw {} leader {:?}",
+                        n.id,
+                        p.log_end_offset(),
+                        p.high_watermark(),
+                        p.following()
+                    ),
+                    None => format!("node {}: down", n.id),
+                })
+                .collect();
+            return Err(fail(
+                &world,
+                format!("the replicas never caught up: {c:?}; {}", state.join("; ")),
+            ));
+        }
+    }
+
+    // The end: check the logs.
+    let checked = Rc::new(RefCell::new(None));
+    {
+        let (world, checked) = (world.clone(), checked.clone());
+        exec.spawn(async move {
+            *checked.borrow_mut() = Some(final_checks(&world).await);
+        });
+    }
+    exec.run_until(Duration::from_secs(5), || checked.borrow().is_some())
+        .map_err(|e| fail(&world, format!("the final read did not finish: {e:?}")))?;
+    let hw = checked.borrow_mut().take().expect("checked");
+    let violations = world.violations.borrow().clone();
+    if !violations.is_empty() {
+        return Err(violations);
+    }
+    let elections = world.ctl.borrow().elections;
+    let acked = world.acked.borrow().len();
+    Ok(Outcome {
+        acked,
+        final_high_watermark: hw,
+        crashes: world.crashes.get(),
+        elections,
+        elapsed_ms: time.elapsed().as_millis(),
+    })
+}
+
+/// Reads every replica below the leader's high watermark: the same batches everywhere,
+/// every acknowledged and every consumed record in them. Returns the high watermark.
+async fn final_checks(world: &Rc<World>) -> i64 {
+    let leader = world.ctl.borrow().leader.expect("a leader once settled");
+    let lp = world.node(leader).partition().expect("the leader is up");
+    let hw = lp.high_watermark();
+    let mut logs = Vec::new();
+    for node in &world.nodes {
+        let p = node.partition().expect("every node is up");
+        let mut bytes = Vec::new();
+        let mut at = p.log_start_offset();
+        while at < hw {
+            let Ok(r) = p.read_as(at, -1, 1 << 20, Reader::Replica).await else {
+                world.violation(format!("node {}: read at {at} failed", node.id));
+                break;
+            };
+            let mut last = None;
+            for item in batches(&r.records) {
+                let Ok((h, range)) = item else { break };
+                if h.last_offset() >= hw {
+                    break;
+                }
+                bytes.extend_from_slice(&r.records[range]);
+                last = Some(h);
+            }
+            let Some(h): Option<BatchHeader> = last else {
+                break;
+            };
+            at = h.last_offset() + 1;
+        }
+        logs.push((node.id, bytes));
+    }
+    let (first_id, first) = &logs[0];
+    for (id, log) in &logs[1..] {
+        if log != first {
+            world.violation(format!(
+                "below the high watermark {hw}, node {id}'s log differs from node {first_id}'s ({} vs {} bytes)",
+                log.len(),
+                first.len()
+            ));
+        }
+    }
+    let leader_log: BTreeMap<i64, String> = records_of(&logs[(leader - 1) as usize].1)
+        .into_iter()
+        .collect();
+    for (offset, key) in world.acked.borrow().iter() {
+        if leader_log.get(offset) != Some(key) {
+            world.violation(format!(
+                "acknowledged record {key} at offset {offset} is lost (the log has {:?})",
+                leader_log.get(offset)
+            ));
+        }
+    }
+    for (offset, key) in world.seen.borrow().iter() {
+        if leader_log.get(offset) != Some(key) {
+            world.violation(format!(
+                "consumed record {key} at offset {offset} is not in the final log"
+            ));
+        }
+    }
+    hw
+}
