@@ -556,7 +556,8 @@ impl MemFs {
     }
 }
 
-fn inode_gone() -> io::Error {
+/// An operation on an inode no name or handle holds any more.
+pub(crate) fn inode_gone() -> io::Error {
     io::Error::new(io::ErrorKind::NotFound, "the file's inode is gone")
 }
 

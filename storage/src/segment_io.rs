@@ -11,7 +11,7 @@
 //! Errors keep their OS code (`os_error`), except a failed sync's, which carries none on
 //! purpose (see `SegmentFile::sync_data`).
 
-use crate::fs::{Disk, MemFs};
+use crate::fs::{inode_gone, Disk, MemFs};
 use glommio::io::{DmaBuffer, DmaFile, OpenOptions, ReadResult};
 use std::io;
 use std::ops::Deref;
@@ -91,10 +91,6 @@ impl WriteBuffer {
     }
 }
 
-fn gone() -> io::Error {
-    io::Error::new(io::ErrorKind::NotFound, "the file's inode is gone")
-}
-
 impl OpenFile {
     /// Opens the file at `path` on `disk`, creating it if `create`.
     pub async fn open(disk: &Disk, path: &Path, create: bool) -> io::Result<OpenFile> {
@@ -147,7 +143,7 @@ impl OpenFile {
                 .map_err(io::Error::from),
             OpenFile::Memory(h) => {
                 h.fs.with_inode(h.inode, |f| ReadBytes::Memory(f.read_at(pos, len).to_vec()))
-                    .ok_or_else(gone)
+                    .ok_or_else(inode_gone)
             }
         }
     }
@@ -155,7 +151,7 @@ impl OpenFile {
     pub async fn file_size(&self) -> io::Result<u64> {
         match self {
             OpenFile::Direct(f) => f.file_size().await.map_err(os_error),
-            OpenFile::Memory(h) => h.fs.with_inode(h.inode, |f| f.len()).ok_or_else(gone),
+            OpenFile::Memory(h) => h.fs.with_inode(h.inode, |f| f.len()).ok_or_else(inode_gone),
         }
     }
 
@@ -196,7 +192,7 @@ impl OpenFile {
             OpenFile::Direct(f) => f.truncate(len).await.map_err(os_error),
             OpenFile::Memory(h) => {
                 h.fs.with_inode(h.inode, |f| f.truncate(len))
-                    .ok_or_else(gone)
+                    .ok_or_else(inode_gone)
             }
         }
     }
