@@ -382,6 +382,11 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "partition.balancer.max.moves")]
     pub partition_balancer_max_moves: Option<usize>,
+    /// A broker whose data filesystem is fuller than this (percent of its size, blocks
+    /// reserved for root counted as used) is given no new replicas by the balancer.
+    #[arg(long)]
+    #[serde(alias = "partition.balancer.max.disk.usage.percent")]
+    pub partition_balancer_max_disk_usage_percent: Option<u32>,
     /// For tests only: route segment writes and syncs through a fault layer that
     /// `POST /faults` on the HTTP endpoint arms (EIO, ENOSPC, torn writes, power loss).
     #[arg(long)]
@@ -692,6 +697,9 @@ impl ServeArgs {
             partition_balancer_max_moves: self
                 .partition_balancer_max_moves
                 .or(file.partition_balancer_max_moves),
+            partition_balancer_max_disk_usage_percent: self
+                .partition_balancer_max_disk_usage_percent
+                .or(file.partition_balancer_max_disk_usage_percent),
         }
     }
 }
@@ -831,7 +839,8 @@ fn authorizer_policy(
     }))
 }
 
-/// The partition balancer from its flags (on, every 10 s, 8 moves at once).
+/// The partition balancer from its flags (on, every 10 s, 8 moves at once, no new
+/// replicas on a disk over 85 % full).
 fn balancer(a: &ServeArgs) -> anyhow::Result<corelog_controller::balancer::Balancer> {
     let defaults = corelog_controller::balancer::Balancer::default();
     let interval_ms = a
@@ -844,10 +853,17 @@ fn balancer(a: &ServeArgs) -> anyhow::Result<corelog_controller::balancer::Balan
     if max_moves == 0 {
         bail!("--partition-balancer-max-moves must be at least 1");
     }
+    let max_disk_usage_percent = a
+        .partition_balancer_max_disk_usage_percent
+        .unwrap_or(defaults.max_disk_usage_percent);
+    if !(1..=100).contains(&max_disk_usage_percent) {
+        bail!("--partition-balancer-max-disk-usage-percent must be between 1 and 100");
+    }
     Ok(corelog_controller::balancer::Balancer {
         enabled: a.partition_balancer_enable.unwrap_or(defaults.enabled),
         interval: std::time::Duration::from_millis(interval_ms),
         max_moves,
+        max_disk_usage_percent,
         ..defaults
     })
 }

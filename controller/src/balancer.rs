@@ -27,7 +27,7 @@
 //!    election follows.
 //!
 //! Disk use is considered through the brokers' heartbeats: a broker whose data
-//! filesystem is fuller than [`FULL`] takes no replica, and among brokers with equal
+//! filesystem is fuller than `max_disk_usage_percent` takes no replica, and among brokers with equal
 //! counts the emptier disk takes and the fuller gives first.
 //!
 //! A wave is at most `max_moves` partitions moving at once, those in progress (anyone's)
@@ -55,9 +55,6 @@ use std::time::Duration;
 use uuid::Uuid;
 
 pub use crate::image::DECOMMISSION_KEY;
-
-/// A broker whose data filesystem is fuller than this takes no new replicas.
-pub const FULL: f64 = 0.85;
 
 /// The throttled-replica lists the balancer marks its moves on (topic configs).
 const LEADER_THROTTLED: &str = "leader.replication.throttled.replicas";
@@ -162,6 +159,8 @@ fn worth_moving(cf: usize, ct: usize, (lower, upper): (usize, usize)) -> bool {
 
 struct Planner<'a> {
     disk: &'a BTreeMap<i32, DiskUse>,
+    /// The fill (0..1) at and past which a broker takes no replica.
+    full: f64,
     /// Replicas of the brokers that may take them (a move in progress counts where it
     /// goes).
     replicas: Tally,
@@ -182,7 +181,7 @@ impl Planner<'_> {
         self.replicas
             .all
             .iter()
-            .filter(|(b, _)| !replicas.contains(b) && self.fill(**b) < FULL)
+            .filter(|(b, _)| !replicas.contains(b) && self.fill(**b) < self.full)
             .min_by(|(a, ca), (b, cb)| {
                 ca.cmp(cb)
                     .then(self.fill(**a).total_cmp(&self.fill(**b)))
@@ -292,7 +291,7 @@ impl Planner<'_> {
         let mut takers: Vec<i32> = counts
             .keys()
             .copied()
-            .filter(|b| self.fill(*b) < FULL)
+            .filter(|b| self.fill(*b) < self.full)
             .collect();
         takers.sort_by(by_load);
         for &from in &givers {
@@ -378,14 +377,9 @@ impl Planner<'_> {
     }
 }
 
-/// The next wave (see the module doc). `balance` off: drains only.
-pub fn plan(
-    image: &MetadataImage,
-    disk: &BTreeMap<i32, DiskUse>,
-    balance: bool,
-    max_moves: usize,
-    max_deviation_percent: u32,
-) -> Plan {
+/// The next wave (see the module doc) under `config` (`enabled` off: drains only; its
+/// interval is the caller's).
+pub fn plan(image: &MetadataImage, disk: &BTreeMap<i32, DiskUse>, config: &Balancer) -> Plan {
     let draining = image.draining_brokers();
     let mut in_progress = 0;
     let mut settled = BTreeMap::new();
@@ -418,7 +412,8 @@ pub fn plan(
         settled,
         moved: BTreeSet::new(),
         plan: Plan::default(),
-        budget: max_moves.saturating_sub(in_progress),
+        full: f64::from(config.max_disk_usage_percent) / 100.0,
+        budget: config.max_moves.saturating_sub(in_progress),
     };
     if planner.replicas.all.is_empty() {
         return Plan::default();
@@ -430,10 +425,10 @@ pub fn plan(
         .brokers
         .keys()
         .all(|b| image.is_live(*b) || draining.contains(b));
-    if balance && all_up {
-        planner.balance_replicas(max_deviation_percent);
+    if config.enabled && all_up {
+        planner.balance_replicas(config.max_deviation_percent);
         if planner.plan.moves.is_empty() && in_progress == 0 {
-            planner.balance_leaders(image, max_deviation_percent);
+            planner.balance_leaders(image, config.max_deviation_percent);
         }
     }
     planner.plan
@@ -590,13 +585,7 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
             continue;
         }
         let disk = shared.disk_use();
-        let wave = plan(
-            &image,
-            &disk,
-            config.enabled,
-            config.max_moves,
-            config.max_deviation_percent,
-        );
+        let wave = plan(&image, &disk, &config);
         if wave.moves.is_empty() {
             continue;
         }
@@ -631,6 +620,15 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
 mod tests {
     use super::*;
     use crate::test_images::{apply, cluster, create, join};
+
+    /// The balancer's settings with `enabled` and `max_moves` (the rest by default).
+    fn settings(enabled: bool, max_moves: usize) -> Balancer {
+        Balancer {
+            enabled,
+            max_moves,
+            ..Balancer::default()
+        }
+    }
 
     /// Applies a plan's moves and completes them (every added replica in sync).
     fn carry_out(img: &mut MetadataImage, plan: &Plan) {
@@ -695,11 +693,15 @@ mod tests {
             (0..12).map(|i| vec![i % 3 + 1, (i + 1) % 3 + 1]).collect();
         let mut img = cluster(3, assignments);
         let none = BTreeMap::new();
-        assert_eq!(plan(&img, &none, true, 8, 10), Plan::default(), "balanced");
+        assert_eq!(
+            plan(&img, &none, &settings(true, 8)),
+            Plan::default(),
+            "balanced"
+        );
         join(&mut img, 4);
         let mut waves = 0;
         loop {
-            let p = plan(&img, &none, true, 4, 10);
+            let p = plan(&img, &none, &settings(true, 4));
             if p.moves.is_empty() {
                 break;
             }
@@ -727,18 +729,22 @@ mod tests {
         let mut img = cluster(3, assignments);
         join(&mut img, 4);
         let none = BTreeMap::new();
-        assert_eq!(plan(&img, &none, false, 8, 10), Plan::default());
+        assert_eq!(plan(&img, &none, &settings(false, 8)), Plan::default());
         img.broker_configs.insert(
             "2".into(),
             [(DECOMMISSION_KEY.to_string(), "true".to_string())].into(),
         );
-        let p = plan(&img, &none, false, 8, 10);
+        let p = plan(&img, &none, &settings(false, 8));
         assert_eq!(p.moves.len(), 4, "the four partitions on broker 2");
         carry_out(&mut img, &p);
         let per = replicas_per_broker(&img);
         assert!(!per.contains_key(&2), "{per:?}");
         assert_eq!(per.values().sum::<usize>(), 12);
-        assert_eq!(plan(&img, &none, false, 8, 10), Plan::default(), "drained");
+        assert_eq!(
+            plan(&img, &none, &settings(false, 8)),
+            Plan::default(),
+            "drained"
+        );
     }
 
     #[test]
@@ -751,9 +757,12 @@ mod tests {
             );
         }
         // Only broker 3 is left: no partition can have two replicas off 1 and 2.
-        assert_eq!(plan(&img, &BTreeMap::new(), true, 8, 10), Plan::default());
+        assert_eq!(
+            plan(&img, &BTreeMap::new(), &settings(true, 8)),
+            Plan::default()
+        );
         join(&mut img, 4);
-        let p = plan(&img, &BTreeMap::new(), true, 8, 10);
+        let p = plan(&img, &BTreeMap::new(), &settings(true, 8));
         let targets: Vec<_> = p.moves.iter().map(|m| m.target.clone().unwrap()).collect();
         assert_eq!(targets, vec![vec![4, 3], vec![4, 3], vec![3, 4]]);
     }
@@ -771,9 +780,17 @@ mod tests {
                 total_bytes: 100,
             },
         );
-        assert!(plan(&img, &disk, true, 8, 10).moves.is_empty());
+        assert!(plan(&img, &disk, &settings(true, 8)).moves.is_empty());
+        let roomier = Balancer {
+            max_disk_usage_percent: 95,
+            ..settings(true, 8)
+        };
+        assert!(
+            !plan(&img, &disk, &roomier).moves.is_empty(),
+            "90 % is not full under a 95 % limit"
+        );
         disk.clear();
-        let p = plan(&img, &BTreeMap::new(), true, 1, 10);
+        let p = plan(&img, &BTreeMap::new(), &settings(true, 1));
         assert_eq!(p.moves.len(), 1);
         apply(
             &mut img,
@@ -782,7 +799,7 @@ mod tests {
             },
         );
         assert!(
-            plan(&img, &disk, true, 1, 10).moves.is_empty(),
+            plan(&img, &disk, &settings(true, 1)).moves.is_empty(),
             "the move in progress fills the wave"
         );
     }
@@ -825,7 +842,7 @@ mod tests {
         let none = BTreeMap::new();
         for wave in 0.. {
             assert!(wave < 100, "the balancer settles");
-            let p = plan(&img, &none, true, 8, 10);
+            let p = plan(&img, &none, &settings(true, 8));
             if p.moves.is_empty() {
                 break;
             }
@@ -889,7 +906,7 @@ mod tests {
             let none = BTreeMap::new();
             let mut waves = 0;
             loop {
-                let p = plan(&img, &none, true, max_moves, 10);
+                let p = plan(&img, &none, &settings(true, max_moves));
                 if p.moves.is_empty() {
                     break;
                 }
@@ -968,7 +985,7 @@ mod tests {
             .configs
             .insert(FOLLOWER_THROTTLED.into(), "3:3".into());
         join(&mut img, 4);
-        let wave = plan(&img, &BTreeMap::new(), true, 2, 10);
+        let wave = plan(&img, &BTreeMap::new(), &settings(true, 2));
         assert_eq!(wave.moves.len(), 2, "{wave:?}");
         let moves = moves_of(&img, &wave.moves);
         assert_eq!(moves["t"].len(), 2);

@@ -83,6 +83,9 @@ pub struct Balancer {
     pub max_moves: usize,
     /// How far from the mean a broker's replica or leader count may be, in percent.
     pub max_deviation_percent: u32,
+    /// A broker whose data filesystem is fuller than this, in percent, takes no new
+    /// replicas (`--partition-balancer-max-disk-usage-percent`).
+    pub max_disk_usage_percent: u32,
 }
 
 impl Default for Balancer {
@@ -92,6 +95,7 @@ impl Default for Balancer {
             interval: Duration::from_secs(10),
             max_moves: 8,
             max_deviation_percent: 10,
+            max_disk_usage_percent: 85,
         }
     }
 }
