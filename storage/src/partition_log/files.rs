@@ -151,6 +151,7 @@ pub(super) fn new_writer(
         base_offset,
         log,
         index,
+        index_unsynced: Default::default(),
         time_index,
         bytes_since_index: 0,
         last_index_offset: base_offset,

@@ -30,8 +30,10 @@ const FLUSH_ROUND_BYTES_MAX: usize = 8 << 20;
 /// grown this far past what they cover, this long after they were last written, and
 /// always before a sync of the segment's seal. Readers use the in-memory copies, which
 /// are current; recovery re-reads the log after the last entry on disk, so what this
-/// defers costs at most a longer scan after a crash, never an index entry pointing at
-/// data that is not written.
+/// defers costs at most a longer scan after a crash. An offset-index entry is written
+/// only once the log is synced up to it (`ActiveWriter::index_unsynced`): recovery
+/// trusts the log before the last entry on disk, so a crash that keeps an entry must
+/// keep everything before it.
 const INDEX_WRITE_PENDING_BYTES: u64 = 4096;
 const INDEX_WRITE_LOG_BYTES: u64 = 16 << 20;
 const INDEX_WRITE_INTERVAL: Duration = Duration::from_secs(1);
@@ -51,7 +53,14 @@ impl PartitionLog {
                         break;
                     }
                 }
-                if !writer.index.has_unflushed() && !writer.time_index.has_unflushed() {
+                let synced = log.state.borrow().synced_offset;
+                if !writer.index.has_unflushed()
+                    && !writer.time_index.has_unflushed()
+                    && !writer
+                        .index_unsynced
+                        .front()
+                        .is_some_and(|(offset, _)| *offset <= synced)
+                {
                     listener.await;
                     continue;
                 }
@@ -71,7 +80,8 @@ impl PartitionLog {
                 )
                 .await;
                 if !woken {
-                    match log.write_indexes(&mut writer).await {
+                    let synced = log.state.borrow().synced_offset;
+                    match log.write_indexes(&mut writer, synced).await {
                         // No descriptor or no space: tried again after the next wait,
                         // appends first.
                         Err(e) if e.is_transient() => {}
@@ -94,14 +104,19 @@ impl PartitionLog {
                 (st.closing, st.pending.is_empty())
             };
             if closing && empty {
-                while let Err(e) = log.write_indexes(&mut writer).await {
+                if let Err(e) = writer.log.sync().await {
+                    // Nothing unsynced may be acknowledged as synced: fail the log.
+                    log.fail(storage_err(&log.dir, e));
+                    return;
+                }
+                // Synced: every index entry may go to its file now.
+                while let Err(e) = log.write_indexes(&mut writer, i64::MAX).await {
                     if let Err(e) = log.retry_or_fail(e).await {
                         log.fail(e);
                         return;
                     }
                 }
                 let seal = async {
-                    writer.log.sync().await?;
                     writer.log.truncate_to_logical().await?;
                     // Exactly their entries, so the next open finds nothing to rewrite.
                     writer.index.truncate_to_logical().await?;
@@ -188,7 +203,7 @@ impl PartitionLog {
                         },
                         &mut buf,
                     );
-                    writer.index.push_slice(&buf);
+                    writer.index_unsynced.push_back((h.base_offset, buf));
                     new_index.push((h.base_offset, pos as u32));
                     writer.last_index_offset = h.base_offset;
                     writer.bytes_since_index = 0;
@@ -345,7 +360,8 @@ impl PartitionLog {
             || writer.log.logical_len() - writer.log_len_at_index_write >= INDEX_WRITE_LOG_BYTES
             || self.context.runtime.since(writer.indexes_written_at) >= INDEX_WRITE_INTERVAL
         {
-            match self.write_indexes(writer).await {
+            let synced = self.state.borrow().synced_offset;
+            match self.write_indexes(writer, synced).await {
                 // No descriptor or no space for an index file now: its entries wait in
                 // the appender for the next round (or the idle timer); recovery covers
                 // them meanwhile.
@@ -360,12 +376,28 @@ impl PartitionLog {
     }
 
     /// Writes the index entries pending for the active segment (see
-    /// `INDEX_WRITE_PENDING_BYTES`). The log must already hold what they point at.
-    async fn write_indexes(&self, writer: &mut ActiveWriter) -> Result<(), StorageError> {
+    /// `INDEX_WRITE_PENDING_BYTES`), the offset index's up to `synced` (the log is
+    /// durable below it). The log must already hold what they point at.
+    async fn write_indexes(
+        &self,
+        writer: &mut ActiveWriter,
+        synced: i64,
+    ) -> Result<(), StorageError> {
         assert!(
             !writer.log.has_unflushed(),
             "an index entry never points at data not yet written"
         );
+        debug_assert!(
+            synced == i64::MAX || synced <= self.state.borrow().synced_offset,
+            "only what the log synced"
+        );
+        while let Some((offset, _)) = writer.index_unsynced.front() {
+            if *offset > synced {
+                break;
+            }
+            let (_, entry) = writer.index_unsynced.pop_front().expect("a front entry");
+            writer.index.push_slice(&entry);
+        }
         writer
             .index
             .flush()
@@ -383,9 +415,10 @@ impl PartitionLog {
 
     async fn roll(&self, writer: &mut ActiveWriter, new_base: i64) -> Result<(), StorageError> {
         let dir = &self.dir;
-        self.write_indexes(writer).await?;
+        writer.log.sync().await.map_err(|e| io_err(dir, &e))?;
+        // Synced: every index entry may go to its file now.
+        self.write_indexes(writer, i64::MAX).await?;
         let seal = async {
-            writer.log.sync().await?;
             writer.log.truncate_to_logical().await?;
             writer.index.truncate_to_logical().await?;
             writer.index.sync().await?;

@@ -150,6 +150,11 @@ pub(crate) struct ActiveWriter {
     base_offset: i64,
     log: AlignedAppender,
     index: AlignedAppender,
+    /// Offset-index entries (base offset, encoded entry) not yet in `index`: an entry
+    /// reaches the file only once the log is synced up to its offset, so every entry on
+    /// disk has durable data before it (recovery trusts the log up to its last entry and
+    /// re-reads only what follows).
+    index_unsynced: std::collections::VecDeque<(i64, Vec<u8>)>,
     time_index: AlignedAppender,
     bytes_since_index: u64,
     last_index_offset: i64,
