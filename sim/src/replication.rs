@@ -1,9 +1,12 @@
 //! One replicated partition under faults: real [`Partition`]s — the real append, fetch,
 //! high watermark, ISR and truncation — on three nodes, each with a disk of its own in
 //! memory, a simulated controller electing leaders from the ISR and taking ISR changes,
-//! an acks=all producer and a consumer, while nodes crash (power loss: any unsynced part
-//! of what they wrote may survive) one at a time or all at once, come back, and the
-//! network loses, delays, duplicates and cuts messages.
+//! three producers (acks=all, acks=all idempotent and retrying each batch until it is
+//! acknowledged, acks=1) and a consumer, while nodes crash (power loss: any unsynced part
+//! of what they wrote may survive) one at a time or all at once and come back, leadership
+//! moves to another in-sync replica at any moment, disks fail a write or a sync (the log
+//! fails for good and its node stops, as the broker does, until it is restarted) or fill
+//! up, and the network loses, delays, duplicates and cuts messages.
 //!
 //! The followers run the broker's own rules (`corelog_partition::follower`); the leader
 //! answers a follower's fetch as the broker does (`read_as` for a replica, then
@@ -15,7 +18,11 @@
 //! - no consumer reads a record at or above the high watermark it was served with, and
 //!   every record a consumer read is in the final log at its offset (it was committed);
 //! - a partition's high watermark never moves back while it is open;
-//! - every replica holds the same batches below the high watermark.
+//! - every replica holds the same batches below the high watermark;
+//! - no record is in the final log twice (the idempotent producer's retries included),
+//!   and an acks=1 record that survived is at the offset it was acknowledged at;
+//! - every replica's producer state agrees with its log: the idempotent producer's last
+//!   sequence is the last sequence of its last batch there, whatever was truncated.
 
 use crate::exec::{Executor, Stopped};
 use crate::net::{Delivery, Net, NetFaults};
@@ -27,11 +34,12 @@ use corelog_storage::batch::{batches, BatchHeader};
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::batch_filter::for_each_record;
 use corelog_storage::context::{Clock, NoObserver};
-use corelog_storage::error::ReadError;
+use corelog_storage::error::{AppendError, ReadError};
 use corelog_storage::file_cache::FileCache;
-use corelog_storage::fs::MemFs;
+use corelog_storage::fs::{DiskFault, DiskOp, MemFs};
+use corelog_storage::producer_state::SequenceError;
 use corelog_storage::runtime::Runtime;
-use corelog_storage::{Durability, LogConfig, LogContext};
+use corelog_storage::{AckLevel, Durability, LogConfig, LogContext};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -46,8 +54,21 @@ const FETCH_WAIT: Duration = Duration::from_millis(50);
 const BACKOFF: Duration = Duration::from_millis(30);
 /// `replica.lag.time.max.ms`.
 const LAG_MS: i64 = 300;
-/// How long the producer waits for a commit before it gives the record up.
+/// How long a producer waits for an acknowledgement before it gives the try up.
 const PRODUCE_TIMEOUT: Duration = Duration::from_millis(500);
+/// The idempotent producer's id (its epoch is 0 throughout).
+const IDEMPOTENT_PRODUCER: i64 = 4_000;
+
+/// What a producer waits for, and whether it retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Acks {
+    /// acks=all; a record not acknowledged in time is given up (keys `a…`).
+    All,
+    /// acks=all with sequences; a batch is sent again until acknowledged (keys `i…`).
+    AllIdempotent,
+    /// acks=1; a record not acknowledged in time is given up (keys `l…`).
+    Leader,
+}
 
 /// What one run does.
 #[derive(Debug, Clone, Copy)]
@@ -78,6 +99,8 @@ impl Default for Scenario {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub acked: usize,
+    pub acked_by_leader: usize,
+    pub disk_faults: usize,
     pub final_high_watermark: i64,
     pub crashes: usize,
     pub elections: usize,
@@ -93,6 +116,12 @@ struct Node {
     life: Cell<u64>,
     /// The high watermark last seen on the open partition (`None` after a reopen).
     hw_seen: Cell<Option<i64>>,
+    /// A crash or a restart of the node is under way (they wait on its disk): another
+    /// is not started meanwhile.
+    changing: Cell<bool>,
+    /// A disk fault (EIO armed, a capacity) was played on the node since its disk was
+    /// last mended: its storage errors are expected.
+    faulted: Cell<bool>,
 }
 
 impl Node {
@@ -137,14 +166,20 @@ struct World {
     ctl: RefCell<Controller>,
     net: Net,
     rng: RefCell<Rng>,
-    /// Acknowledged records: offset → key.
+    /// Records acknowledged at acks=all: offset → key.
     acked: RefCell<BTreeMap<i64, String>>,
+    /// Records acknowledged at acks=1: key → offset.
+    acked_by_leader: RefCell<BTreeMap<String, i64>>,
     /// Records consumers read: offset → key.
     seen: RefCell<BTreeMap<i64, String>>,
     violations: RefCell<Vec<String>>,
     stop_producing: Cell<bool>,
     stop_faults: Cell<bool>,
     crashes: Cell<usize>,
+    disk_faults: Cell<usize>,
+    /// `SIM_TRACE` is set: events are printed.
+    tracing: bool,
+    started_ms: i64,
 }
 
 fn config(min_isr: i32) -> LogConfig {
@@ -180,7 +215,20 @@ impl World {
     }
 
     fn violation(&self, what: String) {
+        self.trace(|| format!("VIOLATION {what}"));
         self.violations.borrow_mut().push(what);
+    }
+
+    /// Prints an event of the run, with its simulated time, when `SIM_TRACE` is set (to
+    /// follow a replayed seed).
+    fn trace(&self, event: impl FnOnce() -> String) {
+        if self.tracing {
+            eprintln!(
+                "{:>8} ms  {}",
+                self.clock.now_ms() - self.started_ms,
+                event()
+            );
+        }
     }
 
     fn alive(&self, node: &Node, life: u64) -> bool {
@@ -207,6 +255,12 @@ impl World {
             let c = self.ctl.borrow();
             (c.leader, c.leader_epoch, c.assignment())
         };
+        self.trace(|| {
+            format!(
+                "roles: leader {leader:?} epoch {epoch} isr {:?}",
+                assignment.isr
+            )
+        });
         for node in &self.nodes {
             let Some(p) = node.partition() else { continue };
             match leader {
@@ -228,6 +282,26 @@ impl World {
             let mut c = self.ctl.borrow_mut();
             let candidate = c.isr.iter().copied().find(|id| c.up.contains(id));
             c.leader = candidate;
+            c.leader_epoch += 1;
+            c.partition_epoch += 1;
+            c.version += 1;
+            c.elections += 1;
+        }
+        self.push_roles();
+    }
+
+    /// Moves leadership to `to` (a preferred election, a controlled shutdown, the
+    /// balancer), when it is an in-sync replica that is up and does not lead.
+    fn move_leader(&self, to: i32) {
+        {
+            let c = self.ctl.borrow();
+            if c.leader == Some(to) || !c.isr.contains(&to) || !c.up.contains(&to) {
+                return;
+            }
+        }
+        {
+            let mut c = self.ctl.borrow_mut();
+            c.leader = Some(to);
             c.leader_epoch += 1;
             c.partition_epoch += 1;
             c.version += 1;
@@ -406,6 +480,13 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
     let rt = world.runtime.clone();
     while world.alive(&node, life) {
         let Some(p) = node.partition() else { return };
+        if let Some(e) = p.log().failure() {
+            world.trace(|| format!("node {}: log failed: {e}", node.id));
+            // The broker gives up its partitions until it is restarted; here the node
+            // stops (and its unsynced writes may be lost with it).
+            crash(&world, node.id).await;
+            return;
+        }
         world.check_hw(&node, &p);
         if p.is_leader() {
             let version = world.ctl.borrow().version;
@@ -462,13 +543,23 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
                     rt.sleep(BACKOFF).await;
                 }
             }
-            FollowerStep::Cut(cut) => match p.truncate_and_reopen(cut).await {
+            FollowerStep::Cut(cut) => match {
+                world.trace(|| {
+                    format!("node {}: cut {cut:?} (end {})", node.id, p.log_end_offset())
+                });
+                p.truncate_and_reopen(cut).await
+            } {
                 Ok(reopened) if world.alive(&node, life) => {
                     *node.partition.borrow_mut() = Some(reopened);
                     node.hw_seen.set(None);
                     world.push_roles();
                 }
                 Ok(reopened) => reopened.close().await,
+                Err(_) if node.faulted.get() => {
+                    // The broker leaves the partition closed until it is restarted.
+                    crash(&world, node.id).await;
+                    return;
+                }
                 Err(e) => {
                     world.violation(format!("node {}: truncation {cut:?} failed: {e}", node.id))
                 }
@@ -478,48 +569,106 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
     }
 }
 
-async fn producer(world: Rc<World>) {
+/// How one try of a produce ended.
+enum Produced {
+    /// Acknowledged (the answer reached the client) at this offset.
+    Acked(i64),
+    /// Not acknowledged: lost, refused or timed out.
+    Failed,
+}
+
+/// One producer: records one at a time, each its own batch; the idempotent one sends a
+/// batch again, with its sequence, until it is acknowledged.
+async fn producer(world: Rc<World>, acks: Acks) {
     let rt = world.runtime.clone();
-    let mut n = 0u64;
-    while !world.stop_producing.get() {
-        n += 1;
-        let key = format!("r{n}");
-        let leader = world.ctl.borrow().leader;
-        let Some(leader) = leader else {
-            rt.sleep(BACKOFF).await;
-            continue;
-        };
-        let request = world.net.send(CLIENT, leader).await;
-        if request == Delivery::Lost {
-            continue;
+    let prefix = match acks {
+        Acks::All => "a",
+        Acks::AllIdempotent => "i",
+        Acks::Leader => "l",
+    };
+    let mut sequence = 0i32;
+    for n in 1u64.. {
+        let key = format!("{prefix}{n}");
+        loop {
+            if world.stop_producing.get() {
+                return;
+            }
+            match produce_once(&world, acks, &key, sequence).await {
+                Produced::Acked(offset) => {
+                    if acks == Acks::Leader {
+                        world
+                            .acked_by_leader
+                            .borrow_mut()
+                            .insert(key.clone(), offset);
+                    } else {
+                        world.acked.borrow_mut().insert(offset, key.clone());
+                    }
+                    break;
+                }
+                Produced::Failed if acks == Acks::AllIdempotent => rt.sleep(BACKOFF).await,
+                Produced::Failed => break,
+            }
         }
-        let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
-            continue;
-        };
-        let mut b = BatchBuilder::new(world.clock.now_ms());
-        b.push(&Record {
-            key: Some(key.as_bytes()),
-            value: Some(b"v"),
-            headers: &[],
-            timestamp_delta: 0,
-        });
-        let Ok(ticket) = p.append(&b.build()) else {
-            rt.sleep(BACKOFF).await;
-            continue;
-        };
-        let committed =
-            futures_lite::future::or(async { Some(p.wait_committed(ticket).await) }, async {
-                rt.sleep(PRODUCE_TIMEOUT).await;
-                None
-            })
-            .await;
-        if !matches!(committed, Some(Ok(()))) {
-            continue;
-        }
-        if world.net.send(leader, CLIENT).await != Delivery::Lost {
-            world.acked.borrow_mut().insert(ticket.base_offset, key);
+        if acks == Acks::AllIdempotent {
+            sequence += 1;
         }
     }
+}
+
+async fn produce_once(world: &Rc<World>, acks: Acks, key: &str, sequence: i32) -> Produced {
+    let rt = &world.runtime;
+    let leader = world.ctl.borrow().leader;
+    let Some(leader) = leader else {
+        rt.sleep(BACKOFF).await;
+        return Produced::Failed;
+    };
+    if world.net.send(CLIENT, leader).await == Delivery::Lost {
+        return Produced::Failed;
+    }
+    let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
+        return Produced::Failed;
+    };
+    let mut b = BatchBuilder::new(world.clock.now_ms());
+    if acks == Acks::AllIdempotent {
+        b = b.producer(IDEMPOTENT_PRODUCER, 0, sequence);
+    }
+    b.push(&Record {
+        key: Some(key.as_bytes()),
+        value: Some(b"v"),
+        headers: &[],
+        timestamp_delta: 0,
+    });
+    let ticket = match p.append(&b.build()) {
+        Ok(t) => t,
+        Err(AppendError::Sequence(e @ SequenceError::OutOfOrder { .. })) => {
+            // Every batch before this one was acknowledged, so committed: no leader
+            // elected from the ISR can be missing it.
+            world.violation(format!("node {leader} refused {key}: {e}"));
+            world.stop_producing.set(true);
+            return Produced::Failed;
+        }
+        Err(_) => {
+            rt.sleep(BACKOFF).await;
+            return Produced::Failed;
+        }
+    };
+    let acked = async {
+        match acks {
+            Acks::Leader => p.wait(ticket, AckLevel::Leader).await.is_ok(),
+            Acks::All | Acks::AllIdempotent => p.wait_committed(ticket).await.is_ok(),
+        }
+    };
+    let timeout = async {
+        rt.sleep(PRODUCE_TIMEOUT).await;
+        false
+    };
+    if !futures_lite::future::or(acked, timeout).await {
+        return Produced::Failed;
+    }
+    if world.net.send(leader, CLIENT).await == Delivery::Lost {
+        return Produced::Failed;
+    }
+    Produced::Acked(ticket.base_offset)
 }
 
 async fn consumer(world: Rc<World>) {
@@ -574,6 +723,9 @@ async fn consumer(world: Rc<World>) {
 /// then the disk keeps what it synced and any part of the rest.
 async fn crash(world: &Rc<World>, id: i32) {
     let node = world.node(id).clone();
+    if node.changing.replace(true) {
+        return;
+    }
     node.life.set(node.life.get() + 1);
     node.fs.freeze();
     let open = node.partition.borrow_mut().take();
@@ -585,15 +737,29 @@ async fn crash(world: &Rc<World>, id: i32) {
         let ops = rng.below(node.fs.pending_ops() as u64 + 1) as usize;
         (ops, rng.fork())
     };
+    world.trace(|| {
+        format!(
+            "node {id}: crash, keeping {keep_ops} of {} namespace changes",
+            node.fs.pending_ops()
+        )
+    });
     node.fs.crash(keep_ops, |_, _| keep.chance(50));
+    // What failed the node is fixed before it comes back (a failed disk replaced, a
+    // full one given room).
+    node.fs.mend();
+    node.faulted.set(false);
     node.hw_seen.set(None);
     world.crashes.set(world.crashes.get() + 1);
+    node.changing.set(false);
     world.node_down(id);
 }
 
 /// Starts node `id` again from what its disk kept.
 async fn restart(world: &Rc<World>, id: i32) {
     let node = world.node(id).clone();
+    if node.partition().is_some() || node.changing.replace(true) {
+        return;
+    }
     let opened = Partition::open_replica(
         Node::dir(),
         config(world.scenario.min_insync_replicas),
@@ -601,8 +767,17 @@ async fn restart(world: &Rc<World>, id: i32) {
         -1,
     )
     .await;
+    node.changing.set(false);
     match opened {
         Ok(p) => {
+            world.trace(|| {
+                format!(
+                    "node {id}: open, log [{}, {}) hw {}",
+                    p.log_start_offset(),
+                    p.log_end_offset(),
+                    p.high_watermark()
+                )
+            });
             *node.partition.borrow_mut() = Some(p);
             let life = node.life.get();
             world.node_up(id);
@@ -621,7 +796,7 @@ async fn faults(world: Rc<World>) {
             let mut rng = world.rng.borrow_mut();
             (
                 rng.between(50, 600),
-                rng.below(10),
+                rng.below(14),
                 rng.between(1, world.scenario.nodes as u64) as i32,
             )
         };
@@ -643,6 +818,35 @@ async fn faults(world: Rc<World>) {
                 world.net.cut(target, other);
             }
             7 => world.net.heal_all(),
+            9 => world.move_leader(target),
+            10 if up => {
+                // The next write or sync under the partition fails with EIO.
+                let op = if world.rng.borrow_mut().chance(50) {
+                    DiskOp::Write
+                } else {
+                    DiskOp::Sync
+                };
+                let node = world.node(target);
+                node.faulted.set(true);
+                world.trace(|| format!("node {target}: the next {op:?} fails with EIO"));
+                node.fs.arm(DiskFault {
+                    op,
+                    under: Node::dir(),
+                    errno: libc::EIO,
+                    count: 1,
+                });
+                world.disk_faults.set(world.disk_faults.get() + 1);
+            }
+            11 if up => {
+                // The disk fills up within a few of its next writes.
+                let node = world.node(target);
+                let room = world.rng.borrow_mut().below(16 * 1024);
+                node.faulted.set(true);
+                world.trace(|| format!("node {target}: disk full in {room} bytes"));
+                node.fs.set_capacity(Some(node.fs.used() + room));
+                world.disk_faults.set(world.disk_faults.get() + 1);
+            }
+            12 => world.node(target).fs.set_capacity(None),
             // A power loss of every node at once (the whole rack): what was acknowledged
             // was synced on every ISR member, so it must survive this too.
             8 if down == 0 && world.rng.borrow_mut().chance(30) => {
@@ -677,6 +881,8 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
                 partition: RefCell::new(None),
                 life: Cell::new(0),
                 hw_seen: Cell::new(None),
+                changing: Cell::new(false),
+                faulted: Cell::new(false),
             })
         })
         .collect();
@@ -699,11 +905,15 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         net: Net::new(runtime.clone(), rng.fork(), scenario.net),
         rng: RefCell::new(rng.fork()),
         acked: RefCell::default(),
+        acked_by_leader: RefCell::default(),
         seen: RefCell::default(),
         violations: RefCell::default(),
         stop_producing: Cell::new(false),
         stop_faults: Cell::new(false),
         crashes: Cell::new(0),
+        disk_faults: Cell::new(0),
+        tracing: std::env::var_os("SIM_TRACE").is_some(),
+        started_ms: clock.now_ms(),
     });
 
     // Start every node, then play.
@@ -715,7 +925,9 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
                 restart(&world, id).await;
             }
             started.set(true);
-            world.runtime.spawn(producer(world.clone()));
+            for acks in [Acks::All, Acks::AllIdempotent, Acks::Leader] {
+                world.runtime.spawn(producer(world.clone(), acks));
+            }
             world.runtime.spawn(consumer(world.clone()));
             world.runtime.spawn(faults(world.clone()));
         });
@@ -731,15 +943,23 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
 
     // Heal: no more faults, every node up, then let the replicas catch up.
     world.stop_faults.set(true);
+    for node in &world.nodes {
+        node.fs.mend();
+        node.faulted.set(false);
+    }
     world.net.heal_all();
     world.net.set_faults(NetFaults::NONE);
     {
         let world = world.clone();
         exec.spawn(async move {
-            for id in 1..=world.scenario.nodes {
-                if world.node(id).partition().is_none() {
+            // Over and over: a node whose log failed before its disk was mended still
+            // stops, and a crash under way when the faults stopped ends with its node
+            // down.
+            loop {
+                for id in 1..=world.scenario.nodes {
                     restart(&world, id).await;
                 }
+                world.runtime.sleep(BACKOFF).await;
             }
         });
     }
@@ -754,7 +974,7 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
             && world.nodes.iter().all(|n| {
                 n.partition().is_some_and(|p| {
                     p.log_end_offset() == leader.log_end_offset()
-                        && p.high_watermark() == leader.high_watermark()
+                        && p.high_watermark() == leader.log_end_offset()
                 })
             })
     };
@@ -800,8 +1020,11 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
     }
     let elections = world.ctl.borrow().elections;
     let acked = world.acked.borrow().len();
+    let acked_by_leader = world.acked_by_leader.borrow().len();
     Ok(Outcome {
         acked,
+        acked_by_leader,
+        disk_faults: world.disk_faults.get(),
         final_high_watermark: hw,
         crashes: world.crashes.get(),
         elections,
@@ -821,9 +1044,12 @@ async fn final_checks(world: &Rc<World>) -> i64 {
         let mut bytes = Vec::new();
         let mut at = p.log_start_offset();
         while at < hw {
-            let Ok(r) = p.read_as(at, -1, 1 << 20, Reader::Replica).await else {
-                world.violation(format!("node {}: read at {at} failed", node.id));
-                break;
+            let r = match p.read_as(at, -1, 1 << 20, Reader::Replica).await {
+                Ok(r) => r,
+                Err(e) => {
+                    world.violation(format!("node {}: read at {at} failed: {e}", node.id));
+                    break;
+                }
             };
             let mut last = None;
             for item in batches(&r.records) {
@@ -851,9 +1077,26 @@ async fn final_checks(world: &Rc<World>) -> i64 {
             ));
         }
     }
-    let leader_log: BTreeMap<i64, String> = records_of(&logs[(leader - 1) as usize].1)
-        .into_iter()
-        .collect();
+    let mut leader_log = BTreeMap::new();
+    for (offset, key) in records_of(&logs[(leader - 1) as usize].1) {
+        if let Some(before) = leader_log.insert(key.clone(), offset) {
+            world.violation(format!(
+                "record {key} is in the log twice, at {before} and at {offset}"
+            ));
+        }
+    }
+    for (key, offset) in world.acked_by_leader.borrow().iter() {
+        if leader_log.get(key).is_some_and(|at| at != offset) {
+            world.violation(format!(
+                "record {key}, acknowledged by a leader at offset {offset}, is at {:?}",
+                leader_log.get(key)
+            ));
+        }
+    }
+    let leader_log: BTreeMap<i64, String> = leader_log.into_iter().map(|(k, o)| (o, k)).collect();
+    for ((id, log), node) in logs.iter().zip(&world.nodes) {
+        check_producer_state(world, *id, log, &node.partition().expect("up"));
+    }
     for (offset, key) in world.acked.borrow().iter() {
         if leader_log.get(offset) != Some(key) {
             world.violation(format!(
@@ -870,4 +1113,28 @@ async fn final_checks(world: &Rc<World>) -> i64 {
         }
     }
     hw
+}
+
+/// The idempotent producer's state on node `id` agrees with its log `log` (every batch
+/// it holds): the last sequence it remembers is that of the producer's last batch.
+fn check_producer_state(world: &World, id: i32, log: &[u8], p: &Partition) {
+    let mut last_in_log = None;
+    for item in batches(log) {
+        let Ok((h, _)) = item else { break };
+        if h.producer_id == IDEMPOTENT_PRODUCER {
+            last_in_log = Some(h.base_sequence + h.last_offset_delta);
+        }
+    }
+    let remembered = p
+        .log()
+        .active_producers()
+        .into_iter()
+        .find(|a| a.producer_id == IDEMPOTENT_PRODUCER)
+        .map(|a| a.last_sequence);
+    if remembered != last_in_log {
+        world.violation(format!(
+            "node {id}: the idempotent producer's state has last sequence {remembered:?}, \
+             its log {last_in_log:?}"
+        ));
+    }
 }

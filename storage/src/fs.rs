@@ -514,6 +514,18 @@ impl MemFs {
         }
     }
 
+    /// The bytes all files hold together (what a capacity bounds).
+    pub fn used(&self) -> u64 {
+        self.0.borrow().inodes.values().map(|n| n.file.len()).sum()
+    }
+
+    /// Disarms every armed fault and lifts the capacity: the disk is sound again.
+    pub fn mend(&self) {
+        let mut s = self.0.borrow_mut();
+        s.faults.clear();
+        s.capacity = None;
+    }
+
     /// Bounds what all files may hold together (`None`: unbounded). Writes and
     /// allocations that would pass it fail with ENOSPC; what is already allocated stays
     /// writable, as on a full file system.
