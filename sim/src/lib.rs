@@ -9,9 +9,12 @@
 //! messages and cuts links; a disk fails writes and syncs and fills up.
 //!
 //! `replication` plays one replicated partition and checks what replication promises;
+//! `transactions` plays transactions on it (the coordinator's rules, markers, the last
+//! stable offset) and checks what read_committed promises;
 //! `exec` is the executor and its clock; `net` the network; `rng` the only chance.
 
 pub mod exec;
 pub mod net;
 pub mod replication;
 pub mod rng;
+pub mod transactions;

@@ -27,6 +27,7 @@
 use crate::exec::{Executor, Stopped};
 use crate::net::{Delivery, Net, NetFaults};
 use crate::rng::Rng;
+use crate::transactions::{self, Txns};
 use bytes::Bytes;
 use corelog_partition::follower::{self, FollowerStep, LeaderAnswer};
 use corelog_partition::{Assignment, FollowerFetch, Isolation, IsrProposal, Partition, Reader};
@@ -47,15 +48,15 @@ use std::rc::Rc;
 use std::time::Duration;
 
 /// The client side of the network.
-const CLIENT: i32 = 0;
+pub(crate) const CLIENT: i32 = 0;
 /// How long a leader holds a follower's fetch that finds nothing new.
 const FETCH_WAIT: Duration = Duration::from_millis(50);
 /// After a failed fetch or produce.
-const BACKOFF: Duration = Duration::from_millis(30);
+pub(crate) const BACKOFF: Duration = Duration::from_millis(30);
 /// `replica.lag.time.max.ms`.
 const LAG_MS: i64 = 300;
 /// How long a producer waits for an acknowledgement before it gives the try up.
-const PRODUCE_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const PRODUCE_TIMEOUT: Duration = Duration::from_millis(500);
 /// The idempotent producer's id (its epoch is 0 throughout).
 const IDEMPOTENT_PRODUCER: i64 = 4_000;
 
@@ -78,6 +79,9 @@ pub struct Scenario {
     /// How long faults are played before the cluster is healed.
     pub faults_for: Duration,
     pub net: NetFaults,
+    /// Transactions too (`transactions`): a transactional producer, its coordinator's
+    /// markers and a read_committed consumer on the same partition.
+    pub transactions: bool,
 }
 
 impl Default for Scenario {
@@ -91,6 +95,7 @@ impl Default for Scenario {
                 duplicate: 2,
                 max_delay_ms: 8,
             },
+            transactions: true,
         }
     }
 }
@@ -101,13 +106,15 @@ pub struct Outcome {
     pub acked: usize,
     pub acked_by_leader: usize,
     pub disk_faults: usize,
+    pub transactions_committed: usize,
+    pub transactions_aborted: usize,
     pub final_high_watermark: i64,
     pub crashes: usize,
     pub elections: usize,
     pub elapsed_ms: u128,
 }
 
-struct Node {
+pub(crate) struct Node {
     id: i32,
     fs: MemFs,
     context: LogContext,
@@ -129,14 +136,14 @@ impl Node {
         PathBuf::from("/data/t-0")
     }
 
-    fn partition(&self) -> Option<Rc<Partition>> {
+    pub(crate) fn partition(&self) -> Option<Rc<Partition>> {
         self.partition.borrow().clone()
     }
 }
 
 #[derive(Debug)]
-struct Controller {
-    leader: Option<i32>,
+pub(crate) struct Controller {
+    pub(crate) leader: Option<i32>,
     leader_epoch: i32,
     isr: Vec<i32>,
     partition_epoch: i32,
@@ -158,14 +165,16 @@ impl Controller {
     }
 }
 
-struct World {
+pub(crate) struct World {
     scenario: Scenario,
-    runtime: Runtime,
-    clock: Rc<dyn Clock>,
+    pub(crate) runtime: Runtime,
+    pub(crate) clock: Rc<dyn Clock>,
     nodes: Vec<Rc<Node>>,
-    ctl: RefCell<Controller>,
-    net: Net,
-    rng: RefCell<Rng>,
+    pub(crate) ctl: RefCell<Controller>,
+    pub(crate) net: Net,
+    pub(crate) rng: RefCell<Rng>,
+    /// The transactions played on the partition (`transactions`).
+    pub(crate) txns: Txns,
     /// Records acknowledged at acks=all: offset → key.
     acked: RefCell<BTreeMap<i64, String>>,
     /// Records acknowledged at acks=1: key → offset.
@@ -173,7 +182,7 @@ struct World {
     /// Records consumers read: offset → key.
     seen: RefCell<BTreeMap<i64, String>>,
     violations: RefCell<Vec<String>>,
-    stop_producing: Cell<bool>,
+    pub(crate) stop_producing: Cell<bool>,
     stop_faults: Cell<bool>,
     crashes: Cell<usize>,
     disk_faults: Cell<usize>,
@@ -194,11 +203,15 @@ fn config(min_isr: i32) -> LogConfig {
     }
 }
 
-/// (offset, key) of every record in `bytes`.
+/// (offset, key) of every record in `bytes` (control records, transaction markers, left
+/// out).
 fn records_of(bytes: &[u8]) -> Vec<(i64, String)> {
     let mut out = Vec::new();
     for item in batches(bytes) {
-        let Ok((_, range)) = item else { break };
+        let Ok((h, range)) = item else { break };
+        if h.is_control() {
+            continue;
+        }
         let _ = for_each_record(&bytes[range], |r| {
             out.push((
                 r.offset,
@@ -210,18 +223,18 @@ fn records_of(bytes: &[u8]) -> Vec<(i64, String)> {
 }
 
 impl World {
-    fn node(&self, id: i32) -> &Rc<Node> {
+    pub(crate) fn node(&self, id: i32) -> &Rc<Node> {
         &self.nodes[(id - 1) as usize]
     }
 
-    fn violation(&self, what: String) {
+    pub(crate) fn violation(&self, what: String) {
         self.trace(|| format!("VIOLATION {what}"));
         self.violations.borrow_mut().push(what);
     }
 
     /// Prints an event of the run, with its simulated time, when `SIM_TRACE` is set (to
     /// follow a replayed seed).
-    fn trace(&self, event: impl FnOnce() -> String) {
+    pub(crate) fn trace(&self, event: impl FnOnce() -> String) {
         if self.tracing {
             eprintln!(
                 "{:>8} ms  {}",
@@ -543,27 +556,27 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
                     rt.sleep(BACKOFF).await;
                 }
             }
-            FollowerStep::Cut(cut) => match {
+            FollowerStep::Cut(cut) => {
                 world.trace(|| {
                     format!("node {}: cut {cut:?} (end {})", node.id, p.log_end_offset())
                 });
-                p.truncate_and_reopen(cut).await
-            } {
-                Ok(reopened) if world.alive(&node, life) => {
-                    *node.partition.borrow_mut() = Some(reopened);
-                    node.hw_seen.set(None);
-                    world.push_roles();
+                match p.truncate_and_reopen(cut).await {
+                    Ok(reopened) if world.alive(&node, life) => {
+                        *node.partition.borrow_mut() = Some(reopened);
+                        node.hw_seen.set(None);
+                        world.push_roles();
+                    }
+                    Ok(reopened) => reopened.close().await,
+                    Err(_) if node.faulted.get() => {
+                        // The broker leaves the partition closed until it is restarted.
+                        crash(&world, node.id).await;
+                        return;
+                    }
+                    Err(e) => {
+                        world.violation(format!("node {}: truncation {cut:?} failed: {e}", node.id))
+                    }
                 }
-                Ok(reopened) => reopened.close().await,
-                Err(_) if node.faulted.get() => {
-                    // The broker leaves the partition closed until it is restarted.
-                    crash(&world, node.id).await;
-                    return;
-                }
-                Err(e) => {
-                    world.violation(format!("node {}: truncation {cut:?} failed: {e}", node.id))
-                }
-            },
+            }
             FollowerStep::Backoff => rt.sleep(BACKOFF).await,
         }
     }
@@ -906,6 +919,7 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         rng: RefCell::new(rng.fork()),
         acked: RefCell::default(),
         acked_by_leader: RefCell::default(),
+        txns: Txns::default(),
         seen: RefCell::default(),
         violations: RefCell::default(),
         stop_producing: Cell::new(false),
@@ -927,6 +941,9 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
             started.set(true);
             for acks in [Acks::All, Acks::AllIdempotent, Acks::Leader] {
                 world.runtime.spawn(producer(world.clone(), acks));
+            }
+            if world.scenario.transactions {
+                transactions::start(&world);
             }
             world.runtime.spawn(consumer(world.clone()));
             world.runtime.spawn(faults(world.clone()));
@@ -971,6 +988,7 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
             return false;
         };
         c.isr.len() == world.scenario.nodes as usize
+            && (!world.scenario.transactions || world.txns.settled(&leader))
             && world.nodes.iter().all(|n| {
                 n.partition().is_some_and(|p| {
                     p.log_end_offset() == leader.log_end_offset()
@@ -1025,6 +1043,8 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         acked,
         acked_by_leader,
         disk_faults: world.disk_faults.get(),
+        transactions_committed: world.txns.committed.get(),
+        transactions_aborted: world.txns.aborted.get(),
         final_high_watermark: hw,
         crashes: world.crashes.get(),
         elections,
@@ -1096,6 +1116,9 @@ async fn final_checks(world: &Rc<World>) -> i64 {
     let leader_log: BTreeMap<i64, String> = leader_log.into_iter().map(|(k, o)| (o, k)).collect();
     for ((id, log), node) in logs.iter().zip(&world.nodes) {
         check_producer_state(world, *id, log, &node.partition().expect("up"));
+    }
+    if world.scenario.transactions {
+        transactions::final_checks(world, &lp).await;
     }
     for (offset, key) in world.acked.borrow().iter() {
         if leader_log.get(offset) != Some(key) {

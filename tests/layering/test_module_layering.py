@@ -46,8 +46,9 @@ ALLOWED = {
     "corelog-fuzz-targets": {"corelog", "corelog-storage", "corelog-partition", "corelog-controller", "corelog-shards"},
     # A leaf: the header layout depends on nothing.
     "corelog-record-batch": set(),
-    # The simulator runs the real partition layer and storage engine, and nothing above.
-    "corelog-sim": {"corelog-partition", "corelog-storage"},
+    # The simulator runs the real partition layer and storage engine, and the transaction
+    # coordinator's pure rules (corelog-shards' txn::rules and txn::state).
+    "corelog-sim": {"corelog-partition", "corelog-storage", "corelog-shards"},
     # fuzz/ (cargo fuzz, its own workspace, never built here): libFuzzer wrappers around
     # the bodies in tools/fuzz-targets, and nothing else of ours.
     "corelog-fuzz": {"corelog-fuzz-targets"},

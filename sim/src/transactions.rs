@@ -1,0 +1,686 @@
+//! Transactions in the replicated world (`replication`): two instances of one
+//! transactional producer (each fencing the other when it starts, as a restarted
+//! application fences its zombie) write transactions to the replicated partition under
+//! every fault of that world, a coordinator decides with the broker's own rules
+//! (`corelog_shards::txn::rules`, `state`) and writes its markers to the partition's
+//! leader, and a read_committed consumer reads from the leader as a Kafka client does
+//! (below the last stable offset, dropping what the aborted-transaction list names).
+//!
+//! The coordinator itself does not crash: its state is one id's `TxnMetadata`, each
+//! transition applied at once as if its `__transaction_state` record were durable (that
+//! log is a replicated partition like any other). Its requests and answers, and its
+//! markers, travel over the lossy network; its own aborts of timed out transactions run
+//! on its timer. Clients speak transaction version 1 (AddPartitionsToTxn before the
+//! first produce; one epoch across transactions until a fence).
+//!
+//! Checked (any breach fails the seed):
+//! - no read_committed read returns a batch at or above the last stable offset it was
+//!   served with, nor a transactional batch whose marker was not below the high
+//!   watermark it was served with (so the outcome it read cannot be lost with a leader),
+//!   nor delivers a record of a transaction that was not committed;
+//! - at the end, every transaction ended: the coordinator holds none in flight, the
+//!   partition's last stable offset is its high watermark, and a read_committed read of
+//!   the whole log delivers every record of committed transactions in it and none of
+//!   aborted ones, every record acknowledged in a transaction whose commit was
+//!   acknowledged among them.
+
+use crate::net::Delivery;
+use crate::replication::{World, BACKOFF, CLIENT, PRODUCE_TIMEOUT};
+use corelog_partition::{Isolation, Partition, Reader};
+use corelog_shards::txn::rules::{
+    self, AddDecision, EndDecision, InitAction, ProducerIdEpoch, TxnConfig, TxnError, TxnOutcome,
+};
+use corelog_shards::txn::state::{Transit, TxnMetadata, TxnState};
+use corelog_storage::batch::batches;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::batch_filter::for_each_record;
+use corelog_storage::error::AppendError;
+use corelog_storage::producer_state::SequenceError;
+use corelog_storage::txn_index::AbortedTxn;
+use corelog_storage::txn_marker::{self, MarkerKind, TxnMarker};
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::rc::Rc;
+use std::time::Duration;
+
+const TRANSACTIONAL_ID: &str = "sim-txn";
+const TOPIC: &str = "t";
+/// The producers' `transaction.timeout.ms`: the coordinator aborts past it.
+const TXN_TIMEOUT_MS: i32 = 800;
+/// The coordinator's epoch on its markers (it never moves here).
+const COORDINATOR_EPOCH: i32 = 0;
+const FIRST_PRODUCER_ID: i64 = 9_000;
+
+/// The coordinator and what the run learnt of each transaction. A transaction is named
+/// by its tag, which its records' keys carry (`x<tag>-<n>`).
+#[derive(Default)]
+pub(crate) struct Txns {
+    meta: RefCell<Option<TxnMetadata>>,
+    next_producer_id: Cell<i64>,
+    /// The tag of the id's transaction in flight (from its first add to its end).
+    current: Cell<Option<u64>>,
+    /// The markers of the end in flight, not yet all written.
+    markers: RefCell<Option<rules::Markers>>,
+    /// Each ended transaction's outcome (true: committed).
+    outcomes: RefCell<BTreeMap<u64, bool>>,
+    next_tag: Cell<u64>,
+    /// Records acknowledged in transactions whose commit was acknowledged: key → offset.
+    committed_acked: RefCell<BTreeMap<String, i64>>,
+    /// Records a read_committed consumer was given: offset → key.
+    read_committed: RefCell<BTreeMap<i64, String>>,
+    pub(crate) committed: Cell<usize>,
+    pub(crate) aborted: Cell<usize>,
+}
+
+fn config() -> TxnConfig {
+    TxnConfig {
+        max_timeout_ms: rules::MAX_TIMEOUT_MS_DEFAULT,
+        id_expiration_ms: rules::ID_EXPIRATION_MS_DEFAULT,
+        server_tv2: false,
+    }
+}
+
+fn partitions() -> BTreeSet<(String, i32)> {
+    BTreeSet::from([(TOPIC.to_owned(), 0)])
+}
+
+/// The tag a transactional record's key names.
+fn tag_of(key: &str) -> Option<u64> {
+    key.strip_prefix('x')?.split('-').next()?.parse().ok()
+}
+
+impl Txns {
+    fn allocate(&self) -> Result<i64, TxnError> {
+        let id = self.next_producer_id.get().max(FIRST_PRODUCER_ID);
+        self.next_producer_id.set(id + 1);
+        Ok(id)
+    }
+
+    /// Applies a decided transit, as the coordinator does once its record is durable;
+    /// an end's outcome and markers are noted.
+    fn apply(&self, world: &World, transit: Transit) {
+        let state = transit.state;
+        if let Some(m) = rules::markers(&transit) {
+            let tag = self.current.take();
+            if let Some(tag) = tag {
+                self.outcomes.borrow_mut().insert(tag, m.commit);
+            }
+            world.trace(|| format!("txn {tag:?}: {state:?} (epoch {})", m.producer_epoch));
+            *self.markers.borrow_mut() = Some(m);
+        }
+        let mut meta = self.meta.borrow_mut();
+        let meta = meta.as_mut().expect("an id to apply to");
+        if let Err(e) = meta.prepare(&transit) {
+            world.violation(format!("the coordinator cannot prepare {state:?}: {e}"));
+            return;
+        }
+        if let Err(e) = meta.complete(transit) {
+            world.violation(format!("the coordinator cannot complete {state:?}: {e}"));
+        }
+    }
+
+    fn init(&self, world: &World) -> Result<ProducerIdEpoch, TxnError> {
+        let now = world.clock.now_ms();
+        let decision = {
+            let meta = self.meta.borrow();
+            rules::init_producer_id(
+                meta.as_ref(),
+                TRANSACTIONAL_ID,
+                TXN_TIMEOUT_MS,
+                None,
+                &config(),
+                now,
+                || self.allocate(),
+            )?
+        };
+        if let Some(created) = decision.created {
+            *self.meta.borrow_mut() = Some(created);
+        }
+        match decision.action {
+            InitAction::Answer(t) => {
+                let answer = ProducerIdEpoch::new(t.producer_id, t.producer_epoch);
+                self.apply(world, t);
+                Ok(answer)
+            }
+            InitAction::FenceOngoing(t) => {
+                self.apply(world, t);
+                Err(TxnError::ConcurrentTransactions)
+            }
+        }
+    }
+
+    fn add(&self, world: &World, producer: ProducerIdEpoch, tag: u64) -> Result<(), TxnError> {
+        let now = world.clock.now_ms();
+        let decision = rules::add_partitions(
+            self.meta.borrow().as_ref(),
+            producer,
+            &partitions(),
+            false,
+            now,
+        )?;
+        if let AddDecision::Prepare(t) = decision {
+            let starts = self
+                .meta
+                .borrow()
+                .as_ref()
+                .is_some_and(|m| m.state() != TxnState::Ongoing);
+            if starts {
+                self.current.set(Some(tag));
+            }
+            self.apply(world, t);
+        }
+        Ok(())
+    }
+
+    fn end(&self, world: &World, producer: ProducerIdEpoch, commit: bool) -> Result<(), TxnError> {
+        let now = world.clock.now_ms();
+        let outcome = if commit {
+            TxnOutcome::Commit
+        } else {
+            TxnOutcome::Abort
+        };
+        let decision = rules::end_txn(
+            self.meta.borrow().as_ref(),
+            producer,
+            outcome,
+            false,
+            now,
+            || self.allocate(),
+        )?;
+        match decision {
+            EndDecision::Done(_) => Ok(()),
+            EndDecision::Prepare { transit, .. } => {
+                self.apply(world, transit);
+                Ok(())
+            }
+            EndDecision::BatchesPending => Err(TxnError::ConcurrentTransactions),
+        }
+    }
+
+    /// No transaction in flight: nothing ongoing, no end waiting for its markers.
+    fn idle(&self) -> bool {
+        self.markers.borrow().is_none()
+            && self.meta.borrow().as_ref().is_none_or(|m| {
+                m.pending.is_none()
+                    && matches!(
+                        m.state(),
+                        TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
+                    )
+            })
+    }
+
+    /// Whether the world has settled for transactions: nothing in flight, and the
+    /// leader's last stable offset at its end.
+    pub(crate) fn settled(&self, leader: &Partition) -> bool {
+        self.idle() && leader.last_stable_offset() == leader.log_end_offset()
+    }
+}
+
+/// Starts the coordinator's tasks, two producer instances and the read_committed
+/// consumer.
+pub(crate) fn start(world: &Rc<World>) {
+    world.runtime.spawn(coordinator_timer(world.clone()));
+    world.runtime.spawn(marker_writer(world.clone()));
+    for instance in 0..2 {
+        world.runtime.spawn(producer(world.clone(), instance));
+    }
+    world.runtime.spawn(consumer(world.clone()));
+}
+
+/// A request to the coordinator or its answer may be lost (then the client times out
+/// and retries); the coordinator is reached through the network's client node.
+async fn lost(world: &World) -> bool {
+    let lost = world.rng.borrow_mut().chance(3);
+    world.runtime.sleep(Duration::from_millis(1)).await;
+    lost
+}
+
+/// Aborts a transaction that ran past its timeout, as the coordinator's timer does.
+async fn coordinator_timer(world: Rc<World>) {
+    loop {
+        world.runtime.sleep(Duration::from_millis(100)).await;
+        let txns = &world.txns;
+        let now = world.clock.now_ms();
+        let abort = {
+            let meta = txns.meta.borrow();
+            match meta.as_ref() {
+                Some(m) => rules::abort_timed_out(m, &config(), now, || txns.allocate()),
+                None => Ok(None),
+            }
+        };
+        match abort {
+            Ok(Some(t)) => txns.apply(&world, t),
+            Ok(None) => {}
+            Err(e) => world.violation(format!("the coordinator's timeout abort failed: {e}")),
+        }
+    }
+}
+
+/// Writes an end's markers to the partition's leader until one is committed there, then
+/// completes the end.
+async fn marker_writer(world: Rc<World>) {
+    let rt = world.runtime.clone();
+    loop {
+        rt.sleep(Duration::from_millis(10)).await;
+        let Some(m) = world.txns.markers.borrow().clone() else {
+            continue;
+        };
+        let leader = world.ctl.borrow().leader;
+        let Some(leader) = leader else { continue };
+        if world.net.send(CLIENT, leader).await == Delivery::Lost {
+            continue;
+        }
+        let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
+            continue;
+        };
+        let marker = TxnMarker {
+            producer_id: m.producer_id,
+            producer_epoch: m.producer_epoch,
+            coordinator_epoch: COORDINATOR_EPOCH,
+            kind: if m.commit {
+                MarkerKind::Commit
+            } else {
+                MarkerKind::Abort
+            },
+        };
+        let ticket = match p.append_marker(&marker) {
+            Ok(t) => t,
+            Err(e) => {
+                if matches!(e, AppendError::Sequence(_)) {
+                    world.violation(format!("node {leader} refused a marker: {e}"));
+                }
+                rt.sleep(BACKOFF).await;
+                continue;
+            }
+        };
+        let committed =
+            futures_lite::future::or(async { p.wait_committed(ticket).await.is_ok() }, async {
+                rt.sleep(PRODUCE_TIMEOUT).await;
+                false
+            })
+            .await;
+        if !committed || world.net.send(leader, CLIENT).await == Delivery::Lost {
+            continue;
+        }
+        let txns = &world.txns;
+        txns.markers.borrow_mut().take();
+        let now = world.clock.now_ms();
+        let done = {
+            let meta = txns.meta.borrow();
+            rules::complete_end(meta.as_ref().expect("an id"), now)
+        };
+        match done {
+            Ok(t) => {
+                if t.state == TxnState::CompleteCommit {
+                    txns.committed.set(txns.committed.get() + 1);
+                } else {
+                    txns.aborted.set(txns.aborted.get() + 1);
+                }
+                txns.apply(&world, t);
+            }
+            Err(e) => world.violation(format!("the coordinator cannot complete an end: {e}")),
+        }
+    }
+}
+
+/// How a transactional produce ended.
+enum Sent {
+    Acked(i64),
+    /// The producer's epoch is stale: it was fenced.
+    Fenced,
+    Failed,
+}
+
+async fn produce(world: &World, producer: ProducerIdEpoch, sequence: i32, key: &str) -> Sent {
+    let rt = &world.runtime;
+    let leader = world.ctl.borrow().leader;
+    let Some(leader) = leader else {
+        rt.sleep(BACKOFF).await;
+        return Sent::Failed;
+    };
+    if world.net.send(CLIENT, leader).await == Delivery::Lost {
+        return Sent::Failed;
+    }
+    let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
+        return Sent::Failed;
+    };
+    let mut b = BatchBuilder::new(world.clock.now_ms())
+        .producer(producer.producer_id, producer.epoch, sequence)
+        .transactional();
+    b.push(&Record {
+        key: Some(key.as_bytes()),
+        value: Some(b"v"),
+        headers: &[],
+        timestamp_delta: 0,
+    });
+    let ticket = match p.append(&b.build()) {
+        Ok(t) => t,
+        Err(AppendError::Sequence(SequenceError::StaleEpoch { .. })) => return Sent::Fenced,
+        Err(_) => {
+            rt.sleep(BACKOFF).await;
+            return Sent::Failed;
+        }
+    };
+    let acked = futures_lite::future::or(async { p.wait_committed(ticket).await.is_ok() }, async {
+        rt.sleep(PRODUCE_TIMEOUT).await;
+        false
+    })
+    .await;
+    if !acked || world.net.send(leader, CLIENT).await == Delivery::Lost {
+        return Sent::Failed;
+    }
+    Sent::Acked(ticket.base_offset)
+}
+
+/// A coordinator request, tried until it is answered (lost requests and answers, and
+/// CONCURRENT_TRANSACTIONS, are retried); the answer's error otherwise.
+async fn ask<T>(
+    world: &World,
+    mut request: impl FnMut() -> Result<T, TxnError>,
+) -> Result<T, TxnError> {
+    loop {
+        if world.stop_producing.get() {
+            return Err(TxnError::CoordinatorNotAvailable);
+        }
+        if lost(world).await {
+            world.runtime.sleep(BACKOFF).await;
+            continue;
+        }
+        let answer = request();
+        if lost(world).await {
+            world.runtime.sleep(BACKOFF).await;
+            continue;
+        }
+        match answer {
+            Err(TxnError::ConcurrentTransactions) => world.runtime.sleep(BACKOFF).await,
+            other => return other,
+        }
+    }
+}
+
+/// One instance of the transactional producer: it starts (InitProducerId, fencing the
+/// other instance), then runs transactions of a few records each, committing most and
+/// aborting some; fenced, it starts again.
+async fn producer(world: Rc<World>, instance: u32) {
+    let rt = world.runtime.clone();
+    let txns = &world.txns;
+    while !world.stop_producing.get() {
+        rt.sleep(Duration::from_millis(50 + 150 * u64::from(instance)))
+            .await;
+        let Ok(producer) = ask(&world, || txns.init(&world)).await else {
+            continue;
+        };
+        world.trace(|| format!("txn producer {instance}: epoch {}", producer.epoch));
+        let mut sequence = 0i32;
+        'txns: while !world.stop_producing.get() {
+            let tag = txns.next_tag.get();
+            txns.next_tag.set(tag + 1);
+            if ask(&world, || txns.add(&world, producer, tag))
+                .await
+                .is_err()
+            {
+                break;
+            }
+            let (records, commit) = {
+                let mut rng = world.rng.borrow_mut();
+                (rng.between(1, 4), rng.chance(75))
+            };
+            let mut acked = Vec::new();
+            let mut commit = commit;
+            // A produce given up may or may not be in the log, so the sequence after it
+            // is unknown: the producer starts again under a new epoch after this
+            // transaction (Kafka's producer bumps its epoch for the same reason).
+            let mut restart = false;
+            for n in 0..records {
+                let key = format!("x{tag}-{n}");
+                let mut tries = 0;
+                loop {
+                    match produce(&world, producer, sequence, &key).await {
+                        Sent::Acked(offset) => {
+                            acked.push((key.clone(), offset));
+                            break;
+                        }
+                        Sent::Fenced => break 'txns,
+                        Sent::Failed if tries < 4 && !world.stop_producing.get() => {
+                            tries += 1;
+                        }
+                        Sent::Failed => {
+                            // Kafka's producer makes such a transaction abortable (the
+                            // batch may still be in the log: the abort covers it).
+                            commit = false;
+                            restart = true;
+                            break;
+                        }
+                    }
+                }
+                sequence += 1;
+                if !commit {
+                    break;
+                }
+            }
+            match ask(&world, || txns.end(&world, producer, commit)).await {
+                Ok(()) if commit => {
+                    let mut all = txns.committed_acked.borrow_mut();
+                    all.extend(acked);
+                }
+                Ok(()) => {}
+                Err(_) => break,
+            }
+            if restart {
+                break;
+            }
+        }
+    }
+}
+
+/// The records a read_committed consumer is given from `bytes`, with the aborted
+/// transactions the leader listed, as Kafka's consumer filters them: a transactional
+/// batch of a producer whose aborted transaction has begun by then is dropped until that
+/// producer's abort marker.
+fn deliver(bytes: &[u8], aborted: &[AbortedTxn]) -> Vec<(i64, String)> {
+    let mut pending: Vec<&AbortedTxn> = aborted.iter().collect();
+    pending.sort_by_key(|a| a.first_offset);
+    let mut pending = pending.into_iter().peekable();
+    let mut aborting = BTreeSet::new();
+    let mut out = Vec::new();
+    for item in batches(bytes) {
+        let Ok((h, range)) = item else { break };
+        let batch = &bytes[range];
+        if h.is_transactional() {
+            while let Some(a) = pending.next_if(|a| a.first_offset <= h.last_offset()) {
+                aborting.insert(a.producer_id);
+            }
+        }
+        if h.is_control() {
+            if let Some((MarkerKind::Abort, _)) = txn_marker::parse(&h, batch) {
+                aborting.remove(&h.producer_id);
+            }
+            continue;
+        }
+        if h.is_transactional() && aborting.contains(&h.producer_id) {
+            continue;
+        }
+        let _ = for_each_record(batch, |r| {
+            out.push((
+                r.offset,
+                String::from_utf8_lossy(r.key.unwrap_or_default()).into_owned(),
+            ));
+        });
+    }
+    out
+}
+
+/// The offset of `producer_id`'s first marker at or after `from` in `p`'s log.
+async fn marker_after(p: &Partition, producer_id: i64, from: i64) -> Option<i64> {
+    let mut at = from;
+    while at < p.log_end_offset() {
+        let r = p.read_as(at, -1, 1 << 20, Reader::Replica).await.ok()?;
+        let mut last = None;
+        for item in batches(&r.records) {
+            let Ok((h, _)) = item else { break };
+            if h.is_control() && h.producer_id == producer_id {
+                return Some(h.base_offset);
+            }
+            last = Some(h.last_offset());
+        }
+        at = last? + 1;
+    }
+    None
+}
+
+/// Reads the leader with read_committed, checking each answer.
+async fn consumer(world: Rc<World>) {
+    let rt = world.runtime.clone();
+    let mut position = 0i64;
+    loop {
+        rt.sleep(Duration::from_millis(25)).await;
+        let leader = world.ctl.borrow().leader;
+        let Some(p) = leader
+            .and_then(|l| world.node(l).partition())
+            .filter(|p| p.is_leader())
+        else {
+            continue;
+        };
+        let Ok(r) = p
+            .read_as(
+                position,
+                -1,
+                64 * 1024,
+                Reader::Consumer(Isolation::ReadCommitted),
+            )
+            .await
+        else {
+            continue;
+        };
+        let epoch = p.leader_epoch();
+        let mut last = None;
+        let mut transactional = BTreeMap::new();
+        for item in batches(&r.records) {
+            let Ok((h, _)) = item else { break };
+            if h.is_transactional() && !h.is_control() {
+                transactional.entry(h.producer_id).or_insert(h.base_offset);
+            }
+            if h.last_offset() >= r.last_stable_offset {
+                world.violation(format!(
+                    "a read_committed read returned a batch ending at {} at a last stable offset of {}",
+                    h.last_offset(),
+                    r.last_stable_offset
+                ));
+                return;
+            }
+            last = Some(h.last_offset());
+        }
+        for (producer_id, offset) in transactional {
+            let marker = marker_after(&p, producer_id, offset).await;
+            // Checked only while the log cannot have changed under the scan: a leader's
+            // log only grows within its epoch.
+            if !p.is_leader() || p.leader_epoch() != epoch {
+                break;
+            }
+            if marker.is_none_or(|m| m >= r.high_watermark) {
+                world.violation(format!(
+                    "a read_committed read was given producer {producer_id}'s batch at {offset} while its marker ({marker:?}) was not below the high watermark {}",
+                    r.high_watermark
+                ));
+                return;
+            }
+        }
+        let aborted = r.aborted.clone().unwrap_or_default();
+        for (offset, key) in deliver(&r.records, &aborted) {
+            if let Some(tag) = tag_of(&key) {
+                if world.txns.outcomes.borrow().get(&tag) != Some(&true) {
+                    world.violation(format!(
+                        "a read_committed consumer was given {key} at offset {offset}, of a transaction {}",
+                        match world.txns.outcomes.borrow().get(&tag) {
+                            Some(false) => "aborted",
+                            _ => "not ended",
+                        }
+                    ));
+                    return;
+                }
+            }
+            world.txns.read_committed.borrow_mut().insert(offset, key);
+        }
+        if let Some(last) = last {
+            position = last + 1;
+        }
+    }
+}
+
+/// The end of a run: every transaction ended, and a read_committed read of the whole
+/// leader log delivers exactly the committed transactions' records.
+pub(crate) async fn final_checks(world: &World, leader: &Partition) {
+    let txns = &world.txns;
+    if !txns.idle() {
+        world.violation("a transaction is still in flight at the end".to_owned());
+    }
+    let (lso, hw) = (leader.last_stable_offset(), leader.high_watermark());
+    if lso != hw {
+        world.violation(format!(
+            "the last stable offset {lso} is below the high watermark {hw} at the end"
+        ));
+    }
+    let mut delivered = BTreeMap::new();
+    let mut in_log = BTreeMap::new();
+    let mut at = leader.log_start_offset();
+    while at < lso {
+        let r = match leader
+            .read_as(at, -1, 1 << 20, Reader::Consumer(Isolation::ReadCommitted))
+            .await
+        {
+            Ok(r) => r,
+            Err(e) => {
+                world.violation(format!("the final read_committed read at {at} failed: {e}"));
+                return;
+            }
+        };
+        let mut last = None;
+        for item in batches(&r.records) {
+            let Ok((h, range)) = item else { break };
+            last = Some(h.last_offset());
+            let _ = for_each_record(&r.records[range], |rec| {
+                let key = String::from_utf8_lossy(rec.key.unwrap_or_default()).into_owned();
+                in_log.insert(key, rec.offset);
+            });
+        }
+        delivered.extend(
+            deliver(&r.records, &r.aborted.clone().unwrap_or_default())
+                .into_iter()
+                .map(|(o, k)| (k, o)),
+        );
+        let Some(last) = last else { break };
+        at = last + 1;
+    }
+    let outcomes = txns.outcomes.borrow();
+    for (key, offset) in &in_log {
+        let Some(tag) = tag_of(key) else { continue };
+        let shown = delivered.contains_key(key);
+        match outcomes.get(&tag) {
+            Some(true) if !shown => world.violation(format!(
+                "{key} at {offset}, of a committed transaction, is not delivered to read_committed"
+            )),
+            Some(false) if shown => world.violation(format!(
+                "{key} at {offset}, of an aborted transaction, is delivered to read_committed"
+            )),
+            None => world.violation(format!(
+                "{key} at {offset} belongs to a transaction that never ended"
+            )),
+            _ => {}
+        }
+    }
+    for (key, offset) in txns.committed_acked.borrow().iter() {
+        if delivered.get(key) != Some(offset) {
+            world.violation(format!(
+                "{key}, acknowledged at {offset} in a committed transaction, is lost (delivered at {:?})",
+                delivered.get(key)
+            ));
+        }
+    }
+    for (offset, key) in txns.read_committed.borrow().iter() {
+        if delivered.get(key) != Some(offset) {
+            world.violation(format!(
+                "{key}, given to a read_committed consumer at {offset}, is not in the final log there"
+            ));
+        }
+    }
+}
