@@ -6,7 +6,9 @@
 //! of what they wrote may survive) one at a time or all at once and come back, leadership
 //! moves to another in-sync replica at any moment, disks fail a write or a sync (the log
 //! fails for good and its node stops, as the broker does, until it is restarted) or fill
-//! up, and the network loses, delays, duplicates and cuts messages.
+//! up, and the network loses, delays, duplicates and cuts messages. Transactions run on
+//! the same partition (`transactions`); on a compacted topic (`Scenario::compacted`)
+//! every replica's cleaner runs below its high watermark.
 //!
 //! The followers run the broker's own rules (`corelog_partition::follower`); the leader
 //! answers a follower's fetch as the broker does (`read_as` for a replica, then
@@ -23,6 +25,11 @@
 //!   and an acks=1 record that survived is at the offset it was acknowledged at;
 //! - every replica's producer state agrees with its log: the idempotent producer's last
 //!   sequence is the last sequence of its last batch there, whatever was truncated.
+//!
+//! On a compacted topic replicas differ byte for byte (each cleans on its own), so the
+//! last three are replaced by: each key's last offset is the same on every replica, and
+//! an acknowledged or consumed record is gone only where a later record of its key
+//! stands.
 
 use crate::exec::{Executor, Stopped};
 use crate::net::{Delivery, Net, NetFaults};
@@ -34,6 +41,8 @@ use corelog_partition::{Assignment, FollowerFetch, Isolation, IsrProposal, Parti
 use corelog_storage::batch::{batches, BatchHeader};
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::batch_filter::for_each_record;
+use corelog_storage::compaction::cleaner;
+use corelog_storage::config::CleanupPolicy;
 use corelog_storage::context::{Clock, NoObserver};
 use corelog_storage::error::{AppendError, ReadError};
 use corelog_storage::file_cache::FileCache;
@@ -57,6 +66,12 @@ pub(crate) const BACKOFF: Duration = Duration::from_millis(30);
 const LAG_MS: i64 = 300;
 /// How long a producer waits for an acknowledgement before it gives the try up.
 pub(crate) const PRODUCE_TIMEOUT: Duration = Duration::from_millis(500);
+/// The keys each producer draws from on a compacted topic: enough that the record
+/// superseding one is often the only later record of its key, so a superseded record
+/// removed wrongly stays missing.
+const COMPACTED_KEYS: u64 = 256;
+/// How often each replica's cleaner looks at its log on a compacted topic.
+const CLEANER_INTERVAL: Duration = Duration::from_millis(200);
 /// The idempotent producer's id (its epoch is 0 throughout).
 const IDEMPOTENT_PRODUCER: i64 = 4_000;
 
@@ -82,6 +97,10 @@ pub struct Scenario {
     /// Transactions too (`transactions`): a transactional producer, its coordinator's
     /// markers and a read_committed consumer on the same partition.
     pub transactions: bool,
+    /// A compacted topic: the producers reuse a few keys and every replica runs the log
+    /// cleaner below its high watermark, as the broker's housekeeping does. Replicas are
+    /// then compared by the last offset of each key, not byte for byte.
+    pub compacted: bool,
 }
 
 impl Default for Scenario {
@@ -96,6 +115,7 @@ impl Default for Scenario {
                 max_delay_ms: 8,
             },
             transactions: true,
+            compacted: false,
         }
     }
 }
@@ -106,6 +126,7 @@ pub struct Outcome {
     pub acked: usize,
     pub acked_by_leader: usize,
     pub disk_faults: usize,
+    pub cleaner_passes: usize,
     pub transactions_committed: usize,
     pub transactions_aborted: usize,
     pub final_high_watermark: i64,
@@ -186,18 +207,26 @@ pub(crate) struct World {
     stop_faults: Cell<bool>,
     crashes: Cell<usize>,
     disk_faults: Cell<usize>,
+    cleaner_passes: Cell<usize>,
     /// `SIM_TRACE` is set: events are printed.
     tracing: bool,
     started_ms: i64,
 }
 
-fn config(min_isr: i32) -> LogConfig {
+fn config(scenario: &Scenario) -> LogConfig {
+    let cleanup = CleanupPolicy {
+        delete: !scenario.compacted,
+        compact: scenario.compacted,
+    };
     LogConfig {
+        cleanup,
+        min_compaction_lag_ms: 0,
+        min_cleanable_dirty_ratio: 0.0,
         segment_bytes: 16 * 1024,
         index_interval_bytes: 512,
         tail_cache_bytes: 4 * 1024,
         durability: Durability::AckAll,
-        min_insync_replicas: min_isr,
+        min_insync_replicas: scenario.min_insync_replicas,
         file_delete_delay_ms: 0,
         ..LogConfig::default()
     }
@@ -592,6 +621,20 @@ enum Produced {
 
 /// One producer: records one at a time, each its own batch; the idempotent one sends a
 /// batch again, with its sequence, until it is acknowledged.
+/// A replica's log cleaner, for one life: a pass below its high watermark now and then.
+async fn cleaner_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
+    while world.alive(&node, life) {
+        world.runtime.sleep(CLEANER_INTERVAL).await;
+        let Some(p) = node.partition() else { return };
+        let now = world.clock.now_ms();
+        // A failed pass leaves the log as it was (the broker logs it and tries again).
+        let bound = p.high_watermark();
+        if let Ok(Some(_)) = cleaner::clean(p.log(), 1 << 20, now, bound, true, None).await {
+            world.cleaner_passes.set(world.cleaner_passes.get() + 1);
+        }
+    }
+}
+
 async fn producer(world: Rc<World>, acks: Acks) {
     let rt = world.runtime.clone();
     let prefix = match acks {
@@ -601,7 +644,12 @@ async fn producer(world: Rc<World>, acks: Acks) {
     };
     let mut sequence = 0i32;
     for n in 1u64.. {
-        let key = format!("{prefix}{n}");
+        let key = if world.scenario.compacted {
+            let k = world.rng.borrow_mut().below(COMPACTED_KEYS);
+            format!("{prefix}{k}")
+        } else {
+            format!("{prefix}{n}")
+        };
         loop {
             if world.stop_producing.get() {
                 return;
@@ -775,7 +823,7 @@ async fn restart(world: &Rc<World>, id: i32) {
     }
     let opened = Partition::open_replica(
         Node::dir(),
-        config(world.scenario.min_insync_replicas),
+        config(&world.scenario),
         node.context.clone(),
         -1,
     )
@@ -797,6 +845,11 @@ async fn restart(world: &Rc<World>, id: i32) {
             world
                 .runtime
                 .spawn(replica_loop(world.clone(), node.clone(), life));
+            if world.scenario.compacted {
+                world
+                    .runtime
+                    .spawn(cleaner_loop(world.clone(), node.clone(), life));
+            }
         }
         Err(e) => world.violation(format!("node {id} does not open after a crash: {e}")),
     }
@@ -926,6 +979,7 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         stop_faults: Cell::new(false),
         crashes: Cell::new(0),
         disk_faults: Cell::new(0),
+        cleaner_passes: Cell::new(0),
         tracing: std::env::var_os("SIM_TRACE").is_some(),
         started_ms: clock.now_ms(),
     });
@@ -1043,6 +1097,7 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         acked,
         acked_by_leader,
         disk_faults: world.disk_faults.get(),
+        cleaner_passes: world.cleaner_passes.get(),
         transactions_committed: world.txns.committed.get(),
         transactions_aborted: world.txns.aborted.get(),
         final_high_watermark: hw,
@@ -1086,6 +1141,10 @@ async fn final_checks(world: &Rc<World>) -> i64 {
             at = h.last_offset() + 1;
         }
         logs.push((node.id, bytes));
+    }
+    if world.scenario.compacted {
+        compacted_checks(world, &logs, leader);
+        return hw;
     }
     let (first_id, first) = &logs[0];
     for (id, log) in &logs[1..] {
@@ -1159,5 +1218,44 @@ fn check_producer_state(world: &World, id: i32, log: &[u8], p: &Partition) {
             "node {id}: the idempotent producer's state has last sequence {remembered:?}, \
              its log {last_in_log:?}"
         ));
+    }
+}
+
+/// The end of a compacted run: each key's last offset below the high watermark is the
+/// same on every replica, and no acknowledged or consumed record is gone unless a later
+/// record of its key took its place.
+fn compacted_checks(world: &World, logs: &[(i32, Vec<u8>)], leader: i32) {
+    let last_of = |log: &[u8]| -> BTreeMap<String, i64> {
+        records_of(log).into_iter().map(|(o, k)| (k, o)).collect()
+    };
+    let leader_keys = last_of(&logs[(leader - 1) as usize].1);
+    for (id, log) in logs {
+        let keys = last_of(log);
+        if keys != leader_keys {
+            let differ: Vec<_> = leader_keys
+                .iter()
+                .filter(|(k, o)| keys.get(*k) != Some(o))
+                .take(3)
+                .collect();
+            world.violation(format!(
+                "node {id}'s last offset per key differs from its leader's (node {leader}): \
+                 {differ:?} there are at {:?}",
+                differ.iter().map(|(k, _)| keys.get(*k)).collect::<Vec<_>>()
+            ));
+        }
+    }
+    let kept = |what: &str, offset: i64, key: &str| {
+        if leader_keys.get(key).is_none_or(|last| *last < offset) {
+            world.violation(format!(
+                "{what} record {key} at offset {offset} is lost: its key's last offset is {:?}",
+                leader_keys.get(key)
+            ));
+        }
+    };
+    for (offset, key) in world.acked.borrow().iter() {
+        kept("acknowledged", *offset, key);
+    }
+    for (offset, key) in world.seen.borrow().iter() {
+        kept("consumed", *offset, key);
     }
 }
