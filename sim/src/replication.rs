@@ -94,8 +94,11 @@ pub struct Scenario {
     /// How long faults are played before the cluster is healed.
     pub faults_for: Duration,
     pub net: NetFaults,
-    /// Transactions too (`transactions`): a transactional producer, its coordinator's
-    /// markers and a read_committed consumer on the same partition.
+    /// Partitions of the topic, each a world of its own (`nodes` nodes, a controller, a
+    /// network, faults, producers and consumers); transactions span them.
+    pub partitions: i32,
+    /// Transactions too (`transactions`): a transactional producer writing to the
+    /// partitions, its coordinator's markers and a read_committed consumer of each.
     pub transactions: bool,
     /// A compacted topic: the producers reuse a few keys and every replica runs the log
     /// cleaner below its high watermark, as the broker's housekeeping does. Replicas are
@@ -114,6 +117,7 @@ impl Default for Scenario {
                 duplicate: 2,
                 max_delay_ms: 8,
             },
+            partitions: 2,
             transactions: true,
             compacted: false,
         }
@@ -194,15 +198,18 @@ pub(crate) struct World {
     pub(crate) ctl: RefCell<Controller>,
     pub(crate) net: Net,
     pub(crate) rng: RefCell<Rng>,
-    /// The transactions played on the partition (`transactions`).
-    pub(crate) txns: Txns,
+    /// This world's partition of the topic (each partition has nodes of its own).
+    pub(crate) partition: i32,
+    /// The transactions played on the topic's partitions (`transactions`), shared.
+    pub(crate) txns: Rc<Txns>,
     /// Records acknowledged at acks=all: offset → key.
     acked: RefCell<BTreeMap<i64, String>>,
     /// Records acknowledged at acks=1: key → offset.
     acked_by_leader: RefCell<BTreeMap<String, i64>>,
     /// Records consumers read: offset → key.
     seen: RefCell<BTreeMap<i64, String>>,
-    violations: RefCell<Vec<String>>,
+    /// Shared by the worlds of one run.
+    violations: Rc<RefCell<Vec<String>>>,
     pub(crate) stop_producing: Cell<bool>,
     stop_faults: Cell<bool>,
     crashes: Cell<usize>,
@@ -265,11 +272,8 @@ impl World {
     /// follow a replayed seed).
     pub(crate) fn trace(&self, event: impl FnOnce() -> String) {
         if self.tracing {
-            eprintln!(
-                "{:>8} ms  {}",
-                self.clock.now_ms() - self.started_ms,
-                event()
-            );
+            let ms = self.clock.now_ms() - self.started_ms;
+            eprintln!("{ms:>8} ms  p{}  {}", self.partition, event());
         }
     }
 
@@ -925,13 +929,17 @@ async fn faults(world: Rc<World>) {
     }
 }
 
-/// Runs one seed of the scenario: `Ok` with what it saw, or `Err` with every breach.
-pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
-    let mut exec = Executor::new();
+/// The world of `partition`: its nodes, started by [`run`].
+fn build_world(
+    partition: i32,
+    scenario: Scenario,
+    exec: &Executor,
+    rng: &mut Rng,
+    txns: &Rc<Txns>,
+    violations: &Rc<RefCell<Vec<String>>>,
+) -> Rc<World> {
     let runtime = exec.runtime();
-    let mut rng = Rng::new(seed);
-    let time = exec.time().clone();
-    let clock: Rc<dyn Clock> = Rc::new(time.clone());
+    let clock: Rc<dyn Clock> = Rc::new(exec.time().clone());
     let nodes: Vec<Rc<Node>> = (1..=scenario.nodes)
         .map(|id| {
             let fs = MemFs::new();
@@ -953,7 +961,7 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         })
         .collect();
     let replicas: Vec<i32> = (1..=scenario.nodes).collect();
-    let world = Rc::new(World {
+    Rc::new(World {
         scenario,
         runtime: runtime.clone(),
         clock: clock.clone(),
@@ -963,18 +971,19 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
             leader_epoch: 0,
             isr: replicas.clone(),
             partition_epoch: 0,
-            replicas: replicas.clone(),
+            replicas,
             up: Vec::new(),
             version: 0,
             elections: 0,
         }),
-        net: Net::new(runtime.clone(), rng.fork(), scenario.net),
+        net: Net::new(runtime, rng.fork(), scenario.net),
         rng: RefCell::new(rng.fork()),
+        partition,
         acked: RefCell::default(),
         acked_by_leader: RefCell::default(),
-        txns: Txns::default(),
+        txns: txns.clone(),
         seen: RefCell::default(),
-        violations: RefCell::default(),
+        violations: violations.clone(),
         stop_producing: Cell::new(false),
         stop_faults: Cell::new(false),
         crashes: Cell::new(0),
@@ -982,45 +991,100 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         cleaner_passes: Cell::new(0),
         tracing: std::env::var_os("SIM_TRACE").is_some(),
         started_ms: clock.now_ms(),
-    });
+    })
+}
+
+/// Whether `world` has settled: every node up and in the ISR, every log at the leader's
+/// end and the high watermark there, and no transaction in flight.
+fn settled(world: &World) -> bool {
+    let c = world.ctl.borrow();
+    let Some(leader) = c.leader.and_then(|l| world.node(l).partition()) else {
+        return false;
+    };
+    c.isr.len() == world.scenario.nodes as usize
+        && (!world.scenario.transactions || world.txns.settled(&leader))
+        && world.nodes.iter().all(|n| {
+            n.partition().is_some_and(|p| {
+                p.log_end_offset() == leader.log_end_offset()
+                    && p.high_watermark() == leader.log_end_offset()
+            })
+        })
+}
+
+/// What `world`'s nodes hold, for a report.
+fn describe(world: &World) -> String {
+    let c = world.ctl.borrow();
+    let state: Vec<String> = world
+        .nodes
+        .iter()
+        .map(|n| match n.partition() {
+            Some(p) => format!(
+                "node {}: end {} hw {} lso {} leader {:?}",
+                n.id,
+                p.log_end_offset(),
+                p.high_watermark(),
+                p.last_stable_offset(),
+                p.following()
+            ),
+            None => format!("node {}: down", n.id),
+        })
+        .collect();
+    format!("partition {}: {c:?}; {}", world.partition, state.join("; "))
+}
+
+/// Runs one seed of the scenario: `Ok` with what it saw, or `Err` with every breach.
+pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
+    assert!(scenario.partitions >= 1, "a topic has a partition");
+    let mut exec = Executor::new();
+    let time = exec.time().clone();
+    let mut rng = Rng::new(seed);
+    let txns = Rc::new(Txns::default());
+    let violations = Rc::new(RefCell::new(Vec::new()));
+    let worlds: Vec<Rc<World>> = (0..scenario.partitions)
+        .map(|p| build_world(p, scenario, &exec, &mut rng, &txns, &violations))
+        .collect();
 
     // Start every node, then play.
     let started = Rc::new(Cell::new(false));
     {
-        let (world, started) = (world.clone(), started.clone());
+        let (worlds, started) = (worlds.clone(), started.clone());
         exec.spawn(async move {
-            for id in replicas {
-                restart(&world, id).await;
+            for world in &worlds {
+                for id in 1..=world.scenario.nodes {
+                    restart(world, id).await;
+                }
             }
             started.set(true);
-            for acks in [Acks::All, Acks::AllIdempotent, Acks::Leader] {
-                world.runtime.spawn(producer(world.clone(), acks));
+            for world in &worlds {
+                for acks in [Acks::All, Acks::AllIdempotent, Acks::Leader] {
+                    world.runtime.spawn(producer(world.clone(), acks));
+                }
+                world.runtime.spawn(consumer(world.clone()));
+                world.runtime.spawn(faults(world.clone()));
             }
-            if world.scenario.transactions {
-                transactions::start(&world);
+            if scenario.transactions {
+                transactions::start(&worlds);
             }
-            world.runtime.spawn(consumer(world.clone()));
-            world.runtime.spawn(faults(world.clone()));
         });
     }
-    let fail = |world: &World, why: String| -> Vec<String> {
-        let mut v = world.violations.borrow().clone();
+    let fail = |why: String| -> Vec<String> {
+        let mut v = violations.borrow().clone();
         v.push(why);
         v
     };
     exec.run_until(Duration::from_secs(5), || started.get())
-        .map_err(|e| fail(&world, format!("nodes did not start: {e:?}")))?;
+        .map_err(|e| fail(format!("nodes did not start: {e:?}")))?;
     exec.run_for(scenario.faults_for);
 
     // Heal: no more faults, every node up, then let the replicas catch up.
-    world.stop_faults.set(true);
-    for node in &world.nodes {
-        node.fs.mend();
-        node.faulted.set(false);
-    }
-    world.net.heal_all();
-    world.net.set_faults(NetFaults::NONE);
-    {
+    for world in &worlds {
+        world.stop_faults.set(true);
+        for node in &world.nodes {
+            node.fs.mend();
+            node.faulted.set(false);
+        }
+        world.net.heal_all();
+        world.net.set_faults(NetFaults::NONE);
         let world = world.clone();
         exec.spawn(async move {
             // Over and over: a node whose log failed before its disk was mended still
@@ -1035,74 +1099,55 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         });
     }
     exec.run_for(Duration::from_millis(500));
-    world.stop_producing.set(true);
-    let settled = || {
-        let c = world.ctl.borrow();
-        let Some(leader) = c.leader.and_then(|l| world.node(l).partition()) else {
-            return false;
-        };
-        c.isr.len() == world.scenario.nodes as usize
-            && (!world.scenario.transactions || world.txns.settled(&leader))
-            && world.nodes.iter().all(|n| {
-                n.partition().is_some_and(|p| {
-                    p.log_end_offset() == leader.log_end_offset()
-                        && p.high_watermark() == leader.log_end_offset()
-                })
-            })
-    };
-    match exec.run_until(Duration::from_secs(30), settled) {
+    for world in &worlds {
+        world.stop_producing.set(true);
+    }
+    match exec.run_until(Duration::from_secs(30), || {
+        worlds.iter().all(|w| settled(w))
+    }) {
         Ok(()) => {}
         Err(Stopped::Deadlock) | Err(Stopped::TimeLimit) => {
-            let c = world.ctl.borrow();
-            let state: Vec<String> = world
-                .nodes
-                .iter()
-                .map(|n| match n.partition() {
-                    Some(p) => format!(
-                        "node {}: end {} hw {} leader {:?}",
-                        n.id,
-                        p.log_end_offset(),
-                        p.high_watermark(),
-                        p.following()
-                    ),
-                    None => format!("node {}: down", n.id),
-                })
-                .collect();
-            return Err(fail(
-                &world,
-                format!("the replicas never caught up: {c:?}; {}", state.join("; ")),
-            ));
+            let state: Vec<String> = worlds.iter().map(|w| describe(w)).collect();
+            return Err(fail(format!(
+                "the replicas never caught up: {}",
+                state.join(" | ")
+            )));
         }
     }
 
     // The end: check the logs.
     let checked = Rc::new(RefCell::new(None));
     {
-        let (world, checked) = (world.clone(), checked.clone());
+        let (worlds, checked) = (worlds.clone(), checked.clone());
         exec.spawn(async move {
-            *checked.borrow_mut() = Some(final_checks(&world).await);
+            let mut hw = 0;
+            for world in &worlds {
+                hw += final_checks(world).await;
+            }
+            if scenario.transactions {
+                transactions::final_checks(&worlds).await;
+            }
+            *checked.borrow_mut() = Some(hw);
         });
     }
     exec.run_until(Duration::from_secs(5), || checked.borrow().is_some())
-        .map_err(|e| fail(&world, format!("the final read did not finish: {e:?}")))?;
+        .map_err(|e| fail(format!("the final read did not finish: {e:?}")))?;
     let hw = checked.borrow_mut().take().expect("checked");
-    let violations = world.violations.borrow().clone();
+    let violations = violations.borrow().clone();
     if !violations.is_empty() {
         return Err(violations);
     }
-    let elections = world.ctl.borrow().elections;
-    let acked = world.acked.borrow().len();
-    let acked_by_leader = world.acked_by_leader.borrow().len();
+    let sum = |f: &dyn Fn(&World) -> usize| worlds.iter().map(|w| f(w)).sum::<usize>();
     Ok(Outcome {
-        acked,
-        acked_by_leader,
-        disk_faults: world.disk_faults.get(),
-        cleaner_passes: world.cleaner_passes.get(),
-        transactions_committed: world.txns.committed.get(),
-        transactions_aborted: world.txns.aborted.get(),
+        acked: sum(&|w| w.acked.borrow().len()),
+        acked_by_leader: sum(&|w| w.acked_by_leader.borrow().len()),
+        disk_faults: sum(&|w| w.disk_faults.get()),
+        cleaner_passes: sum(&|w| w.cleaner_passes.get()),
+        transactions_committed: txns.committed.get(),
+        transactions_aborted: txns.aborted.get(),
         final_high_watermark: hw,
-        crashes: world.crashes.get(),
-        elections,
+        crashes: sum(&|w| w.crashes.get()),
+        elections: sum(&|w| w.ctl.borrow().elections),
         elapsed_ms: time.elapsed().as_millis(),
     })
 }
@@ -1175,9 +1220,6 @@ async fn final_checks(world: &Rc<World>) -> i64 {
     let leader_log: BTreeMap<i64, String> = leader_log.into_iter().map(|(k, o)| (o, k)).collect();
     for ((id, log), node) in logs.iter().zip(&world.nodes) {
         check_producer_state(world, *id, log, &node.partition().expect("up"));
-    }
-    if world.scenario.transactions {
-        transactions::final_checks(world, &lp).await;
     }
     for (offset, key) in world.acked.borrow().iter() {
         if leader_log.get(offset) != Some(key) {

@@ -1,5 +1,5 @@
 //! The replicated partition under faults, seed after seed (`corelog_sim::replication`).
-//! CI runs `SIM_SEEDS` seeds (default 2,000, under a minute) from `SIM_FIRST_SEED`
+//! CI runs `SIM_SEEDS` seeds (default 2,000, under two minutes) from `SIM_FIRST_SEED`
 //! (default 1); a failure names its seed, and `SIM_FIRST_SEED=<seed> SIM_SEEDS=1`
 //! replays it exactly (`SIM_TRACE=1` prints its events). A seed that once failed joins
 //! `FAILED_ONCE`, with what it found, and is replayed on every run.
@@ -47,12 +47,12 @@ fn replication_keeps_its_promises_under_faults() {
     assert!(failed.is_empty(), "failing seeds: {failed:?}");
 }
 
-/// Seeds that once found a bug: the seed, whether transactions were played (the
-/// scenario it failed in), and the bug. A change to the scenario changes what a seed
-/// plays, so each is kept for as long as it still reaches its fault.
-const FAILED_ONCE: &[(u64, bool, &str)] = &[
-    (1350, false, INDEX_BEFORE_SYNC),
-    (2201, true, INDEX_BEFORE_SYNC),
+/// Seeds that once found a bug: the seed, the scenario it failed in (partitions, and
+/// whether transactions were played), and the bug. A change to the scenario changes
+/// what a seed plays, so each is kept for as long as it still reaches its fault.
+const FAILED_ONCE: &[(u64, i32, bool, &str)] = &[
+    (1350, 1, false, INDEX_BEFORE_SYNC),
+    (159, 2, true, INDEX_BEFORE_SYNC),
 ];
 
 const INDEX_BEFORE_SYNC: &str = "a crash kept an offset-index entry written before the log \
@@ -61,9 +61,10 @@ const INDEX_BEFORE_SYNC: &str = "a crash kept an offset-index entry written befo
 
 #[test]
 fn seeds_that_once_failed_pass() {
-    for (seed, transactions, bug) in FAILED_ONCE {
+    for (seed, partitions, transactions, bug) in FAILED_ONCE {
         let scenario = Scenario {
             transactions: *transactions,
+            partitions: *partitions,
             ..Scenario::default()
         };
         if let Err(v) = run(*seed, scenario) {
@@ -81,6 +82,7 @@ fn compaction_keeps_the_last_record_of_every_key_under_faults() {
     let scenario = Scenario {
         compacted: true,
         transactions: false,
+        partitions: 1,
         ..Scenario::default()
     };
     let mut failed = Vec::new();
