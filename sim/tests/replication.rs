@@ -53,6 +53,19 @@ fn replication_keeps_its_promises_under_faults() {
 const FAILED_ONCE: &[(u64, i32, bool, &str)] = &[
     (1350, 1, false, INDEX_BEFORE_SYNC),
     (159, 2, true, INDEX_BEFORE_SYNC),
+    // Bugs fixed before the simulator, put back by hand to show it finds them.
+    (
+        3,
+        2,
+        true,
+        "a follower reported a fetch offset past what it had synced",
+    ),
+    (
+        762,
+        2,
+        true,
+        "a new epoch's first batch reached the file before the checkpoint naming the epoch",
+    ),
 ];
 
 const INDEX_BEFORE_SYNC: &str = "a crash kept an offset-index entry written before the log \

@@ -10,7 +10,9 @@
 //! truncated or stale index costs a longer scan, never wrong data).
 //!
 //! What was acknowledged at acks=all (synced) is never behind the truncation point: a
-//! synced prefix is valid by construction.
+//! synced prefix is valid by construction. The log before the last index entry on disk
+//! is trusted unread: the flusher writes an entry only once the log is synced past it
+//! (`ActiveWriter::index_unsynced`), so that part survived any crash whole.
 
 use super::files;
 use super::Writer;
