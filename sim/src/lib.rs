@@ -8,8 +8,9 @@
 //! unsynced namespace changes; the network loses, delays (so reorders) and duplicates
 //! messages and cuts links; a disk fails writes and syncs and fills up.
 //!
-//! `replication` plays one replicated partition and checks what replication promises;
-//! `transactions` plays transactions on it (the coordinator's rules, markers, the last
+//! `scenario::run` plays one seed. `replication` plays the replicated partitions and
+//! checks what replication promises;
+//! `transactions` plays transactions on them (the coordinator's rules, markers, the last
 //! stable offset) and checks what read_committed promises;
 //! `exec` is the executor and its clock; `net` the network; `rng` the only chance.
 
@@ -17,4 +18,5 @@ pub mod exec;
 pub mod net;
 pub mod replication;
 pub mod rng;
+pub mod scenario;
 pub mod transactions;

@@ -34,7 +34,6 @@
 use crate::exec::{Executor, Stopped};
 use crate::net::{Delivery, Net, NetFaults};
 use crate::rng::Rng;
-use crate::transactions::{self, Txns};
 use bytes::Bytes;
 use corelog_partition::follower::{self, FollowerStep, LeaderAnswer};
 use corelog_partition::{Assignment, FollowerFetch, Isolation, IsrProposal, Partition, Reader};
@@ -52,7 +51,9 @@ use corelog_storage::runtime::Runtime;
 use corelog_storage::{AckLevel, Durability, LogConfig, LogContext};
 use std::cell::{Cell, RefCell};
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -200,8 +201,6 @@ pub(crate) struct World {
     pub(crate) rng: RefCell<Rng>,
     /// This world's partition of the topic (each partition has nodes of its own).
     pub(crate) partition: i32,
-    /// The transactions played on the topic's partitions (`transactions`), shared.
-    pub(crate) txns: Rc<Txns>,
     /// Records acknowledged at acks=all: offset → key.
     acked: RefCell<BTreeMap<i64, String>>,
     /// Records acknowledged at acks=1: key → offset.
@@ -935,7 +934,6 @@ fn build_world(
     scenario: Scenario,
     exec: &Executor,
     rng: &mut Rng,
-    txns: &Rc<Txns>,
     violations: &Rc<RefCell<Vec<String>>>,
 ) -> Rc<World> {
     let runtime = exec.runtime();
@@ -981,7 +979,6 @@ fn build_world(
         partition,
         acked: RefCell::default(),
         acked_by_leader: RefCell::default(),
-        txns: txns.clone(),
         seen: RefCell::default(),
         violations: violations.clone(),
         stop_producing: Cell::new(false),
@@ -995,14 +992,14 @@ fn build_world(
 }
 
 /// Whether `world` has settled: every node up and in the ISR, every log at the leader's
-/// end and the high watermark there, and no transaction in flight.
-fn settled(world: &World) -> bool {
+/// end and the high watermark there, and the workload settled too.
+fn settled(world: &World, workload: Option<&dyn Workload>) -> bool {
     let c = world.ctl.borrow();
     let Some(leader) = c.leader.and_then(|l| world.node(l).partition()) else {
         return false;
     };
     c.isr.len() == world.scenario.nodes as usize
-        && (!world.scenario.transactions || world.txns.settled(&leader))
+        && workload.is_none_or(|w| w.settled(world, &leader))
         && world.nodes.iter().all(|n| {
             n.partition().is_some_and(|p| {
                 p.log_end_offset() == leader.log_end_offset()
@@ -1032,22 +1029,39 @@ fn describe(world: &World) -> String {
     format!("partition {}: {c:?}; {}", world.partition, state.join("; "))
 }
 
-/// Runs one seed of the scenario: `Ok` with what it saw, or `Err` with every breach.
-pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
+/// What a run plays on its worlds besides their own producers and consumers
+/// (`transactions`), so that this module needs none of it.
+pub(crate) trait Workload {
+    /// Starts its tasks, once every node is up.
+    fn start(self: Rc<Self>, worlds: &[Rc<World>]);
+    /// Whether `world`, led by `leader`, has settled for it (the end waits for it).
+    fn settled(&self, world: &World, leader: &Partition) -> bool;
+    /// Its checks, once every world has settled.
+    fn final_checks(self: Rc<Self>, worlds: Vec<Rc<World>>) -> Pin<Box<dyn Future<Output = ()>>>;
+    /// Transactions committed and aborted, for the outcome.
+    fn counts(&self) -> (usize, usize);
+}
+
+/// Runs one seed of the scenario with `workload` on its worlds: `Ok` with what it saw,
+/// or `Err` with every breach (`scenario::run` is the entry point).
+pub(crate) fn run_with(
+    seed: u64,
+    scenario: Scenario,
+    workload: Option<Rc<dyn Workload>>,
+) -> Result<Outcome, Vec<String>> {
     assert!(scenario.partitions >= 1, "a topic has a partition");
     let mut exec = Executor::new();
     let time = exec.time().clone();
     let mut rng = Rng::new(seed);
-    let txns = Rc::new(Txns::default());
     let violations = Rc::new(RefCell::new(Vec::new()));
     let worlds: Vec<Rc<World>> = (0..scenario.partitions)
-        .map(|p| build_world(p, scenario, &exec, &mut rng, &txns, &violations))
+        .map(|p| build_world(p, scenario, &exec, &mut rng, &violations))
         .collect();
 
     // Start every node, then play.
     let started = Rc::new(Cell::new(false));
     {
-        let (worlds, started) = (worlds.clone(), started.clone());
+        let (worlds, started, workload) = (worlds.clone(), started.clone(), workload.clone());
         exec.spawn(async move {
             for world in &worlds {
                 for id in 1..=world.scenario.nodes {
@@ -1062,8 +1076,8 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
                 world.runtime.spawn(consumer(world.clone()));
                 world.runtime.spawn(faults(world.clone()));
             }
-            if scenario.transactions {
-                transactions::start(&worlds);
+            if let Some(w) = workload {
+                w.start(&worlds);
             }
         });
     }
@@ -1102,9 +1116,8 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
     for world in &worlds {
         world.stop_producing.set(true);
     }
-    match exec.run_until(Duration::from_secs(30), || {
-        worlds.iter().all(|w| settled(w))
-    }) {
+    let all_settled = || worlds.iter().all(|w| settled(w, workload.as_deref()));
+    match exec.run_until(Duration::from_secs(30), all_settled) {
         Ok(()) => {}
         Err(Stopped::Deadlock) | Err(Stopped::TimeLimit) => {
             let state: Vec<String> = worlds.iter().map(|w| describe(w)).collect();
@@ -1118,14 +1131,14 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
     // The end: check the logs.
     let checked = Rc::new(RefCell::new(None));
     {
-        let (worlds, checked) = (worlds.clone(), checked.clone());
+        let (worlds, checked, workload) = (worlds.clone(), checked.clone(), workload.clone());
         exec.spawn(async move {
             let mut hw = 0;
             for world in &worlds {
                 hw += final_checks(world).await;
             }
-            if scenario.transactions {
-                transactions::final_checks(&worlds).await;
+            if let Some(w) = workload {
+                w.final_checks(worlds).await;
             }
             *checked.borrow_mut() = Some(hw);
         });
@@ -1138,13 +1151,14 @@ pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
         return Err(violations);
     }
     let sum = |f: &dyn Fn(&World) -> usize| worlds.iter().map(|w| f(w)).sum::<usize>();
+    let (committed, aborted) = workload.map_or((0, 0), |w| w.counts());
     Ok(Outcome {
         acked: sum(&|w| w.acked.borrow().len()),
         acked_by_leader: sum(&|w| w.acked_by_leader.borrow().len()),
         disk_faults: sum(&|w| w.disk_faults.get()),
         cleaner_passes: sum(&|w| w.cleaner_passes.get()),
-        transactions_committed: txns.committed.get(),
-        transactions_aborted: txns.aborted.get(),
+        transactions_committed: committed,
+        transactions_aborted: aborted,
         final_high_watermark: hw,
         crashes: sum(&|w| w.crashes.get()),
         elections: sum(&|w| w.ctl.borrow().elections),

@@ -27,7 +27,7 @@
 //!   acknowledged among them.
 
 use crate::net::Delivery;
-use crate::replication::{World, BACKOFF, CLIENT, PRODUCE_TIMEOUT};
+use crate::replication::{Workload, World, BACKOFF, CLIENT, PRODUCE_TIMEOUT};
 use corelog_partition::{Isolation, Partition, Reader};
 use corelog_shards::txn::rules::{
     self, AddDecision, EndDecision, InitAction, ProducerIdEpoch, TxnConfig, TxnError, TxnOutcome,
@@ -42,6 +42,8 @@ use corelog_storage::txn_index::AbortedTxn;
 use corelog_storage::txn_marker::{self, MarkerKind, TxnMarker};
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -217,11 +219,24 @@ impl Txns {
                     )
             })
     }
+}
 
-    /// Whether the world has settled for transactions: nothing in flight, and the
-    /// leader's last stable offset at its end.
-    pub(crate) fn settled(&self, leader: &Partition) -> bool {
+impl Workload for Txns {
+    fn start(self: Rc<Self>, worlds: &[Rc<World>]) {
+        start(self, worlds);
+    }
+
+    /// Nothing in flight, and the leader's last stable offset at its end.
+    fn settled(&self, _world: &World, leader: &Partition) -> bool {
         self.idle() && leader.last_stable_offset() == leader.log_end_offset()
+    }
+
+    fn final_checks(self: Rc<Self>, worlds: Vec<Rc<World>>) -> Pin<Box<dyn Future<Output = ()>>> {
+        Box::pin(async move { final_checks(&self, &worlds).await })
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (self.committed.get(), self.aborted.get())
     }
 }
 
@@ -229,16 +244,16 @@ impl Txns {
 /// consumer of each partition (`worlds[p]` is partition `p`'s). The coordinator's and
 /// the producers' own events go through partition 0's world (its clock, chance and
 /// reports are the run's).
-pub(crate) fn start(worlds: &[Rc<World>]) {
+fn start(txns: Rc<Txns>, worlds: &[Rc<World>]) {
     let worlds: Rc<[Rc<World>]> = worlds.into();
     let rt = worlds[0].runtime.clone();
-    rt.spawn(coordinator_timer(worlds[0].clone()));
-    rt.spawn(marker_writer(worlds.clone()));
+    rt.spawn(coordinator_timer(txns.clone(), worlds[0].clone()));
+    rt.spawn(marker_writer(txns.clone(), worlds.clone()));
     for instance in 0..2 {
-        rt.spawn(producer(worlds.clone(), instance));
+        rt.spawn(producer(txns.clone(), worlds.clone(), instance));
     }
     for world in worlds.iter() {
-        rt.spawn(consumer(world.clone()));
+        rt.spawn(consumer(txns.clone(), world.clone()));
     }
 }
 
@@ -251,10 +266,9 @@ async fn lost(world: &World) -> bool {
 }
 
 /// Aborts a transaction that ran past its timeout, as the coordinator's timer does.
-async fn coordinator_timer(world: Rc<World>) {
+async fn coordinator_timer(txns: Rc<Txns>, world: Rc<World>) {
     loop {
         world.runtime.sleep(Duration::from_millis(100)).await;
-        let txns = &world.txns;
         let now = world.clock.now_ms();
         let abort = {
             let meta = txns.meta.borrow();
@@ -273,12 +287,12 @@ async fn coordinator_timer(world: Rc<World>) {
 
 /// Writes an end's markers, each to its partition's leader until one is committed
 /// there, then completes the end.
-async fn marker_writer(worlds: Rc<[Rc<World>]>) {
+async fn marker_writer(txns: Rc<Txns>, worlds: Rc<[Rc<World>]>) {
     let coordinator = worlds[0].clone();
     let rt = coordinator.runtime.clone();
     loop {
         rt.sleep(Duration::from_millis(10)).await;
-        let next = coordinator.txns.markers.borrow().as_ref().map(|(m, done)| {
+        let next = txns.markers.borrow().as_ref().map(|(m, done)| {
             let todo = m
                 .partitions
                 .iter()
@@ -290,13 +304,12 @@ async fn marker_writer(worlds: Rc<[Rc<World>]>) {
         if let Some(partition) = todo {
             let world = &worlds[partition as usize];
             if write_marker(world, &m).await {
-                if let Some((_, done)) = coordinator.txns.markers.borrow_mut().as_mut() {
+                if let Some((_, done)) = txns.markers.borrow_mut().as_mut() {
                     done.insert(partition);
                 }
             }
             continue;
         }
-        let txns = &coordinator.txns;
         txns.markers.borrow_mut().take();
         let now = coordinator.clock.now_ms();
         let done = {
@@ -436,10 +449,9 @@ async fn ask<T>(
 /// One instance of the transactional producer: it starts (InitProducerId, fencing the
 /// other instance), then runs transactions of a few records each over some of the
 /// partitions, committing most and aborting some; fenced, it starts again.
-async fn producer(worlds: Rc<[Rc<World>]>, instance: u32) {
+async fn producer(txns: Rc<Txns>, worlds: Rc<[Rc<World>]>, instance: u32) {
     let world = worlds[0].clone();
     let rt = world.runtime.clone();
-    let txns = &world.txns;
     let count = worlds.len() as u64;
     while !world.stop_producing.get() {
         rt.sleep(Duration::from_millis(50 + 150 * u64::from(instance)))
@@ -571,7 +583,7 @@ async fn marker_after(p: &Partition, producer_id: i64, from: i64) -> Option<i64>
 }
 
 /// Reads the leader with read_committed, checking each answer.
-async fn consumer(world: Rc<World>) {
+async fn consumer(txns: Rc<Txns>, world: Rc<World>) {
     let rt = world.runtime.clone();
     let mut position = 0i64;
     loop {
@@ -631,7 +643,7 @@ async fn consumer(world: Rc<World>) {
         for (offset, key) in deliver(&r.records, &aborted) {
             // The transactional producer's records (the others are `replication`'s).
             let Some(tag) = tag_of(&key) else { continue };
-            let outcome = world.txns.outcomes.borrow().get(&tag).copied();
+            let outcome = txns.outcomes.borrow().get(&tag).copied();
             if outcome != Some(true) {
                 world.violation(format!(
                     "a read_committed consumer of partition {} was given {key} at offset {offset}, of a transaction {}",
@@ -640,9 +652,7 @@ async fn consumer(world: Rc<World>) {
                 ));
                 return;
             }
-            world
-                .txns
-                .read_committed
+            txns.read_committed
                 .borrow_mut()
                 .insert((world.partition, offset), key);
         }
@@ -654,9 +664,8 @@ async fn consumer(world: Rc<World>) {
 
 /// The end of a run: every transaction ended on every partition, and a read_committed
 /// read of each whole leader log delivers exactly the committed transactions' records.
-pub(crate) async fn final_checks(worlds: &[Rc<World>]) {
+async fn final_checks(txns: &Txns, worlds: &[Rc<World>]) {
     let world = &worlds[0];
-    let txns = &world.txns;
     if !txns.idle() {
         world.violation("a transaction is still in flight at the end".to_owned());
     }

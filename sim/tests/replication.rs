@@ -1,10 +1,10 @@
-//! The replicated partition under faults, seed after seed (`corelog_sim::replication`).
+//! The replicated partitions under faults, seed after seed (`corelog_sim::scenario::run`).
 //! CI runs `SIM_SEEDS` seeds (default 2,000, under two minutes) from `SIM_FIRST_SEED`
 //! (default 1); a failure names its seed, and `SIM_FIRST_SEED=<seed> SIM_SEEDS=1`
 //! replays it exactly (`SIM_TRACE=1` prints its events). A seed that once failed joins
 //! `FAILED_ONCE`, with what it found, and is replayed on every run.
 
-use corelog_sim::replication::{run, Scenario};
+use corelog_sim::scenario::{run, Scenario};
 
 fn env(name: &str, default: u64) -> u64 {
     std::env::var(name)
