@@ -182,6 +182,15 @@ pub(crate) struct Controller {
 }
 
 impl Controller {
+    /// `leader` leads (or none does) in a new leader epoch: an election.
+    fn new_leader(&mut self, leader: Option<i32>) {
+        self.leader = leader;
+        self.leader_epoch += 1;
+        self.partition_epoch += 1;
+        self.version += 1;
+        self.elections += 1;
+    }
+
     fn assignment(&self) -> Assignment {
         Assignment {
             replicas: self.replicas.clone(),
@@ -262,6 +271,17 @@ impl World {
         &self.nodes[(id - 1) as usize]
     }
 
+    /// Node `id`'s partition, if it is open and leads.
+    pub(crate) fn leading(&self, id: i32) -> Option<Rc<Partition>> {
+        self.node(id).partition().filter(|p| p.is_leader())
+    }
+
+    /// The partition of the leader the controller names, if it is open and leads.
+    pub(crate) fn leader_partition(&self) -> Option<Rc<Partition>> {
+        let leader = self.ctl.borrow().leader;
+        leader.and_then(|l| self.leading(l))
+    }
+
     pub(crate) fn violation(&self, what: String) {
         self.trace(|| format!("VIOLATION {what}"));
         self.violations.borrow_mut().push(what);
@@ -326,11 +346,7 @@ impl World {
         {
             let mut c = self.ctl.borrow_mut();
             let candidate = c.isr.iter().copied().find(|id| c.up.contains(id));
-            c.leader = candidate;
-            c.leader_epoch += 1;
-            c.partition_epoch += 1;
-            c.version += 1;
-            c.elections += 1;
+            c.new_leader(candidate);
         }
         self.push_roles();
     }
@@ -346,11 +362,7 @@ impl World {
         }
         {
             let mut c = self.ctl.borrow_mut();
-            c.leader = Some(to);
-            c.leader_epoch += 1;
-            c.partition_epoch += 1;
-            c.version += 1;
-            c.elections += 1;
+            c.new_leader(Some(to));
         }
         self.push_roles();
     }
@@ -614,6 +626,16 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
     }
 }
 
+/// Whether `acked` answers true within `PRODUCE_TIMEOUT`, as a client waits for an
+/// acknowledgement.
+pub(crate) async fn acked_in_time(rt: &Runtime, acked: impl Future<Output = bool>) -> bool {
+    let timeout = async {
+        rt.sleep(PRODUCE_TIMEOUT).await;
+        false
+    };
+    futures_lite::future::or(acked, timeout).await
+}
+
 /// How one try of a produce ended.
 enum Produced {
     /// Acknowledged (the answer reached the client) at this offset.
@@ -689,7 +711,7 @@ async fn produce_once(world: &Rc<World>, acks: Acks, key: &str, sequence: i32) -
     if world.net.send(CLIENT, leader).await == Delivery::Lost {
         return Produced::Failed;
     }
-    let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
+    let Some(p) = world.leading(leader) else {
         return Produced::Failed;
     };
     let mut b = BatchBuilder::new(world.clock.now_ms());
@@ -722,11 +744,7 @@ async fn produce_once(world: &Rc<World>, acks: Acks, key: &str, sequence: i32) -
             Acks::All | Acks::AllIdempotent => p.wait_committed(ticket).await.is_ok(),
         }
     };
-    let timeout = async {
-        rt.sleep(PRODUCE_TIMEOUT).await;
-        false
-    };
-    if !futures_lite::future::or(acked, timeout).await {
+    if !acked_in_time(rt, acked).await {
         return Produced::Failed;
     }
     if world.net.send(leader, CLIENT).await == Delivery::Lost {
@@ -740,14 +758,9 @@ async fn consumer(world: Rc<World>) {
     let mut position = 0i64;
     loop {
         rt.sleep(Duration::from_millis(20)).await;
-        let leader = world.ctl.borrow().leader;
-        let Some(leader) = leader else { continue };
-        let Some(p) = world.node(leader).partition() else {
+        let Some(p) = world.leader_partition() else {
             continue;
         };
-        if !p.is_leader() {
-            continue;
-        }
         let Ok(r) = p
             .read_as(
                 position,

@@ -27,7 +27,7 @@
 //!   acknowledged among them.
 
 use crate::net::Delivery;
-use crate::replication::{Workload, World, BACKOFF, CLIENT, PRODUCE_TIMEOUT};
+use crate::replication::{acked_in_time, Workload, World, BACKOFF, CLIENT};
 use corelog_partition::{Isolation, Partition, Reader};
 use corelog_shards::txn::rules::{
     self, AddDecision, EndDecision, InitAction, ProducerIdEpoch, TxnConfig, TxnError, TxnOutcome,
@@ -339,7 +339,7 @@ async fn write_marker(world: &World, m: &rules::Markers) -> bool {
     if world.net.send(CLIENT, leader).await == Delivery::Lost {
         return false;
     }
-    let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
+    let Some(p) = world.leading(leader) else {
         return false;
     };
     let marker = TxnMarker {
@@ -362,12 +362,7 @@ async fn write_marker(world: &World, m: &rules::Markers) -> bool {
             return false;
         }
     };
-    let committed =
-        futures_lite::future::or(async { p.wait_committed(ticket).await.is_ok() }, async {
-            rt.sleep(PRODUCE_TIMEOUT).await;
-            false
-        })
-        .await;
+    let committed = acked_in_time(rt, async { p.wait_committed(ticket).await.is_ok() }).await;
     committed && world.net.send(leader, CLIENT).await != Delivery::Lost
 }
 
@@ -389,7 +384,7 @@ async fn produce(world: &World, producer: ProducerIdEpoch, sequence: i32, key: &
     if world.net.send(CLIENT, leader).await == Delivery::Lost {
         return Sent::Failed;
     }
-    let Some(p) = world.node(leader).partition().filter(|p| p.is_leader()) else {
+    let Some(p) = world.leading(leader) else {
         return Sent::Failed;
     };
     let mut b = BatchBuilder::new(world.clock.now_ms())
@@ -409,11 +404,7 @@ async fn produce(world: &World, producer: ProducerIdEpoch, sequence: i32, key: &
             return Sent::Failed;
         }
     };
-    let acked = futures_lite::future::or(async { p.wait_committed(ticket).await.is_ok() }, async {
-        rt.sleep(PRODUCE_TIMEOUT).await;
-        false
-    })
-    .await;
+    let acked = acked_in_time(rt, async { p.wait_committed(ticket).await.is_ok() }).await;
     if !acked || world.net.send(leader, CLIENT).await == Delivery::Lost {
         return Sent::Failed;
     }
@@ -588,11 +579,7 @@ async fn consumer(txns: Rc<Txns>, world: Rc<World>) {
     let mut position = 0i64;
     loop {
         rt.sleep(Duration::from_millis(25)).await;
-        let leader = world.ctl.borrow().leader;
-        let Some(p) = leader
-            .and_then(|l| world.node(l).partition())
-            .filter(|p| p.is_leader())
-        else {
+        let Some(p) = world.leader_partition() else {
             continue;
         };
         let Ok(r) = p
