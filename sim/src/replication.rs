@@ -142,8 +142,15 @@ pub struct Outcome {
 
 pub(crate) struct Node {
     id: i32,
+    /// The partition's directory on the node's disk; the node and the partition in it
+    /// tell them apart in the engine's own log lines (`SIM_LOG`).
+    dir: PathBuf,
+    /// The node's disk, for what is done to it from outside (faults, capacity,
+    /// crashes); its process uses `context`'s handle.
     fs: MemFs,
-    context: LogContext,
+    /// The process's view of the disk, one per life: a crash gives the next life a new
+    /// one, so what the dead process left running reaches nothing it recovers.
+    context: RefCell<LogContext>,
     partition: RefCell<Option<Rc<Partition>>>,
     /// Bumped at each crash: a task of an older life stops.
     life: Cell<u64>,
@@ -158,8 +165,8 @@ pub(crate) struct Node {
 }
 
 impl Node {
-    fn dir() -> PathBuf {
-        PathBuf::from("/data/t-0")
+    fn dir(&self) -> PathBuf {
+        self.dir.clone()
     }
 
     pub(crate) fn partition(&self) -> Option<Rc<Partition>> {
@@ -611,6 +618,8 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
                         world.push_roles();
                     }
                     Ok(reopened) => reopened.close().await,
+                    // The node crashed meanwhile: its disk refused the dead process.
+                    Err(_) if !world.alive(&node, life) => return,
                     Err(_) if node.faulted.get() => {
                         // The broker leaves the partition closed until it is restarted.
                         crash(&world, node.id).await;
@@ -821,6 +830,13 @@ async fn crash(world: &Rc<World>, id: i32) {
         )
     });
     node.fs.crash(keep_ops, |_, _| keep.chance(50));
+    {
+        let mut context = node.context.borrow_mut();
+        *context = LogContext {
+            files: FileCache::in_memory(64, node.fs.next_life()),
+            ..context.clone()
+        };
+    }
     // What failed the node is fixed before it comes back (a failed disk replaced, a
     // full one given room).
     node.fs.mend();
@@ -837,10 +853,11 @@ async fn restart(world: &Rc<World>, id: i32) {
     if node.partition().is_some() || node.changing.replace(true) {
         return;
     }
+    let context = node.context.borrow().clone();
     let opened = Partition::open_replica(
-        Node::dir(),
+        node.dir(),
         config(&world.scenario),
-        node.context.clone(),
+        context,
         -1,
     )
     .await;
@@ -913,7 +930,7 @@ async fn faults(world: Rc<World>) {
                 world.trace(|| format!("node {target}: the next {op:?} fails with EIO"));
                 node.fs.arm(DiskFault {
                     op,
-                    under: Node::dir(),
+                    under: node.dir(),
                     errno: libc::EIO,
                     count: 1,
                 });
@@ -956,12 +973,13 @@ fn build_world(
             let fs = MemFs::new();
             Rc::new(Node {
                 id,
-                context: LogContext {
+                dir: PathBuf::from(format!("/data/node-{id}/t-{partition}")),
+                context: RefCell::new(LogContext {
                     clock: clock.clone(),
                     observer: Rc::new(NoObserver),
-                    files: FileCache::in_memory(64, fs.clone()),
+                    files: FileCache::in_memory(64, fs.next_life()),
                     runtime: runtime.clone(),
-                },
+                }),
                 fs,
                 partition: RefCell::new(None),
                 life: Cell::new(0),

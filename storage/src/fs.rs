@@ -15,6 +15,11 @@
 //!   and a crash keeps the committed changes and any prefix of the rest (the journal is
 //!   written in order).
 //!
+//! A process's crash is a life of the disk: a [`MemFs`] handle belongs to the life it was
+//! made in ([`MemFs::next_life`]), and once that life ends ([`MemFs::freeze`]) nothing
+//! done through it, or through a file it opened, reaches the disk — a task the dead
+//! process left behind can neither read nor write what the next one recovers.
+//!
 //! Invariants of [`MemFs`]: every file entry of the namespace, committed or not, names a
 //! live inode; `committed` is the namespace after the first `committed_ops` changes;
 //! listings are sorted, so a run depends on nothing but its inputs.
@@ -240,8 +245,8 @@ struct MemState {
     committed: Namespace,
     /// The namespace changes made since the last commit, in order.
     pending: Vec<NsOp>,
-    /// The process using it is dying: every operation fails until the crash is played.
-    frozen: bool,
+    /// The life of the process using the disk: handles of an older one are refused.
+    life: u64,
     /// Armed faults, first match first.
     faults: Vec<DiskFault>,
     /// The bytes all files may hold together (a full disk past it), if bounded.
@@ -268,9 +273,14 @@ pub struct DiskFault {
 }
 
 /// A file system in memory that can crash (see the module doc). Cheap to clone: clones
-/// share the file system.
+/// share the file system, and the life of the process they serve.
 #[derive(Clone, Default)]
-pub struct MemFs(Rc<RefCell<MemState>>);
+pub struct MemFs {
+    state: Rc<RefCell<MemState>>,
+    /// The process life this handle serves; when it is not the disk's, every operation
+    /// through it fails (disk administration — faults, capacity, crashes — excepted).
+    life: u64,
+}
 
 fn not_found(path: &Path) -> io::Error {
     io::Error::new(
@@ -304,16 +314,17 @@ fn apply(ns: &mut Namespace, op: &NsOp) {
 }
 
 impl MemState {
-    fn alive(&self) -> io::Result<()> {
-        if self.frozen {
+    /// Fails unless `life` is the disk's current one.
+    fn alive(&self, life: u64) -> io::Result<()> {
+        if life != self.life {
             return Err(io::Error::other("the disk's process has crashed"));
         }
         Ok(())
     }
 
     /// Fails `op` on `inode` if an armed fault says so (and uses it up).
-    fn check(&mut self, op: DiskOp, inode: u64) -> io::Result<()> {
-        self.alive()?;
+    fn check(&mut self, life: u64, op: DiskOp, inode: u64) -> io::Result<()> {
+        self.alive(life)?;
         if self.faults.is_empty() {
             return Ok(());
         }
@@ -352,8 +363,8 @@ impl MemState {
     }
 
     /// A write of `len` bytes at `pos` of `inode`, checked against faults and room.
-    fn may_write(&mut self, inode: u64, pos: u64, len: usize) -> io::Result<()> {
-        self.check(DiskOp::Write, inode)?;
+    fn may_write(&mut self, life: u64, inode: u64, pos: u64, len: usize) -> io::Result<()> {
+        self.check(life, DiskOp::Write, inode)?;
         let current = self.inodes.get(&inode).map_or(0, |n| n.file.len());
         self.room(inode, current.max(pos + len as u64))
     }
@@ -435,14 +446,14 @@ impl MemFs {
 
     /// The inode `path` names now, if a file.
     pub fn inode(&self, path: &Path) -> Option<u64> {
-        self.0.borrow().file(path).ok()
+        self.state.borrow().file(path).ok()
     }
 
     /// Runs `f` on the contents of inode `inode` (a file renamed or removed since it was
     /// opened keeps its inode, as an open descriptor does).
     pub fn with_inode<T>(&self, inode: u64, f: impl FnOnce(&mut MemFile) -> T) -> Option<T> {
-        let mut s = self.0.borrow_mut();
-        if s.frozen {
+        let mut s = self.state.borrow_mut();
+        if s.life != self.life {
             return None;
         }
         s.inodes.get_mut(&inode).map(|node| f(&mut node.file))
@@ -450,14 +461,21 @@ impl MemFs {
 
     /// An open handle holds inode `inode` (it outlives its names until `close`).
     pub fn hold(&self, inode: u64) {
-        if let Some(node) = self.0.borrow_mut().inodes.get_mut(&inode) {
+        let mut s = self.state.borrow_mut();
+        if s.life != self.life {
+            return; // a dead process's handles hold nothing (its crash dropped them)
+        }
+        if let Some(node) = s.inodes.get_mut(&inode) {
             node.opens += 1;
         }
     }
 
     /// The handle `hold` counted is closed.
     pub fn close(&self, inode: u64) {
-        let mut s = self.0.borrow_mut();
+        let mut s = self.state.borrow_mut();
+        if s.life != self.life {
+            return;
+        }
         if let Some(node) = s.inodes.get_mut(&inode) {
             node.opens = node.opens.saturating_sub(1);
         }
@@ -466,8 +484,8 @@ impl MemFs {
 
     /// `fdatasync` of an inode: its contents, and every namespace change so far.
     pub fn sync_inode(&self, inode: u64) -> io::Result<()> {
-        let mut s = self.0.borrow_mut();
-        s.check(DiskOp::Sync, inode)?;
+        let mut s = self.state.borrow_mut();
+        s.check(self.life, DiskOp::Sync, inode)?;
         s.inodes.get_mut(&inode).ok_or_else(inode_gone)?.file.sync();
         s.commit();
         Ok(())
@@ -477,7 +495,7 @@ impl MemFs {
     /// the others; every file keeps its synced contents and the written sectors
     /// `keep_sector(inode, sector)` chooses. Files no name leads to are gone.
     pub fn crash(&self, keep_ops: usize, mut keep_sector: impl FnMut(u64, u64) -> bool) {
-        let mut s = self.0.borrow_mut();
+        let mut s = self.state.borrow_mut();
         let mut ns = s.committed.clone();
         let keep_ops = keep_ops.min(s.pending.len());
         for op in &s.pending[..keep_ops] {
@@ -493,35 +511,49 @@ impl MemFs {
         s.pending.clear();
         s.committed = ns.clone();
         s.live = ns;
-        s.frozen = false;
     }
 
-    /// The process using the disk dies: from now until [`Self::crash`] every operation
-    /// fails, so nothing it still tries reaches the disk.
+    /// The process using the disk dies: from now on every operation through a handle
+    /// of its life fails, so nothing it still tries reaches the disk. The next process
+    /// uses [`Self::next_life`]'s handle.
     pub fn freeze(&self) {
-        self.0.borrow_mut().frozen = true;
+        self.state.borrow_mut().life += 1;
+    }
+
+    /// A handle for the process that uses the disk now (after [`Self::freeze`] and
+    /// [`Self::crash`], the one that restarts).
+    pub fn next_life(&self) -> MemFs {
+        MemFs {
+            state: self.state.clone(),
+            life: self.state.borrow().life,
+        }
     }
 
     /// How many namespace changes a crash now may keep or lose.
     pub fn pending_ops(&self) -> usize {
-        self.0.borrow().pending.len()
+        self.state.borrow().pending.len()
     }
 
     /// Arms `fault`.
     pub fn arm(&self, fault: DiskFault) {
         if fault.count > 0 {
-            self.0.borrow_mut().faults.push(fault);
+            self.state.borrow_mut().faults.push(fault);
         }
     }
 
     /// The bytes all files hold together (what a capacity bounds).
     pub fn used(&self) -> u64 {
-        self.0.borrow().inodes.values().map(|n| n.file.len()).sum()
+        self.state
+            .borrow()
+            .inodes
+            .values()
+            .map(|n| n.file.len())
+            .sum()
     }
 
     /// Disarms every armed fault and lifts the capacity: the disk is sound again.
     pub fn mend(&self) {
-        let mut s = self.0.borrow_mut();
+        let mut s = self.state.borrow_mut();
         s.faults.clear();
         s.capacity = None;
     }
@@ -530,14 +562,14 @@ impl MemFs {
     /// allocations that would pass it fail with ENOSPC; what is already allocated stays
     /// writable, as on a full file system.
     pub fn set_capacity(&self, bytes: Option<u64>) {
-        self.0.borrow_mut().capacity = bytes;
+        self.state.borrow_mut().capacity = bytes;
     }
 
     /// Opens the file at `path` (creating it if `create`) for a segment's I/O: its
     /// inode, held until [`Self::close`].
     pub fn open_inode(&self, path: &Path, create: bool) -> io::Result<u64> {
-        let mut s = self.0.borrow_mut();
-        s.alive()?;
+        let mut s = self.state.borrow_mut();
+        s.alive(self.life)?;
         let inode = match s.file(path) {
             Ok(i) => i,
             Err(e) if create && e.kind() == io::ErrorKind::NotFound => s.create(path)?,
@@ -550,7 +582,9 @@ impl MemFs {
 
     /// Writes `bytes` at `pos` of inode `inode`.
     pub fn write_inode(&self, inode: u64, pos: u64, bytes: &[u8]) -> io::Result<usize> {
-        self.0.borrow_mut().may_write(inode, pos, bytes.len())?;
+        self.state
+            .borrow_mut()
+            .may_write(self.life, inode, pos, bytes.len())?;
         self.with_inode(inode, |f| f.write_at(pos, bytes))
             .map(|()| bytes.len())
             .ok_or_else(inode_gone)
@@ -559,8 +593,8 @@ impl MemFs {
     /// Grows inode `inode` to `len` (`fallocate`).
     pub fn allocate_inode(&self, inode: u64, len: u64) -> io::Result<()> {
         {
-            let s = self.0.borrow();
-            s.alive()?;
+            let s = self.state.borrow();
+            s.alive(self.life)?;
             s.room(inode, len)?;
         }
         self.with_inode(inode, |f| f.allocate(len))
@@ -575,22 +609,22 @@ pub(crate) fn inode_gone() -> io::Error {
 
 impl Fs for MemFs {
     fn read(&self, path: &Path) -> io::Result<Vec<u8>> {
-        let s = self.0.borrow();
-        s.alive()?;
+        let s = self.state.borrow();
+        s.alive(self.life)?;
         let inode = s.file(path)?;
         let f = &s.inodes[&inode].file;
         Ok(f.read_at(0, f.len() as usize).to_vec())
     }
 
     fn write(&self, path: &Path, bytes: &[u8]) -> io::Result<()> {
-        let mut s = self.0.borrow_mut();
-        s.alive()?;
+        let mut s = self.state.borrow_mut();
+        s.alive(self.life)?;
         let inode = match s.file(path) {
             Ok(i) => i,
             Err(e) if e.kind() == io::ErrorKind::NotFound => s.create(path)?,
             Err(e) => return Err(e),
         };
-        s.check(DiskOp::Write, inode)?;
+        s.check(self.life, DiskOp::Write, inode)?;
         s.room(inode, bytes.len() as u64)?;
         let f = s.inode_mut(inode);
         f.truncate(0);
@@ -607,8 +641,8 @@ impl Fs for MemFs {
     }
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        let mut s = self.0.borrow_mut();
-        s.alive()?;
+        let mut s = self.state.borrow_mut();
+        s.alive(self.life)?;
         s.file(from)?;
         if !s.dir_exists(parent_of(to)) {
             return Err(not_found(parent_of(to)));
@@ -619,8 +653,8 @@ impl Fs for MemFs {
     }
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
-        let mut s = self.0.borrow_mut();
-        s.alive()?;
+        let mut s = self.state.borrow_mut();
+        s.alive(self.life)?;
         s.file(path)?;
         s.change(NsOp::Remove(path.to_path_buf()));
         s.collect();
@@ -628,8 +662,8 @@ impl Fs for MemFs {
     }
 
     fn create_dir_all(&self, path: &Path) -> io::Result<()> {
-        let mut s = self.0.borrow_mut();
-        s.alive()?;
+        let mut s = self.state.borrow_mut();
+        s.alive(self.life)?;
         let mut missing: Vec<&Path> = path
             .ancestors()
             .take_while(|p| p.parent().is_some() && !s.dir_exists(p))
@@ -648,8 +682,8 @@ impl Fs for MemFs {
     }
 
     fn remove_dir_all(&self, path: &Path) -> io::Result<()> {
-        let mut s = self.0.borrow_mut();
-        s.alive()?;
+        let mut s = self.state.borrow_mut();
+        s.alive(self.life)?;
         if !s.dir_exists(path) {
             return Err(not_found(path));
         }
@@ -659,8 +693,8 @@ impl Fs for MemFs {
     }
 
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<PathBuf>> {
-        let s = self.0.borrow();
-        s.alive()?;
+        let s = self.state.borrow();
+        s.alive(self.life)?;
         if !s.dir_exists(dir) {
             return Err(not_found(dir));
         }
@@ -674,20 +708,20 @@ impl Fs for MemFs {
     }
 
     fn len(&self, path: &Path) -> io::Result<u64> {
-        let s = self.0.borrow();
-        s.alive()?;
+        let s = self.state.borrow();
+        s.alive(self.life)?;
         let inode = s.file(path)?;
         Ok(s.inodes[&inode].file.len())
     }
 
     fn exists(&self, path: &Path) -> bool {
-        let s = self.0.borrow();
-        !s.frozen && s.live.contains_key(path)
+        let s = self.state.borrow();
+        s.life == self.life && s.live.contains_key(path)
     }
 
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        let mut s = self.0.borrow_mut();
-        s.alive()?;
+        let mut s = self.state.borrow_mut();
+        s.alive(self.life)?;
         if !s.dir_exists(dir) {
             return Err(not_found(dir));
         }
@@ -730,7 +764,7 @@ impl FsFile for MemFsFile {
     }
 
     fn set_len(&mut self, len: u64) -> io::Result<()> {
-        self.fs.0.borrow().room(self.inode, len)?;
+        self.fs.state.borrow().room(self.inode, len)?;
         self.with(|f| f.truncate(len))
     }
 
@@ -844,6 +878,34 @@ mod tests {
         f.sync_data().expect("sync");
         fs.crash(0, |_, _| false);
         assert_eq!(fs.read(&d.join("seg")).expect("read"), b"batch");
+    }
+
+    /// What a dead process left running reaches nothing: neither through the file
+    /// system nor through a file it had open, before the crash or after it.
+    #[test]
+    fn a_dead_process_reaches_nothing_of_the_next_life() {
+        let fs = MemFs::new();
+        let d = p("/d");
+        fs.create_dir_all(&d).expect("mkdir");
+        let mut old_file = fs.open(&d.join("seg"), true).expect("create");
+        old_file.write_all_at(b"batch", 0).expect("write");
+        old_file.sync_data().expect("sync");
+        fs.freeze();
+        assert!(old_file.write_all_at(b"late", 0).is_err(), "dying");
+        fs.crash(0, |_, _| false);
+        let next = fs.next_life();
+        let mut new_file = next.open(&d.join("seg"), false).expect("open");
+        new_file.write_all_at(b"BATCH", 0).expect("write");
+        assert!(
+            old_file.write_all_at(b"stale", 0).is_err(),
+            "after the crash"
+        );
+        assert!(old_file.set_len(1).is_err(), "no truncation either");
+        assert!(old_file.sync_data().is_err());
+        assert!(fs.write(&d.join("snapshot"), b"x").is_err());
+        assert!(!fs.exists(&d.join("seg")), "the old handle sees nothing");
+        drop(old_file); // closing it releases nothing of the new life's
+        assert_eq!(next.read(&d.join("seg")).expect("read"), b"BATCH");
     }
 
     #[test]

@@ -12,22 +12,39 @@
 //! it, `count u32`, then per producer: `producer_id i64, epoch i16, last_seen_ms i64,
 //! last_timestamp_ms i64, coordinator_epoch i32, current_txn_first_offset i64 (-1: none),
 //! batches u8`, and per batch `first_seq i32, last_seq i32, first_offset i64,
-//! next_offset i64`. A file that fails any check is ignored (the next older one is used),
-//! never trusted in part. Older versions are read too: version 2 lacks the two
-//! transaction fields (no coordinator, no open transaction), version 1 also
-//! `last_timestamp_ms` (unknown, -1).
+//! next_offset i64`; then (version 4) `count u32` and per transaction whose marker was not
+//! yet below the high watermark: `producer_id i64, first_offset i64, last_offset i64,
+//! aborted u8`. A file that fails any check is ignored (the next older one is used),
+//! never trusted in part. Older versions are read too: version 3 lacks the completed
+//! transactions (none held back), version 2 also the two transaction fields (no
+//! coordinator, no open transaction), version 1 also `last_timestamp_ms` (unknown, -1).
+//!
+//! The completed transactions are kept because the replay after a snapshot only sees the
+//! markers past it: a marker before it that the high watermark had not passed would be
+//! forgotten, and a replica leading after the reopen would give a `read_committed`
+//! consumer the transaction's records while its marker could still be lost.
 //!
 //! Invariant: a snapshot file is complete or absent (`checkpoint::replace_file`: written
-//! to a temporary name, synced, then renamed); only the [`SNAPSHOTS_KEPT`] newest are kept.
+//! to a temporary name, synced, then renamed). One is kept per roll, as Kafka keeps one
+//! per segment, for as long as it can start a replay: every snapshot at or past the log
+//! start, and the newest below it. A follower's truncation deletes the snapshots past its
+//! cut, so the ones of earlier rolls are what its next open starts from; with only the
+//! newest kept, two cuts in a row could leave none, and the replay that rebuilt the state
+//! then would miss a transaction opened further back (a `read_committed` consumer given
+//! its records before its marker).
 
-use super::producer_state::{BatchMeta, ProducerEntry, ProducerState, BATCHES_RETAINED};
+use super::producer_state::{
+    BatchMeta, CompletedTxn, ProducerEntry, ProducerState, BATCHES_RETAINED,
+};
 use crate::fs::Fs;
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 
 pub const SNAPSHOT_SUFFIX: &str = "snapshot";
 const MAGIC: &[u8; 4] = b"CLPS";
-const VERSION: u16 = 3;
+const VERSION: u16 = 4;
+/// The version before the completed transactions, still read.
+const VERSION_3: u16 = 3;
 /// The version before the transaction fields, still read.
 const VERSION_2: u16 = 2;
 /// The version before `last_timestamp_ms`, still read.
@@ -36,9 +53,7 @@ const HEADER_LEN: usize = 4 + 2 + 4;
 /// Smallest entry (version 1); version 2 adds 8 bytes, version 3 another 12.
 const ENTRY_LEN: usize = 8 + 2 + 8 + 1;
 const BATCH_LEN: usize = 4 + 4 + 8 + 8;
-/// Snapshots kept per partition: the newest, and one before it in case the newest is
-/// beyond a crash's recovered end.
-pub const SNAPSHOTS_KEPT: usize = 2;
+const COMPLETED_LEN: usize = 8 + 8 + 8 + 1;
 
 pub fn path(dir: &Path, offset: i64) -> PathBuf {
     dir.join(file_name(offset))
@@ -89,6 +104,14 @@ pub fn encode(state: &ProducerState) -> Vec<u8> {
             body.extend_from_slice(&b.next_offset.to_be_bytes());
         }
     }
+    let completed: Vec<_> = state.unreplicated().collect();
+    body.extend_from_slice(&(completed.len() as u32).to_be_bytes());
+    for t in completed {
+        body.extend_from_slice(&t.producer_id.to_be_bytes());
+        body.extend_from_slice(&t.first_offset.to_be_bytes());
+        body.extend_from_slice(&t.last_offset.to_be_bytes());
+        body.push(u8::from(t.aborted));
+    }
     let mut out = Vec::with_capacity(HEADER_LEN + body.len());
     out.extend_from_slice(MAGIC);
     out.extend_from_slice(&VERSION.to_be_bytes());
@@ -130,12 +153,13 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
         .and_then(|b| <[u8; 2]>::try_from(b).ok())
         .map(u16::from_be_bytes);
     if bytes.get(..4) != Some(&MAGIC[..])
-        || !matches!(version, Some(VERSION | VERSION_2 | VERSION_1))
+        || !matches!(version, Some(VERSION | VERSION_3 | VERSION_2 | VERSION_1))
     {
         return Err(SnapshotError::Header);
     }
-    let has_last_timestamp = matches!(version, Some(VERSION | VERSION_2));
-    let has_txn = version == Some(VERSION);
+    let has_last_timestamp = matches!(version, Some(VERSION | VERSION_3 | VERSION_2));
+    let has_txn = matches!(version, Some(VERSION | VERSION_3));
+    let has_completed = version == Some(VERSION);
     let crc = bytes
         .get(6..10)
         .and_then(|b| <[u8; 4]>::try_from(b).ok())
@@ -200,18 +224,46 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
             now_ms,
         );
     }
+    if has_completed {
+        let count = u32::from_be_bytes(r.take()?) as usize;
+        if count > r.0.len() / COMPLETED_LEN {
+            return Err(SnapshotError::Malformed);
+        }
+        for _ in 0..count {
+            let producer_id = r.i64()?;
+            let first_offset = r.i64()?;
+            let last_offset = r.i64()?;
+            let [aborted] = r.take::<1>()?;
+            if first_offset < 0 || last_offset < first_offset || aborted > 1 {
+                return Err(SnapshotError::Malformed);
+            }
+            state.restore_unreplicated(CompletedTxn {
+                producer_id,
+                first_offset,
+                last_offset,
+                aborted: aborted == 1,
+            });
+        }
+    }
     if !r.0.is_empty() {
         return Err(SnapshotError::Malformed);
     }
     Ok(state)
 }
 
-/// Writes `bytes` as the snapshot at `offset` and removes all but the newest
-/// [`SNAPSHOTS_KEPT`]. Blocking; run it off the reactor.
-pub fn write(fs: &dyn Fs, dir: &Path, offset: i64, bytes: &[u8]) -> std::io::Result<()> {
+/// Writes `bytes` as the snapshot at `offset` and removes those no replay would start
+/// from any more: below `log_start`, all but the newest. Blocking; run it off the reactor.
+pub fn write(
+    fs: &dyn Fs,
+    dir: &Path,
+    offset: i64,
+    bytes: &[u8],
+    log_start: i64,
+) -> std::io::Result<()> {
     super::checkpoint::replace_file(fs, dir, &file_name(offset), bytes)?;
     let all = list(fs, dir)?;
-    for old in all.iter().rev().skip(SNAPSHOTS_KEPT) {
+    let below_start = all.iter().filter(|at| **at < log_start).count();
+    for old in all.iter().take(below_start.saturating_sub(1)) {
         let _ = fs.remove_file(&path(dir, *old));
     }
     Ok(())
@@ -326,6 +378,51 @@ mod tests {
         );
     }
 
+    /// A transaction whose marker the high watermark had not passed holds the last stable
+    /// offset after a reload as before it, until the high watermark passes the marker.
+    #[test]
+    fn completed_transactions_not_yet_replicated_survive_a_snapshot() {
+        let mut s = ProducerState::new();
+        let b = ProducerBatch {
+            producer_id: 9,
+            epoch: 0,
+            first_seq: 0,
+            last_seq: 1,
+            max_timestamp: 0,
+            transactional: true,
+        };
+        s.record(&b, 100, 102, 0, i64::MAX);
+        s.record_marker(9, 0, 1, MarkerKind::Commit, 110, 0)
+            .expect("the transaction ends");
+        assert_eq!(s.first_unstable_offset(105), Some(100));
+        let mut back = decode(&encode(&s), i64::MAX).expect("decodes");
+        back.forget_batches_from(120);
+        assert_eq!(back.first_unstable_offset(105), Some(100), "held back");
+        assert_eq!(back.first_unstable_offset(111), None, "passed");
+        // A snapshot taken before the marker: the replay brings it back, not the file.
+        let mut back = decode(&encode(&s), i64::MAX).expect("decodes");
+        back.forget_batches_from(110);
+        assert_eq!(back.first_unstable_offset(105), None);
+    }
+
+    #[test]
+    fn version_3_files_are_read_without_completed_transactions() {
+        let s = sample();
+        let v4 = encode(&s);
+        // Version 3 is version 4 without the (here empty) list of completed ones.
+        let body = &v4[HEADER_LEN..v4.len() - 4];
+        let mut file = MAGIC.to_vec();
+        file.extend_from_slice(&VERSION_3.to_be_bytes());
+        file.extend_from_slice(&crc32c::crc32c(body).to_be_bytes());
+        file.extend_from_slice(body);
+        let back = decode(&file, i64::MAX).expect("a version 3 file decodes");
+        assert_eq!(back.len(), s.len());
+        assert_eq!(
+            back.get(4).and_then(|e| e.current_txn_first_offset),
+            Some(4000)
+        );
+    }
+
     #[test]
     fn version_2_files_are_read_without_transactions() {
         let mut body = 1u32.to_be_bytes().to_vec();
@@ -399,8 +496,8 @@ mod tests {
     fn load_prefers_the_newest_usable_snapshot_at_or_below_the_end() {
         let dir = tempfile::tempdir().expect("tempdir");
         let s = sample();
-        write(&KernelFs, dir.path(), 100, &encode(&s)).expect("write");
-        write(&KernelFs, dir.path(), 5_000, &encode(&s)).expect("write");
+        write(&KernelFs, dir.path(), 100, &encode(&s), 0).expect("write");
+        write(&KernelFs, dir.path(), 5_000, &encode(&s), 0).expect("write");
         // Past the recovered end: removed. Below it: loaded, batches past it dropped.
         std::fs::write(dir.path().join("x.snapshot.tmp"), b"torn").expect("write");
         let (state, at) = load(&KernelFs, dir.path(), 4_999, i64::MAX);
@@ -415,12 +512,20 @@ mod tests {
             .all(|(_, e)| e.batches.iter().all(|b| b.first_offset < 100)));
         assert_eq!(state.len(), s.len(), "entries stay even without batches");
         // A damaged newest one falls back to the older.
-        write(&KernelFs, dir.path(), 200, b"garbage").expect("write");
+        write(&KernelFs, dir.path(), 200, b"garbage", 0).expect("write");
         assert_eq!(load(&KernelFs, dir.path(), 1_000, i64::MAX).1, Some(100));
-        // Only the newest SNAPSHOTS_KEPT stay.
+        // Every one at or past the log start stays, and the newest below it.
         for o in [300, 400, 500] {
-            write(&KernelFs, dir.path(), o, &encode(&s)).expect("write");
+            write(&KernelFs, dir.path(), o, &encode(&s), 0).expect("write");
         }
-        assert_eq!(list(&KernelFs, dir.path()).expect("list"), vec![400, 500]);
+        assert_eq!(
+            list(&KernelFs, dir.path()).expect("list"),
+            vec![100, 200, 300, 400, 500]
+        );
+        write(&KernelFs, dir.path(), 600, &encode(&s), 450).expect("write");
+        assert_eq!(
+            list(&KernelFs, dir.path()).expect("list"),
+            vec![400, 500, 600]
+        );
     }
 }

@@ -283,6 +283,20 @@ impl ProducerState {
         self.producers.iter().map(|(id, e)| (*id, e))
     }
 
+    /// The completed transactions whose marker was not below the high watermark when
+    /// last asked ([`Self::first_unstable_offset`]), by first offset.
+    pub fn unreplicated(&self) -> impl Iterator<Item = &CompletedTxn> {
+        self.unreplicated.values()
+    }
+
+    /// Puts back a completed transaction read from a snapshot as not yet replicated:
+    /// until the high watermark passes its marker, it holds the last stable offset at
+    /// its first offset.
+    pub fn restore_unreplicated(&mut self, done: CompletedTxn) {
+        debug_assert!(done.first_offset <= done.last_offset);
+        self.unreplicated.insert(done.first_offset, done);
+    }
+
     /// Checks `batch` against the producer's history without changing anything.
     pub fn check(&self, batch: &ProducerBatch) -> Result<SequenceCheck, SequenceError> {
         let Some(entry) = self.producers.get(&batch.producer_id) else {

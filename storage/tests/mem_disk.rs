@@ -50,7 +50,7 @@ impl Rng {
 /// One run of `seed`: three lives of a log on `fs`, two ending in a crash, each checking
 /// that what survived holds every acknowledged batch and is a prefix of what was written.
 /// Returns what the run saw (batches kept per life), for replay checks.
-async fn lives(seed: u64, fs: MemFs, runtime: Runtime) -> Vec<usize> {
+async fn lives(seed: u64, mut fs: MemFs, runtime: Runtime) -> Vec<usize> {
     let dir = PathBuf::from("/data/t-0");
     let mut rng = Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let mut written: Vec<Vec<u8>> = Vec::new();
@@ -106,6 +106,7 @@ async fn lives(seed: u64, fs: MemFs, runtime: Runtime) -> Vec<usize> {
         let keep_ops = (rng.next() % 4) as usize;
         let mut keep = Rng(rng.next() | 1);
         fs.crash(keep_ops, |_, _| keep.chance(50));
+        fs = fs.next_life();
     }
     assert!(fs.exists(&dir));
     trace
@@ -235,6 +236,7 @@ fn compaction_runs_on_the_memory_disk_and_survives_a_crash() {
         fs.freeze();
         log.close().await;
         fs.crash(0, |_, _| false);
+        let fs = fs.next_life();
         let log = PartitionLog::open(dir, config, context(&fs, &rt))
             .await
             .expect("reopen");

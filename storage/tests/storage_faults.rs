@@ -93,6 +93,45 @@ fn enospc_on_a_write_refuses_new_appends_and_writes_the_queue_once_space_returns
     });
 }
 
+/// A log that fails while its flusher waits for space stops waiting: once space returns
+/// it writes nothing more (its files may be the next open's by then, and a write of what
+/// it still held would land on what that open recovered and appended).
+#[test]
+fn a_log_failed_while_waiting_for_space_writes_nothing_when_space_returns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let root = dir.path().join("t-0");
+    run(move || async move {
+        let faults = Arc::new(StorageFaults::new());
+        let log = open_with_one_batch(&root, &faults, 3).await;
+        let segment = root.join("00000000000000000000.log");
+        let before = std::fs::read(&segment).expect("the segment");
+        faults.command("fail write enospc").expect("armed");
+        let queued = log.append(&batch(1, 3, 100, 1000), 0).expect("queued");
+        let mut waiting = false;
+        for _ in 0..100 {
+            glommio::timer::sleep(Duration::from_millis(10)).await;
+            if log.append(&batch(2, 3, 100, 1000), 0).is_err() {
+                waiting = true;
+                break;
+            }
+        }
+        assert!(waiting, "the flusher waits for space");
+        log.fail_with(corelog_storage::StorageError::new(
+            root.display(),
+            "failed by its owner",
+        ));
+        faults.clear();
+        // Longer than the flusher's wait for space, several times over.
+        glommio::timer::sleep(Duration::from_secs(1)).await;
+        assert!(log.wait(queued, AckLevel::Leader).await.is_err());
+        assert_eq!(
+            std::fs::read(&segment).expect("the segment"),
+            before,
+            "nothing written after the failure"
+        );
+    });
+}
+
 #[test]
 fn a_torn_write_fails_the_log_and_the_next_open_cuts_it() {
     let dir = tempfile::tempdir().expect("tempdir");

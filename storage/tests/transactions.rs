@@ -296,6 +296,59 @@ fn a_truncation_forgets_the_markers_it_cuts() {
     });
 }
 
+/// A transaction opened segments before the end stays open through a follower's cuts:
+/// each cut deletes the snapshots past it, and whatever snapshot the next open starts
+/// from (an earlier roll's, or none: the whole log) still knows the transaction.
+#[test]
+fn an_open_transaction_survives_cuts_that_delete_the_newest_snapshots() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("t-0");
+    let p = path.clone();
+    let (open_at, end_offset) = run(move || async move {
+        let log = PartitionLog::open(p, small_config(1024), LogContext::system())
+            .await
+            .expect("open");
+        filler(&log, 0).await;
+        let open_at = produce(&log, &txn(7, 0, 0, 2)).await.expect("txn");
+        filler(&log, 20).await;
+        filler(&log, 40).await;
+        assert!(log.segment_count() > 10, "segments rolled");
+        let end_offset = log.written_offset();
+        log.close().await;
+        (open_at, end_offset)
+    });
+    // Cuts of a few offsets each, as a follower's truncations to its leader's end are.
+    for cut in [end_offset - 3, end_offset - 6, end_offset - 9] {
+        PartitionLog::truncate_closed(&KernelFs, &path, cut).expect("truncate");
+        let path = path.clone();
+        run(move || async move {
+            let log = PartitionLog::open(path, small_config(1024), LogContext::system())
+                .await
+                .expect("reopen");
+            assert_eq!(
+                log.first_unstable_offset(i64::MAX),
+                Some(open_at),
+                "at {cut}"
+            );
+            log.close().await;
+        });
+    }
+    // No snapshot at all: the whole log is replayed.
+    for entry in std::fs::read_dir(&path).expect("dir") {
+        let entry = entry.expect("entry");
+        if entry.file_name().to_string_lossy().ends_with(".snapshot") {
+            std::fs::remove_file(entry.path()).expect("remove");
+        }
+    }
+    run(move || async move {
+        let log = PartitionLog::open(path, small_config(1024), LogContext::system())
+            .await
+            .expect("reopen");
+        assert_eq!(log.first_unstable_offset(i64::MAX), Some(open_at));
+        log.close().await;
+    });
+}
+
 #[test]
 fn an_abort_whose_marker_a_crash_lost_leaves_no_entry_behind() {
     let dir = tempfile::tempdir().expect("tempdir");

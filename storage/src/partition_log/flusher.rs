@@ -257,7 +257,12 @@ impl PartitionLog {
     /// log refuses new appends, so what waits in memory is bounded by what was queued
     /// before; `space_again` lifts that once a step succeeds. The owner uses it too, for
     /// a step of its own that the log's writes wait on (its leader-epoch checkpoint).
+    /// A log that has failed meanwhile (a sync's EIO) stops waiting: its files are
+    /// someone else's now — the next open's, which recovered them and appends to them —
+    /// and a step run again later would write over that (a roll cutting the segment to
+    /// what this log knew of it).
     pub async fn retry_or_fail(&self, e: StorageError) -> Result<(), StorageError> {
+        self.fail_if_failed()?;
         // A log closing (the broker stopping) does not wait for space: what is still
         // queued was never acknowledged.
         if e.no_space && !self.state.borrow().closing {
@@ -269,13 +274,21 @@ impl PartitionLog {
                 st.out_of_space = Some(e);
             }
             self.context.runtime.sleep(NO_SPACE_RETRY).await;
-            return Ok(());
+            return self.fail_if_failed();
         }
         if !e.out_of_descriptors {
             return Err(e);
         }
         self.context.runtime.sleep(DESCRIPTOR_RETRY).await;
-        Ok(())
+        self.fail_if_failed()
+    }
+
+    /// The log's failure, if it has failed.
+    fn fail_if_failed(&self) -> Result<(), StorageError> {
+        match &self.state.borrow().failure {
+            Some(failure) => Err(failure.clone()),
+            None => Ok(()),
+        }
     }
 
     /// A write succeeded after the filesystem was found full: appends are accepted again.
@@ -455,12 +468,14 @@ impl PartitionLog {
     /// snapshot is written (`txn`).
     /// A failure is logged, not fatal: the next open replays from an older snapshot.
     async fn snapshot_producers(&self) {
-        let (writes, bytes, offset) = {
+        let (writes, bytes, offset, log_start) = {
             let producers = self.producers.borrow();
+            let st = self.state.borrow();
             (
                 self.txn_index_writes(),
                 producer_snapshot::encode(&producers),
-                self.state.borrow().next_offset,
+                st.next_offset,
+                st.log_start_offset,
             )
         };
         if let Some(writes) = writes {
@@ -473,7 +488,7 @@ impl PartitionLog {
         let written = self
             .files()
             .disk()
-            .run(move |fs| producer_snapshot::write(fs, &dir, offset, &bytes))
+            .run(move |fs| producer_snapshot::write(fs, &dir, offset, &bytes, log_start))
             .await;
         if let Err(e) = written {
             tracing::warn!(dir = %self.dir.display(), offset, error = %e, "producer snapshot not written");

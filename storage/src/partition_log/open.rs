@@ -212,11 +212,12 @@ impl PartitionLog {
 }
 
 /// Rebuilds the producer state at open: the newest usable snapshot, then the producer
-/// batches and transaction markers written after it. Without a snapshot the last two
-/// segments are replayed: enough for a crash before the first roll's snapshot was
-/// written, and a log from before snapshots existed has no older history worth a full
-/// scan. Returns the state, the offset the replay started at, and the aborted
-/// transactions whose markers it replayed.
+/// batches and transaction markers written after it. Without a snapshot the whole log is
+/// replayed, as Kafka does: a transaction may have opened in any segment, and a replay
+/// that started later would not know it is open. That costs a full scan only where no
+/// snapshot is left — a log that never rolled, or a snapshot write that failed — since
+/// one is kept per roll (`producer_snapshot`). Returns the state, the offset the replay
+/// started at, and the aborted transactions whose markers it replayed.
 async fn rebuild_producers(
     fs: &dyn crate::fs::Fs,
     dir: &Path,
@@ -225,15 +226,7 @@ async fn rebuild_producers(
     now: i64,
 ) -> Result<(ProducerState, i64, Vec<AbortedTxn>), StorageError> {
     let (mut state, at) = producer_snapshot::load(fs, dir, next_offset, now);
-    let from = at.unwrap_or_else(|| {
-        segments
-            .keys()
-            .rev()
-            .nth(1)
-            .or(segments.keys().next_back())
-            .copied()
-            .unwrap_or(0)
-    });
+    let from = at.unwrap_or_else(|| segments.keys().next().copied().unwrap_or(0));
     if from >= next_offset {
         return Ok((state, from, Vec::new()));
     }
