@@ -226,7 +226,7 @@ pub(crate) struct World {
     /// Shared by the worlds of one run.
     violations: Rc<RefCell<Vec<String>>>,
     pub(crate) stop_producing: Cell<bool>,
-    stop_faults: Cell<bool>,
+    pub(crate) stop_faults: Cell<bool>,
     crashes: Cell<usize>,
     disk_faults: Cell<usize>,
     cleaner_passes: Cell<usize>,
@@ -854,13 +854,7 @@ async fn restart(world: &Rc<World>, id: i32) {
         return;
     }
     let context = node.context.borrow().clone();
-    let opened = Partition::open_replica(
-        node.dir(),
-        config(&world.scenario),
-        context,
-        -1,
-    )
-    .await;
+    let opened = Partition::open_replica(node.dir(), config(&world.scenario), context, -1).await;
     node.changing.set(false);
     match opened {
         Ok(p) => {

@@ -3,7 +3,7 @@
 //! from it in the order the run makes them.
 
 /// A seeded generator (SplitMix64: small, fast, and every seed gives a full sequence).
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct Rng(u64);
 
 impl Rng {

@@ -10,7 +10,7 @@ pub use crate::replication::{Outcome, Scenario};
 /// Runs one seed of `scenario`: `Ok` with what it saw, or `Err` with every breach.
 pub fn run(seed: u64, scenario: Scenario) -> Result<Outcome, Vec<String>> {
     let workload: Option<Rc<dyn Workload>> = if scenario.transactions {
-        Some(Rc::new(Txns::default()))
+        Some(Rc::new(Txns::new(seed)))
     } else {
         None
     };

@@ -7,12 +7,18 @@
 //! leader as a Kafka client does (below the last stable offset, dropping what the
 //! aborted-transaction list names).
 //!
-//! The coordinator itself does not crash: its state is one id's `TxnMetadata`, each
-//! transition applied at once as if its `__transaction_state` record were durable (that
-//! log is a replicated partition like any other). Its requests and answers, and its
-//! markers, travel over the lossy network; its own aborts of timed out transactions run
-//! on its timer. Clients speak transaction version 1 (AddPartitionsToTxn before the
-//! first produce; one epoch across transactions until a fence).
+//! The coordinator's state is one id's `TxnMetadata`, each transition applied at once as
+//! if its `__transaction_state` record were durable (that log is a replicated partition
+//! like any other). Its requests and answers, and its markers, travel over the lossy
+//! network; its own aborts of timed out transactions run on its timer. It fails over
+//! now and then, as when its `__transaction_state` partition changes leader: the next
+//! coordinator, one coordinator epoch up, loads the same state and writes an end's
+//! markers again to every partition of it, while a marker the old one had sent may
+//! still arrive, late, anywhere — a partition must refuse it once it has seen the new
+//! coordinator's (its transaction may be over and the producer's next one open there).
+//! Clients speak transaction version 1 (AddPartitionsToTxn before the first produce;
+//! one epoch across transactions until a fence), so the producer epoch alone cannot
+//! fence such a marker.
 //!
 //! Checked (any breach fails the seed):
 //! - no read_committed read returns a batch at or above the last stable offset it was
@@ -28,6 +34,7 @@
 
 use crate::net::Delivery;
 use crate::replication::{acked_in_time, Workload, World, BACKOFF, CLIENT};
+use crate::rng::Rng;
 use corelog_partition::{Isolation, Partition, Reader};
 use corelog_shards::txn::rules::{
     self, AddDecision, EndDecision, InitAction, ProducerIdEpoch, TxnConfig, TxnError, TxnOutcome,
@@ -51,8 +58,11 @@ const TRANSACTIONAL_ID: &str = "sim-txn";
 const TOPIC: &str = "t";
 /// The producers' `transaction.timeout.ms`: the coordinator aborts past it.
 const TXN_TIMEOUT_MS: i32 = 800;
-/// The coordinator's epoch on its markers (it never moves here).
-const COORDINATOR_EPOCH: i32 = 0;
+/// In percent, the chance at each tick of the coordinator's timer (100 ms) that it fails
+/// over while faults are played.
+const FAILOVER_CHANCE: u64 = 2;
+/// Longest a marker of a failed coordinator may still be on its way.
+const STALE_MARKER_DELAY_MS: u64 = 500;
 const FIRST_PRODUCER_ID: i64 = 9_000;
 
 /// The coordinator and what the run learnt of each transaction. A transaction is named
@@ -60,6 +70,11 @@ const FIRST_PRODUCER_ID: i64 = 9_000;
 #[derive(Default)]
 pub(crate) struct Txns {
     meta: RefCell<Option<TxnMetadata>>,
+    /// The coordinator's epoch, on its markers: one up at each failover.
+    coordinator_epoch: Cell<i32>,
+    /// The failovers' own chance, apart from the worlds' (a failover drawn shifts no
+    /// other draw of the run).
+    failover_rng: RefCell<Rng>,
     next_producer_id: Cell<i64>,
     /// The tag of the id's transaction in flight (from its first add to its end).
     current: Cell<Option<u64>>,
@@ -95,6 +110,48 @@ fn tag_of(key: &str) -> Option<u64> {
 }
 
 impl Txns {
+    pub(crate) fn new(seed: u64) -> Txns {
+        Txns {
+            failover_rng: RefCell::new(Rng::new(seed ^ 0xC00D_1A70_F00D_0001)),
+            ..Txns::default()
+        }
+    }
+
+    /// The coordinator fails over: the next one, an epoch up, writes the end in flight's
+    /// markers to every partition again; the failed one's marker in flight, if any, may
+    /// still arrive at one partition, late.
+    fn fail_over(&self, worlds: &Rc<[Rc<World>]>) {
+        let old = self.coordinator_epoch.get();
+        self.coordinator_epoch.set(old + 1);
+        let coordinator = &worlds[0];
+        coordinator.trace(|| format!("txn coordinator: fails over to epoch {}", old + 1));
+        let mut markers = self.markers.borrow_mut();
+        let Some((m, done)) = markers.as_mut() else {
+            return;
+        };
+        done.clear();
+        let (partition, delay) = {
+            let mut rng = self.failover_rng.borrow_mut();
+            let partition = m
+                .partitions
+                .iter()
+                .nth(rng.below(m.partitions.len() as u64) as usize);
+            (
+                partition.map(|(_, p)| *p),
+                Duration::from_millis(rng.below(STALE_MARKER_DELAY_MS)),
+            )
+        };
+        let Some(partition) = partition else { return };
+        let world = worlds[partition as usize].clone();
+        let m = m.clone();
+        coordinator.runtime.spawn(async move {
+            world.runtime.sleep(delay).await;
+            if !world.stop_faults.get() {
+                write_marker(&world, &m, old, true).await;
+            }
+        });
+    }
+
     fn allocate(&self) -> Result<i64, TxnError> {
         let id = self.next_producer_id.get().max(FIRST_PRODUCER_ID);
         self.next_producer_id.set(id + 1);
@@ -247,7 +304,7 @@ impl Workload for Txns {
 fn start(txns: Rc<Txns>, worlds: &[Rc<World>]) {
     let worlds: Rc<[Rc<World>]> = worlds.into();
     let rt = worlds[0].runtime.clone();
-    rt.spawn(coordinator_timer(txns.clone(), worlds[0].clone()));
+    rt.spawn(coordinator_timer(txns.clone(), worlds.clone()));
     rt.spawn(marker_writer(txns.clone(), worlds.clone()));
     for instance in 0..2 {
         rt.spawn(producer(txns.clone(), worlds.clone(), instance));
@@ -265,10 +322,15 @@ async fn lost(world: &World) -> bool {
     lost
 }
 
-/// Aborts a transaction that ran past its timeout, as the coordinator's timer does.
-async fn coordinator_timer(txns: Rc<Txns>, world: Rc<World>) {
+/// Aborts a transaction that ran past its timeout, as the coordinator's timer does, and
+/// fails the coordinator over now and then while faults are played.
+async fn coordinator_timer(txns: Rc<Txns>, worlds: Rc<[Rc<World>]>) {
+    let world = worlds[0].clone();
     loop {
         world.runtime.sleep(Duration::from_millis(100)).await;
+        if !world.stop_faults.get() && txns.failover_rng.borrow_mut().chance(FAILOVER_CHANCE) {
+            txns.fail_over(&worlds);
+        }
         let now = world.clock.now_ms();
         let abort = {
             let meta = txns.meta.borrow();
@@ -303,7 +365,10 @@ async fn marker_writer(txns: Rc<Txns>, worlds: Rc<[Rc<World>]>) {
         let Some((m, todo)) = next else { continue };
         if let Some(partition) = todo {
             let world = &worlds[partition as usize];
-            if write_marker(world, &m).await {
+            let epoch = txns.coordinator_epoch.get();
+            // A failover meanwhile: the next coordinator writes this marker again.
+            if write_marker(world, &m, epoch, false).await && txns.coordinator_epoch.get() == epoch
+            {
                 if let Some((_, done)) = txns.markers.borrow_mut().as_mut() {
                     done.insert(partition);
                 }
@@ -330,9 +395,15 @@ async fn marker_writer(txns: Rc<Txns>, worlds: Rc<[Rc<World>]>) {
     }
 }
 
-/// One try of a WriteTxnMarkers to `world`'s leader: whether the marker is committed
-/// there and the answer came back.
-async fn write_marker(world: &World, m: &rules::Markers) -> bool {
+/// One try of a WriteTxnMarkers to `world`'s leader from the coordinator of
+/// `coordinator_epoch`: whether the marker is committed there and the answer came back.
+/// A `stale` one (a failed coordinator's) may be refused as fenced.
+async fn write_marker(
+    world: &World,
+    m: &rules::Markers,
+    coordinator_epoch: i32,
+    stale: bool,
+) -> bool {
     let rt = &world.runtime;
     let leader = world.ctl.borrow().leader;
     let Some(leader) = leader else { return false };
@@ -345,7 +416,7 @@ async fn write_marker(world: &World, m: &rules::Markers) -> bool {
     let marker = TxnMarker {
         producer_id: m.producer_id,
         producer_epoch: m.producer_epoch,
-        coordinator_epoch: COORDINATOR_EPOCH,
+        coordinator_epoch,
         kind: if m.commit {
             MarkerKind::Commit
         } else {
@@ -355,7 +426,15 @@ async fn write_marker(world: &World, m: &rules::Markers) -> bool {
     let ticket = match p.append_marker(&marker) {
         Ok(t) => t,
         Err(e) => {
-            if matches!(e, AppendError::Sequence(_)) {
+            // A failed coordinator's marker is fenced by the next one's, or by the
+            // producer's newer epoch.
+            let fenced = matches!(
+                e,
+                AppendError::Sequence(
+                    SequenceError::CoordinatorFenced { .. } | SequenceError::StaleEpoch { .. }
+                )
+            );
+            if matches!(e, AppendError::Sequence(_)) && !(stale && fenced) {
                 world.violation(format!("node {leader} refused a marker: {e}"));
             }
             rt.sleep(BACKOFF).await;
@@ -715,6 +794,9 @@ async fn read_all_committed(
         ));
     }
     let mut at = leader.log_start_offset();
+    // Per producer, the newest coordinator epoch among its markers so far: a marker of
+    // an older coordinator after it is one a partition should have fenced.
+    let mut coordinators: BTreeMap<i64, i32> = BTreeMap::new();
     while at < lso {
         let r = match leader
             .read_as(at, -1, 1 << 20, Reader::Consumer(Isolation::ReadCommitted))
@@ -734,6 +816,19 @@ async fn read_all_committed(
             let Ok((h, range)) = item else { break };
             last = Some(h.last_offset());
             if h.is_control() {
+                let Some((_, epoch)) = txn_marker::parse(&h, &r.records[range]) else {
+                    continue;
+                };
+                let newest = coordinators.entry(h.producer_id).or_insert(epoch);
+                if epoch < *newest {
+                    w.violation(format!(
+                        "partition {}: a marker of coordinator epoch {epoch} at {} follows one of epoch {newest} for producer {}",
+                        w.partition,
+                        h.base_offset,
+                        h.producer_id
+                    ));
+                }
+                *newest = (*newest).max(epoch);
                 continue;
             }
             let _ = for_each_record(&r.records[range], |rec| {

@@ -103,6 +103,13 @@ const FAILED_ONCE: &[(u64, i32, bool, &str)] = &[
         true,
         "a new epoch's first batch reached the file before the checkpoint naming the epoch",
     ),
+    (
+        4,
+        2,
+        true,
+        "a failed coordinator's late marker taken after the next coordinator's (the \
+         coordinator-epoch fence in ProducerState::check_marker removed)",
+    ),
 ];
 
 const INDEX_BEFORE_SYNC: &str = "a crash kept an offset-index entry written before the log \
