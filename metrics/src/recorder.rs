@@ -33,15 +33,23 @@ pub enum Stage {
     Mesh,
     /// A follower's fetch from its leader: request sent to response read.
     ReplicaFetch,
+    /// On a leader, an acks=all batch from its own sync to the high watermark passing
+    /// it: the followers' fetch, write, sync and next fetch reporting their position.
+    ReplicationWait,
+    /// On a follower, the batches of one fetch response from being handed to the log to
+    /// their sync (the write and the group commit they wait for).
+    FollowerAppend,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 5] = [
+    pub const ALL: [Stage; 7] = [
         Stage::Append,
         Stage::Fsync,
         Stage::RequestQueue,
         Stage::Mesh,
         Stage::ReplicaFetch,
+        Stage::ReplicationWait,
+        Stage::FollowerAppend,
     ];
 
     pub fn name(self) -> &'static str {
@@ -51,6 +59,8 @@ impl Stage {
             Stage::RequestQueue => "request_queue",
             Stage::Mesh => "mesh",
             Stage::ReplicaFetch => "replica_fetch",
+            Stage::ReplicationWait => "replication_wait",
+            Stage::FollowerAppend => "follower_append",
         }
     }
 }

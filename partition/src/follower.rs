@@ -131,6 +131,7 @@ pub async fn take_up(
     high_watermark: i64,
     log_start_offset: i64,
 ) -> Result<(), TakeUpError> {
+    let started = partition.log().now();
     let ticket = match records {
         Some(r) => Some(
             partition
@@ -144,6 +145,9 @@ pub async fn take_up(
             .wait(ticket, AckLevel::All)
             .await
             .map_err(TakeUpError::NotAcknowledged)?;
+        partition
+            .log()
+            .observe_since(corelog_storage::Stage::FollowerAppend, started);
     }
     partition.follow_high_watermark(high_watermark);
     partition

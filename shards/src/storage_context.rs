@@ -66,6 +66,8 @@ impl corelog_storage::Observer for StorageObserver {
         let stage = match stage {
             corelog_storage::Stage::Append => Stage::Append,
             corelog_storage::Stage::Fsync => Stage::Fsync,
+            corelog_storage::Stage::ReplicationWait => Stage::ReplicationWait,
+            corelog_storage::Stage::FollowerAppend => Stage::FollowerAppend,
         };
         corelog_metrics::record_stage(stage, latency);
     }

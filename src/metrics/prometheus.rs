@@ -244,7 +244,7 @@ impl Collector for Snapshots {
         histogram(
             &mut encoder,
             "corelog_stage_latency_seconds",
-            "Latency of internal stages: append (direct-I/O write), fsync (group commit), request_queue, mesh, replica_fetch (a follower's fetch round trip).",
+            "Latency of internal stages: append (direct-I/O write), fsync (group commit), request_queue, mesh, replica_fetch (a follower's fetch round trip), replication_wait (a leader's acks=all batch from its sync to the high watermark), follower_append (a follower's fetched batches from append to sync).",
             &stages,
         )?;
         counter(

@@ -44,6 +44,12 @@ pub enum Stage {
     Append,
     /// One group-commit `fdatasync`.
     Fsync,
+    /// On a leader, an acks=all batch from its own sync to the high watermark passing
+    /// it (the partition layer reports it).
+    ReplicationWait,
+    /// On a follower, one fetch response's batches from their append to their sync (the
+    /// partition layer reports it).
+    FollowerAppend,
 }
 
 /// Receives the engine's observations. Called on the log's own thread, on the write path:

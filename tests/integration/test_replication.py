@@ -347,6 +347,14 @@ def test_follower_down_isr_shrinks_catches_up_and_expands(broker_factory):
     assert metric(lead, "corelog_under_replicated_partitions") == 0
     assert metric(lead, "corelog_isr_expands_total") >= 1
     assert metric(follower, "corelog_stage_latency_seconds_count", 'stage="replica_fetch"') > 0
+    # The replicated path's stages have names: the leader's wait for its followers after
+    # its own sync (acks=all), and a follower's write and sync of what it fetched.
+    assert metric(lead, "corelog_stage_latency_seconds_count", 'stage="replication_wait"') > 0
+    for b in brokers:
+        if b is not lead:
+            wait_until(lambda: metric(b, "corelog_stage_latency_seconds_count",
+                                      'stage="follower_append"') > 0, 10,
+                       "a follower times its writes of fetched batches")
     assert metric(follower, "corelog_follower_partitions") >= 1
     for b in brokers:
         b.stop()

@@ -150,6 +150,7 @@ impl Partition {
     /// retry is answered with these offsets once they are committed).
     pub async fn wait_committed(&self, ticket: AppendTicket) -> Result<(), AckError> {
         self.log.wait(ticket, AckLevel::All).await?;
+        let synced_at = self.log.now();
         loop {
             let listener = self.hw_moved.listen();
             if !self.is_leader() {
@@ -160,6 +161,8 @@ impl Partition {
                 return Err(AckError::NotEnoughReplicasAfterAppend);
             }
             if self.high_watermark() >= ticket.next_offset {
+                self.log
+                    .observe_since(corelog_storage::Stage::ReplicationWait, synced_at);
                 return Ok(());
             }
             if let Some(e) = self.log.failure() {

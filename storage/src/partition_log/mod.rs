@@ -306,6 +306,19 @@ impl PartitionLog {
         self.syncs.get()
     }
 
+    /// The log's monotonic clock (its runtime's), for the owner's own stage timings.
+    pub fn now(&self) -> std::time::Instant {
+        self.context.runtime.now()
+    }
+
+    /// Reports `stage` as having taken the time since `started` (on this log's clock)
+    /// to the log's observer: the owner's stages of the write path (`Stage`).
+    pub fn observe_since(&self, stage: crate::context::Stage, started: std::time::Instant) {
+        self.context
+            .observer
+            .stage(stage, self.context.runtime.since(started));
+    }
+
     /// Stops accepting appends, writes and syncs everything pending, trims the active
     /// segment's padding, and waits for the flusher to finish.
     pub async fn close(&self) {
