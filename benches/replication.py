@@ -14,7 +14,12 @@ and its disk: the figures measure what replication costs here, not what three ma
 would do. Durability as run: corelog's default `ack-all` (an acks=all produce is
 answered once every ISR member has synced it: a follower fetches offset X only after
 syncing everything below X); Kafka's defaults (acks=all waits for the ISR's fetches, no
-fsync anywhere). Results: benches/results/<stamp>-replication/results.{md,json}.
+fsync anywhere). Each corelog run has a fresh cluster, and after it the stage histograms
+of every broker (`/histograms?format=json`) name where an acks=all produce spent its
+time: append and fsync (leader and follower writes), replica_fetch (a follower's fetch
+round trip), follower_append (a follower's fetched batches from append to sync),
+replication_wait (a leader's batch from its own sync to the high watermark), and the
+Produce request itself. Results: benches/results/<stamp>-replication/results.{md,json}.
 """
 from __future__ import annotations
 
@@ -136,6 +141,24 @@ class KafkaCluster:
             shutil.rmtree(d, ignore_errors=True)
 
 
+# The stages of an acks=all produce, in the order a batch meets them.
+STAGES = ["request_queue", "append", "fsync", "replica_fetch", "follower_append",
+          "replication_wait", "Produce"]
+
+
+def stage_breakdown(cluster: "CorelogCluster") -> dict:
+    """Per stage, the p50 / p99 / p99.9 (ms) and count of every broker's histograms."""
+    import urllib.request
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    out = {}
+    for b in cluster.brokers:
+        with opener.open(f"http://{b.http}/histograms?format=json", timeout=10) as r:
+            hist = json.load(r)["histograms"]
+        out[b.name] = {s: {k: hist[s][k] for k in ("count", "p50", "p99", "p999")}
+                       for s in STAGES if s in hist}
+    return out
+
+
 def run_load(bootstrap: str, out: Path, name: str, mode: str, args: list[str]) -> dict:
     j = out / f"{name}.json"
     cmd = [str(LOAD), mode, "--bootstrap", bootstrap, "--json", str(j), *args]
@@ -171,15 +194,20 @@ def main() -> int:
     work = scratch
     try:
         results = {}
+        stages = {}
         for who, n, rf in [("corelog", 3, 3), ("corelog", 1, 1)]:
-            cluster = CorelogCluster(work, n, a.shards)
-            try:
-                results[(who, rf, "W2")] = run_load(cluster.bootstrap, out, f"W2-{who}-rf{rf}", "produce", w2(rf))
-                if rf == 3:
-                    rate = max(1000, int(results[(who, rf, "W2")]["msgs_per_s"] / 2))
-                results[(who, rf, "W4")] = run_load(cluster.bootstrap, out, f"W4-{who}-rf{rf}", "e2e", w4(rf, rate))
-            finally:
-                cluster.stop()
+            for w in ("W2", "W4"):
+                cluster = CorelogCluster(work, n, a.shards)
+                try:
+                    if w == "W2":
+                        results[(who, rf, w)] = run_load(cluster.bootstrap, out, f"W2-{who}-rf{rf}", "produce", w2(rf))
+                        if rf == 3:
+                            rate = max(1000, int(results[(who, rf, w)]["msgs_per_s"] / 2))
+                    else:
+                        results[(who, rf, w)] = run_load(cluster.bootstrap, out, f"W4-{who}-rf{rf}", "e2e", w4(rf, rate))
+                    stages[f"{w}-{who}-rf{rf}"] = stage_breakdown(cluster)
+                finally:
+                    cluster.stop()
         if a.peer == "kafka":
             cluster = KafkaCluster(work)
             try:
@@ -202,7 +230,7 @@ def main() -> int:
         shutil.rmtree(scratch, ignore_errors=True)
     doc = {"stamp": stamp, "quick": a.quick, "shards_per_corelog_broker": a.shards,
            "disk_write_mb_s": disk,
-           "cpus": os.cpu_count(), "w4_rate": rate, "runs": runs}
+           "cpus": os.cpu_count(), "w4_rate": rate, "runs": runs, "stages": stages}
     (out / "results.json").write_text(json.dumps(doc, indent=2))
     lines = [f"# Replication cost ({stamp}{', quick' if a.quick else ''})", "",
              f"{os.cpu_count()} CPUs; corelog brokers with {a.shards} shard(s) each; W4 at {rate:,} msg/s; "
@@ -215,6 +243,16 @@ def main() -> int:
                      f"{r['mb_per_s']:,.1f} | {r['replica_writes_mb_per_s']:,.1f} ({r['of_disk_limit']}) | "
                      f"{p.get('p50')} / {p.get('p99')} / {p.get('p999')} | "
                      f"{e.get('p50', '-')} / {e.get('p99', '-')} / {e.get('p999', '-')} |")
+    for run, brokers in stages.items():
+        lines += ["", f"Stages of {run} (p50 / p99 / p99.9 ms, count), per broker:", "",
+                  "| stage | " + " | ".join(brokers) + " |",
+                  "| --- |" + " --- |" * len(brokers)]
+        for s in STAGES:
+            cells = []
+            for b in brokers.values():
+                v = b.get(s)
+                cells.append(f"{v['p50']} / {v['p99']} / {v['p999']} ({v['count']:,})" if v and v["count"] else "-")
+            lines.append(f"| {s} | " + " | ".join(cells) + " |")
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
