@@ -17,6 +17,17 @@
 //! past this replica's high watermark), so a follower that becomes leader serves no
 //! record its leader had deleted.
 //!
+//! A partition the leader refuses sits out a backoff before it is fetched again. Where
+//! the refusal only says that one of the two brokers has not yet applied the metadata
+//! the other acts on — a new partition its leader has not created yet, a leadership or
+//! epoch one side has not taken up — the backoff starts at a few milliseconds and
+//! doubles with each refusal in a row up to `replica.fetch.backoff.ms`
+//! ([`backoff_after`]): metadata reaches every broker within milliseconds, and an
+//! acks=all produce to a new partition waits for its followers' first fetch. For the
+//! same reason a partition that a fetch the leader holds (its long poll) left out —
+//! assigned since, or sitting out a backoff that has ended — does not wait for that
+//! fetch: it is given up, with its connection, a moment later.
+//!
 //! Invariants: a partition is in at most one fetcher, the one of the leader the metadata
 //! names (`assign` moves it); a response is applied to a partition only if it still
 //! follows the same leader in the same epoch the request was built with; a partition
@@ -39,6 +50,14 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// The first backoff after a refusal that metadata propagation resolves.
+const METADATA_BACKOFF_MIN: Duration = Duration::from_millis(10);
+
+/// How long a fetch in flight may still answer once a partition it left out is due (newly
+/// assigned, or done sitting out a backoff), before it is given up so that the partition
+/// is fetched at once.
+const MORE_TO_FETCH_GRACE: Duration = Duration::from_millis(5);
 
 /// How often a fetcher refused by its leader says so again.
 const WARN_AGAIN_AFTER: Duration = Duration::from_secs(60);
@@ -94,6 +113,37 @@ pub trait ReplicaHost: 'static {
     ) -> impl std::future::Future<Output = ()> + 'static;
 }
 
+/// A fetched partition's standing: sitting out a backoff until `until`, after `refusals`
+/// answers in a row that were refusals (errors).
+#[derive(Debug, Clone, Copy, Default)]
+struct Standing {
+    until: Option<Instant>,
+    refusals: u32,
+}
+
+/// How long a partition sits out after its `refusals`-th refusal in a row (`error`
+/// `None`: it failed here, e.g. its append): for a refusal that only says the two
+/// brokers' metadata differ for a moment, from [`METADATA_BACKOFF_MIN`] doubling up to
+/// `configured`; for anything else `configured` (`replica.fetch.backoff.ms`).
+fn backoff_after(error: Option<ResponseError>, refusals: u32, configured: Duration) -> Duration {
+    debug_assert!(refusals >= 1, "a backoff follows a refusal");
+    let metadata_lag = matches!(
+        error,
+        Some(
+            ResponseError::UnknownTopicOrPartition
+                | ResponseError::UnknownTopicId
+                | ResponseError::NotLeaderOrFollower
+                | ResponseError::UnknownLeaderEpoch
+                | ResponseError::FencedLeaderEpoch
+        )
+    );
+    if !metadata_lag {
+        return configured;
+    }
+    let doubled = METADATA_BACKOFF_MIN.saturating_mul(1 << refusals.saturating_sub(1).min(16));
+    doubled.min(configured)
+}
+
 /// A shard's fetchers, one per leader it follows partitions of.
 pub struct ReplicaFetchers<H: ReplicaHost> {
     config: FetchConfig,
@@ -103,7 +153,7 @@ pub struct ReplicaFetchers<H: ReplicaHost> {
 
 struct Fetcher {
     leader: i32,
-    partitions: RefCell<HashMap<TopicPartition, Option<Instant>>>,
+    partitions: RefCell<HashMap<TopicPartition, Standing>>,
     /// Fired when partitions are added, and to stop.
     changed: event_listener::Event,
     stopped: Cell<bool>,
@@ -149,7 +199,7 @@ impl<H: ReplicaHost> ReplicaFetchers<H> {
         if fetcher
             .partitions
             .borrow_mut()
-            .insert(tp.clone(), None)
+            .insert(tp.clone(), Standing::default())
             .is_none()
         {
             fetcher.changed.notify(usize::MAX);
@@ -272,11 +322,42 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
                 reason: format!("no answer within {:?}", config.request_timeout),
             })
         };
+        // A partition assigned, or done sitting out a backoff, while a fetch is held by
+        // the leader (up to replica.fetch.wait.max.ms when the others are idle) is not
+        // left waiting for it: unless the answer comes within a moment, the fetch is
+        // given up with its connection (the leader answers a connection's requests in
+        // order) and the next one asks for every partition. Only the fetch offsets count
+        // at the leader, so records given up are fetched again.
+        let more_to_fetch = async {
+            match next_due {
+                Some(due) => {
+                    let due = glommio::timer::sleep(due.saturating_duration_since(started));
+                    futures_lite::future::or(listener, due).await;
+                }
+                None => listener.await,
+            }
+            glommio::timer::sleep(MORE_TO_FETCH_GRACE).await;
+            None
+        };
         let fetched = futures_lite::future::or(
-            c.request::<_, FetchResponse>(ApiKey::Fetch, FETCH_VERSION, &request),
-            timeout,
+            async {
+                let answered = futures_lite::future::or(
+                    c.request::<_, FetchResponse>(ApiKey::Fetch, FETCH_VERSION, &request),
+                    timeout,
+                );
+                Some(answered.await)
+            },
+            more_to_fetch,
         )
         .await;
+        let Some(fetched) = fetched else {
+            tracing::debug!(
+                leader = fetcher.leader,
+                "replica fetch given up for partitions it left out"
+            );
+            conn = None;
+            continue;
+        };
         let response: FetchResponse = match fetched {
             Ok(r) => {
                 corelog_metrics::record_stage(
@@ -325,13 +406,13 @@ fn build_request<H: ReplicaHost>(
     let mut next_due: Option<Instant> = None;
     let node = host.node_id();
     let rate = replication_throttle::configured_rate(&meta.broker_configs, node, Side::Follower);
-    for (tp, delayed) in fetcher.partitions.borrow_mut().iter_mut() {
-        if let Some(until) = *delayed {
+    for (tp, standing) in fetcher.partitions.borrow_mut().iter_mut() {
+        if let Some(until) = standing.until {
             if until > now {
                 next_due = Some(next_due.map_or(until, |d| d.min(until)));
                 continue;
             }
-            *delayed = None;
+            standing.until = None;
         }
         let Some(partition) = host.partition(tp) else {
             continue;
@@ -462,7 +543,8 @@ async fn apply_response<H: ReplicaHost>(
             {
                 continue;
             }
-            let answer = match ResponseError::try_from_code(p.error_code) {
+            let error = ResponseError::try_from_code(p.error_code);
+            let answer = match error {
                 None if p.diverging_epoch.epoch >= 0 => LeaderAnswer::Diverging {
                     epoch: p.diverging_epoch.epoch,
                     end_offset: p.diverging_epoch.end_offset,
@@ -481,7 +563,14 @@ async fn apply_response<H: ReplicaHost>(
                     LeaderAnswer::Failed
                 }
             };
-            match follower::decide(&s.partition, s.fetch_offset, answer) {
+            let step = follower::decide(&s.partition, s.fetch_offset, answer);
+            if !matches!(step, FollowerStep::Backoff) {
+                // Answered: the next refusal is the first in a row again.
+                if let Some(standing) = fetcher.partitions.borrow_mut().get_mut(&tp) {
+                    standing.refusals = 0;
+                }
+            }
+            match step {
                 FollowerStep::TakeUp {
                     records,
                     high_watermark,
@@ -505,7 +594,7 @@ async fn apply_response<H: ReplicaHost>(
                     });
                 }
                 FollowerStep::Cut(cut) => truncations.push((tp, cut)),
-                FollowerStep::Backoff => failed.push(tp),
+                FollowerStep::Backoff => failed.push((tp, error)),
             }
         }
     }
@@ -521,20 +610,58 @@ async fn apply_response<H: ReplicaHost>(
         .await;
         let e = done.err()?;
         tracing::warn!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "a replicated round of a partition failed");
-        Some(f.tp)
+        Some((f.tp, None))
     }))
     .await;
     failed.extend(acknowledged.into_iter().flatten());
     for (tp, cut) in truncations {
         host.clone().truncate(tp, cut).await;
     }
-    if !failed.is_empty() {
-        let until = Instant::now() + config.backoff;
-        let mut partitions = fetcher.partitions.borrow_mut();
-        for tp in failed {
-            if let Some(d) = partitions.get_mut(&tp) {
-                *d = Some(until);
-            }
+    let now = Instant::now();
+    let mut partitions = fetcher.partitions.borrow_mut();
+    for (tp, error) in failed {
+        if let Some(standing) = partitions.get_mut(&tp) {
+            standing.refusals = standing.refusals.saturating_add(1);
+            standing.until = Some(now + backoff_after(error, standing.refusals, config.backoff));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIGURED: Duration = Duration::from_millis(1000);
+
+    /// A leader that has not yet created a new partition is asked again within
+    /// milliseconds, then less and less often, never less often than configured.
+    #[test]
+    fn a_refusal_metadata_resolves_backs_off_from_milliseconds_up_to_the_configured() {
+        let unknown = Some(ResponseError::UnknownTopicOrPartition);
+        let waits: Vec<u128> = (1..=9)
+            .map(|n| backoff_after(unknown, n, CONFIGURED).as_millis())
+            .collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 320, 640, 1000, 1000]);
+        assert_eq!(backoff_after(unknown, u32::MAX, CONFIGURED), CONFIGURED);
+        for e in [
+            ResponseError::UnknownTopicId,
+            ResponseError::NotLeaderOrFollower,
+            ResponseError::UnknownLeaderEpoch,
+            ResponseError::FencedLeaderEpoch,
+        ] {
+            assert_eq!(backoff_after(Some(e), 1, CONFIGURED), METADATA_BACKOFF_MIN);
+        }
+    }
+
+    /// A refusal metadata does not resolve, or a failure here, waits the whole backoff.
+    #[test]
+    fn any_other_refusal_waits_the_configured_backoff() {
+        for e in [
+            Some(ResponseError::KafkaStorageError),
+            Some(ResponseError::ClusterAuthorizationFailed),
+            None,
+        ] {
+            assert_eq!(backoff_after(e, 1, CONFIGURED), CONFIGURED);
         }
     }
 }
