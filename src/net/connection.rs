@@ -268,6 +268,8 @@ async fn read_loop(
                 None => return CloseReason::AuthenticationFailed,
             }
         }
+        // Handed back to the shard's buffers once the request is handled.
+        let body = frame.clone();
         let request = match frame::parse_request(frame) {
             Ok(r) => r,
             Err(e) => return CloseReason::Frame(e),
@@ -310,6 +312,7 @@ async fn read_loop(
             let _memory_permit = memory_permit;
             corelog_metrics::record_stage(Stage::RequestQueue, received.elapsed());
             let result = api::handle(&c, request, peer, &quota, &produce_order, &s).await;
+            super::request_buffers::give_back(body);
             if let Some(done) = done_tx {
                 let _ = done.send(());
             }
@@ -362,7 +365,8 @@ async fn bare_token(
     Some(ResponseFrame::whole(framed))
 }
 
-/// Reads exactly `size` bytes, growing the buffer as data arrives (a hostile size
+/// Reads exactly `size` bytes into a recycled buffer of this shard
+/// (`request_buffers`), growing it as data arrives where it is too small (a hostile size
 /// within the limit costs memory only once the bytes are really sent).
 async fn read_body(
     reader: &mut (impl AsyncRead + Unpin),
@@ -370,7 +374,7 @@ async fn read_body(
     progress: &std::cell::Cell<usize>,
 ) -> Result<Bytes, CloseReason> {
     const STEP: usize = 64 * 1024;
-    let mut buf = BytesMut::with_capacity(size.min(STEP));
+    let mut buf = super::request_buffers::take(size, STEP);
     while buf.len() < size {
         let want = (size - buf.len()).min(STEP.max(buf.len()));
         let start = buf.len();

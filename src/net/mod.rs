@@ -6,6 +6,7 @@ pub mod connection_limits;
 pub mod frame_writer;
 pub mod ktls;
 pub mod listener;
+pub mod request_buffers;
 pub mod request_memory;
 pub mod shutdown;
 pub mod tls;

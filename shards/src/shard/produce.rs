@@ -91,15 +91,15 @@ impl Shard {
         // Each partition times out on its own: one slow partition must not turn the
         // others' results (acknowledged, or refused for good) into a retriable timeout.
         let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
-        let waits = futures::future::join_all(tickets.into_iter().map(|r| async move {
+        let waits = tickets.into_iter().map(|r| async move {
             let (log, ticket) = r?;
-            acknowledged(&log, ticket, acks, deadline).await?;
+            acknowledged(&log, ticket, acks).await?;
             Ok(ProduceAck {
                 base_offset: ticket.base_offset,
                 log_start_offset: log.log_start_offset(),
             })
-        }));
-        waits
+        });
+        each_until(waits, deadline)
             .await
             .into_iter()
             .map(|result| ProduceOutput { result })
@@ -140,55 +140,78 @@ impl Shard {
             })
             .collect();
         let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
-        futures::future::join_all(markers.iter().zip(appended).map(
-            |((tp, marker), r)| async move {
-                let (log, ticket) = r?;
-                acknowledged(&log, ticket, Acks::All, deadline).await?;
-                if &*tp.topic == OFFSETS_TOPIC {
-                    self.groups.complete_transaction(
-                        tp.partition,
-                        marker.producer_id,
-                        marker.kind.is_commit(),
-                        ticket.base_offset,
-                    );
-                }
-                Ok(())
-            },
-        ))
+        each_until(
+            markers
+                .iter()
+                .zip(appended)
+                .map(|((tp, marker), r)| async move {
+                    let (log, ticket) = r?;
+                    acknowledged(&log, ticket, Acks::All).await?;
+                    if &*tp.topic == OFFSETS_TOPIC {
+                        self.groups.complete_transaction(
+                            tp.partition,
+                            marker.producer_id,
+                            marker.kind.is_commit(),
+                            ticket.base_offset,
+                        );
+                    }
+                    Ok(())
+                }),
+            deadline,
+        )
         .await
     }
 }
 
+/// Runs every wait to its end or until `deadline`, whichever is first, and answers each
+/// in input order: its own result, or a timeout for one still waiting then. One timer
+/// for them all, not one per partition: a produce of a thousand one-record batches arms
+/// one.
+async fn each_until<T>(
+    waits: impl Iterator<Item = impl std::future::Future<Output = Result<T, PartitionError>>>,
+    deadline: Instant,
+) -> Vec<Result<T, PartitionError>> {
+    let waits: Vec<_> = waits.collect();
+    let results: std::cell::RefCell<Vec<Option<Result<T, PartitionError>>>> =
+        std::cell::RefCell::new(waits.iter().map(|_| None).collect());
+    let all = futures::future::join_all(waits.into_iter().enumerate().map(|(i, wait)| {
+        let results = &results;
+        async move {
+            let r = wait.await;
+            results.borrow_mut()[i] = Some(r);
+        }
+    }));
+    let timer = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
+    futures_lite::future::or(
+        async {
+            all.await;
+        },
+        timer,
+    )
+    .await;
+    results
+        .into_inner()
+        .into_iter()
+        .map(|r| r.unwrap_or(Err(PartitionError::Timeout)))
+        .collect()
+}
+
 /// Waits until `ticket`'s records are acknowledged as `acks` asks (nothing for acks=0,
-/// written for acks=1, committed for acks=all), or `deadline`.
+/// written for acks=1, committed for acks=all); the caller bounds the wait.
 async fn acknowledged(
     log: &Partition,
     ticket: AppendTicket,
     acks: Acks,
-    deadline: Instant,
 ) -> Result<(), PartitionError> {
-    if acks == Acks::None {
-        return Ok(());
+    match acks {
+        Acks::None => Ok(()),
+        Acks::All => log
+            .wait_committed(ticket)
+            .await
+            .map_err(PartitionError::from),
+        _ => log
+            .wait(ticket, AckLevel::Leader)
+            .await
+            .map_err(PartitionError::from),
     }
-    let timer = glommio::timer::sleep(deadline.saturating_duration_since(Instant::now()));
-    let waited = futures_lite::future::or(
-        async {
-            Some(match acks {
-                Acks::All => log
-                    .wait_committed(ticket)
-                    .await
-                    .map_err(PartitionError::from),
-                _ => log
-                    .wait(ticket, AckLevel::Leader)
-                    .await
-                    .map_err(PartitionError::from),
-            })
-        },
-        async {
-            timer.await;
-            None
-        },
-    )
-    .await;
-    waited.unwrap_or(Err(PartitionError::Timeout))
 }
