@@ -68,6 +68,9 @@ command -v go >/dev/null 2>&1 || { log "installing Go"; apt_install golang-go; }
 command -v openssl >/dev/null 2>&1 || { log "installing openssl"; apt_install openssl; }
 # The full-disk test makes an ext4 image of its own and loop-mounts it.
 command -v mkfs.ext4 >/dev/null 2>&1 || { log "installing e2fsprogs"; apt_install e2fsprogs; }
+# The histogram page's test renders it in a headless browser.
+command -v chromium-headless-shell >/dev/null 2>&1 \
+    || { log "installing a headless browser"; apt_install chromium-headless-shell; }
 # test_ktls runs itself in a qemu guest with Debian's kernel where this one lacks kTLS
 # (tools/kernel-vm/run.sh, which fetches that kernel on first use).
 command -v qemu-system-x86_64 >/dev/null 2>&1 \

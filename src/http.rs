@@ -1,6 +1,6 @@
 //! The HTTP endpoint: `/health`, `/metrics` (Prometheus text), `/histograms` (latency
 //! percentile distributions merged across shards; `?format=json`, or
-//! `/histograms/<name>.hgrm` for one), and — only when the broker runs with
+//! `/histograms/<name>.hgrm` for one; `/histograms/plot` draws them on a page), and — only when the broker runs with
 //! `--storage-fault-injection`, for tests — `POST /faults` with one fault command as its
 //! body (`corelog_storage::fault`).
 //!
@@ -120,6 +120,14 @@ fn route(
             Some(s) => (200, TEXT, metrics::histograms::text(&s)),
             None => (503, TEXT, "shards unavailable\n".into()),
         },
+        "/histograms/plot" => match metrics::query(queries, SCRAPE_TIMEOUT) {
+            Some(s) => (
+                200,
+                "text/html; charset=utf-8",
+                metrics::histograms::page(&s),
+            ),
+            None => (503, TEXT, "shards unavailable\n".into()),
+        },
         p if p.starts_with("/histograms/") && p.ends_with(".hgrm") => {
             let name = p
                 .trim_start_matches("/histograms/")
@@ -135,7 +143,7 @@ fn route(
         _ => (
             404,
             TEXT,
-            "not found: try /health, /metrics, /histograms\n".into(),
+            "not found: try /health, /metrics, /histograms, /histograms/plot\n".into(),
         ),
     }
 }

@@ -10,6 +10,7 @@
 //! load generator all use it, and it must stay small enough for a tool to take along.
 
 pub mod hgrm;
+pub mod plot;
 mod recorder;
 
 pub use recorder::*;

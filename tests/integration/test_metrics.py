@@ -110,3 +110,90 @@ def test_each_refused_config_change_counts_once(broker):
     _, _, text = get(broker, "/metrics")
     assert total(text, "corelog_errors_total", api="IncrementalAlterConfigs") == 2, \
         series(text, "corelog_errors_total")
+
+
+def png_pixels(path) -> tuple[int, int, list[bytes]]:
+    """(width, height, rows of RGB(A) bytes) of an 8-bit RGB or RGBA PNG without
+    interlacing, which is what Chromium's screenshots are."""
+    import struct
+    import zlib
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", "a PNG"
+    pos, idat, width = 8, b"", 0
+    while pos < len(data):
+        (length,), kind = struct.unpack(">I", data[pos:pos + 4]), data[pos + 4:pos + 8]
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height, depth, colour, _, _, interlace = struct.unpack(">IIBBBBB", chunk)
+            assert depth == 8 and colour in (2, 6) and interlace == 0, (depth, colour, interlace)
+            bpp = 3 if colour == 2 else 4
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    raw, rows, prev = zlib.decompress(idat), [], bytes(width * bpp)
+    stride = width * bpp
+    for y in range(height):
+        f, line = raw[y * (stride + 1)], bytearray(raw[y * (stride + 1) + 1:(y + 1) * (stride + 1)])
+        for i in range(stride):
+            a = line[i - bpp] if i >= bpp else 0
+            b, c = prev[i], prev[i - bpp] if i >= bpp else 0
+            if f == 1:
+                line[i] = (line[i] + a) & 0xFF
+            elif f == 2:
+                line[i] = (line[i] + b) & 0xFF
+            elif f == 3:
+                line[i] = (line[i] + (a + b) // 2) & 0xFF
+            elif f == 4:
+                p = a + b - c
+                pa, pb, pc = abs(p - a), abs(p - b), abs(p - c)
+                line[i] = (line[i] + (a if pa <= pb and pa <= pc else b if pb <= pc else c)) & 0xFF
+        rows.append(bytes(line))
+        prev = bytes(line)
+    return width, bpp, rows
+
+
+def test_the_histogram_page_draws_the_stages_in_a_browser(broker, tmp_path):
+    """/histograms/plot is a page a person reads without a tool: a headless browser
+    renders it, its DOM holds a plot whose legend names the produce path's stages, and the
+    screenshot shows each stage's curve in its colour."""
+    import shutil
+    import subprocess
+    import pytest
+    browser = shutil.which("chromium-headless-shell") or shutil.which("chromium")
+    if browser is None:
+        pytest.skip("no headless browser (test.sh installs chromium-headless-shell)")
+    topic = "plotted"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 2, 1)])[topic].result(30)
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 1})
+    for i in range(2000):
+        p.produce(topic, value=b"x" * 100)
+        if i % 200 == 0:
+            p.flush(10)
+    assert p.flush(30) == 0
+
+    status, ctype, html = get(broker, "/histograms/plot")
+    assert status == 200 and ctype.startswith("text/html")
+    url = f"http://{broker.http}/histograms/plot"
+    flags = ["--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--no-proxy-server"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", url], capture_output=True,
+                         text=True, timeout=60, check=True).stdout
+    # The browser built a document with the plots and their legends.
+    assert dom.count("<svg") == 2 and "<path d=\"M" in dom, dom[:2000]
+    legend = re.findall(r"<text[^>]*>([^<]+)</text>", dom)
+    for stage in ("request_queue", "append", "fsync", "replication_wait", "Produce"):
+        assert stage in legend, f"{stage} not in the legend: {legend}"
+
+    shot = tmp_path / "plot.png"
+    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1000,1400", url],
+                   capture_output=True, timeout=60, check=True)
+    width, bpp, rows = png_pixels(shot)
+    counts: dict[bytes, int] = {}
+    for row in rows[:700]:  # the first plot: the stages
+        for x in range(0, width * bpp, bpp):
+            px = row[x:x + 3]
+            counts[px] = counts.get(px, 0) + 1
+    # Each curve of the stages drawn (colours in legend order: request_queue, mesh,
+    # append, fsync, ...): its legend swatch alone is 20 px, a drawn curve hundreds.
+    for colour in ("1f77b4", "2ca02c", "9467bd"):
+        assert counts.get(bytes.fromhex(colour), 0) > 100, (colour, counts.get(bytes.fromhex(colour)))

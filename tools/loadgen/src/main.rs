@@ -20,7 +20,6 @@ mod cli;
 mod consumer;
 mod exec_ctx;
 mod keys;
-mod plot;
 mod producer;
 mod rate;
 mod report;
@@ -31,6 +30,7 @@ mod topic_offsets;
 use anyhow::{Context, Result};
 use clap::Parser;
 use corelog_kafka_client::ClientError;
+use corelog_metrics::plot;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 

@@ -1,11 +1,13 @@
-//! `--plot FILE`: latency by percentile as a small hand-written SVG, drawn the way
-//! HdrHistogram's plotter draws it: x is the percentile on a log scale of 1/(1-p)
-//! (so 90 %, 99 %, 99.9 %, ... are evenly spaced), y is latency in ms (linear).
+//! Latency by percentile as a small hand-written SVG, drawn the way HdrHistogram's
+//! plotter draws it: x is the percentile on a log scale of 1/(1-p) (so 90 %, 99 %,
+//! 99.9 %, ... are evenly spaced), y is latency in ms (linear). The load generator's
+//! `--plot FILE` writes one; the broker's `/histograms/plot` page shows its own.
 //!
 //! Invariants:
 //! - The x axis runs from 0 % to one "nine" past the highest percentile the sample
 //!   count can resolve (at least 99.99 %), so the tail is never cut off.
-//! - Output is a standalone SVG 1.1 document; every number printed is finite.
+//! - `svg` is a standalone SVG 1.1 document and `svg_element` the same drawing as an
+//!   element to place in an HTML page; every number printed is finite.
 
 use hdrhistogram::Histogram;
 use std::fmt::Write as _;
@@ -16,7 +18,12 @@ const MARGIN_LEFT: f64 = 70.0;
 const MARGIN_RIGHT: f64 = 160.0;
 const MARGIN_TOP: f64 = 40.0;
 const MARGIN_BOTTOM: f64 = 50.0;
-const COLOURS: &[&str] = &["#1f77b4", "#d62728", "#2ca02c", "#9467bd"];
+/// Ten colours that stay apart from each other (matplotlib's "tab10"): enough for every
+/// stage of the replicated produce path on one plot.
+const COLOURS: &[&str] = &[
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#7f7f7f",
+    "#bcbd22", "#17becf",
+];
 
 /// x position of quantile `q` in "nines": log10(1/(1-q)).
 pub fn nines(q: f64) -> f64 {
@@ -45,8 +52,16 @@ pub fn curve(h: &Histogram<u64>) -> Vec<(f64, f64)> {
     pts
 }
 
-/// Renders the named histograms (µs) into one SVG.
+/// Renders the named histograms (µs) into one SVG document.
 pub fn svg(title: &str, series: &[(&str, &Histogram<u64>)]) -> String {
+    format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n{}",
+        svg_element(title, series)
+    )
+}
+
+/// The same drawing as [`svg`], as an `<svg>` element (no XML declaration) for a page.
+pub fn svg_element(title: &str, series: &[(&str, &Histogram<u64>)]) -> String {
     let total = series
         .iter()
         .map(|(_, h)| h.len())
@@ -68,8 +83,7 @@ pub fn svg(title: &str, series: &[(&str, &Histogram<u64>)]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        r#"<?xml version="1.0" encoding="UTF-8"?>
-<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{HEIGHT}" viewBox="0 0 {WIDTH} {HEIGHT}" font-family="sans-serif" font-size="12">
 <rect width="100%" height="100%" fill="white"/>
 <text x="{}" y="22" text-anchor="middle" font-size="15">{}</text>"#,
         WIDTH / 2.0,
@@ -166,7 +180,8 @@ fn trim_float(v: f64, decimals: usize) -> String {
     }
 }
 
-fn escape(s: &str) -> String {
+/// `s` safe inside XML and HTML text.
+pub fn escape(s: &str) -> String {
     s.replace('&', "&amp;")
         .replace('<', "&lt;")
         .replace('>', "&gt;")
@@ -175,7 +190,10 @@ fn escape(s: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::new_histogram;
+
+    fn new_histogram() -> Histogram<u64> {
+        Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds")
+    }
 
     #[test]
     fn nines_scale() {
