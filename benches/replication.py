@@ -5,7 +5,7 @@ on three corelog brokers on this machine with replication factor 3 (min.insync.r
 2), and, with --peer kafka, on three Apache Kafka brokers (combined KRaft mode, the
 release tests/java/pom.xml pins) with replication factor 3 beside them.
 
-    python3 benches/replication.py [--quick] [--peer kafka] [--shards N]
+    python3 benches/replication.py [--quick] [--peer kafka] [--shards N] [--sweep] [--runs N]
 
 The same corelog-load command drives every run (the topic created by it with the
 replication factor); W4's rate is half of corelog's W2 rate at replication factor 3, the
@@ -19,7 +19,11 @@ of every broker (`/histograms?format=json`) name where an acks=all produce spent
 time: append and fsync (leader and follower writes), replica_fetch (a follower's fetch
 round trip), follower_append (a follower's fetched batches from append to sync),
 replication_wait (a leader's batch from its own sync to the high watermark), and the
-Produce request itself. Results: benches/results/<stamp>-replication/results.{md,json}.
+Produce request itself. With --sweep, latency against load too: W4's e2e run at 10 %,
+25 % and 50 % of corelog's RF 3 W2 rate, --runs times each (3 by default; the median run
+is reported, with the spread of p99 over the runs), on one cluster per side (a fresh topic
+per run): three corelog brokers with RF 3, one with RF 1, and with --peer kafka three
+Kafka brokers with RF 3. Results: benches/results/<stamp>-replication/results.{md,json}.
 """
 from __future__ import annotations
 
@@ -168,11 +172,139 @@ def run_load(bootstrap: str, out: Path, name: str, mode: str, args: list[str]) -
     return json.loads(j.read_text())
 
 
+def sched_sample(cluster: "CorelogCluster") -> dict:
+    """The scheduler's accounting now: per broker and thread name, CPU time and time spent
+    runnable but waiting for a CPU (`/proc/<pid>/task/<tid>/schedstat`, ns), and the time
+    some thread of the machine waited for a CPU (pressure stall information,
+    `/proc/pressure/cpu` "some", µs; None where the kernel has none)."""
+    threads = {}
+    for b in cluster.brokers:
+        for task in Path(f"/proc/{b.proc.pid}/task").glob("*"):
+            try:
+                comm = (task / "comm").read_text().strip()
+                cpu, wait, _ = (int(x) for x in (task / "schedstat").read_text().split())
+            except (OSError, ValueError):
+                continue
+            key = (b.name, comm.rstrip("0123456789#-"))
+            c, w = threads.get(key, (0, 0))
+            threads[key] = (c + cpu, w + wait)
+    machine = None
+    try:
+        for line in Path("/proc/pressure/cpu").read_text().splitlines():
+            if line.startswith("some "):
+                machine = int(line.rsplit("total=", 1)[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return {"at": time.monotonic(), "threads": threads, "machine_some_us": machine}
+
+
+def sched_delta(before: dict, after: dict) -> dict:
+    """Over the run: per broker, CPU seconds and seconds its threads waited for a CPU
+    (and which thread waited most); and the share of the run during which some thread of
+    the machine waited for a CPU."""
+    span = after["at"] - before["at"]
+    brokers: dict = {}
+    for key, (cpu, wait) in after["threads"].items():
+        c0, w0 = before["threads"].get(key, (0, 0))
+        b = brokers.setdefault(key[0], {"cpu_s": 0.0, "wait_s": 0.0, "waits_most": None, "_w": 0})
+        b["cpu_s"] += (cpu - c0) / 1e9
+        b["wait_s"] += (wait - w0) / 1e9
+        if wait - w0 > b["_w"]:
+            b["_w"], b["waits_most"] = wait - w0, key[1]
+    for b in brokers.values():
+        b.pop("_w")
+        b["cpu_s"], b["wait_s"] = round(b["cpu_s"], 2), round(b["wait_s"], 2)
+    some = None
+    if span and before["machine_some_us"] is not None and after["machine_some_us"] is not None:
+        some = round((after["machine_some_us"] - before["machine_some_us"]) / 1e6 / span, 2)
+    return {"seconds": round(span, 1), "machine_cpu_pressure": some, "brokers": brokers}
+
+
+def wait_table(waits: dict) -> list[str]:
+    """What the machine was doing over each corelog run, as markdown."""
+    if not waits:
+        return []
+    out = ["", "What the machine was doing over each corelog run (scheduler accounting: CPU seconds, "
+           "seconds runnable but waiting for a CPU, and the thread that waited most, per broker; "
+           "the share of the run during which some thread of the machine waited for a CPU, "
+           "from /proc/pressure/cpu):", "",
+           "| run | seconds | some thread waiting (machine) | per broker: CPU s / waiting s (most waiting) |",
+           "| --- | --- | --- | --- |"]
+    for run, w in waits.items():
+        per = "; ".join(f"{name}: {b['cpu_s']} / {b['wait_s']} ({b['waits_most']})"
+                        for name, b in w["brokers"].items())
+        out.append(f"| {run} | {w['seconds']} | {w['machine_cpu_pressure']} | {per} |")
+    return out
+
+
+SWEEP_FRACTIONS = [0.1, 0.25, 0.5]
+
+
+def run_sweep(work: Path, out: Path, a, capacity: float, w4) -> list[dict]:
+    """W4 at each fraction of `capacity`, `a.runs` times, on one cluster per side; every
+    run's produce latency, and per (side, rate) the median run by p99 and p99's spread."""
+    sides = [("corelog", 3), ("corelog", 1)] + ([("kafka", 3)] if a.peer == "kafka" else [])
+    rows = []
+    for who, rf in sides:
+        cluster = KafkaCluster(work) if who == "kafka" else CorelogCluster(work, 3 if rf == 3 else 1, a.shards)
+        try:
+            for frac in SWEEP_FRACTIONS:
+                rate = max(1000, int(capacity * frac))
+                runs = []
+                for i in range(a.runs):
+                    args = w4(rf, rate)
+                    args[args.index("--topic") + 1] = f"sweep-{int(frac * 100)}-{i}"
+                    r = run_load(cluster.bootstrap, out, f"sweep-{who}-rf{rf}-{int(frac * 100)}pct-{i + 1}", "e2e", args)
+                    lat = r.get("latency_ms", {})
+                    runs.append({k: lat.get(k) for k in ("p50", "p99", "p999")} | {"msgs_per_s": r.get("msgs_per_s"), "errors": r.get("errors")})
+                p99s = sorted(x["p99"] for x in runs if x.get("p99") is not None)
+                median = sorted(runs, key=lambda x: x.get("p99") or 0)[len(runs) // 2]
+                mid = p99s[len(p99s) // 2] if p99s else None
+                spread = [round(v / mid - 1, 2) for v in (p99s[0], p99s[-1])] if mid else None
+                rows.append({"broker": who, "replication_factor": rf, "fraction": frac, "rate": rate,
+                             "median": median, "p99_spread": spread, "runs": runs})
+        finally:
+            cluster.stop()
+    return rows
+
+
+def sweep_table(rows: list[dict]) -> list[str]:
+    """Latency against load as markdown: each side's median run per rate, and RF 3 / RF 1."""
+    if not rows:
+        return []
+    by = {(r["broker"], r["replication_factor"], r["fraction"]): r for r in rows}
+    sides = sorted({(r["broker"], r["replication_factor"]) for r in rows}, key=lambda s: (s[0] != "corelog", -s[1]))
+    out = ["", "Latency against load (W4 e2e; produce p50 / p99 / p99.9 ms of the median run of "
+           f"{len(rows[0]['runs'])} by p99, and p99's spread over them from the median):", "",
+           "| rate (msg/s) | " + " | ".join(f"{b} RF {rf}" for b, rf in sides) + " | corelog RF 3 / RF 1 p50, p99 |",
+           "| --- |" + " --- |" * (len(sides) + 1)]
+    for frac in SWEEP_FRACTIONS:
+        cells, rate = [], None
+        for b, rf in sides:
+            r = by.get((b, rf, frac))
+            if r is None:
+                cells.append("-")
+                continue
+            rate = r["rate"]
+            m = r["median"]
+            sp = r["p99_spread"]
+            cells.append(f"{m['p50']} / {m['p99']} / {m['p999']} ({sp[0]:+.0%}..{sp[1]:+.0%})" if sp else "-")
+        rf3, rf1 = by.get(("corelog", 3, frac)), by.get(("corelog", 1, frac))
+        ratio = "-"
+        if rf3 and rf1 and rf1["median"]["p50"] and rf1["median"]["p99"]:
+            ratio = (f"{rf3['median']['p50'] / rf1['median']['p50']:.2f}, "
+                     f"{rf3['median']['p99'] / rf1['median']['p99']:.2f}")
+        out.append(f"| {rate:,} ({frac:.0%}) | " + " | ".join(cells) + f" | {ratio} |")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--peer", choices=["kafka"])
     ap.add_argument("--shards", type=int, default=1, help="shards of each corelog broker")
+    ap.add_argument("--sweep", action="store_true", help="latency against load (10-50 %% of RF 3 capacity)")
+    ap.add_argument("--runs", type=int, default=3, help="runs per rate in the sweep")
     a = ap.parse_args()
     # Builds, makes the results directory and a scratch one, measures the disk.
     out, scratch, disk = prepare("replication")
@@ -195,10 +327,12 @@ def main() -> int:
     try:
         results = {}
         stages = {}
+        waits = {}
         for who, n, rf in [("corelog", 3, 3), ("corelog", 1, 1)]:
             for w in ("W2", "W4"):
                 cluster = CorelogCluster(work, n, a.shards)
                 try:
+                    before = sched_sample(cluster)
                     if w == "W2":
                         results[(who, rf, w)] = run_load(cluster.bootstrap, out, f"W2-{who}-rf{rf}", "produce", w2(rf))
                         if rf == 3:
@@ -206,8 +340,13 @@ def main() -> int:
                     else:
                         results[(who, rf, w)] = run_load(cluster.bootstrap, out, f"W4-{who}-rf{rf}", "e2e", w4(rf, rate))
                     stages[f"{w}-{who}-rf{rf}"] = stage_breakdown(cluster)
+                    waits[f"{w}-{who}-rf{rf}"] = sched_delta(before, sched_sample(cluster))
                 finally:
                     cluster.stop()
+        sweep = []
+        if a.sweep:
+            capacity = results[("corelog", 3, "W2")]["msgs_per_s"]
+            sweep = run_sweep(work, out, a, capacity, w4)
         if a.peer == "kafka":
             cluster = KafkaCluster(work)
             try:
@@ -228,7 +367,7 @@ def main() -> int:
                          "e2e_ms": {k: e2e.get(k) for k in ("p50", "p99", "p999")} if e2e else None})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    doc = {"stamp": stamp, "quick": a.quick, "shards_per_corelog_broker": a.shards,
+    doc = {"stamp": stamp, "quick": a.quick, "shards_per_corelog_broker": a.shards, "sweep": sweep, "cpu_waits": waits,
            "disk_write_mb_s": disk,
            "cpus": os.cpu_count(), "w4_rate": rate, "runs": runs, "stages": stages}
     (out / "results.json").write_text(json.dumps(doc, indent=2))
@@ -253,6 +392,8 @@ def main() -> int:
                 v = b.get(s)
                 cells.append(f"{v['p50']} / {v['p99']} / {v['p999']} ({v['count']:,})" if v and v["count"] else "-")
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
+    lines += wait_table(waits)
+    lines += sweep_table(sweep)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0
