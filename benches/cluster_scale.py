@@ -1,0 +1,332 @@
+#!/usr/bin/env python3
+"""A cluster at scale: three corelog brokers on this machine (one shard each, all voters)
+holding many partitions at replication factor 3.
+
+    python3 benches/cluster_scale.py                         # 10,000 partitions, RF 3
+    python3 benches/cluster_scale.py --partitions 1000 --topics 2   # a quick look
+
+Measures, on fresh data directories and the release binary:
+  - CreateTopics for every partition (wall time, confluent-kafka's AdminClient);
+  - how long after CreateTopics returned each broker's own Metadata answer (raw Metadata
+    v1, asked of that broker alone every 20 ms) lists every partition with a leader;
+  - resident memory and descriptors per replica on each broker ((after - before) /
+    replicas it holds), just after the creation and after 40 s idle;
+  - one record produced to every partition (librdkafka, acks=all);
+  - SIGKILL of the broker that leads the most partitions (about a third): time until
+    the survivors' Metadata names a live leader for every partition, and until an
+    acks=all record to every partition is acknowledged;
+  - after it returns and rejoins every ISR, SIGTERM (controlled shutdown) of the broker
+    that leads the most: how long its stop takes, and until the survivors name a live
+    leader for every partition;
+  - SIGKILL of the active controller: time until a survivor names another.
+Targets (issue 32, item 4): all leaders moved within 5 s of the fence, metadata
+everywhere within 1 s of a commit, at most 64 KiB of RAM per idle replica.
+
+Writes benches/results/<stamp>-cluster-scale/results.{md,json}.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import shutil
+import socket
+import struct
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from harness import ROOT
+
+sys.path.insert(0, str(ROOT / "tests" / "integration"))
+import launcher  # noqa: E402
+from scale import recv_exact  # noqa: E402
+
+
+def log(msg: str) -> None:
+    print(f"[cluster-scale {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def metadata(port: int) -> tuple[int, dict[tuple[str, int], int], set[int]]:
+    """One Metadata v1 request for every topic, to this broker alone: (its controller id,
+    {(topic, partition): leader}, the live brokers it lists — a fenced one is not)."""
+    client = b"cluster-scale"
+    body = struct.pack(">hhih", 3, 1, 7, len(client)) + client + struct.pack(">i", -1)
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        s.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", recv_exact(s, 4))[0]
+        resp = recv_exact(s, size)
+    at = 4
+
+    def take(fmt: str):
+        nonlocal at
+        v = struct.unpack_from(fmt, resp, at)[0]
+        at += struct.calcsize(fmt)
+        return v
+
+    def string() -> str:
+        nonlocal at
+        n = take(">h")
+        v = resp[at:at + max(n, 0)].decode()
+        at += max(n, 0)
+        return v
+
+    live = set()
+    for _ in range(take(">i")):  # brokers
+        live.add(take(">i"))
+        string(), take(">i"), string()
+    controller = take(">i")
+    leaders = {}
+    for _ in range(take(">i")):
+        take(">h")
+        name = string()
+        at += 1  # is_internal
+        for _ in range(take(">i")):
+            take(">h")
+            p, leader = take(">i"), take(">i")
+            for _array in ("replicas", "isr"):
+                n = take(">i")  # read before `at` moves past the array
+                at += 4 * n
+            leaders[(name, p)] = leader
+    return controller, leaders, live
+
+
+def quorum_leader(port: int) -> int:
+    """The active controller as this broker's DescribeQuorum v0 answers it (the Raft
+    leader of `__cluster_metadata`; -1 while there is none). Metadata's controller id is
+    no use here: as in KRaft it names a live broker, not the controller."""
+    client = b"cluster-scale"
+    topic = b"__cluster_metadata"
+    # Header v2 (flexible): key 55, version 0, correlation id, client id, no tags; then
+    # topics[1]{name, partitions[1]{index 0, no tags}, no tags}, no tags.
+    body = (struct.pack(">hhih", 55, 0, 9, len(client)) + client + b"\x00"
+            + bytes([2, len(topic) + 1]) + topic + bytes([2]) + struct.pack(">i", 0)
+            + b"\x00\x00\x00")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(struct.pack(">i", len(body)) + body)
+        size = struct.unpack(">i", recv_exact(sock, 4))[0]
+        resp = recv_exact(sock, size)
+    at = 4
+
+    def varint() -> int:
+        nonlocal at
+        shift = value = 0
+        while True:
+            b = resp[at]
+            at += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                return value
+            shift += 7
+
+    assert varint() == 0, "no tagged fields in the response header"
+    error = struct.unpack_from(">h", resp, at)[0]
+    at += 2
+    if error != 0 or varint() < 2:  # the topics array, compact: n + 1
+        return -1
+    name_len = varint() - 1  # read before `at` moves past the name
+    at += name_len
+    if varint() < 2:  # partitions
+        return -1
+    _, p_error, leader = struct.unpack_from(">ihi", resp, at)
+    return leader if p_error == 0 else -1
+
+
+def wait_for(what: str, pred, timeout: float = 300, every: float = 0.02) -> float:
+    """Seconds until `pred()` holds, asked every `every` s."""
+    started = time.monotonic()
+    while True:
+        try:
+            if pred():
+                return time.monotonic() - started
+        except OSError:
+            pass
+        if time.monotonic() - started > timeout:
+            raise TimeoutError(f"{what}: not within {timeout} s")
+        time.sleep(every)
+
+
+def rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--partitions", type=int, default=10_000)
+    ap.add_argument("--topics", type=int, default=10)
+    args = ap.parse_args()
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient, NewTopic
+    import subprocess
+    subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog"], cwd=ROOT, check=True)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-cluster-scale"
+    out = ROOT / "benches" / "results" / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="corelog-cluster-scale-"))
+    per_topic = args.partitions // args.topics
+    total = per_topic * args.topics
+    topics = [f"scale-{i}" for i in range(args.topics)]
+    brokers = [launcher.Broker(work, shards=1, name=f"corelog-{i}", log_level="warn",
+                               data_dir=work / f"corelog-{i}", log_path=out / f"corelog-{i}.log")
+               for i in (1, 2, 3)]
+    cluster = launcher.Cluster(brokers, extra_args=["--partition-balancer-enable", "false"])
+    r: dict = {"partitions": total, "replicas": 3 * total, "topics": args.topics,
+               "command": f"python3 benches/cluster_scale.py --partitions {args.partitions} "
+                          f"--topics {args.topics}"}
+    every = set((t, p) for t in topics for p in range(per_topic))
+
+    def led_everywhere(ports: list[int], dead: set[int]) -> bool:
+        for port in ports:
+            _, leaders, _ = metadata(port)
+            if any(leaders.get(tp, -1) in dead or leaders.get(tp, -1) < 0 for tp in every):
+                return False
+        return True
+
+    def produce_everywhere(bootstrap: str) -> float:
+        p = Producer({"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
+                      "message.timeout.ms": 120_000})
+        started = time.monotonic()
+        for t in topics:
+            for part in range(per_topic):
+                p.produce(t, value=b"x", partition=part)
+            p.poll(0)
+        left = p.flush(180)
+        assert left == 0, f"{left} records not acknowledged"
+        return time.monotonic() - started
+
+    try:
+        cluster.start(timeout=120)
+        by_id = {i + 1: b for i, b in enumerate(brokers)}
+        ports = [b.port for b in brokers]
+        before = {b.name: (rss_kib(b.proc.pid), descriptors(b.proc.pid)) for b in brokers}
+        admin = AdminClient({"bootstrap.servers": launcher.bootstrap(brokers)})
+        t = time.monotonic()
+        futures = admin.create_topics(
+            [NewTopic(n, num_partitions=per_topic, replication_factor=3) for n in topics],
+            request_timeout=300, operation_timeout=300)
+        for f in futures.values():
+            f.result(timeout=600)
+        r["create_topics_s"] = round(time.monotonic() - t, 2)
+        log(f"CreateTopics, {total} partitions at RF 3: {r['create_topics_s']} s")
+        r["metadata_everywhere_s"] = {}
+        for b in brokers:
+            r["metadata_everywhere_s"][b.name] = round(
+                wait_for(f"{b.name} lists every partition",
+                         lambda b=b: len(metadata(b.port)[1].keys() & every) == total
+                         and all(metadata(b.port)[1][tp] >= 0 for tp in every)), 3)
+        log(f"metadata on every broker after CreateTopics returned: {r['metadata_everywhere_s']}")
+
+        def memory(label: str) -> None:
+            r[label] = {}
+            for b in brokers:
+                rss0, fd0 = before[b.name]
+                rss, fds = rss_kib(b.proc.pid), descriptors(b.proc.pid)
+                r[label][b.name] = {"rss_mib": round(rss / 1024, 1),
+                                    "kib_per_replica": round((rss - rss0) / total, 1),
+                                    "descriptors": fds,
+                                    "descriptors_per_replica": round((fds - fd0) / total, 3)}
+            log(f"{label}: {r[label]}")
+
+        memory("after_create")
+        r["produce_one_each_s"] = round(produce_everywhere(launcher.bootstrap(brokers)), 2)
+        log(f"one acks=all record to every partition: {r['produce_one_each_s']} s")
+        time.sleep(40)
+        memory("after_40s_idle")
+
+        def most_leading() -> int:
+            _, leaders, _ = metadata(ports[0])
+            counts: dict[int, int] = {}
+            for tp in every:
+                counts[leaders[tp]] = counts.get(leaders[tp], 0) + 1
+            return max(counts, key=counts.get)
+
+        # SIGKILL the broker that leads the most.
+        victim_id = most_leading()
+        victim = by_id[victim_id]
+        led = sum(1 for v in metadata(ports[0])[1].values() if v == victim_id)
+        survivors = [b for b in brokers if b is not victim]
+        killed_at = time.monotonic()
+        victim.kill()
+        fenced = wait_for("the killed broker fenced", lambda: all(
+            victim_id not in metadata(b.port)[2] for b in survivors), every=0.05)
+        moved = wait_for("leaders moved off the killed broker",
+                         lambda: led_everywhere([b.port for b in survivors], {victim_id}), every=0.05)
+        writable = produce_everywhere(launcher.bootstrap(survivors))
+        r["sigkill"] = {"broker": victim_id, "partitions_it_led": led,
+                        "fenced_s": round(fenced, 2),
+                        "leaders_moved_after_fence_s": round(moved, 2),
+                        "acks_all_everywhere_s_after_kill": round(time.monotonic() - killed_at, 2),
+                        "of_which_producing_s": round(writable, 2)}
+        log(f"SIGKILL: {r['sigkill']}")
+        victim.launch()
+        victim.wait_healthy(timeout=600)
+        wait_for("the killed broker is back in every ISR", lambda: all(
+            len(p.isrs) == 3 for t in admin.list_topics(timeout=30).topics.values()
+            for p in t.partitions.values()), timeout=600, every=1)
+
+        # SIGTERM (controlled shutdown) of the broker that leads the most.
+        victim_id = most_leading()
+        victim = by_id[victim_id]
+        led = sum(1 for v in metadata(ports[0])[1].values() if v == victim_id)
+        survivors = [b for b in brokers if b is not victim]
+        t = time.monotonic()
+        victim.stop()
+        stop_s = time.monotonic() - t
+        moved = wait_for("leaders moved off the stopped broker",
+                         lambda: led_everywhere([b.port for b in survivors], {victim_id}), every=0.05)
+        r["sigterm"] = {"broker": victim_id, "partitions_it_led": led, "stop_s": round(stop_s, 2),
+                        "leaders_moved_after_exit_s": round(moved, 2)}
+        log(f"SIGTERM: {r['sigterm']}")
+        victim.launch()
+        victim.wait_healthy(timeout=600)
+
+        # SIGKILL the active controller.
+        controller = quorum_leader(ports[0])
+        victim = by_id[controller]
+        survivors = [b for b in brokers if b is not victim]
+        victim.kill()
+        new = wait_for("a new active controller", lambda: all(
+            quorum_leader(b.port) not in (controller, -1) for b in survivors), every=0.05)
+        r["controller_kill"] = {"controller": controller, "new_controller_s": round(new, 2)}
+        log(f"controller killed: {r['controller_kill']}")
+        victim.launch()
+        victim.wait_healthy(timeout=600)
+    finally:
+        cluster.teardown(timeout=60)
+        shutil.rmtree(work, ignore_errors=True)
+    (out / "results.json").write_text(json.dumps(r, indent=2))
+    lines = [f"# A cluster at scale ({stamp})", "",
+             f"`{r['command']}`: three corelog brokers on this machine ({os.cpu_count()} CPUs), "
+             f"one shard each, {total:,} partitions at RF 3 ({3 * total:,} replicas).", "",
+             "| measure | value |", "| --- | --- |",
+             f"| CreateTopics | {r['create_topics_s']} s |",
+             f"| every broker's Metadata lists every partition with a leader, after CreateTopics returned | "
+             + ", ".join(f"{k} {v} s" for k, v in r["metadata_everywhere_s"].items()) + " |"]
+    for label in ("after_create", "after_40s_idle"):
+        lines.append(f"| RAM and descriptors per replica, {label.replace('_', ' ')} | " + "; ".join(
+            f"{k}: {v['kib_per_replica']} KiB, {v['descriptors_per_replica']} fds ({v['rss_mib']} MiB, "
+            f"{v['descriptors']} fds in all)" for k, v in r[label].items()) + " |")
+    s = r["sigkill"]
+    lines += [f"| one acks=all record to every partition | {r['produce_one_each_s']} s |",
+              f"| SIGKILL of broker {s['broker']} (led {s['partitions_it_led']:,}): fenced (the session timeout) | {s['fenced_s']} s after the kill |",
+              f"| ... every partition led by a live broker | {s['leaders_moved_after_fence_s']} s after the fence |",
+              f"| ... and an acks=all record to every partition acknowledged | {s['acks_all_everywhere_s_after_kill']} s after the kill |"]
+    s = r["sigterm"]
+    lines += [f"| SIGTERM of broker {s['broker']} (led {s['partitions_it_led']:,}): its stop (controlled shutdown) | {s['stop_s']} s |",
+              f"| ... every partition led by a live broker after it exited | {s['leaders_moved_after_exit_s']} s |",
+              f"| SIGKILL of the active controller ({r['controller_kill']['controller']}): a survivor names another | {r['controller_kill']['new_controller_s']} s |"]
+    (out / "results.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
