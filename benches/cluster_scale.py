@@ -42,7 +42,7 @@ from harness import ROOT
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import launcher  # noqa: E402
-from scale import recv_exact  # noqa: E402
+from scale import descriptors, recv_exact, rss_kib  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -148,17 +148,6 @@ def wait_for(what: str, pred, timeout: float = 300, every: float = 0.02) -> floa
         time.sleep(every)
 
 
-def rss_kib(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
-
-
-def descriptors(pid: int) -> int:
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--partitions", type=int, default=10_000)
@@ -254,18 +243,18 @@ def main() -> None:
         time.sleep(40)
         memory("after_40s_idle")
 
-        def most_leading() -> int:
+        def busiest() -> tuple[int, "launcher.Broker", int, list]:
+            """The broker that leads the most partitions: (its id, it, how many it leads,
+            the other brokers)."""
             _, leaders, _ = metadata(ports[0])
             counts: dict[int, int] = {}
             for tp in every:
                 counts[leaders[tp]] = counts.get(leaders[tp], 0) + 1
-            return max(counts, key=counts.get)
+            most = max(counts, key=counts.get)
+            return most, by_id[most], counts[most], [b for b in brokers if b is not by_id[most]]
 
         # SIGKILL the broker that leads the most.
-        victim_id = most_leading()
-        victim = by_id[victim_id]
-        led = sum(1 for v in metadata(ports[0])[1].values() if v == victim_id)
-        survivors = [b for b in brokers if b is not victim]
+        victim_id, victim, led, survivors = busiest()
         killed_at = time.monotonic()
         victim.kill()
         fenced = wait_for("the killed broker fenced", lambda: all(
@@ -286,10 +275,7 @@ def main() -> None:
             for p in t.partitions.values()), timeout=600, every=1)
 
         # SIGTERM (controlled shutdown) of the broker that leads the most.
-        victim_id = most_leading()
-        victim = by_id[victim_id]
-        led = sum(1 for v in metadata(ports[0])[1].values() if v == victim_id)
-        survivors = [b for b in brokers if b is not victim]
+        victim_id, victim, led, survivors = busiest()
         t = time.monotonic()
         victim.stop()
         stop_s = time.monotonic() - t

@@ -73,13 +73,23 @@ class ScaleBroker(launcher.Broker):
         return self.proc.pid
 
     def rss_kib(self) -> int:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
+        return rss_kib(self.pid)
 
     def descriptors(self) -> int:
-        return len(os.listdir(f"/proc/{self.pid}/fd"))
+        return descriptors(self.pid)
+
+
+def rss_kib(pid: int) -> int:
+    """Resident memory of process `pid`, KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def descriptors(pid: int) -> int:
+    """Descriptors process `pid` holds open."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
 
 
 def metadata_all(port: int) -> tuple[float, int, int]:
