@@ -243,6 +243,114 @@ class KafkaBroker:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class KafkaNode:
+    """One broker of a KafkaCluster (combined KRaft mode): formatted once, then launched,
+    killed, stopped and launched again on the same data, as launcher.Broker is (port,
+    proc, name, launch, kill, stop, wait_healthy)."""
+
+    def __init__(self, work: Path, node_id: int, port: int, controller_port: int,
+                 voters: str, cluster_id: str, n: int, heap: str, extra: dict[str, str]):
+        self.node_id, self.port, self.name, self.heap = node_id, port, f"kafka-{node_id}", heap
+        self.dir = work / self.name
+        self.dir.mkdir(parents=True)
+        props = server_properties(port, controller_port, self.dir / "data", {
+            "node.id": str(node_id), "controller.quorum.voters": voters,
+            "offsets.topic.replication.factor": str(n),
+            "default.replication.factor": str(n), "min.insync.replicas": str(min(2, n)),
+            **extra})
+        self.conf = self.dir / "server.properties"
+        self.conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        cli("kafka-storage", "format", "--cluster-id", cluster_id, "--config", str(self.conf),
+            timeout=120)
+        self.log_path = work / f"{self.name}.log"
+        self.proc: subprocess.Popen | None = None
+        self._log = None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def launch(self) -> None:
+        self._log = open(self.log_path, "a")
+        env = dict(os.environ, KAFKA_HEAP_OPTS=self.heap, KAFKA_OPTS=SERVER_JVM_OPTS)
+        # kafka-cli.sh execs java, so this pid is the broker JVM's.
+        self.proc = subprocess.Popen([str(KAFKA_CLI), "kafka-server-start", str(self.conf)],
+                                     stdout=self._log, stderr=subprocess.STDOUT, env=env)
+
+    def is_running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def wait_healthy(self, timeout: float = 180) -> None:
+        """Until this broker answers Metadata with at least itself."""
+        deadline = time.time() + timeout
+        while _metadata_brokers(self.port) < 1:
+            if self.proc.poll() is not None or time.time() > deadline:
+                raise RuntimeError(f"{self.name} did not come up; see {self.log_path}")
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        self.proc.kill()
+        self.proc.wait()
+        self._log.close()
+
+    def stop(self, timeout: float = 90) -> None:
+        """SIGTERM (Kafka's controlled shutdown), waited for; SIGKILL after `timeout`."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._log.close()
+
+
+class KafkaCluster:
+    """`n` Apache Kafka brokers in combined KRaft mode on loopback, node ids 1..n, all
+    voters; min.insync.replicas 2 (1 alone) and every internal topic at RF n. `extra`:
+    more server settings; data and logs in `work`."""
+
+    def __init__(self, work: Path, n: int = 3, heap: str = SERVER_HEAP,
+                 extra: dict[str, str] | None = None):
+        fetch()
+        ports = [(free_port(), free_port()) for _ in range(n)]
+        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
+        cluster_id = "-"
+        while cluster_id.startswith("-"):  # not to be read as an option
+            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        self.nodes = [KafkaNode(work, i + 1, port, controller, voters, cluster_id, n, heap,
+                                extra or {}) for i, (port, controller) in enumerate(ports)]
+        for node in self.nodes:
+            node.launch()
+        deadline = time.time() + 180
+        while _metadata_brokers(self.nodes[0].port) < n:
+            if time.time() > deadline or any(x.proc.poll() is not None for x in self.nodes):
+                self.stop()
+                raise RuntimeError("the Kafka cluster did not come up")
+            time.sleep(0.5)
+
+    @property
+    def bootstraps(self) -> list[str]:
+        return [node.bootstrap for node in self.nodes]
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.bootstraps)
+
+    @property
+    def procs(self) -> list[subprocess.Popen]:
+        """The brokers' processes, by node id (1 first)."""
+        return [node.proc for node in self.nodes]
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            if node.proc.poll() is None:
+                node.proc.send_signal(signal.SIGTERM)
+        for node in self.nodes:
+            node.stop()
+            shutil.rmtree(node.dir, ignore_errors=True)
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int,
                  configs: dict[str, str] | None = None) -> None:
     """Creates the topic (kafka-topics, any broker) and returns once every partition
@@ -276,31 +384,56 @@ def wait_partitions(bootstrap: str, topic: str, partitions: int, timeout: float 
 
 
 PERF_LINE = re.compile(
-    r"(?P<n>\d+) records sent, (?P<rps>[\d.]+) records/sec \((?P<mibps>[\d.]+) MB/sec\), "
+    r"(?P<n>\d+) (?P<steady>steady state )?records sent, (?P<rps>[\d.]+) records/sec \((?P<mibps>[\d.]+) MB/sec\), "
     r"(?P<avg>[\d.]+) ms avg latency, (?P<max>[\d.]+) ms max latency, (?P<p50>\d+) ms 50th, "
     r"(?P<p95>\d+) ms 95th, (?P<p99>\d+) ms 99th, (?P<p999>\d+) ms 99.9th")
 
 
 def producer_perf_test(bootstrap: str, topic: str, records: int, size: int,
-                       props: dict[str, str], log_path: Path) -> dict:
-    """kafka-producer-perf-test, as fast as it goes; its summary line parsed. Its "MB/sec"
-    is MiB/s; mb_per_s here is 10^6 bytes, as corelog-load reports."""
+                       props: dict[str, str], log_path: Path, throughput: int = -1,
+                       warmup: int = 0) -> dict:
+    """kafka-producer-perf-test, as fast as it goes (or at `throughput` records/s); its
+    summary line parsed, with `warmup` records its steady-state line (the records after
+    the first `warmup`, whose latencies include the JVM's warm-up). Its "MB/sec" is MiB/s;
+    mb_per_s here is 10^6 bytes, as corelog-load reports."""
     args = ["--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
-            "--record-size", str(size), "--throughput", "-1",
+            "--record-size", str(size), "--throughput", str(throughput),
+            *(["--warmup-records", str(warmup)] if warmup else []),
             "--command-property", *[f"{k}={v}" for k, v in props.items()]]
     p = cli("kafka-producer-perf-test", *args, timeout=900, check=False)
     log_path.write_text(f"kafka-producer-perf-test {' '.join(args)}\n{p.stdout}{p.stderr}")
     if p.returncode != 0:
         raise RuntimeError(f"kafka-producer-perf-test failed ({p.returncode}); see {log_path}")
-    found = [m for m in PERF_LINE.finditer(p.stdout) if int(m.group("n")) == records]
+    found = [m for m in PERF_LINE.finditer(p.stdout)
+             if int(m.group("n")) == records - warmup and bool(m.group("steady")) == bool(warmup)]
     if not found:
         raise RuntimeError(f"no summary line in kafka-producer-perf-test's output; see {log_path}")
     m = found[-1]
     rps = float(m.group("rps"))
     return {
-        "records": records, "record_bytes": size, "props": props,
+        "records": records, "warmup_records": warmup, "record_bytes": size, "props": props,
         "msgs_per_s": round(rps), "mb_per_s": round(rps * size / 1e6, 1),
         "latency_ms": {"mean": float(m.group("avg")), "p50": float(m.group("p50")),
                        "p95": float(m.group("p95")), "p99": float(m.group("p99")),
                        "p999": float(m.group("p999")), "max": float(m.group("max"))},
     }
+
+
+E2E_AVG = re.compile(r"Avg latency: (?P<avg>[\d.]+) ms")
+E2E_PCT = re.compile(r"Percentiles: 50th = (?P<p50>\d+), 99th = (?P<p99>\d+), 99.9th = (?P<p999>\d+)")
+
+
+def e2e_latency(bootstrap: str, topic: str, records: int, size: int, acks: str,
+                log_path: Path) -> dict:
+    """kafka-e2e-latency: one record at a time, produced (and its send waited for) then
+    consumed, the round trip timed; its average and percentiles (whole ms) parsed."""
+    args = ["--bootstrap-server", bootstrap, "--topic", topic, "--num-records", str(records),
+            "--producer-acks", acks, "--record-size", str(size)]
+    p = cli("kafka-e2e-latency", *args, timeout=900, check=False)
+    log_path.write_text(f"kafka-e2e-latency {' '.join(args)}\n{p.stdout}{p.stderr}")
+    avg, pct = E2E_AVG.search(p.stdout), E2E_PCT.search(p.stdout)
+    if p.returncode != 0 or not avg or not pct:
+        raise RuntimeError(f"kafka-e2e-latency failed ({p.returncode}); see {log_path}")
+    return {"records": records, "record_bytes": size, "acks": acks,
+            "latency_ms": {"mean": float(avg.group("avg")), "p50": float(pct.group("p50")),
+                           "p99": float(pct.group("p99")), "p999": float(pct.group("p999"))}}

@@ -6,6 +6,7 @@ on three corelog brokers on this machine with replication factor 3 (min.insync.r
 release tests/java/pom.xml pins) with replication factor 3 beside them.
 
     python3 benches/replication.py [--quick] [--peer kafka] [--shards N] [--sweep] [--runs N]
+                                   [--tools | --only-tools]
 
 The same corelog-load command drives every run (the topic created by it with the
 replication factor); W4's rate is half of corelog's W2 rate at replication factor 3, the
@@ -23,7 +24,10 @@ Produce request itself. With --sweep, latency against load too: W4's e2e run at 
 25 % and 50 % of corelog's RF 3 W2 rate, --runs times each (3 by default; the median run
 is reported, with the spread of p99 over the runs), on one cluster per side (a fresh topic
 per run): three corelog brokers with RF 3, one with RF 1, and with --peer kafka three
-Kafka brokers with RF 3. Results: benches/results/<stamp>-replication/results.{md,json}.
+Kafka brokers with RF 3. With --tools, Kafka's own kafka-producer-perf-test and
+kafka-e2e-latency as the independent check of corelog-load on the same sides (--only-tools:
+that check alone, after the RF 3 W2 run that sets its rates). Results:
+benches/results/<stamp>-replication/results.{md,json}.
 """
 from __future__ import annotations
 
@@ -31,7 +35,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -39,18 +42,18 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kafka_peer  # noqa: E402
+from kafka_peer import KafkaCluster  # noqa: E402,F401 (others import it from here)
 from harness import LOAD, ROOT, log, prepare  # noqa: E402
 
 # The broker launcher and port allocator the integration tests use (tests/integration/launcher.py).
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import launcher  # noqa: E402
-from launcher import free_port  # noqa: E402
 
 
 class CorelogCluster(launcher.Cluster):
     """`n` corelog brokers on loopback (tests/integration/launcher.py's Cluster), node ids
-    1..n, each with `shards` shards, all voters of one quorum; data in work/corelog-<id>,
-    logs (warnings and above) in work/corelog-<id>.log."""
+    1..n, each with `shards` shards, all voters of one quorum, the partition balancer off;
+    data in work/corelog-<id>, logs (warnings and above) in work/corelog-<id>.log."""
 
     def __init__(self, work: Path, n: int, shards: int, extra_args: list[str] | None = None):
         super().__init__(
@@ -58,7 +61,12 @@ class CorelogCluster(launcher.Cluster):
                              data_dir=work / f"corelog-{node_id}",
                              log_path=work / f"corelog-{node_id}.log")
              for node_id in range(1, n + 1)],
-            extra_args=["--topic-default", f"min.insync.replicas={min(2, n)}", *(extra_args or [])])
+            # The partition balancer off: a run measures one workload, and a leadership the
+            # balancer moves in the middle of it (two topics' leaders add up unevenly)
+            # would count as the load generator's errors, which it does not retry. Kafka's
+            # own leader rebalance looks every 300 s, after a run.
+            extra_args=["--topic-default", f"min.insync.replicas={min(2, n)}",
+                        "--partition-balancer-enable", "false", *(extra_args or [])])
         try:
             self.start(timeout=60)
         except BaseException:
@@ -78,71 +86,6 @@ class CorelogCluster(launcher.Cluster):
         self.teardown(timeout=60)
         for b in self.brokers:
             shutil.rmtree(b.data_dir, ignore_errors=True)
-
-
-class KafkaCluster:
-    """Three Apache Kafka brokers in combined KRaft mode on loopback."""
-
-    def __init__(self, work: Path, n: int = 3):
-        kafka_peer.fetch()
-        ports = [(free_port(), free_port()) for _ in range(n)]
-        voters = ",".join(f"{i + 1}@127.0.0.1:{c}" for i, (_, c) in enumerate(ports))
-        cluster_id = "-"
-        while cluster_id.startswith("-"):
-            import base64
-            import uuid
-            cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-        self.nodes = []
-        for i, (port, controller) in enumerate(ports):
-            d = work / f"kafka-{i + 1}"
-            d.mkdir(parents=True)
-            props = kafka_peer.server_properties(port, controller, d / "data", {
-                "node.id": str(i + 1), "controller.quorum.voters": voters,
-                "offsets.topic.replication.factor": str(n),
-                "default.replication.factor": str(n), "min.insync.replicas": str(min(2, n)),
-            })
-            conf = d / "server.properties"
-            conf.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-            kafka_peer.cli("kafka-storage", "format", "--cluster-id", cluster_id, "--config",
-                           str(conf), timeout=120)
-            logf = open(work / f"kafka-{i + 1}.log", "w")
-            env = dict(os.environ, KAFKA_HEAP_OPTS=kafka_peer.SERVER_HEAP,
-                       KAFKA_OPTS=kafka_peer.SERVER_JVM_OPTS)
-            proc = subprocess.Popen([str(kafka_peer.KAFKA_CLI), "kafka-server-start", str(conf)],
-                                    stdout=logf, stderr=subprocess.STDOUT, env=env)
-            self.nodes.append((port, d, proc, logf))
-        deadline = time.time() + 180
-        while kafka_peer._metadata_brokers(ports[0][0]) < n:
-            if time.time() > deadline or any(p.poll() is not None for _, _, p, _ in self.nodes):
-                self.stop()
-                raise RuntimeError("the Kafka cluster did not come up")
-            time.sleep(0.5)
-
-    @property
-    def bootstraps(self) -> list[str]:
-        return [f"127.0.0.1:{port}" for port, *_ in self.nodes]
-
-    @property
-    def bootstrap(self) -> str:
-        return ",".join(self.bootstraps)
-
-    @property
-    def procs(self) -> list[subprocess.Popen]:
-        """The brokers' processes, by node id (1 first)."""
-        return [proc for _, _, proc, _ in self.nodes]
-
-    def stop(self) -> None:
-        for _, _, proc, _ in self.nodes:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for _, d, proc, logf in self.nodes:
-            try:
-                proc.wait(90)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            logf.close()
-            shutil.rmtree(d, ignore_errors=True)
 
 
 # The stages of an acks=all produce, in the order a batch meets them.
@@ -268,6 +211,85 @@ def run_sweep(work: Path, out: Path, a, capacity: float, w4) -> list[dict]:
     return rows
 
 
+TOOLS_FRACTIONS = [0.1, 0.25]
+
+
+def run_tools(work: Path, out: Path, a, capacity: float) -> list[dict]:
+    """Kafka's own tools as the independent check of corelog-load on the acks=all
+    workloads, on one cluster per side: at 10 % and 25 % of `capacity`,
+    kafka-producer-perf-test (one Java producer, 1 KiB, acks=all, linger.ms=1, 8
+    partitions) beside corelog-load producing the same shape at the same rate (one
+    producer), each after 2 s of warm-up that its figures leave out; then kafka-e2e-latency (one record at a time, acks=all, produced and
+    consumed back) on a one-partition topic. The tools report whole milliseconds."""
+    sides = [("corelog", 3), ("corelog", 1)] + ([("kafka", 3)] if a.peer == "kafka" else [])
+    seconds = 8 if a.quick else 30
+    rows = []
+    for who, rf in sides:
+        cluster = KafkaCluster(work) if who == "kafka" else CorelogCluster(work, rf, a.shards)
+        try:
+            for frac in TOOLS_FRACTIONS:
+                rate = max(1000, int(capacity * frac))
+                pct = int(frac * 100)
+                name = f"tools-{who}-rf{rf}-{pct}pct"
+                topic = f"perf-{pct}"
+                kafka_peer.cli("kafka-topics", "--bootstrap-server", cluster.bootstrap, "--create",
+                               "--topic", topic, "--partitions", "8", "--replication-factor", str(rf))
+                log(f"{name}: kafka-producer-perf-test at {rate:,} msg/s")
+                # Its first 2 s of records are warm-up, as corelog-load's --warmup 2s.
+                perf = kafka_peer.producer_perf_test(
+                    cluster.bootstrap, topic, rate * (seconds + 2), 1024,
+                    {"acks": "all", "linger.ms": "1", "batch.size": "65536"},
+                    out / f"{name}-producer-perf-test.log", throughput=rate, warmup=rate * 2)
+                load = run_load(cluster.bootstrap, out, f"{name}-corelog-load", "produce", [
+                    "--topic", f"load-{pct}", "--message-size", "1024", "--acks", "all",
+                    "--partitions", "8", "--producers", "1", "--rate", str(rate), "--linger-ms", "1",
+                    "--batch-size", "65536", "--replication-factor", str(rf), "--duration", f"{seconds}s",
+                    "--warmup", "2s", "--threads", "1", "--max-in-flight", "5"])
+                lat = load.get("latency_ms", {})
+                rows.append({"broker": who, "replication_factor": rf, "tool": "producer-perf-test",
+                             "fraction": frac, "rate": rate,
+                             "perf_test": perf["latency_ms"] | {"msgs_per_s": perf["msgs_per_s"]},
+                             "corelog_load": {k: lat.get(k) for k in ("p50", "p99", "p999")}
+                             | {"msgs_per_s": load.get("msgs_per_s"), "errors": load.get("errors")}})
+            kafka_peer.cli("kafka-topics", "--bootstrap-server", cluster.bootstrap, "--create",
+                           "--topic", "e2e", "--partitions", "1", "--replication-factor", str(rf))
+            records = 2000 if a.quick else 10000
+            log(f"tools-{who}-rf{rf}: kafka-e2e-latency, {records:,} records")
+            e2e = kafka_peer.e2e_latency(cluster.bootstrap, "e2e", records, 1024, "all",
+                                         out / f"tools-{who}-rf{rf}-e2e-latency.log")
+            rows.append({"broker": who, "replication_factor": rf, "tool": "e2e-latency",
+                         "records": records, "e2e": e2e["latency_ms"]})
+        finally:
+            cluster.stop()
+    return rows
+
+
+def tools_table(rows: list[dict]) -> list[str]:
+    """Kafka's tools beside corelog-load, as markdown."""
+    if not rows:
+        return []
+    out = ["", "Kafka's own tools as the cross-check (acks=all, 1 KiB; kafka-producer-perf-test and "
+           "corelog-load each one producer, linger 1 ms, 8 partitions, at the same rate; produce "
+           "latency p50 / p99 / p99.9 ms, the tool's in whole ms; achieved msg/s):", "",
+           "| broker | RF | rate (msg/s) | kafka-producer-perf-test | corelog-load |",
+           "| --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["tool"] != "producer-perf-test":
+            continue
+        p, c = r["perf_test"], r["corelog_load"]
+        out.append(f"| {r['broker']} | {r['replication_factor']} | {r['rate']:,} ({r['fraction']:.0%}) | "
+                   f"{p['p50']:g} / {p['p99']:g} / {p['p999']:g} ({p['msgs_per_s']:,}) | "
+                   f"{c['p50']} / {c['p99']} / {c['p999']} ({c['msgs_per_s']:,.0f}, errors {c['errors']}) |")
+    out += ["", "kafka-e2e-latency (one record at a time: acks=all produce, then consumed back; ms):", "",
+            "| broker | RF | records | mean | p50 | p99 | p99.9 |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        if r["tool"] == "e2e-latency":
+            e = r["e2e"]
+            out.append(f"| {r['broker']} | {r['replication_factor']} | {r['records']:,} | {e['mean']:.2f} | "
+                       f"{e['p50']:g} | {e['p99']:g} | {e['p999']:g} |")
+    return out
+
+
 def sweep_table(rows: list[dict]) -> list[str]:
     """Latency against load as markdown: each side's median run per rate, and RF 3 / RF 1."""
     if not rows:
@@ -305,6 +327,10 @@ def main() -> int:
     ap.add_argument("--shards", type=int, default=1, help="shards of each corelog broker")
     ap.add_argument("--sweep", action="store_true", help="latency against load (10-50 %% of RF 3 capacity)")
     ap.add_argument("--runs", type=int, default=3, help="runs per rate in the sweep")
+    ap.add_argument("--tools", action="store_true",
+                    help="Kafka's kafka-producer-perf-test and kafka-e2e-latency beside corelog-load")
+    ap.add_argument("--only-tools", action="store_true",
+                    help="only the tools' check (W2 at RF 3 first, for the rates)")
     a = ap.parse_args()
     # Builds, makes the results directory and a scratch one, measures the disk.
     out, scratch, disk = prepare("replication")
@@ -328,8 +354,9 @@ def main() -> int:
         results = {}
         stages = {}
         waits = {}
-        for who, n, rf in [("corelog", 3, 3), ("corelog", 1, 1)]:
-            for w in ("W2", "W4"):
+        main_runs = [("corelog", 3, 3)] if a.only_tools else [("corelog", 3, 3), ("corelog", 1, 1)]
+        for who, n, rf in main_runs:
+            for w in ("W2",) if a.only_tools else ("W2", "W4"):
                 cluster = CorelogCluster(work, n, a.shards)
                 try:
                     before = sched_sample(cluster)
@@ -343,11 +370,14 @@ def main() -> int:
                     waits[f"{w}-{who}-rf{rf}"] = sched_delta(before, sched_sample(cluster))
                 finally:
                     cluster.stop()
-        sweep = []
+        sweep, tools = [], []
+        if a.tools or a.only_tools:
+            capacity = results[("corelog", 3, "W2")]["msgs_per_s"]
+            tools = run_tools(work, out, a, capacity)
         if a.sweep:
             capacity = results[("corelog", 3, "W2")]["msgs_per_s"]
             sweep = run_sweep(work, out, a, capacity, w4)
-        if a.peer == "kafka":
+        if a.peer == "kafka" and not a.only_tools:
             cluster = KafkaCluster(work)
             try:
                 results[("kafka", 3, "W2")] = run_load(cluster.bootstrap, out, "W2-kafka-rf3", "produce", w2(3))
@@ -367,7 +397,8 @@ def main() -> int:
                          "e2e_ms": {k: e2e.get(k) for k in ("p50", "p99", "p999")} if e2e else None})
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    doc = {"stamp": stamp, "quick": a.quick, "shards_per_corelog_broker": a.shards, "sweep": sweep, "cpu_waits": waits,
+    doc = {"stamp": stamp, "quick": a.quick, "shards_per_corelog_broker": a.shards, "sweep": sweep, "tools": tools,
+           "cpu_waits": waits,
            "disk_write_mb_s": disk,
            "cpus": os.cpu_count(), "w4_rate": rate, "runs": runs, "stages": stages}
     (out / "results.json").write_text(json.dumps(doc, indent=2))
@@ -394,6 +425,7 @@ def main() -> int:
             lines.append(f"| {s} | " + " | ".join(cells) + " |")
     lines += wait_table(waits)
     lines += sweep_table(sweep)
+    lines += tools_table(tools)
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -9,7 +9,7 @@
 #
 # Tools: kafka-topics, kafka-configs, kafka-acls, kafka-consumer-groups, kafka-console-producer,
 # kafka-console-consumer, kafka-get-offsets, kafka-delete-records,
-# kafka-producer-perf-test, kafka-consumer-perf-test, kafka-verifiable-producer,
+# kafka-producer-perf-test, kafka-consumer-perf-test, kafka-e2e-latency, kafka-verifiable-producer,
 # kafka-verifiable-consumer, kafka-metadata-quorum, kafka-reassign-partitions,
 # kafka-leader-election, kafka-storage, kafka-server-start
 # (the last two run Apache Kafka itself, for the side-by-side benchmarks).
@@ -61,6 +61,7 @@ case "$tool" in
     kafka-delete-records)       main=org.apache.kafka.tools.DeleteRecordsCommand ;;
     kafka-producer-perf-test)   main=org.apache.kafka.tools.ProducerPerformance ;;
     kafka-consumer-perf-test)   main=org.apache.kafka.tools.ConsumerPerformance ;;
+    kafka-e2e-latency)          main=org.apache.kafka.tools.EndToEndLatency ;;
     kafka-verifiable-producer)  main=org.apache.kafka.tools.VerifiableProducer ;;
     kafka-verifiable-consumer)  main=org.apache.kafka.tools.VerifiableConsumer ;;
     kafka-metadata-quorum)      main=org.apache.kafka.tools.MetadataQuorumCommand ;;
