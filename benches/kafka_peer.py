@@ -271,6 +271,8 @@ class KafkaNode:
         return f"127.0.0.1:{self.port}"
 
     def launch(self) -> None:
+        if self._log is not None:
+            self._log.close()  # the last run's, when it exited without stop()
         self._log = open(self.log_path, "a")
         env = dict(os.environ, KAFKA_HEAP_OPTS=self.heap, KAFKA_OPTS=SERVER_JVM_OPTS)
         # kafka-cli.sh execs java, so this pid is the broker JVM's.

@@ -16,7 +16,8 @@
 //!   is `--linger-ms` old, whichever comes first; at the end every batch is sent and
 //!   every response awaited before `run` returns.
 //! - Without keys, partitions are filled one batch at a time in turn (Kafka's sticky
-//!   partitioner); with keys, `keys::partition_for` decides.
+//!   partitioner, KIP-480: the next partition once the batch is closed, full or lingered;
+//!   [`Sticky`]); with keys, `keys::partition_for` decides.
 //!
 //! Not here: retries. A refused batch is counted in `errors` (and the first few printed
 //! with their Kafka error name); its messages are not re-sent.
@@ -62,7 +63,7 @@ struct Producer {
     message_size: usize,
     batch_size: usize,
     linger: Duration,
-    sticky: usize,
+    sticky: Sticky,
     gate: Gate,
     /// Partitions whose batch is ready to send (full or lingered), in no order.
     ready: Vec<usize>,
@@ -70,6 +71,39 @@ struct Producer {
     /// requests in flight (`--max-in-flight`) are its own, not shared with the other
     /// producers of its thread.
     conns: BTreeMap<i32, Rc<Connection>>,
+}
+
+/// The partition unkeyed messages go to: one until its batch is closed — full, or sent
+/// after lingering — then the next (Kafka's sticky partitioner, KIP-480). Moving on only
+/// when a batch fills would keep a producer whose rate never fills a batch within
+/// `--linger-ms` on one partition for the whole run.
+#[derive(Debug)]
+struct Sticky {
+    current: usize,
+    partitions: usize,
+}
+
+impl Sticky {
+    /// Producer `id` starts at its own partition, so producers spread from the start.
+    fn new(id: usize, partitions: usize) -> Self {
+        let partitions = partitions.max(1);
+        Sticky {
+            current: id % partitions,
+            partitions,
+        }
+    }
+
+    fn current(&self) -> usize {
+        self.current
+    }
+
+    /// `partition`'s batch was closed; if it was the sticky one, the next takes over.
+    fn closed(&mut self, partition: usize) {
+        if partition == self.current {
+            self.current = (self.current + 1) % self.partitions;
+        }
+        debug_assert!(self.current < self.partitions);
+    }
 }
 
 pub async fn run(ctx: Rc<ExecCtx>, id: usize, quota: Option<u64>) -> Result<()> {
@@ -93,7 +127,7 @@ pub async fn run(ctx: Rc<ExecCtx>, id: usize, quota: Option<u64>) -> Result<()> 
         message_size: f.message_size,
         batch_size: f.batch_size,
         linger: Duration::from_millis(f.linger_ms),
-        sticky: id % partitions.max(1),
+        sticky: Sticky::new(id, partitions),
         gate: Gate::new(),
         ready: Vec::new(),
         conns: BTreeMap::new(),
@@ -193,7 +227,7 @@ impl Producer {
         let key_index = self.keys.next_index();
         let partition = match key_index {
             Some(k) => crate::keys::partition_for(k, partitions),
-            None => self.sticky,
+            None => self.sticky.current(),
         };
         let key = key_index.map(|k| self.keys.render(k));
         let acc = &mut self.accs[partition];
@@ -210,9 +244,7 @@ impl Producer {
         if acc.builder.records_bytes() + self.record_bytes > self.batch_size {
             acc.opened = None; // not lingering any more: it is ready now
             self.ready.push(partition);
-            if key_index.is_none() {
-                self.sticky = (self.sticky + 1) % partitions;
-            }
+            self.sticky.closed(partition);
         }
     }
 
@@ -238,6 +270,7 @@ impl Producer {
             if a.opened.is_some_and(|o| now >= o + self.linger) {
                 a.opened = None;
                 self.ready.push(i);
+                self.sticky.closed(i);
             }
         }
     }
@@ -402,5 +435,38 @@ async fn send_request(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Sticky;
+
+    #[test]
+    fn a_lingered_batch_moves_unkeyed_messages_to_the_next_partition() {
+        let mut s = Sticky::new(0, 3);
+        assert_eq!(s.current(), 0);
+        s.closed(0); // lingered or full: either closes the batch
+        assert_eq!(s.current(), 1);
+        s.closed(1);
+        s.closed(2);
+        assert_eq!(s.current(), 0, "wraps around");
+    }
+
+    #[test]
+    fn closing_another_partitions_batch_leaves_the_sticky_one() {
+        let mut s = Sticky::new(1, 4);
+        s.closed(0);
+        s.closed(3);
+        assert_eq!(s.current(), 1);
+    }
+
+    #[test]
+    fn producers_start_apart_and_one_partition_is_always_itself() {
+        assert_eq!(Sticky::new(5, 4).current(), 1);
+        let mut one = Sticky::new(3, 1);
+        one.closed(0);
+        assert_eq!(one.current(), 0);
+        assert_eq!(Sticky::new(0, 0).current(), 0, "no partitions known yet: 0");
     }
 }
