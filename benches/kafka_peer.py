@@ -351,6 +351,9 @@ class KafkaCluster:
         for node in self.nodes:
             node.stop()
             shutil.rmtree(node.dir, ignore_errors=True)
+        # Kafka leaves its writes to the kernel's writeback: flushed here, so that they do
+        # not land in the next run's measurement on the same disk.
+        os.sync()
 
 
 def create_topic(bootstrap: str, topic: str, partitions: int,
