@@ -35,7 +35,6 @@ Writes benches/results/<stamp>-cluster-scale/results.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
@@ -47,7 +46,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import ROOT
+from harness import ROOT, results_dir
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import launcher  # noqa: E402
@@ -319,7 +318,7 @@ def measure(r: dict, brokers: list, topics: list[str], per_topic: int) -> None:
     victim.wait_healthy(timeout=600)
 
 
-def table(runs: dict[str, dict], total: int) -> list[str]:
+def table(runs: dict[str, dict]) -> list[str]:
     """The figures of each side as one markdown table, a column per side."""
     sides = list(runs)
 
@@ -368,11 +367,8 @@ def main() -> None:
     ap.add_argument("--peer", choices=["kafka"], help="three Apache Kafka brokers measured the same way")
     ap.add_argument("--only-peer", action="store_true", help="with --peer: Kafka's side alone")
     args = ap.parse_args()
-    import subprocess
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog"], cwd=ROOT, check=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-cluster-scale"
-    out = ROOT / "benches" / "results" / stamp
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_dir("cluster-scale", "corelog")
+    stamp = out.name
     per_topic = args.partitions // args.topics
     total = per_topic * args.topics
     topics = [f"scale-{i}" for i in range(args.topics)]
@@ -420,7 +416,7 @@ def main() -> None:
     lines = [f"# A cluster at scale ({stamp})", "",
              f"`{command}`: three brokers of each on this machine ({os.cpu_count()} CPUs; corelog "
              f"one shard each), {total:,} partitions at RF 3 ({3 * total:,} replicas).", "",
-             *table(doc["runs"], total)]
+             *table(doc["runs"])]
     (out / "results.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

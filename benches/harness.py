@@ -91,16 +91,22 @@ def write_json_results(name: str, doc: dict) -> Path:
 
 # ---------------------------------------------------------------------------- limits
 
+def results_dir(name: str, *crates: str) -> Path:
+    """Builds the release binaries of `crates` and makes ``benches/results/<stamp>-<name>/``."""
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + name
+    out = ROOT / "benches" / "results" / stamp
+    out.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["cargo", "build", "--release", "-q", *[a for c in crates for a in ("-p", c)]],
+                   cwd=ROOT, check=True)
+    return out
+
+
 def prepare(name: str) -> tuple[Path, Path, float | None]:
     """Set-up shared by the focused benchmarks: builds the release binaries, makes
     ``benches/results/<stamp>-<name>/`` and a scratch directory, and measures the disk's
     direct-write bandwidth there (the limit every figure is a ratio to).
     Returns (results dir, scratch dir, MB/s or None without fio)."""
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-" + name
-    out = ROOT / "benches" / "results" / stamp
-    out.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog", "-p", "corelog-load"],
-                   cwd=ROOT, check=True)
+    out = results_dir(name, "corelog", "corelog-load")
     work = Path(tempfile.mkdtemp(prefix=f"corelog-{name}-", dir=os.environ.get("TMPDIR", "/tmp")))
     disk = fio(work, "write", "256M")
     log(f"disk direct write: {disk} MB/s")

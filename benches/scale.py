@@ -22,7 +22,6 @@ Writes benches/results/<stamp>-scale/results.{md,json}.
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import shutil
@@ -35,7 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import ROOT
+from harness import ROOT, results_dir
 
 # The broker launcher the integration tests use (tests/integration/launcher.py).
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
@@ -158,10 +157,7 @@ def main() -> None:
     from confluent_kafka import Consumer, Producer, TopicPartition
     from confluent_kafka.admin import AdminClient, NewTopic
 
-    subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog"], cwd=ROOT, check=True)
-    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ") + "-scale"
-    out = ROOT / "benches" / "results" / stamp
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_dir("scale", "corelog")
     work = Path(tempfile.mkdtemp(prefix="corelog-scale-", dir=os.environ.get("TMPDIR", "/tmp")))
     per_topic = args.partitions // args.topics
     total = per_topic * args.topics
