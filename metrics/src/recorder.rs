@@ -150,9 +150,6 @@ pub struct ReplicationMetrics {
     pub isr_shrink_proposals: u64,
     pub isr_expand_proposals: u64,
     pub isr_proposals_refused: u64,
-    /// Reports of durable ends this shard's replica fetchers sent while a fetch was out
-    /// (`replica_fetcher`).
-    pub durable_end_reports: u64,
     /// Partitions led here / followed here.
     pub leaders: u64,
     pub followers: u64,
@@ -176,7 +173,6 @@ impl ReplicationMetrics {
         self.isr_shrink_proposals += o.isr_shrink_proposals;
         self.isr_expand_proposals += o.isr_expand_proposals;
         self.isr_proposals_refused += o.isr_proposals_refused;
-        self.durable_end_reports += o.durable_end_reports;
         self.leaders += o.leaders;
         self.followers += o.followers;
         self.under_replicated += o.under_replicated;
@@ -187,11 +183,6 @@ impl ReplicationMetrics {
         self.follower_lag_ms_max = self.follower_lag_ms_max.max(o.follower_lag_ms_max);
         self.uncommitted_offsets += o.uncommitted_offsets;
     }
-}
-
-/// One report of durable ends sent by a replica fetcher of this shard.
-pub fn record_durable_end_report() {
-    RECORDER.with(|r| r.borrow_mut().replication.durable_end_reports += 1);
 }
 
 /// One ISR change committed by a leader of this shard.

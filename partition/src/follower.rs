@@ -6,11 +6,9 @@
 //! [`decide`] is pure: from the partition's state, the offset the fetch asked from and
 //! the leader's answer, what to do — append what came and take up the leader's high
 //! watermark and log start, cut the log where the two agree, or sit out a backoff.
-//! [`append`] and [`settle`] do the first, in two halves: append now (the next fetch may
-//! ask from the new log end at once), then wait until the batches are durable here and
-//! follow. The leader counts a follower's log for the high watermark only as far as the
-//! follower says it is durable (`replica_set::Position`); [`take_up`] is both halves in
-//! one, for a follower that fetches again only once its round is durable.
+//! [`take_up`] does the first: appends, waits until the batches are durable here (so the
+//! offset the next fetch asks from is never ahead of what this replica keeps across a
+//! power loss, and the leader may count it for the high watermark), then follows.
 //!
 //! Invariants: a cut never passes this log's end and never goes below its start; a
 //! follower's high watermark is the leader's capped by its own durable end
@@ -19,7 +17,7 @@
 use crate::leader_epoch_cache::UNDEFINED_EPOCH;
 use crate::partition::{Cut, Partition};
 use corelog_storage::error::ReadError;
-use corelog_storage::{AckLevel, AppendError, AppendTicket};
+use corelog_storage::{AckLevel, AppendError};
 use std::rc::Rc;
 
 /// What the leader answered for one partition, as far as the follower's decision goes.
@@ -123,27 +121,16 @@ pub enum TakeUpError {
     LogStart(ReadError),
 }
 
-/// A round's records appended to one partition and not yet settled ([`settle`]).
-#[derive(Debug)]
-#[must_use = "a round is settled once its records are durable"]
-pub struct Appended {
-    ticket: Option<AppendTicket>,
-    started: std::time::Instant,
-    high_watermark: i64,
-    log_start_offset: i64,
-}
-
-/// The first half of a follower's round with its leader's records for one partition:
-/// appends `records` as they are, now. The log end moves at once (a pipelined fetcher
-/// asks for the next round from there), what is durable only once the batches are
-/// synced; [`settle`] waits for that and takes up the leader's high watermark and log
-/// start.
-pub fn append(
+/// A follower's round with its leader's records for one partition: appends `records`
+/// as they are, waits until they are durable here, then follows the leader's high
+/// watermark and log start. The append happens before the first await, so rounds of
+/// several partitions run together append in the order they start.
+pub async fn take_up(
     partition: &Rc<Partition>,
     records: Option<&[u8]>,
     high_watermark: i64,
     log_start_offset: i64,
-) -> Result<Appended, TakeUpError> {
+) -> Result<(), TakeUpError> {
     let started = partition.log().now();
     let ticket = match records {
         Some(r) => Some(
@@ -153,43 +140,18 @@ pub fn append(
         ),
         None => None,
     };
-    Ok(Appended {
-        ticket,
-        started,
-        high_watermark,
-        log_start_offset,
-    })
-}
-
-/// The second half of the round [`append`] began: waits until its batches are durable
-/// here, then follows the leader's high watermark (capped by what is durable) and log
-/// start.
-pub async fn settle(partition: &Rc<Partition>, appended: Appended) -> Result<(), TakeUpError> {
-    if let Some(ticket) = appended.ticket {
+    if let Some(ticket) = ticket {
         partition
             .wait(ticket, AckLevel::All)
             .await
             .map_err(TakeUpError::NotAcknowledged)?;
         partition
             .log()
-            .observe_since(corelog_storage::Stage::FollowerAppend, appended.started);
+            .observe_since(corelog_storage::Stage::FollowerAppend, started);
     }
-    partition.follow_high_watermark(appended.high_watermark);
+    partition.follow_high_watermark(high_watermark);
     partition
-        .follow_log_start(appended.log_start_offset)
+        .follow_log_start(log_start_offset)
         .await
         .map_err(TakeUpError::LogStart)
-}
-
-/// A follower's whole round with its leader's records for one partition: [`append`],
-/// then [`settle`]. The append happens before the first await, so rounds of several
-/// partitions run together append in the order they start.
-pub async fn take_up(
-    partition: &Rc<Partition>,
-    records: Option<&[u8]>,
-    high_watermark: i64,
-    log_start_offset: i64,
-) -> Result<(), TakeUpError> {
-    let appended = append(partition, records, high_watermark, log_start_offset)?;
-    settle(partition, appended).await
 }

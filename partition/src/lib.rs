@@ -24,4 +24,4 @@ pub use partition::{
     PartitionRead, Reader, EARLIEST_LOCAL_TIMESTAMP, EARLIEST_TIMESTAMP, LATEST_TIERED_TIMESTAMP,
     LATEST_TIMESTAMP, MAX_TIMESTAMP,
 };
-pub use replica_set::{Assignment, Position, ReplicaSet};
+pub use replica_set::{Assignment, ReplicaSet};

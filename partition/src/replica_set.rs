@@ -3,15 +3,9 @@
 //! high watermark they allow. Pure bookkeeping: the partition feeds it fetches and
 //! metadata, and asks it what to propose.
 //!
-//! Kafka's rules (`Partition`, `ReplicaState`, `PartitionState`), with one addition:
+//! Kafka's rules (`Partition`, `ReplicaState`, `PartitionState`):
 //! - a follower's log end offset is the offset of its latest fetch: it asks for `X` only
-//!   once it holds everything below `X`;
-//! - its *durable* end is what it keeps across a power loss: the same offset, unless the
-//!   fetch says it is lower (a corelog follower fetches the next round while the last
-//!   one is still being synced, and reports how far it has synced: [`Position`]). Only
-//!   durable ends count for the high watermark and for joining the ISR, so every ISR
-//!   member keeps everything below the high watermark whatever the power does; the log
-//!   end is what the lag is measured with, as in Kafka;
+//!   once it holds everything below `X` (on disk, with the default durability);
 //! - a follower is caught up when its fetch reached the leader's log end as of that
 //!   fetch, or as of its previous fetch (`last_caught_up_ms`, for ISR shrinks);
 //! - the *maximal* ISR is the committed ISR plus a proposed expansion: a joining follower
@@ -33,35 +27,12 @@
 //! Invariants: the leader is in the committed ISR; every follower tracked is a replica
 //! and not the leader; at most one ISR change is proposed at a time.
 
-/// Where a follower's fetch says its log stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Position {
-    /// The fetch offset: the follower holds everything below it.
-    pub fetch_offset: i64,
-    /// How much of that it keeps across a power loss; `None`: all of it.
-    pub durable_end: Option<i64>,
-}
-
-impl Position {
-    /// A follower that fetches only what it has made durable (Kafka's own, and every
-    /// fetch that does not say otherwise).
-    pub fn durable(fetch_offset: i64) -> Position {
-        Position {
-            fetch_offset,
-            durable_end: None,
-        }
-    }
-}
-
 /// What the leader knows of one follower.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FollowerState {
     pub id: i32,
     /// The offset of its latest fetch; -1 until it fetched from this leader.
     pub log_end_offset: i64,
-    /// How much of its log it keeps across a power loss, as of its latest fetch (never
-    /// above `log_end_offset`); -1 until it fetched from this leader.
-    pub durable_end: i64,
     /// When it was last caught up with this leader's log end (or when this broker became
     /// leader, which gives every follower one lag period to show up).
     pub last_caught_up_ms: i64,
@@ -143,7 +114,6 @@ impl ReplicaSet {
                 self.followers.push(FollowerState {
                     id: r,
                     log_end_offset: -1,
-                    durable_end: -1,
                     last_caught_up_ms: now_ms,
                     last_fetch_ms: now_ms,
                     last_fetch_leader_end: -1,
@@ -186,9 +156,8 @@ impl ReplicaSet {
         self.isr.contains(&id) || self.proposed.as_ref().is_some_and(|p| p.contains(&id))
     }
 
-    /// Records a fetch by follower `id` at `fetch_offset`, all of it durable there,
-    /// while this leader's log ended at `leader_end`. Returns false for a broker that is
-    /// not a follower here.
+    /// Records a fetch by follower `id` at `fetch_offset` while this leader's log ended
+    /// at `leader_end`. Returns false for a broker that is not a follower here.
     pub fn record_fetch(
         &mut self,
         id: i32,
@@ -196,23 +165,9 @@ impl ReplicaSet {
         leader_end: i64,
         now_ms: i64,
     ) -> bool {
-        self.record_position(id, Position::durable(fetch_offset), leader_end, now_ms)
-    }
-
-    /// Records a fetch by follower `id` at `position` while this leader's log ended at
-    /// `leader_end`. Returns false for a broker that is not a follower here.
-    pub fn record_position(
-        &mut self,
-        id: i32,
-        position: Position,
-        leader_end: i64,
-        now_ms: i64,
-    ) -> bool {
         let Some(f) = self.followers.iter_mut().find(|f| f.id == id) else {
             return false;
         };
-        f.durable_end = durable_end(f, position);
-        let fetch_offset = position.fetch_offset;
         if fetch_offset >= leader_end {
             f.last_caught_up_ms = now_ms;
         } else if f.last_fetch_leader_end >= 0 && fetch_offset >= f.last_fetch_leader_end {
@@ -221,7 +176,6 @@ impl ReplicaSet {
         f.log_end_offset = fetch_offset;
         f.last_fetch_leader_end = leader_end;
         f.last_fetch_ms = now_ms;
-        debug_assert!(f.durable_end <= f.log_end_offset);
         true
     }
 
@@ -235,19 +189,19 @@ impl ReplicaSet {
             .followers
             .iter()
             .filter(|f| self.in_maximal_isr(f.id))
-            .map(|f| f.durable_end);
+            .map(|f| f.log_end_offset);
         Some(followers.fold(leader_end, i64::min))
     }
 
-    /// The ISR to propose with follower `id` added, if its durable log (as of the fetch
-    /// just recorded) reaches the high watermark and the start of the current leader
-    /// epoch (Kafka's `isFollowerInSync`: it holds everything this leader committed).
+    /// The ISR to propose with follower `id` added, if its log (as of the fetch just
+    /// recorded) reaches the high watermark and the start of the current leader epoch
+    /// (Kafka's `isFollowerInSync`: it holds everything this leader committed).
     pub fn expansion(&self, id: i32, high_watermark: i64, epoch_start: i64) -> Option<Vec<i32>> {
         if self.proposed.is_some() || self.in_maximal_isr(id) {
             return None;
         }
         let f = self.followers.iter().find(|f| f.id == id)?;
-        if f.durable_end < high_watermark || f.durable_end < epoch_start {
+        if f.log_end_offset < high_watermark || f.log_end_offset < epoch_start {
             return None;
         }
         Some(self.in_assignment_order(|r| self.isr.contains(&r) || r == id))
@@ -298,23 +252,6 @@ impl ReplicaSet {
 
     fn in_assignment_order(&self, keep: impl Fn(i32) -> bool) -> Vec<i32> {
         self.replicas.iter().copied().filter(|r| keep(*r)).collect()
-    }
-}
-
-/// A follower's durable end after a fetch at `position`, given what was known of it.
-/// Never above the fetch offset. A fetch at the offset of the one before can only be
-/// older news or newer news of the same log — a fetch the leader holds is read and
-/// recorded again after a later position report of the same round — so the durable end
-/// then never goes back; a fetch at another offset (a new round, or a log cut after a
-/// divergence) says it anew.
-fn durable_end(known: &FollowerState, position: Position) -> i64 {
-    let said = position
-        .durable_end
-        .map_or(position.fetch_offset, |d| d.min(position.fetch_offset));
-    if position.fetch_offset == known.log_end_offset {
-        said.max(known.durable_end)
-    } else {
-        said
     }
 }
 
@@ -453,50 +390,6 @@ mod tests {
             20,
         );
         assert!(s.may_propose(0));
-    }
-
-    /// A follower that fetches its next round before the last is synced counts for the
-    /// high watermark and the ISR only with what it has synced; its lag is its log end.
-    #[test]
-    fn only_what_a_follower_synced_counts_for_the_high_watermark_and_the_isr() {
-        let unsynced = |fetch_offset, durable| Position {
-            fetch_offset,
-            durable_end: Some(durable),
-        };
-        let mut s = ReplicaSet::new(
-            1,
-            Assignment {
-                replicas: vec![1, 2, 3],
-                isr: vec![1, 2],
-                partition_epoch: 0,
-            },
-            0,
-        );
-        assert!(s.record_position(2, unsynced(20, 12), 20, 10));
-        assert_eq!(s.high_watermark_bound(20, 1), Some(12));
-        assert_eq!(s.followers()[0].last_caught_up_ms, 10, "lag by the log end");
-        // Its report once the round is synced.
-        s.record_position(2, unsynced(20, 20), 20, 11);
-        assert_eq!(s.high_watermark_bound(20, 1), Some(20));
-        // The fetch it sent before the report, read again when the leader's wait ends.
-        s.record_position(2, unsynced(20, 12), 25, 12);
-        assert_eq!(
-            s.followers()[0].durable_end,
-            20,
-            "older news of the same round"
-        );
-        // A durable end above the fetch offset is capped by it.
-        s.record_position(2, unsynced(25, 40), 25, 13);
-        assert_eq!(s.followers()[0].durable_end, 25);
-        // A cut log says its position anew.
-        s.record_position(2, unsynced(22, 22), 25, 14);
-        assert_eq!(s.followers()[0].durable_end, 22);
-
-        // 3 holds the high watermark in memory but not on disk: it does not join yet.
-        s.record_position(3, unsynced(22, 15), 25, 15);
-        assert_eq!(s.expansion(3, 20, 0), None);
-        s.record_position(3, unsynced(22, 22), 25, 16);
-        assert_eq!(s.expansion(3, 20, 0), Some(vec![1, 2, 3]));
     }
 
     #[test]

@@ -3,8 +3,7 @@
 //! following the log start, and its checkpoint waiting out a full filesystem.
 
 use corelog_partition::{
-    AckError, Assignment, EpochError, Isolation, Partition, Position, EARLIEST_TIMESTAMP,
-    LATEST_TIMESTAMP,
+    AckError, Assignment, EpochError, Isolation, Partition, EARLIEST_TIMESTAMP, LATEST_TIMESTAMP,
 };
 use corelog_storage::batch::batches;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
@@ -379,7 +378,7 @@ fn a_waiting_acks_all_produce_hears_of_an_isr_below_min_insync_replicas() {
         p.become_leader(0, 1, isr(&[1, 2], 4)).expect("expand");
         let t2 = p.append(&one_record("committed")).expect("append");
         p.wait(t2, AckLevel::All).await.expect("durable here");
-        p.record_follower_fetch(2, Position::durable(t2.next_offset), || Some(0));
+        p.record_follower_fetch(2, t2.next_offset, || Some(0));
         p.wait_committed(t2).await.expect("committed by 1 and 2");
         assert_eq!(p.high_watermark(), t2.next_offset);
     });

@@ -139,9 +139,6 @@ pub struct FetchInput {
     pub current_leader_epoch: i32,
     /// The epoch of the last batch the fetcher holds (-1: not given).
     pub last_fetched_epoch: i32,
-    /// A corelog follower's durable end, when below the fetch offset
-    /// (`replica_fetcher::durable_end_of`); `None`: all of it is durable.
-    pub durable_end: Option<i64>,
 }
 
 #[derive(Debug, Clone)]

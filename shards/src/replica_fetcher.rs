@@ -5,18 +5,11 @@
 //! A round asks the leader for each partition from its log end — the fetch offset says
 //! "I hold everything below this" — with the epoch of the last batch held, so that the
 //! leader answers a divergence instead of records (Fetch's `DivergingEpoch`, KIP-320).
-//! What comes back is appended as it is, and the next round's fetch goes out at once,
-//! while the round just appended is being made durable (with the default durability,
-//! synced: one group commit per partition per round). So a follower's fetch may be ahead
-//! of what it would keep across a power loss; it says how far behind in a tagged field
-//! of each partition ([`DURABLE_END_TAG`]), and the leader counts only that for the high
-//! watermark and the ISR. When a round becomes durable while the next fetch is still out
-//! — held by the leader, which has nothing new — the fetcher reports the new durable
-//! ends on the same connection at once (a fetch the leader answers without waiting,
-//! whose answer is not applied), so that the high watermark does not wait for the held
-//! fetch. At most one round is in that state: the fetch after next waits until the
-//! round is durable, so a follower whose disk stalls stops fetching and leaves the ISR
-//! as in Kafka.
+//! What comes back is appended as it is; then the round waits until everything it
+//! appended is acknowledged per the durability setting (with the default, synced: one
+//! group commit per partition per round) before the next fetch. So the offset a
+//! follower fetches from is never ahead of what it would keep across a power loss, and
+//! the leader may count it for the high watermark.
 //!
 //! A divergence cuts the partition's log where the two logs agree (Kafka's
 //! `AbstractFetcherThread` rules, below) and the next round fetches from there. The
@@ -38,10 +31,7 @@
 //! Invariants: a partition is in at most one fetcher, the one of the leader the metadata
 //! names (`assign` moves it); a response is applied to a partition only if it still
 //! follows the same leader in the same epoch the request was built with; a partition
-//! that failed sits out rounds for the backoff; the durable end a fetch or report says
-//! is never above what the partition has made durable; at most one appended round is
-//! not yet settled when a fetch is sent, and none when a log is cut; no `RefCell`
-//! borrow crosses an `.await`.
+//! that failed sits out rounds for the backoff; no `RefCell` borrow crosses an `.await`.
 
 use crate::metadata::ClusterMetadata;
 use crate::replication_throttle::{self, ReplicationThrottles, Side};
@@ -51,8 +41,6 @@ use corelog_kafka_client::security::ClientSecurity;
 use corelog_kafka_client::ClientError;
 use corelog_partition::follower::{self, FollowerStep, LeaderAnswer};
 use corelog_partition::{Cut, Partition};
-use futures::future::Either;
-use glommio::task::JoinHandle;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::{ApiKey, BrokerId, FetchRequest, FetchResponse};
 use kafka_protocol::ResponseError;
@@ -76,34 +64,6 @@ const WARN_AGAIN_AFTER: Duration = Duration::from_secs(60);
 
 /// Fetch v15: replica state (id and broker epoch) in its own field, topics by id.
 const FETCH_VERSION: i16 = 15;
-
-/// Requests a fetcher's connection may have outstanding: the fetch, a report of durable
-/// ends sent while the fetch is held, and the next fetch sent as the report's answer is
-/// read.
-const IN_FLIGHT: usize = 3;
-
-/// The tagged field of a Fetch request's partition in which a corelog follower says how
-/// far its log is durable, when that is below its fetch offset: an `i64`, big-endian.
-/// Brokers skip tags they do not know; Kafka numbers its tags from 0 up, so this one is
-/// far above them.
-pub const DURABLE_END_TAG: i32 = 0x636c;
-
-/// The durable end a follower's fetch of `p` says, if it says one.
-pub fn durable_end_of(p: &FetchPartition) -> Option<i64> {
-    let bytes = p.unknown_tagged_fields.get(&DURABLE_END_TAG)?;
-    Some(i64::from_be_bytes(bytes.as_ref().try_into().ok()?))
-}
-
-/// `p`'s fetch says `durable_end`, unless all of it is durable.
-fn say_durable_end(p: &mut FetchPartition, durable_end: i64) {
-    debug_assert!(durable_end <= p.fetch_offset);
-    if durable_end < p.fetch_offset {
-        p.unknown_tagged_fields.insert(
-            DURABLE_END_TAG,
-            bytes::Bytes::copy_from_slice(&durable_end.to_be_bytes()),
-        );
-    }
-}
 
 /// How followers fetch (Kafka's `replica.fetch.*` settings).
 #[derive(Debug, Clone)]
@@ -276,8 +236,6 @@ struct Sent {
     partition: Rc<Partition>,
     leader_epoch: i32,
     fetch_offset: i64,
-    /// The durable end the request said (the fetch offset when it said none).
-    durable_end: i64,
     /// The follower throttle's rate, when it counts this partition's bytes.
     throttle: Option<u64>,
 }
@@ -285,9 +243,6 @@ struct Sent {
 async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchConfig) {
     let mut conn: Option<Rc<Connection>> = None;
     let mut warned: Option<Instant> = None;
-    // The round appended last and not yet settled (durable, the leader's high watermark
-    // and log start taken up): the next fetch goes out while it settles.
-    let mut settling: Option<JoinHandle<()>> = None;
     loop {
         if fetcher.stopped.get() {
             return;
@@ -329,7 +284,7 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
                     addr,
                     &leader_host,
                     &client_id,
-                    IN_FLIGHT,
+                    1,
                     Duration::from_secs(5),
                     &config.security,
                 );
@@ -384,7 +339,7 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
             glommio::timer::sleep(MORE_TO_FETCH_GRACE).await;
             None
         };
-        let fetching = futures_lite::future::or(
+        let fetched = futures_lite::future::or(
             async {
                 let answered = futures_lite::future::or(
                     c.request::<_, FetchResponse>(ApiKey::Fetch, FETCH_VERSION, &request),
@@ -393,24 +348,8 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
                 Some(answered.await)
             },
             more_to_fetch,
-        );
-        let mut fetching = std::pin::pin!(fetching);
-        // The round before settles while the fetch is out: its durable ends are reported
-        // at once (the fetch may be held until new records arrive).
-        let fetched = loop {
-            let Some(round) = settling.as_mut() else {
-                break fetching.await;
-            };
-            match futures::future::select(fetching.as_mut(), round).await {
-                Either::Left((fetched, _)) => break fetched,
-                Either::Right(_) => {
-                    settling = None;
-                    if let Some(h) = host.upgrade() {
-                        report_durable_ends(&*h, &meta, &sent, &c, &config);
-                    }
-                }
-            }
-        };
+        )
+        .await;
         let Some(fetched) = fetched else {
             tracing::debug!(
                 leader = fetcher.leader,
@@ -447,79 +386,8 @@ async fn run<H: ReplicaHost>(fetcher: Rc<Fetcher>, host: Weak<H>, config: FetchC
         let Some(h) = host.upgrade() else {
             return;
         };
-        apply_response(&fetcher, h, &meta, sent, response, &config, &mut settling).await;
+        apply_response(&fetcher, h, &meta, sent, response, &config).await;
     }
-}
-
-/// Tells the leader, on the fetch's connection, how far the partitions of the fetch out
-/// (`sent`) are durable now, where that moved since the fetch said it: a fetch from the
-/// same offsets that the leader answers at once (no wait, no minimum), recorded there
-/// like any fetch. Its answer is not applied: the fetch out answers from the same
-/// offsets, and comes first.
-fn report_durable_ends<H: ReplicaHost>(
-    host: &H,
-    meta: &ClusterMetadata,
-    sent: &HashMap<TopicPartition, Sent>,
-    conn: &Rc<Connection>,
-    config: &FetchConfig,
-) {
-    let mut topics: BTreeMap<Arc<str>, FetchTopic> = BTreeMap::new();
-    for (tp, s) in sent {
-        let durable_end = s.partition.durable_end();
-        let unchanged = host
-            .partition(tp)
-            .is_none_or(|c| !Rc::ptr_eq(&c, &s.partition))
-            || s.partition.leader_epoch() != s.leader_epoch
-            || s.partition.log_end_offset() != s.fetch_offset;
-        if unchanged || durable_end <= s.durable_end {
-            continue;
-        }
-        let Some(topic) = meta.topic(&tp.topic) else {
-            continue;
-        };
-        let mut fp = FetchPartition::default();
-        fp.partition = tp.partition;
-        fp.current_leader_epoch = s.leader_epoch;
-        fp.fetch_offset = s.fetch_offset;
-        fp.last_fetched_epoch = s.partition.latest_epoch();
-        fp.log_start_offset = s.partition.log_start_offset();
-        fp.partition_max_bytes = config.partition_max_bytes;
-        say_durable_end(&mut fp, durable_end.min(s.fetch_offset));
-        topics
-            .entry(tp.topic.clone())
-            .or_insert_with(|| {
-                let mut t = FetchTopic::default();
-                t.topic_id = topic.id;
-                t
-            })
-            .partitions
-            .push(fp);
-    }
-    if topics.is_empty() {
-        return;
-    }
-    let mut request = FetchRequest::default();
-    let mut replica = ReplicaState::default();
-    replica.replica_id = BrokerId(host.node_id());
-    replica.replica_epoch = host.broker_epoch();
-    request.replica_state = replica;
-    request.max_wait_ms = 0;
-    request.min_bytes = 0;
-    request.max_bytes = config.response_max_bytes;
-    request.session_id = 0;
-    request.session_epoch = -1;
-    request.topics = topics.into_values().collect();
-    corelog_metrics::record_durable_end_report();
-    let conn = conn.clone();
-    glommio::spawn_local(async move {
-        let answered = conn
-            .request::<_, FetchResponse>(ApiKey::Fetch, FETCH_VERSION, &request)
-            .await;
-        if let Err(e) = answered {
-            tracing::debug!(addr = %conn.addr, error = %e, "a report of durable ends was not answered");
-        }
-    })
-    .detach();
 }
 
 /// The request for every partition not sitting out a backoff or held back by the
@@ -580,16 +448,13 @@ fn build_request<H: ReplicaHost>(
                 }
             }
         }
-        let fetch_offset = partition.log_end_offset();
-        let durable_end = partition.durable_end().min(fetch_offset);
         let mut fp = FetchPartition::default();
         fp.partition = tp.partition;
         fp.current_leader_epoch = partition.leader_epoch();
-        fp.fetch_offset = fetch_offset;
+        fp.fetch_offset = partition.log_end_offset();
         fp.last_fetched_epoch = partition.latest_epoch();
         fp.log_start_offset = partition.log_start_offset();
         fp.partition_max_bytes = max_bytes;
-        say_durable_end(&mut fp, durable_end);
         topics
             .entry(tp.topic.clone())
             .or_insert_with(|| {
@@ -603,8 +468,7 @@ fn build_request<H: ReplicaHost>(
             tp.clone(),
             Sent {
                 leader_epoch: partition.leader_epoch(),
-                fetch_offset,
-                durable_end,
+                fetch_offset: partition.log_end_offset(),
                 throttle,
                 partition,
             },
@@ -635,20 +499,26 @@ fn leader_addr(meta: &ClusterMetadata, leader: i32) -> Option<(SocketAddr, Strin
     Some((addr, b.endpoint.host.clone()))
 }
 
-/// Appends what came back and starts settling it (`settling` becomes this round), takes
-/// up the leader's high watermark and log start once the records are durable, and cuts
-/// diverged logs. Returns once the round before this one has settled, and once every
-/// cut is made.
+/// A partition the leader answered with records or none, no error and no divergence.
+struct Fetched {
+    tp: TopicPartition,
+    partition: Rc<Partition>,
+    records: Option<bytes::Bytes>,
+    leader_high_watermark: i64,
+    leader_log_start: i64,
+}
+
+/// Appends what came back, waits until it is acknowledged here, takes up the leader's
+/// high watermark and log start, and cuts diverged logs.
 async fn apply_response<H: ReplicaHost>(
-    fetcher: &Rc<Fetcher>,
+    fetcher: &Fetcher,
     host: Rc<H>,
     meta: &ClusterMetadata,
     mut sent: HashMap<TopicPartition, Sent>,
     response: FetchResponse,
     config: &FetchConfig,
-    settling: &mut Option<JoinHandle<()>>,
 ) {
-    let mut round = Vec::new();
+    let mut fetched = Vec::new();
     let mut truncations = Vec::new();
     let mut failed = Vec::new();
     for t in response.responses {
@@ -714,69 +584,45 @@ async fn apply_response<H: ReplicaHost>(
                             Instant::now(),
                         );
                     }
-                    // Appended now, in response order; the response's buffer is shared,
-                    // not copied.
-                    match follower::append(&s.partition, records, high_watermark, log_start_offset)
-                    {
-                        Ok(appended) => round.push((tp, s.partition, appended)),
-                        Err(e) => {
-                            tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "a replicated round of a partition failed");
-                            failed.push((tp, None));
-                        }
-                    }
+                    fetched.push(Fetched {
+                        tp,
+                        partition: s.partition,
+                        // The response's buffer, shared: no copy.
+                        records: records.and(p.records.clone()),
+                        leader_high_watermark: high_watermark,
+                        leader_log_start: log_start_offset,
+                    });
                 }
                 FollowerStep::Cut(cut) => truncations.push((tp, cut)),
                 FollowerStep::Backoff => failed.push((tp, error)),
             }
         }
     }
-    let before = settling.take();
-    if !round.is_empty() {
-        let task = glommio::spawn_local(settle_round(fetcher.clone(), round, config.backoff));
-        *settling = Some(task.detach());
-    }
-    // The round before this one settles before the next fetch goes out, and before a log
-    // is cut (it may hold that log's last records).
-    if let Some(before) = before {
-        before.await;
-    }
-    for (tp, cut) in truncations {
-        host.clone().truncate(tp, cut).await;
-    }
-    sit_out(fetcher, failed, config.backoff);
-}
-
-/// Waits until a round's appends are durable and takes up what the leader said with
-/// them; a partition that failed sits out a backoff.
-async fn settle_round(
-    fetcher: Rc<Fetcher>,
-    round: Vec<(TopicPartition, Rc<Partition>, follower::Appended)>,
-    backoff: Duration,
-) {
-    let settled = futures::future::join_all(round.into_iter().map(|(tp, p, appended)| async move {
-        let e = follower::settle(&p, appended).await.err()?;
-        tracing::warn!(topic = %tp.topic, partition = tp.partition, error = %e, "a replicated round of a partition failed");
-        Some((tp, None))
+    // Every partition's append happens at the first poll, in order; then they wait
+    // together (`follower::take_up`).
+    let acknowledged = futures::future::join_all(fetched.into_iter().map(|f| async move {
+        let done = follower::take_up(
+            &f.partition,
+            f.records.as_deref(),
+            f.leader_high_watermark,
+            f.leader_log_start,
+        )
+        .await;
+        let e = done.err()?;
+        tracing::warn!(topic = %f.tp.topic, partition = f.tp.partition, error = %e, "a replicated round of a partition failed");
+        Some((f.tp, None))
     }))
     .await;
-    sit_out(&fetcher, settled.into_iter().flatten().collect(), backoff);
-}
-
-/// Each of `failed` sits out its backoff (`backoff_after`) from now.
-fn sit_out(
-    fetcher: &Fetcher,
-    failed: Vec<(TopicPartition, Option<ResponseError>)>,
-    backoff: Duration,
-) {
-    if failed.is_empty() {
-        return;
+    failed.extend(acknowledged.into_iter().flatten());
+    for (tp, cut) in truncations {
+        host.clone().truncate(tp, cut).await;
     }
     let now = Instant::now();
     let mut partitions = fetcher.partitions.borrow_mut();
     for (tp, error) in failed {
         if let Some(standing) = partitions.get_mut(&tp) {
             standing.refusals = standing.refusals.saturating_add(1);
-            standing.until = Some(now + backoff_after(error, standing.refusals, backoff));
+            standing.until = Some(now + backoff_after(error, standing.refusals, config.backoff));
         }
     }
 }
@@ -805,19 +651,6 @@ mod tests {
         ] {
             assert_eq!(backoff_after(Some(e), 1, CONFIGURED), METADATA_BACKOFF_MIN);
         }
-    }
-
-    /// A partition all durable carries no tag, as a Kafka broker's fetch carries none.
-    #[test]
-    fn the_durable_end_is_said_only_when_below_the_fetch_offset() {
-        let partition = |fetch_offset, durable_end| {
-            let mut p = FetchPartition::default();
-            p.fetch_offset = fetch_offset;
-            say_durable_end(&mut p, durable_end);
-            p
-        };
-        assert_eq!(durable_end_of(&partition(120, 100)), Some(100));
-        assert!(partition(50, 50).unknown_tagged_fields.is_empty());
     }
 
     /// A refusal metadata does not resolve, or a failure here, waits the whole backoff.

@@ -26,7 +26,7 @@ use crate::replica_fetcher::ReplicaHost;
 use crate::shard::Shard;
 use corelog_controller::command::{Command, IsrChange, Outcome};
 use corelog_controller::image::PartitionImage;
-use corelog_partition::{Assignment, Cut, FollowerFetch, IsrProposal, Partition, Position};
+use corelog_partition::{Assignment, Cut, FollowerFetch, IsrProposal, Partition};
 use corelog_storage::error::StorageError;
 use std::collections::HashMap;
 use std::rc::Rc;
@@ -123,7 +123,7 @@ impl Shard {
         Ok(())
     }
 
-    /// Records follower `replica`'s fetch of `log` at `position` (a read that did not
+    /// Records follower `replica`'s fetch of `log` at `offset` (a read that did not
     /// diverge) and proposes its return to the ISR when due; returns the high watermark
     /// to answer with.
     pub(crate) fn record_follower_fetch(
@@ -131,7 +131,7 @@ impl Shard {
         tp: &TopicPartition,
         log: &Rc<Partition>,
         replica: i32,
-        position: Position,
+        offset: i64,
     ) -> Result<i64, PartitionError> {
         // Kafka's isReplicaIsrEligible: the controller refuses a fenced or stopping
         // broker, so proposing it would only be refused.
@@ -139,7 +139,7 @@ impl Shard {
             let meta = self.metadata.snapshot();
             meta.is_live(replica).then(|| meta.version())
         };
-        match log.record_follower_fetch(replica, position, eligible) {
+        match log.record_follower_fetch(replica, offset, eligible) {
             FollowerFetch::Recorded(proposal) => {
                 if let Some(p) = proposal {
                     self.propose_isr(tp, log, p);

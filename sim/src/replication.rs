@@ -36,9 +36,7 @@ use crate::net::{Delivery, Net, NetFaults};
 use crate::rng::Rng;
 use bytes::Bytes;
 use corelog_partition::follower::{self, FollowerStep, LeaderAnswer};
-use corelog_partition::{
-    Assignment, FollowerFetch, Isolation, IsrProposal, Partition, Position, Reader,
-};
+use corelog_partition::{Assignment, FollowerFetch, Isolation, IsrProposal, Partition, Reader};
 use corelog_storage::batch::{batches, BatchHeader};
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::batch_filter::for_each_record;
@@ -433,19 +431,15 @@ impl World {
         }
     }
 
-    /// The leader `leader`'s answer to `follower`'s fetch at `position`, as the broker
-    /// gives it; held while there is nothing new unless `report` (a report of durable
-    /// ends, answered at once).
+    /// The leader `leader`'s answer to `follower`'s fetch, as the broker gives it.
     async fn answer_fetch(
         self: &Rc<Self>,
         leader: i32,
         follower: i32,
-        position: Position,
+        fetch_offset: i64,
         last_epoch: i32,
         leader_epoch: i32,
-        report: bool,
     ) -> Answer {
-        let fetch_offset = position.fetch_offset;
         let node = self.node(leader).clone();
         let Some(p) = node.partition() else {
             return Answer::Failed;
@@ -453,7 +447,7 @@ impl World {
         if !p.is_leader() || p.leader_epoch() != leader_epoch {
             return Answer::Failed;
         }
-        if fetch_offset >= p.log_end_offset() && !report {
+        if fetch_offset >= p.log_end_offset() {
             let deadline = self.runtime.now() + FETCH_WAIT;
             p.wait_beyond_log_end(fetch_offset, deadline).await;
         }
@@ -471,7 +465,7 @@ impl World {
                     return Answer::Diverging { epoch, end_offset };
                 }
                 let version = self.ctl.borrow().version;
-                match p.record_follower_fetch(follower, position, || Some(version)) {
+                match p.record_follower_fetch(follower, fetch_offset, || Some(version)) {
                     FollowerFetch::Recorded(Some(proposal)) => {
                         let world = self.clone();
                         self.runtime.spawn(async move {
@@ -545,44 +539,9 @@ impl Answer {
     }
 }
 
-/// A round a follower appended, settling (`follower::settle`) in a task of its own: done
-/// when the receiver answers (or the task was dropped with the run).
-type Settling = futures::channel::oneshot::Receiver<()>;
-
-/// Settles `round` of `p` in a task of its own.
-fn settle_in_background(
-    world: &Rc<World>,
-    p: &Rc<Partition>,
-    round: follower::Appended,
-) -> Settling {
-    let (done, settling) = futures::channel::oneshot::channel();
-    let p = p.clone();
-    world.runtime.spawn(async move {
-        // A failure shows in the log's state, which the next round looks at.
-        let _ = follower::settle(&p, round).await;
-        let _ = done.send(());
-    });
-    settling
-}
-
-/// The fetch a follower says (as the broker's fetcher does): its log end, and how much of
-/// it is durable.
-fn position_of(p: &Partition) -> Position {
-    let fetch_offset = p.log_end_offset();
-    Position {
-        fetch_offset,
-        durable_end: Some(p.durable_end().min(fetch_offset)),
-    }
-}
-
-/// A node's replica fetcher and its leader's ISR shrink check, for one life. The fetcher
-/// pipelines as the broker's does (`shards::replica_fetcher`): the next fetch goes out
-/// once a round is appended, saying how much is durable; a round that settles while that
-/// fetch is out is reported at once; the fetch after next waits until it has settled,
-/// and so does a cut.
+/// A node's replica fetcher and its leader's ISR shrink check, for one life.
 async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
     let rt = world.runtime.clone();
-    let mut settling: Option<Settling> = None;
     while world.alive(&node, life) {
         let Some(p) = node.partition() else { return };
         if let Some(e) = p.log().failure() {
@@ -605,45 +564,26 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
             rt.sleep(BACKOFF).await;
             continue;
         };
-        let (position, last_epoch, leader_epoch) =
-            (position_of(&p), p.latest_epoch(), p.leader_epoch());
-        let fetch_offset = position.fetch_offset;
-        let fetching = async {
-            let request = world.net.send(node.id, leader).await;
-            if request == Delivery::Lost {
-                return None;
-            }
-            let mut answer = world
-                .answer_fetch(leader, node.id, position, last_epoch, leader_epoch, false)
-                .await;
-            if request == Delivery::Twice {
-                // The copy is answered too; the follower takes whichever comes first.
-                answer = world
-                    .answer_fetch(leader, node.id, position, last_epoch, leader_epoch, false)
-                    .await;
-            }
-            if world.net.send(leader, node.id).await == Delivery::Lost {
-                return None;
-            }
-            Some(answer)
-        };
-        let mut fetching = std::pin::pin!(fetching);
-        let answer = loop {
-            let Some(round) = settling.as_mut() else {
-                break fetching.await;
-            };
-            match futures::future::select(fetching.as_mut(), round).await {
-                futures::future::Either::Left((answer, _)) => break answer,
-                futures::future::Either::Right(_) => {
-                    settling = None;
-                    report_durable_end(&world, &node, &p, position, leader, leader_epoch);
-                }
-            }
-        };
-        let Some(answer) = answer else {
+        let (fetch_offset, last_epoch, leader_epoch) =
+            (p.log_end_offset(), p.latest_epoch(), p.leader_epoch());
+        let request = world.net.send(node.id, leader).await;
+        if request == Delivery::Lost {
             rt.sleep(BACKOFF).await;
             continue;
-        };
+        }
+        let mut answer = world
+            .answer_fetch(leader, node.id, fetch_offset, last_epoch, leader_epoch)
+            .await;
+        if request == Delivery::Twice {
+            // The copy is answered too; the follower takes whichever comes first.
+            answer = world
+                .answer_fetch(leader, node.id, fetch_offset, last_epoch, leader_epoch)
+                .await;
+        }
+        if world.net.send(leader, node.id).await == Delivery::Lost {
+            rt.sleep(BACKOFF).await;
+            continue;
+        }
         // Applied only to the partition the fetch was built for, still following the
         // same leader in the same epoch.
         let current = node.partition();
@@ -660,20 +600,14 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
                 high_watermark,
                 log_start_offset,
             } => {
-                let appended = follower::append(&p, records, high_watermark, log_start_offset);
-                let before = settling.take();
-                match appended {
-                    Ok(round) => settling = Some(settle_in_background(&world, &p, round)),
-                    Err(_) => rt.sleep(BACKOFF).await,
-                }
-                if let Some(before) = before {
-                    let _ = before.await;
+                if follower::take_up(&p, records, high_watermark, log_start_offset)
+                    .await
+                    .is_err()
+                {
+                    rt.sleep(BACKOFF).await;
                 }
             }
             FollowerStep::Cut(cut) => {
-                if let Some(before) = settling.take() {
-                    let _ = before.await;
-                }
                 world.trace(|| {
                     format!("node {}: cut {cut:?} (end {})", node.id, p.log_end_offset())
                 });
@@ -699,31 +633,6 @@ async fn replica_loop(world: Rc<World>, node: Rc<Node>, life: u64) {
             FollowerStep::Backoff => rt.sleep(BACKOFF).await,
         }
     }
-}
-
-/// Reports, in a task of its own, how far `p` is durable now that a round settled while
-/// the fetch at `sent` is out, if that moved: the leader records it as a fetch it answers
-/// at once; the answer is not applied (the fetch out answers from the same offset).
-fn report_durable_end(
-    world: &Rc<World>,
-    node: &Rc<Node>,
-    p: &Rc<Partition>,
-    sent: Position,
-    leader: i32,
-    leader_epoch: i32,
-) {
-    let now = position_of(p);
-    if now.fetch_offset != sent.fetch_offset || now.durable_end <= sent.durable_end {
-        return;
-    }
-    let (world, node, last_epoch) = (world.clone(), node.clone(), p.latest_epoch());
-    world.clone().runtime.spawn(async move {
-        if world.net.send(node.id, leader).await != Delivery::Lost {
-            world
-                .answer_fetch(leader, node.id, now, last_epoch, leader_epoch, true)
-                .await;
-        }
-    });
 }
 
 /// Whether `acked` answers true within `PRODUCE_TIMEOUT`, as a client waits for an

@@ -384,12 +384,6 @@ impl Collector for Snapshots {
             "ISR changes of partitions this shard leads that the controller refused.",
             &series(|r| r.isr_proposals_refused),
         )?;
-        counter(
-            &mut encoder,
-            "corelog_durable_end_reports",
-            "Reports of how far followed partitions are durable, sent by this shard's replica fetchers while their fetch was held by the leader.",
-            &series(|r| r.durable_end_reports),
-        )?;
         gauge(
             &mut encoder,
             "corelog_leader_partitions",

@@ -11,7 +11,7 @@
 //! leads; no borrow of the role is held across an `.await` (nothing here awaits).
 
 use super::{Partition, Role};
-use crate::replica_set::{Position, ReplicaSet};
+use crate::replica_set::ReplicaSet;
 use corelog_storage::Durability;
 
 /// An ISR change a leader wants the controller to commit (AlterPartition), with the
@@ -128,16 +128,16 @@ impl Partition {
         self.log.durability() != Durability::Interval
     }
 
-    /// Records a fetch by follower `replica` at `position` (a read that did not diverge:
-    /// a diverging follower's offset says nothing of what it shares with this log),
-    /// raises the high watermark, and proposes the follower's return to the ISR once it
-    /// holds everything committed and the current epoch's start durably. `eligible` is
+    /// Records a fetch by follower `replica` at `fetch_offset` (a read that did not
+    /// diverge: a diverging follower's offset says nothing of what it shares with this
+    /// log), raises the high watermark, and proposes the follower's return to the ISR
+    /// once it holds everything committed and the current epoch's start. `eligible` is
     /// asked only then: the metadata version if the broker may join an ISR (registered
     /// and active), `None` if not.
     pub fn record_follower_fetch(
         &self,
         replica: i32,
-        position: Position,
+        fetch_offset: i64,
         eligible: impl FnOnce() -> Option<u64>,
     ) -> FollowerFetch {
         let now = self.context.now_ms();
@@ -147,7 +147,7 @@ impl Partition {
             let Role::Leader(set) = &mut *role else {
                 return FollowerFetch::NotLeader;
             };
-            if !set.record_position(replica, position, leader_end, now) {
+            if !set.record_fetch(replica, fetch_offset, leader_end, now) {
                 return FollowerFetch::UnknownReplica;
             }
         }

@@ -10,7 +10,7 @@
 use super::Shard;
 use crate::mesh::{FetchInput, FetchOutput, FetchReader, PartitionError};
 use crate::replication_throttle::Side;
-use corelog_partition::{Partition, Position, Reader};
+use corelog_partition::{Partition, Reader};
 use std::rc::Rc;
 use std::time::Instant;
 
@@ -105,10 +105,7 @@ impl Shard {
                                 &inputs[i].tp,
                                 log,
                                 id,
-                                Position {
-                                    fetch_offset: inputs[i].offset,
-                                    durable_end: inputs[i].durable_end,
-                                },
+                                inputs[i].offset,
                             ) {
                                 Ok(hw) => high_watermark = hw,
                                 Err(e) => {

@@ -90,8 +90,6 @@ struct Wanted {
     max_bytes: usize,
     current_leader_epoch: i32,
     last_fetched_epoch: i32,
-    /// A corelog follower's durable end, when below its fetch offset.
-    durable_end: Option<i64>,
 }
 
 impl PartitionAnswer for PartitionData {
@@ -242,11 +240,6 @@ fn partitions<'a>(
                         // v9+ and v12+; kafka-protocol decodes -1 for older versions.
                         current_leader_epoch: p.current_leader_epoch,
                         last_fetched_epoch: p.last_fetched_epoch,
-                        durable_end: if replica {
-                            corelog_shards::replica_fetcher::durable_end_of(p)
-                        } else {
-                            None
-                        },
                         // No partition can contribute more than the whole response may
                         // hold (KIP-74); each shard also stops reading once its partitions
                         // together have that much (`ShardMessage::Fetch`'s budget).
@@ -300,7 +293,6 @@ async fn read_round(fan: &FanOut<'_, PartitionData, Wanted>, limits: &Limits) ->
         max_bytes: w.max_bytes,
         current_leader_epoch: w.current_leader_epoch,
         last_fetched_epoch: w.last_fetched_epoch,
-        durable_end: w.durable_end,
     };
     let reader = limits.reader();
     let make = |partitions, reply| PartitionRequest::Fetch {
