@@ -174,6 +174,7 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::InvalidTxnState => ResponseError::InvalidTxnState,
         GroupError::TransactionAbortable => ResponseError::TransactionAbortable,
         GroupError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        GroupError::TooLong(_) => ResponseError::InvalidRequest,
     }
 }
 

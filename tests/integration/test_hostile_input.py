@@ -550,6 +550,54 @@ def test_produce_unknown_topic_without_auto_create(module_broker_factory):
 # after everything: normal clients still work, earlier data intact
 # ---------------------------------------------------------------------------
 
+# Strings a flexible request may carry (varint lengths) but a __consumer_offsets record
+# cannot (int16 lengths): once, a 40,000-byte group id in OffsetCommit v8 stopped the
+# broker at the record's encoding.
+LONGER_THAN_A_RECORD_STRING = 40_000
+ERR_INVALID_GROUP_ID = 24
+ERR_INVALID_REQUEST = 42
+API_OFFSET_COMMIT = 8
+API_JOIN_GROUP = 11
+
+
+def _offset_commit_v8(bootstrap: str, group: str, topic: str) -> list[int]:
+    """The error codes of a simple (generation -1) OffsetCommit v8 of partition 0."""
+    part = W.i32(0) + W.i64(5) + W.i32(-1) + W.compact_string(None) + W.tags()
+    body = (W.compact_string(group) + W.i32(-1) + W.compact_string("") +
+            W.compact_string(None) + W.c_array([W.compact_string(topic) + W.c_array([part]) +
+                                                W.tags()]) + W.tags())
+    r = W.flex_roundtrip(bootstrap, API_OFFSET_COMMIT, 8, body)
+    r.i32()  # throttle_time_ms
+    codes = []
+    for _ in range(r.c_len()):
+        r.c_string()
+        for _ in range(r.c_len()):
+            r.i32()
+            codes.append(r.i16())
+            r.skip_tags()
+        r.skip_tags()
+    return codes
+
+
+def test_strings_too_long_for_group_records_are_refused(alive):
+    bootstrap = alive.bootstrap
+    long = "g" * LONGER_THAN_A_RECORD_STRING
+    assert _offset_commit_v8(bootstrap, long, RAW_TOPIC) == [ERR_INVALID_GROUP_ID]
+    codes = _offset_commit_v8(bootstrap, "hostile-group", "t" * LONGER_THAN_A_RECORD_STRING)
+    assert codes and all(c in (ERR_INVALID_REQUEST, ERR_UNKNOWN_TOPIC_OR_PARTITION)
+                         for c in codes), codes
+    # JoinGroup v6 with a static member id (group.instance.id) no record can hold.
+    protocol = W.compact_string("range") + W.uvarint(1) + W.tags()  # empty metadata
+    body = (W.compact_string("hostile-group") + W.i32(10_000) + W.i32(10_000) +
+            W.compact_string("") + W.compact_string(long) + W.compact_string("consumer") +
+            W.c_array([protocol]) + W.tags())
+    r = W.flex_roundtrip(bootstrap, API_JOIN_GROUP, 6, body)
+    r.i32()  # throttle_time_ms
+    assert r.i16() == ERR_INVALID_REQUEST
+    # The group and the coordinator are untouched: a normal commit still works.
+    assert _offset_commit_v8(bootstrap, "hostile-group", RAW_TOPIC) == [ERR_NONE]
+
+
 def test_last_broker_still_serves_and_data_intact(hostile):
     """Must stay the last test of this module."""
     hostile.assert_alive()

@@ -379,7 +379,12 @@ impl GroupCoordinator {
         log_of: impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> GroupAnswer {
         if !self.serves(&op) {
-            return not_available(op);
+            return refused(op, GroupError::CoordinatorNotAvailable);
+        }
+        // Refused before anything changes: a string the group's records cannot hold
+        // would otherwise fail their encoding after the group had moved on.
+        if let Err(e) = op.check_storable() {
+            return refused(op, e);
         }
         let now = Instant::now();
         match op {
@@ -1013,8 +1018,8 @@ fn offset_tombstones<'a>(
     .collect()
 }
 
-fn not_available(op: GroupOp) -> GroupAnswer {
-    let e = GroupError::CoordinatorNotAvailable;
+/// `op` answered with `e` and nothing done.
+fn refused(op: GroupOp, e: GroupError) -> GroupAnswer {
     match op {
         GroupOp::Join(r) => GroupAnswer::Join(JoinAnswer::error(e, r.member_id)),
         GroupOp::Sync(_) => GroupAnswer::Sync(SyncAnswer::error(e)),

@@ -7,7 +7,7 @@ use bytes::Bytes;
 /// Why a group operation failed; the edge maps each to its Kafka error code.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum GroupError {
-    #[error("the group id is empty")]
+    #[error("the group id is empty, or longer than a group record can hold")]
     InvalidGroupId,
     #[error("session timeout outside the broker's allowed range")]
     InvalidSessionTimeout,
@@ -64,6 +64,10 @@ pub enum GroupError {
     /// The transaction coordinator knows no such producer for the transactional id.
     #[error("the producer id does not match the transactional id's")]
     InvalidProducerIdMapping,
+    /// A string the group's records would carry is longer than their format allows
+    /// (`int16` lengths): flexible requests can send one, and it cannot be stored.
+    #[error("{0} is longer than a group record can hold")]
+    TooLong(&'static str),
 }
 
 /// A protocol a member supports (e.g. "range", "cooperative-sticky") with its metadata.
@@ -294,6 +298,44 @@ impl GroupOp {
             GroupOp::List => None,
         }
     }
+
+    /// Whether every string this operation may write into `__consumer_offsets` fits
+    /// the records' `int16` lengths (`offsets_record::MAX_STRING_LEN`): a group id that
+    /// does not is INVALID_GROUP_ID, any other field `TooLong`. A member id the
+    /// coordinator makes for a first join is the client id and 37 more characters.
+    pub fn check_storable(&self) -> Result<(), GroupError> {
+        use crate::group::offsets_record::MAX_STRING_LEN;
+        const GENERATED_MEMBER_ID_SUFFIX: usize = 37;
+        let fits = |s: &str| s.len() <= MAX_STRING_LEN;
+        let fits_opt = |s: &Option<String>| s.as_deref().is_none_or(fits);
+        if !self.group().is_none_or(fits) {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let too_long = |field| Err(GroupError::TooLong(field));
+        match self {
+            GroupOp::Join(r) => {
+                if !fits(&r.member_id) || !fits_opt(&r.group_instance_id) {
+                    return too_long("a member id");
+                }
+                if r.client_id.len() + GENERATED_MEMBER_ID_SUFFIX > MAX_STRING_LEN
+                    || !fits(&r.client_host)
+                {
+                    return too_long("the client id");
+                }
+                if !fits(&r.protocol_type) || !r.protocols.iter().all(|p| fits(&p.name)) {
+                    return too_long("a protocol name");
+                }
+            }
+            GroupOp::Commit(CommitRequest { offsets, .. })
+            | GroupOp::TxnCommit(TxnCommitRequest { offsets, .. })
+                if !offsets.iter().all(|(topic, ..)| fits(topic)) =>
+            {
+                return too_long("a topic name");
+            }
+            _ => {}
+        }
+        Ok(())
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -310,4 +352,50 @@ pub enum GroupAnswer {
     Listed(Vec<GroupListing>),
     /// Per partition, in request order.
     OffsetsDeleted(Result<Vec<Result<(), GroupError>>, GroupError>),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::offsets_record::MAX_STRING_LEN;
+
+    fn join(client_id_len: usize, instance_id_len: usize) -> GroupOp {
+        GroupOp::Join(JoinRequest {
+            group: "g".into(),
+            member_id: String::new(),
+            group_instance_id: Some("i".repeat(instance_id_len)),
+            client_id: "c".repeat(client_id_len),
+            client_host: "/127.0.0.1".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 10_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![Protocol {
+                name: "range".into(),
+                metadata: Bytes::new(),
+            }],
+            require_known_member_id: true,
+        })
+    }
+
+    /// The member id a first join is given (the client id, a dash and a UUID) must fit
+    /// the group record as much as the strings the client sent.
+    #[test]
+    fn a_join_is_refused_when_a_string_it_would_store_cannot_be_stored() {
+        assert_eq!(join(MAX_STRING_LEN - 37, 1).check_storable(), Ok(()));
+        assert_eq!(
+            join(MAX_STRING_LEN - 36, 1).check_storable(),
+            Err(GroupError::TooLong("the client id"))
+        );
+        assert_eq!(join(1, MAX_STRING_LEN).check_storable(), Ok(()));
+        assert_eq!(
+            join(1, MAX_STRING_LEN + 1).check_storable(),
+            Err(GroupError::TooLong("a member id"))
+        );
+        let long_group = GroupOp::FetchOffsets {
+            group: "g".repeat(MAX_STRING_LEN + 1),
+            topics: None,
+            require_stable: false,
+        };
+        assert_eq!(long_group.check_storable(), Err(GroupError::InvalidGroupId));
+    }
 }
