@@ -50,7 +50,9 @@ from harness import ROOT, results_dir
 
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 import launcher  # noqa: E402
-from scale import descriptors, recv_exact, rss_kib  # noqa: E402
+import metadata_wire  # noqa: E402
+from metadata_wire import recv_exact  # noqa: E402
+from scale import descriptors, rss_kib  # noqa: E402
 
 
 def log(msg: str) -> None:
@@ -61,48 +63,8 @@ def metadata(port: int) -> tuple[int, dict[tuple[str, int], int], set[int]]:
     """One Metadata v4 request for every topic, to this broker alone (v4: the oldest
     Kafka 4 still answers): (its controller id, {(topic, partition): leader}, the live
     brokers it lists — a fenced one is not)."""
-    client = b"cluster-scale"
-    # topics null (all), allow_auto_topic_creation false.
-    body = struct.pack(">hhih", 3, 4, 7, len(client)) + client + struct.pack(">ib", -1, 0)
-    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
-        s.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", recv_exact(s, 4))[0]
-        resp = recv_exact(s, size)
-    at = 4
-
-    def take(fmt: str):
-        nonlocal at
-        v = struct.unpack_from(fmt, resp, at)[0]
-        at += struct.calcsize(fmt)
-        return v
-
-    def string() -> str:
-        nonlocal at
-        n = take(">h")
-        v = resp[at:at + max(n, 0)].decode()
-        at += max(n, 0)
-        return v
-
-    take(">i")  # throttle_time_ms
-    live = set()
-    for _ in range(take(">i")):  # brokers
-        live.add(take(">i"))
-        string(), take(">i"), string()
-    string()  # cluster_id
-    controller = take(">i")
-    leaders = {}
-    for _ in range(take(">i")):
-        take(">h")
-        name = string()
-        at += 1  # is_internal
-        for _ in range(take(">i")):
-            take(">h")
-            p, leader = take(">i"), take(">i")
-            for _array in ("replicas", "isr"):
-                n = take(">i")  # read before `at` moves past the array
-                at += 4 * n
-            leaders[(name, p)] = leader
-    return controller, leaders, live
+    m = metadata_wire.parse(metadata_wire.call(port, 4, all_topics=True)[1], 4)
+    return m.controller, m.leaders, m.live
 
 
 def quorum_leader(port: int) -> int:

@@ -22,7 +22,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
@@ -34,6 +33,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # The port allocator the integration tests use (tests/integration/launcher.py).
 sys.path.insert(0, str(ROOT / "tests" / "integration"))
 from launcher import free_port  # noqa: E402
+
+import metadata_wire  # noqa: E402  (beside this file)
 
 KAFKA_CLI = ROOT / "tools" / "kafka-cli" / "kafka-cli.sh"
 LIBS = Path(os.environ.get("KAFKA_CLI_LIBS", ROOT / ".cache" / "kafka" / "libs"))
@@ -102,20 +103,10 @@ def cli(tool: str, *args: str, timeout: float = 180, check: bool = True,
 
 def _metadata_brokers(port: int) -> int:
     """Brokers in a Metadata v4 answer (no topics), -1 when nothing answers yet."""
-    client = b"harness"
-    body = struct.pack(">hhih", 3, 4, 1, len(client)) + client + struct.pack(">ib", 0, 0)
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=2) as s:
-            s.sendall(struct.pack(">i", len(body)) + body)
-            buf = b""
-            while len(buf) < 16:
-                chunk = s.recv(65536)
-                if not chunk:
-                    return -1
-                buf += chunk
-        _size, corr, _throttle, brokers = struct.unpack(">iiii", buf[:16])
-        return brokers if corr == 1 else -1
-    except OSError:
+        _took, resp = metadata_wire.call(port, 4, all_topics=False, timeout=2)
+        return len(metadata_wire.parse(resp, 4).live)
+    except (OSError, struct.error):
         return -1
 
 

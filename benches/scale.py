@@ -26,14 +26,13 @@ import json
 import os
 import shutil
 import signal
-import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+import metadata_wire
 from harness import ROOT, results_dir
 
 # The broker launcher the integration tests use (tests/integration/launcher.py).
@@ -93,58 +92,8 @@ def descriptors(pid: int) -> int:
 
 def metadata_all(port: int) -> tuple[float, int, int]:
     """One Metadata v1 request for every topic: (seconds, response bytes, partitions)."""
-    client = b"scale"
-    body = struct.pack(">hhih", 3, 1, 7, len(client)) + client + struct.pack(">i", -1)
-    with socket.create_connection(("127.0.0.1", port)) as s:
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        t = time.perf_counter()
-        s.sendall(struct.pack(">i", len(body)) + body)
-        size = struct.unpack(">i", recv_exact(s, 4))[0]
-        resp = recv_exact(s, size)
-        took = time.perf_counter() - t
-    return took, size, count_partitions(resp)
-
-
-def recv_exact(s: socket.socket, n: int) -> bytes:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = s.recv(n - len(buf))
-        if not chunk:
-            raise RuntimeError("connection closed")
-        buf += chunk
-    return bytes(buf)
-
-
-def count_partitions(resp: bytes) -> int:
-    """Partitions in a Metadata v1 response (after the correlation id)."""
-    at = 4
-    def i32():
-        nonlocal at
-        v = struct.unpack_from(">i", resp, at)[0]
-        at += 4
-        return v
-    def i16():
-        nonlocal at
-        v = struct.unpack_from(">h", resp, at)[0]
-        at += 2
-        return v
-    def string():
-        nonlocal at
-        n = i16()
-        at += max(n, 0)
-    for _ in range(i32()):  # brokers
-        i32(); string(); i32(); string()
-    i32()  # controller id
-    total = 0
-    for _ in range(i32()):  # topics
-        i16(); string(); at += 1  # error, name, is_internal
-        for _ in range(i32()):
-            i16(); i32(); i32()
-            for _array in ("replicas", "isr"):
-                n = i32()
-                at += 4 * n
-            total += 1
-    return total
+    took, resp = metadata_wire.call(port, 1, all_topics=True, timeout=None)
+    return took, len(resp) + 4, len(metadata_wire.parse(resp, 1).leaders)
 
 
 def main() -> None:
