@@ -365,37 +365,29 @@ async fn bare_token(
     Some(ResponseFrame::whole(framed))
 }
 
-/// Reads exactly `size` bytes into a recycled buffer of this shard
-/// (`request_buffers`), growing it as data arrives where it is too small (a hostile size
-/// within the limit costs memory only once the bytes are really sent).
+/// Reads exactly `size` bytes into a buffer of that size from this shard's recycled ones
+/// (`request_buffers`: no zero-fill, no growth as the body arrives; a new one is touched
+/// only as its bytes arrive). Reads as the socket has bytes, so the watchdog sees every
+/// byte that arrives.
 async fn read_body(
     reader: &mut (impl AsyncRead + Unpin),
     size: usize,
     progress: &std::cell::Cell<usize>,
 ) -> Result<Bytes, CloseReason> {
-    const STEP: usize = 64 * 1024;
-    let mut buf = super::request_buffers::take(size, STEP);
-    while buf.len() < size {
-        let want = (size - buf.len()).min(STEP.max(buf.len()));
-        let start = buf.len();
-        buf.resize(start + want, 0);
-        let Some(target) = buf.get_mut(start..) else {
-            return Err(CloseReason::BadSize(size as i64, size));
-        };
-        // Partial reads, so the watchdog sees every byte that arrives.
-        let mut filled = 0;
-        while let Some(rest) = target.get_mut(filled..).filter(|r| !r.is_empty()) {
-            match reader.read(rest).await {
-                Ok(0) => return Err(CloseReason::Eof),
-                Ok(n) => {
-                    filled += n;
-                    progress.set(progress.get() + n);
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(CloseReason::Io(e)),
+    let mut buf = super::request_buffers::take(size);
+    let mut filled = 0;
+    while let Some(rest) = buf.get_mut(filled..).filter(|r| !r.is_empty()) {
+        match reader.read(rest).await {
+            Ok(0) => return Err(CloseReason::Eof),
+            Ok(n) => {
+                filled += n;
+                progress.set(progress.get() + n);
             }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(CloseReason::Io(e)),
         }
     }
+    debug_assert_eq!(filled, size);
     Ok(buf.freeze())
 }
 

@@ -1,18 +1,27 @@
 //! Request bodies read into recycled buffers: each shard keeps the buffers of requests it
 //! has finished with and reads the next bodies into them, so a request costs no fresh
-//! allocation, no page faults on new memory, and no reallocation as its body arrives.
+//! allocation, no page faults on new memory, no zero-fill and no reallocation as its body
+//! arrives.
 //!
-//! A body is read into a buffer (`take`), frozen, and shared by everything decoded from
-//! it (records, names); once its request is handled the connection hands it back
-//! (`give_back`), and it is kept only if nothing else still holds a part of it — a body
-//! some task still reads from is simply dropped when the last holder lets go. The
-//! produce path copies records out of the body (the log's one copy), so a handled
-//! produce request's buffer comes back.
+//! A body is read into a buffer of exactly its size (`take`), frozen, and shared by
+//! everything decoded from it (records, names); once its request is handled the
+//! connection hands it back (`give_back`), and it is kept only if nothing else still holds
+//! a part of it — a body some task still reads from is simply dropped when the last holder
+//! lets go. The produce path copies records out of the body (the log's one copy), so a
+//! handled produce request's buffer comes back.
 //!
-//! Invariants: a pooled buffer is empty, unshared, and its capacity is at most
+//! A kept buffer keeps the bytes of the body last read into it: the next body overwrites
+//! them, so they are never zeroed again; only a buffer that must grow has its new part
+//! zeroed. A buffer no kept one can hold is a new one from the allocator, zeroed there
+//! (`calloc`: large ones are fresh pages, which the kernel zeroes when first touched, so
+//! a body's memory is really used only as its bytes arrive; its size was already taken
+//! from the shard's request memory).
+//!
+//! Invariants: a pooled buffer is unshared and its capacity is at most
 //! [`POOLED_BUFFER_MAX_BYTES`]; a shard's pool holds at most [`POOLED_BUFFERS`] buffers
 //! and [`POOLED_BYTES_MAX`] bytes of capacity in all, so what it keeps is bounded whatever
-//! the traffic; the pool is the shard thread's own (no locks, no sharing).
+//! the traffic; `take` answers a buffer of exactly the length asked; the pool is the shard
+//! thread's own (no locks, no sharing).
 
 use bytes::{Bytes, BytesMut};
 use std::cell::RefCell;
@@ -32,10 +41,10 @@ pub struct BufferPool {
 }
 
 impl BufferPool {
-    /// An empty buffer for a body of `size` bytes: a kept one that holds it whole if there
-    /// is one (the smallest such), else the largest kept (it grows as the body arrives),
-    /// else a new one of at most `first` bytes.
-    pub fn take(&mut self, size: usize, first: usize) -> BytesMut {
+    /// A buffer of `size` bytes to read a body into: the smallest kept one whose capacity
+    /// holds it, with the last body's bytes in it (zeroed only where it grows past them),
+    /// else a new zeroed one.
+    pub fn take(&mut self, size: usize) -> BytesMut {
         let fits = self
             .buffers
             .iter()
@@ -43,22 +52,22 @@ impl BufferPool {
             .filter(|(_, b)| b.capacity() >= size)
             .min_by_key(|(_, b)| b.capacity())
             .map(|(i, _)| i);
-        let pick = fits.or_else(|| {
-            self.buffers
-                .iter()
-                .enumerate()
-                .max_by_key(|(_, b)| b.capacity())
-                .map(|(i, _)| i)
-        });
-        match pick {
+        let mut buf = match fits {
             Some(i) => {
                 let b = self.buffers.swap_remove(i);
                 self.bytes -= b.capacity();
-                debug_assert!(b.is_empty());
                 b
             }
-            None => BytesMut::with_capacity(size.min(first)),
+            None => return BytesMut::zeroed(size),
+        };
+        if buf.len() >= size {
+            buf.truncate(size);
+        } else {
+            // Within its capacity: no reallocation, only the new part written.
+            buf.resize(size, 0);
         }
+        debug_assert_eq!(buf.len(), size);
+        buf
     }
 
     /// Keeps `body`'s buffer for a later request if nothing else holds a part of it and
@@ -67,14 +76,13 @@ impl BufferPool {
         if self.buffers.len() >= POOLED_BUFFERS {
             return false;
         }
-        let Ok(mut buf) = body.try_into_mut() else {
+        let Ok(buf) = body.try_into_mut() else {
             return false;
         };
         let capacity = buf.capacity();
         if capacity > POOLED_BUFFER_MAX_BYTES || self.bytes + capacity > POOLED_BYTES_MAX {
             return false;
         }
-        buf.clear();
         self.bytes += capacity;
         self.buffers.push(buf);
         debug_assert!(self.bytes <= POOLED_BYTES_MAX && self.buffers.len() <= POOLED_BUFFERS);
@@ -87,10 +95,10 @@ thread_local! {
     static POOL: RefCell<BufferPool> = RefCell::new(BufferPool::default());
 }
 
-/// An empty buffer for a body of `size` bytes from this shard's pool (see
+/// A buffer of `size` bytes for a body from this shard's pool (see
 /// [`BufferPool::take`]).
-pub fn take(size: usize, first: usize) -> BytesMut {
-    POOL.with(|p| p.borrow_mut().take(size, first))
+pub fn take(size: usize) -> BytesMut {
+    POOL.with(|p| p.borrow_mut().take(size))
 }
 
 /// Hands a handled request's body back to this shard's pool (see
@@ -116,9 +124,14 @@ mod tests {
         let first = body(100_000);
         let at = first.as_ptr();
         assert!(pool.give_back(first));
-        let again = pool.take(90_000, 65_536);
+        let again = pool.take(90_000);
         assert_eq!(again.as_ptr(), at, "the same memory");
-        assert!(again.is_empty() && again.capacity() >= 100_000);
+        assert_eq!(again.len(), 90_000);
+        assert!(again.capacity() >= 100_000);
+        assert!(
+            again.iter().all(|b| *b == 7),
+            "the last body's bytes, not zeroed again"
+        );
     }
 
     /// A body something still holds a part of is not reused under it.
@@ -129,24 +142,39 @@ mod tests {
         let records = b.slice(10..20);
         assert!(!pool.give_back(b));
         assert_eq!(&records[..], &[7u8; 10][..], "what is held is untouched");
-        assert_eq!(
-            pool.take(10, 64).capacity(),
-            10,
-            "a new buffer, sized for the body"
-        );
+        let fresh = pool.take(10);
+        assert_eq!(fresh.len(), 10, "a new buffer, sized for the body");
+        assert!(fresh.iter().all(|b| *b == 0), "zeroed by the allocator");
     }
 
-    /// The smallest buffer that holds the body is taken; with none, the largest.
+    /// The smallest buffer that holds the body is taken; with none, a new one (a kept
+    /// one is never grown: that would copy it).
     #[test]
-    fn the_smallest_that_fits_else_the_largest() {
+    fn the_smallest_that_fits_else_a_new_one() {
         let mut pool = BufferPool::default();
         for len in [1000, 50_000, 10_000] {
             assert!(pool.give_back(body(len)));
         }
-        assert_eq!(pool.take(9_000, 64).capacity(), 10_000);
-        assert_eq!(pool.take(60_000, 64).capacity(), 50_000);
-        assert_eq!(pool.take(60_000, 64).capacity(), 1000);
-        assert_eq!(pool.take(60_000, 64).capacity(), 64, "empty: a new one");
+        assert_eq!(pool.take(9_000).capacity(), 10_000);
+        let new = pool.take(60_000);
+        assert_eq!((new.len(), new.capacity()), (60_000, 60_000));
+        assert_eq!(pool.take(40_000).capacity(), 50_000);
+        assert_eq!(pool.take(1000).capacity(), 1000);
+    }
+
+    /// A kept buffer shorter than the next body but big enough for it is lengthened in
+    /// place: only its new part is zeroed.
+    #[test]
+    fn a_kept_buffer_grows_within_its_capacity() {
+        let mut pool = BufferPool::default();
+        let mut b = BytesMut::with_capacity(4096);
+        b.resize(100, 7);
+        let at = b.as_ptr();
+        assert!(pool.give_back(b.freeze()));
+        let again = pool.take(300);
+        assert_eq!(again.as_ptr(), at, "the same memory");
+        assert_eq!(&again[..100], &[7u8; 100][..]);
+        assert!(again[100..].iter().all(|b| *b == 0));
     }
 
     /// What a pool keeps is bounded in count, in one buffer's size and in all.
