@@ -108,6 +108,10 @@ pub struct Group {
     pub empty_since: Instant,
 }
 
+/// What a member id the coordinator makes adds to the client's id: a dash and a UUID
+/// in its 36-character form.
+pub const GENERATED_MEMBER_ID_SUFFIX_LEN: usize = 37;
+
 /// Kafka's defaults for what a member may ask for.
 pub const SESSION_TIMEOUT_MS_MIN: i32 = 1_000;
 pub const SESSION_TIMEOUT_MS_MAX: i32 = 1_800_000;
@@ -202,7 +206,9 @@ impl Group {
     }
 
     fn new_member_id(client_id: &str) -> String {
-        format!("{client_id}-{}", uuid::Uuid::new_v4())
+        let id = format!("{client_id}-{}", uuid::Uuid::new_v4());
+        debug_assert_eq!(id.len(), client_id.len() + GENERATED_MEMBER_ID_SUFFIX_LEN);
+        id
     }
 
     /// Handles a JoinGroup. The answer arrives on `reply`, at once for errors and

@@ -302,10 +302,11 @@ impl GroupOp {
     /// Whether every string this operation may write into `__consumer_offsets` fits
     /// the records' `int16` lengths (`offsets_record::MAX_STRING_LEN`): a group id that
     /// does not is INVALID_GROUP_ID, any other field `TooLong`. A member id the
-    /// coordinator makes for a first join is the client id and 37 more characters.
+    /// coordinator makes for a first join is the client id and
+    /// `GENERATED_MEMBER_ID_SUFFIX_LEN` more characters.
     pub fn check_storable(&self) -> Result<(), GroupError> {
         use crate::group::offsets_record::MAX_STRING_LEN;
-        const GENERATED_MEMBER_ID_SUFFIX: usize = 37;
+        use crate::group::state::GENERATED_MEMBER_ID_SUFFIX_LEN;
         let fits = |s: &str| s.len() <= MAX_STRING_LEN;
         let fits_opt = |s: &Option<String>| s.as_deref().is_none_or(fits);
         if !self.group().is_none_or(fits) {
@@ -317,7 +318,7 @@ impl GroupOp {
                 if !fits(&r.member_id) || !fits_opt(&r.group_instance_id) {
                     return too_long("a member id");
                 }
-                if r.client_id.len() + GENERATED_MEMBER_ID_SUFFIX > MAX_STRING_LEN
+                if r.client_id.len() + GENERATED_MEMBER_ID_SUFFIX_LEN > MAX_STRING_LEN
                     || !fits(&r.client_host)
                 {
                     return too_long("the client id");
