@@ -36,6 +36,9 @@ pub struct AlignedAppender {
     block_start: u64,
     flushed_len: u64,
     tail: Vec<u8>,
+    /// The previous flush's tail, kept for its capacity: a flush builds the next tail in
+    /// it, so flushing allocates nothing but the DMA buffer.
+    spare_tail: Vec<u8>,
     parts: Vec<Bytes>,
     parts_len: u64,
 }
@@ -59,6 +62,7 @@ impl AlignedAppender {
             block_start,
             flushed_len: logical_len,
             tail,
+            spare_tail: Vec::new(),
             parts: Vec::new(),
             parts_len: 0,
         }
@@ -115,7 +119,9 @@ impl AlignedAppender {
         out[len..].fill(0);
         let logical = self.logical_len();
         let keep_from = logical - logical % self.alignment;
-        let new_tail = out[(keep_from - self.block_start) as usize..len].to_vec();
+        let mut new_tail = std::mem::take(&mut self.spare_tail);
+        new_tail.clear();
+        new_tail.extend_from_slice(&out[(keep_from - self.block_start) as usize..len]);
         let written = self.file.write_at(&file, dma, self.block_start).await?;
         if (written as u64) < padded {
             return Err(std::io::Error::new(
@@ -127,7 +133,7 @@ impl AlignedAppender {
         self.flushed_len = logical;
         self.parts.clear();
         self.parts_len = 0;
-        self.tail = new_tail;
+        self.spare_tail = std::mem::replace(&mut self.tail, new_tail);
         self.block_start = keep_from;
         assert_eq!(self.block_start % self.alignment, 0);
         assert!((self.tail.len() as u64) < self.alignment);
