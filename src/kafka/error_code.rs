@@ -174,7 +174,12 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::InvalidTxnState => ResponseError::InvalidTxnState,
         GroupError::TransactionAbortable => ResponseError::TransactionAbortable,
         GroupError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
-        GroupError::TooLong(_) => ResponseError::InvalidRequest,
+        GroupError::TooLong(_) | GroupError::InvalidRequest(_) => ResponseError::InvalidRequest,
+        GroupError::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
+        GroupError::UnreleasedInstanceId => ResponseError::UnreleasedInstanceId,
+        GroupError::UnsupportedAssignor(_) => ResponseError::UnsupportedAssignor,
+        GroupError::InvalidRegularExpression(_) => ResponseError::InvalidRegularExpression,
+        GroupError::GroupMaxSizeReached => ResponseError::GroupMaxSizeReached,
     }
 }
 

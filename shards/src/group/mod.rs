@@ -9,9 +9,11 @@
 //! start-up.
 //!
 //! Modules: `types` (the domain requests and answers the protocol edge maps to and from),
-//! `state` (one group's state machine), `coordinator` (a shard's groups, persistence and
-//! timers), `offsets_record` (the record codec).
+//! `state` (one classic group's state machine), `consumer` (groups of the consumer
+//! protocol, KIP-848), `coordinator` (a shard's groups, persistence and timers),
+//! `offsets_record` (the record codec).
 
+pub mod consumer;
 pub mod coordinator;
 pub mod offsets_record;
 pub mod state;

@@ -68,6 +68,23 @@ pub enum GroupError {
     /// (`int16` lengths): flexible requests can send one, and it cannot be stored.
     #[error("{0} is longer than a group record can hold")]
     TooLong(&'static str),
+    /// A consumer-protocol request that breaks the protocol's rules (KIP-848), with
+    /// Kafka's message for it.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// The member's epoch is neither its current one nor, with a subset of its
+    /// partitions, its previous one: it must give up its partitions and rejoin.
+    #[error("the member epoch is fenced; the member must abandon its partitions and rejoin")]
+    FencedMemberEpoch,
+    /// A static member joins under a group.instance.id another member still holds.
+    #[error("the instance id is still used by another member, which must leave first")]
+    UnreleasedInstanceId,
+    #[error("the server assignor {0} is not supported")]
+    UnsupportedAssignor(String),
+    #[error("the subscribed topic regex is not valid: {0}")]
+    InvalidRegularExpression(String),
+    #[error("the group has reached its maximum size")]
+    GroupMaxSizeReached,
 }
 
 /// A protocol a member supports (e.g. "range", "cooperative-sticky") with its metadata.

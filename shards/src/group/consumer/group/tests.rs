@@ -1,0 +1,594 @@
+use super::*;
+use proptest::prelude::*;
+use uuid::Uuid;
+
+/// Topics by name: (id, partition count); the version changes with every edit.
+#[derive(Default)]
+struct Topics {
+    version: u64,
+    by_name: BTreeMap<String, (TopicId, i32)>,
+}
+
+impl Topics {
+    fn with(names: &[(&str, i32)]) -> Topics {
+        let mut t = Topics::default();
+        for (name, n) in names {
+            t.put(name, *n);
+        }
+        t
+    }
+
+    fn put(&mut self, name: &str, partitions: i32) {
+        let id = self
+            .by_name
+            .get(name)
+            .map(|(id, _)| *id)
+            .unwrap_or_else(|| Uuid::from_u128(self.by_name.len() as u128 + 1));
+        self.by_name.insert(name.to_string(), (id, partitions));
+        self.version += 1;
+    }
+
+    fn id(&self, name: &str) -> TopicId {
+        self.by_name[name].0
+    }
+}
+
+impl TopicCatalog for Topics {
+    fn version(&self) -> u64 {
+        self.version
+    }
+    fn topic(&self, name: &str) -> Option<(TopicId, TopicSpec)> {
+        self.by_name.get(name).map(|(id, n)| {
+            (
+                *id,
+                TopicSpec {
+                    partitions: *n,
+                    racks: Vec::new(),
+                },
+            )
+        })
+    }
+    fn topic_names(&self) -> Vec<String> {
+        self.by_name.keys().cloned().collect()
+    }
+}
+
+/// A well-behaved client: it holds what it was given, gives up what it is no longer
+/// given before it says so, and reports what it holds in every heartbeat.
+#[derive(Debug, Clone)]
+struct Client {
+    id: String,
+    instance: Option<String>,
+    epoch: i32,
+    owned: Assignment,
+    topics: Vec<String>,
+}
+
+impl Client {
+    fn new(id: &str, topics: &[&str]) -> Client {
+        Client {
+            id: id.to_string(),
+            instance: None,
+            epoch: 0,
+            owned: Assignment::new(),
+            topics: topics.iter().map(|t| t.to_string()).collect(),
+        }
+    }
+
+    fn request(&self) -> Heartbeat {
+        let joining = self.epoch == 0;
+        Heartbeat {
+            version: 1,
+            member_id: self.id.clone(),
+            member_epoch: self.epoch,
+            instance_id: self.instance.clone(),
+            rebalance_timeout_ms: if joining { 30_000 } else { -1 },
+            subscribed_topic_names: joining.then(|| self.topics.clone()),
+            owned: Some(self.owned.clone()),
+            ..Heartbeat::default()
+        }
+    }
+
+    fn beat(
+        &mut self,
+        g: &mut ConsumerGroup,
+        topics: &Topics,
+        now: i64,
+    ) -> Result<HeartbeatAnswer, GroupError> {
+        let answer = g.heartbeat(self.request(), topics, &config(), now, || unreachable!())?;
+        self.epoch = answer.member_epoch;
+        if let Some(a) = &answer.assignment {
+            self.owned = a.clone();
+        }
+        Ok(answer)
+    }
+}
+
+fn config() -> ConsumerGroupConfig {
+    ConsumerGroupConfig::default()
+}
+
+fn assert_disjoint(clients: &[Client]) {
+    for (i, a) in clients.iter().enumerate() {
+        for b in &clients[i + 1..] {
+            assert!(
+                !a.owned.intersects(&b.owned),
+                "{} and {} both own {:?}",
+                a.id,
+                b.id,
+                a.owned.intersection(&b.owned)
+            );
+        }
+    }
+}
+
+/// Heartbeats every client in turn until nothing changes.
+fn settle(g: &mut ConsumerGroup, clients: &mut [Client], topics: &Topics, now: i64) {
+    for _ in 0..20 {
+        let before: Vec<(i32, Assignment)> =
+            clients.iter().map(|c| (c.epoch, c.owned.clone())).collect();
+        for c in clients.iter_mut() {
+            c.beat(g, topics, now).expect("a heartbeat of a member");
+        }
+        assert_disjoint(clients);
+        let after: Vec<(i32, Assignment)> =
+            clients.iter().map(|c| (c.epoch, c.owned.clone())).collect();
+        if before == after && g.state() == ConsumerGroupState::Stable {
+            return;
+        }
+    }
+    panic!("the group did not settle: {:?}", g.state());
+}
+
+#[test]
+fn a_first_member_gets_every_partition_at_epoch_one() {
+    let topics = Topics::with(&[("t", 4)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut c = Client::new("m1", &["t"]);
+    let a = c.beat(&mut g, &topics, 0).expect("join");
+    assert_eq!(a.member_epoch, 1);
+    assert_eq!(c.owned.len(), 4);
+    assert_eq!(g.state(), ConsumerGroupState::Stable);
+    // A plain heartbeat changes nothing and carries no assignment.
+    let mut hb = c.request();
+    hb.owned = None;
+    let again = g
+        .heartbeat(hb, &topics, &config(), 1, || unreachable!())
+        .expect("hb");
+    assert_eq!((again.member_epoch, again.assignment), (1, None));
+}
+
+#[test]
+fn a_joining_member_gets_partitions_only_after_their_owner_revoked_them() {
+    let topics = Topics::with(&[("t", 4)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut clients = vec![Client::new("a", &["t"]), Client::new("b", &["t"])];
+    clients[0].beat(&mut g, &topics, 0).expect("a joins");
+    // b joins: the target splits, but a still holds everything.
+    clients[1].beat(&mut g, &topics, 0).expect("b joins");
+    assert_eq!(g.epoch(), 2);
+    assert!(clients[1].owned.is_empty(), "nothing is free yet");
+    assert_eq!(g.state(), ConsumerGroupState::Reconciling);
+    // a's heartbeat tells it to revoke two; it keeps its epoch until it has.
+    clients[0].beat(&mut g, &topics, 0).expect("a");
+    assert_eq!((clients[0].epoch, clients[0].owned.len()), (1, 2));
+    assert_eq!(
+        g.member("a").expect("a").assignment.state,
+        MemberState::UnrevokedPartitions
+    );
+    // b still waits: a has not said it gave them up.
+    clients[1].beat(&mut g, &topics, 0).expect("b");
+    assert!(clients[1].owned.is_empty());
+    // a reports it, moves to epoch 2; then b gets them.
+    clients[0].beat(&mut g, &topics, 0).expect("a");
+    assert_eq!(clients[0].epoch, 2);
+    clients[1].beat(&mut g, &topics, 0).expect("b");
+    assert_eq!(clients[1].owned.len(), 2);
+    assert_disjoint(&clients);
+    settle(&mut g, &mut clients, &topics, 0);
+}
+
+#[test]
+fn a_member_that_leaves_frees_its_partitions_for_the_others() {
+    let topics = Topics::with(&[("t", 6)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut clients = vec![
+        Client::new("a", &["t"]),
+        Client::new("b", &["t"]),
+        Client::new("c", &["t"]),
+    ];
+    settle(&mut g, &mut clients, &topics, 0);
+    let mut leave = clients[2].request();
+    leave.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+    let a = g
+        .heartbeat(leave, &topics, &config(), 0, || unreachable!())
+        .expect("leave");
+    assert_eq!(a.member_epoch, -1);
+    clients.pop();
+    settle(&mut g, &mut clients, &topics, 0);
+    assert_eq!(clients.iter().map(|c| c.owned.len()).sum::<usize>(), 6);
+    // A member that left is unknown afterwards.
+    let mut late = Client::new("c", &["t"]);
+    late.epoch = 3;
+    assert_eq!(
+        late.beat(&mut g, &topics, 0),
+        Err(GroupError::UnknownMemberId)
+    );
+}
+
+#[test]
+fn expired_sessions_and_revocations_are_reported_for_removal() {
+    let topics = Topics::with(&[("t", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut a = Client::new("a", &["t"]);
+    a.beat(&mut g, &topics, 0).expect("a");
+    assert!(g.expired(44_999).is_empty());
+    assert_eq!(g.expired(45_000), vec!["a".to_string()]);
+    // b joins; a is asked to revoke at 1,000 and never does within its 30 s.
+    let mut b = Client::new("b", &["t"]);
+    b.beat(&mut g, &topics, 1_000).expect("b");
+    let mut hb = a.request();
+    hb.owned = None;
+    g.heartbeat(hb, &topics, &config(), 1_000, || unreachable!())
+        .expect("a");
+    assert_eq!(
+        g.member("a").expect("a").revocation_deadline_ms,
+        Some(31_000)
+    );
+    b.beat(&mut g, &topics, 20_000).expect("b");
+    assert_eq!(g.expired(31_000), vec!["a".to_string()]);
+    g.remove_member("a");
+    b.beat(&mut g, &topics, 31_000).expect("b");
+    assert_eq!(b.owned.len(), 2);
+}
+
+#[test]
+fn a_heartbeat_at_a_wrong_epoch_is_fenced_but_the_previous_one_is_forgiven() {
+    let topics = Topics::with(&[("t", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut a = Client::new("a", &["t"]);
+    a.beat(&mut g, &topics, 0).expect("a");
+    let mut ahead = a.request();
+    ahead.member_epoch = 7;
+    assert_eq!(
+        g.heartbeat(ahead, &topics, &config(), 0, || unreachable!()),
+        Err(GroupError::FencedMemberEpoch)
+    );
+    // A later step's answer is lost: b joins, a moves on; a heartbeat at a's previous
+    // epoch that owns only assigned partitions is accepted, one that owns more is not.
+    let mut b = Client::new("b", &["t"]);
+    b.beat(&mut g, &topics, 0).expect("b");
+    let mut clients = vec![a, b];
+    settle(&mut g, &mut clients, &topics, 0);
+    let a = &clients[0];
+    let m = g.member("a").expect("a").assignment.clone();
+    assert_eq!(a.epoch, m.epoch);
+    let mut stale = a.request();
+    stale.member_epoch = m.previous_epoch;
+    stale.owned = Some(m.assigned.clone());
+    assert_ne!(m.previous_epoch, m.epoch, "a moved on");
+    g.heartbeat(stale.clone(), &topics, &config(), 0, || unreachable!())
+        .expect("the previous epoch with owned partitions among the assigned ones");
+    stale.owned = Some(Assignment::from_partitions([
+        (topics.id("t"), 0),
+        (topics.id("t"), 1),
+    ]));
+    assert_eq!(
+        g.heartbeat(stale, &topics, &config(), 0, || unreachable!()),
+        Err(GroupError::FencedMemberEpoch)
+    );
+}
+
+#[test]
+fn a_fenced_member_rejoins_with_epoch_zero_and_nothing_owned() {
+    let topics = Topics::with(&[("t", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut a = Client::new("a", &["t"]);
+    a.beat(&mut g, &topics, 0).expect("a");
+    a.epoch = 0;
+    a.owned = Assignment::new();
+    let answer = a.beat(&mut g, &topics, 0).expect("rejoin");
+    assert_eq!(answer.member_epoch, g.assignment_epoch());
+    assert_eq!(a.owned.len(), 2);
+}
+
+#[test]
+fn a_static_member_that_leaves_for_now_comes_back_to_its_partitions() {
+    let topics = Topics::with(&[("t", 4)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut clients = vec![Client::new("a", &["t"]), Client::new("b", &["t"])];
+    clients[0].instance = Some("i-a".into());
+    settle(&mut g, &mut clients, &topics, 0);
+    let epoch = g.epoch();
+    let had = clients[0].owned.clone();
+    let mut bye = clients[0].request();
+    bye.member_epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
+    g.heartbeat(bye, &topics, &config(), 0, || unreachable!())
+        .expect("leave for now");
+    // Another process takes the instance id before it is released: refused.
+    let mut thief = Client::new("x", &["t"]);
+    thief.instance = Some("i-a".into());
+    let mut restarted = Client::new("a2", &["t"]);
+    restarted.instance = Some("i-a".into());
+    let answer = restarted
+        .beat(&mut g, &topics, 10)
+        .expect("the instance rejoins");
+    assert_eq!(restarted.owned, had, "its partitions, at once");
+    assert_eq!(
+        (g.epoch(), answer.member_epoch),
+        (epoch, epoch),
+        "no rebalance"
+    );
+    assert!(g.member("a").is_none());
+    assert_eq!(
+        thief.beat(&mut g, &topics, 10),
+        Err(GroupError::UnreleasedInstanceId)
+    );
+    // The old member id is fenced out of the instance.
+    let mut old = clients[0].clone();
+    old.epoch = epoch;
+    assert_eq!(
+        old.beat(&mut g, &topics, 10),
+        Err(GroupError::FencedInstanceId)
+    );
+}
+
+#[test]
+fn a_pattern_subscription_picks_up_a_new_matching_topic() {
+    let mut topics = Topics::with(&[("orders-eu", 2), ("payments", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut hb = Client::new("a", &[]).request();
+    hb.subscribed_topic_names = None;
+    hb.subscribed_topic_regex = Some("orders-.*".into());
+    let a = g
+        .heartbeat(hb, &topics, &config(), 0, || unreachable!())
+        .expect("join");
+    assert_eq!(a.assignment.expect("assignment").len(), 2);
+    topics.put("orders-us", 3);
+    let mut c = Client::new("a", &[]);
+    c.epoch = a.member_epoch;
+    c.owned = g.member("a").expect("a").assignment.assigned.clone();
+    c.beat(&mut g, &topics, 1).expect("hb");
+    assert_eq!(c.owned.len(), 5);
+    assert!(c.owned.topics().contains_key(&topics.id("orders-us")));
+    assert!(!c.owned.topics().contains_key(&topics.id("payments")));
+}
+
+#[test]
+fn bad_requests_get_kafkas_errors_and_change_nothing() {
+    let topics = Topics::with(&[("t", 1)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let base = Client::new("a", &["t"]).request();
+    let cases: Vec<(Heartbeat, GroupError)> = vec![
+        (
+            Heartbeat {
+                rebalance_timeout_ms: -1,
+                ..base.clone()
+            },
+            GroupError::InvalidRequest(
+                "RebalanceTimeoutMs must be provided in first request.".into(),
+            ),
+        ),
+        (
+            Heartbeat {
+                subscribed_topic_names: Some(vec![]),
+                ..base.clone()
+            },
+            GroupError::InvalidRequest(
+                "SubscribedTopicNames or SubscribedTopicRegex must be set in first request.".into(),
+            ),
+        ),
+        (
+            Heartbeat {
+                owned: None,
+                ..base.clone()
+            },
+            GroupError::InvalidRequest("TopicPartitions must be empty when (re-)joining.".into()),
+        ),
+        (
+            Heartbeat {
+                member_id: String::new(),
+                ..base.clone()
+            },
+            GroupError::InvalidRequest("MemberId can't be empty.".into()),
+        ),
+        (
+            Heartbeat {
+                member_epoch: -3,
+                ..base.clone()
+            },
+            GroupError::InvalidRequest("MemberEpoch is invalid.".into()),
+        ),
+        (
+            Heartbeat {
+                instance_id: Some(String::new()),
+                ..base.clone()
+            },
+            GroupError::InvalidRequest("InstanceId can't be empty.".into()),
+        ),
+        (
+            Heartbeat {
+                server_assignor: Some("sticky".into()),
+                ..base.clone()
+            },
+            GroupError::UnsupportedAssignor("sticky".into()),
+        ),
+        (
+            Heartbeat {
+                member_epoch: 5,
+                ..base.clone()
+            },
+            GroupError::UnknownMemberId,
+        ),
+    ];
+    for (hb, want) in cases {
+        assert_eq!(
+            g.heartbeat(hb, &topics, &config(), 0, || unreachable!()),
+            Err(want)
+        );
+    }
+    let bad_regex = Heartbeat {
+        subscribed_topic_names: None,
+        subscribed_topic_regex: Some("orders-(".into()),
+        ..base.clone()
+    };
+    assert!(matches!(
+        g.heartbeat(bad_regex, &topics, &config(), 0, || unreachable!()),
+        Err(GroupError::InvalidRegularExpression(_))
+    ));
+    assert!(g.is_empty());
+    assert_eq!(g.epoch(), 0);
+}
+
+#[test]
+fn version_zero_joins_get_a_member_id_from_the_broker() {
+    let topics = Topics::with(&[("t", 1)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut hb = Client::new("", &["t"]).request();
+    hb.version = 0;
+    let a = g
+        .heartbeat(hb, &topics, &config(), 0, || "generated".into())
+        .expect("join");
+    assert_eq!(a.member_id, "generated");
+    assert!(g.member("generated").is_some());
+}
+
+#[test]
+fn the_group_size_limit_refuses_new_members_only() {
+    let topics = Topics::with(&[("t", 1)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let cfg = ConsumerGroupConfig {
+        max_size: 1,
+        ..config()
+    };
+    let mut a = Client::new("a", &["t"]);
+    let hb = a.request();
+    let answer = g
+        .heartbeat(hb, &topics, &cfg, 0, || unreachable!())
+        .expect("a");
+    a.epoch = answer.member_epoch;
+    let b = Client::new("b", &["t"]).request();
+    assert_eq!(
+        g.heartbeat(b, &topics, &cfg, 0, || unreachable!()),
+        Err(GroupError::GroupMaxSizeReached)
+    );
+    g.heartbeat(a.request(), &topics, &cfg, 0, || unreachable!())
+        .expect("a again");
+}
+
+#[test]
+fn the_most_named_assignor_is_the_groups() {
+    let topics = Topics::with(&[("x", 2), ("y", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    for id in ["b", "a"] {
+        let mut hb = Client::new(id, &["x", "y"]).request();
+        hb.server_assignor = Some("range".into());
+        g.heartbeat(hb, &topics, &config(), 0, || unreachable!())
+            .expect("join");
+    }
+    // Range co-partitions: a (first by member id) gets partition 0 of both topics.
+    let want = Assignment::from_partitions([(topics.id("x"), 0), (topics.id("y"), 0)]);
+    assert_eq!(g.target("a"), Some(&want));
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Join(u8),
+    Beat(u8),
+    Leave(u8),
+    Crash(u8),
+    Grow(i32),
+    Advance(i64),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        1 => (0u8..6).prop_map(Op::Join),
+        4 => (0u8..6).prop_map(Op::Beat),
+        1 => (0u8..6).prop_map(Op::Leave),
+        1 => (0u8..6).prop_map(Op::Crash),
+        1 => (1i32..4).prop_map(Op::Grow),
+        1 => (1i64..60_000).prop_map(Op::Advance),
+    ]
+}
+
+proptest! {
+    /// Under any order of joins, heartbeats, leaves, crashes, topic growth and
+    /// expiries, no two live clients ever own the same partition, and once the
+    /// survivors keep heartbeating the group settles with every partition owned.
+    #[test]
+    fn no_partition_is_ever_owned_twice_and_the_group_settles(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut topics = Topics::with(&[("t", 3), ("u", 2)]);
+        let mut g = ConsumerGroup::new("g".into());
+        let mut live: BTreeMap<u8, Client> = BTreeMap::new();
+        let mut now = 0i64;
+        for op in ops {
+            match op {
+                Op::Join(i) => {
+                    live.entry(i).or_insert_with(|| Client::new(&format!("m{i}"), &["t", "u"]));
+                }
+                Op::Beat(i) => {
+                    if let Some(c) = live.get_mut(&i) {
+                        if c.beat(&mut g, &topics, now).is_err() {
+                            // Fenced or removed: it gives everything up and rejoins.
+                            c.epoch = 0;
+                            c.owned = Assignment::new();
+                        }
+                    }
+                }
+                Op::Leave(i) => {
+                    if let Some(c) = live.remove(&i) {
+                        let mut hb = c.request();
+                        hb.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+                        let _ = g.heartbeat(hb, &topics, &config(), now, || unreachable!());
+                    }
+                }
+                // The process is gone; its session will expire.
+                Op::Crash(i) => { live.remove(&i); }
+                Op::Grow(n) => {
+                    let cur = topics.by_name["t"].1;
+                    topics.put("t", cur + n);
+                }
+                Op::Advance(ms) => {
+                    now += ms;
+                    for id in g.expired(now) {
+                        g.remove_member(&id);
+                        // A live client whose member was removed finds out at its next
+                        // heartbeat; until then it still owns its partitions, so the
+                        // removal must not hand them out first. Kafka relies on the
+                        // client's own session timer here; the test's clients stop
+                        // using them at once, as a client past its session does.
+                        for c in live.values_mut().filter(|c| c.id == id) {
+                            c.epoch = 0;
+                            c.owned = Assignment::new();
+                        }
+                    }
+                }
+            }
+            let clients: Vec<Client> = live.values().cloned().collect();
+            assert_disjoint(&clients);
+        }
+        // The crashed members' sessions expire; the survivors keep heartbeating: the
+        // group settles with everything owned.
+        let mut clients: Vec<Client> = live.into_values().collect();
+        let dead: Vec<String> = g
+            .members()
+            .map(|m| m.member_id.clone())
+            .filter(|id| !clients.iter().any(|c| &c.id == id))
+            .collect();
+        for id in dead {
+            g.remove_member(&id);
+        }
+        for c in clients.iter_mut() {
+            if g.member(&c.id).is_none() {
+                c.epoch = 0;
+                c.owned = Assignment::new();
+            }
+        }
+        if !clients.is_empty() {
+            settle(&mut g, &mut clients, &topics, now);
+            let total: usize = clients.iter().map(|c| c.owned.len()).sum();
+            prop_assert_eq!(total, (topics.by_name["t"].1 + topics.by_name["u"].1) as usize);
+        }
+    }
+}

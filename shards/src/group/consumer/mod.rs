@@ -1,0 +1,14 @@
+//! Consumer groups of the next-generation protocol (KIP-848): the broker computes each
+//! member's partitions and hands them over through heartbeats, one member at a time,
+//! with no group-wide barrier.
+//!
+//! Modules, each pure (no I/O, no clock of its own), so tests and the simulator can
+//! drive them: `assignment` (a set of partitions by topic id), `assignor` (the `uniform`
+//! and `range` server-side assignors), `reconcile` (one member's step toward its target
+//! without ever holding a partition another member still holds) and `group` (one group:
+//! members, epochs, target, heartbeats, timeouts).
+
+pub mod assignment;
+pub mod assignor;
+pub mod group;
+pub mod reconcile;
