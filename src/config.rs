@@ -152,6 +152,26 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "group.initial.rebalance.delay.ms")]
     pub group_initial_rebalance_delay_ms: Option<u64>,
+    /// How long a consumer-protocol member (KIP-848) may go without a heartbeat, ms
+    /// (Kafka's group.consumer.session.timeout.ms).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.session.timeout.ms")]
+    pub group_consumer_session_timeout_ms: Option<i32>,
+    /// How often consumer-protocol members heartbeat, ms (Kafka's
+    /// group.consumer.heartbeat.interval.ms).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.heartbeat.interval.ms")]
+    pub group_consumer_heartbeat_interval_ms: Option<i32>,
+    /// The most members a consumer-protocol group may have (Kafka's
+    /// group.consumer.max.size).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.max.size")]
+    pub group_consumer_max_size: Option<u32>,
+    /// The server-side assignors, the default first: `uniform`, `range` (Kafka's
+    /// group.consumer.assignors).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.assignors")]
+    pub group_consumer_assignors: Option<String>,
     /// Segment size of __consumer_offsets partitions (Kafka's offsets.topic.segment.bytes).
     #[arg(long)]
     #[serde(alias = "offsets.topic.segment.bytes")]
@@ -577,6 +597,19 @@ impl ServeArgs {
             group_initial_rebalance_delay_ms: self
                 .group_initial_rebalance_delay_ms
                 .or(file.group_initial_rebalance_delay_ms),
+            group_consumer_session_timeout_ms: self
+                .group_consumer_session_timeout_ms
+                .or(file.group_consumer_session_timeout_ms),
+            group_consumer_heartbeat_interval_ms: self
+                .group_consumer_heartbeat_interval_ms
+                .or(file.group_consumer_heartbeat_interval_ms),
+            group_consumer_max_size: self
+                .group_consumer_max_size
+                .or(file.group_consumer_max_size),
+            group_consumer_assignors: self
+                .group_consumer_assignors
+                .clone()
+                .or(file.group_consumer_assignors.clone()),
             offsets_topic_segment_bytes: self
                 .offsets_topic_segment_bytes
                 .or(file.offsets_topic_segment_bytes),
@@ -1220,6 +1253,7 @@ impl BrokerConfig {
                 (None, Some(min)) => std::time::Duration::from_secs(min.saturating_mul(60)),
                 (None, None) => std::time::Duration::from_secs(10080 * 60),
             },
+            consumer: consumer_group_config(&a)?,
         };
         let txns = txn_config(&a, offsets_partitions)?;
         let mut log = LogConfig {
@@ -1363,6 +1397,51 @@ impl BrokerConfig {
             limits: limits_config,
         })
     }
+}
+
+/// `group.consumer.*`, checked as Kafka checks them: the heartbeat interval below the
+/// session timeout, every assignor known.
+fn consumer_group_config(
+    a: &ServeArgs,
+) -> anyhow::Result<corelog_shards::group::consumer::group::ConsumerGroupConfig> {
+    use corelog_shards::group::consumer::assignor::AssignorKind;
+    use corelog_shards::group::consumer::group::ConsumerGroupConfig;
+    let defaults = ConsumerGroupConfig::default();
+    let session = a
+        .group_consumer_session_timeout_ms
+        .unwrap_or(defaults.session_timeout_ms);
+    let interval = a
+        .group_consumer_heartbeat_interval_ms
+        .unwrap_or(defaults.heartbeat_interval_ms);
+    if session < 1 || interval < 1 || interval >= session {
+        bail!("group-consumer-heartbeat-interval-ms must be at least 1 and below group-consumer-session-timeout-ms");
+    }
+    let assignors = match &a.group_consumer_assignors {
+        None => defaults.assignors,
+        Some(list) => list
+            .split(',')
+            .map(str::trim)
+            .filter(|n| !n.is_empty())
+            .map(|n| {
+                AssignorKind::from_name(n).ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "group-consumer-assignors: unknown assignor {n:?} (uniform, range)"
+                    )
+                })
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?,
+    };
+    if assignors.is_empty() {
+        bail!("group-consumer-assignors must name at least one assignor");
+    }
+    Ok(ConsumerGroupConfig {
+        session_timeout_ms: session,
+        heartbeat_interval_ms: interval,
+        max_size: a
+            .group_consumer_max_size
+            .map_or(defaults.max_size, |n| n as usize),
+        assignors,
+    })
 }
 
 #[cfg(test)]

@@ -180,6 +180,7 @@ pub fn group(e: &GroupError) -> ResponseError {
         GroupError::UnsupportedAssignor(_) => ResponseError::UnsupportedAssignor,
         GroupError::InvalidRegularExpression(_) => ResponseError::InvalidRegularExpression,
         GroupError::GroupMaxSizeReached => ResponseError::GroupMaxSizeReached,
+        GroupError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
     }
 }
 

@@ -48,6 +48,10 @@
 //! loses the offsets not committed within that time (KIP-211). The Empty clock is
 //! monotonic and starts again at a restart, so a restart can only lengthen retention.
 
+use super::consumer::group::{
+    ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatAnswer, TopicCatalog,
+};
+use super::consumer::records as consumer_rec;
 use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
 use super::state::{Group, GroupState};
 use super::types::*;
@@ -78,6 +82,8 @@ pub struct GroupConfig {
     /// Committed offsets of a group that has been Empty this long, and that were not
     /// committed within it, expire (Kafka's `offsets.retention.minutes`, 7 days).
     pub offsets_retention: Duration,
+    /// Consumer-protocol groups (KIP-848): `group.consumer.*`.
+    pub consumer: ConsumerGroupConfig,
 }
 
 impl Default for GroupConfig {
@@ -87,6 +93,7 @@ impl Default for GroupConfig {
             initial_rebalance_delay: Duration::from_millis(3000),
             offsets_segment_bytes: 100 << 20,
             offsets_retention: Duration::from_secs(7 * 24 * 3600),
+            consumer: ConsumerGroupConfig::default(),
         }
     }
 }
@@ -108,10 +115,38 @@ pub struct GroupCoordinator {
     generations: RefCell<HashMap<i32, u64>>,
     /// Producer id → the groups where it has a transaction open (see the module doc).
     txn_groups: RefCell<HashMap<i64, BTreeSet<String>>>,
+    /// The zero of consumer groups' millisecond clock (monotonic).
+    started: Instant,
 }
 
-/// Records for one batch: (key, value or tombstone).
-type KeyedRecords = [(Vec<u8>, Option<Vec<u8>>)];
+/// One record: (key, value or tombstone).
+type KeyedRecord = (Vec<u8>, Option<Vec<u8>>);
+/// Records for one batch.
+type KeyedRecords = [KeyedRecord];
+
+/// The protocol type of consumer groups (ListGroups, DescribeGroups).
+pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
+
+/// What a timer round left to store (see [`GroupCoordinator::tick`]).
+#[derive(Debug, Default)]
+pub struct Ticked {
+    pub emptied: Vec<String>,
+    pub consumer_changed: Vec<String>,
+}
+
+/// Encodes consumer-group records for a batch.
+fn encode_consumer_records(
+    records: Vec<(consumer_rec::RecordKey, Option<consumer_rec::RecordValue>)>,
+) -> Result<Vec<KeyedRecord>, GroupError> {
+    records
+        .into_iter()
+        .map(|(k, v)| {
+            let key = consumer_rec::encode_key(&k)
+                .map_err(|_| GroupError::TooLong("a group or member id"))?;
+            Ok((key, v.as_ref().map(consumer_rec::encode_value)))
+        })
+        .collect()
+}
 
 impl GroupCoordinator {
     pub fn new(config: GroupConfig) -> GroupCoordinator {
@@ -121,7 +156,13 @@ impl GroupCoordinator {
             loaded: RefCell::new(HashSet::new()),
             generations: RefCell::new(HashMap::new()),
             txn_groups: RefCell::new(HashMap::new()),
+            started: Instant::now(),
         }
+    }
+
+    /// Consumer groups' clock: monotonic milliseconds since this coordinator started.
+    fn mono_ms(&self) -> i64 {
+        i64::try_from(self.started.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 
     pub fn config(&self) -> &GroupConfig {
@@ -194,6 +235,17 @@ impl GroupCoordinator {
             // Unloaded (or loaded again) meanwhile: what this replay added is not ours.
             self.forget_partition(partition);
             return;
+        }
+        let now = self.mono_ms();
+        let n = self.config.offsets_partitions;
+        for (id, g) in self.groups.borrow_mut().iter_mut() {
+            if let Some(c) = g
+                .consumer
+                .as_mut()
+                .filter(|_| partition_for_group(id, n) == partition)
+            {
+                c.finish_restore(now, &self.config.consumer);
+            }
         }
         self.loaded.borrow_mut().insert(partition);
         tracing::debug!(
@@ -312,6 +364,10 @@ impl GroupCoordinator {
         record_offset: i64,
         producer: Option<i64>,
     ) {
+        if let Some(k) = key.filter(|k| consumer_rec::is_consumer_key(k)) {
+            self.apply_consumer(k, value);
+            return;
+        }
         let Some(key) = key.and_then(|k| rec::decode_key(k).ok()) else {
             return;
         };
@@ -372,10 +428,12 @@ impl GroupCoordinator {
         }
     }
 
-    /// Serves one operation. `log_of` finds this shard's `__consumer_offsets` partition.
+    /// Serves one operation. `log_of` finds this shard's `__consumer_offsets` partition;
+    /// `topics` is the cluster's topics, for consumer-protocol groups.
     pub async fn handle(
         &self,
         op: GroupOp,
+        topics: &impl TopicCatalog,
         log_of: impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> GroupAnswer {
         if !self.serves(&op) {
@@ -396,12 +454,39 @@ impl GroupCoordinator {
                     ));
                 }
                 let (tx, rx) = oneshot::channel();
-                {
+                let group = req.group.clone();
+                let dropped_consumer_records = {
                     let mut groups = self.groups.borrow_mut();
                     let g = groups
                         .entry(req.group.clone())
                         .or_insert_with(|| Group::new(req.group.clone()));
+                    // A consumer-protocol group takes a classic member only once it is
+                    // empty; it becomes a classic group then, and its consumer records
+                    // are deleted (after the join is in, so no heartbeat takes the
+                    // group back meanwhile).
+                    let mut dropped = Vec::new();
+                    if let Some(c) = &g.consumer {
+                        if !c.is_empty() {
+                            return GroupAnswer::Join(JoinAnswer::error(
+                                GroupError::InconsistentGroupProtocol,
+                                req.member_id,
+                            ));
+                        }
+                        dropped = c.tombstones();
+                        g.consumer = None;
+                        g.protocol_type = None;
+                    }
                     g.join(req, now, self.config.initial_rebalance_delay, tx);
+                    dropped
+                };
+                if !dropped_consumer_records.is_empty() {
+                    let stored = match encode_consumer_records(dropped_consumer_records) {
+                        Ok(t) => self.append(&group, &t, &log_of).await.map(|_| ()),
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = stored {
+                        tracing::warn!(group = %group, error = %e, "deleting the records of a consumer group that became classic");
+                    }
                 }
                 // A waiter dropped unanswered went with its group: this broker no
                 // longer coordinates it.
@@ -498,7 +583,10 @@ impl GroupCoordinator {
                         .map(|g| GroupListing {
                             group: g.id.clone(),
                             protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                            state: g.state.name(),
+                            state: match &g.consumer {
+                                Some(c) => c.state().name(),
+                                None => g.state.name(),
+                            },
                         })
                         .collect(),
                 )
@@ -507,23 +595,168 @@ impl GroupCoordinator {
             GroupOp::DeleteOffsets { group, partitions } => {
                 GroupAnswer::OffsetsDeleted(self.delete_offsets(&group, partitions, &log_of).await)
             }
+            GroupOp::ConsumerHeartbeat { group, heartbeat } => GroupAnswer::ConsumerHeartbeat(
+                self.consumer_heartbeat(group, heartbeat, topics, &log_of)
+                    .await,
+            ),
         }
     }
 
-    /// Runs the timers of every group: session expiry, join-phase timeouts. Returns the
+    /// A ConsumerGroupHeartbeat: the group's step (`consumer::group`), then the records
+    /// of what changed, answered once they are committed. A group id without a group is
+    /// created by a joining member; a classic group is taken over only while it has no
+    /// members (GROUP_ID_NOT_FOUND otherwise, as Kafka answers without migration).
+    async fn consumer_heartbeat(
+        &self,
+        group: String,
+        hb: Heartbeat,
+        topics: &impl TopicCatalog,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
+    ) -> Result<HeartbeatAnswer, GroupError> {
+        if group.is_empty() {
+            return Err(GroupError::InvalidRequest("GroupId can't be empty.".into()));
+        }
+        let now = self.mono_ms();
+        let (answer, records) = {
+            let mut groups = self.groups.borrow_mut();
+            let joining = hb.member_epoch == 0;
+            let created = !groups.contains_key(&group);
+            if created {
+                if !joining {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+                groups.insert(group.clone(), Group::new(group.clone()));
+            }
+            let g = groups.get_mut(&group).expect("inserted above");
+            let converted = g.consumer.is_none();
+            if converted {
+                if !g.members.is_empty() || !joining {
+                    return Err(GroupError::GroupIdNotFound);
+                }
+                g.consumer = Some(ConsumerGroup::new(group.clone()));
+                g.protocol_type = Some(CONSUMER_PROTOCOL_TYPE.to_string());
+            }
+            let c = g.consumer.as_mut().expect("set above");
+            let answer = c.heartbeat(hb, topics, &self.config.consumer, now, || {
+                uuid::Uuid::new_v4().to_string()
+            });
+            if answer.is_err() && c.is_empty() && converted {
+                // A refused first heartbeat leaves no group behind, as in Kafka, where
+                // the group comes with the records the refusal never writes.
+                if created {
+                    groups.remove(&group);
+                } else {
+                    g.consumer = None;
+                    g.protocol_type = None;
+                }
+                return answer;
+            }
+            let changes = c.take_changes();
+            (answer, encode_consumer_records(c.records_for(&changes))?)
+        };
+        if !records.is_empty() {
+            self.append(&group, &records, log_of).await?;
+        }
+        answer
+    }
+
+    /// Replays one consumer-group record into its group.
+    fn apply_consumer(&self, key: &[u8], value: Option<&[u8]>) {
+        let Ok(k) = consumer_rec::decode_key(key) else {
+            return;
+        };
+        let value = match value.map(|v| consumer_rec::decode_value(&k, v)) {
+            Some(Ok(v)) => Some(v),
+            Some(Err(e)) => {
+                tracing::warn!(group = %k.group(), error = %e, "skipping an undecodable consumer group record");
+                return;
+            }
+            None => None,
+        };
+        let mut groups = self.groups.borrow_mut();
+        let group = k.group().to_string();
+        let g = groups
+            .entry(group.clone())
+            .or_insert_with(|| Group::new(group.clone()));
+        g.protocol_type = Some(CONSUMER_PROTOCOL_TYPE.to_string());
+        g.consumer
+            .get_or_insert_with(|| ConsumerGroup::new(group))
+            .restore(&k, value);
+    }
+
+    /// Removes the consumer-group members whose session or revocation timed out, and
+    /// returns the groups with records to write ([`Self::store_consumer_changes`]).
+    fn expire_consumer_members(&self) -> Vec<String> {
+        let now = self.mono_ms();
+        let mut changed = Vec::new();
+        for (id, g) in self.groups.borrow_mut().iter_mut() {
+            let Some(c) = g.consumer.as_mut() else {
+                continue;
+            };
+            let expired = c.expired(now);
+            for member in &expired {
+                tracing::info!(group = %id, member = %member, "consumer group member removed: its session or revocation timed out");
+                c.remove_member(member);
+            }
+            if !expired.is_empty() {
+                changed.push(id.clone());
+            }
+        }
+        changed
+    }
+
+    /// Writes what changed in these consumer groups (a member's removal by a timer). A
+    /// failure is logged: the group goes on in memory, as after a failed heartbeat write.
+    pub async fn store_consumer_changes(
+        &self,
+        groups: Vec<String>,
+        log_of: impl Fn(i32) -> Option<Rc<Partition>>,
+    ) {
+        for group in groups {
+            if !self.serves_group(&group) {
+                continue;
+            }
+            let records = {
+                let mut all = self.groups.borrow_mut();
+                let Some(c) = all.get_mut(&group).and_then(|g| g.consumer.as_mut()) else {
+                    continue;
+                };
+                let changes = c.take_changes();
+                encode_consumer_records(c.records_for(&changes))
+            };
+            let result = match records {
+                Ok(r) if r.is_empty() => Ok(0),
+                Ok(r) => self.append(&group, &r, &log_of).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = result {
+                tracing::warn!(group = %group, error = %e, "storing a consumer group's member removal");
+            }
+        }
+    }
+
+    /// Runs the timers of every group: session expiry, join-phase timeouts, and the
+    /// consumer-protocol groups' session and revocation deadlines. Returns the classic
     /// groups whose last member went, whose Empty state is to be stored
-    /// ([`Self::store_emptied`]).
-    pub fn tick(&self) -> Vec<String> {
+    /// ([`Self::store_emptied`]), and the consumer groups whose removals are to be
+    /// stored ([`Self::store_consumer_changes`]).
+    pub fn tick(&self) -> Ticked {
         let now = Instant::now();
         let mut emptied = Vec::new();
         for g in self.groups.borrow_mut().values_mut() {
+            if g.consumer.is_some() {
+                continue;
+            }
             let had_members = !g.is_empty();
             g.tick(now);
             if had_members && g.is_empty() {
                 emptied.push(g.id.clone());
             }
         }
-        emptied
+        Ticked {
+            emptied,
+            consumer_changed: self.expire_consumer_members(),
+        }
     }
 
     /// Stores the groups of `emptied` that are still Empty, so that a coordinator that
@@ -738,6 +971,9 @@ impl GroupCoordinator {
                 }),
                 None,
             ));
+            if let Some(c) = &g.consumer {
+                t.extend(encode_consumer_records(c.tombstones())?);
+            }
             (keys, t)
         };
         let base = self.append(group, &tombstones, log_of).await?;
@@ -1037,6 +1273,7 @@ fn refused(op: GroupOp, e: GroupError) -> GroupAnswer {
         }),
         GroupOp::List => GroupAnswer::Listed(Vec::new()),
         GroupOp::DeleteOffsets { .. } => GroupAnswer::OffsetsDeleted(Err(e)),
+        GroupOp::ConsumerHeartbeat { .. } => GroupAnswer::ConsumerHeartbeat(Err(e)),
     }
 }
 
@@ -1110,7 +1347,10 @@ mod tests {
 
     async fn ask(c: &GroupCoordinator, log: &Rc<Partition>, op: GroupOp) -> GroupAnswer {
         let l = log.clone();
-        c.handle(op, move |_| Some(l.clone())).await
+        c.handle(op, &crate::group::consumer::catalog::NoTopics, move |_| {
+            Some(l.clone())
+        })
+        .await
     }
 
     async fn commits(
@@ -1169,6 +1409,147 @@ mod tests {
     }
 
     const UNSTABLE: Result<Option<i64>, GroupError> = Err(GroupError::UnstableOffsetCommit);
+
+    /// One topic "t" of four partitions, at version 1.
+    struct OneTopic;
+
+    impl TopicCatalog for OneTopic {
+        fn version(&self) -> u64 {
+            1
+        }
+        fn topic(
+            &self,
+            name: &str,
+        ) -> Option<(uuid::Uuid, super::super::consumer::assignor::TopicSpec)> {
+            (name == "t").then(|| {
+                (
+                    uuid::Uuid::from_u128(42),
+                    super::super::consumer::assignor::TopicSpec {
+                        partitions: 4,
+                        racks: Vec::new(),
+                    },
+                )
+            })
+        }
+        fn topic_names(&self) -> Vec<String> {
+            vec!["t".into()]
+        }
+    }
+
+    async fn beat(
+        c: &GroupCoordinator,
+        log: &Rc<Partition>,
+        hb: Heartbeat,
+    ) -> Result<HeartbeatAnswer, GroupError> {
+        let l = log.clone();
+        let op = GroupOp::ConsumerHeartbeat {
+            group: GROUP.into(),
+            heartbeat: hb,
+        };
+        match c.handle(op, &OneTopic, move |_| Some(l.clone())).await {
+            GroupAnswer::ConsumerHeartbeat(r) => r,
+            other => panic!("not a heartbeat answer: {other:?}"),
+        }
+    }
+
+    fn join(member: &str) -> Heartbeat {
+        Heartbeat {
+            version: 1,
+            member_id: member.into(),
+            member_epoch: 0,
+            rebalance_timeout_ms: 30_000,
+            subscribed_topic_names: Some(vec!["t".into()]),
+            owned: Some(Default::default()),
+            ..Heartbeat::default()
+        }
+    }
+
+    fn member_commit(member: &str, epoch: i32) -> GroupOp {
+        GroupOp::Commit(CommitRequest {
+            group: GROUP.into(),
+            generation: epoch,
+            member_id: member.into(),
+            group_instance_id: None,
+            offsets: vec![("t".to_string(), 0, 5, -1, String::new())],
+        })
+    }
+
+    #[test]
+    fn a_consumer_group_is_stored_and_reloaded_exactly() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let c = loaded(&log).await;
+            let a = beat(&c, &log, join("a")).await.expect("a joins");
+            assert_eq!(
+                (a.member_epoch, a.assignment.as_ref().map(|x| x.len())),
+                (1, Some(4))
+            );
+            let b = beat(&c, &log, join("b")).await.expect("b joins");
+            assert_eq!(b.member_epoch, 2);
+            // a is asked to revoke two partitions (its epoch stays until it has).
+            let mut hb = join("a");
+            hb.member_epoch = 1;
+            hb.owned = a.assignment.clone();
+            let a2 = beat(&c, &log, hb).await.expect("a");
+            assert_eq!(a2.assignment.as_ref().map(|x| x.len()), Some(2));
+            // A member commits at its epoch; a stale one is told so.
+            assert_eq!(commits(&c, &log, member_commit("a", 1)).await, vec![Ok(())]);
+            assert_eq!(
+                commits(&c, &log, member_commit("a", 0)).await,
+                vec![Err(GroupError::StaleMemberEpoch)]
+            );
+            assert_eq!(
+                commits(&c, &log, member_commit("z", 1)).await,
+                vec![Err(GroupError::UnknownMemberId)]
+            );
+
+            // A second coordinator replays the log: the same group, to the partition.
+            let replayed = loaded(&log).await;
+            let describe = |c: &GroupCoordinator| {
+                let groups = c.groups.borrow();
+                let g = groups
+                    .get(GROUP)
+                    .and_then(|g| g.consumer.as_ref())
+                    .expect("a consumer group");
+                let members: Vec<_> = g
+                    .members()
+                    .map(|m| {
+                        (
+                            m.member_id.clone(),
+                            m.assignment.clone(),
+                            g.target(&m.member_id).cloned(),
+                        )
+                    })
+                    .collect();
+                (g.epoch(), g.assignment_epoch(), members)
+            };
+            assert_eq!(describe(&replayed), describe(&c));
+            // The members go on where they were: no new epoch for a heartbeat.
+            let mut hb = join("a");
+            hb.member_epoch = 1;
+            hb.owned = a2.assignment.clone();
+            let again = beat(&replayed, &log, hb).await.expect("a after the reload");
+            assert_eq!(again.member_epoch, 2);
+            assert_eq!(
+                replayed.groups.borrow()[GROUP]
+                    .consumer
+                    .as_ref()
+                    .map(|g| g.epoch()),
+                Some(2)
+            );
+            // b leaves: its records are deleted, and a third replay no longer has it.
+            let mut bye = join("b");
+            bye.member_epoch = -1;
+            beat(&replayed, &log, bye).await.expect("b leaves");
+            let third = loaded(&log).await;
+            let groups = third.groups.borrow();
+            let g = groups[GROUP].consumer.as_ref().expect("consumer group");
+            assert!(g.member("b").is_none());
+            assert_eq!(g.epoch(), 3);
+        });
+    }
 
     #[test]
     fn transactional_offsets_wait_for_their_marker_and_survive_a_reload() {

@@ -106,6 +106,10 @@ pub struct Group {
     pub dirty: bool,
     /// When the group last became Empty (offset retention counts from here).
     pub empty_since: Instant,
+    /// Set when the group uses the consumer protocol (KIP-848): its membership lives
+    /// there, and the classic fields above stay empty. Committed offsets are the
+    /// group's either way.
+    pub consumer: Option<crate::group::consumer::group::ConsumerGroup>,
 }
 
 /// What a member id the coordinator makes adds to the client's id: a dash and a UUID
@@ -134,11 +138,12 @@ impl Group {
             join_not_before: None,
             dirty: false,
             empty_since: Instant::now(),
+            consumer: None,
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.members.is_empty()
+        self.members.is_empty() && self.consumer.as_ref().is_none_or(|c| c.is_empty())
     }
 
     /// Takes the group's stored record as the group (the replay of its offsets
@@ -638,6 +643,21 @@ impl Group {
 
     /// Checks that a commit may be made by this member in this generation.
     pub fn check_commit(&self, req: &CommitRequest) -> Result<(), GroupError> {
+        if let Some(c) = &self.consumer {
+            // Kafka's `ConsumerGroup.validateOffsetCommit`: outside the group protocol
+            // only while the group is empty; a member at exactly its current epoch.
+            if req.generation < 0 && c.is_empty() {
+                return Ok(());
+            }
+            let member = c
+                .member(&req.member_id)
+                .ok_or(GroupError::UnknownMemberId)?;
+            return if req.generation == member.assignment.epoch {
+                Ok(())
+            } else {
+                Err(GroupError::StaleMemberEpoch)
+            };
+        }
         if req.generation < 0 && req.member_id.is_empty() {
             // A commit from outside the group protocol: allowed while nobody is a member.
             return if self.is_empty() {

@@ -85,6 +85,10 @@ pub enum GroupError {
     InvalidRegularExpression(String),
     #[error("the group has reached its maximum size")]
     GroupMaxSizeReached,
+    /// A consumer-protocol member commits (or fetches) at an epoch other than its
+    /// current one: it retries with the epoch its next heartbeat brings.
+    #[error("the member epoch is stale")]
+    StaleMemberEpoch,
 }
 
 /// A protocol a member supports (e.g. "range", "cooperative-sticky") with its metadata.
@@ -296,6 +300,12 @@ pub enum GroupOp {
         group: String,
         partitions: Vec<(String, i32)>,
     },
+    /// ConsumerGroupHeartbeat (KIP-848): served with the cluster's topics at hand, so
+    /// the shard routes it to [`crate::group::coordinator::GroupCoordinator::consumer_heartbeat`].
+    ConsumerHeartbeat {
+        group: String,
+        heartbeat: crate::group::consumer::group::Heartbeat,
+    },
 }
 
 impl GroupOp {
@@ -311,7 +321,8 @@ impl GroupOp {
             | GroupOp::FetchOffsets { group, .. }
             | GroupOp::Describe { group }
             | GroupOp::Delete { group }
-            | GroupOp::DeleteOffsets { group, .. } => Some(group),
+            | GroupOp::DeleteOffsets { group, .. }
+            | GroupOp::ConsumerHeartbeat { group, .. } => Some(group),
             GroupOp::List => None,
         }
     }
@@ -344,6 +355,20 @@ impl GroupOp {
                     return too_long("a protocol name");
                 }
             }
+            GroupOp::ConsumerHeartbeat { heartbeat: h, .. } => {
+                if !fits(&h.member_id) || !fits_opt(&h.instance_id) || !fits_opt(&h.rack_id) {
+                    return too_long("a member id");
+                }
+                if !fits(&h.client_id) || !fits(&h.client_host) {
+                    return too_long("the client id");
+                }
+                if !fits_opt(&h.server_assignor) || !fits_opt(&h.subscribed_topic_regex) {
+                    return too_long("an assignor name or topic pattern");
+                }
+                if !h.subscribed_topic_names.iter().flatten().all(|t| fits(t)) {
+                    return too_long("a topic name");
+                }
+            }
             GroupOp::Commit(CommitRequest { offsets, .. })
             | GroupOp::TxnCommit(TxnCommitRequest { offsets, .. })
                 if !offsets.iter().all(|(topic, ..)| fits(topic)) =>
@@ -370,6 +395,7 @@ pub enum GroupAnswer {
     Listed(Vec<GroupListing>),
     /// Per partition, in request order.
     OffsetsDeleted(Result<Vec<Result<(), GroupError>>, GroupError>),
+    ConsumerHeartbeat(Result<crate::group::consumer::group::HeartbeatAnswer, GroupError>),
 }
 
 #[cfg(test)]

@@ -82,9 +82,11 @@ impl Shard {
             }
             ShardMessage::Group { op, reply } => {
                 let shard = self.clone();
+                let topics =
+                    crate::group::consumer::catalog::MetadataCatalog::new(self.metadata.snapshot());
                 let answer = self
                     .groups
-                    .handle(op, move |p| shard.partition(&offsets_tp(p)))
+                    .handle(op, &topics, move |p| shard.partition(&offsets_tp(p)))
                     .await;
                 let _ = reply.send(answer);
             }

@@ -226,13 +226,18 @@ impl Shard {
             let mut ticks = 0u64;
             loop {
                 glommio::timer::sleep(Duration::from_millis(100)).await;
-                let emptied = shard.groups.tick();
-                if !emptied.is_empty() {
+                let ticked = shard.groups.tick();
+                if !ticked.emptied.is_empty() || !ticked.consumer_changed.is_empty() {
                     let s = shard.clone();
                     glommio::spawn_local(async move {
-                        let s2 = s.clone();
+                        let (s2, s3) = (s.clone(), s.clone());
                         s.groups
-                            .store_emptied(emptied, move |p| s2.partition(&offsets_tp(p)))
+                            .store_emptied(ticked.emptied, move |p| s2.partition(&offsets_tp(p)))
+                            .await;
+                        s.groups
+                            .store_consumer_changes(ticked.consumer_changed, move |p| {
+                                s3.partition(&offsets_tp(p))
+                            })
                             .await;
                     })
                     .detach();

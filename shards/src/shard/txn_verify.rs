@@ -314,7 +314,14 @@ impl Shard {
         let n = req.offsets.len();
         if !self.groups.serves_group(&req.group) {
             // Answered as not coordinated here, before anything joins a transaction.
-            return self.groups.handle(GroupOp::TxnCommit(req), |_| None).await;
+            return self
+                .groups
+                .handle(
+                    GroupOp::TxnCommit(req),
+                    &crate::group::consumer::catalog::NoTopics,
+                    |_| None,
+                )
+                .await;
         }
         let mode = VerifyMode::for_txn_offset_commit(req.version);
         let partition = self.groups.offsets_partition(&req.group);
@@ -361,9 +368,11 @@ impl Shard {
         // producer can land in between.
         let shard = self.clone();
         self.groups
-            .handle(GroupOp::TxnCommit(req), move |p| {
-                shard.partition(&offsets_tp(p))
-            })
+            .handle(
+                GroupOp::TxnCommit(req),
+                &crate::group::consumer::catalog::NoTopics,
+                move |p| shard.partition(&offsets_tp(p)),
+            )
             .await
     }
 

@@ -1,4 +1,5 @@
-//! OffsetCommit (v0–v8): offsets written to the group's `__consumer_offsets` partition
+//! OffsetCommit (v0–v9; v9 is v8 sent by consumer-protocol members, whose generation is
+//! their member epoch): offsets written to the group's `__consumer_offsets` partition
 //! by its coordinator shard, acknowledged once durable.
 
 use super::group_routing::{ask_coordinator, code, s, unavailable};
@@ -17,7 +18,7 @@ pub struct OffsetCommit;
 
 impl Handler for OffsetCommit {
     const KEY: ApiKey = ApiKey::OffsetCommit;
-    const VERSIONS: (i16, i16) = (0, 8);
+    const VERSIONS: (i16, i16) = (0, 9);
     type Request = OffsetCommitRequest;
     type Response = OffsetCommitResponse;
 

@@ -25,6 +25,7 @@
 use super::assignment::{Assignment, TopicId};
 use super::assignor::{self, AssignorKind, MemberSpec, TopicSpec};
 use super::reconcile::{reconcile, MemberAssignment, MemberState};
+use super::records::{self, CurrentAssignment, RecordKey, RecordValue, TopicMetadata};
 use crate::group::types::GroupError;
 use regex::Regex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -131,6 +132,20 @@ impl ConsumerMember {
         }
     }
 
+    /// The fields of its member-metadata record.
+    pub fn metadata(&self) -> records::MemberMetadata {
+        records::MemberMetadata {
+            instance_id: self.instance_id.clone(),
+            rack_id: self.rack_id.clone(),
+            client_id: self.client_id.clone(),
+            client_host: self.client_host.clone(),
+            subscribed_topic_names: self.subscribed_names.iter().cloned().collect(),
+            subscribed_topic_regex: self.subscribed_regex.clone(),
+            rebalance_timeout_ms: self.rebalance_timeout_ms,
+            server_assignor: self.server_assignor.map(|a| a.name().to_string()),
+        }
+    }
+
     /// What decides the target assignment: a change of any bumps the group epoch.
     fn assignment_inputs(&self) -> impl PartialEq + '_ {
         (
@@ -162,6 +177,30 @@ impl ConsumerGroupState {
     }
 }
 
+/// What changed since the coordinator last took the changes: the records it must write
+/// (`records_for`), as Kafka's coordinator writes them with each heartbeat.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Changes {
+    /// The group epoch moved.
+    pub epoch: bool,
+    /// The subscribed topics' metadata changed.
+    pub subscribed: bool,
+    /// Members whose metadata (subscription, rack, ...) changed.
+    pub members: BTreeSet<String>,
+    /// The target moved to a new epoch; these members' targets changed.
+    pub target: Option<BTreeSet<String>>,
+    /// Members whose current assignment (epochs, state, partitions) changed.
+    pub current: BTreeSet<String>,
+    /// Members that left or were removed: their records are deleted.
+    pub removed: BTreeSet<String>,
+}
+
+impl Changes {
+    pub fn is_empty(&self) -> bool {
+        *self == Changes::default()
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct ConsumerGroup {
     id: String,
@@ -175,6 +214,7 @@ pub struct ConsumerGroup {
     subscribed: BTreeMap<String, (TopicId, TopicSpec)>,
     /// The catalog version `subscribed` was computed at.
     catalog_version: Option<u64>,
+    changes: Changes,
 }
 
 impl ConsumerGroup {
@@ -291,6 +331,9 @@ impl ConsumerGroup {
         member.client_id = hb.client_id.clone();
         member.client_host = hb.client_host.clone();
         let mut bump = is_new || before.assignment_inputs() != member.assignment_inputs();
+        if is_new || before.metadata() != member.metadata() || before.member_id != member_id {
+            self.changes.members.insert(member.member_id.clone());
+        }
         if let Some(i) = &member.instance_id {
             self.static_members
                 .insert(i.clone(), member.member_id.clone());
@@ -299,12 +342,16 @@ impl ConsumerGroup {
 
         if bump || self.catalog_version != Some(catalog.version()) {
             let subscribed = self.compute_subscribed(catalog);
-            bump |= subscribed != self.subscribed;
+            if subscribed != self.subscribed {
+                bump = true;
+                self.changes.subscribed = true;
+            }
             self.subscribed = subscribed;
             self.catalog_version = Some(catalog.version());
         }
         if bump {
             self.epoch += 1;
+            self.changes.epoch = true;
         }
 
         // 2. The target, when the group moved past it.
@@ -327,6 +374,9 @@ impl ConsumerGroup {
             |t, p| self.holders.contains_key(&(t, p)),
         );
         let assignment_changed = next.assigned != before.assignment.assigned || joining;
+        if next != before.assignment || before.member_id != member_id {
+            self.changes.current.insert(member_id.clone());
+        }
         self.set_assignment(&member_id, next, now_ms);
         let m = self.members.get_mut(&member_id).expect("present");
         m.session_deadline_ms = now_ms + i64::from(config.session_timeout_ms);
@@ -370,6 +420,11 @@ impl ConsumerGroup {
                 // The new instance takes the old one's place and partitions: it will
                 // be given them back at once, without a rebalance.
                 let mut m = self.take_member(&old_id);
+                if old_id != member_id {
+                    self.changes.removed.insert(old_id.clone());
+                    let target = self.changes.target.get_or_insert_with(BTreeSet::new);
+                    target.insert(member_id.to_string());
+                }
                 m.member_id = member_id.to_string();
                 m.assignment.epoch = 0;
                 m.assignment.previous_epoch = 0;
@@ -470,6 +525,7 @@ impl ConsumerGroup {
             .get_mut(&id)
             .expect("static members are members");
         m.assignment.epoch = LEAVE_GROUP_STATIC_MEMBER_EPOCH;
+        self.changes.current.insert(id.clone());
         Ok(HeartbeatAnswer {
             member_id: id,
             member_epoch: LEAVE_GROUP_STATIC_MEMBER_EPOCH,
@@ -485,6 +541,13 @@ impl ConsumerGroup {
             self.take_member(member_id);
             self.target.remove(member_id);
             self.epoch += 1;
+            self.changes.epoch = true;
+            self.changes.removed.insert(member_id.to_string());
+            self.changes.members.remove(member_id);
+            self.changes.current.remove(member_id);
+            if let Some(t) = self.changes.target.as_mut() {
+                t.remove(member_id);
+            }
         }
     }
 
@@ -592,8 +655,245 @@ impl ConsumerGroup {
             .map(|(id, spec)| (*id, spec.clone()))
             .collect();
         let target = assignor::assign(kind, &specs, &topics);
+        let changed = self.changes.target.get_or_insert_with(BTreeSet::new);
+        for (id, a) in &target {
+            if self.target.get(id) != Some(a) {
+                changed.insert(id.clone());
+            }
+        }
         self.target = target;
         self.assignment_epoch = self.epoch;
+    }
+
+    /// The changes since the last call: what the coordinator must write.
+    pub fn take_changes(&mut self) -> Changes {
+        std::mem::take(&mut self.changes)
+    }
+
+    /// The records that store `changes` (a `None` value deletes its key), in the order
+    /// Kafka writes them: members, topics, epoch, target, current assignments.
+    pub fn records_for(&self, changes: &Changes) -> Vec<(RecordKey, Option<RecordValue>)> {
+        let group = || self.id.clone();
+        let mut out = Vec::new();
+        for id in &changes.removed {
+            let member = || id.clone();
+            out.push((
+                RecordKey::CurrentMemberAssignment {
+                    group: group(),
+                    member: member(),
+                },
+                None,
+            ));
+            out.push((
+                RecordKey::TargetAssignmentMember {
+                    group: group(),
+                    member: member(),
+                },
+                None,
+            ));
+            out.push((
+                RecordKey::MemberMetadata {
+                    group: group(),
+                    member: member(),
+                },
+                None,
+            ));
+        }
+        for id in &changes.members {
+            if let Some(m) = self.members.get(id) {
+                out.push((
+                    RecordKey::MemberMetadata {
+                        group: group(),
+                        member: id.clone(),
+                    },
+                    Some(RecordValue::MemberMetadata(m.metadata())),
+                ));
+            }
+        }
+        if changes.subscribed {
+            out.push((
+                RecordKey::PartitionMetadata { group: group() },
+                Some(RecordValue::PartitionMetadata {
+                    topics: self.topic_metadata(),
+                }),
+            ));
+        }
+        if changes.epoch {
+            out.push((
+                RecordKey::GroupMetadata { group: group() },
+                Some(RecordValue::GroupMetadata { epoch: self.epoch }),
+            ));
+        }
+        if let Some(members) = &changes.target {
+            for id in members {
+                if let Some(t) = self.target.get(id) {
+                    out.push((
+                        RecordKey::TargetAssignmentMember {
+                            group: group(),
+                            member: id.clone(),
+                        },
+                        Some(RecordValue::TargetAssignmentMember(t.clone())),
+                    ));
+                }
+            }
+            out.push((
+                RecordKey::TargetAssignmentMetadata { group: group() },
+                Some(RecordValue::TargetAssignmentMetadata {
+                    assignment_epoch: self.assignment_epoch,
+                }),
+            ));
+        }
+        for id in &changes.current {
+            if let Some(m) = self.members.get(id) {
+                let a = &m.assignment;
+                out.push((
+                    RecordKey::CurrentMemberAssignment {
+                        group: group(),
+                        member: id.clone(),
+                    },
+                    Some(RecordValue::CurrentMemberAssignment(CurrentAssignment {
+                        member_epoch: a.epoch,
+                        previous_member_epoch: a.previous_epoch,
+                        state: a.state.value(),
+                        assigned: a.assigned.clone(),
+                        pending_revocation: a.pending_revocation.clone(),
+                    })),
+                ));
+            }
+        }
+        out
+    }
+
+    /// Every record of the group as it is: what a replay needs to rebuild it.
+    pub fn all_records(&self) -> Vec<(RecordKey, Option<RecordValue>)> {
+        let ids: BTreeSet<String> = self.members.keys().cloned().collect();
+        self.records_for(&Changes {
+            epoch: true,
+            subscribed: true,
+            members: ids.clone(),
+            target: Some(self.target.keys().cloned().collect()),
+            current: ids,
+            removed: BTreeSet::new(),
+        })
+    }
+
+    /// The records that delete the group's own keys (its members' go as they leave):
+    /// for DeleteGroups of an empty group.
+    pub fn tombstones(&self) -> Vec<(RecordKey, Option<RecordValue>)> {
+        let group = || self.id.clone();
+        vec![
+            (RecordKey::TargetAssignmentMetadata { group: group() }, None),
+            (RecordKey::PartitionMetadata { group: group() }, None),
+            (RecordKey::GroupMetadata { group: group() }, None),
+        ]
+    }
+
+    fn topic_metadata(&self) -> Vec<TopicMetadata> {
+        self.subscribed
+            .iter()
+            .map(|(name, (id, spec))| TopicMetadata {
+                id: *id,
+                name: name.clone(),
+                partitions: spec.partitions,
+                racks: spec
+                    .racks
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, r)| !r.is_empty())
+                    .map(|(p, r)| (p as i32, r.iter().cloned().collect()))
+                    .collect(),
+            })
+            .collect()
+    }
+
+    /// Replays one record (a load of the offsets partition); `None` deletes. The group
+    /// is whole only once [`Self::finish_restore`] has run.
+    pub fn restore(&mut self, key: &RecordKey, value: Option<RecordValue>) {
+        let member_id = match key {
+            RecordKey::MemberMetadata { member, .. }
+            | RecordKey::TargetAssignmentMember { member, .. }
+            | RecordKey::CurrentMemberAssignment { member, .. } => Some(member.clone()),
+            _ => None,
+        };
+        match (value, member_id) {
+            (Some(RecordValue::GroupMetadata { epoch }), _) => self.epoch = epoch,
+            (Some(RecordValue::PartitionMetadata { topics }), _) => {
+                self.subscribed = topics.into_iter().map(restored_topic).collect();
+            }
+            (Some(RecordValue::TargetAssignmentMetadata { assignment_epoch }), _) => {
+                self.assignment_epoch = assignment_epoch
+            }
+            (Some(RecordValue::MemberMetadata(md)), Some(id)) => {
+                let m = self
+                    .members
+                    .entry(id.clone())
+                    .or_insert_with(|| ConsumerMember::new(id));
+                m.instance_id = md.instance_id;
+                m.rack_id = md.rack_id;
+                m.client_id = md.client_id;
+                m.client_host = md.client_host;
+                m.subscribed_names = md.subscribed_topic_names.into_iter().collect();
+                m.subscribed_regex = md.subscribed_topic_regex;
+                m.rebalance_timeout_ms = md.rebalance_timeout_ms;
+                m.server_assignor = md
+                    .server_assignor
+                    .as_deref()
+                    .and_then(AssignorKind::from_name);
+            }
+            (Some(RecordValue::TargetAssignmentMember(a)), Some(id)) => {
+                self.target.insert(id, a);
+            }
+            (Some(RecordValue::CurrentMemberAssignment(c)), Some(id)) => {
+                let m = self
+                    .members
+                    .entry(id.clone())
+                    .or_insert_with(|| ConsumerMember::new(id));
+                m.assignment = MemberAssignment {
+                    state: MemberState::from_value(c.state).unwrap_or(MemberState::Stable),
+                    epoch: c.member_epoch,
+                    previous_epoch: c.previous_member_epoch,
+                    assigned: c.assigned,
+                    pending_revocation: c.pending_revocation,
+                };
+            }
+            (None, Some(id)) => match key {
+                RecordKey::MemberMetadata { .. } => {
+                    self.members.remove(&id);
+                }
+                RecordKey::TargetAssignmentMember { .. } => {
+                    self.target.remove(&id);
+                }
+                _ => {
+                    if let Some(m) = self.members.get_mut(&id) {
+                        m.assignment = MemberAssignment::joining();
+                    }
+                }
+            },
+            _ => {}
+        }
+    }
+
+    /// Ends a replay: holders and static members are rebuilt from the members, every
+    /// session starts at `now_ms` (as Kafka's coordinator restores them), and the topics
+    /// are looked at again at the next heartbeat.
+    pub fn finish_restore(&mut self, now_ms: i64, config: &ConsumerGroupConfig) {
+        self.holders.clear();
+        self.static_members.clear();
+        let members = &self.members;
+        self.target.retain(|id, _| members.contains_key(id));
+        for m in self.members.values_mut() {
+            m.session_deadline_ms = now_ms + i64::from(config.session_timeout_ms);
+            m.revocation_deadline_ms = (m.assignment.state == MemberState::UnrevokedPartitions)
+                .then(|| now_ms + i64::from(m.rebalance_timeout_ms.max(0)));
+            for key in m.assignment.held().partitions() {
+                self.holders.insert(key, m.member_id.clone());
+            }
+            if let Some(i) = &m.instance_id {
+                self.static_members.insert(i.clone(), m.member_id.clone());
+            }
+        }
+        self.catalog_version = None;
+        self.changes = Changes::default();
     }
 
     fn check_invariants(&self) {
@@ -633,6 +933,29 @@ fn group_assignor<'a>(
         .find(|a| best > 0 && votes.get(a) == Some(&best))
         .or_else(|| config.assignors.first().copied())
         .unwrap_or(AssignorKind::Uniform)
+}
+
+/// A subscribed topic as its partition-metadata record stored it.
+fn restored_topic(t: TopicMetadata) -> (String, (TopicId, TopicSpec)) {
+    let mut racks = vec![BTreeSet::new(); usize::try_from(t.partitions).unwrap_or(0)];
+    for (p, rs) in t.racks {
+        if let Some(slot) = usize::try_from(p).ok().and_then(|p| racks.get_mut(p)) {
+            slot.extend(rs);
+        }
+    }
+    if racks.iter().all(BTreeSet::is_empty) {
+        racks.clear();
+    }
+    (
+        t.name,
+        (
+            t.id,
+            TopicSpec {
+                partitions: t.partitions,
+                racks,
+            },
+        ),
+    )
 }
 
 /// Kafka matches a pattern against the whole topic name.

@@ -6,9 +6,12 @@
 //! drive them: `assignment` (a set of partitions by topic id), `assignor` (the `uniform`
 //! and `range` server-side assignors), `reconcile` (one member's step toward its target
 //! without ever holding a partition another member still holds) and `group` (one group:
-//! members, epochs, target, heartbeats, timeouts).
+//! members, epochs, target, heartbeats, timeouts); `records` is the codec of the
+//! groups' records in `__consumer_offsets`, as Kafka lays them out.
 
 pub mod assignment;
 pub mod assignor;
+pub mod catalog;
 pub mod group;
 pub mod reconcile;
+pub mod records;

@@ -5,10 +5,16 @@ import static org.junit.jupiter.api.Assertions.assertNotNull;
 import static org.junit.jupiter.api.Assertions.assertNull;
 import static org.junit.jupiter.api.Assertions.assertTrue;
 import static org.junit.jupiter.api.Assertions.fail;
+import static dev.corelog.it.GroupWorkload.assertConsumedExactlyOnce;
+import static dev.corelog.it.GroupWorkload.await;
+import static dev.corelog.it.GroupWorkload.awaitOwnership;
+import static dev.corelog.it.GroupWorkload.awaitProgress;
+import static dev.corelog.it.GroupWorkload.seqValue;
 
 import dev.corelog.it.GroupMember.Commit;
 import dev.corelog.it.GroupMember.Exit;
 import dev.corelog.it.GroupMember.Ledger;
+import dev.corelog.it.GroupWorkload.BackgroundProducer;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
@@ -74,7 +80,7 @@ class ConsumerGroupTest {
                 .collect(Collectors.toSet());
         Ledger ledger = new Ledger();
         List<GroupMember> members = new ArrayList<>();
-        BackgroundProducer producer = new BackgroundProducer(topic, ledger).start();
+        BackgroundProducer producer = new BackgroundProducer(broker, topic, ledger).start();
         try {
             // --- joins -------------------------------------------------------------------
             GroupMember a = member(members, "a", group, topic, null, Commit.SYNC, ledger);
@@ -126,35 +132,7 @@ class ConsumerGroupTest {
             members.remove(a);
 
             // --- exactly once -------------------------------------------------------------------
-            assertEquals(List.of(), new ArrayList<>(ledger.duplicates), "records consumed twice");
-            for (TopicPartition tp : all) {
-                Map<Long, Integer> written = ledger.produced.get(tp);
-                Map<Long, String> read = ledger.consumed.getOrDefault(tp, Map.of());
-                assertNotNull(written, "nothing written to " + tp);
-                assertEquals((long) written.size(), end.get(tp), tp + ": acknowledged offsets are 0..end-1");
-                List<Long> lost = new ArrayList<>();
-                for (long o = 0; o < end.get(tp); o++) {
-                    String by = read.get(o);
-                    if (by == null) {
-                        lost.add(o);
-                    } else {
-                        int seq = Integer.parseInt(by.substring(by.indexOf(':') + 1));
-                        assertEquals(written.get(o), seq, tp + "@" + o + ": record read (by " + by + ")");
-                    }
-                }
-                assertEquals(List.of(), lost.subList(0, Math.min(lost.size(), 20)),
-                        tp + ": " + lost.size() + " records never consumed");
-                assertEquals(end.get(tp), (long) read.size(), tp + ": records consumed beyond the end");
-            }
-            assertEquals(List.of(), new ArrayList<>(ledger.regressions), "commits that went backwards");
-            try (Admin admin = broker.admin()) {
-                Map<TopicPartition, OffsetAndMetadata> committed = admin.listConsumerGroupOffsets(group)
-                        .partitionsToOffsetAndMetadata().get(30, TimeUnit.SECONDS);
-                for (TopicPartition tp : all) {
-                    assertNotNull(committed.get(tp), "no committed offset for " + tp + ": " + committed);
-                    assertEquals(end.get(tp), committed.get(tp).offset(), "committed offset of " + tp);
-                }
-            }
+            assertConsumedExactlyOnce(broker, group, ledger, all, end);
         } finally {
             producer.stopQuietly();
             for (GroupMember m : members) {
@@ -181,7 +159,7 @@ class ConsumerGroupTest {
                 .collect(Collectors.toSet());
         Ledger ledger = new Ledger();
         List<GroupMember> members = new ArrayList<>();
-        BackgroundProducer producer = new BackgroundProducer(topic, ledger).start();
+        BackgroundProducer producer = new BackgroundProducer(broker, topic, ledger).start();
         try {
             GroupMember a = member(members, "a", group, topic, null, Commit.SYNC, ledger);
             GroupMember s = member(members, "s", group, topic, "static-s", Commit.ASYNC, ledger);
@@ -394,53 +372,10 @@ class ConsumerGroupTest {
         return m.start();
     }
 
-    /** Waits until the members own all partitions between them, each exactly once, evenly. */
-    private static void awaitOwnership(List<GroupMember> ms, Set<TopicPartition> all, String what) throws Exception {
-        await(() -> {
-            Set<TopicPartition> union = new HashSet<>();
-            int total = 0;
-            for (GroupMember m : ms) {
-                union.addAll(m.assignment());
-                total += m.assignment().size();
-            }
-            int fair = all.size() / ms.size();
-            boolean balanced = ms.stream().allMatch(m -> m.assignment().size() >= fair
-                    && m.assignment().size() <= fair + (all.size() % ms.size() == 0 ? 0 : 1));
-            return union.equals(all) && total == all.size() && balanced;
-        }, Duration.ofSeconds(45), () -> what + " own all partitions once, balanced: " + ms);
-        for (GroupMember m : ms) {
-            assertNull(m.failure(), m.name + " failed: " + m);
-        }
-    }
-
-    /** Every member consumes something more (the group is not just assigned but working). */
-    private static void awaitProgress(Ledger ledger, List<GroupMember> ms) throws Exception {
-        Map<TopicPartition, Long> before = new HashMap<>();
-        ms.forEach(m -> m.assignment().forEach(tp -> before.put(tp, ledger.consumedCount(tp))));
-        await(() -> ms.stream().allMatch(m -> m.assignment().stream()
-                        .anyMatch(tp -> ledger.consumedCount(tp) > before.getOrDefault(tp, 0L))),
-                Duration.ofSeconds(30), () -> "every member consumes: " + ms);
-    }
-
-    private static void await(BooleanSupplier condition, Duration timeout, java.util.function.Supplier<String> what)
-            throws InterruptedException {
-        long deadline = System.nanoTime() + timeout.toNanos();
-        while (!condition.getAsBoolean()) {
-            if (System.nanoTime() > deadline) {
-                fail("timed out after " + timeout.toSeconds() + " s waiting for: " + what.get());
-            }
-            Thread.sleep(50);
-        }
-    }
-
     private static void createTopic(String topic, int partitions) throws Exception {
         try (Admin admin = broker.admin()) {
             Await.createTopic(admin, new NewTopic(topic, partitions, (short) 1));
         }
-    }
-
-    private static byte[] seqValue(int seq) {
-        return ByteBuffer.allocate(4).putInt(seq).array();
     }
 
     /** [from, to) as a list, for comparing consumed offsets. */
@@ -454,68 +389,4 @@ class ConsumerGroupTest {
         }
     }
 
-    /** Keyed records at about 1,000 a second, each value its sequence number, until stopped. */
-    private static final class BackgroundProducer {
-        private final String topic;
-        private final Ledger ledger;
-        private final AtomicBoolean running = new AtomicBoolean(true);
-        private final AtomicReference<Throwable> failure = new AtomicReference<>();
-        private final Thread thread;
-
-        BackgroundProducer(String topic, Ledger ledger) {
-            this.topic = topic;
-            this.ledger = ledger;
-            this.thread = new Thread(this::run, "background-producer");
-            this.thread.setDaemon(true);
-        }
-
-        BackgroundProducer start() {
-            thread.start();
-            return this;
-        }
-
-        private void run() {
-            try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of(ProducerConfig.CLIENT_ID_CONFIG, "churn-producer"))) {
-                for (int seq = 0; running.get(); seq++) {
-                    final int s = seq;
-                    byte[] key = ("k-" + (seq % 600)).getBytes(StandardCharsets.UTF_8);
-                    p.send(new ProducerRecord<>(topic, key, seqValue(seq)), (md, e) -> {
-                        if (e != null) {
-                            failure.compareAndSet(null, e);
-                        } else {
-                            ledger.produced(new TopicPartition(md.topic(), md.partition()), md.offset(), s);
-                        }
-                    });
-                    if (seq % 20 == 19) {
-                        Thread.sleep(20);
-                    }
-                }
-                p.flush();
-            } catch (Throwable t) {
-                failure.compareAndSet(null, t);
-            }
-        }
-
-        /** Stops, waits for every acknowledgement, and returns the end offset of each partition. */
-        Map<TopicPartition, Long> stop() throws InterruptedException {
-            running.set(false);
-            thread.join(60_000);
-            assertTrue(!thread.isAlive(), "producer did not stop");
-            if (failure.get() != null) {
-                throw new AssertionError("background producer failed", failure.get());
-            }
-            Map<TopicPartition, Long> end = new HashMap<>();
-            ledger.produced.forEach((tp, m) -> end.put(tp, m.keySet().stream().mapToLong(Long::longValue).max().orElse(-1) + 1));
-            return end;
-        }
-
-        void stopQuietly() {
-            running.set(false);
-            try {
-                thread.join(30_000);
-            } catch (InterruptedException e) {
-                Thread.currentThread().interrupt();
-            }
-        }
-    }
 }

@@ -23,6 +23,7 @@ import org.apache.kafka.clients.consumer.ConsumerRecords;
 import org.apache.kafka.clients.consumer.CooperativeStickyAssignor;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
+import org.apache.kafka.clients.consumer.SubscriptionPattern;
 import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.errors.RebalanceInProgressException;
 
@@ -45,6 +46,8 @@ final class GroupMember {
     private final Commit commitMode;
     private final Map<String, Object> config;
     private final String topic;
+    /** A broker-side pattern (KIP-848) to subscribe by instead of {@code topic}. */
+    private final SubscriptionPattern pattern;
     private final Thread thread;
 
     private volatile Exit exit;
@@ -62,25 +65,57 @@ final class GroupMember {
     private final Map<TopicPartition, Long> nextOffset = new HashMap<>();
     private boolean dirty;
 
+    /** A classic-protocol member (cooperative-sticky), subscribed to {@code topic}. */
     GroupMember(String name, CorelogBroker broker, String group, String topic, String groupInstanceId,
                 Commit commitMode, Ledger ledger, int sessionTimeoutMs) {
-        this.name = name;
-        this.ledger = ledger;
-        this.commitMode = commitMode;
-        this.topic = topic;
+        this(name, broker, topic, null, commitMode, ledger, classicConfig(sessionTimeoutMs));
+        config.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        config.put(ConsumerConfig.CLIENT_ID_CONFIG, name);
+        if (groupInstanceId != null) {
+            config.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, groupInstanceId);
+        }
+    }
+
+    /**
+     * A consumer-protocol member (KIP-848, {@code group.protocol=consumer}): the broker
+     * assigns, its session and heartbeat are the broker's. Subscribed to {@code topic}, or
+     * to {@code pattern} (matched by the broker) when one is given.
+     */
+    static GroupMember consumerProtocol(String name, CorelogBroker broker, String group, String topic,
+                                        SubscriptionPattern pattern, String groupInstanceId, Commit commitMode,
+                                        Ledger ledger) {
         Map<String, Object> c = new HashMap<>();
-        c.put(ConsumerConfig.GROUP_ID_CONFIG, group);
-        c.put(ConsumerConfig.CLIENT_ID_CONFIG, name);
+        c.put(ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer");
+        c.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, 30_000);
+        c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 200);
+        GroupMember m = new GroupMember(name, broker, topic, pattern, commitMode, ledger, c);
+        m.config.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        m.config.put(ConsumerConfig.CLIENT_ID_CONFIG, name);
+        if (groupInstanceId != null) {
+            m.config.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, groupInstanceId);
+        }
+        return m;
+    }
+
+    private static Map<String, Object> classicConfig(int sessionTimeoutMs) {
+        Map<String, Object> c = new HashMap<>();
         c.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, List.of(CooperativeStickyAssignor.class.getName()));
         c.put(ConsumerConfig.SESSION_TIMEOUT_MS_CONFIG, sessionTimeoutMs);
         c.put(ConsumerConfig.HEARTBEAT_INTERVAL_MS_CONFIG, 1000);
         // Also the rebalance timeout: a rebalance waits at most this long for a member.
         c.put(ConsumerConfig.MAX_POLL_INTERVAL_MS_CONFIG, 30_000);
         c.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 200);
-        if (groupInstanceId != null) {
-            c.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, groupInstanceId);
-        }
-        this.config = c;
+        return c;
+    }
+
+    private GroupMember(String name, CorelogBroker broker, String topic, SubscriptionPattern pattern,
+                        Commit commitMode, Ledger ledger, Map<String, Object> config) {
+        this.name = name;
+        this.ledger = ledger;
+        this.commitMode = commitMode;
+        this.topic = topic;
+        this.pattern = pattern;
+        this.config = config;
         this.thread = new Thread(() -> run(broker), "member-" + name);
         this.thread.setDaemon(true);
     }
@@ -115,7 +150,11 @@ final class GroupMember {
     private void run(CorelogBroker broker) {
         try {
             consumer = broker.consumer(config);
-            consumer.subscribe(List.of(topic), new Listener());
+            if (pattern != null) {
+                consumer.subscribe(pattern, new Listener());
+            } else {
+                consumer.subscribe(List.of(topic), new Listener());
+            }
             while (exit == null) {
                 pollOnce();
                 if (dirty) {

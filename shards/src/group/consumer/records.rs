@@ -1,0 +1,565 @@
+//! The records of consumer-protocol groups in `__consumer_offsets`, laid out as Kafka's
+//! (`ConsumerGroup*Key` and `ConsumerGroup*Value` in Kafka's
+//! `group-coordinator/src/main/resources/common/message`), so a coordinator that takes a
+//! partition over — or Kafka's tools reading the topic — rebuild every group exactly.
+//!
+//! Layout. A key is a big-endian `int16` version naming the record type, then its
+//! fields in the non-flexible encoding (`int16`-length strings):
+//! 3 group metadata (`group`), 4 partition metadata (`group`), 5 member metadata
+//! (`group`, `member`), 6 target assignment metadata (`group`), 7 target assignment
+//! member (`group`, `member`), 8 current member assignment (`group`, `member`).
+//! A value is `int16` version 0, then its fields in the flexible encoding (compact
+//! strings and arrays: unsigned varint length + 1, 0 for null; `uuid` 16 bytes), each
+//! struct ending with its tagged fields (written empty, skipped when read).
+//!
+//! Invariants: `decode(encode(v)) == v` for every key and value; decoding treats its
+//! input as untrusted (it comes from disk): it never panics, never allocates beyond the
+//! bytes present, and refuses truncated input, a null where none is allowed, invalid
+//! UTF-8 and trailing bytes. A tombstone (no value) deletes its key; the caller sees no
+//! value and calls no decoder.
+
+use super::assignment::Assignment;
+use uuid::Uuid;
+
+/// The key versions of consumer-group records (each names one record type).
+pub const GROUP_METADATA: i16 = 3;
+pub const PARTITION_METADATA: i16 = 4;
+pub const MEMBER_METADATA: i16 = 5;
+pub const TARGET_ASSIGNMENT_METADATA: i16 = 6;
+pub const TARGET_ASSIGNMENT_MEMBER: i16 = 7;
+pub const CURRENT_MEMBER_ASSIGNMENT: i16 = 8;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordKey {
+    GroupMetadata { group: String },
+    PartitionMetadata { group: String },
+    MemberMetadata { group: String, member: String },
+    TargetAssignmentMetadata { group: String },
+    TargetAssignmentMember { group: String, member: String },
+    CurrentMemberAssignment { group: String, member: String },
+}
+
+impl RecordKey {
+    pub fn group(&self) -> &str {
+        match self {
+            RecordKey::GroupMetadata { group }
+            | RecordKey::PartitionMetadata { group }
+            | RecordKey::MemberMetadata { group, .. }
+            | RecordKey::TargetAssignmentMetadata { group }
+            | RecordKey::TargetAssignmentMember { group, .. }
+            | RecordKey::CurrentMemberAssignment { group, .. } => group,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicMetadata {
+    pub id: Uuid,
+    pub name: String,
+    pub partitions: i32,
+    /// Per partition with any: (partition, the racks of its replicas).
+    pub racks: Vec<(i32, Vec<String>)>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MemberMetadata {
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    pub rebalance_timeout_ms: i32,
+    pub server_assignor: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentAssignment {
+    pub member_epoch: i32,
+    pub previous_member_epoch: i32,
+    /// Kafka's `MemberState` value.
+    pub state: i8,
+    pub assigned: Assignment,
+    pub pending_revocation: Assignment,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordValue {
+    GroupMetadata { epoch: i32 },
+    PartitionMetadata { topics: Vec<TopicMetadata> },
+    MemberMetadata(MemberMetadata),
+    TargetAssignmentMetadata { assignment_epoch: i32 },
+    TargetAssignmentMember(Assignment),
+    CurrentMemberAssignment(CurrentAssignment),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    #[error("record truncated")]
+    Truncated,
+    #[error("unknown version {0}")]
+    UnknownVersion(i16),
+    #[error("null in a non-nullable field")]
+    UnexpectedNull,
+    #[error("invalid UTF-8")]
+    InvalidUtf8,
+    #[error("{0} bytes after the record")]
+    TrailingBytes(usize),
+    #[error("a string longer than a key can hold")]
+    TooLong,
+}
+
+type Result<T> = std::result::Result<T, RecordError>;
+
+/// Whether a key of this version is a consumer-group record.
+pub fn is_consumer_key(bytes: &[u8]) -> bool {
+    key_version(bytes).is_some_and(|v| (GROUP_METADATA..=CURRENT_MEMBER_ASSIGNMENT).contains(&v))
+}
+
+fn key_version(bytes: &[u8]) -> Option<i16> {
+    Some(i16::from_be_bytes([*bytes.first()?, *bytes.get(1)?]))
+}
+
+pub fn encode_key(key: &RecordKey) -> Result<Vec<u8>> {
+    let mut out = Vec::new();
+    let (version, strings): (i16, Vec<&str>) = match key {
+        RecordKey::GroupMetadata { group } => (GROUP_METADATA, vec![group]),
+        RecordKey::PartitionMetadata { group } => (PARTITION_METADATA, vec![group]),
+        RecordKey::MemberMetadata { group, member } => (MEMBER_METADATA, vec![group, member]),
+        RecordKey::TargetAssignmentMetadata { group } => (TARGET_ASSIGNMENT_METADATA, vec![group]),
+        RecordKey::TargetAssignmentMember { group, member } => {
+            (TARGET_ASSIGNMENT_MEMBER, vec![group, member])
+        }
+        RecordKey::CurrentMemberAssignment { group, member } => {
+            (CURRENT_MEMBER_ASSIGNMENT, vec![group, member])
+        }
+    };
+    out.extend_from_slice(&version.to_be_bytes());
+    for s in strings {
+        let len = i16::try_from(s.len()).map_err(|_| RecordError::TooLong)?;
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(s.as_bytes());
+    }
+    Ok(out)
+}
+
+pub fn decode_key(bytes: &[u8]) -> Result<RecordKey> {
+    let mut r = Reader(bytes);
+    let version = r.i16()?;
+    let key = match version {
+        GROUP_METADATA => RecordKey::GroupMetadata {
+            group: r.key_string()?,
+        },
+        PARTITION_METADATA => RecordKey::PartitionMetadata {
+            group: r.key_string()?,
+        },
+        MEMBER_METADATA => RecordKey::MemberMetadata {
+            group: r.key_string()?,
+            member: r.key_string()?,
+        },
+        TARGET_ASSIGNMENT_METADATA => RecordKey::TargetAssignmentMetadata {
+            group: r.key_string()?,
+        },
+        TARGET_ASSIGNMENT_MEMBER => RecordKey::TargetAssignmentMember {
+            group: r.key_string()?,
+            member: r.key_string()?,
+        },
+        CURRENT_MEMBER_ASSIGNMENT => RecordKey::CurrentMemberAssignment {
+            group: r.key_string()?,
+            member: r.key_string()?,
+        },
+        v => return Err(RecordError::UnknownVersion(v)),
+    };
+    r.end()?;
+    Ok(key)
+}
+
+pub fn encode_value(value: &RecordValue) -> Vec<u8> {
+    let mut w = Writer(Vec::new());
+    w.i16(0);
+    match value {
+        RecordValue::GroupMetadata { epoch } => w.i32(*epoch),
+        RecordValue::PartitionMetadata { topics } => {
+            w.len(topics.len());
+            for t in topics {
+                w.uuid(t.id);
+                w.string(Some(&t.name));
+                w.i32(t.partitions);
+                w.len(t.racks.len());
+                for (p, racks) in &t.racks {
+                    w.i32(*p);
+                    w.len(racks.len());
+                    for r in racks {
+                        w.string(Some(r));
+                    }
+                    w.no_tags();
+                }
+                w.no_tags();
+            }
+        }
+        RecordValue::MemberMetadata(m) => {
+            w.string(m.instance_id.as_deref());
+            w.string(m.rack_id.as_deref());
+            w.string(Some(&m.client_id));
+            w.string(Some(&m.client_host));
+            w.len(m.subscribed_topic_names.len());
+            for n in &m.subscribed_topic_names {
+                w.string(Some(n));
+            }
+            w.string(m.subscribed_topic_regex.as_deref());
+            w.i32(m.rebalance_timeout_ms);
+            w.string(m.server_assignor.as_deref());
+        }
+        RecordValue::TargetAssignmentMetadata { assignment_epoch } => w.i32(*assignment_epoch),
+        RecordValue::TargetAssignmentMember(a) => w.assignment(a),
+        RecordValue::CurrentMemberAssignment(c) => {
+            w.i32(c.member_epoch);
+            w.i32(c.previous_member_epoch);
+            w.0.push(c.state as u8);
+            w.assignment(&c.assigned);
+            w.assignment(&c.pending_revocation);
+        }
+    }
+    w.no_tags();
+    w.0
+}
+
+/// Decodes the value of a record whose key is `key`.
+pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue> {
+    let mut r = Reader(bytes);
+    match r.i16()? {
+        0 => {}
+        v => return Err(RecordError::UnknownVersion(v)),
+    }
+    let value = match key {
+        RecordKey::GroupMetadata { .. } => RecordValue::GroupMetadata { epoch: r.i32()? },
+        RecordKey::PartitionMetadata { .. } => {
+            let n = r.len()?;
+            let mut topics = Vec::new();
+            for _ in 0..n {
+                let id = r.uuid()?;
+                let name = r.string()?.ok_or(RecordError::UnexpectedNull)?;
+                let partitions = r.i32()?;
+                let m = r.len()?;
+                let mut racks = Vec::new();
+                for _ in 0..m {
+                    let p = r.i32()?;
+                    let k = r.len()?;
+                    let mut rs = Vec::new();
+                    for _ in 0..k {
+                        rs.push(r.string()?.ok_or(RecordError::UnexpectedNull)?);
+                    }
+                    r.skip_tags()?;
+                    racks.push((p, rs));
+                }
+                r.skip_tags()?;
+                topics.push(TopicMetadata {
+                    id,
+                    name,
+                    partitions,
+                    racks,
+                });
+            }
+            RecordValue::PartitionMetadata { topics }
+        }
+        RecordKey::MemberMetadata { .. } => {
+            let instance_id = r.string()?;
+            let rack_id = r.string()?;
+            let client_id = r.string()?.ok_or(RecordError::UnexpectedNull)?;
+            let client_host = r.string()?.ok_or(RecordError::UnexpectedNull)?;
+            let n = r.len()?;
+            let mut subscribed_topic_names = Vec::new();
+            for _ in 0..n {
+                subscribed_topic_names.push(r.string()?.ok_or(RecordError::UnexpectedNull)?);
+            }
+            RecordValue::MemberMetadata(MemberMetadata {
+                instance_id,
+                rack_id,
+                client_id,
+                client_host,
+                subscribed_topic_names,
+                subscribed_topic_regex: r.string()?,
+                rebalance_timeout_ms: r.i32()?,
+                server_assignor: r.string()?,
+            })
+        }
+        RecordKey::TargetAssignmentMetadata { .. } => RecordValue::TargetAssignmentMetadata {
+            assignment_epoch: r.i32()?,
+        },
+        RecordKey::TargetAssignmentMember { .. } => {
+            RecordValue::TargetAssignmentMember(r.assignment()?)
+        }
+        RecordKey::CurrentMemberAssignment { .. } => {
+            RecordValue::CurrentMemberAssignment(CurrentAssignment {
+                member_epoch: r.i32()?,
+                previous_member_epoch: r.i32()?,
+                state: r.i8()?,
+                assigned: r.assignment()?,
+                pending_revocation: r.assignment()?,
+            })
+        }
+    };
+    // The value's own tagged fields (Kafka's classic member metadata among them).
+    r.skip_tags()?;
+    r.end()?;
+    Ok(value)
+}
+
+struct Writer(Vec<u8>);
+
+impl Writer {
+    fn i16(&mut self, v: i16) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn i32(&mut self, v: i32) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn uvarint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.0.push((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.0.push(v as u8);
+    }
+    /// A compact array's or string's length (never null here).
+    fn len(&mut self, n: usize) {
+        self.uvarint(n as u64 + 1);
+    }
+    fn string(&mut self, s: Option<&str>) {
+        match s {
+            None => self.uvarint(0),
+            Some(s) => {
+                self.len(s.len());
+                self.0.extend_from_slice(s.as_bytes());
+            }
+        }
+    }
+    fn uuid(&mut self, id: Uuid) {
+        self.0.extend_from_slice(id.as_bytes());
+    }
+    fn no_tags(&mut self) {
+        self.uvarint(0);
+    }
+    fn assignment(&mut self, a: &Assignment) {
+        self.len(a.topics().len());
+        for (t, ps) in a.topics() {
+            self.uuid(*t);
+            self.len(ps.len());
+            for p in ps {
+                self.i32(*p);
+            }
+            self.no_tags();
+        }
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl Reader<'_> {
+    fn take(&mut self, n: usize) -> Result<&[u8]> {
+        if self.0.len() < n {
+            return Err(RecordError::Truncated);
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+    fn i8(&mut self) -> Result<i8> {
+        Ok(self.take(1)?[0] as i8)
+    }
+    fn i16(&mut self) -> Result<i16> {
+        let b = self.take(2)?;
+        Ok(i16::from_be_bytes([b[0], b[1]]))
+    }
+    fn i32(&mut self) -> Result<i32> {
+        let b = self.take(4)?;
+        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
+    }
+    fn uvarint(&mut self) -> Result<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let b = self.take(1)?[0];
+            v |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(v);
+            }
+        }
+        Err(RecordError::Truncated)
+    }
+    /// A compact array's length; a null array reads as empty. Bounded by the bytes
+    /// left (every element takes at least one), so no allocation outgrows the input.
+    fn len(&mut self) -> Result<usize> {
+        let n = self.uvarint()?.saturating_sub(1);
+        if n > self.0.len() as u64 {
+            return Err(RecordError::Truncated);
+        }
+        Ok(n as usize)
+    }
+    fn string(&mut self) -> Result<Option<String>> {
+        let n = self.uvarint()?;
+        if n == 0 {
+            return Ok(None);
+        }
+        let len = usize::try_from(n - 1).map_err(|_| RecordError::Truncated)?;
+        let bytes = self.take(len)?;
+        String::from_utf8(bytes.to_vec())
+            .map(Some)
+            .map_err(|_| RecordError::InvalidUtf8)
+    }
+    fn key_string(&mut self) -> Result<String> {
+        let len = self.i16()?;
+        let len = usize::try_from(len).map_err(|_| RecordError::UnexpectedNull)?;
+        let bytes = self.take(len)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::InvalidUtf8)
+    }
+    fn uuid(&mut self) -> Result<Uuid> {
+        let b = self.take(16)?;
+        Uuid::from_slice(b).map_err(|_| RecordError::Truncated)
+    }
+    fn skip_tags(&mut self) -> Result<()> {
+        let n = self.uvarint()?;
+        for _ in 0..n {
+            self.uvarint()?;
+            let size = usize::try_from(self.uvarint()?).map_err(|_| RecordError::Truncated)?;
+            self.take(size)?;
+        }
+        Ok(())
+    }
+    fn assignment(&mut self) -> Result<Assignment> {
+        let mut a = Assignment::new();
+        for _ in 0..self.len()? {
+            let t = self.uuid()?;
+            for _ in 0..self.len()? {
+                a.insert(t, self.i32()?);
+            }
+            self.skip_tags()?;
+        }
+        Ok(a)
+    }
+    fn end(&self) -> Result<()> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(RecordError::TrailingBytes(self.0.len()))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn keys() -> Vec<RecordKey> {
+        let (g, m) = ("group".to_string(), "member-1".to_string());
+        vec![
+            RecordKey::GroupMetadata { group: g.clone() },
+            RecordKey::PartitionMetadata { group: g.clone() },
+            RecordKey::MemberMetadata {
+                group: g.clone(),
+                member: m.clone(),
+            },
+            RecordKey::TargetAssignmentMetadata { group: g.clone() },
+            RecordKey::TargetAssignmentMember {
+                group: g.clone(),
+                member: m.clone(),
+            },
+            RecordKey::CurrentMemberAssignment {
+                group: g,
+                member: m,
+            },
+        ]
+    }
+
+    fn values() -> Vec<RecordValue> {
+        let t = Uuid::from_u128(0x1234);
+        let a = Assignment::from_partitions([(t, 0), (t, 3)]);
+        vec![
+            RecordValue::GroupMetadata { epoch: 7 },
+            RecordValue::PartitionMetadata {
+                topics: vec![TopicMetadata {
+                    id: t,
+                    name: "orders".into(),
+                    partitions: 4,
+                    racks: vec![(0, vec!["a".into(), "b".into()])],
+                }],
+            },
+            RecordValue::MemberMetadata(MemberMetadata {
+                instance_id: Some("i".into()),
+                rack_id: None,
+                client_id: "c".into(),
+                client_host: "/127.0.0.1".into(),
+                subscribed_topic_names: vec!["orders".into()],
+                subscribed_topic_regex: Some("o.*".into()),
+                rebalance_timeout_ms: 30_000,
+                server_assignor: Some("uniform".into()),
+            }),
+            RecordValue::TargetAssignmentMetadata {
+                assignment_epoch: 7,
+            },
+            RecordValue::TargetAssignmentMember(a.clone()),
+            RecordValue::CurrentMemberAssignment(CurrentAssignment {
+                member_epoch: 7,
+                previous_member_epoch: 6,
+                state: 2,
+                assigned: a,
+                pending_revocation: Assignment::from_partitions([(t, 1)]),
+            }),
+        ]
+    }
+
+    #[test]
+    fn keys_and_values_round_trip() {
+        for (k, v) in keys().into_iter().zip(values()) {
+            let kb = encode_key(&k).expect("encode");
+            assert!(is_consumer_key(&kb));
+            assert_eq!(decode_key(&kb), Ok(k.clone()));
+            assert_eq!(decode_value(&k, &encode_value(&v)), Ok(v));
+        }
+    }
+
+    #[test]
+    fn the_group_metadata_value_is_kafkas_bytes() {
+        // int16 version 0, int32 epoch 5, no tagged fields.
+        assert_eq!(
+            encode_value(&RecordValue::GroupMetadata { epoch: 5 }),
+            vec![0, 0, 0, 0, 0, 5, 0]
+        );
+        // Key version 3, then the group as an int16-length string.
+        assert_eq!(
+            encode_key(&RecordKey::GroupMetadata { group: "g".into() }),
+            Ok(vec![0, 3, 0, 1, b'g'])
+        );
+    }
+
+    #[test]
+    fn classic_keys_are_not_consumer_keys() {
+        assert!(!is_consumer_key(&[0, 1, 0, 0]));
+        assert!(!is_consumer_key(&[0, 2]));
+        assert!(!is_consumer_key(&[0]));
+    }
+
+    proptest! {
+        /// Any bytes: an error or a value, never a panic; a truncated valid record is
+        /// refused.
+        #[test]
+        fn decoding_arbitrary_bytes_never_panics(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
+            if let Ok(k) = decode_key(&bytes) {
+                let _ = decode_value(&k, &bytes);
+            }
+            for k in keys() {
+                let _ = decode_value(&k, &bytes);
+            }
+        }
+
+        #[test]
+        fn truncated_values_are_refused(cut in 0usize..40) {
+            for (k, v) in keys().into_iter().zip(values()) {
+                let b = encode_value(&v);
+                if cut < b.len() {
+                    prop_assert!(decode_value(&k, &b[..cut]).is_err());
+                }
+            }
+        }
+    }
+}

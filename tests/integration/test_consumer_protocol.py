@@ -1,0 +1,179 @@
+"""The consumer group protocol of KIP-848 against the real broker.
+
+librdkafka (confluent-kafka, ``group.protocol=consumer``) consumers in threads, and
+hand-built ConsumerGroupHeartbeat frames (kwire's flexible encoding) for the error codes
+and for a group that must come back exactly after the broker restarts (the group's
+records in ``__consumer_offsets``, replayed by the coordinator).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+from confluent_kafka import Consumer, KafkaError
+
+import kwire as W
+from launcher import wait_until
+from test_groups import create_topic, produce
+
+CONSUMER_GROUP_HEARTBEAT = 68
+SESSION_MS = 6000
+HEARTBEAT_MS = 500
+FLAGS = ["--group-consumer-session-timeout-ms", str(SESSION_MS),
+         "--group-consumer-heartbeat-interval-ms", str(HEARTBEAT_MS)]
+
+ERR_NONE = 0
+ERR_INVALID_REQUEST = 42
+ERR_GROUP_ID_NOT_FOUND = 69
+ERR_UNKNOWN_MEMBER_ID = 25
+ERR_FENCED_MEMBER_EPOCH = 110
+ERR_UNSUPPORTED_ASSIGNOR = 112
+ERR_INVALID_REGULAR_EXPRESSION = 128
+
+
+def consumer(bootstrap: str, group: str, **extra) -> Consumer:
+    conf = {"bootstrap.servers": bootstrap, "group.id": group, "group.protocol": "consumer",
+            "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    conf.update(extra)
+    return Consumer(conf)
+
+
+def heartbeat(bootstrap: str, group: str, member: str, epoch: int, *, topics: list[str] | None = None,
+              regex: str | None = None, assignor: str | None = None, owned: list | None = None,
+              rebalance_timeout: int = -1, version: int = 1) -> dict:
+    """One ConsumerGroupHeartbeat; returns the answer's fields."""
+    owned_b = None if owned is None else [
+        tid + W.c_array([W.i32(p) for p in ps]) + W.tags() for tid, ps in owned]
+    body = (W.compact_string(group) + W.compact_string(member) + W.i32(epoch)
+            + W.compact_string(None) + W.compact_string(None) + W.i32(rebalance_timeout)
+            + W.c_array(None if topics is None else [W.compact_string(t) for t in topics])
+            + (W.compact_string(regex) if version >= 1 else b"")
+            + W.compact_string(assignor) + W.c_array(owned_b) + W.tags())
+    r = W.flex_roundtrip(bootstrap, CONSUMER_GROUP_HEARTBEAT, version, body)
+    out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "member": r.c_string(),
+           "epoch": r.i32(), "interval": r.i32()}
+    n = r.i8()  # the nullable Assignment struct: -1 null, 1 present
+    out["assignment"] = None
+    if n == 1:
+        parts = {}
+        for _ in range(r.c_len()):
+            tid = r.uuid()
+            parts[tid] = sorted(r.i32() for _ in range(r.c_len()))
+            r.skip_tags()
+        r.skip_tags()
+        out["assignment"] = parts
+    r.skip_tags()
+    return out
+
+
+def join(bootstrap: str, group: str, member: str, topics: list[str], **kw) -> dict:
+    return heartbeat(bootstrap, group, member, 0, topics=topics, owned=[], rebalance_timeout=30000, **kw)
+
+
+def test_librdkafka_members_split_the_partitions_and_one_takes_all_when_the_other_leaves(broker_factory):
+    b = broker_factory(extra_args=FLAGS)
+    topic, group = "kip848-rdk", "kip848-rdk-group"
+    create_topic(b.bootstrap, topic, 6)
+    produce(b.bootstrap, topic, 600)
+    seen: dict[tuple[int, int], str] = {}
+    dupes: list = []
+    lock = threading.Lock()
+    stop = {"a": threading.Event(), "b": threading.Event()}
+    assigned = {"a": set(), "b": set()}
+
+    def run(name: str) -> None:
+        c = consumer(b.bootstrap, group)
+        c.subscribe([topic])
+        try:
+            while not stop[name].is_set():
+                m = c.poll(0.2)
+                assigned[name] = {tp.partition for tp in c.assignment()}
+                if m is None or m.error():
+                    continue
+                with lock:
+                    key = (m.partition(), m.offset())
+                    if key in seen:
+                        dupes.append((key, seen[key], name))
+                    seen[key] = name
+                c.commit(message=m, asynchronous=False)
+        finally:
+            c.close()
+
+    threads = {n: threading.Thread(target=run, args=(n,), daemon=True) for n in ("a", "b")}
+    threads["a"].start()
+    wait_until(lambda: assigned["a"] == set(range(6)), 30, "a alone owns every partition")
+    threads["b"].start()
+    wait_until(lambda: len(assigned["b"]) == 3 and len(assigned["a"]) == 3, 30,
+               lambda: f"a and b share the partitions: {assigned}")
+    assert not assigned["a"] & assigned["b"], assigned
+    stop["a"].set()
+    threads["a"].join(30)
+    wait_until(lambda: assigned["b"] == set(range(6)), 30, lambda: f"b owns all once a left: {assigned}")
+    wait_until(lambda: len(seen) == 600, 30, lambda: f"every record consumed ({len(seen)} of 600)")
+    stop["b"].set()
+    threads["b"].join(30)
+    assert dupes == [], "records consumed twice"
+
+
+def test_heartbeat_errors_are_kafkas(broker_factory):
+    b = broker_factory(extra_args=FLAGS)
+    create_topic(b.bootstrap, "kip848-err", 2)
+    g = "kip848-err-group"
+    member = str(uuid.uuid4())
+    assert join(b.bootstrap, g, member, ["kip848-err"], assignor="sticky")["error"] == ERR_UNSUPPORTED_ASSIGNOR
+    bad = heartbeat(b.bootstrap, g, member, 0, regex="kip848-(", owned=[], rebalance_timeout=30000)
+    assert bad["error"] == ERR_INVALID_REGULAR_EXPRESSION, bad
+    # A first heartbeat must say what it subscribes to, and own nothing.
+    assert heartbeat(b.bootstrap, g, member, 0, owned=[], rebalance_timeout=30000)["error"] == ERR_INVALID_REQUEST
+    # v1 members name themselves.
+    assert join(b.bootstrap, g, "", ["kip848-err"])["error"] == ERR_INVALID_REQUEST
+    # Not a member, not a group yet.
+    assert heartbeat(b.bootstrap, g, member, 3)["error"] == ERR_GROUP_ID_NOT_FOUND
+    ok = join(b.bootstrap, g, member, ["kip848-err"])
+    assert (ok["error"], ok["epoch"], ok["member"]) == (ERR_NONE, 1, member), ok
+    assert heartbeat(b.bootstrap, g, str(uuid.uuid4()), 1)["error"] == ERR_UNKNOWN_MEMBER_ID
+    assert heartbeat(b.bootstrap, g, member, 7)["error"] == ERR_FENCED_MEMBER_EPOCH
+    # v0: the broker names a joining member.
+    v0 = heartbeat(b.bootstrap, g, "", 0, topics=["kip848-err"], owned=[], rebalance_timeout=30000, version=0)
+    assert v0["error"] == ERR_NONE and v0["member"], v0
+    # librdkafka surfaces an unknown assignor as a fatal error.
+    c = consumer(b.bootstrap, "kip848-err-rdk", **{"group.remote.assignor": "sticky"})
+    c.subscribe(["kip848-err"])
+    errors = []
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not errors:
+        m = c.poll(0.5)
+        if m is not None and m.error():
+            errors.append(m.error())
+    c.close()
+    # librdkafka raises it as its fatal error, with the broker's message for the code.
+    assert errors and errors[0].code() == KafkaError._FATAL, [(e.code(), e.str()) for e in errors]
+    assert "assignor or its version range is not supported" in errors[0].str(), errors[0].str()
+
+
+def test_a_group_comes_back_exactly_after_a_restart(broker_factory):
+    b = broker_factory(extra_args=FLAGS)
+    create_topic(b.bootstrap, "kip848-restart", 4)
+    g = "kip848-restart-group"
+    a, c = str(uuid.uuid4()), str(uuid.uuid4())
+    first = join(b.bootstrap, g, a, ["kip848-restart"])
+    assert first["epoch"] == 1 and sum(len(p) for p in first["assignment"].values()) == 4, first
+    second = join(b.bootstrap, g, c, ["kip848-restart"])
+    assert second["epoch"] == 2 and second["assignment"] == {}, "nothing is free until a revokes"
+    owned = list(first["assignment"].items())
+    step = heartbeat(b.bootstrap, g, a, 1, owned=owned)
+    kept = list(step["assignment"].items())
+    assert sum(len(p) for _, p in kept) == 2, step
+
+    b.restart()
+    wait_until(lambda: heartbeat(b.bootstrap, g, a, 1, owned=kept)["error"] == ERR_NONE, 30,
+               "a's heartbeat at its epoch is accepted by the reloaded group")
+    after = heartbeat(b.bootstrap, g, a, 2, owned=kept)
+    assert (after["error"], after["epoch"]) == (ERR_NONE, 2), "the group epoch went on where it was"
+    got = heartbeat(b.bootstrap, g, c, 2, owned=[])
+    assert got["error"] == ERR_NONE and sum(len(p) for p in got["assignment"].values()) == 2, got
+    assert not set((t, p) for t, ps in got["assignment"].items() for p in ps) & \
+        set((t, p) for t, ps in kept for p in ps), "no partition is given to both"
