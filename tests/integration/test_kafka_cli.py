@@ -27,15 +27,17 @@ import re
 import shutil
 import signal
 import subprocess
+import threading
 import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 
 import kwire as W
-from launcher import REPO_ROOT, die_with_parent
+from launcher import REPO_ROOT, die_with_parent, wait_until
 
 KAFKA_CLI = REPO_ROOT / "tools" / "kafka-cli" / "kafka-cli.sh"
 KAFKA_LIBS = Path(os.environ.get("KAFKA_CLI_LIBS", REPO_ROOT / ".cache" / "kafka" / "libs"))
@@ -711,6 +713,46 @@ def test_consumer_groups_list_describe_reset_delete(kb, tmp_path):
 BASE_TS = int(time.time() * 1000) - 3_600_000
 # partition 0: the newest timestamp is in the middle; partition 1: increasing
 TS_LAYOUT = {0: [BASE_TS + 1000, BASE_TS + 5000, BASE_TS + 3000, BASE_TS + 2000], 1: [BASE_TS + 100, BASE_TS + 200]}
+
+
+def test_consumer_groups_describe_a_consumer_protocol_group(kb):
+    """kafka-consumer-groups shows a KIP-848 group as Kafka does: its members with their
+    epochs and target assignments (ConsumerGroupDescribe), the broker's assignor, and the
+    group's type in the listing."""
+    bs = kb.bootstrap
+    topic, group = "cli-kip848", "cli-kip848-group"
+    kafka("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", topic, "--partitions", "3", broker=kb)
+    produce_lines(kb, topic, [f"k{i}:v{i}" for i in range(9)])
+    stop, owned = threading.Event(), []
+
+    def run():
+        c = Consumer({"bootstrap.servers": bs, "group.id": group, "group.protocol": "consumer",
+                      "client.id": "cli-kip848-member", "auto.offset.reset": "earliest"})
+        c.subscribe([topic])
+        while not stop.is_set():
+            c.poll(0.2)
+            owned[:] = c.assignment()
+        c.close()
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    try:
+        wait_until(lambda: len(owned) == 3, 30, "the member owns the three partitions")
+        r = kafka("kafka-consumer-groups.sh", "--bootstrap-server", bs, "--describe", "--group", group,
+                  "--members", "--verbose", broker=kb)
+        rows = table(r)
+        assert [(row["CLIENT-ID"], row["#PARTITIONS"], row["CURRENT-ASSIGNMENT"], row["TARGET-ASSIGNMENT"])
+                for row in rows] == [("cli-kip848-member", "3", f"{topic}:0,1,2", f"{topic}:0,1,2")], r.why()
+        assert rows[0]["CURRENT-EPOCH"] == rows[0]["TARGET-EPOCH"] != "0", r.why()
+        r = kafka("kafka-consumer-groups.sh", "--bootstrap-server", bs, "--describe", "--group", group, "--state",
+                  broker=kb)
+        row = table(r)[0]
+        assert (row["ASSIGNMENT-STRATEGY"], row["STATE"], row["#MEMBERS"]) == ("uniform", "Stable", "1"), r.why()
+        r = kafka("kafka-consumer-groups.sh", "--bootstrap-server", bs, "--list", "--type", broker=kb)
+        assert [line.split() for line in r.lines if line.startswith(group)] == [[group, "Consumer"]], r.why()
+    finally:
+        stop.set()
+        t.join(30)
 
 
 @pytest.fixture(scope="module")

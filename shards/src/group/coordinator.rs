@@ -564,7 +564,9 @@ impl GroupCoordinator {
             }
             GroupOp::Describe { group } => {
                 let groups = self.groups.borrow();
-                GroupAnswer::Described(match groups.get(&group) {
+                // A consumer-protocol group is not a classic one: Kafka describes it
+                // as Dead here (GROUP_ID_NOT_FOUND from DescribeGroups v6).
+                GroupAnswer::Described(match groups.get(&group).filter(|g| g.consumer.is_none()) {
                     Some(g) => g.describe(),
                     None => GroupDescription {
                         group,
@@ -587,6 +589,11 @@ impl GroupCoordinator {
                                 Some(c) => c.state().name(),
                                 None => g.state.name(),
                             },
+                            group_type: if g.consumer.is_some() {
+                                CONSUMER_PROTOCOL_TYPE
+                            } else {
+                                "classic"
+                            },
                         })
                         .collect(),
                 )
@@ -594,6 +601,15 @@ impl GroupCoordinator {
             GroupOp::Delete { group } => GroupAnswer::Done(self.delete(&group, &log_of).await),
             GroupOp::DeleteOffsets { group, partitions } => {
                 GroupAnswer::OffsetsDeleted(self.delete_offsets(&group, partitions, &log_of).await)
+            }
+            GroupOp::ConsumerDescribe { group } => {
+                let groups = self.groups.borrow();
+                GroupAnswer::ConsumerDescribed(
+                    match groups.get(&group).and_then(|g| g.consumer.as_ref()) {
+                        Some(c) => Ok(c.describe(&self.config.consumer)),
+                        None => Err(GroupError::GroupIdNotFound),
+                    },
+                )
             }
             GroupOp::ConsumerHeartbeat { group, heartbeat } => GroupAnswer::ConsumerHeartbeat(
                 self.consumer_heartbeat(group, heartbeat, topics, &log_of)
@@ -1274,6 +1290,7 @@ fn refused(op: GroupOp, e: GroupError) -> GroupAnswer {
         GroupOp::List => GroupAnswer::Listed(Vec::new()),
         GroupOp::DeleteOffsets { .. } => GroupAnswer::OffsetsDeleted(Err(e)),
         GroupOp::ConsumerHeartbeat { .. } => GroupAnswer::ConsumerHeartbeat(Err(e)),
+        GroupOp::ConsumerDescribe { .. } => GroupAnswer::ConsumerDescribed(Err(e)),
     }
 }
 

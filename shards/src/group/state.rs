@@ -645,18 +645,15 @@ impl Group {
     pub fn check_commit(&self, req: &CommitRequest) -> Result<(), GroupError> {
         if let Some(c) = &self.consumer {
             // Kafka's `ConsumerGroup.validateOffsetCommit`: outside the group protocol
-            // only while the group is empty; a member at exactly its current epoch.
+            // only while the group is empty; a member at its epoch (see `check_commit`).
             if req.generation < 0 && c.is_empty() {
                 return Ok(());
             }
-            let member = c
-                .member(&req.member_id)
-                .ok_or(GroupError::UnknownMemberId)?;
-            return if req.generation == member.assignment.epoch {
-                Ok(())
-            } else {
-                Err(GroupError::StaleMemberEpoch)
-            };
+            return c.check_commit(
+                &req.member_id,
+                req.generation,
+                req.offsets.iter().map(|(t, p, ..)| (t.as_str(), *p)),
+            );
         }
         if req.generation < 0 && req.member_id.is_empty() {
             // A commit from outside the group protocol: allowed while nobody is a member.

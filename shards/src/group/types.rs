@@ -268,6 +268,8 @@ pub struct GroupListing {
     pub group: String,
     pub protocol_type: String,
     pub state: &'static str,
+    /// Kafka's group type (ListGroups v5): "classic" or "consumer".
+    pub group_type: &'static str,
 }
 
 /// One group operation, sent to the coordinator shard.
@@ -300,6 +302,11 @@ pub enum GroupOp {
         group: String,
         partitions: Vec<(String, i32)>,
     },
+    /// ConsumerGroupDescribe (KIP-848): GROUP_ID_NOT_FOUND for a group that is not a
+    /// consumer-protocol group.
+    ConsumerDescribe {
+        group: String,
+    },
     /// ConsumerGroupHeartbeat (KIP-848): served with the cluster's topics at hand, so
     /// the shard routes it to [`crate::group::coordinator::GroupCoordinator::consumer_heartbeat`].
     ConsumerHeartbeat {
@@ -322,7 +329,8 @@ impl GroupOp {
             | GroupOp::Describe { group }
             | GroupOp::Delete { group }
             | GroupOp::DeleteOffsets { group, .. }
-            | GroupOp::ConsumerHeartbeat { group, .. } => Some(group),
+            | GroupOp::ConsumerHeartbeat { group, .. }
+            | GroupOp::ConsumerDescribe { group } => Some(group),
             GroupOp::List => None,
         }
     }
@@ -396,6 +404,7 @@ pub enum GroupAnswer {
     /// Per partition, in request order.
     OffsetsDeleted(Result<Vec<Result<(), GroupError>>, GroupError>),
     ConsumerHeartbeat(Result<crate::group::consumer::group::HeartbeatAnswer, GroupError>),
+    ConsumerDescribed(Result<crate::group::consumer::group::ConsumerGroupDescription, GroupError>),
 }
 
 #[cfg(test)]

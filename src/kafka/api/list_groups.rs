@@ -1,5 +1,5 @@
-//! ListGroups (v0–v5): every shard's groups, filtered by state (v4+) and type (v5; every
-//! group here is classic).
+//! ListGroups (v0–v5): every shard's groups, filtered by state (v4+) and type (v5:
+//! "classic", or "consumer" for the groups of KIP-848's protocol).
 
 use super::group_routing::{s, sb};
 use super::handler::{Call, Handler};
@@ -11,9 +11,6 @@ use corelog_shards::mesh::ShardMessage;
 use kafka_protocol::messages::list_groups_response::ListedGroup;
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
-
-/// Kafka's name of the classic group protocol's type (ListGroups v5).
-const CLASSIC_GROUP_TYPE: &str = "classic";
 
 pub struct ListGroups;
 
@@ -38,12 +35,12 @@ impl Handler for ListGroups {
             .iter()
             .map(|x| s(x).to_ascii_lowercase())
             .collect();
-        // v5 (KIP-848) filters by group type; every group here is a classic one.
-        let classic_wanted = req.types_filter.is_empty()
-            || req
-                .types_filter
-                .iter()
-                .any(|t| t.as_str().eq_ignore_ascii_case(CLASSIC_GROUP_TYPE));
+        // v5 (KIP-848) filters by group type.
+        let types: Vec<String> = req
+            .types_filter
+            .iter()
+            .map(|x| s(x).to_ascii_lowercase())
+            .collect();
         // DESCRIBE on the cluster lists every group; else those the principal may
         // describe (Kafka's rule, without a refusal).
         let access = Access::new(ctx, call);
@@ -53,7 +50,7 @@ impl Handler for ListGroups {
             match answer {
                 Some(GroupAnswer::Listed(groups)) => {
                     for g in groups {
-                        if !classic_wanted
+                        if (!types.is_empty() && !types.iter().any(|t| t == g.group_type))
                             || (!filter.is_empty()
                                 && !filter.contains(&g.state.to_ascii_lowercase()))
                             || !(all_groups || access.may(Op::Describe, Resource::Group, &g.group))
@@ -67,7 +64,7 @@ impl Handler for ListGroups {
                             out.group_state = sb(g.state);
                         }
                         if v >= 5 {
-                            out.group_type = sb(CLASSIC_GROUP_TYPE.to_string());
+                            out.group_type = sb(g.group_type.to_string());
                         }
                         body.groups.push(out);
                     }

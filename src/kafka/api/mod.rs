@@ -24,6 +24,7 @@ pub mod alter_partition_reassignments;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod config_resources;
+pub mod consumer_group_describe;
 pub mod consumer_group_heartbeat;
 pub mod create_acls;
 pub mod create_partitions;
@@ -155,8 +156,8 @@ macro_rules! apis {
 // Ranges are what librdkafka 2.x, the Java 3.x/4.x clients, franz-go and kafka-python use,
 // limited to versions whose semantics are fully implemented: Produce from v3 and Fetch
 // from v4 because only RecordBatch v2 is stored (no down-conversion). The consumer
-// protocol (KIP-848): ConsumerGroupHeartbeat, and OffsetCommit v9 (the same request as
-// v8, its generation read as the member epoch).
+// protocol (KIP-848): ConsumerGroupHeartbeat, ConsumerGroupDescribe, and OffsetCommit v9
+// (the same request as v8, its generation read as the member epoch).
 // Transactions: transaction version 1 (AddPartitionsToTxn up to v3, EndTxn up to v4,
 // TxnOffsetCommit up to v3); the
 // partition leaders' verification and version 2 (KIP-890) are not served yet.
@@ -175,6 +176,7 @@ apis![
     sync_group::SyncGroup,
     heartbeat::Heartbeat,
     consumer_group_heartbeat::ConsumerGroupHeartbeat,
+    consumer_group_describe::ConsumerGroupDescribe,
     leave_group::LeaveGroup,
     offset_commit::OffsetCommit,
     offset_fetch::OffsetFetch,

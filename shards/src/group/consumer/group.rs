@@ -97,6 +97,32 @@ pub struct HeartbeatAnswer {
     pub assignment: Option<Assignment>,
 }
 
+/// A group as ConsumerGroupDescribe tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerGroupDescription {
+    pub state: ConsumerGroupState,
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: &'static str,
+    pub members: Vec<ConsumerMemberDescription>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerMemberDescription {
+    pub member_id: String,
+    pub instance_id: Option<String>,
+    pub rack_id: Option<String>,
+    pub member_epoch: i32,
+    pub client_id: String,
+    pub client_host: String,
+    pub subscribed_topic_names: Vec<String>,
+    pub subscribed_topic_regex: Option<String>,
+    /// What it holds now.
+    pub assignment: Assignment,
+    /// What the target gives it.
+    pub target: Assignment,
+}
+
 #[derive(Debug, Clone)]
 pub struct ConsumerMember {
     pub member_id: String,
@@ -265,6 +291,62 @@ impl ConsumerGroup {
         } else {
             ConsumerGroupState::Stable
         }
+    }
+
+    /// The group as ConsumerGroupDescribe tells it (members by id).
+    pub fn describe(&self, config: &ConsumerGroupConfig) -> ConsumerGroupDescription {
+        ConsumerGroupDescription {
+            state: self.state(),
+            epoch: self.epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: group_assignor(self.members.values(), config).name(),
+            members: self
+                .members
+                .values()
+                .map(|m| ConsumerMemberDescription {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    member_epoch: m.assignment.epoch,
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    subscribed_topic_names: m.subscribed_names.iter().cloned().collect(),
+                    subscribed_topic_regex: m.subscribed_regex.clone(),
+                    assignment: m.assignment.assigned.clone(),
+                    target: self.target.get(&m.member_id).cloned().unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Whether `member_id` may commit offsets of `partitions` (topic name, partition) at
+    /// `epoch`: at its current epoch always (Kafka's rule); at its previous one when it
+    /// still holds every one of them, so no other member can be consuming them — the
+    /// heartbeat that moved it on may have crossed the commit on the wire. Otherwise
+    /// STALE_MEMBER_EPOCH; UNKNOWN_MEMBER_ID for no such member.
+    pub fn check_commit<'a>(
+        &self,
+        member_id: &str,
+        epoch: i32,
+        mut partitions: impl Iterator<Item = (&'a str, i32)>,
+    ) -> Result<(), GroupError> {
+        let m = self
+            .members
+            .get(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        let a = &m.assignment;
+        if epoch == a.epoch {
+            return Ok(());
+        }
+        let held = |topic: &str, p: i32| {
+            self.subscribed
+                .get(topic)
+                .is_some_and(|(id, _)| self.holders.get(&(*id, p)) == Some(&m.member_id))
+        };
+        if epoch == a.previous_epoch && partitions.all(|(t, p)| held(t, p)) {
+            return Ok(());
+        }
+        Err(GroupError::StaleMemberEpoch)
     }
 
     /// The member holding a partition, if any.

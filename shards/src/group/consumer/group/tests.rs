@@ -592,3 +592,40 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn a_commit_at_the_previous_epoch_is_taken_only_for_partitions_still_held() {
+    let topics = Topics::with(&[("t", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut clients = vec![Client::new("a", &["t"]), Client::new("b", &["t"])];
+    clients[0].beat(&mut g, &topics, 0).expect("a");
+    settle(&mut g, &mut clients, &topics, 0);
+    let m = g.member("a").expect("a").assignment.clone();
+    assert_ne!(m.previous_epoch, m.epoch);
+    let held = m.assigned.partitions().next().expect("a holds one").1;
+    let other = 1 - held;
+    assert_eq!(
+        g.check_commit("a", m.epoch, [("t", other)].into_iter()),
+        Ok(())
+    );
+    assert_eq!(
+        g.check_commit("a", m.previous_epoch, [("t", held)].into_iter()),
+        Ok(())
+    );
+    assert_eq!(
+        g.check_commit(
+            "a",
+            m.previous_epoch,
+            [("t", held), ("t", other)].into_iter()
+        ),
+        Err(GroupError::StaleMemberEpoch)
+    );
+    assert_eq!(
+        g.check_commit("a", m.epoch + 1, [("t", held)].into_iter()),
+        Err(GroupError::StaleMemberEpoch)
+    );
+    assert_eq!(
+        g.check_commit("z", m.epoch, [("t", held)].into_iter()),
+        Err(GroupError::UnknownMemberId)
+    );
+}

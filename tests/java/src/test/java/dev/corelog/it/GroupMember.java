@@ -16,6 +16,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Collectors;
 import org.apache.kafka.clients.consumer.CloseOptions;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -215,6 +216,11 @@ final class GroupMember {
                 dirty = false;
             } catch (RebalanceInProgressException e) {
                 // Kafka's answer while the group completes a rebalance: poll, then commit again.
+                commitErrors.add("commitSync: " + e);
+            } catch (CommitFailedException e) {
+                // The group moved on under the commit (a consumer-protocol member's epoch
+                // bumped by a heartbeat the commit crossed): what it still owns is
+                // committed by the next round, as an application would.
                 commitErrors.add("commitSync: " + e);
             }
         } else {
