@@ -12,11 +12,13 @@ import threading
 import time
 import uuid
 
-import pytest
 from confluent_kafka import Consumer, KafkaError
+from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire as W
-from launcher import wait_until
+from coordinator_move import java_hash
+from launcher import bootstrap, wait_until
+from test_cluster import FAST, leaders, produce as cluster_produce
 from test_groups import create_topic, produce
 
 CONSUMER_GROUP_HEARTBEAT = 68
@@ -177,3 +179,84 @@ def test_a_group_comes_back_exactly_after_a_restart(broker_factory):
     assert got["error"] == ERR_NONE and sum(len(p) for p in got["assignment"].values()) == 2, got
     assert not set((t, p) for t, ps in got["assignment"].items() for p in ps) & \
         set((t, p) for t, ps in kept for p in ps), "no partition is given to both"
+
+
+def test_the_group_moves_to_a_new_coordinator_mid_rebalance_and_goes_on(broker_factory):
+    """Three brokers; a consumer-protocol group of two librdkafka members on a topic of six
+    partitions at RF 3. Right after a third member joins (the group reconciling), the broker
+    that coordinates the group (leads its `__consumer_offsets` partition) is killed. The
+    new coordinator replays the group's records: the three members end up owning the six
+    partitions between them, none twice, and every record written before and after the
+    kill is consumed."""
+
+    brokers = broker_factory.cluster(voters=3, extra_args=[*FAST, *FLAGS])
+    bs = bootstrap(brokers)
+    topic, group = "kip848-failover", "kip848-failover-group"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, num_partitions=6, replication_factor=3)],
+                        operation_timeout=30)[topic].result(timeout=30)
+    wait_until(lambda: all(l >= 0 for l in leaders(brokers, topic).values()) and len(leaders(brokers, topic)) == 6,
+               30, "the topic's leaders")
+    cluster_produce(brokers, topic, 300, "before")
+    seen: dict[tuple[int, int], int] = {}
+    lock = threading.Lock()
+    stop = threading.Event()
+    members: dict[str, dict] = {}
+
+    def run(name: str) -> None:
+        c = consumer(bs, group, **{"client.id": name})
+        c.subscribe([topic])
+        members[name] = {"owned": set(), "errors": []}
+        try:
+            while not stop.is_set():
+                m = c.poll(0.2)
+                members[name]["owned"] = {tp.partition for tp in c.assignment()}
+                if m is None:
+                    continue
+                if m.error():
+                    members[name]["errors"].append(m.error().str())
+                    continue
+                with lock:
+                    seen[(m.partition(), m.offset())] = seen.get((m.partition(), m.offset()), 0) + 1
+                try:
+                    c.commit(message=m, asynchronous=False)
+                except Exception as e:  # a commit across the failover: the next one covers it
+                    members[name]["errors"].append(str(e))
+        finally:
+            c.close()
+
+    threads = []
+    for name in ("m1", "m2"):
+        t = threading.Thread(target=run, args=(name,), daemon=True)
+        t.start()
+        threads.append(t)
+    owned = lambda: [members.get(n, {}).get("owned", set()) for n in list(members)]  # noqa: E731
+    wait_until(lambda: len(members) == 2 and sorted(len(o) for o in owned()) == [3, 3], 60,
+               lambda: f"two members share the partitions: {members}")
+    offsets_partition = java_hash(group) % 50
+    coordinator = leaders(brokers, "__consumer_offsets")[offsets_partition]
+    t = threading.Thread(target=run, args=("m3",), daemon=True)
+    t.start()
+    threads.append(t)
+    # m3 holds its first partition: it has joined and the group is handing partitions
+    # over (the others revoke one each, m3 gets each once it is released).
+    wait_until(lambda: members.get("m3", {}).get("owned"), 30, "m3 gets a partition")
+    victim = next(b for b in brokers if b.node_id == coordinator)
+    victim.kill()
+    survivors = [b for b in brokers if b is not victim]
+    wait_until(lambda: leaders(survivors, "__consumer_offsets").get(offsets_partition, -1)
+               not in (-1, coordinator), 60, "a new coordinator")
+    cluster_produce(survivors, topic, 300, "after")
+    try:
+        def settled():
+            o = owned()
+            union = set().union(*o)
+            return len(o) == 3 and sorted(len(x) for x in o) == [2, 2, 2] and union == set(range(6))
+        wait_until(settled, 90, lambda: f"three members own two partitions each: {members}")
+        wait_until(lambda: len(seen) >= 600, 60, lambda: f"every record consumed ({len(seen)} of 600)")
+        o = owned()
+        assert sum(len(x) for x in o) == len(set().union(*o)) == 6, f"a partition owned twice: {members}"
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)

@@ -49,7 +49,7 @@
 //! monotonic and starts again at a restart, so a restart can only lengthen retention.
 
 use super::consumer::group::{
-    ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatAnswer, TopicCatalog,
+    Changes, ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatAnswer, TopicCatalog,
 };
 use super::consumer::records as consumer_rec;
 use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
@@ -633,7 +633,7 @@ impl GroupCoordinator {
             return Err(GroupError::InvalidRequest("GroupId can't be empty.".into()));
         }
         let now = self.mono_ms();
-        let (answer, records) = {
+        let (answer, records, changes) = {
             let mut groups = self.groups.borrow_mut();
             let joining = hb.member_epoch == 0;
             let created = !groups.contains_key(&group);
@@ -668,12 +668,28 @@ impl GroupCoordinator {
                 return answer;
             }
             let changes = c.take_changes();
-            (answer, encode_consumer_records(c.records_for(&changes))?)
+            let records = encode_consumer_records(c.records_for(&changes))?;
+            (answer, records, changes)
         };
         if !records.is_empty() {
-            self.append(&group, &records, log_of).await?;
+            if let Err(e) = self.append(&group, &records, log_of).await {
+                self.keep_consumer_changes(&group, changes);
+                return Err(e);
+            }
         }
         answer
+    }
+
+    /// A failed write's changes go back to their group, for its next write.
+    fn keep_consumer_changes(&self, group: &str, changes: Changes) {
+        if let Some(c) = self
+            .groups
+            .borrow_mut()
+            .get_mut(group)
+            .and_then(|g| g.consumer.as_mut())
+        {
+            c.keep_changes(changes);
+        }
     }
 
     /// Replays one consumer-group record into its group.
@@ -732,13 +748,13 @@ impl GroupCoordinator {
             if !self.serves_group(&group) {
                 continue;
             }
-            let records = {
+            let (records, changes) = {
                 let mut all = self.groups.borrow_mut();
                 let Some(c) = all.get_mut(&group).and_then(|g| g.consumer.as_mut()) else {
                     continue;
                 };
                 let changes = c.take_changes();
-                encode_consumer_records(c.records_for(&changes))
+                (encode_consumer_records(c.records_for(&changes)), changes)
             };
             let result = match records {
                 Ok(r) if r.is_empty() => Ok(0),
@@ -746,6 +762,7 @@ impl GroupCoordinator {
                 Err(e) => Err(e),
             };
             if let Err(e) = result {
+                self.keep_consumer_changes(&group, changes);
                 tracing::warn!(group = %group, error = %e, "storing a consumer group's member removal");
             }
         }

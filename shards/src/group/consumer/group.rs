@@ -752,6 +752,34 @@ impl ConsumerGroup {
         std::mem::take(&mut self.changes)
     }
 
+    /// Puts back changes whose records were not written (a failed append), so the next
+    /// write of the group carries them: records are the state as it is, so writing them
+    /// late is writing them right.
+    pub fn keep_changes(&mut self, unwritten: Changes) {
+        let c = &mut self.changes;
+        c.epoch |= unwritten.epoch;
+        c.subscribed |= unwritten.subscribed;
+        c.members.extend(unwritten.members);
+        c.current.extend(unwritten.current);
+        c.removed.extend(unwritten.removed);
+        if let Some(t) = unwritten.target {
+            c.target.get_or_insert_with(BTreeSet::new).extend(t);
+        }
+        // A member removed and then back (a static member replaced, a rejoin) is written
+        // as it is now.
+        let present: Vec<String> = c
+            .removed
+            .iter()
+            .filter(|id| self.members.contains_key(*id))
+            .cloned()
+            .collect();
+        for id in present {
+            c.removed.remove(&id);
+            c.members.insert(id.clone());
+            c.current.insert(id);
+        }
+    }
+
     /// The records that store `changes` (a `None` value deletes its key), in the order
     /// Kafka writes them: members, topics, epoch, target, current assignments.
     pub fn records_for(&self, changes: &Changes) -> Vec<(RecordKey, Option<RecordValue>)> {

@@ -629,3 +629,21 @@ fn a_commit_at_the_previous_epoch_is_taken_only_for_partitions_still_held() {
         Err(GroupError::UnknownMemberId)
     );
 }
+
+#[test]
+fn changes_kept_after_a_failed_write_are_written_with_the_next() {
+    let topics = Topics::with(&[("t", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let mut a = Client::new("a", &["t"]);
+    a.beat(&mut g, &topics, 0).expect("a");
+    let lost = g.take_changes();
+    assert!(lost.epoch && lost.members.contains("a") && lost.current.contains("a"));
+    g.keep_changes(lost.clone());
+    // A heartbeat that changes nothing still writes what the failed write did not.
+    let mut hb = a.request();
+    hb.owned = None;
+    g.heartbeat(hb, &topics, &config(), 1, || unreachable!()).expect("hb");
+    let next = g.take_changes();
+    assert_eq!(next, lost);
+    assert!(!g.records_for(&next).is_empty());
+}
