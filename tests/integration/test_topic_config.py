@@ -262,8 +262,10 @@ def test_flush_configs_are_accepted_and_applied(broker_factory):
     assert syncs() - before >= 20
 
 
-def test_group_configs_are_described_and_not_alterable(broker):
-    """GROUP is ConfigResource type 32 (Kafka 4); librdkafka has no such type, so by hand."""
+def test_group_configs_are_described_and_not_alterable(broker_factory):
+    """GROUP is ConfigResource type 32 (Kafka 4); librdkafka has no such type, so by hand.
+    The consumer-protocol settings show as the broker applies them."""
+    broker = broker_factory()
     configs = raw_describe(broker.bootstrap, 32, "some-group")
     assert configs["consumer.session.timeout.ms"] == ("45000", 5)
     assert configs["consumer.heartbeat.interval.ms"] == ("5000", 5)
@@ -271,7 +273,12 @@ def test_group_configs_are_described_and_not_alterable(broker):
     # IncrementalAlterConfigs on the group: INVALID_CONFIG, said why.
     code, message = raw_incremental_alter(broker.bootstrap, 32, "some-group",
                                           [("consumer.session.timeout.ms", 0, "50000")])
-    assert code == ERR_INVALID_CONFIG and "classic" in message
+    assert code == ERR_INVALID_CONFIG and "not applied" in message, message
+    # A broker started with its own session timeout: a static broker config (source 4).
+    tuned = broker_factory(extra_args=["--group-consumer-session-timeout-ms", "30000"])
+    configs = raw_describe(tuned.bootstrap, 32, "some-group")
+    assert configs["consumer.session.timeout.ms"] == ("30000", 4)
+    assert configs["consumer.heartbeat.interval.ms"] == ("5000", 5)
 
 
 def test_unknown_topic_describe_and_alter(broker):

@@ -21,9 +21,9 @@
 //! layer, as Kafka does.
 //!
 //! Group configs (resource type GROUP, Kafka 4's KIP-848/KIP-932 settings) are described
-//! at their defaults: they govern consumer and share groups, and every group here is a
-//! classic one, which takes its timeouts from its members. Altering them is
-//! INVALID_CONFIG, saying so.
+//! at their defaults: consumer-protocol groups run with the broker's `group.consumer.*`
+//! settings (per-group overrides are not applied yet), and share groups are not run.
+//! Altering them is INVALID_CONFIG, saying so.
 
 use super::Ctx;
 use crate::kafka::error_code;
@@ -50,14 +50,14 @@ pub(super) const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] 
         Some("group.consumer.heartbeat.interval.ms"),
         ConfigType::Int,
         "5000",
-        "heartbeat interval of consumer-protocol groups (KIP-848; not run by corelog)",
+        "heartbeat interval of consumer-protocol groups (KIP-848; the broker's setting applies)",
     ),
     (
         "consumer.session.timeout.ms",
         Some("group.consumer.session.timeout.ms"),
         ConfigType::Int,
         "45000",
-        "session timeout of consumer-protocol groups (KIP-848; not run by corelog)",
+        "session timeout of consumer-protocol groups (KIP-848; the broker's setting applies)",
     ),
     (
         "share.auto.offset.reset",
@@ -89,24 +89,35 @@ pub(super) const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] 
     ),
 ];
 
-pub(super) fn group_configs() -> Vec<Described> {
+/// The group configs as this broker applies them: a `group.consumer.*` setting the broker
+/// was started with shows as that static broker config, the rest at Kafka's defaults.
+pub(super) fn group_configs(
+    consumer: &corelog_shards::group::consumer::group::ConsumerGroupConfig,
+) -> Vec<Described> {
     GROUP_CONFIGS
         .iter()
-        .map(|(name, synonym, config_type, value, doc)| Described {
-            name: name.to_string(),
-            value: Some(value.to_string()),
-            source: ConfigSource::DefaultConfig,
-            config_type: *config_type,
-            doc,
-            synonyms: synonym
-                .map(|b| {
-                    vec![(
-                        b.to_string(),
-                        value.to_string(),
-                        ConfigSource::DefaultConfig,
-                    )]
-                })
-                .unwrap_or_default(),
+        .map(|(name, synonym, config_type, default, doc)| {
+            let set = match *name {
+                "consumer.heartbeat.interval.ms" => Some(consumer.heartbeat_interval_ms),
+                "consumer.session.timeout.ms" => Some(consumer.session_timeout_ms),
+                _ => None,
+            }
+            .map(|v| v.to_string())
+            .filter(|v| v != default);
+            let (value, source) = match set {
+                Some(v) => (v, ConfigSource::StaticBrokerConfig),
+                None => (default.to_string(), ConfigSource::DefaultConfig),
+            };
+            Described {
+                name: name.to_string(),
+                value: Some(value.clone()),
+                source,
+                config_type: *config_type,
+                doc,
+                synonyms: synonym
+                    .map(|b| vec![(b.to_string(), value, source)])
+                    .unwrap_or_default(),
+            }
         })
         .collect()
 }
@@ -450,7 +461,7 @@ pub(super) fn check_resource(
         )),
         RESOURCE_GROUP => Err((
             ResponseError::InvalidConfig,
-            "group configs govern consumer and share groups (KIP-848, KIP-932); this broker runs classic groups only, which take their settings from their members".to_string(),
+            "per-group configs are not applied by this broker yet: consumer-protocol groups (KIP-848) run with the broker's group.consumer.* settings, and share groups (KIP-932) are not run".to_string(),
         )),
         other => Err((
             ResponseError::InvalidRequest,

@@ -89,7 +89,10 @@ impl Handler for DescribeConfigs {
                         ResponseError::InvalidRequest,
                         "group name must not be empty".to_string(),
                     )),
-                    RESOURCE_GROUP => Ok(group_configs().into_iter().map(|d| (d, false)).collect()),
+                    RESOURCE_GROUP => Ok(group_configs(&ctx.config.groups.consumer)
+                        .into_iter()
+                        .map(|d| (d, false))
+                        .collect()),
                     other => Err((
                         ResponseError::InvalidRequest,
                         format!("resource type {other} is not supported"),

@@ -642,7 +642,8 @@ fn changes_kept_after_a_failed_write_are_written_with_the_next() {
     // A heartbeat that changes nothing still writes what the failed write did not.
     let mut hb = a.request();
     hb.owned = None;
-    g.heartbeat(hb, &topics, &config(), 1, || unreachable!()).expect("hb");
+    g.heartbeat(hb, &topics, &config(), 1, || unreachable!())
+        .expect("hb");
     let next = g.take_changes();
     assert_eq!(next, lost);
     assert!(!g.records_for(&next).is_empty());
