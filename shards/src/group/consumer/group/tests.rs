@@ -522,6 +522,8 @@ proptest! {
         let mut g = ConsumerGroup::new("g".into());
         let mut live: BTreeMap<u8, Client> = BTreeMap::new();
         let mut now = 0i64;
+        // What the coordinator writes after every step, as a compacted log keeps it.
+        let mut log: BTreeMap<Vec<u8>, Vec<u8>> = BTreeMap::new();
         for op in ops {
             match op {
                 Op::Join(i) => {
@@ -567,6 +569,9 @@ proptest! {
             }
             let clients: Vec<Client> = live.values().cloned().collect();
             assert_disjoint(&clients);
+            write(&mut log, &mut g);
+            // A coordinator that replays the log has the group exactly.
+            assert_same(&replay(&log, now), &g);
         }
         // The crashed members' sessions expire; the survivors keep heartbeating: the
         // group settles with everything owned.
@@ -647,4 +652,57 @@ fn changes_kept_after_a_failed_write_are_written_with_the_next() {
     let next = g.take_changes();
     assert_eq!(next, lost);
     assert!(!g.records_for(&next).is_empty());
+}
+
+/// Appends the group's changes to a compacted log: the last value of each key, a
+/// tombstone deleting it; encoded and decoded as the coordinator does.
+fn write(log: &mut BTreeMap<Vec<u8>, Vec<u8>>, g: &mut ConsumerGroup) {
+    let changes = g.take_changes();
+    for (k, v) in g.records_for(&changes) {
+        let key = records::encode_key(&k).expect("key");
+        match v {
+            Some(v) => {
+                log.insert(key, records::encode_value(&v));
+            }
+            None => {
+                log.remove(&key);
+            }
+        }
+    }
+}
+
+fn replay(log: &BTreeMap<Vec<u8>, Vec<u8>>, now: i64) -> ConsumerGroup {
+    let mut g = ConsumerGroup::new("g".into());
+    for (k, v) in log {
+        let key = records::decode_key(k).expect("a key written is read back");
+        let value = records::decode_value(&key, v).expect("a value written is read back");
+        g.restore(&key, Some(value));
+    }
+    g.finish_restore(now, &config());
+    g
+}
+
+fn assert_same(replayed: &ConsumerGroup, g: &ConsumerGroup) {
+    assert_eq!(
+        (replayed.epoch(), replayed.assignment_epoch()),
+        (g.epoch(), g.assignment_epoch())
+    );
+    let view = |g: &ConsumerGroup| {
+        g.members()
+            .map(|m| {
+                (
+                    m.member_id.clone(),
+                    m.metadata(),
+                    m.assignment.clone(),
+                    g.target(&m.member_id).cloned(),
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(view(replayed), view(g));
+    for m in g.members() {
+        for (t, p) in m.assignment.held().partitions() {
+            assert_eq!(replayed.holder(t, p), Some(m.member_id.as_str()));
+        }
+    }
 }
