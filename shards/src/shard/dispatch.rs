@@ -82,8 +82,7 @@ impl Shard {
             }
             ShardMessage::Group { op, reply } => {
                 let shard = self.clone();
-                let topics =
-                    crate::group::consumer::catalog::MetadataCatalog::new(self.metadata.snapshot());
+                let topics = super::topic_catalog::MetadataCatalog::new(self.metadata.snapshot());
                 let answer = self
                     .groups
                     .handle(op, &topics, move |p| shard.partition(&offsets_tp(p)))

@@ -29,6 +29,7 @@ mod fetch;
 mod partition_requests;
 mod partition_table;
 mod produce;
+mod topic_catalog;
 mod txn_verify;
 
 use crate::admin_changes::AdminChanges;

@@ -7,7 +7,8 @@
 //! and `range` server-side assignors), `reconcile` (one member's step toward its target
 //! without ever holding a partition another member still holds) and `group` (one group:
 //! members, epochs, target, heartbeats, timeouts); `records` is the codec of the
-//! groups' records in `__consumer_offsets`, as Kafka lays them out.
+//! groups' records in `__consumer_offsets`, as Kafka lays them out; `catalog` is a
+//! catalog with no topics (the one over the cluster metadata is the shard's).
 
 pub mod assignment;
 pub mod assignor;
