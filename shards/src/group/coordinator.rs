@@ -1528,6 +1528,18 @@ mod tests {
             hb.owned = a.assignment.clone();
             let a2 = beat(&c, &log, hb).await.expect("a");
             assert_eq!(a2.assignment.as_ref().map(|x| x.len()), Some(2));
+            // OffsetDelete refuses a topic the group subscribes to.
+            let l = log.clone();
+            let delete = GroupOp::DeleteOffsets {
+                group: GROUP.into(),
+                partitions: vec![("t".into(), 0), ("other".into(), 0)],
+            };
+            match c.handle(delete, &OneTopic, move |_| Some(l.clone())).await {
+                GroupAnswer::OffsetsDeleted(Ok(r)) => {
+                    assert_eq!(r, vec![Err(GroupError::GroupSubscribedToTopic), Ok(())])
+                }
+                other => panic!("not an OffsetDelete answer: {other:?}"),
+            }
             // A member commits at its epoch; a stale one is told so.
             assert_eq!(commits(&c, &log, member_commit("a", 1)).await, vec![Ok(())]);
             assert_eq!(

@@ -979,6 +979,9 @@ impl Group {
 
     /// Topics a member's consumer-protocol subscription names (for OffsetDelete).
     pub fn subscribed_topics(&self) -> Vec<String> {
+        if let Some(c) = &self.consumer {
+            return c.subscribed_topic_names();
+        }
         let protocol = self.protocol.clone().unwrap_or_default();
         let mut out = Vec::new();
         if self.protocol_type.as_deref() != Some("consumer") {

@@ -349,6 +349,12 @@ impl ConsumerGroup {
         Err(GroupError::StaleMemberEpoch)
     }
 
+    /// The existing topics some member subscribes to, by name or pattern (OffsetDelete
+    /// refuses their offsets: GROUP_SUBSCRIBED_TO_TOPIC).
+    pub fn subscribed_topic_names(&self) -> Vec<String> {
+        self.subscribed.keys().cloned().collect()
+    }
+
     /// The member holding a partition, if any.
     pub fn holder(&self, topic: TopicId, partition: i32) -> Option<&str> {
         self.holders.get(&(topic, partition)).map(String::as_str)
