@@ -75,18 +75,19 @@ impl Handler for ConsumerGroupDescribe {
                         .into_iter()
                         .map(|m| {
                             let mut w = Member::default();
+                            let md = m.metadata;
                             w.member_id = sb(m.member_id);
-                            w.instance_id = m.instance_id.map(sb);
-                            w.rack_id = m.rack_id.map(sb);
+                            w.instance_id = md.instance_id.map(sb);
+                            w.rack_id = md.rack_id.map(sb);
                             w.member_epoch = m.member_epoch;
-                            w.client_id = sb(m.client_id);
-                            w.client_host = sb(m.client_host);
-                            w.subscribed_topic_names = m
+                            w.client_id = sb(md.client_id);
+                            w.client_host = sb(md.client_host);
+                            w.subscribed_topic_names = md
                                 .subscribed_topic_names
                                 .into_iter()
                                 .map(|t| TopicName(sb(t)))
                                 .collect();
-                            w.subscribed_topic_regex = m.subscribed_topic_regex.map(sb);
+                            w.subscribed_topic_regex = md.subscribed_topic_regex.map(sb);
                             w.assignment = wire(&meta, &m.assignment);
                             w.target_assignment = wire(&meta, &m.target);
                             w.member_type = MEMBER_TYPE_CONSUMER;

@@ -110,13 +110,9 @@ pub struct ConsumerGroupDescription {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConsumerMemberDescription {
     pub member_id: String,
-    pub instance_id: Option<String>,
-    pub rack_id: Option<String>,
     pub member_epoch: i32,
-    pub client_id: String,
-    pub client_host: String,
-    pub subscribed_topic_names: Vec<String>,
-    pub subscribed_topic_regex: Option<String>,
+    /// Instance, rack, client, subscription: what its metadata record stores.
+    pub metadata: records::MemberMetadata,
     /// What it holds now.
     pub assignment: Assignment,
     /// What the target gives it.
@@ -170,6 +166,21 @@ impl ConsumerMember {
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.map(|a| a.name().to_string()),
         }
+    }
+
+    /// Takes the fields of a member-metadata record ([`Self::metadata`]'s inverse).
+    fn set_metadata(&mut self, md: records::MemberMetadata) {
+        self.instance_id = md.instance_id;
+        self.rack_id = md.rack_id;
+        self.client_id = md.client_id;
+        self.client_host = md.client_host;
+        self.subscribed_names = md.subscribed_topic_names.into_iter().collect();
+        self.subscribed_regex = md.subscribed_topic_regex;
+        self.rebalance_timeout_ms = md.rebalance_timeout_ms;
+        self.server_assignor = md
+            .server_assignor
+            .as_deref()
+            .and_then(AssignorKind::from_name);
     }
 
     /// What decides the target assignment: a change of any bumps the group epoch.
@@ -305,13 +316,8 @@ impl ConsumerGroup {
                 .values()
                 .map(|m| ConsumerMemberDescription {
                     member_id: m.member_id.clone(),
-                    instance_id: m.instance_id.clone(),
-                    rack_id: m.rack_id.clone(),
                     member_epoch: m.assignment.epoch,
-                    client_id: m.client_id.clone(),
-                    client_host: m.client_host.clone(),
-                    subscribed_topic_names: m.subscribed_names.iter().cloned().collect(),
-                    subscribed_topic_regex: m.subscribed_regex.clone(),
+                    metadata: m.metadata(),
                     assignment: m.assignment.assigned.clone(),
                     target: self.target.get(&m.member_id).cloned().unwrap_or_default(),
                 })
@@ -940,21 +946,10 @@ impl ConsumerGroup {
                 self.assignment_epoch = assignment_epoch
             }
             (Some(RecordValue::MemberMetadata(md)), Some(id)) => {
-                let m = self
-                    .members
+                self.members
                     .entry(id.clone())
-                    .or_insert_with(|| ConsumerMember::new(id));
-                m.instance_id = md.instance_id;
-                m.rack_id = md.rack_id;
-                m.client_id = md.client_id;
-                m.client_host = md.client_host;
-                m.subscribed_names = md.subscribed_topic_names.into_iter().collect();
-                m.subscribed_regex = md.subscribed_topic_regex;
-                m.rebalance_timeout_ms = md.rebalance_timeout_ms;
-                m.server_assignor = md
-                    .server_assignor
-                    .as_deref()
-                    .and_then(AssignorKind::from_name);
+                    .or_insert_with(|| ConsumerMember::new(id))
+                    .set_metadata(md);
             }
             (Some(RecordValue::TargetAssignmentMember(a)), Some(id)) => {
                 self.target.insert(id, a);
