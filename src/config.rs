@@ -172,6 +172,12 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "group.consumer.assignors")]
     pub group_consumer_assignors: Option<String>,
+    /// Whether groups change protocols with members in them: `bidirectional`
+    /// (default), `upgrade`, `downgrade`, `disabled` (Kafka's
+    /// group.consumer.migration.policy).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.migration.policy")]
+    pub group_consumer_migration_policy: Option<String>,
     /// Segment size of __consumer_offsets partitions (Kafka's offsets.topic.segment.bytes).
     #[arg(long)]
     #[serde(alias = "offsets.topic.segment.bytes")]
@@ -610,6 +616,10 @@ impl ServeArgs {
                 .group_consumer_assignors
                 .clone()
                 .or(file.group_consumer_assignors.clone()),
+            group_consumer_migration_policy: self
+                .group_consumer_migration_policy
+                .clone()
+                .or(file.group_consumer_migration_policy.clone()),
             offsets_topic_segment_bytes: self
                 .offsets_topic_segment_bytes
                 .or(file.offsets_topic_segment_bytes),
@@ -1405,8 +1415,14 @@ fn consumer_group_config(
     a: &ServeArgs,
 ) -> anyhow::Result<corelog_shards::group::consumer::group::ConsumerGroupConfig> {
     use corelog_shards::group::consumer::assignor::AssignorKind;
-    use corelog_shards::group::consumer::group::ConsumerGroupConfig;
+    use corelog_shards::group::consumer::group::{ConsumerGroupConfig, MigrationPolicy};
     let defaults = ConsumerGroupConfig::default();
+    let migration_policy = match &a.group_consumer_migration_policy {
+        None => defaults.migration_policy,
+        Some(name) => MigrationPolicy::from_name(name).ok_or_else(|| {
+            anyhow::anyhow!("group-consumer-migration-policy: unknown policy {name:?} (bidirectional, upgrade, downgrade, disabled)")
+        })?,
+    };
     let session = a
         .group_consumer_session_timeout_ms
         .unwrap_or(defaults.session_timeout_ms);
@@ -1441,6 +1457,7 @@ fn consumer_group_config(
             .group_consumer_max_size
             .map_or(defaults.max_size, |n| n as usize),
         assignors,
+        migration_policy,
     })
 }
 

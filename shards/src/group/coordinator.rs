@@ -49,14 +49,16 @@
 //! monotonic and starts again at a restart, so a restart can only lengthen retention.
 
 use super::consumer::group::{
-    Changes, ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatAnswer, TopicCatalog,
+    Changes, ClassicJoin, ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatAnswer,
+    TopicCatalog, LEAVE_GROUP_MEMBER_EPOCH,
 };
-use super::consumer::records as consumer_rec;
+use super::consumer::records::{self as consumer_rec, ClassicProtocol};
 use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
-use super::state::{Group, GroupState};
+use super::state::{Group, GroupState, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN};
 use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
 use crate::routing::TopicPartition;
+use bytes::Bytes;
 use corelog_partition::{AckError, Partition, Reader};
 use corelog_storage::batch;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
@@ -117,6 +119,9 @@ pub struct GroupCoordinator {
     txn_groups: RefCell<HashMap<i64, BTreeSet<String>>>,
     /// The zero of consumer groups' millisecond clock (monotonic).
     started: Instant,
+    /// Groups a timer changed protocols (a downgrade), with the batch that records it,
+    /// until `store_consumer_changes` writes it.
+    migrated: RefCell<HashMap<String, Vec<KeyedRecord>>>,
 }
 
 /// One record: (key, value or tombstone).
@@ -157,6 +162,7 @@ impl GroupCoordinator {
             generations: RefCell::new(HashMap::new()),
             txn_groups: RefCell::new(HashMap::new()),
             started: Instant::now(),
+            migrated: RefCell::new(HashMap::new()),
         }
     }
 
@@ -410,18 +416,28 @@ impl GroupCoordinator {
                     let g = groups
                         .entry(group.clone())
                         .or_insert_with(|| Group::new(group));
-                    // Records come in log order: the last one is the group.
+                    // Records come in log order: the last one is the group, a classic
+                    // one now (a downgraded consumer group's records were deleted
+                    // before it).
+                    g.consumer = None;
                     g.restore(v, Instant::now());
                 }
                 Some(Err(_)) => {}
                 None => {
                     // Offsets live on independently of the group record (as in Kafka):
                     // a group tombstone forgets the group only when none are left,
-                    // pending ones included.
-                    if groups.get(&group).is_some_and(|g| !g.has_offsets()) {
+                    // pending ones included. Its classic members go either way (the
+                    // group was deleted, or upgraded: its consumer records follow).
+                    if groups
+                        .get(&group)
+                        .is_some_and(|g| !g.has_offsets() && g.consumer.is_none())
+                    {
                         groups.remove(&group);
                     } else if let Some(g) = groups.get_mut(&group) {
-                        g.protocol_type = None;
+                        g.forget_members(GroupError::NotCoordinator);
+                        if g.consumer.is_none() {
+                            g.protocol_type = None;
+                        }
                     }
                 }
             },
@@ -453,6 +469,15 @@ impl GroupCoordinator {
                         req.member_id,
                     ));
                 }
+                let joins_consumer_group = self
+                    .groups
+                    .borrow()
+                    .get(&req.group)
+                    .and_then(|g| g.consumer.as_ref())
+                    .is_some_and(|c| !c.is_empty());
+                if joins_consumer_group {
+                    return GroupAnswer::Join(self.join_consumer_group(req, topics, &log_of).await);
+                }
                 let (tx, rx) = oneshot::channel();
                 let group = req.group.clone();
                 let dropped_consumer_records = {
@@ -460,18 +485,11 @@ impl GroupCoordinator {
                     let g = groups
                         .entry(req.group.clone())
                         .or_insert_with(|| Group::new(req.group.clone()));
-                    // A consumer-protocol group takes a classic member only once it is
-                    // empty; it becomes a classic group then, and its consumer records
-                    // are deleted (after the join is in, so no heartbeat takes the
-                    // group back meanwhile).
+                    // An empty consumer-protocol group becomes a classic group when a
+                    // classic member joins, and its consumer records are deleted (after
+                    // the join is in, so no heartbeat takes the group back meanwhile).
                     let mut dropped = Vec::new();
                     if let Some(c) = &g.consumer {
-                        if !c.is_empty() {
-                            return GroupAnswer::Join(JoinAnswer::error(
-                                GroupError::InconsistentGroupProtocol,
-                                req.member_id,
-                            ));
-                        }
                         dropped = c.tombstones();
                         g.consumer = None;
                         g.protocol_type = None;
@@ -496,6 +514,31 @@ impl GroupCoordinator {
                 GroupAnswer::Join(answer)
             }
             GroupOp::Sync(req) => {
+                let synced = self
+                    .groups
+                    .borrow_mut()
+                    .get_mut(&req.group)
+                    .and_then(|g| g.consumer.as_mut())
+                    .map(|c| {
+                        c.classic_sync(
+                            &req.member_id,
+                            req.group_instance_id.as_deref(),
+                            req.generation,
+                            (req.protocol_type.as_deref(), req.protocol_name.as_deref()),
+                            self.mono_ms(),
+                        )
+                    });
+                if let Some(synced) = synced {
+                    return GroupAnswer::Sync(match synced {
+                        Ok((protocol, assignment)) => SyncAnswer {
+                            error: None,
+                            protocol_type: Some(CONSUMER_PROTOCOL_TYPE.to_string()),
+                            protocol_name: Some(protocol),
+                            assignment: Bytes::from(assignment),
+                        },
+                        Err(e) => SyncAnswer::error(e),
+                    });
+                }
                 let group = req.group.clone();
                 let (tx, rx) = oneshot::channel();
                 let stable = {
@@ -522,11 +565,29 @@ impl GroupCoordinator {
             GroupOp::Heartbeat(req) => {
                 let mut groups = self.groups.borrow_mut();
                 GroupAnswer::Done(match groups.get_mut(&req.group) {
+                    Some(Group {
+                        consumer: Some(c), ..
+                    }) => c.classic_heartbeat(
+                        &req.member_id,
+                        req.group_instance_id.as_deref(),
+                        req.generation,
+                        self.mono_ms(),
+                    ),
                     Some(g) => g.heartbeat(&req, now),
                     None => Err(GroupError::UnknownMemberId),
                 })
             }
             GroupOp::Leave { group, members } => {
+                let of_consumer_group = self
+                    .groups
+                    .borrow()
+                    .get(&group)
+                    .is_some_and(|g| g.consumer.is_some());
+                if of_consumer_group {
+                    return GroupAnswer::Leave(
+                        self.leave_consumer_group(&group, &members, &log_of).await,
+                    );
+                }
                 let (answer, emptied) = {
                     let mut groups = self.groups.borrow_mut();
                     match groups.get_mut(&group) {
@@ -632,6 +693,17 @@ impl GroupCoordinator {
         if group.is_empty() {
             return Err(GroupError::InvalidRequest("GroupId can't be empty.".into()));
         }
+        let classic_with_members = self
+            .groups
+            .borrow()
+            .get(&group)
+            .is_some_and(|g| g.consumer.is_none() && !g.members.is_empty());
+        if classic_with_members {
+            if hb.member_epoch != 0 {
+                return Err(GroupError::GroupIdNotFound);
+            }
+            return self.upgrade(group, hb, topics, log_of).await;
+        }
         let now = self.mono_ms();
         let (answer, records, changes) = {
             let mut groups = self.groups.borrow_mut();
@@ -646,12 +718,13 @@ impl GroupCoordinator {
             let g = groups.get_mut(&group).expect("inserted above");
             let converted = g.consumer.is_none();
             if converted {
-                if !g.members.is_empty() || !joining {
+                if !joining {
                     return Err(GroupError::GroupIdNotFound);
                 }
                 g.consumer = Some(ConsumerGroup::new(group.clone()));
                 g.protocol_type = Some(CONSUMER_PROTOCOL_TYPE.to_string());
             }
+            let leaving = hb.member_epoch == LEAVE_GROUP_MEMBER_EPOCH;
             let c = g.consumer.as_mut().expect("set above");
             let answer = c.heartbeat(hb, topics, &self.config.consumer, now, || {
                 uuid::Uuid::new_v4().to_string()
@@ -667,9 +740,20 @@ impl GroupCoordinator {
                 }
                 return answer;
             }
-            let changes = c.take_changes();
-            let records = encode_consumer_records(c.records_for(&changes))?;
-            (answer, records, changes)
+            let downgraded = if leaving && answer.is_ok() {
+                self.downgrade_if_due(g)?
+            } else {
+                None
+            };
+            match downgraded {
+                Some(records) => (answer, records, Changes::default()),
+                None => {
+                    let c = g.consumer.as_mut().expect("not downgraded");
+                    let changes = c.take_changes();
+                    let records = encode_consumer_records(c.records_for(&changes))?;
+                    (answer, records, changes)
+                }
+            }
         };
         if !records.is_empty() {
             if let Err(e) = self.append(&group, &records, log_of).await {
@@ -678,6 +762,183 @@ impl GroupCoordinator {
             }
         }
         answer
+    }
+
+    /// A ConsumerGroupHeartbeat that joins a classic group with members: the group
+    /// becomes a consumer group (`state/migration.rs`) if the policy allows it, its
+    /// members speak the consumer's embedded protocol and they are not too many;
+    /// GROUP_ID_NOT_FOUND otherwise, as Kafka answers. The heartbeat runs on the
+    /// converted group first: refused, it leaves the classic group as it was. One batch
+    /// deletes the classic record and writes the consumer group.
+    async fn upgrade(
+        &self,
+        group: String,
+        hb: Heartbeat,
+        topics: &impl TopicCatalog,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
+    ) -> Result<HeartbeatAnswer, GroupError> {
+        let config = &self.config.consumer;
+        let now = self.mono_ms();
+        let records = {
+            let mut groups = self.groups.borrow_mut();
+            let g = groups.get_mut(&group).ok_or(GroupError::GroupIdNotFound)?;
+            if !config.migration_policy.upgrades() || !g.upgradable(config.max_size) {
+                tracing::info!(group = %group, policy = config.migration_policy.name(), "a consumer-protocol member cannot join this classic group");
+                return Err(GroupError::GroupIdNotFound);
+            }
+            let mut c = ConsumerGroup::from_classic(
+                group.clone(),
+                g.generation,
+                g.classic_seeds(),
+                topics,
+                config,
+                now,
+            )
+            .map_err(|e| {
+                tracing::warn!(group = %group, error = %e, "cannot upgrade a classic group");
+                GroupError::GroupIdNotFound
+            })?;
+            let answer =
+                c.heartbeat(hb, topics, config, now, || uuid::Uuid::new_v4().to_string())?;
+            c.take_changes();
+            let mut records = vec![(
+                rec::encode_key(&RecordKey::GroupMetadata {
+                    group: group.clone(),
+                }),
+                None,
+            )];
+            records.extend(encode_consumer_records(c.all_records())?);
+            tracing::info!(group = %group, generation = g.generation, members = g.members.len(), "classic group upgraded to a consumer group");
+            g.take_upgraded(c);
+            (records, answer)
+        };
+        let (records, answer) = records;
+        self.append(&group, &records, log_of).await?;
+        Ok(answer)
+    }
+
+    /// After a member left or was removed: if only classic members remain and the
+    /// policy allows it, the group becomes a classic group and prepares a rebalance
+    /// (`state/migration.rs`). Returns the batch that records the change.
+    fn downgrade_if_due(&self, g: &mut Group) -> Result<Option<Vec<KeyedRecord>>, GroupError> {
+        if !self.config.consumer.migration_policy.downgrades() || !g.downgradable() {
+            return Ok(None);
+        }
+        let old = g.downgrade(Instant::now());
+        tracing::info!(group = %g.id, generation = g.generation, members = g.members.len(), "consumer group downgraded to a classic group");
+        let mut records = encode_consumer_records(old.all_tombstones())?;
+        records.push(classic_group_record(g));
+        Ok(Some(records))
+    }
+
+    /// A JoinGroup to a consumer group with members: the member joins it as a
+    /// classic-protocol member (`consumer/group/classic.rs`), answered at once as a
+    /// follower once its records are written.
+    async fn join_consumer_group(
+        &self,
+        req: JoinRequest,
+        topics: &impl TopicCatalog,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
+    ) -> JoinAnswer {
+        if !(SESSION_TIMEOUT_MS_MIN..=SESSION_TIMEOUT_MS_MAX).contains(&req.session_timeout_ms) {
+            return JoinAnswer::error(GroupError::InvalidSessionTimeout, req.member_id);
+        }
+        let unknown_member = req.member_id.is_empty();
+        let member_id = if unknown_member {
+            uuid::Uuid::new_v4().to_string()
+        } else {
+            req.member_id.clone()
+        };
+        if unknown_member && req.require_known_member_id && req.group_instance_id.is_none() {
+            return JoinAnswer::error(GroupError::MemberIdRequired, member_id);
+        }
+        let join = ClassicJoin {
+            member_id: member_id.clone(),
+            unknown_member,
+            instance_id: req.group_instance_id,
+            protocol_type: req.protocol_type,
+            protocols: req
+                .protocols
+                .into_iter()
+                .map(|p| ClassicProtocol {
+                    name: p.name,
+                    metadata: p.metadata.to_vec(),
+                })
+                .collect(),
+            session_timeout_ms: req.session_timeout_ms,
+            rebalance_timeout_ms: req.rebalance_timeout_ms,
+            client_id: req.client_id,
+            client_host: req.client_host,
+        };
+        let now = self.mono_ms();
+        let stepped = {
+            let mut groups = self.groups.borrow_mut();
+            let Some(c) = groups.get_mut(&req.group).and_then(|g| g.consumer.as_mut()) else {
+                return JoinAnswer::error(GroupError::NotCoordinator, member_id);
+            };
+            c.classic_join(join, topics, &self.config.consumer, now)
+                .and_then(|joined| {
+                    let changes = c.take_changes();
+                    match encode_consumer_records(c.records_for(&changes)) {
+                        Ok(records) => Ok((joined, records, changes)),
+                        Err(e) => {
+                            c.keep_changes(changes);
+                            Err(e)
+                        }
+                    }
+                })
+        };
+        let (joined, records, changes) = match stepped {
+            Ok(s) => s,
+            Err(e) => return JoinAnswer::error(e, member_id),
+        };
+        if !records.is_empty() {
+            if let Err(e) = self.append(&req.group, &records, log_of).await {
+                self.keep_consumer_changes(&req.group, changes);
+                return JoinAnswer::error(e, member_id);
+            }
+        }
+        JoinAnswer {
+            error: None,
+            skip_assignment: false,
+            generation: joined.generation,
+            protocol_type: Some(CONSUMER_PROTOCOL_TYPE.to_string()),
+            protocol_name: Some(joined.protocol_name),
+            leader: String::new(),
+            member_id: joined.member_id,
+            members: Vec::new(),
+        }
+    }
+
+    /// A LeaveGroup of classic members of a consumer group.
+    async fn leave_consumer_group(
+        &self,
+        group: &str,
+        members: &[LeavingMember],
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
+    ) -> Result<Vec<Result<(), GroupError>>, GroupError> {
+        let leaving: Vec<(String, Option<String>)> = members
+            .iter()
+            .map(|m| (m.member_id.clone(), m.group_instance_id.clone()))
+            .collect();
+        let (left, records, changes) = {
+            let mut groups = self.groups.borrow_mut();
+            let c = groups
+                .get_mut(group)
+                .and_then(|g| g.consumer.as_mut())
+                .ok_or(GroupError::UnknownMemberId)?;
+            let left = c.classic_leave(&leaving);
+            let changes = c.take_changes();
+            let records = encode_consumer_records(c.records_for(&changes))?;
+            (left, records, changes)
+        };
+        if !records.is_empty() {
+            if let Err(e) = self.append(group, &records, log_of).await {
+                self.keep_consumer_changes(group, changes);
+                return Err(e);
+            }
+        }
+        Ok(left.into_iter().map(|r| r.map(|_| ())).collect())
     }
 
     /// A failed write's changes go back to their group, for its next write.
@@ -730,9 +991,19 @@ impl GroupCoordinator {
                 tracing::info!(group = %id, member = %member, "consumer group member removed: its session or revocation timed out");
                 c.remove_member(member);
             }
-            if !expired.is_empty() {
-                changed.push(id.clone());
+            if expired.is_empty() {
+                continue;
             }
+            match self.downgrade_if_due(g) {
+                Ok(Some(records)) => {
+                    self.migrated.borrow_mut().insert(id.clone(), records);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(group = %id, error = %e, "recording a consumer group's downgrade")
+                }
+            }
+            changed.push(id.clone());
         }
         changed
     }
@@ -746,6 +1017,15 @@ impl GroupCoordinator {
     ) {
         for group in groups {
             if !self.serves_group(&group) {
+                continue;
+            }
+            let migrated = self.migrated.borrow_mut().remove(&group);
+            if let Some(records) = migrated {
+                if let Err(e) = self.append(&group, &records, &log_of).await {
+                    // The classic group's next record supersedes the consumer one's at
+                    // a replay all the same.
+                    tracing::warn!(group = %group, error = %e, "storing a consumer group's downgrade");
+                }
                 continue;
             }
             let (records, changes) = {
@@ -1068,46 +1348,13 @@ impl GroupCoordinator {
         group: &str,
         log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<(), GroupError> {
-        let value = {
+        let record = {
             let mut groups = self.groups.borrow_mut();
             let Some(g) = groups.get_mut(group) else {
                 return Ok(());
             };
-            g.dirty = false;
-            let protocol = g.protocol.clone();
-            GroupValue {
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                generation: g.generation,
-                protocol: protocol.clone(),
-                leader: g.leader.clone(),
-                current_state_timestamp_ms: now_ms(),
-                members: g
-                    .members
-                    .values()
-                    .map(|m| MemberValue {
-                        member_id: m.id.clone(),
-                        group_instance_id: m.instance_id.clone(),
-                        client_id: m.client_id.clone(),
-                        client_host: m.client_host.clone(),
-                        rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
-                        session_timeout_ms: m.session_timeout.as_millis() as i32,
-                        subscription: m
-                            .protocols
-                            .iter()
-                            .find(|p| Some(&p.name) == protocol.as_ref())
-                            .map(|p| p.metadata.clone())
-                            .unwrap_or_default(),
-                        assignment: m.assignment.clone(),
-                    })
-                    .collect(),
-            }
+            classic_group_record(g)
         };
-        let record = (
-            rec::encode_key(&RecordKey::GroupMetadata {
-                group: group.to_string(),
-            }),
-            Some(rec::encode_group_value(&value)),
-        );
         self.append(group, &[record], log_of).await.map(|_| ())
     }
 
@@ -1240,6 +1487,44 @@ impl GroupCoordinator {
         })?;
         Ok((log, ticket))
     }
+}
+
+/// A classic group's record as it is now (its metadata, members and assignments).
+fn classic_group_record(g: &mut Group) -> KeyedRecord {
+    g.dirty = false;
+    let protocol = g.protocol.clone();
+    let value = GroupValue {
+        protocol_type: g.protocol_type.clone().unwrap_or_default(),
+        generation: g.generation,
+        protocol: protocol.clone(),
+        leader: g.leader.clone(),
+        current_state_timestamp_ms: now_ms(),
+        members: g
+            .members
+            .values()
+            .map(|m| MemberValue {
+                member_id: m.id.clone(),
+                group_instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                rebalance_timeout_ms: m.rebalance_timeout.as_millis() as i32,
+                session_timeout_ms: m.session_timeout.as_millis() as i32,
+                subscription: m
+                    .protocols
+                    .iter()
+                    .find(|p| Some(&p.name) == protocol.as_ref())
+                    .map(|p| p.metadata.clone())
+                    .unwrap_or_default(),
+                assignment: m.assignment.clone(),
+            })
+            .collect(),
+    };
+    (
+        rec::encode_key(&RecordKey::GroupMetadata {
+            group: g.id.clone(),
+        }),
+        Some(rec::encode_group_value(&value)),
+    )
 }
 
 /// Waits until `ticket`'s records are committed (acks=all).
@@ -1594,6 +1879,146 @@ mod tests {
             let g = groups[GROUP].consumer.as_ref().expect("consumer group");
             assert!(g.member("b").is_none());
             assert_eq!(g.epoch(), 3);
+        });
+    }
+
+    /// A classic member's JoinGroup then SyncGroup (as a cooperative consumer: it
+    /// reports `owned`), answered with its generation and assigned partitions of "t".
+    async fn classic_round(
+        c: &GroupCoordinator,
+        log: &Rc<Partition>,
+        member: &str,
+        owned: Vec<i32>,
+        leader_assigns: bool,
+    ) -> (String, i32, Vec<i32>) {
+        use super::super::consumer::embedded;
+        let l = log.clone();
+        let log_of = move |_| Some(l.clone());
+        let metadata = embedded::subscription_bytes(
+            3,
+            &embedded::Subscription {
+                topics: vec!["t".into()],
+                owned: vec![("t".into(), owned)],
+                rack: None,
+            },
+        );
+        let join = GroupOp::Join(JoinRequest {
+            group: GROUP.into(),
+            member_id: member.into(),
+            group_instance_id: None,
+            client_id: "c".into(),
+            client_host: "h".into(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            protocol_type: "consumer".into(),
+            protocols: vec![Protocol {
+                name: "cooperative-sticky".into(),
+                metadata: Bytes::from(metadata),
+            }],
+            require_known_member_id: false,
+        });
+        let joined = match c.handle(join, &OneTopic, &log_of).await {
+            GroupAnswer::Join(a) => a,
+            other => panic!("not a join answer: {other:?}"),
+        };
+        assert_eq!(joined.error, None);
+        let everything = embedded::assignment_bytes(3, &vec![("t".into(), vec![0, 1, 2, 3])]);
+        let sync = GroupOp::Sync(SyncRequest {
+            group: GROUP.into(),
+            generation: joined.generation,
+            member_id: joined.member_id.clone(),
+            group_instance_id: None,
+            protocol_type: Some("consumer".into()),
+            protocol_name: Some("cooperative-sticky".into()),
+            assignments: if leader_assigns {
+                vec![(joined.member_id.clone(), Bytes::from(everything))]
+            } else {
+                Vec::new()
+            },
+        });
+        let synced = match c.handle(sync, &OneTopic, &log_of).await {
+            GroupAnswer::Sync(a) => a,
+            other => panic!("not a sync answer: {other:?}"),
+        };
+        assert_eq!(synced.error, None);
+        let assigned = embedded::parse_assignment(&synced.assignment).expect("parses");
+        let partitions = assigned.into_iter().flat_map(|(_, ps)| ps).collect();
+        (joined.member_id, joined.generation, partitions)
+    }
+
+    #[test]
+    fn a_group_migrates_to_the_consumer_protocol_and_back_across_reloads() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let config = GroupConfig {
+                initial_rebalance_delay: Duration::ZERO,
+                ..GroupConfig::default()
+            };
+            let c = GroupCoordinator::new(config.clone());
+            c.load_partition(c.offsets_partition(GROUP), log.clone())
+                .await;
+            let reload = || async {
+                let r = GroupCoordinator::new(config.clone());
+                r.load_partition(r.offsets_partition(GROUP), log.clone())
+                    .await;
+                r
+            };
+            // A classic group: "a" leads and takes all four partitions.
+            let (a, generation, held) = classic_round(&c, &log, "", vec![], true).await;
+            assert_eq!((generation, held), (1, vec![0, 1, 2, 3]));
+
+            // A consumer-protocol member joins: the group is upgraded, a keeps its
+            // partitions until it gives some up.
+            let joined = beat(&c, &log, join("b")).await.expect("b joins");
+            assert_eq!(joined.assignment.map(|x| x.len()), Some(0));
+            let l = log.clone();
+            let hb = GroupOp::Heartbeat(HeartbeatRequest {
+                group: GROUP.into(),
+                generation: 1,
+                member_id: a.clone(),
+                group_instance_id: None,
+            });
+            assert!(matches!(
+                c.handle(hb, &OneTopic, move |_| Some(l.clone())).await,
+                GroupAnswer::Done(Err(GroupError::RebalanceInProgress))
+            ));
+            // a rejoins still owning everything: it is given half, keeping its epoch
+            // until it has revoked the rest; then it rejoins owning that half.
+            let (_, generation, held) = classic_round(&c, &log, &a, vec![0, 1, 2, 3], false).await;
+            assert_eq!((generation, held.len()), (1, 2));
+            let (_, generation, again) = classic_round(&c, &log, &a, held.clone(), false).await;
+            assert_eq!((generation, &again), (2, &held));
+
+            // A reload has the consumer group, with a still a classic member.
+            let r = reload().await;
+            {
+                let groups = r.groups.borrow();
+                let g = groups[GROUP].consumer.as_ref().expect("a consumer group");
+                assert!(g.member(&a).is_some_and(|m| m.classic.is_some()));
+                assert!(g.member("b").is_some_and(|m| m.classic.is_none()));
+                assert!(groups[GROUP].members.is_empty());
+            }
+
+            // b leaves: only a classic member is left, and the group is classic again,
+            // rebalancing at the consumer group's epoch.
+            let mut bye = join("b");
+            bye.member_epoch = -1;
+            beat(&r, &log, bye).await.expect("b leaves");
+            {
+                let groups = r.groups.borrow();
+                let g = &groups[GROUP];
+                assert!(g.consumer.is_none());
+                assert_eq!(g.state, GroupState::PreparingRebalance);
+                assert_eq!(g.generation, 3);
+            }
+            let classic = reload().await;
+            let groups = classic.groups.borrow();
+            let g = &groups[GROUP];
+            assert!(g.consumer.is_none());
+            assert_eq!((g.generation, g.members.len()), (3, 1));
+            assert!(g.members.contains_key(&a));
         });
     }
 

@@ -29,6 +29,8 @@
 //! Not here: persistence and timers (the coordinator drives both), assignment (the
 //! leader computes it on the client, as the protocol intends).
 
+mod migration;
+
 use super::types::*;
 use bytes::Bytes;
 use futures::channel::oneshot;

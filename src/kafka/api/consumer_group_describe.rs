@@ -20,8 +20,10 @@ use kafka_protocol::messages::consumer_group_describe_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError;
 
-/// Kafka's `member_type` of a member that speaks the consumer protocol (v1).
+/// Kafka's `member_type` (v1) of a member that speaks the consumer protocol, and of one
+/// that speaks the classic protocol inside a consumer group (a migration under way).
 const MEMBER_TYPE_CONSUMER: i8 = 1;
+const MEMBER_TYPE_CLASSIC: i8 = 0;
 
 pub struct ConsumerGroupDescribe;
 
@@ -87,10 +89,14 @@ impl Handler for ConsumerGroupDescribe {
                                 .into_iter()
                                 .map(|t| TopicName(sb(t)))
                                 .collect();
+                            w.member_type = if md.classic.is_some() {
+                                MEMBER_TYPE_CLASSIC
+                            } else {
+                                MEMBER_TYPE_CONSUMER
+                            };
                             w.subscribed_topic_regex = md.subscribed_topic_regex.map(sb);
                             w.assignment = wire(&meta, &m.assignment);
                             w.target_assignment = wire(&meta, &m.target);
-                            w.member_type = MEMBER_TYPE_CONSUMER;
                             w
                         })
                         .collect();

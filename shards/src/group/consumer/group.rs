@@ -47,6 +47,55 @@ pub struct ConsumerGroupConfig {
     pub max_size: usize,
     /// `group.consumer.assignors`: the first is the default.
     pub assignors: Vec<AssignorKind>,
+    /// `group.consumer.migration.policy`.
+    pub migration_policy: MigrationPolicy,
+}
+
+/// Whether a group may change protocols with members in it (Kafka's
+/// `group.consumer.migration.policy`): a classic group becomes a consumer group when a
+/// consumer-protocol member joins it (upgrade), a consumer group whose last
+/// consumer-protocol member left becomes a classic group again (downgrade).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MigrationPolicy {
+    Bidirectional,
+    Upgrade,
+    Downgrade,
+    Disabled,
+}
+
+impl MigrationPolicy {
+    pub fn from_name(name: &str) -> Option<MigrationPolicy> {
+        match name.to_ascii_lowercase().as_str() {
+            "bidirectional" => Some(MigrationPolicy::Bidirectional),
+            "upgrade" => Some(MigrationPolicy::Upgrade),
+            "downgrade" => Some(MigrationPolicy::Downgrade),
+            "disabled" => Some(MigrationPolicy::Disabled),
+            _ => None,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MigrationPolicy::Bidirectional => "bidirectional",
+            MigrationPolicy::Upgrade => "upgrade",
+            MigrationPolicy::Downgrade => "downgrade",
+            MigrationPolicy::Disabled => "disabled",
+        }
+    }
+
+    pub fn upgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
+        )
+    }
+
+    pub fn downgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade
+        )
+    }
 }
 
 impl Default for ConsumerGroupConfig {
@@ -56,6 +105,7 @@ impl Default for ConsumerGroupConfig {
             heartbeat_interval_ms: 5_000,
             max_size: i32::MAX as usize,
             assignors: AssignorKind::ALL.to_vec(),
+            migration_policy: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -134,6 +184,11 @@ pub struct ConsumerMember {
     pub session_deadline_ms: i64,
     /// Set while the member must revoke partitions: past it, the member is removed.
     pub revocation_deadline_ms: Option<i64>,
+    /// Set for a member that uses the classic protocol (`classic.rs`).
+    pub classic: Option<records::ClassicMemberMetadata>,
+    /// A classic member told to rejoin, or that joined, must rejoin or sync by then
+    /// (its rebalance timeout), or it is removed.
+    pub classic_deadline_ms: Option<i64>,
 }
 
 impl ConsumerMember {
@@ -151,7 +206,16 @@ impl ConsumerMember {
             assignment: MemberAssignment::joining(),
             session_deadline_ms: 0,
             revocation_deadline_ms: None,
+            classic: None,
+            classic_deadline_ms: None,
         }
+    }
+
+    /// Its session timeout: its own for a classic member, the group's otherwise.
+    fn session_timeout_ms(&self, config: &ConsumerGroupConfig) -> i32 {
+        self.classic
+            .as_ref()
+            .map_or(config.session_timeout_ms, |c| c.session_timeout_ms)
     }
 
     /// The fields of its member-metadata record.
@@ -165,6 +229,7 @@ impl ConsumerMember {
             subscribed_topic_regex: self.subscribed_regex.clone(),
             rebalance_timeout_ms: self.rebalance_timeout_ms,
             server_assignor: self.server_assignor.map(|a| a.name().to_string()),
+            classic: self.classic.clone(),
         }
     }
 
@@ -181,6 +246,7 @@ impl ConsumerMember {
             .server_assignor
             .as_deref()
             .and_then(AssignorKind::from_name);
+        self.classic = md.classic;
     }
 
     /// What decides the target assignment: a change of any bumps the group epoch.
@@ -344,6 +410,10 @@ impl ConsumerGroup {
         if epoch == a.epoch {
             return Ok(());
         }
+        if m.classic.is_some() {
+            // A classic member commits in its generation, which is its epoch.
+            return Err(GroupError::IllegalGeneration);
+        }
         let held = |topic: &str, p: i32| {
             self.subscribed
                 .get(topic)
@@ -424,15 +494,57 @@ impl ConsumerGroup {
         }
         member.client_id = hb.client_id.clone();
         member.client_host = hb.client_host.clone();
+        // It speaks the consumer protocol now (a static member may come back to it
+        // from the classic one).
+        member.classic = None;
+        self.admit(
+            member,
+            &before,
+            is_new,
+            hb.owned.as_ref(),
+            catalog,
+            config,
+            now_ms,
+        );
+        let m = self.members.get(&member_id).expect("admitted");
+        let assignment_changed = m.assignment.assigned != before.assignment.assigned || joining;
+        let full = hb.rebalance_timeout_ms != -1
+            && hb.subscribed_topic_names.is_some()
+            && hb.owned.is_some();
+        let answer = HeartbeatAnswer {
+            member_id: member_id.clone(),
+            member_epoch: m.assignment.epoch,
+            heartbeat_interval_ms: config.heartbeat_interval_ms,
+            assignment: (assignment_changed || full).then(|| m.assignment.assigned.clone()),
+        };
+        self.check_invariants();
+        Ok(answer)
+    }
+
+    /// A member as a request left it (`before`: as it was) goes through the three
+    /// steps of the module doc: its record and the group epoch, the target, its
+    /// reconciliation given what it says it owns (`None`: not told). Its session
+    /// starts again.
+    #[allow(clippy::too_many_arguments)]
+    fn admit(
+        &mut self,
+        member: ConsumerMember,
+        before: &ConsumerMember,
+        is_new: bool,
+        owned: Option<&Assignment>,
+        catalog: &impl TopicCatalog,
+        config: &ConsumerGroupConfig,
+        now_ms: i64,
+    ) {
+        let member_id = member.member_id.clone();
         let mut bump = is_new || before.assignment_inputs() != member.assignment_inputs();
         if is_new || before.metadata() != member.metadata() || before.member_id != member_id {
-            self.changes.members.insert(member.member_id.clone());
+            self.changes.members.insert(member_id.clone());
         }
         if let Some(i) = &member.instance_id {
-            self.static_members
-                .insert(i.clone(), member.member_id.clone());
+            self.static_members.insert(i.clone(), member_id.clone());
         }
-        self.members.insert(member.member_id.clone(), member);
+        self.members.insert(member_id.clone(), member);
 
         if bump || self.catalog_version != Some(catalog.version()) {
             let subscribed = self.compute_subscribed(catalog);
@@ -454,37 +566,17 @@ impl ConsumerGroup {
         }
 
         // 3. The member's step toward its target.
-        let member = self
-            .members
-            .get(&member_id)
-            .expect("the member was inserted above")
-            .clone();
+        let current = self.members[&member_id].assignment.clone();
         let target = self.target.get(&member_id).cloned().unwrap_or_default();
-        let next = reconcile(
-            &member.assignment,
-            self.assignment_epoch,
-            &target,
-            hb.owned.as_ref(),
-            |t, p| self.holders.contains_key(&(t, p)),
-        );
-        let assignment_changed = next.assigned != before.assignment.assigned || joining;
+        let next = reconcile(&current, self.assignment_epoch, &target, owned, |t, p| {
+            self.holders.contains_key(&(t, p))
+        });
         if next != before.assignment || before.member_id != member_id {
             self.changes.current.insert(member_id.clone());
         }
         self.set_assignment(&member_id, next, now_ms);
         let m = self.members.get_mut(&member_id).expect("present");
-        m.session_deadline_ms = now_ms + i64::from(config.session_timeout_ms);
-        let full = hb.rebalance_timeout_ms != -1
-            && hb.subscribed_topic_names.is_some()
-            && hb.owned.is_some();
-        let answer = HeartbeatAnswer {
-            member_id: member_id.clone(),
-            member_epoch: m.assignment.epoch,
-            heartbeat_interval_ms: config.heartbeat_interval_ms,
-            assignment: (assignment_changed || full).then(|| m.assignment.assigned.clone()),
-        };
-        self.check_invariants();
-        Ok(answer)
+        m.session_deadline_ms = now_ms + i64::from(m.session_timeout_ms(config));
     }
 
     /// The member a heartbeat speaks for: `Some` an existing one (checked, or replaced
@@ -549,6 +641,8 @@ impl ConsumerGroup {
                 m.server_assignor = old.server_assignor;
                 Ok(Some(m))
             }
+            // A classic member speaks JoinGroup and Heartbeat, not this.
+            Some(m) if m.classic.is_some() => Err(GroupError::UnknownMemberId),
             Some(m) => {
                 check_epoch(m, hb)?;
                 Ok(Some(m.clone()))
@@ -653,6 +747,7 @@ impl ConsumerGroup {
             .filter(|m| {
                 m.session_deadline_ms <= now_ms
                     || m.revocation_deadline_ms.is_some_and(|d| d <= now_ms)
+                    || m.classic_deadline_ms.is_some_and(|d| d <= now_ms)
             })
             .map(|m| m.member_id.clone())
             .collect()
@@ -993,7 +1088,7 @@ impl ConsumerGroup {
         let members = &self.members;
         self.target.retain(|id, _| members.contains_key(id));
         for m in self.members.values_mut() {
-            m.session_deadline_ms = now_ms + i64::from(config.session_timeout_ms);
+            m.session_deadline_ms = now_ms + i64::from(m.session_timeout_ms(config));
             m.revocation_deadline_ms = (m.assignment.state == MemberState::UnrevokedPartitions)
                 .then(|| now_ms + i64::from(m.rebalance_timeout_ms.max(0)));
             for key in m.assignment.held().partitions() {
@@ -1158,6 +1253,9 @@ fn check_epoch(m: &ConsumerMember, hb: &Heartbeat) -> Result<(), GroupError> {
         Err(GroupError::FencedMemberEpoch)
     }
 }
+
+mod classic;
+pub use classic::{ClassicJoin, ClassicJoined, ClassicSeed, CONSUMER_PROTOCOL_TYPE};
 
 #[cfg(test)]
 mod tests;

@@ -7,12 +7,15 @@
 //! and `range` server-side assignors), `reconcile` (one member's step toward its target
 //! without ever holding a partition another member still holds) and `group` (one group:
 //! members, epochs, target, heartbeats, timeouts); `records` is the codec of the
-//! groups' records in `__consumer_offsets`, as Kafka lays them out; `catalog` is a
+//! groups' records in `__consumer_offsets`, as Kafka lays them out; `embedded` is the
+//! codec of what classic-protocol consumers send in JoinGroup and read from SyncGroup
+//! (a consumer group takes such members in: KIP-848's migration); `catalog` is a
 //! catalog with no topics (the one over the cluster metadata is the shard's).
 
 pub mod assignment;
 pub mod assignor;
 pub mod catalog;
+pub mod embedded;
 pub mod group;
 pub mod reconcile;
 pub mod records;

@@ -10,7 +10,10 @@
 //! member (`group`, `member`), 8 current member assignment (`group`, `member`).
 //! A value is `int16` version 0, then its fields in the flexible encoding (compact
 //! strings and arrays: unsigned varint length + 1, 0 for null; `uuid` 16 bytes), each
-//! struct ending with its tagged fields (written empty, skipped when read).
+//! struct ending with its tagged fields (written empty, skipped when read) — except
+//! the member metadata's tag 0, Kafka's `ClassicMemberMetadata` of a member that uses
+//! the classic protocol: a nullable struct, written as its size + 1, the byte 1 and
+//! then the struct, and read back.
 //!
 //! Invariants: `decode(encode(v)) == v` for every key and value; decoding treats its
 //! input as untrusted (it comes from disk): it never panics, never allocates beyond the
@@ -71,7 +74,28 @@ pub struct MemberMetadata {
     pub subscribed_topic_regex: Option<String>,
     pub rebalance_timeout_ms: i32,
     pub server_assignor: Option<String>,
+    /// Set for a member that uses the classic protocol (JoinGroup, SyncGroup) inside a
+    /// consumer group: what a classic group needs of it (tag 0).
+    pub classic: Option<ClassicMemberMetadata>,
 }
+
+/// A classic-protocol member's own settings (Kafka's `ClassicMemberMetadata`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClassicMemberMetadata {
+    pub session_timeout_ms: i32,
+    /// The protocols it joined with, in its order of preference.
+    pub protocols: Vec<ClassicProtocol>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClassicProtocol {
+    pub name: String,
+    /// Its embedded-protocol subscription (`ConsumerProtocolSubscription`).
+    pub metadata: Vec<u8>,
+}
+
+/// The tag of `ClassicMemberMetadata` in a member-metadata value.
+const CLASSIC_MEMBER_METADATA_TAG: u64 = 0;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CurrentAssignment {
@@ -220,7 +244,12 @@ pub fn encode_value(value: &RecordValue) -> Vec<u8> {
             w.assignment(&c.pending_revocation);
         }
     }
-    w.no_tags();
+    match value {
+        RecordValue::MemberMetadata(MemberMetadata {
+            classic: Some(c), ..
+        }) => w.classic_member_tag(c),
+        _ => w.no_tags(),
+    }
     w.0
 }
 
@@ -272,16 +301,22 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue> {
             for _ in 0..n {
                 subscribed_topic_names.push(r.string()?.ok_or(RecordError::UnexpectedNull)?);
             }
-            RecordValue::MemberMetadata(MemberMetadata {
+            let subscribed_topic_regex = r.string()?;
+            let rebalance_timeout_ms = r.i32()?;
+            let server_assignor = r.string()?;
+            let classic = r.member_tags()?;
+            r.end()?;
+            return Ok(RecordValue::MemberMetadata(MemberMetadata {
                 instance_id,
                 rack_id,
                 client_id,
                 client_host,
                 subscribed_topic_names,
-                subscribed_topic_regex: r.string()?,
-                rebalance_timeout_ms: r.i32()?,
-                server_assignor: r.string()?,
-            })
+                subscribed_topic_regex,
+                rebalance_timeout_ms,
+                server_assignor,
+                classic,
+            }));
         }
         RecordKey::TargetAssignmentMetadata { .. } => RecordValue::TargetAssignmentMetadata {
             assignment_epoch: r.i32()?,
@@ -299,7 +334,7 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue> {
             })
         }
     };
-    // The value's own tagged fields (Kafka's classic member metadata among them).
+    // The value's own tagged fields (none known here).
     r.skip_tags()?;
     r.end()?;
     Ok(value)
@@ -339,6 +374,28 @@ impl Writer {
     }
     fn no_tags(&mut self) {
         self.uvarint(0);
+    }
+    /// The tagged-fields section holding tag 0, a classic member's metadata: a
+    /// nullable struct, so its size counts the byte 1 that says it is there.
+    fn classic_member_tag(&mut self, c: &ClassicMemberMetadata) {
+        let mut inner = Writer(Vec::new());
+        inner.i32(c.session_timeout_ms);
+        inner.len(c.protocols.len());
+        for p in &c.protocols {
+            inner.string(Some(&p.name));
+            inner.bytes(&p.metadata);
+            inner.no_tags();
+        }
+        inner.no_tags();
+        self.uvarint(1);
+        self.uvarint(CLASSIC_MEMBER_METADATA_TAG);
+        self.uvarint(inner.0.len() as u64 + 1);
+        self.uvarint(1);
+        self.0.extend_from_slice(&inner.0);
+    }
+    fn bytes(&mut self, b: &[u8]) {
+        self.len(b.len());
+        self.0.extend_from_slice(b);
     }
     fn assignment(&mut self, a: &Assignment) {
         self.len(a.topics().len());
@@ -425,6 +482,39 @@ impl Reader<'_> {
         }
         Ok(())
     }
+    /// A member-metadata value's tagged fields: tag 0 is a classic member's metadata,
+    /// others are skipped.
+    fn member_tags(&mut self) -> Result<Option<ClassicMemberMetadata>> {
+        let mut classic = None;
+        for _ in 0..self.uvarint()? {
+            let tag = self.uvarint()?;
+            let size = usize::try_from(self.uvarint()?).map_err(|_| RecordError::Truncated)?;
+            let mut field = Reader(self.take(size)?);
+            if tag != CLASSIC_MEMBER_METADATA_TAG {
+                continue;
+            }
+            if field.i8()? < 0 {
+                field.end()?;
+                continue;
+            }
+            let session_timeout_ms = field.i32()?;
+            let mut protocols = Vec::new();
+            for _ in 0..field.len()? {
+                let name = field.string()?.ok_or(RecordError::UnexpectedNull)?;
+                let n = field.len()?;
+                let metadata = field.take(n)?.to_vec();
+                field.skip_tags()?;
+                protocols.push(ClassicProtocol { name, metadata });
+            }
+            field.skip_tags()?;
+            field.end()?;
+            classic = Some(ClassicMemberMetadata {
+                session_timeout_ms,
+                protocols,
+            });
+        }
+        Ok(classic)
+    }
     fn assignment(&mut self) -> Result<Assignment> {
         let mut a = Assignment::new();
         for _ in 0..self.len()? {
@@ -493,6 +583,7 @@ mod tests {
                 subscribed_topic_regex: Some("o.*".into()),
                 rebalance_timeout_ms: 30_000,
                 server_assignor: Some("uniform".into()),
+                classic: None,
             }),
             RecordValue::TargetAssignmentMetadata {
                 assignment_epoch: 7,
@@ -516,6 +607,40 @@ mod tests {
             assert_eq!(decode_key(&kb), Ok(k.clone()));
             assert_eq!(decode_value(&k, &encode_value(&v)), Ok(v));
         }
+    }
+
+    #[test]
+    fn a_classic_members_metadata_is_tag_0_and_round_trips() {
+        let k = &keys()[2];
+        let mut m = MemberMetadata {
+            client_id: "c".into(),
+            client_host: "h".into(),
+            rebalance_timeout_ms: 5,
+            ..MemberMetadata::default()
+        };
+        m.classic = Some(ClassicMemberMetadata {
+            session_timeout_ms: 10_000,
+            protocols: vec![ClassicProtocol {
+                name: "range".into(),
+                metadata: vec![0, 3, 1, 2],
+            }],
+        });
+        let bytes = encode_value(&RecordValue::MemberMetadata(m.clone()));
+        // The end: one tagged field, tag 0, size 19: the byte 1, then 18 of struct (the
+        // int32 timeout, a one-element array of "range" and 4 bytes, two empty tag
+        // sections).
+        let tail = &bytes[bytes.len() - 22..];
+        assert_eq!(&tail[..4], &[1, 0, 19, 1]);
+        assert_eq!(&tail[4..8], &10_000i32.to_be_bytes());
+        assert_eq!(
+            decode_value(k, &bytes),
+            Ok(RecordValue::MemberMetadata(m.clone()))
+        );
+        // Without it, the value ends with an empty tag section.
+        m.classic = None;
+        let bytes = encode_value(&RecordValue::MemberMetadata(m.clone()));
+        assert_eq!(bytes.last(), Some(&0));
+        assert_eq!(decode_value(k, &bytes), Ok(RecordValue::MemberMetadata(m)));
     }
 
     #[test]

@@ -1,3 +1,4 @@
+use super::super::embedded;
 use super::*;
 use proptest::prelude::*;
 use uuid::Uuid;
@@ -62,6 +63,14 @@ struct Client {
     epoch: i32,
     owned: Assignment,
     topics: Vec<String>,
+    /// A classic-protocol consumer (JoinGroup, SyncGroup, Heartbeat): `Some(true)` a
+    /// cooperative one, `Some(false)` an eager one.
+    classic: Option<bool>,
+    /// A classic client's generation; `None` until it has synced (it must join).
+    generation: Option<i32>,
+    /// The topics' version a classic client last joined at: a classic consumer
+    /// rejoins when its topics change (its metadata snapshot no longer matches).
+    seen: u64,
 }
 
 impl Client {
@@ -72,6 +81,92 @@ impl Client {
             epoch: 0,
             owned: Assignment::new(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
+            classic: None,
+            generation: None,
+            seen: 0,
+        }
+    }
+
+    fn classic(id: &str, topics: &[&str], cooperative: bool) -> Client {
+        Client {
+            classic: Some(cooperative),
+            ..Client::new(id, topics)
+        }
+    }
+
+    /// One step of the client's own protocol. A classic client heartbeats when it has
+    /// a generation; told to rejoin, an eager one gives up everything first, a
+    /// cooperative one reports what it owns; after its sync it drops what its
+    /// assignment lacks (and a cooperative one rejoins if it dropped anything). Any
+    /// other refusal: it was removed, gives everything up and joins afresh.
+    fn step(&mut self, g: &mut ConsumerGroup, topics: &Topics, now: i64) -> Result<(), GroupError> {
+        let Some(cooperative) = self.classic else {
+            return self.beat(g, topics, now).map(|_| ());
+        };
+        if let Some(generation) = self.generation.filter(|_| self.seen == topics.version) {
+            match g.classic_heartbeat(&self.id, None, generation, now) {
+                Ok(()) => return Ok(()),
+                Err(GroupError::RebalanceInProgress) if cooperative => {}
+                Err(_) => self.owned = Assignment::new(),
+            }
+            self.generation = None;
+        }
+        self.generation = None;
+        self.seen = topics.version;
+        let owned = ids_to_names(&self.owned, topics);
+        let metadata = embedded::subscription_bytes(
+            3,
+            &embedded::Subscription {
+                topics: self.topics.clone(),
+                owned,
+                rack: None,
+            },
+        );
+        let join = ClassicJoin {
+            member_id: self.id.clone(),
+            unknown_member: false,
+            instance_id: None,
+            protocol_type: CONSUMER_PROTOCOL_TYPE.into(),
+            // Both kinds name "range", so they may share a group.
+            protocols: if cooperative {
+                vec!["cooperative-sticky", "range"]
+            } else {
+                vec!["range"]
+            }
+            .into_iter()
+            .map(|name| records::ClassicProtocol {
+                name: name.into(),
+                metadata: metadata.clone(),
+            })
+            .collect(),
+            session_timeout_ms: 10_000,
+            rebalance_timeout_ms: 30_000,
+            client_id: "c".into(),
+            client_host: "h".into(),
+        };
+        let joined = g
+            .classic_join(join, topics, &config(), now)
+            .inspect_err(|_| {
+                self.owned = Assignment::new();
+            })?;
+        let (_, bytes) = g.classic_sync(&self.id, None, joined.generation, (None, None), now)?;
+        let assigned = names_to_ids(
+            &embedded::parse_assignment(&bytes).expect("the broker's assignment parses"),
+            topics,
+        );
+        let dropped = !self.owned.is_subset_of(&assigned);
+        self.owned = assigned;
+        self.generation = (!(cooperative && dropped)).then_some(joined.generation);
+        Ok(())
+    }
+
+    fn leave(&self, g: &mut ConsumerGroup, topics: &Topics, now: i64) {
+        if self.classic.is_some() {
+            let _ = g.classic_leave(&[(self.id.clone(), None)]);
+        } else {
+            let mut hb = self.request();
+            hb.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
+            let _ = g.heartbeat(hb, topics, &config(), now, || unreachable!());
         }
     }
 
@@ -108,6 +203,28 @@ fn config() -> ConsumerGroupConfig {
     ConsumerGroupConfig::default()
 }
 
+fn ids_to_names(a: &Assignment, topics: &Topics) -> embedded::NamedPartitions {
+    topics
+        .by_name
+        .iter()
+        .filter_map(|(name, (id, _))| {
+            a.topics()
+                .get(id)
+                .map(|ps| (name.clone(), ps.iter().copied().collect()))
+        })
+        .collect()
+}
+
+fn names_to_ids(named: &embedded::NamedPartitions, topics: &Topics) -> Assignment {
+    let mut a = Assignment::new();
+    for (name, ps) in named {
+        for p in ps {
+            a.insert(topics.id(name), *p);
+        }
+    }
+    a
+}
+
 fn assert_disjoint(clients: &[Client]) {
     for (i, a) in clients.iter().enumerate() {
         for b in &clients[i + 1..] {
@@ -128,7 +245,7 @@ fn settle(g: &mut ConsumerGroup, clients: &mut [Client], topics: &Topics, now: i
         let before: Vec<(i32, Assignment)> =
             clients.iter().map(|c| (c.epoch, c.owned.clone())).collect();
         for c in clients.iter_mut() {
-            c.beat(g, topics, now).expect("a heartbeat of a member");
+            c.step(g, topics, now).expect("a step of a member");
         }
         assert_disjoint(clients);
         let after: Vec<(i32, Assignment)> =
@@ -527,11 +644,18 @@ proptest! {
         for op in ops {
             match op {
                 Op::Join(i) => {
-                    live.entry(i).or_insert_with(|| Client::new(&format!("m{i}"), &["t", "u"]));
+                    // Ids 0 and 3 are eager classic consumers, 1 and 4 cooperative
+                    // ones, the others speak the consumer protocol.
+                    let id = format!("m{i}");
+                    live.entry(i).or_insert_with(|| match i % 3 {
+                        0 => Client::classic(&id, &["t", "u"], false),
+                        1 => Client::classic(&id, &["t", "u"], true),
+                        _ => Client::new(&id, &["t", "u"]),
+                    });
                 }
                 Op::Beat(i) => {
                     if let Some(c) = live.get_mut(&i) {
-                        if c.beat(&mut g, &topics, now).is_err() {
+                        if c.step(&mut g, &topics, now).is_err() && c.classic.is_none() {
                             // Fenced or removed: it gives everything up and rejoins.
                             c.epoch = 0;
                             c.owned = Assignment::new();
@@ -540,9 +664,7 @@ proptest! {
                 }
                 Op::Leave(i) => {
                     if let Some(c) = live.remove(&i) {
-                        let mut hb = c.request();
-                        hb.member_epoch = LEAVE_GROUP_MEMBER_EPOCH;
-                        let _ = g.heartbeat(hb, &topics, &config(), now, || unreachable!());
+                        c.leave(&mut g, &topics, now);
                     }
                 }
                 // The process is gone; its session will expire.
@@ -563,6 +685,7 @@ proptest! {
                         for c in live.values_mut().filter(|c| c.id == id) {
                             c.epoch = 0;
                             c.owned = Assignment::new();
+                            c.generation = None;
                         }
                     }
                 }
@@ -588,6 +711,7 @@ proptest! {
             if g.member(&c.id).is_none() {
                 c.epoch = 0;
                 c.owned = Assignment::new();
+                c.generation = None;
             }
         }
         if !clients.is_empty() {
