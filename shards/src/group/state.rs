@@ -68,6 +68,11 @@ pub struct Member {
     pub protocols: Vec<Protocol>,
     pub assignment: Bytes,
     pub last_heartbeat: Instant,
+    /// The member epoch it had in the consumer group this group was downgraded from
+    /// (`state/migration.rs`), taken as its generation until it rejoins: a member that
+    /// had not caught up with the group's last epoch heartbeats and commits on under
+    /// its own while the group prepares the rebalance, instead of being fenced.
+    pub carried_epoch: Option<i32>,
     join_waiter: Option<oneshot::Sender<JoinAnswer>>,
     sync_waiter: Option<oneshot::Sender<SyncAnswer>>,
 }
@@ -197,6 +202,7 @@ impl Group {
                 protocols,
                 assignment: mv.assignment,
                 last_heartbeat: now,
+                carried_epoch: None,
                 join_waiter: None,
                 sync_waiter: None,
             };
@@ -323,6 +329,7 @@ impl Group {
             protocols: Vec::new(),
             assignment: Bytes::new(),
             last_heartbeat: now,
+            carried_epoch: None,
             join_waiter: None,
             sync_waiter: None,
         });
@@ -335,6 +342,7 @@ impl Group {
             ));
         }
         member.protocols = req.protocols;
+        member.carried_epoch = None;
         member.session_timeout = session_timeout;
         member.rebalance_timeout = rebalance_timeout;
         member.last_heartbeat = now;
@@ -527,10 +535,12 @@ impl Group {
                 }
             }
         }
-        if !self.members.contains_key(member_id) {
+        let Some(m) = self.members.get(member_id) else {
             return Err(GroupError::UnknownMemberId);
-        }
-        if generation != self.generation {
+        };
+        let carried =
+            self.state == GroupState::PreparingRebalance && m.carried_epoch == Some(generation);
+        if generation != self.generation && !carried {
             return Err(GroupError::IllegalGeneration);
         }
         Ok(())

@@ -7,9 +7,16 @@
 //!   members stay, each with the partitions it has; waiting JoinGroup and SyncGroup
 //!   calls are answered REBALANCE_IN_PROGRESS, so they rejoin the consumer group.
 //! - **Downgrade.** The last consumer-protocol member of a consumer group leaves (or is
-//!   removed), and classic members remain: the group becomes a classic group at its
-//!   epoch as generation, each member holding its target assignment, and prepares a
-//!   rebalance ([`Group::downgrade`]) — the members rejoin, a leader assigns.
+//!   removed), and classic members remain: the group becomes a classic group, each
+//!   member holding its target assignment, and prepares a rebalance
+//!   ([`Group::downgrade`]) — the members rejoin, a leader assigns. Its generation is
+//!   the highest member epoch: the epoch the group had before the leave, as Kafka
+//!   converts the group instead of removing the member. Until it rejoins, each member
+//!   is also taken at its own epoch (`Member::carried_epoch`): one that had not caught
+//!   up yet heartbeats (told to rejoin) and commits what it consumed, where Kafka
+//!   fences it with ILLEGAL_GENERATION and its partitions are lost uncommitted. Its
+//!   commits are safe: until the join completes no partition moves, and what it
+//!   holds no other member held in the consumer group.
 //!
 //! The coordinator writes each change as one batch: the old protocol's records deleted,
 //! the new one's written, so a replay ends with the group the change left.
@@ -139,6 +146,7 @@ impl Group {
                     &c.target_named(&m.member_id),
                 )),
                 last_heartbeat: now,
+                carried_epoch: Some(m.assignment.epoch),
                 join_waiter: None,
                 sync_waiter: None,
             };
@@ -147,7 +155,11 @@ impl Group {
             }
             self.members.insert(m.member_id.clone(), member);
         }
-        self.generation = c.epoch();
+        self.generation = c
+            .members()
+            .map(|m| m.assignment.epoch)
+            .max()
+            .unwrap_or(c.epoch());
         self.protocol_type = Some(CONSUMER_PROTOCOL_TYPE.to_string());
         self.protocol = self.select_protocol();
         self.leader = self.members.keys().next().cloned();
@@ -294,16 +306,34 @@ mod tests {
         )
         .expect("leaves");
         assert!(g.downgradable());
-        let epoch = g.consumer.as_ref().map(|c| c.epoch()).expect("a group");
         let old = g.downgrade(Instant::now());
         assert!(g.consumer.is_none());
-        assert_eq!(g.generation, epoch);
+        // The classic members are at generation 5 still (they have not rejoined): the
+        // group's generation, so their heartbeats are told to rejoin, not fenced.
+        assert_eq!(g.generation, 5);
         assert_eq!(g.state, GroupState::PreparingRebalance);
         assert_eq!(g.protocol.as_deref(), Some("range"));
         for id in ["a", "b"] {
             let stored = parse_assignment(&g.members[id].assignment).expect("parses");
             assert_eq!(stored, old.target_named(id));
         }
+        // A member is also taken at the epoch it had, until it rejoins: one that had
+        // not caught up is told to rejoin, not fenced; any other generation is.
+        g.members.get_mut("a").expect("a").carried_epoch = Some(4);
+        let beat = |generation| crate::group::types::HeartbeatRequest {
+            group: "g".into(),
+            generation,
+            member_id: "a".into(),
+            group_instance_id: None,
+        };
+        assert_eq!(
+            g.heartbeat(&beat(4), Instant::now()),
+            Err(GroupError::RebalanceInProgress)
+        );
+        assert_eq!(
+            g.heartbeat(&beat(3), Instant::now()),
+            Err(GroupError::IllegalGeneration)
+        );
         // Its records are deleted: the members', the one that left included.
         let gone = old.all_tombstones();
         assert!(gone.iter().all(|(_, v)| v.is_none()));

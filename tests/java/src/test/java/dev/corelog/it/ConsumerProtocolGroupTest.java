@@ -27,6 +27,7 @@ import java.util.stream.IntStream;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.SubscriptionPattern;
+import org.apache.kafka.common.GroupType;
 import org.apache.kafka.common.TopicPartition;
 import org.junit.jupiter.api.Test;
 import org.junit.jupiter.api.extension.RegisterExtension;
@@ -183,6 +184,86 @@ class ConsumerProtocolGroupTest {
         } finally {
             stopAll(members);
         }
+    }
+
+    /**
+     * Online migration (KIP-848, group.consumer.migration.policy=bidirectional): a classic
+     * group of three cooperative consumers is rolled member by member to the consumer
+     * protocol while a producer writes, then rolled back. The first consumer-protocol member
+     * turns the group into a consumer group whose classic members go on through JoinGroup and
+     * SyncGroup; when the last consumer-protocol member leaves, the group is classic again.
+     * No sampled moment has a partition owned twice, and every record is consumed once.
+     */
+    @Test
+    void aGroupMigratesToTheConsumerProtocolAndBackUnderLoad() throws Exception {
+        String topic = "kip848-migrate";
+        String group = "kip848-migrate-group";
+        createTopic(topic, 6);
+        Set<TopicPartition> all = partitions(topic, 6);
+        Ledger ledger = new Ledger();
+        List<GroupMember> members = new CopyOnWriteArrayList<>();
+        List<GroupMember> everyone = new CopyOnWriteArrayList<>();
+        BackgroundProducer producer = new BackgroundProducer(broker, topic, ledger).start();
+        OverlapWatch overlaps = new OverlapWatch(members).start();
+        try (Admin admin = broker.admin()) {
+            for (String name : List.of("a", "b", "c")) {
+                everyone.add(classic(members, ledger, name, group, topic));
+            }
+            awaitOwnership(List.copyOf(members), all, "three classic members");
+            awaitProgress(ledger, List.copyOf(members));
+            assertEquals(GroupType.CLASSIC, groupType(admin, group));
+
+            int step = 0;
+            for (String name : List.of("a", "b", "c")) {
+                roll(members, name, () -> everyone.add(member(members, ledger, name + "'", group, topic, null, null)));
+                awaitOwnership(List.copyOf(members), all, "after " + name + " moved to the consumer protocol");
+                awaitProgress(ledger, List.copyOf(members));
+                assertEquals(GroupType.CONSUMER, groupType(admin, group),
+                        "a group with a consumer-protocol member is a consumer group (step " + step++ + ")");
+            }
+            for (String name : List.of("a", "b", "c")) {
+                roll(members, name + "'", () -> everyone.add(classic(members, ledger, name + "''", group, topic)));
+                awaitOwnership(List.copyOf(members), all, "after " + name + " moved back to the classic protocol");
+                awaitProgress(ledger, List.copyOf(members));
+            }
+            assertEquals(GroupType.CLASSIC, groupType(admin, group),
+                    "a group whose last consumer-protocol member left is classic again");
+
+            Map<TopicPartition, Long> end = producer.stop();
+            await(() -> all.stream().allMatch(tp -> ledger.consumedCount(tp) >= end.get(tp)),
+                    Duration.ofSeconds(60), () -> "the members consume to the end " + end + ": " + members);
+            stopAll(members);
+            overlaps.stop();
+            assertEquals(List.of(), List.copyOf(overlaps.seen), "partitions owned by two members at once");
+            assertConsumedExactlyOnce(broker, group, ledger, all, end);
+        } catch (AssertionError | Exception e) {
+            everyone.forEach(m -> System.err.println("member " + m));
+            throw e;
+        } finally {
+            overlaps.stop();
+            producer.stopQuietly();
+            stopAll(members);
+        }
+    }
+
+    /** Stops member {@code name} (it leaves the group), then starts its replacement. */
+    private static void roll(List<GroupMember> members, String name, Runnable replacement) throws Exception {
+        GroupMember old = find(members, name);
+        old.stop(Exit.LEAVE);
+        members.remove(old);
+        replacement.run();
+    }
+
+    private static GroupMember classic(List<GroupMember> members, Ledger ledger, String name, String group,
+                                       String topic) {
+        GroupMember m = new GroupMember(name, broker, group, topic, null, Commit.SYNC, ledger, 10_000);
+        members.add(m);
+        return m.start();
+    }
+
+    private static GroupType groupType(Admin admin, String group) throws Exception {
+        return admin.describeConsumerGroups(List.of(group)).describedGroups().get(group)
+                .get(30, TimeUnit.SECONDS).type();
     }
 
     private static GroupMember member(List<GroupMember> members, Ledger ledger, String name, String group,
