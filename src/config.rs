@@ -172,6 +172,27 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "group.consumer.assignors")]
     pub group_consumer_assignors: Option<String>,
+    /// The least session timeout a group's own config may set, ms (Kafka's
+    /// group.consumer.min.session.timeout.ms, 45000, or the broker's session timeout
+    /// if that is lower).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.min.session.timeout.ms")]
+    pub group_consumer_min_session_timeout_ms: Option<i32>,
+    /// The greatest, ms (Kafka's group.consumer.max.session.timeout.ms, 60000, or the
+    /// broker's session timeout if that is higher).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.max.session.timeout.ms")]
+    pub group_consumer_max_session_timeout_ms: Option<i32>,
+    /// The least heartbeat interval a group's own config may set, ms (Kafka's
+    /// group.consumer.min.heartbeat.interval.ms, 5000, or the broker's interval if lower).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.min.heartbeat.interval.ms")]
+    pub group_consumer_min_heartbeat_interval_ms: Option<i32>,
+    /// The greatest, ms (Kafka's group.consumer.max.heartbeat.interval.ms, 15000, or the
+    /// broker's interval if higher).
+    #[arg(long)]
+    #[serde(alias = "group.consumer.max.heartbeat.interval.ms")]
+    pub group_consumer_max_heartbeat_interval_ms: Option<i32>,
     /// Whether groups change protocols with members in them: `bidirectional`
     /// (default), `upgrade`, `downgrade`, `disabled` (Kafka's
     /// group.consumer.migration.policy).
@@ -620,6 +641,18 @@ impl ServeArgs {
                 .group_consumer_migration_policy
                 .clone()
                 .or(file.group_consumer_migration_policy.clone()),
+            group_consumer_min_session_timeout_ms: self
+                .group_consumer_min_session_timeout_ms
+                .or(file.group_consumer_min_session_timeout_ms),
+            group_consumer_max_session_timeout_ms: self
+                .group_consumer_max_session_timeout_ms
+                .or(file.group_consumer_max_session_timeout_ms),
+            group_consumer_min_heartbeat_interval_ms: self
+                .group_consumer_min_heartbeat_interval_ms
+                .or(file.group_consumer_min_heartbeat_interval_ms),
+            group_consumer_max_heartbeat_interval_ms: self
+                .group_consumer_max_heartbeat_interval_ms
+                .or(file.group_consumer_max_heartbeat_interval_ms),
             offsets_topic_segment_bytes: self
                 .offsets_topic_segment_bytes
                 .or(file.offsets_topic_segment_bytes),
@@ -1450,6 +1483,26 @@ fn consumer_group_config(
     if assignors.is_empty() {
         bail!("group-consumer-assignors must name at least one assignor");
     }
+    // Kafka's bounds, widened to take in the broker's own values when those are set
+    // outside them (a test broker with a short session, say) and no bound was given.
+    let min_session = a
+        .group_consumer_min_session_timeout_ms
+        .unwrap_or(defaults.min_session_timeout_ms.min(session));
+    let max_session = a
+        .group_consumer_max_session_timeout_ms
+        .unwrap_or(defaults.max_session_timeout_ms.max(session));
+    let min_interval = a
+        .group_consumer_min_heartbeat_interval_ms
+        .unwrap_or(defaults.min_heartbeat_interval_ms.min(interval));
+    let max_interval = a
+        .group_consumer_max_heartbeat_interval_ms
+        .unwrap_or(defaults.max_heartbeat_interval_ms.max(interval));
+    if !(min_session..=max_session).contains(&session) {
+        bail!("group-consumer-session-timeout-ms ({session}) must be within group-consumer-min-session-timeout-ms ({min_session}) and group-consumer-max-session-timeout-ms ({max_session})");
+    }
+    if !(min_interval..=max_interval).contains(&interval) {
+        bail!("group-consumer-heartbeat-interval-ms ({interval}) must be within group-consumer-min-heartbeat-interval-ms ({min_interval}) and group-consumer-max-heartbeat-interval-ms ({max_interval})");
+    }
     Ok(ConsumerGroupConfig {
         session_timeout_ms: session,
         heartbeat_interval_ms: interval,
@@ -1458,6 +1511,10 @@ fn consumer_group_config(
             .map_or(defaults.max_size, |n| n as usize),
         assignors,
         migration_policy,
+        min_session_timeout_ms: min_session,
+        max_session_timeout_ms: max_session,
+        min_heartbeat_interval_ms: min_interval,
+        max_heartbeat_interval_ms: max_interval,
     })
 }
 

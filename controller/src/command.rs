@@ -86,6 +86,11 @@ pub enum Command {
     SetBrokerConfigs {
         change: ConfigChange,
     },
+    /// The same for one group's configs (a GROUP config resource, Kafka 4's group
+    /// configs: `consumer.session.timeout.ms`, ...), named by the group id.
+    SetGroupConfigs {
+        change: ConfigChange,
+    },
     /// The balancer marks (`add`) or unmarks its moves: per topic, the throttled-replica
     /// lists change as `change` says (refused if the configs are no longer its `from`)
     /// and the topic's record of the balancer's moves gains or loses `moves`, so a

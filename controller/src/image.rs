@@ -203,6 +203,10 @@ pub struct MetadataImage {
     pub client_quotas: ClientQuotas,
     /// Dynamic broker configs by resource: "" the cluster-wide default, "<id>" one broker.
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Per-group configs by group id (GROUP config resources); absent from images of
+    /// earlier releases.
+    #[serde(default)]
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
     /// SASL/SCRAM credentials (KIP-554); absent from images of earlier releases.
     #[serde(default)]
     pub scram: crate::scram::ScramCredentials,

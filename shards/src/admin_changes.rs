@@ -112,6 +112,15 @@ impl AdminChanges {
                     .await;
                 let _ = reply.send(r);
             }
+            AdminChange::AlterGroupConfigs {
+                group,
+                ops,
+                validate_only,
+                reply,
+            } => {
+                let r = self.alter_group_configs(group, ops, validate_only).await;
+                let _ = reply.send(r);
+            }
             AdminChange::AlterPartitionReassignments { items, reply } => {
                 let n = items.len();
                 let r = self
@@ -393,6 +402,58 @@ impl AdminChanges {
         }
         Err(TopicError::Timeout(
             "broker configs changed concurrently, again and again".into(),
+        ))
+    }
+
+    /// AlterConfigs / IncrementalAlterConfigs on a GROUP resource: the group's layer,
+    /// edited and checked against this broker's `group.consumer.*` bounds
+    /// (`group::consumer::overrides`), replaces the stored one if that is still the one
+    /// it was computed from; the group's coordinator applies it at its next heartbeat.
+    async fn alter_group_configs(
+        &self,
+        group: String,
+        ops: ConfigOps,
+        validate_only: bool,
+    ) -> Result<(), TopicError> {
+        use crate::group::consumer::overrides::{self, Edit};
+        for _ in 0..CONFLICT_RETRIES {
+            let meta = self.metadata.snapshot();
+            let from = meta.group_configs.get(&group).cloned().unwrap_or_default();
+            let edits: Vec<Edit> = match &ops {
+                ConfigOps::Replace(set) => from
+                    .keys()
+                    .map(|k| Edit::Delete(k.clone()))
+                    .chain(set.iter().map(|(k, v)| Edit::Set(k.clone(), v.clone())))
+                    .collect(),
+                ConfigOps::Incremental(ops) => ops
+                    .iter()
+                    .map(|op| match op {
+                        ConfigOp::Set(k, v) => Ok(Edit::Set(k.clone(), v.clone())),
+                        ConfigOp::Delete(k) => Ok(Edit::Delete(k.clone())),
+                        ConfigOp::Append(k, _) | ConfigOp::Subtract(k, _) => Err(
+                            TopicError::InvalidConfig(format!("{k} is not a list config")),
+                        ),
+                    })
+                    .collect::<Result<_, _>>()?,
+            };
+            let to = overrides::edit(&from, &edits, &self.config.groups.consumer)
+                .map_err(TopicError::InvalidConfig)?;
+            if validate_only {
+                return Ok(());
+            }
+            let change = cmd::ConfigChange {
+                name: group.clone(),
+                from,
+                to,
+            };
+            match self.commit(Command::SetGroupConfigs { change }).await? {
+                Outcome::Done(Err(CommandError::Conflict)) => continue,
+                Outcome::Done(r) => return r.map_err(topic_error),
+                other => return Err(unexpected(&other)),
+            }
+        }
+        Err(TopicError::Timeout(
+            "group configs changed concurrently, again and again".into(),
         ))
     }
 

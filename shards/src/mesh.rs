@@ -298,6 +298,14 @@ pub enum AdminChange {
         validate_only: bool,
         reply: Reply<Result<(), TopicError>>,
     },
+    /// AlterConfigs / IncrementalAlterConfigs on a GROUP resource: the group's own
+    /// configs (`group::consumer::overrides`).
+    AlterGroupConfigs {
+        group: String,
+        ops: ConfigOps,
+        validate_only: bool,
+        reply: Reply<Result<(), TopicError>>,
+    },
     /// AlterClientQuotas: entries already validated at the edge; one result each.
     AlterClientQuotas {
         alterations: Vec<crate::client_quota::QuotaAlteration>,

@@ -35,6 +35,9 @@ pub enum ConfigSource {
     DynamicDefaultBrokerConfig = 3,
     StaticBrokerConfig = 4,
     DefaultConfig = 5,
+    /// Set for one group by IncrementalAlterConfigs / AlterConfigs on GROUP "<id>"
+    /// (Kafka's DYNAMIC_GROUP_CONFIG).
+    DynamicGroupConfig = 8,
 }
 
 /// One topic-level key.

@@ -409,6 +409,32 @@ def test_topics_describe_shows_eligible_leader_replicas(kb):
 # kafka-configs
 # ---------------------------------------------------------------------------------------
 
+def test_configs_group_alter_describe_delete(kb):
+    """kafka-configs --entity-type groups (Kafka 4): a group's consumer.* configs are set,
+    described as the group's (DYNAMIC_GROUP_CONFIG), refused out of the broker's bounds, and
+    deleted back to the broker's value."""
+    bs = kb.bootstrap
+    group = "cli-group-configs"
+
+    def configs(*args):
+        return kafka("kafka-configs.sh", "--bootstrap-server", bs, "--entity-type", "groups",
+                     "--entity-name", group, *args, broker=kb, check=False)
+
+    r = configs("--alter", "--add-config", "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000")
+    assert r.lines == [f"Completed updating config for group {group}."], r.why()
+    got = config_entries(configs("--describe"))
+    assert got["consumer.session.timeout.ms"][0] == "50000", got
+    assert got["consumer.session.timeout.ms"][1][0] == "DYNAMIC_GROUP_CONFIG:consumer.session.timeout.ms=50000", got
+    assert got["consumer.heartbeat.interval.ms"][0] == "6000", got
+    r = configs("--alter", "--add-config", "consumer.session.timeout.ms=1000")
+    assert r.rc != 0 and "group.consumer.min.session.timeout.ms" in r.out + r.err, r.why()
+    r = configs("--alter", "--delete-config", "consumer.heartbeat.interval.ms")
+    assert r.lines == [f"Completed updating config for group {group}."], r.why()
+    got = config_entries(configs("--describe"))
+    assert "consumer.heartbeat.interval.ms" not in got or got["consumer.heartbeat.interval.ms"][0] == "5000", got
+    assert got["consumer.session.timeout.ms"][0] == "50000", got
+
+
 def test_configs_topic_describe_alter_delete(kb):
     bs = kb.bootstrap
     topic = "cli-configs"

@@ -7,6 +7,7 @@ drive it."""
 from __future__ import annotations
 
 import time
+import uuid
 
 import pytest
 from confluent_kafka import KafkaException
@@ -262,23 +263,52 @@ def test_flush_configs_are_accepted_and_applied(broker_factory):
     assert syncs() - before >= 20
 
 
-def test_group_configs_are_described_and_not_alterable(broker_factory):
+def test_group_configs_are_described_altered_within_bounds_and_applied(broker_factory):
     """GROUP is ConfigResource type 32 (Kafka 4); librdkafka has no such type, so by hand.
-    The consumer-protocol settings show as the broker applies them."""
+    A group's consumer.* configs are stored, described as DYNAMIC_GROUP_CONFIG (source 8),
+    checked against the broker's group.consumer.min/max.* bounds, and applied to the
+    group's heartbeats."""
+    from test_consumer_protocol import join
+
     broker = broker_factory()
     configs = raw_describe(broker.bootstrap, 32, "some-group")
     assert configs["consumer.session.timeout.ms"] == ("45000", 5)
     assert configs["consumer.heartbeat.interval.ms"] == ("5000", 5)
     assert configs["share.auto.offset.reset"] == ("latest", 5)
-    # IncrementalAlterConfigs on the group: INVALID_CONFIG, said why.
-    code, message = raw_incremental_alter(broker.bootstrap, 32, "some-group",
-                                          [("consumer.session.timeout.ms", 0, "50000")])
-    assert code == ERR_INVALID_CONFIG and "not applied" in message, message
-    # A broker started with its own session timeout: a static broker config (source 4).
+    alter = lambda ops: raw_incremental_alter(broker.bootstrap, 32, "some-group", ops)  # noqa: E731
+    # SET (op 0) within Kafka's default bounds: stored, described as the group's.
+    assert alter([("consumer.session.timeout.ms", 0, "50000"),
+                  ("consumer.heartbeat.interval.ms", 0, "6000")]) == (0, None)
+    configs = raw_describe(broker.bootstrap, 32, "some-group")
+    assert configs["consumer.session.timeout.ms"] == ("50000", 8)
+    assert configs["consumer.heartbeat.interval.ms"] == ("6000", 8)
+    assert raw_describe(broker.bootstrap, 32, "other-group")["consumer.session.timeout.ms"] == ("45000", 5)
+    # Out of bounds, not a number, a share-group key, an unknown key: INVALID_CONFIG, said
+    # why, and nothing of the request is stored.
+    for ops, why in [
+        ([("consumer.session.timeout.ms", 0, "1000")], "group.consumer.min.session.timeout.ms"),
+        ([("consumer.heartbeat.interval.ms", 0, "16000")], "group.consumer.max.heartbeat.interval.ms"),
+        ([("consumer.session.timeout.ms", 0, "soon")], "integer"),
+        ([("consumer.heartbeat.interval.ms", 0, "5000"), ("share.session.timeout.ms", 0, "45000")],
+         "share groups"),
+        ([("consumer.nope", 0, "1")], "not a group config"),
+    ]:
+        code, message = alter(ops)
+        assert code == ERR_INVALID_CONFIG and why in (message or ""), (ops, code, message)
+    assert raw_describe(broker.bootstrap, 32, "some-group")["consumer.heartbeat.interval.ms"] == ("6000", 8)
+    # The group's heartbeats are answered with its own interval.
+    answer = join(broker.bootstrap, "some-group", str(uuid.uuid4()), ["gc-topic"])
+    assert (answer["error"], answer["interval"]) == (0, 6000), answer
+    # DELETE (op 1): back to the broker's value.
+    assert alter([("consumer.heartbeat.interval.ms", 1, None)]) == (0, None)
+    assert raw_describe(broker.bootstrap, 32, "some-group")["consumer.heartbeat.interval.ms"] == ("5000", 5)
+    # A broker started with its own session timeout: a static broker config (source 4),
+    # and the bounds widen to take it in.
     tuned = broker_factory(extra_args=["--group-consumer-session-timeout-ms", "30000"])
     configs = raw_describe(tuned.bootstrap, 32, "some-group")
     assert configs["consumer.session.timeout.ms"] == ("30000", 4)
     assert configs["consumer.heartbeat.interval.ms"] == ("5000", 5)
+    assert raw_incremental_alter(tuned.bootstrap, 32, "g2", [("consumer.session.timeout.ms", 0, "30000")]) == (0, None)
 
 
 def test_unknown_topic_describe_and_alter(broker):

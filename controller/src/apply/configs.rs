@@ -1,5 +1,5 @@
 //! Configs: `SetTopicConfigs` (a topic's overrides), `SetBrokerConfigs` (one broker's, or
-//! the cluster-wide layer, named ""), and `MarkBalancerMoves` (a topic's configs and its
+//! the cluster-wide layer, named ""), `SetGroupConfigs` (one group's), and `MarkBalancerMoves` (a topic's configs and its
 //! record of the balancer's moves, changed in one step).
 //!
 //! Every change is a compare-and-set: applied only while the configs are still the `from`
@@ -58,6 +58,26 @@ impl MetadataImage {
         Ok(())
     }
 
+    /// Replaces a group's configs if they still are `from` (an empty `to` forgets them).
+    /// The keys and values were checked by the broker that took the change.
+    pub(super) fn set_group_configs(&mut self, c: &ConfigChange) -> Result<(), CommandError> {
+        if c.name.is_empty() {
+            return Err(CommandError::Invalid(
+                "a group config resource names a group".into(),
+            ));
+        }
+        let current = self.group_configs.get(&c.name).cloned().unwrap_or_default();
+        if current != c.from {
+            return Err(CommandError::Conflict);
+        }
+        if c.to.is_empty() {
+            self.group_configs.remove(&c.name);
+        } else {
+            self.group_configs.insert(c.name.clone(), c.to.clone());
+        }
+        Ok(())
+    }
+
     pub(super) fn set_broker_configs(&mut self, c: &ConfigChange) -> Result<(), CommandError> {
         if !(c.name.is_empty() || c.name.parse::<i32>().is_ok_and(|id| id >= 0)) {
             return Err(CommandError::Invalid(format!(
@@ -102,6 +122,36 @@ mod tests {
         assert_eq!(set_isr(&mut img, 1, "t", 0, &[1]), Ok(()));
         fence(&mut img, 1, true).unwrap();
         img
+    }
+
+    #[test]
+    fn a_groups_configs_change_only_from_what_they_were() {
+        let (mut img, _) = cluster(1);
+        let layer =
+            |v: &str| BTreeMap::from([("consumer.session.timeout.ms".to_string(), v.to_string())]);
+        let change = |from, to| Command::SetGroupConfigs {
+            change: ConfigChange {
+                name: "g".into(),
+                from,
+                to,
+            },
+        };
+        assert_eq!(
+            next(&mut img, change(BTreeMap::new(), layer("50000"))),
+            Outcome::Done(Ok(()))
+        );
+        assert_eq!(img.group_configs["g"], layer("50000"));
+        // Computed from configs no longer there: refused, nothing changes.
+        assert_eq!(
+            next(&mut img, change(BTreeMap::new(), layer("55000"))),
+            Outcome::Done(Err(CommandError::Conflict))
+        );
+        // Emptied: forgotten.
+        assert_eq!(
+            next(&mut img, change(layer("50000"), BTreeMap::new())),
+            Outcome::Done(Ok(()))
+        );
+        assert!(img.group_configs.is_empty());
     }
 
     #[test]

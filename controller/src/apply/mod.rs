@@ -132,6 +132,7 @@ impl MetadataImage {
                     .collect(),
             ),
             Command::SetBrokerConfigs { change } => Outcome::Done(self.set_broker_configs(change)),
+            Command::SetGroupConfigs { change } => Outcome::Done(self.set_group_configs(change)),
             Command::AlterClientQuotas { alterations } => {
                 Outcome::Done(self.alter_client_quotas(alterations))
             }

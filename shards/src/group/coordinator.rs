@@ -52,6 +52,7 @@ use super::consumer::group::{
     Changes, ClassicJoin, ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatAnswer,
     TopicCatalog, LEAVE_GROUP_MEMBER_EPOCH,
 };
+use super::consumer::overrides;
 use super::consumer::records::{self as consumer_rec, ClassicProtocol};
 use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
 use super::state::{Group, GroupState, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN};
@@ -726,7 +727,8 @@ impl GroupCoordinator {
             }
             let leaving = hb.member_epoch == LEAVE_GROUP_MEMBER_EPOCH;
             let c = g.consumer.as_mut().expect("set above");
-            let answer = c.heartbeat(hb, topics, &self.config.consumer, now, || {
+            let config = overrides::effective(&self.config.consumer, &topics.group_configs(&group));
+            let answer = c.heartbeat(hb, topics, &config, now, || {
                 uuid::Uuid::new_v4().to_string()
             });
             if answer.is_err() && c.is_empty() && converted {
@@ -777,7 +779,7 @@ impl GroupCoordinator {
         topics: &impl TopicCatalog,
         log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
     ) -> Result<HeartbeatAnswer, GroupError> {
-        let config = &self.config.consumer;
+        let config = &overrides::effective(&self.config.consumer, &topics.group_configs(&group));
         let now = self.mono_ms();
         let records = {
             let mut groups = self.groups.borrow_mut();

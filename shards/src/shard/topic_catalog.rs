@@ -50,6 +50,10 @@ impl TopicCatalog for MetadataCatalog {
         ))
     }
 
+    fn group_configs(&self, group: &str) -> std::collections::BTreeMap<String, String> {
+        self.0.group_configs.get(group).cloned().unwrap_or_default()
+    }
+
     fn topic_names(&self) -> Vec<String> {
         self.0
             .topics

@@ -20,10 +20,14 @@
 //! never silently does nothing). Describing "" shows only the cluster-wide dynamic
 //! layer, as Kafka does.
 //!
-//! Group configs (resource type GROUP, Kafka 4's KIP-848/KIP-932 settings) are described
-//! at their defaults: consumer-protocol groups run with the broker's `group.consumer.*`
-//! settings (per-group overrides are not applied yet), and share groups are not run.
-//! Altering them is INVALID_CONFIG, saying so.
+//! Group configs (resource type GROUP, Kafka 4's KIP-848/KIP-932 settings): a group's
+//! `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` are dynamic, as in
+//! Kafka — altering them stores the group's layer in the cluster metadata (checked
+//! against the broker's `group.consumer.min/max.*` bounds, the interval below the
+//! timeout: `corelog_shards::group::consumer::overrides`) and its coordinator applies
+//! them from the group's next heartbeat. Described, each shows the group's value
+//! (DYNAMIC_GROUP_CONFIG) or the broker's. Share-group keys are described at Kafka's defaults;
+//! share groups are not run, and setting one is INVALID_CONFIG.
 
 use super::Ctx;
 use crate::kafka::error_code;
@@ -50,14 +54,14 @@ pub(super) const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] 
         Some("group.consumer.heartbeat.interval.ms"),
         ConfigType::Int,
         "5000",
-        "heartbeat interval of consumer-protocol groups (KIP-848; the broker's setting applies)",
+        "heartbeat interval of consumer-protocol groups (KIP-848)",
     ),
     (
         "consumer.session.timeout.ms",
         Some("group.consumer.session.timeout.ms"),
         ConfigType::Int,
         "45000",
-        "session timeout of consumer-protocol groups (KIP-848; the broker's setting applies)",
+        "session timeout of consumer-protocol groups (KIP-848)",
     ),
     (
         "share.auto.offset.reset",
@@ -89,10 +93,12 @@ pub(super) const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] 
     ),
 ];
 
-/// The group configs as this broker applies them: a `group.consumer.*` setting the broker
-/// was started with shows as that static broker config, the rest at Kafka's defaults.
+/// The group configs of one group as this broker applies them: the group's own value
+/// (`overrides`, from the cluster metadata), else a `group.consumer.*` setting the
+/// broker was started with as that static broker config, else Kafka's default.
 pub(super) fn group_configs(
     consumer: &corelog_shards::group::consumer::group::ConsumerGroupConfig,
+    overrides: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Vec<Described> {
     GROUP_CONFIGS
         .iter()
@@ -104,19 +110,34 @@ pub(super) fn group_configs(
             }
             .map(|v| v.to_string())
             .filter(|v| v != default);
-            let (value, source) = match set {
+            let (broker_value, broker_source) = match set {
                 Some(v) => (v, ConfigSource::StaticBrokerConfig),
                 None => (default.to_string(), ConfigSource::DefaultConfig),
             };
+            let mut synonyms: Vec<(String, String, ConfigSource)> = synonym
+                .map(|b| vec![(b.to_string(), broker_value.clone(), broker_source)])
+                .unwrap_or_default();
+            let (value, source) = match overrides.and_then(|o| o.get(*name)) {
+                Some(v) => {
+                    synonyms.insert(
+                        0,
+                        (
+                            name.to_string(),
+                            v.clone(),
+                            ConfigSource::DynamicGroupConfig,
+                        ),
+                    );
+                    (v.clone(), ConfigSource::DynamicGroupConfig)
+                }
+                None => (broker_value, broker_source),
+            };
             Described {
                 name: name.to_string(),
-                value: Some(value.clone()),
+                value: Some(value),
                 source,
                 config_type: *config_type,
                 doc,
-                synonyms: synonym
-                    .map(|b| vec![(b.to_string(), value, source)])
-                    .unwrap_or_default(),
+                synonyms,
             }
         })
         .collect()
@@ -317,6 +338,11 @@ pub(super) enum Change {
         resource: String,
         ops: ConfigOps,
     },
+    /// A group's own configs.
+    Group {
+        group: String,
+        ops: ConfigOps,
+    },
 }
 
 /// A change for the admin shard, or the error to answer.
@@ -459,10 +485,14 @@ pub(super) fn check_resource(
                 ctx.config.node_id
             ),
         )),
-        RESOURCE_GROUP => Err((
-            ResponseError::InvalidConfig,
-            "per-group configs are not applied by this broker yet: consumer-protocol groups (KIP-848) run with the broker's group.consumer.* settings, and share groups (KIP-932) are not run".to_string(),
+        RESOURCE_GROUP if name.is_empty() => Err((
+            ResponseError::InvalidRequest,
+            "group name must not be empty".to_string(),
         )),
+        RESOURCE_GROUP => Ok(Change::Group {
+            group: name.to_string(),
+            ops,
+        }),
         other => Err((
             ResponseError::InvalidRequest,
             format!("resource type {other} is not supported"),
@@ -508,6 +538,21 @@ pub(super) async fn alter(
                     "no controller answer".into(),
                 )),
             },
+            Ok(Change::Group { group, ops }) => {
+                let change = |reply| AdminChange::AlterGroupConfigs {
+                    group,
+                    ops,
+                    validate_only,
+                    reply,
+                };
+                match super::admin_change::ask_admin_shard(ctx, change).await {
+                    Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
+                    None => Err((
+                        ResponseError::UnknownServerError,
+                        "the controller is unavailable".into(),
+                    )),
+                }
+            }
             Ok(Change::Broker { resource, ops }) => {
                 let change = |reply| AdminChange::AlterBrokerConfigs {
                     resource,

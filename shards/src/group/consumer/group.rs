@@ -49,6 +49,13 @@ pub struct ConsumerGroupConfig {
     pub assignors: Vec<AssignorKind>,
     /// `group.consumer.migration.policy`.
     pub migration_policy: MigrationPolicy,
+    /// `group.consumer.min.session.timeout.ms` and `…max…`: the bounds of a group's
+    /// own session timeout (`overrides.rs`).
+    pub min_session_timeout_ms: i32,
+    pub max_session_timeout_ms: i32,
+    /// `group.consumer.min.heartbeat.interval.ms` and `…max…`.
+    pub min_heartbeat_interval_ms: i32,
+    pub max_heartbeat_interval_ms: i32,
 }
 
 /// Whether a group may change protocols with members in it (Kafka's
@@ -106,17 +113,26 @@ impl Default for ConsumerGroupConfig {
             max_size: i32::MAX as usize,
             assignors: AssignorKind::ALL.to_vec(),
             migration_policy: MigrationPolicy::Bidirectional,
+            min_session_timeout_ms: 45_000,
+            max_session_timeout_ms: 60_000,
+            min_heartbeat_interval_ms: 5_000,
+            max_heartbeat_interval_ms: 15_000,
         }
     }
 }
 
-/// What a group needs to know of the cluster's topics.
+/// What a group needs to know of the cluster's metadata: its topics, and a group's own
+/// configs.
 pub trait TopicCatalog {
     /// Changes whenever a topic is created, deleted or grown.
     fn version(&self) -> u64;
     fn topic(&self, name: &str) -> Option<(TopicId, TopicSpec)>;
     /// Every topic a pattern may match (internal topics excluded, as Kafka does).
     fn topic_names(&self) -> Vec<String>;
+    /// The group's own configs (GROUP config resource; `overrides.rs`).
+    fn group_configs(&self, _group: &str) -> BTreeMap<String, String> {
+        BTreeMap::new()
+    }
 }
 
 /// A ConsumerGroupHeartbeat, decoded. `None` fields were not sent (unchanged).

@@ -9,7 +9,8 @@
 //! members, epochs, target, heartbeats, timeouts); `records` is the codec of the
 //! groups' records in `__consumer_offsets`, as Kafka lays them out; `embedded` is the
 //! codec of what classic-protocol consumers send in JoinGroup and read from SyncGroup
-//! (a consumer group takes such members in: KIP-848's migration); `catalog` is a
+//! (a consumer group takes such members in: KIP-848's migration); `overrides` checks
+//! and applies a group's own configs (the GROUP config resource); `catalog` is a
 //! catalog with no topics (the one over the cluster metadata is the shard's).
 
 pub mod assignment;
@@ -17,5 +18,6 @@ pub mod assignor;
 pub mod catalog;
 pub mod embedded;
 pub mod group;
+pub mod overrides;
 pub mod reconcile;
 pub mod records;
