@@ -22,6 +22,7 @@ from test_cluster import FAST, leaders, produce as cluster_produce
 from test_groups import create_topic, produce
 
 CONSUMER_GROUP_HEARTBEAT = 68
+OFFSET_FETCH = 9
 SESSION_MS = 6000
 HEARTBEAT_MS = 500
 FLAGS = ["--group-consumer-session-timeout-ms", str(SESSION_MS),
@@ -118,6 +119,45 @@ def test_librdkafka_members_split_the_partitions_and_one_takes_all_when_the_othe
     stop["b"].set()
     threads["b"].join(30)
     assert dupes == [], "records consumed twice"
+
+
+def offset_fetch_v9(bootstrap: str, group: str, member: str | None, epoch: int) -> int:
+    """OffsetFetch v9 of partition 0 of "t" by `member` at `epoch` -> the group's error."""
+    body = (W.c_array([W.compact_string(group) + W.compact_string(member) + W.i32(epoch)
+                       + W.c_array([W.compact_string("t") + W.c_array([W.i32(0)]) + W.tags()])
+                       + W.tags()])
+            + W.i8(0) + W.tags())
+    r = W.flex_roundtrip(bootstrap, OFFSET_FETCH, 9, body)
+    r.i32()  # throttle
+    assert r.c_len() == 1
+    assert r.c_string() == group
+    for _ in range(r.c_len()):
+        r.c_string()
+        for _ in range(r.c_len()):
+            r.i32(), r.i64(), r.i32(), r.c_string(), r.i16()
+            r.skip_tags()
+        r.skip_tags()
+    error = r.i16()
+    r.skip_tags()
+    return error
+
+
+def test_offset_fetch_v9_checks_the_member_and_its_epoch(broker_factory):
+    """OffsetFetch v9 (KIP-848): a member fetches at its epoch; another epoch is
+    STALE_MEMBER_EPOCH, an unknown member UNKNOWN_MEMBER_ID; an admin client (no member,
+    epoch -1) is not checked."""
+    broker = broker_factory()
+    bs = broker.bootstrap
+    create_topic(bs, "t", 2)
+    member = str(uuid.uuid4())
+    a = join(bs, "fetch-group", member, ["t"])
+    assert a["error"] == 0 and a["epoch"] > 0, a
+    assert offset_fetch_v9(bs, "fetch-group", member, a["epoch"]) == 0
+    assert offset_fetch_v9(bs, "fetch-group", member, a["epoch"] + 1) == 113  # STALE_MEMBER_EPOCH
+    assert offset_fetch_v9(bs, "fetch-group", "nobody", a["epoch"]) == 25  # UNKNOWN_MEMBER_ID
+    assert offset_fetch_v9(bs, "fetch-group", None, -1) == 0
+    # A group that does not exist has no offsets, and no member to check.
+    assert offset_fetch_v9(bs, "no-such-group", member, 3) == 0
 
 
 def test_heartbeat_errors_are_kafkas(broker_factory):

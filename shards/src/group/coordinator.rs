@@ -611,6 +611,7 @@ impl GroupCoordinator {
                 group,
                 topics,
                 require_stable,
+                member,
             } => {
                 let groups = self.groups.borrow();
                 let Some(g) = groups.get(&group) else {
@@ -622,6 +623,13 @@ impl GroupCoordinator {
                         .collect();
                     return GroupAnswer::Offsets(Ok(out));
                 };
+                // Kafka's `ConsumerGroup.validateOffsetFetch`: a member fetching names
+                // itself at its epoch (classic groups do not check).
+                if let (Some((member_id, epoch)), Some(c)) = (&member, &g.consumer) {
+                    if let Err(e) = c.check_fetch(member_id, *epoch) {
+                        return GroupAnswer::Offsets(Err(e));
+                    }
+                }
                 GroupAnswer::Offsets(Ok(g.fetch_offsets(topics, require_stable)))
             }
             GroupOp::Describe { group } => {
@@ -1695,6 +1703,7 @@ mod tests {
             group: GROUP.into(),
             topics: Some(vec![("t".into(), vec![0, 1, 2])]),
             require_stable,
+            member: None,
         };
         match ask(c, log, op).await {
             GroupAnswer::Offsets(Ok(rows)) => rows
@@ -1837,6 +1846,24 @@ mod tests {
                 commits(&c, &log, member_commit("z", 1)).await,
                 vec![Err(GroupError::UnknownMemberId)]
             );
+            // OffsetFetch v9: a member names itself at its epoch.
+            for (member, epoch, expected) in [
+                ("a", 1, None),
+                ("a", 0, Some(GroupError::StaleMemberEpoch)),
+                ("z", 1, Some(GroupError::UnknownMemberId)),
+            ] {
+                let l = log.clone();
+                let op = GroupOp::FetchOffsets {
+                    group: GROUP.into(),
+                    topics: Some(vec![("t".into(), vec![0])]),
+                    require_stable: false,
+                    member: Some((member.into(), epoch)),
+                };
+                match c.handle(op, &OneTopic, move |_| Some(l.clone())).await {
+                    GroupAnswer::Offsets(r) => assert_eq!(r.err(), expected, "{member}@{epoch}"),
+                    other => panic!("not an OffsetFetch answer: {other:?}"),
+                }
+            }
 
             // A second coordinator replays the log: the same group, to the partition.
             let replayed = loaded(&log).await;

@@ -290,6 +290,9 @@ pub enum GroupOp {
         group: String,
         topics: Option<Vec<(String, Vec<i32>)>>,
         require_stable: bool,
+        /// OffsetFetch v9 (KIP-848): the member fetching, with its epoch, checked
+        /// against a consumer-protocol group's member; `None` from an admin client.
+        member: Option<(String, i32)>,
     },
     Describe {
         group: String,
@@ -448,6 +451,7 @@ mod tests {
             group: "g".repeat(MAX_STRING_LEN + 1),
             topics: None,
             require_stable: false,
+            member: None,
         };
         assert_eq!(long_group.check_storable(), Err(GroupError::InvalidGroupId));
     }

@@ -1,5 +1,9 @@
-//! OffsetFetch (v0–v8): committed offsets of one group (v0–v7) or of several (v8), all
-//! partitions or the named ones.
+//! OffsetFetch (v0–v9): committed offsets of one group (v0–v7) or of several (v8+), all
+//! partitions or the named ones. From v9 (KIP-848) a consumer-protocol member names
+//! itself and its epoch: fetched at another epoch, the group answers
+//! STALE_MEMBER_EPOCH (ILLEGAL_GENERATION for a classic member in a consumer group),
+//! an unknown member UNKNOWN_MEMBER_ID; without them (an admin client) nothing is
+//! checked.
 //!
 //! Offsets committed in a transaction that has not ended are never answered. With
 //! `require_stable` (v7+, KIP-447) a partition that has one is answered
@@ -36,6 +40,7 @@ async fn fetch_group_offsets(
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
     require_stable: bool,
+    member: Option<(String, i32)>,
 ) -> Result<Vec<Row>, GroupError> {
     if !access.allows(Op::Describe, Resource::Group, group) {
         return Err(GroupError::AuthorizationFailed);
@@ -57,6 +62,7 @@ async fn fetch_group_offsets(
             group: group.to_string(),
             topics,
             require_stable,
+            member,
         };
         match ask_coordinator(ctx, group, op).await {
             Ok(GroupAnswer::Offsets(r)) => r?
@@ -102,7 +108,7 @@ pub struct OffsetFetch;
 
 impl Handler for OffsetFetch {
     const KEY: ApiKey = ApiKey::OffsetFetch;
-    const VERSIONS: (i16, i16) = (0, 8);
+    const VERSIONS: (i16, i16) = (0, 9);
     type Request = OffsetFetchRequest;
     type Response = OffsetFetchResponse;
 
@@ -126,9 +132,20 @@ impl Handler for OffsetFetch {
                         .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
                         .collect()
                 });
+                // v9: the member and its epoch, unless neither is given (Kafka's rule:
+                // a null member id and a negative epoch are not checked).
+                let member =
+                    (v >= 9 && (g.member_id.is_some() || g.member_epoch >= 0)).then(|| {
+                        (
+                            g.member_id.as_ref().map(|m| s(m)).unwrap_or_default(),
+                            g.member_epoch,
+                        )
+                    });
                 let mut out = OffsetFetchResponseGroup::default();
                 out.group_id = g.group_id.clone();
-                match fetch_group_offsets(ctx, &access, &group, topics, require_stable).await {
+                match fetch_group_offsets(ctx, &access, &group, topics, require_stable, member)
+                    .await
+                {
                     Err(e) => out.error_code = error_code::group(&e).code(),
                     Ok(rows) => {
                         for (topic, parts) in by_topic(rows) {
@@ -160,7 +177,7 @@ impl Handler for OffsetFetch {
                     .map(|t| (s(&t.name.0), t.partition_indexes.clone()))
                     .collect()
             });
-            match fetch_group_offsets(ctx, &access, &group, topics, require_stable).await {
+            match fetch_group_offsets(ctx, &access, &group, topics, require_stable, None).await {
                 Err(e) => {
                     // v2+ has a top-level error code; before, the error goes per partition.
                     if v >= 2 {

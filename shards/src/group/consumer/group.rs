@@ -441,6 +441,21 @@ impl ConsumerGroup {
         Err(GroupError::StaleMemberEpoch)
     }
 
+    /// Whether `member_id` at `epoch` may fetch the group's offsets (OffsetFetch v9,
+    /// Kafka's `validateOffsetFetch`): its current epoch only — STALE_MEMBER_EPOCH, or
+    /// ILLEGAL_GENERATION for a classic member; UNKNOWN_MEMBER_ID for no such member.
+    pub fn check_fetch(&self, member_id: &str, epoch: i32) -> Result<(), GroupError> {
+        let m = self
+            .members
+            .get(member_id)
+            .ok_or(GroupError::UnknownMemberId)?;
+        match (m.assignment.epoch == epoch, m.classic.is_some()) {
+            (true, _) => Ok(()),
+            (false, true) => Err(GroupError::IllegalGeneration),
+            (false, false) => Err(GroupError::StaleMemberEpoch),
+        }
+    }
+
     /// The existing topics some member subscribes to, by name or pattern (OffsetDelete
     /// refuses their offsets: GROUP_SUBSCRIBED_TO_TOPIC).
     pub fn subscribed_topic_names(&self) -> Vec<String> {
