@@ -464,8 +464,10 @@ pub enum ShardMessage {
     Housekeeping(HousekeepingMessage),
     /// A consumer-group operation, sent to the group's coordinator shard (or, for List,
     /// to every shard).
+    /// Boxed: an operation (a heartbeat with its subscription, a commit) is larger
+    /// than the other messages, which would all be as large.
     Group {
-        op: crate::group::types::GroupOp,
+        op: Box<crate::group::types::GroupOp>,
         reply: Reply<crate::group::types::GroupAnswer>,
     },
     /// A transaction operation, sent to the transactional id's coordinator shard (or,

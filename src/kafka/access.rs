@@ -73,6 +73,35 @@ impl<'a> Access<'a> {
         }
     }
 
+    /// With an authorizer: a check of DESCRIBE on topics for this request's principal
+    /// and address, that outlives the request (the group coordinator filters the topics
+    /// a consumer group's patterns match with it, on whichever shard coordinates it).
+    /// Quiet: a topic left out is not a refusal.
+    pub fn topic_describe_check(
+        &self,
+    ) -> Option<corelog_shards::group::consumer::group::DescribeFilter> {
+        let (policy, meta) = self.decide.as_ref()?;
+        let policy = (*policy).clone();
+        let meta = meta.clone();
+        let principal = self.who.principal.to_string();
+        let host = self.who.host.to_string();
+        Some(corelog_shards::group::consumer::group::DescribeFilter(
+            Arc::new(move |topic: &str| {
+                let who = Requester {
+                    principal: &principal,
+                    host: &host,
+                };
+                meta.acls.authorize(
+                    &policy,
+                    who,
+                    AclOperation::Describe,
+                    ResourceType::Topic,
+                    topic,
+                )
+            }),
+        ))
+    }
+
     /// Whether a topic of this name may be created (Kafka: CREATE on the cluster, or on
     /// the topic), without auditing: auto-creation is skipped, not refused.
     pub fn may_create_topic(&self, name: &str) -> bool {

@@ -336,3 +336,25 @@ def test_a_client_certificate_names_the_principal_acls_decide_for(tmp_path):
         assert 'principal="User:carol"' in line, line
     finally:
         b.stop()
+
+
+def test_a_pattern_subscription_is_given_only_topics_the_member_may_describe(broker):
+    """KIP-848 patterns are matched by the broker, and the topics matched are filtered by
+    the DESCRIBE right of the member's principal (Kafka's TopicRegexResolver): the
+    pattern of an anonymous member matches two topics, it may describe one, and only its
+    partitions are assigned. (By hand: librdkafka resolves patterns itself, from a
+    Metadata answer that leaves out what the principal may not describe.)"""
+    from test_consumer_protocol import join
+
+    admin = AdminClient(broker.client("admin"))
+    stem = topic("rx")
+    open_topic, secret_topic = f"{stem}-open", f"{stem}-secret"
+    for f in admin.create_topics([NewTopic(open_topic, 2, 1), NewTopic(secret_topic, 2, 1)]).values():
+        f.result(TIMEOUT)
+    group = f"{stem}-group"
+    create(admin, [allow(ResourceType.GROUP, group, "User:ANONYMOUS", AclOperation.READ),
+                   allow(ResourceType.TOPIC, open_topic, "User:ANONYMOUS", AclOperation.DESCRIBE)])
+    a = join(broker.bootstrap, group, str(uuid.uuid4()), [], regex=f"{stem}-.*")
+    assert a["error"] == 0, a
+    # One topic of the two the pattern matches (each has partitions 0 and 1).
+    assert list((a["assignment"] or {}).values()) == [[0, 1]], a

@@ -74,21 +74,21 @@ impl Shard {
                     "admin change sent to a shard that is not the admin shard"
                 ),
             },
-            ShardMessage::Group {
-                op: GroupOp::TxnCommit(req),
-                reply,
-            } => {
-                let _ = reply.send(self.txn_commit_verified(req).await);
-            }
-            ShardMessage::Group { op, reply } => {
-                let shard = self.clone();
-                let topics = super::topic_catalog::MetadataCatalog::new(self.metadata.snapshot());
-                let answer = self
-                    .groups
-                    .handle(op, &topics, move |p| shard.partition(&offsets_tp(p)))
-                    .await;
-                let _ = reply.send(answer);
-            }
+            ShardMessage::Group { op, reply } => match *op {
+                GroupOp::TxnCommit(req) => {
+                    let _ = reply.send(self.txn_commit_verified(req).await);
+                }
+                op => {
+                    let shard = self.clone();
+                    let topics =
+                        super::topic_catalog::MetadataCatalog::new(self.metadata.snapshot());
+                    let answer = self
+                        .groups
+                        .handle(op, &topics, move |p| shard.partition(&offsets_tp(p)))
+                        .await;
+                    let _ = reply.send(answer);
+                }
+            },
             ShardMessage::Txn { op, reply } => {
                 let answer = self.txns.handle(op).await;
                 let _ = reply.send(answer);

@@ -4,8 +4,10 @@
 //!
 //! As Kafka: the principal needs READ on the group (GROUP_AUTHORIZATION_FAILED) and
 //! DESCRIBE on every topic it names (TOPIC_AUTHORIZATION_FAILED), checked before the
-//! group hears of the request. v1 members name themselves (a UUID the client makes);
-//! v0 members joining get an id from the coordinator.
+//! group hears of the request. The topics a pattern matches are filtered by the
+//! principal's DESCRIBE right as the group's coordinator resolves the pattern (Kafka's
+//! `TopicRegexResolver`): the heartbeat carries the check. v1 members name themselves
+//! (a UUID the client makes); v0 members joining get an id from the coordinator.
 
 use super::group_routing::{ask_coordinator_to_read, s, sb, unavailable};
 use super::handler::{Call, Handler};
@@ -70,6 +72,7 @@ impl Handler for ConsumerGroupHeartbeat {
             }),
             client_id: call.header.client_id.as_ref().map(s).unwrap_or_default(),
             client_host: format!("/{}", call.peer.ip()),
+            describable: access.topic_describe_check(),
         };
         let op = GroupOp::ConsumerHeartbeat {
             group: group.clone(),

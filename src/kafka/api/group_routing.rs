@@ -77,7 +77,14 @@ pub(super) async fn ask_coordinator(
     let (tx, rx) = oneshot::channel();
     ctx.shard
         .peers
-        .call(target, ShardMessage::Group { op, reply: tx }, rx)
+        .call(
+            target,
+            ShardMessage::Group {
+                op: Box::new(op),
+                reply: tx,
+            },
+            rx,
+        )
         .await
         .ok_or(GroupError::CoordinatorNotAvailable)
 }

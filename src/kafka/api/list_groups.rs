@@ -27,7 +27,7 @@ impl Handler for ListGroups {
     ) -> Result<Self::Response, FrameError> {
         let v = call.version;
         let calls = ctx.shard.peers.call_each(|reply| ShardMessage::Group {
-            op: GroupOp::List,
+            op: Box::new(GroupOp::List),
             reply,
         });
         let filter: Vec<String> = req

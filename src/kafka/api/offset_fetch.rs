@@ -137,7 +137,7 @@ impl Handler for OffsetFetch {
                 let member =
                     (v >= 9 && (g.member_id.is_some() || g.member_epoch >= 0)).then(|| {
                         (
-                            g.member_id.as_ref().map(|m| s(m)).unwrap_or_default(),
+                            g.member_id.as_ref().map(s).unwrap_or_default(),
                             g.member_epoch,
                         )
                     });

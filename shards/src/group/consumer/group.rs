@@ -17,6 +17,12 @@
 //! - `target` has an entry for every member after a heartbeat's step 2;
 //! - `static_members` maps each instance id to the one member that has it.
 //!
+//! Patterns (`SubscribedTopicRegex`) are resolved for the whole group when a heartbeat
+//! changes the subscriptions or the topics changed, and the topics they match are
+//! filtered by the DESCRIBE right of that heartbeat's principal, as Kafka's
+//! `TopicRegexResolver` does; a topic a member names is not filtered (the edge checks
+//! named topics itself).
+//!
 //! One difference from Kafka, on purpose: a dynamic member that heartbeats with epoch 0
 //! under a member id the group still has (it was fenced, and rejoins having given up
 //! every partition, which epoch 0 requires) is taken back as a new member at once. Kafka
@@ -135,6 +141,18 @@ pub trait TopicCatalog {
     }
 }
 
+/// Which topics the principal of a request may describe: the topics a pattern matches
+/// are filtered by the right of the member whose heartbeat resolves the group's
+/// patterns (Kafka's `TopicRegexResolver.filterTopicDescribeAuthorizedTopics`).
+#[derive(Clone)]
+pub struct DescribeFilter(pub std::sync::Arc<dyn Fn(&str) -> bool + Send + Sync>);
+
+impl std::fmt::Debug for DescribeFilter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DescribeFilter")
+    }
+}
+
 /// A ConsumerGroupHeartbeat, decoded. `None` fields were not sent (unchanged).
 #[derive(Debug, Clone, Default)]
 pub struct Heartbeat {
@@ -152,6 +170,8 @@ pub struct Heartbeat {
     pub owned: Option<Assignment>,
     pub client_id: String,
     pub client_host: String,
+    /// Set when an authorizer runs: the topics the member's principal may describe.
+    pub describable: Option<DescribeFilter>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -333,6 +353,10 @@ pub struct ConsumerGroup {
     subscribed: BTreeMap<String, (TopicId, TopicSpec)>,
     /// The catalog version `subscribed` was computed at.
     catalog_version: Option<u64>,
+    /// Topics a pattern matched that the principal of the heartbeat that last resolved
+    /// the patterns may not describe: no pattern gives them to anyone (a member may
+    /// still name one). Not stored; the first heartbeat after a load resolves again.
+    regex_denied: BTreeSet<String>,
     changes: Changes,
 }
 
@@ -533,6 +557,7 @@ impl ConsumerGroup {
             &before,
             is_new,
             hb.owned.as_ref(),
+            hb.describable.as_ref(),
             catalog,
             config,
             now_ms,
@@ -563,6 +588,7 @@ impl ConsumerGroup {
         before: &ConsumerMember,
         is_new: bool,
         owned: Option<&Assignment>,
+        describable: Option<&DescribeFilter>,
         catalog: &impl TopicCatalog,
         config: &ConsumerGroupConfig,
         now_ms: i64,
@@ -578,7 +604,7 @@ impl ConsumerGroup {
         self.members.insert(member_id.clone(), member);
 
         if bump || self.catalog_version != Some(catalog.version()) {
-            let subscribed = self.compute_subscribed(catalog);
+            let subscribed = self.compute_subscribed(catalog, describable);
             if subscribed != self.subscribed {
                 bump = true;
                 self.changes.subscribed = true;
@@ -808,9 +834,12 @@ impl ConsumerGroup {
         m.assignment = next;
     }
 
+    /// The existing topics the members subscribe to: by name, and by pattern less the
+    /// ones `describable` refuses (without one, those refused last time stay out).
     fn compute_subscribed(
-        &self,
+        &mut self,
         catalog: &impl TopicCatalog,
+        describable: Option<&DescribeFilter>,
     ) -> BTreeMap<String, (TopicId, TopicSpec)> {
         let mut names: BTreeSet<String> = BTreeSet::new();
         let mut patterns: BTreeSet<&str> = BTreeSet::new();
@@ -822,11 +851,19 @@ impl ConsumerGroup {
         }
         if !patterns.is_empty() {
             let compiled: Vec<Regex> = patterns.iter().filter_map(|p| full_match(p).ok()).collect();
-            for name in catalog.topic_names() {
-                if compiled.iter().any(|re| re.is_match(&name)) {
-                    names.insert(name);
-                }
+            let matched: Vec<String> = catalog
+                .topic_names()
+                .into_iter()
+                .filter(|name| compiled.iter().any(|re| re.is_match(name)))
+                .collect();
+            if let Some(DescribeFilter(allows)) = describable {
+                self.regex_denied = matched.iter().filter(|n| !allows(n)).cloned().collect();
             }
+            names.extend(
+                matched
+                    .into_iter()
+                    .filter(|n| !self.regex_denied.contains(n)),
+            );
         }
         names
             .into_iter()
@@ -843,7 +880,9 @@ impl ConsumerGroup {
         self.subscribed
             .iter()
             .filter(|(name, _)| {
-                m.subscribed_names.contains(*name) || re.as_ref().is_some_and(|r| r.is_match(name))
+                m.subscribed_names.contains(*name)
+                    || (re.as_ref().is_some_and(|r| r.is_match(name))
+                        && !self.regex_denied.contains(*name))
             })
             .map(|(_, (id, _))| *id)
             .collect()

@@ -120,7 +120,7 @@ impl ConsumerGroup {
             g.target.insert(m.member_id.clone(), assigned);
             g.members.insert(m.member_id.clone(), m);
         }
-        g.subscribed = g.compute_subscribed(catalog);
+        g.subscribed = g.compute_subscribed(catalog, None);
         g.catalog_version = Some(catalog.version());
         g.check_invariants();
         Ok(g)
@@ -209,6 +209,7 @@ impl ConsumerGroup {
             &before,
             is_new,
             Some(&owned),
+            None,
             catalog,
             config,
             now_ms,

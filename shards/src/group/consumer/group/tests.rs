@@ -830,3 +830,33 @@ fn assert_same(replayed: &ConsumerGroup, g: &ConsumerGroup) {
         }
     }
 }
+
+#[test]
+fn a_pattern_gives_only_the_topics_the_resolving_principal_may_describe() {
+    let topics = Topics::with(&[("rx-open", 2), ("rx-secret", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    let only_open = DescribeFilter(std::sync::Arc::new(|t: &str| t == "rx-open"));
+    let mut hb = Client::new("a", &[]).request();
+    hb.subscribed_topic_names = Some(Vec::new());
+    hb.subscribed_topic_regex = Some("rx-.*".into());
+    hb.describable = Some(only_open.clone());
+    let a = g
+        .heartbeat(hb, &topics, &config(), 0, || unreachable!())
+        .expect("joins");
+    let open = topics.id("rx-open");
+    assert_eq!(
+        a.assignment,
+        Some(Assignment::from_partitions([(open, 0), (open, 1)]))
+    );
+    // A member that names the topic gets it: only pattern matches are filtered.
+    let mut named = Client::new("b", &["rx-secret"]).request();
+    named.describable = Some(only_open);
+    let b = g
+        .heartbeat(named, &topics, &config(), 0, || unreachable!())
+        .expect("joins");
+    let secret = topics.id("rx-secret");
+    assert_eq!(
+        b.assignment,
+        Some(Assignment::from_partitions([(secret, 0), (secret, 1)]))
+    );
+}
