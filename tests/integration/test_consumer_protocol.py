@@ -121,6 +121,32 @@ def test_librdkafka_members_split_the_partitions_and_one_takes_all_when_the_othe
     assert dupes == [], "records consumed twice"
 
 
+def test_the_migration_policy_decides_whether_a_classic_group_is_upgraded(broker_factory):
+    """group.consumer.migration.policy: with `disabled` a consumer-protocol member cannot
+    join a classic group with members (GROUP_ID_NOT_FOUND, as Kafka answers); with the
+    default, `bidirectional`, it joins and the group is a consumer group, the classic
+    member inside it."""
+    for policy, expected in (("disabled", ERR_GROUP_ID_NOT_FOUND), ("bidirectional", ERR_NONE)):
+        b = broker_factory(extra_args=FLAGS + ["--group-consumer-migration-policy", policy])
+        create_topic(b.bootstrap, "mig", 2)
+        group = f"mig-{policy}"
+        classic = Consumer({"bootstrap.servers": b.bootstrap, "group.id": group,
+                            "partition.assignment.strategy": "cooperative-sticky",
+                            "auto.offset.reset": "earliest"})
+        classic.subscribe(["mig"])
+        try:
+            wait_until(lambda: classic.poll(0.2) is None and len(classic.assignment()) == 2, 30,
+                       "the classic member owns both partitions")
+            answer = join(b.bootstrap, group, str(uuid.uuid4()), ["mig"])
+            assert answer["error"] == expected, (policy, answer)
+            if expected == ERR_NONE:
+                # The classic member goes on inside the consumer group: the newcomer is
+                # given nothing until the classic member has given something up.
+                assert answer["assignment"] == {}, answer
+        finally:
+            classic.close()
+
+
 def offset_fetch_v9(bootstrap: str, group: str, member: str | None, epoch: int) -> int:
     """OffsetFetch v9 of partition 0 of "t" by `member` at `epoch` -> the group's error."""
     body = (W.c_array([W.compact_string(group) + W.compact_string(member) + W.i32(epoch)
