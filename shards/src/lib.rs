@@ -22,6 +22,7 @@
 //! - [`admin_changes`]: shard 0's side of the controller quorum: admin changes validated
 //!   and committed as commands (topics, configs, quotas, producer-id blocks).
 //! - [`group`]: the classic consumer-group coordinator and its `__consumer_offsets` log.
+//! - [`share`]: share groups (KIP-932), being built: a share partition's state so far.
 //! - [`txn`]: the transaction coordinator, over `__transaction_state` (being built: the
 //!   states, their transitions and the log record so far).
 //! - [`housekeeping`]: per-shard retention, compaction and the disk budget.
@@ -55,6 +56,7 @@ pub mod replication_throttle;
 pub mod routing;
 pub mod shard;
 pub mod shard_config;
+pub mod share;
 pub mod storage_context;
 pub mod topic_config;
 pub mod txn;
