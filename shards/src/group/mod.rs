@@ -10,12 +10,14 @@
 //!
 //! Modules: `types` (the domain requests and answers the protocol edge maps to and from),
 //! `state` (one classic group's state machine), `consumer` (groups of the consumer
-//! protocol, KIP-848), `coordinator` (a shard's groups, persistence and timers),
+//! protocol, KIP-848), `share` (share groups, KIP-932; being built), `coordinator` (a
+//! shard's groups, persistence and timers),
 //! `offsets_record` (the record codec).
 
 pub mod consumer;
 pub mod coordinator;
 pub mod offsets_record;
+pub mod share;
 pub mod state;
 pub mod types;
 
