@@ -2,10 +2,13 @@
 //! same partitions; each record is acquired by one member for a while and acknowledged
 //! one by one.
 //!
-//! Built so far: `partition`, the partition leader's state of one share partition
-//! (acquisition, locks, delivery counts, acknowledgements, the start offset), pure and
-//! checked against a per-record model. To come: the share group coordinator
-//! (ShareGroupHeartbeat), ShareFetch / ShareAcknowledge, the durable share state in
-//! `__share_group_state`, and the administration APIs.
+//! Built so far, each pure and checked against a model: `partition`, the partition
+//! leader's state of one share partition (acquisition, locks, delivery counts,
+//! acknowledgements, the start offset); `state`, its durable form as the share
+//! coordinator keeps it in `__share_group_state` (snapshots and updates, epochs, how
+//! batches combine). The share group's membership is `group::share`. To come: the
+//! records' codec, the share coordinator and the persister, ShareFetch /
+//! ShareAcknowledge, ShareGroupHeartbeat at the edge, and the administration APIs.
 
 pub mod partition;
+pub mod state;
