@@ -6,9 +6,11 @@
 //! leader's state of one share partition (acquisition, locks, delivery counts,
 //! acknowledgements, the start offset); `state`, its durable form as the share
 //! coordinator keeps it in `__share_group_state` (snapshots and updates, epochs, how
-//! batches combine). The share group's membership is `group::share`. To come: the
-//! records' codec, the share coordinator and the persister, ShareFetch /
+//! batches combine); `records`, the codec of its records, laid out as Kafka's. The share
+//! group's membership is `group::share`. To come: the share coordinator and the
+//! persister, ShareFetch /
 //! ShareAcknowledge, ShareGroupHeartbeat at the edge, and the administration APIs.
 
 pub mod partition;
+pub mod records;
 pub mod state;

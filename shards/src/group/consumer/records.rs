@@ -117,23 +117,8 @@ pub enum RecordValue {
     CurrentMemberAssignment(CurrentAssignment),
 }
 
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RecordError {
-    #[error("record truncated")]
-    Truncated,
-    #[error("unknown version {0}")]
-    UnknownVersion(i16),
-    #[error("null in a non-nullable field")]
-    UnexpectedNull,
-    #[error("invalid UTF-8")]
-    InvalidUtf8,
-    #[error("{0} bytes after the record")]
-    TrailingBytes(usize),
-    #[error("a string longer than a key can hold")]
-    TooLong,
-}
-
-type Result<T> = std::result::Result<T, RecordError>;
+pub use crate::coordinator_record::RecordError;
+use crate::coordinator_record::{Reader, Result, Writer};
 
 /// Whether a key of this version is a consumer-group record.
 pub fn is_consumer_key(bytes: &[u8]) -> bool {
@@ -340,41 +325,7 @@ pub fn decode_value(key: &RecordKey, bytes: &[u8]) -> Result<RecordValue> {
     Ok(value)
 }
 
-struct Writer(Vec<u8>);
-
 impl Writer {
-    fn i16(&mut self, v: i16) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn i32(&mut self, v: i32) {
-        self.0.extend_from_slice(&v.to_be_bytes());
-    }
-    fn uvarint(&mut self, mut v: u64) {
-        while v >= 0x80 {
-            self.0.push((v as u8) | 0x80);
-            v >>= 7;
-        }
-        self.0.push(v as u8);
-    }
-    /// A compact array's or string's length (never null here).
-    fn len(&mut self, n: usize) {
-        self.uvarint(n as u64 + 1);
-    }
-    fn string(&mut self, s: Option<&str>) {
-        match s {
-            None => self.uvarint(0),
-            Some(s) => {
-                self.len(s.len());
-                self.0.extend_from_slice(s.as_bytes());
-            }
-        }
-    }
-    fn uuid(&mut self, id: Uuid) {
-        self.0.extend_from_slice(id.as_bytes());
-    }
-    fn no_tags(&mut self) {
-        self.uvarint(0);
-    }
     /// The tagged-fields section holding tag 0, a classic member's metadata: a
     /// nullable struct, so its size counts the byte 1 that says it is there.
     fn classic_member_tag(&mut self, c: &ClassicMemberMetadata) {
@@ -410,78 +361,7 @@ impl Writer {
     }
 }
 
-struct Reader<'a>(&'a [u8]);
-
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8]> {
-        if self.0.len() < n {
-            return Err(RecordError::Truncated);
-        }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
-    }
-    fn i8(&mut self) -> Result<i8> {
-        Ok(self.take(1)?[0] as i8)
-    }
-    fn i16(&mut self) -> Result<i16> {
-        let b = self.take(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-    fn i32(&mut self) -> Result<i32> {
-        let b = self.take(4)?;
-        Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
-    }
-    fn uvarint(&mut self) -> Result<u64> {
-        let mut v = 0u64;
-        for shift in (0..64).step_by(7) {
-            let b = self.take(1)?[0];
-            v |= u64::from(b & 0x7f) << shift;
-            if b & 0x80 == 0 {
-                return Ok(v);
-            }
-        }
-        Err(RecordError::Truncated)
-    }
-    /// A compact array's length; a null array reads as empty. Bounded by the bytes
-    /// left (every element takes at least one), so no allocation outgrows the input.
-    fn len(&mut self) -> Result<usize> {
-        let n = self.uvarint()?.saturating_sub(1);
-        if n > self.0.len() as u64 {
-            return Err(RecordError::Truncated);
-        }
-        Ok(n as usize)
-    }
-    fn string(&mut self) -> Result<Option<String>> {
-        let n = self.uvarint()?;
-        if n == 0 {
-            return Ok(None);
-        }
-        let len = usize::try_from(n - 1).map_err(|_| RecordError::Truncated)?;
-        let bytes = self.take(len)?;
-        String::from_utf8(bytes.to_vec())
-            .map(Some)
-            .map_err(|_| RecordError::InvalidUtf8)
-    }
-    fn key_string(&mut self) -> Result<String> {
-        let len = self.i16()?;
-        let len = usize::try_from(len).map_err(|_| RecordError::UnexpectedNull)?;
-        let bytes = self.take(len)?;
-        String::from_utf8(bytes.to_vec()).map_err(|_| RecordError::InvalidUtf8)
-    }
-    fn uuid(&mut self) -> Result<Uuid> {
-        let b = self.take(16)?;
-        Uuid::from_slice(b).map_err(|_| RecordError::Truncated)
-    }
-    fn skip_tags(&mut self) -> Result<()> {
-        let n = self.uvarint()?;
-        for _ in 0..n {
-            self.uvarint()?;
-            let size = usize::try_from(self.uvarint()?).map_err(|_| RecordError::Truncated)?;
-            self.take(size)?;
-        }
-        Ok(())
-    }
     /// A member-metadata value's tagged fields: tag 0 is a classic member's metadata,
     /// others are skipped.
     fn member_tags(&mut self) -> Result<Option<ClassicMemberMetadata>> {
@@ -525,13 +405,6 @@ impl Reader<'_> {
             self.skip_tags()?;
         }
         Ok(a)
-    }
-    fn end(&self) -> Result<()> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(RecordError::TrailingBytes(self.0.len()))
-        }
     }
 }
 
