@@ -348,7 +348,9 @@ impl Writer {
         self.len(b.len());
         self.0.extend_from_slice(b);
     }
-    fn assignment(&mut self, a: &Assignment) {
+    /// Partitions by topic id (Kafka's `TopicPartitions` array), also the share
+    /// groups' records'.
+    pub(crate) fn assignment(&mut self, a: &Assignment) {
         self.len(a.topics().len());
         for (t, ps) in a.topics() {
             self.uuid(*t);
@@ -395,7 +397,7 @@ impl Reader<'_> {
         }
         Ok(classic)
     }
-    fn assignment(&mut self) -> Result<Assignment> {
+    pub(crate) fn assignment(&mut self) -> Result<Assignment> {
         let mut a = Assignment::new();
         for _ in 0..self.len()? {
             let t = self.uuid()?;
