@@ -690,8 +690,8 @@ impl GroupCoordinator {
 
     /// A ConsumerGroupHeartbeat: the group's step (`consumer::group`), then the records
     /// of what changed, answered once they are committed. A group id without a group is
-    /// created by a joining member; a classic group is taken over only while it has no
-    /// members (GROUP_ID_NOT_FOUND otherwise, as Kafka answers without migration).
+    /// created by a joining member; an empty classic group is taken over, one with
+    /// members upgraded as the migration policy allows (`upgrade`).
     async fn consumer_heartbeat(
         &self,
         group: String,

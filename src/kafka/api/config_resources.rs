@@ -539,39 +539,44 @@ pub(super) async fn alter(
                 )),
             },
             Ok(Change::Group { group, ops }) => {
-                let change = |reply| AdminChange::AlterGroupConfigs {
+                ask_one(ctx, |reply| AdminChange::AlterGroupConfigs {
                     group,
                     ops,
                     validate_only,
                     reply,
-                };
-                match super::admin_change::ask_admin_shard(ctx, change).await {
-                    Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
-                    None => Err((
-                        ResponseError::UnknownServerError,
-                        "the controller is unavailable".into(),
-                    )),
-                }
+                })
+                .await
             }
             Ok(Change::Broker { resource, ops }) => {
-                let change = |reply| AdminChange::AlterBrokerConfigs {
+                ask_one(ctx, |reply| AdminChange::AlterBrokerConfigs {
                     resource,
                     ops,
                     validate_only,
                     reply,
-                };
-                match super::admin_change::ask_admin_shard(ctx, change).await {
-                    Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
-                    None => Err((
-                        ResponseError::UnknownServerError,
-                        "the controller is unavailable".into(),
-                    )),
-                }
+                })
+                .await
             }
         };
         out.push(outcome);
     }
     out
+}
+
+/// One resource's change sent to the admin shard on its own, its outcome as the
+/// response tells it.
+async fn ask_one(
+    ctx: &Ctx,
+    change: impl FnOnce(
+        corelog_shards::mesh::Reply<Result<(), corelog_shards::mesh::TopicError>>,
+    ) -> AdminChange,
+) -> Result<(), (ResponseError, String)> {
+    match super::admin_change::ask_admin_shard(ctx, change).await {
+        Some(r) => r.map_err(|e| (error_code::topic(&e), e.to_string())),
+        None => Err((
+            ResponseError::UnknownServerError,
+            "the controller is unavailable".into(),
+        )),
+    }
 }
 
 /// The resources named more than once in one request (Kafka refuses each of them).
