@@ -17,6 +17,7 @@ use crate::security_config::SecurityConfig;
 use anyhow::{bail, Context};
 use clap::Args;
 use corelog_shards::group::coordinator::GroupConfig;
+use corelog_shards::group::share::group::ShareGroupConfig;
 use corelog_shards::housekeeping::HousekeepingConfig;
 use corelog_shards::txn::coordinator::TxnCoordinatorConfig;
 use corelog_storage::{Durability, LogConfig};
@@ -199,6 +200,26 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "group.consumer.migration.policy")]
     pub group_consumer_migration_policy: Option<String>,
+    /// Whether the cluster serves share groups (KIP-932; Kafka's finalized feature
+    /// share.version: 0 off, 1 on, the default, as a new Kafka 4.2 cluster). Off, the
+    /// share-group APIs answer UNSUPPORTED_VERSION. Set the same on every broker.
+    #[arg(long)]
+    #[serde(alias = "share.version")]
+    pub share_version: Option<i16>,
+    /// How long a share-group member may go without a heartbeat, ms (Kafka's
+    /// group.share.session.timeout.ms, 45000).
+    #[arg(long)]
+    #[serde(alias = "group.share.session.timeout.ms")]
+    pub group_share_session_timeout_ms: Option<i32>,
+    /// How often share-group members heartbeat, ms (Kafka's
+    /// group.share.heartbeat.interval.ms, 5000).
+    #[arg(long)]
+    #[serde(alias = "group.share.heartbeat.interval.ms")]
+    pub group_share_heartbeat_interval_ms: Option<i32>,
+    /// The most members a share group may have (Kafka's group.share.max.size, 200).
+    #[arg(long)]
+    #[serde(alias = "group.share.max.size")]
+    pub group_share_max_size: Option<u32>,
     /// Segment size of __consumer_offsets partitions (Kafka's offsets.topic.segment.bytes).
     #[arg(long)]
     #[serde(alias = "offsets.topic.segment.bytes")]
@@ -637,6 +658,14 @@ impl ServeArgs {
                 .group_consumer_assignors
                 .clone()
                 .or(file.group_consumer_assignors.clone()),
+            share_version: self.share_version.or(file.share_version),
+            group_share_session_timeout_ms: self
+                .group_share_session_timeout_ms
+                .or(file.group_share_session_timeout_ms),
+            group_share_heartbeat_interval_ms: self
+                .group_share_heartbeat_interval_ms
+                .or(file.group_share_heartbeat_interval_ms),
+            group_share_max_size: self.group_share_max_size.or(file.group_share_max_size),
             group_consumer_migration_policy: self
                 .group_consumer_migration_policy
                 .clone()
@@ -807,6 +836,8 @@ pub struct BrokerConfig {
     pub socket_request_max_bytes: usize,
     pub log: LogConfig,
     pub groups: GroupConfig,
+    /// The finalized `share.version` feature: share groups are served from 1.
+    pub share_version: i16,
     pub txns: TxnCoordinatorConfig,
     pub housekeeping: HousekeepingConfig,
     pub retention_check_interval_ms: u64,
@@ -1297,7 +1328,12 @@ impl BrokerConfig {
                 (None, None) => std::time::Duration::from_secs(10080 * 60),
             },
             consumer: consumer_group_config(&a)?,
+            share: share_group_config(&a)?,
         };
+        let share_version = a.share_version.unwrap_or(SHARE_VERSION_MAX);
+        if !(0..=SHARE_VERSION_MAX).contains(&share_version) {
+            bail!("share-version must be 0 or {SHARE_VERSION_MAX}");
+        }
         let txns = txn_config(&a, offsets_partitions)?;
         let mut log = LogConfig {
             segment_bytes,
@@ -1418,6 +1454,7 @@ impl BrokerConfig {
             housekeeping,
             retention_check_interval_ms,
             groups,
+            share_version,
             txns,
             listeners,
             inter_broker_listener,
@@ -1515,6 +1552,34 @@ fn consumer_group_config(
         max_session_timeout_ms: max_session,
         min_heartbeat_interval_ms: min_interval,
         max_heartbeat_interval_ms: max_interval,
+    })
+}
+
+/// The highest `share.version` served (KIP-932 as Kafka 4.2 finalized it).
+pub const SHARE_VERSION_MAX: i16 = 1;
+
+/// The broker's share-group settings (`group.share.*`), checked as Kafka checks them.
+fn share_group_config(a: &ServeArgs) -> anyhow::Result<ShareGroupConfig> {
+    let defaults = ShareGroupConfig::default();
+    let session = a
+        .group_share_session_timeout_ms
+        .unwrap_or(defaults.session_timeout_ms);
+    let interval = a
+        .group_share_heartbeat_interval_ms
+        .unwrap_or(defaults.heartbeat_interval_ms);
+    if session < 1 || interval < 1 || interval >= session {
+        bail!("group-share-heartbeat-interval-ms must be at least 1 and below group-share-session-timeout-ms");
+    }
+    let max_size = a
+        .group_share_max_size
+        .map_or(defaults.max_size, |n| n as usize);
+    if !(1..=1000).contains(&max_size) {
+        bail!("group-share-max-size must be between 1 and 1000");
+    }
+    Ok(ShareGroupConfig {
+        session_timeout_ms: session,
+        heartbeat_interval_ms: interval,
+        max_size,
     })
 }
 

@@ -498,6 +498,19 @@ class Flex(Reader):
     def uuid(self) -> bytes:
         return self.take(16)
 
+    def nullable_assignment(self) -> dict | None:
+        """A heartbeat answer's nullable Assignment struct (ConsumerGroupHeartbeat,
+        ShareGroupHeartbeat): topic id -> sorted partitions, or None."""
+        if self.i8() != 1:
+            return None
+        parts = {}
+        for _ in range(self.c_len()):
+            tid = self.uuid()
+            parts[tid] = sorted(self.i32() for _ in range(self.c_len()))
+            self.skip_tags()
+        self.skip_tags()
+        return parts
+
 
 def flex_roundtrip(bootstrap: str, api_key: int, version: int, body: bytes) -> Flex:
     _, resp = roundtrip(bootstrap, request(api_key, version, 77, body, header_v2=True))

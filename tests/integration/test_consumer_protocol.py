@@ -57,17 +57,7 @@ def heartbeat(bootstrap: str, group: str, member: str, epoch: int, *, topics: li
             + W.compact_string(assignor) + W.c_array(owned_b) + W.tags())
     r = W.flex_roundtrip(bootstrap, CONSUMER_GROUP_HEARTBEAT, version, body)
     out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "member": r.c_string(),
-           "epoch": r.i32(), "interval": r.i32()}
-    n = r.i8()  # the nullable Assignment struct: -1 null, 1 present
-    out["assignment"] = None
-    if n == 1:
-        parts = {}
-        for _ in range(r.c_len()):
-            tid = r.uuid()
-            parts[tid] = sorted(r.i32() for _ in range(r.c_len()))
-            r.skip_tags()
-        r.skip_tags()
-        out["assignment"] = parts
+           "epoch": r.i32(), "interval": r.i32(), "assignment": r.nullable_assignment()}
     r.skip_tags()
     return out
 

@@ -48,6 +48,9 @@
 //! loses the offsets not committed within that time (KIP-211). The Empty clock is
 //! monotonic and starts again at a restart, so a restart can only lengthen retention.
 
+mod share;
+pub use share::SHARE_PROTOCOL_TYPE;
+
 use super::consumer::group::{
     Changes, ClassicJoin, ConsumerGroup, ConsumerGroupConfig, Heartbeat, HeartbeatAnswer,
     TopicCatalog, LEAVE_GROUP_MEMBER_EPOCH,
@@ -55,6 +58,7 @@ use super::consumer::group::{
 use super::consumer::overrides;
 use super::consumer::records::{self as consumer_rec, ClassicProtocol};
 use super::offsets_record::{self as rec, GroupValue, MemberValue, OffsetValue, RecordKey};
+use super::share::group::{ShareGroup, ShareGroupConfig};
 use super::state::{Group, GroupState, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN};
 use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
@@ -87,6 +91,8 @@ pub struct GroupConfig {
     pub offsets_retention: Duration,
     /// Consumer-protocol groups (KIP-848): `group.consumer.*`.
     pub consumer: ConsumerGroupConfig,
+    /// Share groups (KIP-932): `group.share.*`.
+    pub share: ShareGroupConfig,
 }
 
 impl Default for GroupConfig {
@@ -97,6 +103,7 @@ impl Default for GroupConfig {
             offsets_segment_bytes: 100 << 20,
             offsets_retention: Duration::from_secs(7 * 24 * 3600),
             consumer: ConsumerGroupConfig::default(),
+            share: ShareGroupConfig::default(),
         }
     }
 }
@@ -111,6 +118,8 @@ fn now_ms() -> i64 {
 pub struct GroupCoordinator {
     config: GroupConfig,
     groups: RefCell<HashMap<String, Group>>,
+    /// Share groups (`share.rs`), by id: no id is in both maps.
+    shares: RefCell<HashMap<String, ShareGroup>>,
     /// The partitions whose groups are loaded.
     loaded: RefCell<HashSet<i32>>,
     /// Bumped at every load and unload of a partition: a load that finds it moved was
@@ -138,6 +147,7 @@ pub const CONSUMER_PROTOCOL_TYPE: &str = "consumer";
 pub struct Ticked {
     pub emptied: Vec<String>,
     pub consumer_changed: Vec<String>,
+    pub share_changed: Vec<String>,
 }
 
 /// Encodes consumer-group records for a batch.
@@ -159,6 +169,7 @@ impl GroupCoordinator {
         GroupCoordinator {
             config,
             groups: RefCell::new(HashMap::new()),
+            shares: RefCell::new(HashMap::new()),
             loaded: RefCell::new(HashSet::new()),
             generations: RefCell::new(HashMap::new()),
             txn_groups: RefCell::new(HashMap::new()),
@@ -254,6 +265,7 @@ impl GroupCoordinator {
                 c.finish_restore(now, &self.config.consumer);
             }
         }
+        self.finish_share_restore(partition);
         self.loaded.borrow_mut().insert(partition);
         tracing::debug!(
             partition,
@@ -282,6 +294,7 @@ impl GroupCoordinator {
             }
             keep
         });
+        self.forget_share_groups(partition);
         // Their pending offsets went with them.
         self.txn_groups.borrow_mut().retain(|_, groups| {
             groups.retain(|g| partition_for_group(g, n) != partition);
@@ -375,6 +388,10 @@ impl GroupCoordinator {
             self.apply_consumer(k, value);
             return;
         }
+        if let Some(k) = key.filter(|k| super::share::records::is_share_key(k)) {
+            self.apply_share(k, value);
+            return;
+        }
         let Some(key) = key.and_then(|k| rec::decode_key(k).ok()) else {
             return;
         };
@@ -460,6 +477,9 @@ impl GroupCoordinator {
         // would otherwise fail their encoding after the group had moved on.
         if let Err(e) = op.check_storable() {
             return refused(op, e);
+        }
+        if let Some(answer) = self.refuse_share_group(&op) {
+            return answer;
         }
         let now = Instant::now();
         match op {
@@ -649,24 +669,24 @@ impl GroupCoordinator {
             }
             GroupOp::List => {
                 let groups = self.groups.borrow();
-                GroupAnswer::Listed(
-                    groups
-                        .values()
-                        .map(|g| GroupListing {
-                            group: g.id.clone(),
-                            protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                            state: match &g.consumer {
-                                Some(c) => c.state().name(),
-                                None => g.state.name(),
-                            },
-                            group_type: if g.consumer.is_some() {
-                                CONSUMER_PROTOCOL_TYPE
-                            } else {
-                                "classic"
-                            },
-                        })
-                        .collect(),
-                )
+                let mut listed = self.share_listings();
+                listed.extend(groups.values().map(|g| GroupListing {
+                    group: g.id.clone(),
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    state: match &g.consumer {
+                        Some(c) => c.state().name(),
+                        None => g.state.name(),
+                    },
+                    group_type: if g.consumer.is_some() {
+                        CONSUMER_PROTOCOL_TYPE
+                    } else {
+                        "classic"
+                    },
+                }));
+                GroupAnswer::Listed(listed)
+            }
+            GroupOp::Delete { group } if self.is_share_group(&group) => {
+                GroupAnswer::Done(self.delete_share_group(&group, &log_of).await)
             }
             GroupOp::Delete { group } => GroupAnswer::Done(self.delete(&group, &log_of).await),
             GroupOp::DeleteOffsets { group, partitions } => {
@@ -685,6 +705,13 @@ impl GroupCoordinator {
                 self.consumer_heartbeat(group, heartbeat, topics, &log_of)
                     .await,
             ),
+            GroupOp::ShareHeartbeat { group, heartbeat } => GroupAnswer::ShareHeartbeat(
+                self.share_heartbeat(group, heartbeat, topics, &log_of)
+                    .await,
+            ),
+            GroupOp::ShareDescribe { group } => {
+                GroupAnswer::ShareDescribed(self.share_describe(&group))
+            }
         }
     }
 
@@ -1079,6 +1106,7 @@ impl GroupCoordinator {
         Ticked {
             emptied,
             consumer_changed: self.expire_consumer_members(),
+            share_changed: self.expire_share_members(),
         }
     }
 
@@ -1603,6 +1631,8 @@ fn refused(op: GroupOp, e: GroupError) -> GroupAnswer {
         GroupOp::DeleteOffsets { .. } => GroupAnswer::OffsetsDeleted(Err(e)),
         GroupOp::ConsumerHeartbeat { .. } => GroupAnswer::ConsumerHeartbeat(Err(e)),
         GroupOp::ConsumerDescribe { .. } => GroupAnswer::ConsumerDescribed(Err(e)),
+        GroupOp::ShareHeartbeat { .. } => GroupAnswer::ShareHeartbeat(Err(e)),
+        GroupOp::ShareDescribe { .. } => GroupAnswer::ShareDescribed(Err(e)),
     }
 }
 
@@ -1622,9 +1652,9 @@ mod tests {
     use corelog_storage::{LogConfig, LogContext};
     use std::path::Path;
 
-    const GROUP: &str = "g";
+    pub(super) const GROUP: &str = "g";
 
-    async fn open(dir: &Path) -> Rc<Partition> {
+    pub(super) async fn open(dir: &Path) -> Rc<Partition> {
         Partition::open(
             dir.to_path_buf(),
             LogConfig::default(),
@@ -1674,7 +1704,7 @@ mod tests {
         })
     }
 
-    async fn ask(c: &GroupCoordinator, log: &Rc<Partition>, op: GroupOp) -> GroupAnswer {
+    pub(super) async fn ask(c: &GroupCoordinator, log: &Rc<Partition>, op: GroupOp) -> GroupAnswer {
         let l = log.clone();
         c.handle(op, &crate::group::consumer::catalog::NoTopics, move |_| {
             Some(l.clone())
@@ -1741,7 +1771,7 @@ mod tests {
     const UNSTABLE: Result<Option<i64>, GroupError> = Err(GroupError::UnstableOffsetCommit);
 
     /// One topic "t" of four partitions, at version 1.
-    struct OneTopic;
+    pub(super) struct OneTopic;
 
     impl TopicCatalog for OneTopic {
         fn version(&self) -> u64 {

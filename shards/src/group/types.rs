@@ -316,6 +316,16 @@ pub enum GroupOp {
         group: String,
         heartbeat: crate::group::consumer::group::Heartbeat,
     },
+    /// ShareGroupHeartbeat (KIP-932).
+    ShareHeartbeat {
+        group: String,
+        heartbeat: crate::group::share::group::ShareHeartbeat,
+    },
+    /// ShareGroupDescribe (KIP-932): GROUP_ID_NOT_FOUND for a group that is not a
+    /// share group.
+    ShareDescribe {
+        group: String,
+    },
 }
 
 impl GroupOp {
@@ -333,7 +343,9 @@ impl GroupOp {
             | GroupOp::Delete { group }
             | GroupOp::DeleteOffsets { group, .. }
             | GroupOp::ConsumerHeartbeat { group, .. }
-            | GroupOp::ConsumerDescribe { group } => Some(group),
+            | GroupOp::ConsumerDescribe { group }
+            | GroupOp::ShareHeartbeat { group, .. }
+            | GroupOp::ShareDescribe { group } => Some(group),
             GroupOp::List => None,
         }
     }
@@ -380,6 +392,17 @@ impl GroupOp {
                     return too_long("a topic name");
                 }
             }
+            GroupOp::ShareHeartbeat { heartbeat: h, .. } => {
+                if !fits(&h.member_id) || !fits_opt(&h.rack_id) {
+                    return too_long("a member id");
+                }
+                if !fits(&h.client_id) || !fits(&h.client_host) {
+                    return too_long("the client id");
+                }
+                if !h.subscribed_topic_names.iter().flatten().all(|t| fits(t)) {
+                    return too_long("a topic name");
+                }
+            }
             GroupOp::Commit(CommitRequest { offsets, .. })
             | GroupOp::TxnCommit(TxnCommitRequest { offsets, .. })
                 if !offsets.iter().all(|(topic, ..)| fits(topic)) =>
@@ -408,6 +431,8 @@ pub enum GroupAnswer {
     OffsetsDeleted(Result<Vec<Result<(), GroupError>>, GroupError>),
     ConsumerHeartbeat(Result<crate::group::consumer::group::HeartbeatAnswer, GroupError>),
     ConsumerDescribed(Result<crate::group::consumer::group::ConsumerGroupDescription, GroupError>),
+    ShareHeartbeat(Result<crate::group::share::group::ShareHeartbeatAnswer, GroupError>),
+    ShareDescribed(Result<crate::group::share::group::ShareGroupDescription, GroupError>),
 }
 
 #[cfg(test)]

@@ -228,16 +228,24 @@ impl Shard {
             loop {
                 glommio::timer::sleep(Duration::from_millis(100)).await;
                 let ticked = shard.groups.tick();
-                if !ticked.emptied.is_empty() || !ticked.consumer_changed.is_empty() {
+                if !ticked.emptied.is_empty()
+                    || !ticked.consumer_changed.is_empty()
+                    || !ticked.share_changed.is_empty()
+                {
                     let s = shard.clone();
                     glommio::spawn_local(async move {
-                        let (s2, s3) = (s.clone(), s.clone());
+                        let (s2, s3, s4) = (s.clone(), s.clone(), s.clone());
                         s.groups
                             .store_emptied(ticked.emptied, move |p| s2.partition(&offsets_tp(p)))
                             .await;
                         s.groups
                             .store_consumer_changes(ticked.consumer_changed, move |p| {
                                 s3.partition(&offsets_tp(p))
+                            })
+                            .await;
+                        s.groups
+                            .store_share_changes(ticked.share_changed, move |p| {
+                                s4.partition(&offsets_tp(p))
                             })
                             .await;
                     })

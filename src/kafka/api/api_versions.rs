@@ -4,7 +4,8 @@
 //! From v3 the features (KIP-584): `transaction.version` supported up to 2 and finalized
 //! at the configured level (none at 0), under the metadata log index as the features'
 //! epoch, as Kafka gives its metadata offset. Kafka 4 clients pick transaction version 2
-//! (KIP-890 part 2) from it.
+//! (KIP-890 part 2) from it. `share.version` likewise, supported up to 1 and finalized
+//! at `--share-version` (1 by default): share groups are served at 1.
 //!
 //! A client that sends a newer ApiVersions than we know gets a v0-format response with
 //! UNSUPPORTED_VERSION and our ranges, so it can retry at a version we support. Clients
@@ -22,6 +23,9 @@ use kafka_protocol::messages::api_versions_response::{
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+
+/// Kafka's feature for share groups (KIP-932).
+const SHARE_VERSION_FEATURE: &str = "share.version";
 
 fn response(error_code: i16) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
@@ -60,6 +64,18 @@ impl Handler for ApiVersions {
         supported.min_version = 0;
         supported.max_version = TRANSACTION_VERSION_MAX;
         r.supported_features.push(supported);
+        let mut share = SupportedFeatureKey::default();
+        share.name = StrBytes::from_static_str(SHARE_VERSION_FEATURE);
+        share.min_version = 0;
+        share.max_version = crate::config::SHARE_VERSION_MAX;
+        r.supported_features.push(share);
+        if ctx.config.share_version > 0 {
+            let mut finalized = FinalizedFeatureKey::default();
+            finalized.name = StrBytes::from_static_str(SHARE_VERSION_FEATURE);
+            finalized.min_version_level = ctx.config.share_version;
+            finalized.max_version_level = ctx.config.share_version;
+            r.finalized_features.push(finalized);
+        }
         let level = ctx.config.txns.transaction_version;
         if level > 0 {
             let mut finalized = FinalizedFeatureKey::default();

@@ -69,6 +69,8 @@ pub mod produce;
 pub mod quota_entities;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
+pub mod share_group_describe;
+pub mod share_group_heartbeat;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod txn_routing;
@@ -158,6 +160,8 @@ macro_rules! apis {
 // from v4 because only RecordBatch v2 is stored (no down-conversion). The consumer
 // protocol (KIP-848): ConsumerGroupHeartbeat, ConsumerGroupDescribe, and OffsetCommit v9
 // (the same request as v8, its generation read as the member epoch).
+// Share groups (KIP-932): ShareGroupHeartbeat and ShareGroupDescribe v1, the stable
+// versions of Kafka 4.1+ (v0 was 4.0's early access).
 // Transactions: transaction version 1 (AddPartitionsToTxn up to v3, EndTxn up to v4,
 // TxnOffsetCommit up to v3); the
 // partition leaders' verification and version 2 (KIP-890) are not served yet.
@@ -177,6 +181,8 @@ apis![
     heartbeat::Heartbeat,
     consumer_group_heartbeat::ConsumerGroupHeartbeat,
     consumer_group_describe::ConsumerGroupDescribe,
+    share_group_heartbeat::ShareGroupHeartbeat,
+    share_group_describe::ShareGroupDescribe,
     leave_group::LeaveGroup,
     offset_commit::OffsetCommit,
     offset_fetch::OffsetFetch,
@@ -214,6 +220,11 @@ apis![
     list_transactions::ListTransactions,
     txn_offset_commit::TxnOffsetCommit,
 ];
+
+/// Whether the cluster serves share groups (its finalized `share.version`, KIP-932).
+pub(crate) fn share_groups_enabled(ctx: &Ctx) -> bool {
+    ctx.config.share_version >= 1
+}
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
     SUPPORTED_APIS

@@ -17,6 +17,9 @@
 use crate::group::consumer::assignment::{Assignment, TopicId};
 use std::collections::{BTreeMap, BTreeSet};
 
+/// The assignor's name, as Kafka's (ShareGroupDescribe's `AssignorName`).
+pub const NAME: &str = "simple";
+
 /// One member as the assignor sees it.
 #[derive(Debug, Clone)]
 pub struct ShareMemberSpec<'a> {

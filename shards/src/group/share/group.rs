@@ -17,14 +17,21 @@
 //! - `target` has an entry for every member once a target has been computed since it
 //!   joined.
 //!
-//! Not here yet: the group's records in `__consumer_offsets` and the share state's
-//! initialization before partitions are assigned (Kafka assigns only initialized ones).
+//! - `changes` names every member and group field that moved since the coordinator last
+//!   took them: writing `records_for(changes)` after each step keeps the log equal to
+//!   the group (`stored.rs`; a replay of every record written gives the same group).
+//!
+//! Not here yet: the share state's initialization before partitions are assigned
+//! (Kafka assigns only partitions whose state the share coordinator has initialized).
 
 use super::assignor::{self, ShareMemberSpec};
 use crate::group::consumer::assignment::{Assignment, TopicId};
 use crate::group::consumer::group::TopicCatalog;
 use crate::group::types::GroupError;
 use std::collections::{BTreeMap, BTreeSet};
+
+mod stored;
+pub use stored::ShareChanges;
 
 /// The member epoch of a heartbeat that leaves the group.
 pub const LEAVE_GROUP_MEMBER_EPOCH: i32 = -1;
@@ -99,6 +106,16 @@ impl ShareMember {
     }
 }
 
+/// ShareGroupDescribe's view of a group.
+#[derive(Debug, Clone)]
+pub struct ShareGroupDescription {
+    pub state: &'static str,
+    pub epoch: i32,
+    pub assignment_epoch: i32,
+    pub assignor: &'static str,
+    pub members: Vec<ShareMember>,
+}
+
 #[derive(Debug, Default)]
 pub struct ShareGroup {
     id: String,
@@ -108,7 +125,12 @@ pub struct ShareGroup {
     target: BTreeMap<String, Assignment>,
     /// The existing topics some member subscribes to: name -> (id, partitions).
     subscribed: BTreeMap<String, (TopicId, i32)>,
+    /// `metadata_hash(subscribed)`, stored with the epoch: after a replay (`subscribed`
+    /// empty until the next heartbeat looks at the topics) it tells whether the topics
+    /// changed while the group was not loaded.
+    metadata_hash: i64,
     catalog_version: Option<u64>,
+    changes: ShareChanges,
 }
 
 impl ShareGroup {
@@ -152,6 +174,16 @@ impl ShareGroup {
         }
     }
 
+    pub fn describe(&self) -> ShareGroupDescription {
+        ShareGroupDescription {
+            state: self.state(),
+            epoch: self.epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: assignor::NAME,
+            members: self.members.values().cloned().collect(),
+        }
+    }
+
     /// Serves one heartbeat at `now_ms`.
     pub fn heartbeat(
         &mut self,
@@ -192,6 +224,7 @@ impl ShareGroup {
         }
         let mut member = existing.unwrap_or_else(|| ShareMember::new(hb.member_id.clone()));
         let before_subscription = member.subscribed.clone();
+        let before_metadata = stored::metadata_of(&member);
         if let Some(r) = hb.rack_id {
             member.rack_id = Some(r);
         }
@@ -202,18 +235,24 @@ impl ShareGroup {
         member.client_host = hb.client_host.clone();
         member.session_deadline_ms = now_ms + i64::from(config.session_timeout_ms);
         let mut bump = is_new || member.subscribed != before_subscription;
+        if is_new || stored::metadata_of(&member) != before_metadata {
+            self.changes.members.insert(member.member_id.clone());
+        }
         let before_assigned = member.assigned.clone();
+        let before_epochs = (member.epoch, member.previous_epoch);
         let member_id = member.member_id.clone();
         self.members.insert(member_id.clone(), member);
 
         if bump || self.catalog_version != Some(catalog.version()) {
-            let subscribed = self.compute_subscribed(catalog);
-            bump |= subscribed != self.subscribed;
-            self.subscribed = subscribed;
+            self.subscribed = self.compute_subscribed(catalog);
+            let hash = stored::metadata_hash(&self.subscribed);
+            bump |= hash != self.metadata_hash;
+            self.metadata_hash = hash;
             self.catalog_version = Some(catalog.version());
         }
         if bump {
             self.epoch += 1;
+            self.changes.epoch = true;
         }
         if self.epoch > self.assignment_epoch {
             self.compute_target();
@@ -227,6 +266,9 @@ impl ShareGroup {
             m.epoch = assignment_epoch;
         }
         m.assigned = assigned;
+        if is_new || (m.epoch, m.previous_epoch) != before_epochs || m.assigned != before_assigned {
+            self.changes.current.insert(member_id.clone());
+        }
         let send = joining || hb.subscribed_topic_names.is_some() || m.assigned != before_assigned;
         let answer = ShareHeartbeatAnswer {
             member_id,
@@ -244,6 +286,13 @@ impl ShareGroup {
         if self.members.remove(member_id).is_some() {
             self.target.remove(member_id);
             self.epoch += 1;
+            self.changes.epoch = true;
+            self.changes.members.remove(member_id);
+            self.changes.current.remove(member_id);
+            if let Some(t) = self.changes.target.as_mut() {
+                t.remove(member_id);
+            }
+            self.changes.removed.insert(member_id.to_string());
         }
     }
 
@@ -303,7 +352,14 @@ impl ShareGroup {
             })
             .collect();
         let partitions: BTreeMap<TopicId, i32> = self.subscribed.values().copied().collect();
-        self.target = assignor::assign(&specs, &partitions);
+        let target = assignor::assign(&specs, &partitions);
+        let changed = self.changes.target.get_or_insert_with(BTreeSet::new);
+        for (id, t) in &target {
+            if self.target.get(id) != Some(t) {
+                changed.insert(id.clone());
+            }
+        }
+        self.target = target;
         self.assignment_epoch = self.epoch;
     }
 
@@ -348,6 +404,7 @@ fn validate(hb: &ShareHeartbeat) -> Result<(), GroupError> {
 mod tests {
     use super::*;
     use crate::group::consumer::assignor::TopicSpec;
+    use crate::group::share::records;
     use proptest::prelude::*;
     use uuid::Uuid;
 
@@ -489,67 +546,90 @@ mod tests {
         ]
     }
 
+    /// Members driven by ops, with the epochs they were last given, and the clock.
+    struct Clients {
+        topics: Topics,
+        epochs: BTreeMap<u8, i32>,
+        now: i64,
+    }
+
+    impl Clients {
+        fn new(partitions: i32) -> Clients {
+            let mut topics = Topics::default();
+            topics.put("q", partitions);
+            Clients {
+                topics,
+                epochs: BTreeMap::new(),
+                now: 0,
+            }
+        }
+
+        fn apply(&mut self, op: Op, g: &mut ShareGroup, c: &ShareGroupConfig) {
+            let (topics, now) = (&self.topics, self.now);
+            match op {
+                Op::Join(i) if !self.epochs.contains_key(&i) => {
+                    let a = g
+                        .heartbeat(beat(&format!("m{i}"), 0, Some(&["q"])), topics, c, now)
+                        .expect("joins");
+                    self.epochs.insert(i, a.member_epoch);
+                }
+                Op::Join(_) => {}
+                Op::Beat(i) => {
+                    if let Some(e) = self.epochs.get(&i).copied() {
+                        match g.heartbeat(beat(&format!("m{i}"), e, None), topics, c, now) {
+                            Ok(a) => self.epochs.insert(i, a.member_epoch),
+                            Err(_) => self.epochs.remove(&i),
+                        };
+                    }
+                }
+                Op::Leave(i) => {
+                    if self.epochs.remove(&i).is_some() {
+                        g.heartbeat(beat(&format!("m{i}"), -1, None), topics, c, now)
+                            .expect("leaves");
+                    }
+                }
+                Op::Grow(n) => {
+                    let cur = self.topics.by_name["q"].1;
+                    self.topics.put("q", cur + n);
+                }
+                Op::Expire => {
+                    self.now += 50_000;
+                    for id in g.expired(self.now) {
+                        g.remove_member(&id);
+                    }
+                    self.epochs
+                        .retain(|i, _| g.member(&format!("m{i}")).is_some());
+                }
+            }
+        }
+    }
+
     proptest! {
         /// Under any joins, heartbeats, leaves, expiries and topic growth, once every
         /// member has heartbeated again each holds its target: every partition of the
         /// topic is read by ceil(M / P) members.
         #[test]
         fn once_every_member_heartbeats_the_partitions_are_shared_evenly(ops in proptest::collection::vec(op(), 1..60)) {
-            let mut topics = Topics::default();
-            topics.put("q", 3);
+            let mut clients = Clients::new(3);
             let c = ShareGroupConfig::default();
             let mut g = ShareGroup::new("g".into());
-            let mut epochs: BTreeMap<u8, i32> = BTreeMap::new();
-            let mut now = 0i64;
             let mut last_epoch = 0;
             for op in ops {
-                match op {
-                    Op::Join(i) if !epochs.contains_key(&i) => {
-                        let a = g.heartbeat(beat(&format!("m{i}"), 0, Some(&["q"])), &topics, &c, now).expect("joins");
-                        epochs.insert(i, a.member_epoch);
-                    }
-                    Op::Join(_) => {}
-                    Op::Beat(i) => {
-                        if let Some(e) = epochs.get(&i).copied() {
-                            match g.heartbeat(beat(&format!("m{i}"), e, None), &topics, &c, now) {
-                                Ok(a) => { epochs.insert(i, a.member_epoch); }
-                                Err(_) => { epochs.remove(&i); }
-                            }
-                        }
-                    }
-                    Op::Leave(i) => {
-                        if let Some(e) = epochs.remove(&i) {
-                            g.heartbeat(beat(&format!("m{i}"), -1, None), &topics, &c, now).expect("leaves");
-                            let _ = e;
-                        }
-                    }
-                    Op::Grow(n) => {
-                        let cur = topics.by_name["q"].1;
-                        topics.put("q", cur + n);
-                    }
-                    Op::Expire => {
-                        now += 50_000;
-                        for id in g.expired(now) {
-                            g.remove_member(&id);
-                        }
-                        epochs.retain(|i, _| g.member(&format!("m{i}")).is_some());
-                    }
-                }
+                clients.apply(op, &mut g, &c);
                 prop_assert!(g.epoch() >= last_epoch, "the group epoch only grows");
                 last_epoch = g.epoch();
             }
-            if epochs.is_empty() {
+            if clients.epochs.is_empty() {
                 return Ok(());
             }
             for _ in 0..2 {
-                for (i, e) in epochs.clone() {
-                    let a = g.heartbeat(beat(&format!("m{i}"), e, None), &topics, &c, now).expect("a live member");
-                    epochs.insert(i, a.member_epoch);
+                for i in clients.epochs.keys().copied().collect::<Vec<_>>() {
+                    clients.apply(Op::Beat(i), &mut g, &c);
                 }
             }
-            let p = topics.by_name["q"].1;
-            let sharing = epochs.len().div_ceil(p as usize);
-            let id = topics.by_name["q"].0;
+            let p = clients.topics.by_name["q"].1;
+            let sharing = clients.epochs.len().div_ceil(p as usize);
+            let id = clients.topics.by_name["q"].0;
             for part in 0..p {
                 let readers = g.members().filter(|m| m.assigned.contains(id, part)).count();
                 prop_assert_eq!(readers, sharing, "partition {}", part);
@@ -558,5 +638,90 @@ mod tests {
                 prop_assert_eq!(m.epoch, g.epoch());
             }
         }
+
+        /// The records written after every step, encoded, decoded and replayed in
+        /// order, give back the group: members, epochs, assignments and targets.
+        #[test]
+        fn a_replay_of_the_written_records_gives_back_the_group(ops in proptest::collection::vec(op(), 1..50)) {
+            let mut clients = Clients::new(3);
+            let c = ShareGroupConfig::default();
+            let mut g = ShareGroup::new("g".into());
+            let mut log: Vec<(Vec<u8>, Option<Vec<u8>>)> = Vec::new();
+            for op in ops {
+                clients.apply(op, &mut g, &c);
+                let changes = g.take_changes();
+                for (k, v) in g.records_for(&changes) {
+                    log.push((records::encode_key(&k).expect("short ids"), v.as_ref().map(records::encode_value)));
+                }
+                let replayed = replay(&log, &c);
+                prop_assert_eq!(stored_form(&replayed), stored_form(&g));
+            }
+            // A replay ends with a group that answers its members as the live one did.
+            let mut replayed = replay(&log, &c);
+            let (topics, now) = (&clients.topics, clients.now);
+            for (i, e) in &clients.epochs {
+                let id = format!("m{i}");
+                let live = g.heartbeat(beat(&id, *e, None), topics, &c, now).expect("live");
+                let back = replayed.heartbeat(beat(&id, *e, None), topics, &c, now).expect("replayed");
+                prop_assert_eq!(live, back);
+            }
+        }
+    }
+
+    fn replay(log: &[(Vec<u8>, Option<Vec<u8>>)], c: &ShareGroupConfig) -> ShareGroup {
+        let mut g = ShareGroup::new("g".into());
+        for (k, v) in log {
+            let key = records::decode_key(k).expect("key");
+            let value = v
+                .as_ref()
+                .map(|v| records::decode_value(&key, v).expect("value"));
+            if !g.restore(&key, value) {
+                g = ShareGroup::new("g".into());
+            }
+        }
+        g.finish_restore(0, c);
+        g
+    }
+
+    /// Everything a share group stores, comparable.
+    fn stored_form(g: &ShareGroup) -> impl PartialEq + std::fmt::Debug {
+        let members: Vec<_> = g
+            .members()
+            .map(|m| {
+                (
+                    m.member_id.clone(),
+                    m.rack_id.clone(),
+                    m.client_id.clone(),
+                    m.subscribed.clone(),
+                    m.epoch,
+                    m.previous_epoch,
+                    m.assigned.clone(),
+                )
+            })
+            .collect();
+        (
+            g.epoch,
+            g.assignment_epoch,
+            g.metadata_hash,
+            g.target.clone(),
+            members,
+        )
+    }
+
+    #[test]
+    fn tombstones_delete_the_group_metadata_last() {
+        let mut topics = Topics::default();
+        topics.put("q", 1);
+        let mut g = ShareGroup::new("g".into());
+        let c = ShareGroupConfig::default();
+        g.heartbeat(beat("a", 0, Some(&["q"])), &topics, &c, 0)
+            .expect("a");
+        let t = g.tombstones();
+        assert!(t.iter().all(|(_, v)| v.is_none()));
+        assert_eq!(
+            t.last().map(|(k, _)| k),
+            Some(&records::ShareRecordKey::GroupMetadata { group: "g".into() })
+        );
+        assert_eq!(t.len(), 5);
     }
 }

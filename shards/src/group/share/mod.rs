@@ -1,9 +1,10 @@
 //! Share groups' side of the group coordinator (KIP-932): membership and the assignment
-//! of partitions to members, several members to a partition. Built so far: `assignor`
-//! (Kafka's `simple`), `group` (one group's heartbeats, epochs and target, pure) and
-//! `records` (the codec of its records in `__consumer_offsets`, Kafka's types 10–14).
-//! To come: writing and replaying those records, the coordinator's wiring,
-//! ShareGroupHeartbeat and ShareGroupDescribe at the edge.
+//! of partitions to members, several members to a partition. `assignor` (Kafka's
+//! `simple`), `group` (one group's heartbeats, epochs and target, pure; `group/stored.rs`
+//! its records and replay) and `records` (the codec of its records in
+//! `__consumer_offsets`, Kafka's types 10–14). The coordinator serves them in
+//! `group::coordinator::share`, the edge in `kafka::api::share_group_*`. To come: the
+//! initialization of share state before partitions are assigned (type 15).
 
 pub mod assignor;
 pub mod group;

@@ -1,0 +1,163 @@
+"""Share groups (KIP-932) against the real broker: membership and assignment.
+
+Hand-built ShareGroupHeartbeat v1, ShareGroupDescribe v1 and ListGroups v5 frames
+(kwire's flexible encoding): several members read one partition, Kafka's error codes,
+the group ids shared with the other group types, the `share.version` gate, and a group
+that comes back exactly after the broker restarts (its records in
+``__consumer_offsets``, replayed by the coordinator).
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import kwire as W
+from launcher import wait_until
+from test_consumer_protocol import join as consumer_join
+from test_groups import create_topic
+
+SHARE_GROUP_HEARTBEAT = 76
+SHARE_GROUP_DESCRIBE = 77
+LIST_GROUPS = 16
+FLAGS = ["--group-share-session-timeout-ms", "6000", "--group-share-heartbeat-interval-ms", "500"]
+
+ERR_NONE = 0
+ERR_UNKNOWN_MEMBER_ID = 25
+ERR_UNSUPPORTED_VERSION = 35
+ERR_INVALID_REQUEST = 42
+ERR_GROUP_ID_NOT_FOUND = 69
+ERR_FENCED_MEMBER_EPOCH = 110
+
+
+def heartbeat(bootstrap: str, group: str, member: str, epoch: int,
+              topics: list[str] | None = None, rack: str | None = None) -> dict:
+    """One ShareGroupHeartbeat v1; returns the answer's fields."""
+    body = (W.compact_string(group) + W.compact_string(member) + W.i32(epoch)
+            + W.compact_string(rack)
+            + W.c_array(None if topics is None else [W.compact_string(t) for t in topics])
+            + W.tags())
+    r = W.flex_roundtrip(bootstrap, SHARE_GROUP_HEARTBEAT, 1, body)
+    out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "member": r.c_string(),
+           "epoch": r.i32(), "interval": r.i32(), "assignment": r.nullable_assignment()}
+    r.skip_tags()
+    return out
+
+
+def describe(bootstrap: str, group: str) -> dict:
+    """ShareGroupDescribe v1 of one group."""
+    body = W.c_array([W.compact_string(group)]) + W.i8(0) + W.tags()
+    r = W.flex_roundtrip(bootstrap, SHARE_GROUP_DESCRIBE, 1, body)
+    r.i32()
+    assert r.c_len() == 1
+    g = {"error": r.i16(), "message": r.c_string(), "group": r.c_string(), "state": r.c_string(),
+         "epoch": r.i32(), "assignment_epoch": r.i32(), "assignor": r.c_string(), "members": {}}
+    for _ in range(r.c_len()):
+        m = {"id": r.c_string(), "rack": r.c_string(), "epoch": r.i32(), "client": r.c_string(),
+             "host": r.c_string(), "topics": [r.c_string() for _ in range(r.c_len())]}
+        parts = {}
+        for _ in range(r.c_len()):
+            tid, name = r.uuid(), r.c_string()
+            parts[name] = sorted(r.i32() for _ in range(r.c_len()))
+            r.skip_tags()
+        r.skip_tags()
+        m["assignment"] = parts
+        r.skip_tags()
+        g["members"][m["id"]] = m
+    r.i32()  # authorized operations
+    r.skip_tags()
+    return g
+
+
+def list_groups(bootstrap: str, types: list[str]) -> dict[str, tuple[str, str, str]]:
+    """ListGroups v5 filtered by group type: id -> (protocol type, state, type)."""
+    body = W.c_array([]) + W.c_array([W.compact_string(t) for t in types]) + W.tags()
+    r = W.flex_roundtrip(bootstrap, LIST_GROUPS, 5, body)
+    r.i32()
+    assert r.i16() == ERR_NONE
+    out = {}
+    for _ in range(r.c_len()):
+        gid, proto, state, gtype = r.c_string(), r.c_string(), r.c_string(), r.c_string()
+        r.skip_tags()
+        out[gid] = (proto, state, gtype)
+    return out
+
+
+def partitions(answer: dict) -> list[int]:
+    return [p for ps in (answer["assignment"] or {}).values() for p in ps]
+
+
+def test_members_share_one_partition_and_errors_are_kafkas(broker_factory):
+    b = broker_factory(extra_args=FLAGS)
+    create_topic(b.bootstrap, "share-one", 1)
+    g = "share-one-group"
+    a, c = str(uuid.uuid4()), str(uuid.uuid4())
+    first = heartbeat(b.bootstrap, g, a, 0, ["share-one"])
+    assert (first["error"], first["epoch"], first["member"], first["interval"]) == (ERR_NONE, 1, a, 500), first
+    assert partitions(first) == [0]
+    second = heartbeat(b.bootstrap, g, c, 0, ["share-one"])
+    # No revocation: the second member reads the partition at once, beside the first.
+    assert (second["epoch"], partitions(second)) == (2, [0]), second
+    again = heartbeat(b.bootstrap, g, a, 1)
+    assert (again["error"], again["epoch"], again["assignment"]) == (ERR_NONE, 2, None), again
+
+    d = describe(b.bootstrap, g)
+    assert (d["error"], d["state"], d["epoch"], d["assignment_epoch"], d["assignor"]) == \
+        (ERR_NONE, "Stable", 2, 2, "simple"), d
+    assert {m: v["assignment"] for m, v in d["members"].items()} == {a: {"share-one": [0]}, c: {"share-one": [0]}}
+    assert d["members"][a]["topics"] == ["share-one"] and d["members"][a]["host"].startswith("/")
+
+    # Kafka's refusals.
+    assert heartbeat(b.bootstrap, g, "", 0, ["share-one"])["error"] == ERR_INVALID_REQUEST
+    assert heartbeat(b.bootstrap, g, str(uuid.uuid4()), 0)["error"] == ERR_INVALID_REQUEST
+    assert heartbeat(b.bootstrap, g, a, 2, rack="")["error"] == ERR_INVALID_REQUEST
+    assert heartbeat(b.bootstrap, g, str(uuid.uuid4()), 2)["error"] == ERR_UNKNOWN_MEMBER_ID
+    assert heartbeat(b.bootstrap, g, a, 9)["error"] == ERR_FENCED_MEMBER_EPOCH
+    missing = heartbeat(b.bootstrap, "share-no-such-group", a, 3)
+    assert missing["error"] == ERR_GROUP_ID_NOT_FOUND, missing
+    assert describe(b.bootstrap, "share-no-such-group")["error"] == ERR_GROUP_ID_NOT_FOUND
+
+    # One namespace of group ids: a consumer group's id is not a share group's, nor
+    # the other way round.
+    create_topic(b.bootstrap, "share-other", 2)
+    assert consumer_join(b.bootstrap, "share-consumers", str(uuid.uuid4()), ["share-other"])["error"] == ERR_NONE
+    taken = heartbeat(b.bootstrap, "share-consumers", a, 0, ["share-other"])
+    assert taken["error"] == ERR_GROUP_ID_NOT_FOUND and "not a share group" in taken["message"], taken
+    assert consumer_join(b.bootstrap, g, str(uuid.uuid4()), ["share-other"])["error"] == ERR_GROUP_ID_NOT_FOUND
+
+    listed = list_groups(b.bootstrap, ["share"])
+    assert listed == {g: ("share", "Stable", "share")}, listed
+    assert g not in list_groups(b.bootstrap, ["consumer", "classic"])
+
+    left = heartbeat(b.bootstrap, g, c, -1)
+    assert (left["error"], left["epoch"]) == (ERR_NONE, -1), left
+    back = heartbeat(b.bootstrap, g, a, 2)
+    assert (back["epoch"], back["assignment"]) == (3, None), "the group moved on; a keeps its partition"
+
+
+def test_a_share_group_comes_back_exactly_after_a_restart(broker_factory):
+    b = broker_factory(extra_args=FLAGS)
+    create_topic(b.bootstrap, "share-restart", 4)
+    g = "share-restart-group"
+    members = [str(uuid.uuid4()) for _ in range(3)]
+    epochs = {}
+    for m in members:
+        epochs[m] = heartbeat(b.bootstrap, g, m, 0, ["share-restart"])["epoch"]
+    for m in members:
+        epochs[m] = heartbeat(b.bootstrap, g, m, epochs[m])["epoch"]
+    before = describe(b.bootstrap, g)
+    assert before["epoch"] == 3 and all(v["epoch"] == 3 for v in before["members"].values()), before
+    assert sorted(len(v["assignment"]["share-restart"]) for v in before["members"].values()) == [1, 1, 2]
+
+    b.restart()
+    wait_until(lambda: heartbeat(b.bootstrap, g, members[0], 3)["error"] == ERR_NONE, 30,
+               "a member's heartbeat at its epoch is accepted by the reloaded group")
+    after = describe(b.bootstrap, g)
+    assert (after["epoch"], after["members"]) == (before["epoch"], before["members"]), after
+
+
+def test_share_version_zero_turns_share_groups_off(broker_factory):
+    b = broker_factory(extra_args=["--share-version", "0"])
+    create_topic(b.bootstrap, "share-off", 1)
+    off = heartbeat(b.bootstrap, "share-off-group", str(uuid.uuid4()), 0, ["share-off"])
+    assert off["error"] == ERR_UNSUPPORTED_VERSION, off
+    assert describe(b.bootstrap, "share-off-group")["error"] == ERR_UNSUPPORTED_VERSION
