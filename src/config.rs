@@ -422,6 +422,26 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "offsets.topic.replication.factor")]
     pub offsets_topic_replication_factor: Option<i32>,
+    /// Replicas of `__share_group_state`, at most one per live broker when it is
+    /// created (Kafka's share.coordinator.state.topic.replication.factor, 3).
+    #[arg(long)]
+    #[serde(alias = "share.coordinator.state.topic.replication.factor")]
+    pub share_coordinator_state_topic_replication_factor: Option<i32>,
+    /// Its min.insync.replicas, at most its replicas (Kafka's
+    /// share.coordinator.state.topic.min.isr, 2).
+    #[arg(long)]
+    #[serde(alias = "share.coordinator.state.topic.min.isr")]
+    pub share_coordinator_state_topic_min_isr: Option<i32>,
+    /// Partitions of `__share_group_state` when it is created (Kafka's
+    /// share.coordinator.state.topic.num.partitions, 50).
+    #[arg(long)]
+    #[serde(alias = "share.coordinator.state.topic.num.partitions")]
+    pub share_coordinator_state_topic_num_partitions: Option<i32>,
+    /// Updates of a share partition's state between two snapshots of it (Kafka's
+    /// share.coordinator.snapshot.update.records.per.snapshot, 500).
+    #[arg(long)]
+    #[serde(alias = "share.coordinator.snapshot.update.records.per.snapshot")]
+    pub share_coordinator_snapshot_update_records_per_snapshot: Option<u32>,
     /// The active controller hands leadership back to preferred replicas (Kafka's
     /// auto.leader.rebalance.enable).
     #[arg(long)]
@@ -784,6 +804,18 @@ impl ServeArgs {
             offsets_topic_replication_factor: self
                 .offsets_topic_replication_factor
                 .or(file.offsets_topic_replication_factor),
+            share_coordinator_state_topic_replication_factor: self
+                .share_coordinator_state_topic_replication_factor
+                .or(file.share_coordinator_state_topic_replication_factor),
+            share_coordinator_state_topic_min_isr: self
+                .share_coordinator_state_topic_min_isr
+                .or(file.share_coordinator_state_topic_min_isr),
+            share_coordinator_state_topic_num_partitions: self
+                .share_coordinator_state_topic_num_partitions
+                .or(file.share_coordinator_state_topic_num_partitions),
+            share_coordinator_snapshot_update_records_per_snapshot: self
+                .share_coordinator_snapshot_update_records_per_snapshot
+                .or(file.share_coordinator_snapshot_update_records_per_snapshot),
             auto_leader_rebalance_enable: self
                 .auto_leader_rebalance_enable
                 .or(file.auto_leader_rebalance_enable),
@@ -838,6 +870,8 @@ pub struct BrokerConfig {
     pub groups: GroupConfig,
     /// The finalized `share.version` feature: share groups are served from 1.
     pub share_version: i16,
+    /// The share coordinator (`__share_group_state`).
+    pub share_state: corelog_shards::share::coordinator::ShareCoordinatorConfig,
     pub txns: TxnCoordinatorConfig,
     pub housekeeping: HousekeepingConfig,
     pub retention_check_interval_ms: u64,
@@ -875,6 +909,8 @@ pub struct ClusterConfig {
     pub replication: corelog_shards::shard_config::ReplicationConfig,
     pub default_replication_factor: i32,
     pub offsets_topic_replication_factor: i32,
+    pub share_state_replication_factor: i32,
+    pub share_state_min_isr: i32,
     /// `None`: auto.leader.rebalance.enable is off.
     pub leader_balance: Option<corelog_controller::leader_balance::LeaderBalance>,
     pub balancer: corelog_controller::balancer::Balancer,
@@ -1124,6 +1160,15 @@ impl ClusterConfig {
                 a.offsets_topic_replication_factor.unwrap_or(3),
                 "--offsets-topic-replication-factor",
             )?,
+            share_state_replication_factor: positive(
+                a.share_coordinator_state_topic_replication_factor
+                    .unwrap_or(3),
+                "--share-coordinator-state-topic-replication-factor",
+            )?,
+            share_state_min_isr: positive(
+                a.share_coordinator_state_topic_min_isr.unwrap_or(2),
+                "--share-coordinator-state-topic-min-isr",
+            )?,
             leader_balance: leader_balance(a)?,
             balancer: balancer(a)?,
             controller_security: Default::default(),
@@ -1330,6 +1375,7 @@ impl BrokerConfig {
             consumer: consumer_group_config(&a)?,
             share: share_group_config(&a)?,
         };
+        let share_state = share_coordinator_config(&a)?;
         let share_version = a.share_version.unwrap_or(SHARE_VERSION_MAX);
         if !(0..=SHARE_VERSION_MAX).contains(&share_version) {
             bail!("share-version must be 0 or {SHARE_VERSION_MAX}");
@@ -1455,6 +1501,7 @@ impl BrokerConfig {
             retention_check_interval_ms,
             groups,
             share_version,
+            share_state,
             txns,
             listeners,
             inter_broker_listener,
@@ -1557,6 +1604,26 @@ fn consumer_group_config(
 
 /// The highest `share.version` served (KIP-932 as Kafka 4.2 finalized it).
 pub const SHARE_VERSION_MAX: i16 = 1;
+
+/// The share coordinator's settings (`share.coordinator.*`).
+fn share_coordinator_config(
+    a: &ServeArgs,
+) -> anyhow::Result<corelog_shards::share::coordinator::ShareCoordinatorConfig> {
+    let defaults = corelog_shards::share::coordinator::ShareCoordinatorConfig::default();
+    let partitions = a
+        .share_coordinator_state_topic_num_partitions
+        .unwrap_or(defaults.partitions);
+    if !(1..=1000).contains(&partitions) {
+        bail!("share-coordinator-state-topic-num-partitions must be between 1 and 1000");
+    }
+    Ok(corelog_shards::share::coordinator::ShareCoordinatorConfig {
+        partitions,
+        updates_per_snapshot: a
+            .share_coordinator_snapshot_update_records_per_snapshot
+            .unwrap_or(defaults.updates_per_snapshot),
+        ..defaults
+    })
+}
 
 /// The broker's share-group settings (`group.share.*`), checked as Kafka checks them.
 fn share_group_config(a: &ServeArgs) -> anyhow::Result<ShareGroupConfig> {

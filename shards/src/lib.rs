@@ -42,6 +42,7 @@
 
 pub mod admin_changes;
 pub mod client_quota;
+pub mod coordinator_log;
 pub mod coordinator_record;
 pub mod group;
 

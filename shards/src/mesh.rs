@@ -476,6 +476,18 @@ pub enum ShardMessage {
         op: crate::txn::types::TxnOp,
         reply: Reply<crate::txn::types::TxnAnswer>,
     },
+    /// A share-group state operation (KIP-932), sent to the shard that leads the share
+    /// partition's `__share_group_state` partition.
+    ShareState {
+        key: crate::share::records::ShareKey,
+        op: Box<crate::share::coordinator::StateOp>,
+        reply: Reply<
+            Result<
+                Option<crate::share::coordinator::StateView>,
+                crate::share::coordinator::StateFailure,
+            >,
+        >,
+    },
     /// A copy of the shard's metrics.
     Metrics {
         reply: Reply<corelog_metrics::MetricsSnapshot>,

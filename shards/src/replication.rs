@@ -77,6 +77,17 @@ impl Shard {
                 self.groups.unload_partition(tp.partition);
             }
         }
+        if &*tp.topic == crate::share::coordinator::SHARE_STATE_TOPIC
+            && was_leader != log.is_leader()
+        {
+            if log.is_leader() {
+                let (coordinator, log, p) = (self.share_state.clone(), log.clone(), tp.partition);
+                glommio::spawn_local(async move { coordinator.load_partition(p, log).await })
+                    .detach();
+            } else {
+                self.share_state.unload_partition(tp.partition);
+            }
+        }
         if &*tp.topic == crate::txn::TRANSACTION_TOPIC {
             // The coordinator epoch is the leader epoch: a new epoch while leading is a
             // new coordinator too, which loads the partition again.

@@ -14,6 +14,8 @@ pub struct ShardConfig {
     pub groups: GroupConfig,
     /// The transaction coordinator's settings.
     pub txns: crate::txn::coordinator::TxnCoordinatorConfig,
+    /// The share coordinator's settings (`__share_group_state`).
+    pub share_state: crate::share::coordinator::ShareCoordinatorConfig,
     pub housekeeping: crate::housekeeping::HousekeepingConfig,
     /// All tail caches of this shard together (`corelog_storage::tail_cache_budget`).
     pub tail_cache_shard_bytes: u64,

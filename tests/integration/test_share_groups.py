@@ -161,3 +161,96 @@ def test_share_version_zero_turns_share_groups_off(broker_factory):
     off = heartbeat(b.bootstrap, "share-off-group", str(uuid.uuid4()), 0, ["share-off"])
     assert off["error"] == ERR_UNSUPPORTED_VERSION, off
     assert describe(b.bootstrap, "share-off-group")["error"] == ERR_UNSUPPORTED_VERSION
+
+
+INITIALIZE_STATE, READ_STATE, WRITE_STATE, DELETE_STATE, READ_SUMMARY = 83, 84, 85, 86, 87
+ERR_FENCED_LEADER_EPOCH = 74
+ERR_FENCED_STATE_EPOCH = 124
+ERR_UNKNOWN_TOPIC_OR_PARTITION = 3
+
+
+def state_call(bootstrap: str, api: int, group: str, tid: bytes, partition: int, fields: bytes) -> W.Flex:
+    """One share-group state request for one partition; the reader is left just past
+    the answer's partition index (its error code and message come next)."""
+    body = (W.compact_string(group)
+            + W.c_array([tid + W.c_array([W.i32(partition) + fields + W.tags()]) + W.tags()])
+            + W.tags())
+    r = W.flex_roundtrip(bootstrap, api, 0, body)
+    assert r.c_len() == 1
+    assert r.uuid() == tid
+    assert r.c_len() == 1
+    assert r.i32() == partition
+    return r
+
+
+def state_error(r: W.Flex) -> tuple[int, str | None]:
+    return r.i16(), r.c_string()
+
+
+def read_state(bootstrap: str, group: str, tid: bytes, leader_epoch: int) -> dict:
+    r = state_call(bootstrap, READ_STATE, group, tid, 0, W.i32(leader_epoch))
+    err, msg = state_error(r)
+    out = {"error": err, "message": msg, "state_epoch": r.i32(), "start": r.i64(), "batches": []}
+    for _ in range(r.c_len()):
+        out["batches"].append((r.i64(), r.i64(), r.i8(), r.i16()))
+        r.skip_tags()
+    return out
+
+
+def write_state(bootstrap: str, group: str, tid: bytes, state_epoch: int, leader_epoch: int, start: int,
+                batches: list[tuple[int, int, int, int]]) -> int:
+    bs = [W.i64(f) + W.i64(l) + W.i8(s) + W.i16(c) + W.tags() for f, l, s, c in batches]
+    fields = W.i32(state_epoch) + W.i32(leader_epoch) + W.i64(start) + W.c_array(bs)
+    return state_error(state_call(bootstrap, WRITE_STATE, group, tid, 0, fields))[0]
+
+
+def test_share_state_is_kept_fenced_and_survives_a_restart(broker_factory):
+    """The share coordinator's APIs (between brokers, here by hand): initialize, read
+    (which records the reader's leader epoch), write, summary, delete; Kafka's fencing
+    codes; the state replayed from __share_group_state after a restart."""
+    b = broker_factory(extra_args=FLAGS)
+    create_topic(b.bootstrap, "share-state", 1)
+    g = "share-state-group"
+    # The topic's id, from a share member's assignment.
+    tid = next(iter(heartbeat(b.bootstrap, "share-state-ids", str(uuid.uuid4()), 0, ["share-state"])["assignment"]))
+
+    uninitialized = read_state(b.bootstrap, g, tid, 0)
+    assert uninitialized["error"] == ERR_INVALID_REQUEST, uninitialized
+    assert write_state(b.bootstrap, g, tid, 0, 0, 5, []) == ERR_INVALID_REQUEST
+    r = state_call(b.bootstrap, READ_SUMMARY, g, tid, 0, W.i32(-1))
+    assert state_error(r)[0] == ERR_NONE and (r.i32(), r.i32(), r.i64()) == (0, 0, -1), "a key never seen"
+
+    r = state_call(b.bootstrap, INITIALIZE_STATE, g, tid, 0, W.i32(3) + W.i64(10))
+    assert state_error(r) == (ERR_NONE, None)
+    assert read_state(b.bootstrap, g, tid, 5)["start"] == 10
+    # Acknowledged 10-14, archived 15, available again 16-17 (delivered twice).
+    assert write_state(b.bootstrap, g, tid, 3, 5, 10, [(10, 14, 2, 1), (15, 15, 4, 5), (16, 17, 0, 2)]) == ERR_NONE
+    assert write_state(b.bootstrap, g, tid, 3, 5, 15, []) == ERR_NONE
+    want = {"error": ERR_NONE, "message": None, "state_epoch": 3, "start": 15,
+            "batches": [(15, 15, 4, 5), (16, 17, 0, 2)]}
+    assert read_state(b.bootstrap, g, tid, 5) == want
+    # An older leader, an older state epoch, a bad delivery state.
+    assert write_state(b.bootstrap, g, tid, 3, 4, -1, []) == ERR_FENCED_LEADER_EPOCH
+    assert read_state(b.bootstrap, g, tid, 4)["error"] == ERR_FENCED_LEADER_EPOCH
+    assert write_state(b.bootstrap, g, tid, 2, 5, -1, []) == ERR_FENCED_STATE_EPOCH
+    assert write_state(b.bootstrap, g, tid, 3, 5, -1, [(18, 18, 1, 1)]) == ERR_INVALID_REQUEST
+    r = state_call(b.bootstrap, INITIALIZE_STATE, g, tid, 0, W.i32(2) + W.i64(0))
+    assert state_error(r)[0] == ERR_FENCED_STATE_EPOCH
+    unknown = state_call(b.bootstrap, READ_STATE, g, b"\x01" * 16, 0, W.i32(0))
+    assert state_error(unknown)[0] == ERR_UNKNOWN_TOPIC_OR_PARTITION
+
+    b.restart()
+    wait_until(lambda: read_state(b.bootstrap, g, tid, 5)["error"] == ERR_NONE, 30,
+               "the share coordinator reloaded its partition")
+    assert read_state(b.bootstrap, g, tid, 5) == want
+    assert write_state(b.bootstrap, g, tid, 3, 4, -1, []) == ERR_FENCED_LEADER_EPOCH, "the leader epoch was kept"
+    r = state_call(b.bootstrap, READ_SUMMARY, g, tid, 0, W.i32(-1))
+    assert state_error(r)[0] == ERR_NONE and (r.i32(), r.i32(), r.i64()) == (3, 5, 15)
+
+    r = state_call(b.bootstrap, DELETE_STATE, g, tid, 0, b"")
+    assert state_error(r)[0] == ERR_NONE
+    assert read_state(b.bootstrap, g, tid, 5)["error"] == ERR_INVALID_REQUEST
+    b.restart()
+    wait_until(lambda: state_call(b.bootstrap, READ_SUMMARY, g, tid, 0, W.i32(-1)).i16() == ERR_NONE, 30,
+               "the share coordinator reloaded its partition")
+    assert read_state(b.bootstrap, g, tid, 5)["error"] == ERR_INVALID_REQUEST, "deleted stays deleted"

@@ -64,7 +64,7 @@ use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
 use crate::routing::TopicPartition;
 use bytes::Bytes;
-use corelog_partition::{AckError, Partition, Reader};
+use corelog_partition::{AckError, Partition};
 use corelog_storage::batch;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::producer_state::SequenceError;
@@ -212,26 +212,12 @@ impl GroupCoordinator {
     pub async fn load_partition(&self, partition: i32, log: Rc<Partition>) {
         let generation = self.next_generation(partition);
         let mut records = 0usize;
-        let mut offset = log.log_start_offset();
-        while offset < log.log_end_offset() {
-            let read = match log.read_as(offset, -1, 1 << 20, Reader::Replica).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
-                    break;
-                }
-            };
-            if read.records.is_empty() {
-                break;
-            }
-            for item in batch::batches(&read.records) {
-                let Ok((h, range)) = item else { break };
-                offset = h.last_offset() + 1;
-                let Some(bytes) = read.records.get(range) else {
-                    break;
-                };
+        let replayed = crate::coordinator_log::replay(
+            &log,
+            || log.log_end_offset(),
+            |h, bytes| {
                 if h.is_control() {
-                    if let Some((kind, _)) = txn_marker::parse(&h, bytes) {
+                    if let Some((kind, _)) = txn_marker::parse(h, bytes) {
                         self.complete_transaction(
                             partition,
                             h.producer_id,
@@ -239,15 +225,18 @@ impl GroupCoordinator {
                             h.base_offset,
                         );
                     }
-                    continue;
+                    return;
                 }
                 let producer = h.is_transactional().then_some(h.producer_id);
                 for r in batch::records(bytes).unwrap_or_default() {
                     records += 1;
                     self.apply(r.key, r.value, r.offset, producer);
                 }
-            }
-            glommio::yield_if_needed().await;
+            },
+        )
+        .await;
+        if let Err(e) = replayed {
+            tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
         }
         if self.generations.borrow().get(&partition) != Some(&generation) {
             // Unloaded (or loaded again) meanwhile: what this replay added is not ours.

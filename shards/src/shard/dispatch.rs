@@ -6,6 +6,7 @@ use super::Shard;
 use crate::group::coordinator::offsets_tp;
 use crate::group::types::GroupOp;
 use crate::mesh::{PartitionRequest, ShardMessage};
+use crate::share::coordinator::share_state_tp;
 use std::rc::Rc;
 
 impl Shard {
@@ -89,6 +90,14 @@ impl Shard {
                     let _ = reply.send(answer);
                 }
             },
+            ShardMessage::ShareState { key, op, reply } => {
+                let shard = self.clone();
+                let answer = self
+                    .share_state
+                    .handle(key, *op, move |p| shard.partition(&share_state_tp(p)))
+                    .await;
+                let _ = reply.send(answer);
+            }
             ShardMessage::Txn { op, reply } => {
                 let answer = self.txns.handle(op).await;
                 let _ = reply.send(answer);

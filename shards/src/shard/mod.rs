@@ -41,6 +41,7 @@ use crate::metadata::MetadataStore;
 use crate::producer_ids::ProducerIds;
 use crate::routing::{shard_of, ShardId};
 pub use crate::shard_config::ShardConfig;
+use crate::share::coordinator::share_state_tp;
 use corelog_partition::Partition;
 use glommio::channels::channel_mesh::Senders;
 use glommio::sync::Semaphore;
@@ -53,6 +54,9 @@ use std::time::Duration;
 /// Group ticks (100 ms each) between two offset-retention checks. (`__consumer_offsets`
 /// is compacted by the log cleaner like any compacted topic.)
 const OFFSET_EXPIRY_CHECK_TICKS: u64 = 20;
+/// Group ticks (100 ms) between two prunings of `__share_group_state` (Kafka's
+/// `share.coordinator.state.topic.prune.interval.ms`, 5 minutes).
+const SHARE_STATE_PRUNE_TICKS: u64 = 3000;
 
 pub struct Shard {
     pub id: ShardId,
@@ -71,6 +75,8 @@ pub struct Shard {
     /// The transaction coordinator of the `__transaction_state` partitions this shard
     /// leads.
     pub txns: Rc<crate::txn::coordinator::TxnCoordinator>,
+    /// The share coordinator of the `__share_group_state` partitions this shard leads.
+    pub share_state: Rc<crate::share::coordinator::ShareCoordinator>,
     /// Retention, compaction, producer expiry and the disk budget.
     pub housekeeping: Rc<Housekeeping>,
     /// Producer ids this shard may hand out without asking the controller
@@ -118,6 +124,9 @@ impl Shard {
                 config.txns.clone(),
                 config.node_id,
                 config.replication.fetch.security.clone(),
+            )),
+            share_state: Rc::new(crate::share::coordinator::ShareCoordinator::new(
+                config.share_state.clone(),
             )),
             housekeeping: Rc::new(Housekeeping::new(
                 config.housekeeping.clone(),
@@ -252,6 +261,20 @@ impl Shard {
                     .detach();
                 }
                 ticks += 1;
+                if ticks % SHARE_STATE_PRUNE_TICKS == 0 {
+                    let s = shard.clone();
+                    glommio::spawn_local(async move {
+                        let s2 = s.clone();
+                        let pruned = s
+                            .share_state
+                            .prune(move |p| s2.partition(&share_state_tp(p)))
+                            .await;
+                        if pruned > 0 {
+                            tracing::debug!(records = pruned, "pruned __share_group_state");
+                        }
+                    })
+                    .detach();
+                }
                 if ticks % OFFSET_EXPIRY_CHECK_TICKS == 0 {
                     let s = shard.clone();
                     glommio::spawn_local(async move {
@@ -268,6 +291,15 @@ impl Shard {
     }
 
     /// The shard that coordinates `transactional_id`.
+    /// The shard that coordinates a share partition's state: the owner of its
+    /// `__share_group_state` partition.
+    pub fn share_coordinator_of(&self, key: &crate::share::records::ShareKey) -> ShardId {
+        self.owner_of(
+            crate::share::coordinator::SHARE_STATE_TOPIC,
+            self.share_state.partition_of(key),
+        )
+    }
+
     pub fn txn_coordinator_of(&self, transactional_id: &str) -> ShardId {
         self.owner_of(
             crate::txn::TRANSACTION_TOPIC,

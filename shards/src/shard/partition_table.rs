@@ -233,6 +233,9 @@ impl Shard {
             if &*topic == crate::txn::TRANSACTION_TOPIC {
                 self.txns.unload_partition(p);
             }
+            if &*topic == crate::share::coordinator::SHARE_STATE_TOPIC {
+                self.share_state.unload_partition(p);
+            }
             if let Some(log) = removed {
                 log.close().await;
             }

@@ -11,6 +11,7 @@
 //! persister, ShareFetch /
 //! ShareAcknowledge, ShareGroupHeartbeat at the edge, and the administration APIs.
 
+pub mod coordinator;
 pub mod partition;
 pub mod records;
 pub mod state;

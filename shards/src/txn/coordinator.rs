@@ -34,7 +34,7 @@ use super::types::{AddMode, TxnAnswer, TxnDescription, TxnOp};
 use super::{partition_for_transactional_id, TRANSACTION_TOPIC_PARTITIONS_DEFAULT};
 use crate::metadata::ClusterMetadata;
 use corelog_kafka_client::security::ClientSecurity;
-use corelog_partition::{AckError, Partition, Reader};
+use corelog_partition::{AckError, Partition};
 use corelog_storage::batch;
 use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::AppendError;
@@ -208,42 +208,32 @@ impl TxnCoordinator {
             .borrow_mut()
             .insert(partition, Held::Loading { epoch, load });
         let mut loaded: HashMap<String, TxnMetadata> = HashMap::new();
-        let mut offset = log.log_start_offset();
         let end = log.log_end_offset();
         // What was appended but is not written yet is read too: the replay must hold
         // everything in the log when the leadership came.
         log.wait_beyond_log_end(end - 1, std::time::Instant::now() + COMMIT_TIMEOUT)
             .await;
         let mut records = 0usize;
-        while offset < end {
-            let read = match log.read_as(offset, -1, 1 << 20, Reader::Replica).await {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::error!(partition, error = %e, "reading __transaction_state; the partition is not served");
-                    if self.held.borrow().get(&partition) == Some(&Held::Loading { epoch, load }) {
-                        self.held.borrow_mut().remove(&partition);
-                    }
+        let replayed = crate::coordinator_log::replay(
+            &log,
+            || end,
+            |h, bytes| {
+                if h.is_control() {
                     return;
                 }
-            };
-            if read.records.is_empty() {
-                break;
-            }
-            for item in batch::batches(&read.records) {
-                let Ok((h, range)) = item else { break };
-                offset = h.last_offset() + 1;
-                if h.is_control() {
-                    continue;
-                }
-                let Some(bytes) = read.records.get(range) else {
-                    break;
-                };
                 for r in batch::records(bytes).unwrap_or_default() {
                     records += 1;
                     apply_record(&mut loaded, r.key, r.value);
                 }
+            },
+        )
+        .await;
+        if let Err(e) = replayed {
+            tracing::error!(partition, error = %e, "reading __transaction_state; the partition is not served");
+            if self.held.borrow().get(&partition) == Some(&Held::Loading { epoch, load }) {
+                self.held.borrow_mut().remove(&partition);
             }
-            glommio::yield_if_needed().await;
+            return;
         }
         if self.held.borrow().get(&partition) != Some(&Held::Loading { epoch, load }) {
             return; // unloaded or loaded again meanwhile

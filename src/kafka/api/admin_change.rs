@@ -109,63 +109,91 @@ pub async fn auto_create(ctx: &Ctx, names: &[String]) -> Vec<Result<(), TopicErr
 /// `transaction.state.log.replication.factor` replicas (at most one per live broker) and
 /// `transaction.state.log.min.isr` in-sync replicas (at most its replicas).
 pub async fn ensure_transaction_topic(ctx: &Ctx) -> Result<(), TopicError> {
-    let topic = corelog_shards::txn::TRANSACTION_TOPIC;
-    let meta = ctx.shard.metadata.snapshot();
-    if meta.topic(topic).is_some() {
-        ctx.shard.metadata.wait_reconciled(meta.version()).await;
-        return Ok(());
-    }
     let c = &ctx.config.txns;
-    let live = i32::try_from(meta.live_brokers().count()).unwrap_or(i32::MAX);
-    let replication_factor = c.replication_factor.min(live).max(1);
-    let new = NewTopic {
-        name: topic.into(),
-        partitions: c.partitions,
-        replication_factor,
-        assignments: None,
-        configs: vec![
-            ("cleanup.policy".into(), "compact".into()),
-            (
-                "min.insync.replicas".into(),
-                c.min_isr.min(replication_factor).max(1).to_string(),
-            ),
-            ("segment.bytes".into(), c.segment_bytes.to_string()),
-        ],
-    };
-    match create_via_admin_shard(ctx, vec![new]).await.pop() {
-        Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),
-        Some(Err(e)) => Err(e),
-        None => Err(TopicError::Storage("no answer from the controller".into())),
-    }
+    ensure_internal_topic(
+        ctx,
+        corelog_shards::txn::TRANSACTION_TOPIC,
+        c.partitions,
+        c.replication_factor,
+        |replicas| {
+            vec![
+                ("cleanup.policy".into(), "compact".into()),
+                (
+                    "min.insync.replicas".into(),
+                    c.min_isr.min(replicas).max(1).to_string(),
+                ),
+                ("segment.bytes".into(), c.segment_bytes.to_string()),
+            ]
+        },
+    )
+    .await
 }
 
 /// Creates `__consumer_offsets` if it does not exist yet: compacted, partitions as
 /// configured, placed over the live brokers, `offsets.topic.replication.factor` replicas
 /// (at most one per live broker).
 pub async fn ensure_offsets_topic(ctx: &Ctx) -> Result<(), TopicError> {
-    let topic = corelog_shards::group::OFFSETS_TOPIC;
+    ensure_internal_topic(
+        ctx,
+        corelog_shards::group::OFFSETS_TOPIC,
+        ctx.config.groups.offsets_partitions,
+        ctx.config.cluster.offsets_topic_replication_factor,
+        |_| vec![("cleanup.policy".into(), "compact".into())],
+    )
+    .await
+}
+
+/// Creates `__share_group_state` if it does not exist yet, as Kafka's share coordinator
+/// does: `cleanup.policy=delete` with infinite retention (the coordinator prunes it),
+/// `share.coordinator.state.topic.num.partitions` partitions, its replication factor (at
+/// most one replica per live broker) and min.isr (at most its replicas).
+pub async fn ensure_share_state_topic(ctx: &Ctx) -> Result<(), TopicError> {
+    let min_isr = ctx.config.cluster.share_state_min_isr;
+    ensure_internal_topic(
+        ctx,
+        corelog_shards::share::coordinator::SHARE_STATE_TOPIC,
+        ctx.config.share_state.partitions,
+        ctx.config.cluster.share_state_replication_factor,
+        |replicas| {
+            vec![
+                ("cleanup.policy".into(), "delete".into()),
+                ("retention.ms".into(), "-1".into()),
+                ("retention.bytes".into(), "-1".into()),
+                (
+                    "min.insync.replicas".into(),
+                    min_isr.min(replicas).max(1).to_string(),
+                ),
+            ]
+        },
+    )
+    .await
+}
+
+/// Creates an internal topic if it does not exist yet, with `replication_factor`
+/// replicas or as many as there are live brokers (a cluster smaller than the setting —
+/// a single node — still gets its coordinators), and the configs `configs` gives for
+/// that many replicas. One that exists is waited for until this broker's shards have
+/// opened its partitions (a request racing the one that created it).
+async fn ensure_internal_topic(
+    ctx: &Ctx,
+    topic: &str,
+    partitions: i32,
+    replication_factor: i32,
+    configs: impl FnOnce(i32) -> Vec<(String, String)>,
+) -> Result<(), TopicError> {
     let meta = ctx.shard.metadata.snapshot();
     if meta.topic(topic).is_some() {
-        // Published is not yet open: a request racing the one that created the topic
-        // waits until this broker's shards have opened its partitions (at once, once they
-        // have).
         ctx.shard.metadata.wait_reconciled(meta.version()).await;
         return Ok(());
     }
-    // As many replicas as asked, and as there are live brokers to hold them: a cluster
-    // smaller than the setting (a single node) still gets its coordinators.
     let live = i32::try_from(meta.live_brokers().count()).unwrap_or(i32::MAX);
+    let replicas = replication_factor.min(live).max(1);
     let new = NewTopic {
         name: topic.into(),
-        partitions: ctx.config.groups.offsets_partitions,
-        replication_factor: ctx
-            .config
-            .cluster
-            .offsets_topic_replication_factor
-            .min(live)
-            .max(1),
+        partitions,
+        replication_factor: replicas,
         assignments: None,
-        configs: vec![("cleanup.policy".into(), "compact".into())],
+        configs: configs(replicas),
     };
     match create_via_admin_shard(ctx, vec![new]).await.pop() {
         Some(Ok(())) | Some(Err(TopicError::AlreadyExists)) => Ok(()),

@@ -3,7 +3,8 @@
 //! once, and ApiVersions advertises exactly that list. A few modules are shared by
 //! several APIs and serve none themselves: `group_routing` (the coordinator shard of a
 //! group), `txn_routing` (the coordinator shard of a transactional id), `acl_requests`
-//! (the ACL APIs' gate and filters), `admin_change` (admin
+//! (the ACL APIs' gate and filters), `share_state_routing` (the share coordinator shard
+//! of a share partition's state), `admin_change` (admin
 //! changes sent to the admin shard), `config_resources`, `quota_entities` and `fan_out`.
 //! Every handler that serves a resource asks `kafka::access` first, as Kafka's does.
 //!
@@ -32,6 +33,7 @@ pub mod create_topics;
 pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
+pub mod delete_share_group_state;
 pub mod delete_topics;
 pub mod describe_acls;
 pub mod describe_client_quotas;
@@ -54,6 +56,7 @@ pub mod handler;
 pub mod heartbeat;
 pub mod incremental_alter_configs;
 pub mod init_producer_id;
+pub mod initialize_share_group_state;
 pub mod join_group;
 pub mod leave_group;
 pub mod list_groups;
@@ -67,13 +70,17 @@ pub mod offset_fetch;
 pub mod offset_for_leader_epoch;
 pub mod produce;
 pub mod quota_entities;
+pub mod read_share_group_state;
+pub mod read_share_group_state_summary;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_state_routing;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod txn_routing;
+pub mod write_share_group_state;
 pub mod write_txn_markers;
 
 use super::frame::{FrameError, RequestFrame};
@@ -161,7 +168,9 @@ macro_rules! apis {
 // protocol (KIP-848): ConsumerGroupHeartbeat, ConsumerGroupDescribe, and OffsetCommit v9
 // (the same request as v8, its generation read as the member epoch).
 // Share groups (KIP-932): ShareGroupHeartbeat and ShareGroupDescribe v1, the stable
-// versions of Kafka 4.1+ (v0 was 4.0's early access).
+// versions of Kafka 4.1+ (v0 was 4.0's early access); the share-group state APIs
+// between brokers at v0 (4.2's v1 of Write and ReadSummary only adds the count of done
+// records for lag).
 // Transactions: transaction version 1 (AddPartitionsToTxn up to v3, EndTxn up to v4,
 // TxnOffsetCommit up to v3); the
 // partition leaders' verification and version 2 (KIP-890) are not served yet.
@@ -183,6 +192,11 @@ apis![
     consumer_group_describe::ConsumerGroupDescribe,
     share_group_heartbeat::ShareGroupHeartbeat,
     share_group_describe::ShareGroupDescribe,
+    initialize_share_group_state::InitializeShareGroupState,
+    read_share_group_state::ReadShareGroupState,
+    write_share_group_state::WriteShareGroupState,
+    delete_share_group_state::DeleteShareGroupState,
+    read_share_group_state_summary::ReadShareGroupStateSummary,
     leave_group::LeaveGroup,
     offset_commit::OffsetCommit,
     offset_fetch::OffsetFetch,
