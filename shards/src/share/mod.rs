@@ -2,16 +2,16 @@
 //! same partitions; each record is acquired by one member for a while and acknowledged
 //! one by one.
 //!
-//! Built so far, each pure and checked against a model: `partition`, the partition
-//! leader's state of one share partition (acquisition, locks, delivery counts,
-//! acknowledgements, the start offset); `state`, its durable form as the share
-//! coordinator keeps it in `__share_group_state` (snapshots and updates, epochs, how
-//! batches combine); `records`, the codec of its records, laid out as Kafka's. The share
-//! group's membership is `group::share`. To come: the share coordinator and the
-//! persister, ShareFetch /
-//! ShareAcknowledge, ShareGroupHeartbeat at the edge, and the administration APIs.
+//! `partition`: the partition leader's state of one share partition (acquisition, locks,
+//! delivery counts, acknowledgements, the start offset), pure and checked against a
+//! model. `leader`: the share partitions a shard leads, loaded from and stored to the
+//! share coordinator through a `Persister`. `coordinator`: the share coordinator, which
+//! keeps that state in `__share_group_state`; `state` its durable form (snapshots and
+//! updates, epochs, how batches combine) and `records` the codec of its records, laid out
+//! as Kafka's. The share group's membership is `group::share`.
 
 pub mod coordinator;
+pub mod leader;
 pub mod partition;
 pub mod records;
 pub mod state;

@@ -1,0 +1,398 @@
+//! The share partitions a shard leads (KIP-932): for each (share group, topic partition)
+//! this shard leads and some share consumer has fetched, the in-flight state
+//! (`partition::SharePartition`), loaded from the share coordinator on first use and
+//! stored back there whenever records are acknowledged, released or time out.
+//!
+//! Loading reads the stored state at this leader's epoch — which fences the previous
+//! leader's writes — and starts a share partition never seen where
+//! `share.auto.offset.reset` says (the log end by default), storing that start at once.
+//! A key the share coordinator has never initialized is initialized first (state epoch
+//! 0), where Kafka's group coordinator would have done it before assigning the partition.
+//!
+//! What is stored is the whole in-flight window, each record as it would be after a
+//! crash: an acquired record as AVAILABLE with the delivery count it had before this
+//! delivery, since acquisitions are not stored (Kafka's rule: a record delivered to a
+//! member when the leader fails is delivered again, and that delivery does not count).
+//!
+//! Invariants: every operation on one share partition runs alone (an async lock per
+//! share partition), so a change and its store are never interleaved with another; an
+//! acknowledgement is answered only once stored, and one whose store fails is undone
+//! (the state before it is put back); a store refused as fenced drops the share
+//! partition (another leader has it), and the next use loads it again.
+
+use super::coordinator::{StateFailure, StateOp, StateView};
+use super::partition::{
+    AckBatch, AckError, Acquired, RecordState, ShareLimits, SharePartition, StateBatch,
+};
+use super::records::ShareKey;
+use super::state::{StateError, StateWrite};
+use crate::routing::TopicPartition;
+use corelog_partition::Partition;
+use futures::future::LocalBoxFuture;
+use futures::lock::Mutex;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::rc::Rc;
+
+/// Where share partitions' state is kept: the share coordinator, wherever it is.
+pub trait Persister {
+    fn call(
+        &self,
+        key: ShareKey,
+        op: StateOp,
+    ) -> LocalBoxFuture<'_, Result<Option<StateView>, StateFailure>>;
+}
+
+/// Where a share partition never seen starts (`share.auto.offset.reset`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum AutoOffsetReset {
+    #[default]
+    Latest,
+    Earliest,
+}
+
+/// The leader's settings for share partitions (Kafka's `group.share.*`).
+#[derive(Debug, Clone, Copy)]
+pub struct ShareLeaderConfig {
+    pub limits: ShareLimits,
+    /// `group.share.record.lock.duration.ms`.
+    pub lock_ms: i64,
+}
+
+impl Default for ShareLeaderConfig {
+    fn default() -> Self {
+        ShareLeaderConfig {
+            limits: ShareLimits::default(),
+            lock_ms: 30_000,
+        }
+    }
+}
+
+/// Why a share partition's operation failed: its partition's error code at the edge.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ShareError {
+    #[error("this broker does not lead the partition")]
+    NotLeaderOrFollower,
+    #[error("the share coordinator is not available")]
+    CoordinatorNotAvailable,
+    #[error("{0}")]
+    InvalidRecordState(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    Unknown(String),
+}
+
+impl From<StateFailure> for ShareError {
+    fn from(e: StateFailure) -> ShareError {
+        match e {
+            // Kafka's `fetchPersisterError`: a fenced leader is no leader.
+            StateFailure::Fenced(StateError::FencedLeaderEpoch(..))
+            | StateFailure::Fenced(StateError::FencedStateEpoch(..)) => {
+                ShareError::NotLeaderOrFollower
+            }
+            StateFailure::NotCoordinator | StateFailure::CoordinatorNotAvailable => {
+                ShareError::CoordinatorNotAvailable
+            }
+            StateFailure::UnknownTopicOrPartition => ShareError::NotLeaderOrFollower,
+            other => ShareError::Unknown(other.to_string()),
+        }
+    }
+}
+
+impl From<AckError> for ShareError {
+    fn from(e: AckError) -> ShareError {
+        match e {
+            AckError::InvalidRecordState(_) => ShareError::InvalidRecordState(e.to_string()),
+            AckError::InvalidRequest(m) => ShareError::InvalidRequest(m),
+        }
+    }
+}
+
+/// One loaded share partition.
+#[derive(Debug, Clone)]
+struct Loaded {
+    state: SharePartition,
+    state_epoch: i32,
+    leader_epoch: i32,
+}
+
+type Held = Rc<Mutex<Option<Loaded>>>;
+
+/// One share partition an operation is about, and where its records are.
+#[derive(Clone, Copy)]
+pub struct ShareTarget<'a> {
+    pub group: &'a str,
+    pub tp: &'a TopicPartition,
+    pub topic_id: uuid::Uuid,
+    pub log: &'a Partition,
+    /// The group's `share.auto.offset.reset`, for a share partition never seen.
+    pub reset: AutoOffsetReset,
+}
+
+pub struct ShareLeader {
+    config: ShareLeaderConfig,
+    held: RefCell<HashMap<(String, TopicPartition), Held>>,
+}
+
+/// The records as stored: acquisitions undone (see the module doc).
+fn durable(batches: Vec<StateBatch>) -> Vec<StateBatch> {
+    batches
+        .into_iter()
+        .map(|b| match b.state {
+            RecordState::Acquired => StateBatch {
+                state: RecordState::Available,
+                deliveries: b.deliveries.saturating_sub(1),
+                ..b
+            },
+            _ => b,
+        })
+        .collect()
+}
+
+impl ShareLeader {
+    pub fn new(config: ShareLeaderConfig) -> ShareLeader {
+        ShareLeader {
+            config,
+            held: RefCell::new(HashMap::new()),
+        }
+    }
+
+    pub fn config(&self) -> &ShareLeaderConfig {
+        &self.config
+    }
+
+    fn held(&self, group: &str, tp: &TopicPartition) -> Held {
+        self.held
+            .borrow_mut()
+            .entry((group.to_string(), tp.clone()))
+            .or_default()
+            .clone()
+    }
+
+    /// Runs `f` on the share partition `t` names, loading it first if needed, and
+    /// stores the result when `f` says the state changed (`Ok((answer, true))`). A
+    /// failed store undoes `f`'s change.
+    async fn with<T>(
+        &self,
+        t: &ShareTarget<'_>,
+        persister: &dyn Persister,
+        f: impl FnOnce(&mut SharePartition) -> Result<(T, bool), ShareError>,
+    ) -> Result<T, ShareError> {
+        let (group, tp, log) = (t.group, t.tp, t.log);
+        if !log.is_leader() {
+            return Err(ShareError::NotLeaderOrFollower);
+        }
+        let key = ShareKey {
+            group: group.to_string(),
+            topic: t.topic_id,
+            partition: tp.partition,
+        };
+        let held = self.held(group, tp);
+        let mut slot = held.lock().await;
+        let stale = slot
+            .as_ref()
+            .is_some_and(|l| l.leader_epoch != log.leader_epoch());
+        if slot.is_none() || stale {
+            *slot = Some(
+                self.load(&key, log, t.reset, persister)
+                    .await
+                    .inspect_err(|_| {
+                        self.drop_if_same(group, tp, &held);
+                    })?,
+            );
+        }
+        let loaded = slot.as_mut().expect("loaded above");
+        loaded.state.move_log_start(log.log_start_offset());
+        let before = loaded.state.clone();
+        let (answer, changed) = f(&mut loaded.state)?;
+        if changed {
+            if let Err(e) = self.store(&key, loaded, persister).await {
+                loaded.state = before;
+                if e == ShareError::NotLeaderOrFollower {
+                    *slot = None;
+                    self.drop_if_same(group, tp, &held);
+                }
+                return Err(e);
+            }
+        }
+        Ok(answer)
+    }
+
+    fn drop_if_same(&self, group: &str, tp: &TopicPartition, held: &Held) {
+        let mut all = self.held.borrow_mut();
+        let k = (group.to_string(), tp.clone());
+        if all.get(&k).is_some_and(|h| Rc::ptr_eq(h, held)) {
+            all.remove(&k);
+        }
+    }
+
+    async fn store(
+        &self,
+        key: &ShareKey,
+        loaded: &Loaded,
+        persister: &dyn Persister,
+    ) -> Result<(), ShareError> {
+        let write = StateWrite {
+            state_epoch: loaded.state_epoch,
+            leader_epoch: loaded.leader_epoch,
+            start_offset: loaded.state.start(),
+            delivery_complete_count: -1,
+            batches: durable(loaded.state.state_batches()),
+        };
+        persister.call(key.clone(), StateOp::Write(write)).await?;
+        Ok(())
+    }
+
+    async fn load(
+        &self,
+        key: &ShareKey,
+        log: &Partition,
+        reset: AutoOffsetReset,
+        persister: &dyn Persister,
+    ) -> Result<Loaded, ShareError> {
+        let leader_epoch = log.leader_epoch();
+        let read = StateOp::Read { leader_epoch };
+        let view = match persister.call(key.clone(), read.clone()).await {
+            Err(StateFailure::InvalidRequest(_)) => {
+                // Never initialized: initialized here, to start where the reset says.
+                let init = StateOp::Initialize {
+                    state_epoch: 0,
+                    start_offset: -1,
+                };
+                persister.call(key.clone(), init).await?;
+                persister.call(key.clone(), read).await?
+            }
+            other => other?,
+        };
+        let view = view.ok_or_else(|| ShareError::Unknown("a read without its state".into()))?;
+        let mut loaded = Loaded {
+            state: SharePartition::restore(
+                view.start_offset.max(0),
+                &view.batches,
+                self.config.limits,
+            ),
+            state_epoch: view.state_epoch,
+            leader_epoch,
+        };
+        if view.start_offset < 0 {
+            let start = match reset {
+                AutoOffsetReset::Latest => log.high_watermark(),
+                AutoOffsetReset::Earliest => log.log_start_offset(),
+            };
+            loaded.state = SharePartition::new(start, self.config.limits);
+            self.store(key, &loaded, persister).await?;
+        }
+        loaded.state.move_log_start(log.log_start_offset());
+        tracing::debug!(group = %key.group, partition = key.partition, start = loaded.state.start(), "share partition loaded");
+        Ok(loaded)
+    }
+
+    /// Acquires up to `max_records` records of the share partition for `member`, locked
+    /// for the lock duration, up to the high watermark. Not stored: acquisitions are
+    /// not.
+    pub async fn acquire(
+        &self,
+        t: &ShareTarget<'_>,
+        member: &str,
+        persister: &dyn Persister,
+        max_records: usize,
+        now_ms: i64,
+    ) -> Result<Vec<Acquired>, ShareError> {
+        let lock_ms = self.config.lock_ms;
+        let log_end = t.log.high_watermark();
+        self.with(t, persister, |sp| {
+            Ok((
+                sp.acquire(member, log_end, max_records, now_ms, lock_ms),
+                false,
+            ))
+        })
+        .await
+    }
+
+    /// Applies `member`'s acknowledgements, all or none, and stores them.
+    pub async fn acknowledge(
+        &self,
+        t: &ShareTarget<'_>,
+        member: &str,
+        persister: &dyn Persister,
+        batches: &[AckBatch],
+        now_ms: i64,
+    ) -> Result<(), ShareError> {
+        let lock_ms = self.config.lock_ms;
+        self.with(t, persister, |sp| {
+            sp.acknowledge(member, batches, now_ms, lock_ms)?;
+            Ok(((), true))
+        })
+        .await
+    }
+
+    /// `member`'s share session ended: what it holds is available again (stored). A
+    /// share partition not loaded holds nothing of it.
+    pub async fn release(
+        &self,
+        t: &ShareTarget<'_>,
+        member: &str,
+        persister: &dyn Persister,
+    ) -> Result<(), ShareError> {
+        if !self
+            .held
+            .borrow()
+            .contains_key(&(t.group.to_string(), t.tp.clone()))
+        {
+            return Ok(());
+        }
+        self.with(t, persister, |sp| Ok(((), sp.release_member(member))))
+            .await
+    }
+
+    /// The share partitions with a lock due by `now_ms`: (group, topic partition).
+    pub fn due(&self, now_ms: i64) -> Vec<(String, TopicPartition)> {
+        self.held
+            .borrow()
+            .iter()
+            .filter(|(_, h)| {
+                // A share partition busy now is looked at next round.
+                h.try_lock().is_some_and(|l| {
+                    l.as_ref()
+                        .and_then(|l| l.state.next_deadline())
+                        .is_some_and(|d| d <= now_ms)
+                })
+            })
+            .map(|(k, _)| k.clone())
+            .collect()
+    }
+
+    /// Ends the locks due by `now_ms` in one share partition, and stores the records
+    /// made available or archived.
+    pub async fn expire(
+        &self,
+        t: &ShareTarget<'_>,
+        persister: &dyn Persister,
+        now_ms: i64,
+    ) -> Result<(), ShareError> {
+        self.with(t, persister, |sp| Ok(((), sp.expire(now_ms))))
+            .await
+    }
+
+    /// This shard no longer leads `tp`: its share partitions go (the next leader loads
+    /// them from the share coordinator).
+    pub fn unload(&self, tp: &TopicPartition) {
+        self.held.borrow_mut().retain(|(_, t), _| t != tp);
+    }
+
+    /// The start offset and records in flight of a loaded share partition (tests,
+    /// metrics).
+    pub fn peek(&self, group: &str, tp: &TopicPartition) -> Option<(i64, i64)> {
+        let held = self
+            .held
+            .borrow()
+            .get(&(group.to_string(), tp.clone()))?
+            .clone();
+        let l = held.try_lock()?;
+        l.as_ref().map(|l| (l.state.start(), l.state.in_flight()))
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,219 @@
+use super::*;
+use crate::share::coordinator::decide;
+use crate::share::partition::AckType;
+use crate::share::state::PersistedState;
+use corelog_storage::batch_builder::{BatchBuilder, Record};
+use corelog_storage::test_executor::run;
+use corelog_storage::{LogConfig, LogContext};
+use std::cell::Cell;
+
+/// The share coordinator's decisions (`coordinator::decide`) over states in memory.
+#[derive(Default)]
+struct MemPersister {
+    states: RefCell<HashMap<ShareKey, PersistedState>>,
+    fail_writes: Cell<bool>,
+}
+
+impl Persister for MemPersister {
+    fn call(
+        &self,
+        key: ShareKey,
+        op: StateOp,
+    ) -> LocalBoxFuture<'_, Result<Option<StateView>, StateFailure>> {
+        Box::pin(async move {
+            if self.fail_writes.get() && matches!(op, StateOp::Write(_)) {
+                return Err(StateFailure::CoordinatorNotAvailable);
+            }
+            let mut states = self.states.borrow_mut();
+            let (record, view) = decide(states.get(&key), &op, 3, 0)?;
+            if let Some(r) = record {
+                states.entry(key).or_default().replay(&r);
+            }
+            Ok(view)
+        })
+    }
+}
+
+async fn log_with(dir: &std::path::Path, records: usize) -> Rc<Partition> {
+    let log = Partition::open(
+        dir.to_path_buf(),
+        LogConfig::default(),
+        LogContext::system(),
+        1,
+        0,
+    )
+    .await
+    .expect("open");
+    append(&log, records).await;
+    log
+}
+
+async fn append(log: &Rc<Partition>, records: usize) {
+    let mut b = BatchBuilder::new(0);
+    for i in 0..records {
+        let v = format!("r{i}");
+        b.push(&Record {
+            key: None,
+            value: Some(v.as_bytes()),
+            headers: &[],
+            timestamp_delta: 0,
+        });
+    }
+    let ticket = log.append(&b.build()).expect("append");
+    log.wait_committed(ticket).await.expect("committed");
+}
+
+fn tp() -> TopicPartition {
+    TopicPartition {
+        topic: "q".into(),
+        partition: 0,
+    }
+}
+
+fn ack(first: i64, last: i64, t: AckType) -> AckBatch {
+    AckBatch {
+        first,
+        last,
+        types: vec![t],
+    }
+}
+
+#[test]
+fn acknowledged_records_survive_a_new_leader_and_the_rest_come_back() {
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(dir.path(), 10).await;
+        let p = MemPersister::default();
+        let tp = tp();
+        let t = ShareTarget {
+            group: "g",
+            tp: &tp,
+            topic_id: uuid::Uuid::from_u128(7),
+            log: &log,
+            reset: AutoOffsetReset::Earliest,
+        };
+        let leader = ShareLeader::new(ShareLeaderConfig::default());
+        let a = leader.acquire(&t, "a", &p, 4, 0).await.expect("a acquires");
+        let b = leader.acquire(&t, "b", &p, 4, 0).await.expect("b acquires");
+        assert_eq!((a[0].first, a[0].last, b[0].first, b[0].last), (0, 3, 4, 7));
+        // a accepts 0-1 and releases 2-3; b rejects 4 and holds 5-7 when the leader goes.
+        leader
+            .acknowledge(
+                &t,
+                "a",
+                &p,
+                &[ack(0, 1, AckType::Accept), ack(2, 3, AckType::Release)],
+                0,
+            )
+            .await
+            .expect("a acks");
+        leader
+            .acknowledge(&t, "b", &p, &[ack(4, 4, AckType::Reject)], 0)
+            .await
+            .expect("b acks");
+        // Another member cannot acknowledge what b holds.
+        let stolen = leader
+            .acknowledge(&t, "a", &p, &[ack(5, 5, AckType::Accept)], 0)
+            .await;
+        assert!(
+            matches!(stolen, Err(ShareError::InvalidRecordState(_))),
+            "{stolen:?}"
+        );
+
+        let next = ShareLeader::new(ShareLeaderConfig::default());
+        let got = next.acquire(&t, "c", &p, 100, 0).await.expect("c acquires");
+        let got: Vec<(i64, i64, u16)> = got
+            .iter()
+            .map(|r| (r.first, r.last, r.deliveries))
+            .collect();
+        // 0-1 done, 4 archived; 2-3 delivered twice now; 5-7 (held when the leader went)
+        // delivered again without counting that delivery; 8-9 new.
+        assert_eq!(got, vec![(2, 3, 2), (5, 9, 1)]);
+        assert_eq!(next.peek("g", &tp), Some((2, 8)));
+    });
+}
+
+#[test]
+fn a_failed_store_undoes_the_acknowledgement() {
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(dir.path(), 5).await;
+        let p = MemPersister::default();
+        let tp = tp();
+        let t = ShareTarget {
+            group: "g",
+            tp: &tp,
+            topic_id: uuid::Uuid::from_u128(7),
+            log: &log,
+            reset: AutoOffsetReset::Earliest,
+        };
+        let leader = ShareLeader::new(ShareLeaderConfig::default());
+        leader.acquire(&t, "a", &p, 5, 0).await.expect("acquired");
+        p.fail_writes.set(true);
+        let refused = leader
+            .acknowledge(&t, "a", &p, &[ack(0, 4, AckType::Accept)], 0)
+            .await;
+        assert_eq!(refused, Err(ShareError::CoordinatorNotAvailable));
+        p.fail_writes.set(false);
+        // Still a's, still acquired: the retry goes through.
+        leader
+            .acknowledge(&t, "a", &p, &[ack(0, 4, AckType::Accept)], 0)
+            .await
+            .expect("retried");
+        assert_eq!(leader.peek("g", &tp), Some((5, 0)));
+    });
+}
+
+#[test]
+fn a_newer_leader_fences_the_old_one_and_latest_starts_at_the_end() {
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(dir.path(), 6).await;
+        let p = MemPersister::default();
+        let tp = tp();
+        let t = ShareTarget {
+            group: "g",
+            tp: &tp,
+            topic_id: uuid::Uuid::from_u128(7),
+            log: &log,
+            reset: AutoOffsetReset::Latest,
+        };
+        let old = ShareLeader::new(ShareLeaderConfig::default());
+        // Latest: nothing of what was written before the group came.
+        assert!(old
+            .acquire(&t, "a", &p, 10, 0)
+            .await
+            .expect("acquire")
+            .is_empty());
+        assert_eq!(old.peek("g", &tp), Some((6, 0)));
+        append(&log, 2).await;
+        let got = old
+            .acquire(&t, "a", &p, 10, 0)
+            .await
+            .expect("the new records");
+        assert_eq!((got[0].first, got[0].last), (6, 7));
+        // A newer leader reads at its epoch: the old one's next store is fenced.
+        let key = ShareKey {
+            group: "g".into(),
+            topic: t.topic_id,
+            partition: 0,
+        };
+        p.call(
+            key,
+            StateOp::Read {
+                leader_epoch: log.leader_epoch() + 1,
+            },
+        )
+        .await
+        .expect("read");
+        let acked = old
+            .acknowledge(&t, "a", &p, &[ack(6, 7, AckType::Accept)], 0)
+            .await;
+        assert_eq!(acked, Err(ShareError::NotLeaderOrFollower));
+        assert_eq!(
+            old.peek("g", &tp),
+            None,
+            "a fenced share partition is dropped"
+        );
+    });
+}
