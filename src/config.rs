@@ -216,6 +216,21 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "group.share.heartbeat.interval.ms")]
     pub group_share_heartbeat_interval_ms: Option<i32>,
+    /// How long a share consumer holds the records it fetched before they are delivered
+    /// again, ms (Kafka's group.share.record.lock.duration.ms, 30000).
+    #[arg(long)]
+    #[serde(alias = "group.share.record.lock.duration.ms")]
+    pub group_share_record_lock_duration_ms: Option<i64>,
+    /// Deliveries of a record before it is archived (Kafka's
+    /// group.share.delivery.count.limit, 5, between 2 and 10).
+    #[arg(long)]
+    #[serde(alias = "group.share.delivery.count.limit")]
+    pub group_share_delivery_count_limit: Option<u16>,
+    /// Records in flight per share partition (Kafka's
+    /// group.share.partition.max.record.locks, 2000, between 100 and 10000).
+    #[arg(long)]
+    #[serde(alias = "group.share.partition.max.record.locks")]
+    pub group_share_partition_max_record_locks: Option<i64>,
     /// The most members a share group may have (Kafka's group.share.max.size, 200).
     #[arg(long)]
     #[serde(alias = "group.share.max.size")]
@@ -686,6 +701,15 @@ impl ServeArgs {
                 .group_share_heartbeat_interval_ms
                 .or(file.group_share_heartbeat_interval_ms),
             group_share_max_size: self.group_share_max_size.or(file.group_share_max_size),
+            group_share_record_lock_duration_ms: self
+                .group_share_record_lock_duration_ms
+                .or(file.group_share_record_lock_duration_ms),
+            group_share_delivery_count_limit: self
+                .group_share_delivery_count_limit
+                .or(file.group_share_delivery_count_limit),
+            group_share_partition_max_record_locks: self
+                .group_share_partition_max_record_locks
+                .or(file.group_share_partition_max_record_locks),
             group_consumer_migration_policy: self
                 .group_consumer_migration_policy
                 .clone()
@@ -872,6 +896,8 @@ pub struct BrokerConfig {
     pub share_version: i16,
     /// The share coordinator (`__share_group_state`).
     pub share_state: corelog_shards::share::coordinator::ShareCoordinatorConfig,
+    /// The share partitions' records: locks, delivery limit, records in flight.
+    pub share_leader: corelog_shards::share::leader::ShareLeaderConfig,
     pub txns: TxnCoordinatorConfig,
     pub housekeeping: HousekeepingConfig,
     pub retention_check_interval_ms: u64,
@@ -1376,6 +1402,7 @@ impl BrokerConfig {
             share: share_group_config(&a)?,
         };
         let share_state = share_coordinator_config(&a)?;
+        let share_leader = share_leader_config(&a)?;
         let share_version = a.share_version.unwrap_or(SHARE_VERSION_MAX);
         if !(0..=SHARE_VERSION_MAX).contains(&share_version) {
             bail!("share-version must be 0 or {SHARE_VERSION_MAX}");
@@ -1502,6 +1529,7 @@ impl BrokerConfig {
             groups,
             share_version,
             share_state,
+            share_leader,
             txns,
             listeners,
             inter_broker_listener,
@@ -1604,6 +1632,39 @@ fn consumer_group_config(
 
 /// The highest `share.version` served (KIP-932 as Kafka 4.2 finalized it).
 pub const SHARE_VERSION_MAX: i16 = 1;
+
+/// The share partitions' settings (`group.share.*` of records), checked as Kafka checks
+/// them, except that a lock may be as short as 100 ms (tests of redelivery).
+fn share_leader_config(
+    a: &ServeArgs,
+) -> anyhow::Result<corelog_shards::share::leader::ShareLeaderConfig> {
+    let defaults = corelog_shards::share::leader::ShareLeaderConfig::default();
+    let lock_ms = a
+        .group_share_record_lock_duration_ms
+        .unwrap_or(defaults.lock_ms);
+    if !(100..=3_600_000).contains(&lock_ms) {
+        bail!("group-share-record-lock-duration-ms must be between 100 and 3600000");
+    }
+    let delivery_limit = a
+        .group_share_delivery_count_limit
+        .unwrap_or(defaults.limits.delivery_limit);
+    if !(2..=10).contains(&delivery_limit) {
+        bail!("group-share-delivery-count-limit must be between 2 and 10");
+    }
+    let max_in_flight = a
+        .group_share_partition_max_record_locks
+        .unwrap_or(defaults.limits.max_in_flight);
+    if !(100..=10_000).contains(&max_in_flight) {
+        bail!("group-share-partition-max-record-locks must be between 100 and 10000");
+    }
+    Ok(corelog_shards::share::leader::ShareLeaderConfig {
+        limits: corelog_shards::share::partition::ShareLimits {
+            max_in_flight,
+            delivery_limit,
+        },
+        lock_ms,
+    })
+}
 
 /// The share coordinator's settings (`share.coordinator.*`).
 fn share_coordinator_config(

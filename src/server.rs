@@ -111,6 +111,7 @@ pub fn run(
         groups: config.groups.clone(),
         txns: config.txns.clone(),
         share_state: config.share_state.clone(),
+        share_leader: config.share_leader,
         housekeeping: config.housekeeping.clone(),
         tail_cache_shard_bytes: config.limits.tail_cache_shard_bytes,
         open_segment_files: (config.limits.max_open_segment_files / config.shards.max(1))

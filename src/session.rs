@@ -19,6 +19,8 @@ pub struct Session {
     pub host: String,
     /// The principal the transport gives: a TLS client certificate's, else ANONYMOUS.
     pub transport_principal: String,
+    /// The connection's share session (KIP-932), ended with it.
+    pub share: crate::kafka::api::share_session::ShareSessionSlot,
 }
 
 impl Session {
@@ -31,6 +33,7 @@ impl Session {
             auth,
             host: peer.ip().to_string(),
             transport_principal: transport_principal.unwrap_or_else(|| ANONYMOUS.to_string()),
+            share: Default::default(),
         }
     }
 

@@ -392,6 +392,38 @@ pub struct Envelope {
 
 /// What the partition table of a shard serves: produce, reads, lookups, and opening,
 /// closing and reconfiguring its partitions.
+/// A share consumer's request for partitions this shard owns (KIP-932).
+pub enum ShareRequest {
+    /// Acquires and reads records, at most `max_records` in all.
+    Fetch {
+        group: String,
+        member: String,
+        partitions: Vec<crate::shard::share_requests::ShareFetchInput>,
+        max_records: usize,
+        reply: Reply<
+            Vec<
+                Result<
+                    crate::shard::share_requests::ShareFetchOutput,
+                    crate::share::leader::ShareError,
+                >,
+            >,
+        >,
+    },
+    Acknowledge {
+        group: String,
+        member: String,
+        partitions: Vec<crate::shard::share_requests::ShareAckInput>,
+        reply: Reply<Vec<Result<(), crate::share::leader::ShareError>>>,
+    },
+    /// The member's share session ended.
+    Release {
+        group: String,
+        member: String,
+        partitions: Vec<(TopicPartition, uuid::Uuid)>,
+        reply: Reply<()>,
+    },
+}
+
 pub enum PartitionRequest {
     Produce {
         acks: Acks,
@@ -488,6 +520,8 @@ pub enum ShardMessage {
             >,
         >,
     },
+    /// ShareFetch and ShareAcknowledge work on the shard that owns the partitions.
+    Share(ShareRequest),
     /// A copy of the shard's metrics.
     Metrics {
         reply: Reply<corelog_metrics::MetricsSnapshot>,

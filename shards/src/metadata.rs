@@ -79,6 +79,7 @@ impl ClusterMetadata {
     /// name merely starts with `__` is not one.
     pub fn is_internal(topic: &str) -> bool {
         topic == crate::group::OFFSETS_TOPIC
+            || topic == crate::share::coordinator::SHARE_STATE_TOPIC
     }
 
     pub fn has_partition(&self, topic: &str, partition: i32) -> bool {

@@ -68,6 +68,10 @@ impl Shard {
     ) -> Result<(), StorageError> {
         let was_leader = log.is_leader();
         self.take_up_role(tp, log, state)?;
+        if was_leader && !log.is_leader() {
+            // The share partitions of this partition go to its new leader.
+            self.share_leader.unload(tp);
+        }
         if &*tp.topic == crate::group::OFFSETS_TOPIC && was_leader != log.is_leader() {
             if log.is_leader() {
                 let (shard, log, p) = (self.clone(), log.clone(), tp.partition);

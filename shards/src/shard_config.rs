@@ -14,6 +14,8 @@ pub struct ShardConfig {
     pub groups: GroupConfig,
     /// The transaction coordinator's settings.
     pub txns: crate::txn::coordinator::TxnCoordinatorConfig,
+    /// The share partitions' settings (`group.share.*` of records).
+    pub share_leader: crate::share::leader::ShareLeaderConfig,
     /// The share coordinator's settings (`__share_group_state`).
     pub share_state: crate::share::coordinator::ShareCoordinatorConfig,
     pub housekeeping: crate::housekeeping::HousekeepingConfig,

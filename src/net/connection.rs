@@ -144,6 +144,7 @@ pub async fn serve(
         peer,
         certificate_principal,
     ));
+    let (kept_ctx, kept_session) = (ctx.clone(), session.clone());
     let reason = match tls.and_then(|t| t.user) {
         None if ctx.tls.is_some() => {
             let reader = crate::net::tls::KernelTlsReader(reader);
@@ -168,6 +169,10 @@ pub async fn serve(
             corelog_metrics::record_connection_rejected();
             tracing::warn!(%peer, reason = %other, "closing connection on bad input")
         }
+    }
+    // A share consumer's session ends with its connection: what it holds goes back.
+    if let Some(s) = kept_session.share.take() {
+        crate::kafka::api::share_session::release(&kept_ctx, s).await;
     }
     // The sender is dropped: the writer drains what is in flight, then closes.
     write_task.await;

@@ -9,12 +9,13 @@ that comes back exactly after the broker restarts (its records in
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import kwire as W
 from launcher import wait_until
 from test_consumer_protocol import join as consumer_join
-from test_groups import create_topic
+from test_groups import create_topic, produce
 
 SHARE_GROUP_HEARTBEAT = 76
 SHARE_GROUP_DESCRIBE = 77
@@ -254,3 +255,122 @@ def test_share_state_is_kept_fenced_and_survives_a_restart(broker_factory):
     wait_until(lambda: state_call(b.bootstrap, READ_SUMMARY, g, tid, 0, W.i32(-1)).i16() == ERR_NONE, 30,
                "the share coordinator reloaded its partition")
     assert read_state(b.bootstrap, g, tid, 5)["error"] == ERR_INVALID_REQUEST, "deleted stays deleted"
+
+
+SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
+ERR_INVALID_RECORD_STATE = 121
+ERR_SHARE_SESSION_NOT_FOUND = 122
+ERR_INVALID_SHARE_SESSION_EPOCH = 123
+
+
+class ShareClient:
+    """One share consumer's connection, speaking ShareFetch and ShareAcknowledge v1."""
+
+    def __init__(self, bootstrap: str, group: str, member: str):
+        self.bootstrap, self.group, self.member = bootstrap, group, member
+        self.sock = W.connect(bootstrap)
+        self.correlation = 0
+
+    def close(self):
+        self.sock.close()
+
+    def call(self, api: int, body: bytes) -> W.Flex:
+        self.correlation += 1
+        self.sock.sendall(W.request(api, 1, self.correlation, body, header_v2=True))
+        _, resp = W.recv_response(self.sock)
+        r = W.Flex(resp)
+        r.skip_tags()
+        return r
+
+    @staticmethod
+    def acks_of(acks: list[tuple[int, int, int]]) -> bytes:
+        return W.c_array([W.i64(f) + W.i64(l) + W.c_array([W.i8(t)]) + W.tags() for f, l, t in acks])
+
+    def fetch(self, epoch: int, tid: bytes, acks=(), max_records=100, max_wait_ms=0) -> dict:
+        part = W.i32(0) + self.acks_of(list(acks)) + W.tags()
+        body = (W.compact_string(self.group) + W.compact_string(self.member) + W.i32(epoch)
+                + W.i32(max_wait_ms) + W.i32(1) + W.i32(1 << 20) + W.i32(max_records) + W.i32(max_records)
+                + W.c_array([tid + W.c_array([part]) + W.tags()]) + W.c_array([]) + W.tags())
+        r = self.call(SHARE_FETCH, body)
+        out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "lock_ms": r.i32(),
+               "partitions": {}}
+        for _ in range(r.c_len()):
+            t = r.uuid()
+            for _ in range(r.c_len()):
+                p = {"index": r.i32(), "error": r.i16(), "message": r.c_string(), "ack_error": r.i16(),
+                     "ack_message": r.c_string()}
+                p["leader"] = (r.i32(), r.i32())
+                r.skip_tags()
+                n = r.uvarint() - 1
+                p["records"] = None if n < 0 else r.take(n)
+                p["acquired"] = []
+                for _ in range(r.c_len()):
+                    p["acquired"].append((r.i64(), r.i64(), r.i16()))
+                    r.skip_tags()
+                r.skip_tags()
+                out["partitions"][(t, p["index"])] = p
+            r.skip_tags()
+        return out
+
+    def acknowledge(self, epoch: int, tid: bytes, acks) -> dict:
+        part = W.i32(0) + self.acks_of(list(acks)) + W.tags()
+        body = (W.compact_string(self.group) + W.compact_string(self.member) + W.i32(epoch)
+                + W.c_array([tid + W.c_array([part]) + W.tags()]) + W.tags())
+        r = self.call(SHARE_ACKNOWLEDGE, body)
+        out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "partitions": {}}
+        for _ in range(r.c_len()):
+            t = r.uuid()
+            for _ in range(r.c_len()):
+                index, err, msg = r.i32(), r.i16(), r.c_string()
+                r.i32(), r.i32()
+                r.skip_tags()
+                r.skip_tags()
+                out["partitions"][(t, index)] = (err, msg)
+            r.skip_tags()
+        return out
+
+
+def test_share_fetch_and_acknowledge_by_hand(broker_factory):
+    """Raw ShareFetch/ShareAcknowledge: acquisition by two members, Kafka's error codes
+    for records not held and for session epochs, redelivery after a lock runs out, and
+    release when a session closes."""
+    b = broker_factory(extra_args=FLAGS + ["--group-share-record-lock-duration-ms", "1000"])
+    create_topic(b.bootstrap, "share-raw", 1)
+    g = "share-raw-group"
+    a_id, c_id = str(uuid.uuid4()), str(uuid.uuid4())
+    tid = next(iter(heartbeat(b.bootstrap, g, a_id, 0, ["share-raw"])["assignment"]))
+    heartbeat(b.bootstrap, g, c_id, 0, ["share-raw"])
+    a, c = ShareClient(b.bootstrap, g, a_id), ShareClient(b.bootstrap, g, c_id)
+    try:
+        first = a.fetch(0, tid)
+        assert first["error"] == ERR_NONE and first["lock_ms"] == 1000, first
+        produce(b.bootstrap, "share-raw", 10)
+        got = a.fetch(1, tid, max_records=4, max_wait_ms=2000)["partitions"][(tid, 0)]
+        assert got["acquired"] == [(0, 3, 1)], got
+        assert got["records"], "the records come with their ranges"
+        other = c.fetch(0, tid, max_records=100, max_wait_ms=500)["partitions"][(tid, 0)]
+        assert other["acquired"] == [(4, 9, 1)], other
+        # c cannot acknowledge a's records; a's own, all or nothing.
+        stolen = c.acknowledge(1, tid, [(0, 0, 1)])["partitions"][(tid, 0)]
+        assert stolen[0] == ERR_INVALID_RECORD_STATE, stolen
+        assert a.acknowledge(2, tid, [(0, 1, 1), (2, 2, 3)])["partitions"][(tid, 0)] == (ERR_NONE, None)
+        # Session epochs.
+        assert a.acknowledge(7, tid, [(3, 3, 1)])["error"] == ERR_INVALID_SHARE_SESSION_EPOCH
+        assert a.acknowledge(0, tid, [(3, 3, 1)])["error"] == ERR_INVALID_SHARE_SESSION_EPOCH
+        stranger = ShareClient(b.bootstrap, g, str(uuid.uuid4()))
+        assert stranger.fetch(5, tid)["error"] == ERR_SHARE_SESSION_NOT_FOUND
+        stranger.close()
+        assert c.acknowledge(2, tid, [(4, 9, 1)])["partitions"][(tid, 0)] == (ERR_NONE, None)
+        # a holds 3 and stops: after its lock (1 s) c gets it, delivered twice.
+        time.sleep(1.5)
+        again = c.fetch(3, tid, max_wait_ms=500)["partitions"][(tid, 0)]
+        assert again["acquired"] == [(3, 3, 2)], again
+        # c closes its session: 3 goes back (this delivery not counted).
+        closed = c.fetch(-1, tid)
+        assert closed["error"] == ERR_NONE, closed
+        back = a.fetch(3, tid, max_wait_ms=500)["partitions"][(tid, 0)]
+        assert back["error"] == ERR_NONE, back
+        assert back["acquired"] == [(3, 3, 2)], back
+    finally:
+        a.close()
+        c.close()

@@ -5,7 +5,7 @@
 use super::Shard;
 use crate::group::coordinator::offsets_tp;
 use crate::group::types::GroupOp;
-use crate::mesh::{PartitionRequest, ShardMessage};
+use crate::mesh::{PartitionRequest, ShardMessage, ShareRequest};
 use crate::share::coordinator::share_state_tp;
 use std::rc::Rc;
 
@@ -97,6 +97,35 @@ impl Shard {
                     .handle(key, *op, move |p| shard.partition(&share_state_tp(p)))
                     .await;
                 let _ = reply.send(answer);
+            }
+            ShardMessage::Share(ShareRequest::Fetch {
+                group,
+                member,
+                partitions,
+                max_records,
+                reply,
+            }) => {
+                let _ = reply.send(
+                    self.share_fetch(&group, &member, partitions, max_records)
+                        .await,
+                );
+            }
+            ShardMessage::Share(ShareRequest::Acknowledge {
+                group,
+                member,
+                partitions,
+                reply,
+            }) => {
+                let _ = reply.send(self.share_acknowledge(&group, &member, partitions).await);
+            }
+            ShardMessage::Share(ShareRequest::Release {
+                group,
+                member,
+                partitions,
+                reply,
+            }) => {
+                self.share_release(&group, &member, partitions).await;
+                let _ = reply.send(());
             }
             ShardMessage::Txn { op, reply } => {
                 let answer = self.txns.handle(op).await;

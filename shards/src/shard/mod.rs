@@ -29,6 +29,7 @@ mod fetch;
 mod partition_requests;
 mod partition_table;
 mod produce;
+pub mod share_requests;
 mod topic_catalog;
 mod txn_verify;
 
@@ -75,6 +76,8 @@ pub struct Shard {
     /// The transaction coordinator of the `__transaction_state` partitions this shard
     /// leads.
     pub txns: Rc<crate::txn::coordinator::TxnCoordinator>,
+    /// The share partitions this shard leads (`share::leader`).
+    pub share_leader: crate::share::leader::ShareLeader,
     /// The share coordinator of the `__share_group_state` partitions this shard leads.
     pub share_state: Rc<crate::share::coordinator::ShareCoordinator>,
     /// Retention, compaction, producer expiry and the disk budget.
@@ -125,6 +128,7 @@ impl Shard {
                 config.node_id,
                 config.replication.fetch.security.clone(),
             )),
+            share_leader: crate::share::leader::ShareLeader::new(config.share_leader),
             share_state: Rc::new(crate::share::coordinator::ShareCoordinator::new(
                 config.share_state.clone(),
             )),
@@ -261,6 +265,10 @@ impl Shard {
                     .detach();
                 }
                 ticks += 1;
+                {
+                    let s = shard.clone();
+                    glommio::spawn_local(async move { s.expire_share_locks().await }).detach();
+                }
                 if ticks % SHARE_STATE_PRUNE_TICKS == 0 {
                     let s = shard.clone();
                     glommio::spawn_local(async move {

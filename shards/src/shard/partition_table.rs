@@ -233,6 +233,7 @@ impl Shard {
             if &*topic == crate::txn::TRANSACTION_TOPIC {
                 self.txns.unload_partition(p);
             }
+            self.share_leader.unload(&tp);
             if &*topic == crate::share::coordinator::SHARE_STATE_TOPIC {
                 self.share_state.unload_partition(p);
             }

@@ -33,7 +33,7 @@ use corelog_storage::batch_builder::{BatchBuilder, Record};
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::rc::Rc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
 
@@ -151,12 +151,7 @@ pub struct ShareCoordinator {
     generations: RefCell<HashMap<i32, u64>>,
 }
 
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
+use super::now_ms;
 
 impl ShareCoordinator {
     pub fn new(config: ShareCoordinatorConfig) -> ShareCoordinator {

@@ -15,3 +15,11 @@ pub mod leader;
 pub mod partition;
 pub mod records;
 pub mod state;
+
+/// Wall-clock milliseconds (lock deadlines, timestamps of state records).
+pub(crate) fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -26,8 +26,9 @@
 //! against the broker's `group.consumer.min/max.*` bounds, the interval below the
 //! timeout: `corelog_shards::group::consumer::overrides`) and its coordinator applies
 //! them from the group's next heartbeat. Described, each shows the group's value
-//! (DYNAMIC_GROUP_CONFIG) or the broker's. Share-group keys are described at Kafka's defaults;
-//! share groups are not run, and setting one is INVALID_CONFIG.
+//! (DYNAMIC_GROUP_CONFIG) or the broker's. `share.auto.offset.reset` (KIP-932) is dynamic
+//! too; the other share-group keys are described at Kafka's defaults and setting one is
+//! INVALID_CONFIG (not applied yet).
 
 use super::Ctx;
 use crate::kafka::error_code;
@@ -68,7 +69,7 @@ pub(super) const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] 
         None,
         ConfigType::String,
         "latest",
-        "where a share group starts (KIP-932; not run by corelog)",
+        "where a share group's partitions start (KIP-932): latest, earliest or by_duration:<ISO-8601>",
     ),
     (
         "share.heartbeat.interval.ms",

@@ -74,8 +74,11 @@ pub mod read_share_group_state;
 pub mod read_share_group_state_summary;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
+pub mod share_acknowledge;
+pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
+pub mod share_session;
 pub mod share_state_routing;
 pub mod sync_group;
 pub mod txn_offset_commit;
@@ -192,6 +195,8 @@ apis![
     consumer_group_describe::ConsumerGroupDescribe,
     share_group_heartbeat::ShareGroupHeartbeat,
     share_group_describe::ShareGroupDescribe,
+    share_fetch::ShareFetch,
+    share_acknowledge::ShareAcknowledge,
     initialize_share_group_state::InitializeShareGroupState,
     read_share_group_state::ReadShareGroupState,
     write_share_group_state::WriteShareGroupState,

@@ -1,7 +1,7 @@
-//! A consumer group's own configs (Kafka 4's GROUP config resource, `kafka-configs
+//! A group's own configs (Kafka 4's GROUP config resource, `kafka-configs
 //! --entity-type groups`): `consumer.session.timeout.ms` and
 //! `consumer.heartbeat.interval.ms` override the broker's `group.consumer.*` for one
-//! group. They are stored in the cluster metadata, so every coordinator the group moves
+//! consumer group; `share.auto.offset.reset` says where a share group starts. They are stored in the cluster metadata, so every coordinator the group moves
 //! to applies them.
 //!
 //! Invariants (Kafka's `GroupConfig` checks, made by [`edit`] before anything is
@@ -11,6 +11,7 @@
 //! never yields an interval at or above the timeout for a stored layer.
 
 use super::group::ConsumerGroupConfig;
+use crate::share::leader::{AutoOffsetReset, AUTO_OFFSET_RESET};
 use std::collections::BTreeMap;
 
 pub const SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
@@ -34,6 +35,14 @@ pub fn edit(
     let mut layer = stored.clone();
     for e in edits {
         match e {
+            // KIP-932: where a share group's partitions start.
+            Edit::Set(key, value) if key == AUTO_OFFSET_RESET => {
+                AutoOffsetReset::parse(value)?;
+                layer.insert(key.clone(), value.trim().to_string());
+            }
+            Edit::Delete(key) if key == AUTO_OFFSET_RESET => {
+                layer.remove(key);
+            }
             Edit::Set(key, value) => {
                 let (min, max, min_name, max_name) = bounds(key, broker)?;
                 let v: i32 = value
@@ -99,7 +108,7 @@ fn bounds(
             "group.consumer.max.heartbeat.interval.ms",
         )),
         k if k.starts_with("share.") => Err(format!(
-            "{k} is a share group config; share groups are not run by this broker"
+            "{k} is a share group config this broker does not apply yet"
         )),
         k => Err(format!("{k} is not a group config")),
     }
@@ -128,6 +137,21 @@ mod tests {
         assert!(edit(&none, &[set(SESSION_TIMEOUT_MS, "x")], &broker).is_err());
         assert!(edit(&none, &[set("share.session.timeout.ms", "45000")], &broker).is_err());
         assert!(edit(&none, &[set("consumer.nope", "1")], &broker).is_err());
+        // Share groups' start.
+        let reset = edit(
+            &none,
+            &[set(AUTO_OFFSET_RESET, "by_duration:PT1H")],
+            &broker,
+        )
+        .expect("ok");
+        assert_eq!(reset[AUTO_OFFSET_RESET], "by_duration:PT1H");
+        assert!(edit(&none, &[set(AUTO_OFFSET_RESET, "oldest")], &broker).is_err());
+        assert!(edit(
+            &none,
+            &[set(AUTO_OFFSET_RESET, "by_duration:-PT1H")],
+            &broker
+        )
+        .is_err());
         // Deleting goes back to the broker's value.
         let back = edit(&layer, &[Edit::Delete(SESSION_TIMEOUT_MS.into())], &broker).expect("ok");
         assert!(back.is_empty());
