@@ -144,12 +144,14 @@ impl Handler for ShareFetch {
                 p.acknowledge_error_code = code;
                 p.acknowledge_error_message = message.map(StrBytes::from_string);
             }
+            // Records are not nullable in Kafka's schema (the Java client refuses a null).
+            p.records = Some(bytes::Bytes::new());
             let (leader, epoch) = a.leader.unwrap_or((-1, -1));
             p.current_leader = LeaderIdAndEpoch::default()
                 .with_leader_id(leader)
                 .with_leader_epoch(epoch);
             if let Some(f) = a.fetched {
-                p.records = f.records;
+                p.records = Some(f.records.unwrap_or_default());
                 p.acquired_records = f
                     .acquired
                     .iter()
