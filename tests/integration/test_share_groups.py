@@ -1,19 +1,31 @@
-"""Share groups (KIP-932) against the real broker: membership and assignment.
+"""Share groups (KIP-932) against the real broker.
 
-Hand-built ShareGroupHeartbeat v1, ShareGroupDescribe v1 and ListGroups v5 frames
-(kwire's flexible encoding): several members read one partition, Kafka's error codes,
-the group ids shared with the other group types, the `share.version` gate, and a group
-that comes back exactly after the broker restarts (its records in
-``__consumer_offsets``, replayed by the coordinator).
+Hand-built frames (kwire's flexible encoding) for Kafka's error codes and exact
+answers: ShareGroupHeartbeat, ShareGroupDescribe and ListGroups (several members read one
+partition, group ids shared with the other group types, the `share.version` gate, a
+group back exactly after a restart); the share-group state APIs between brokers (epochs,
+fencing, the state replayed after a restart); ShareFetch and ShareAcknowledge (records
+held by another member, session epochs, redelivery after a lock runs out, release at a
+session's close). And Java share consumers (``java/ShareWorker.java``) on a three-broker
+cluster whose partition leader is killed under load.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import threading
 import time
 import uuid
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire as W
-from launcher import wait_until
+from launcher import die_with_parent, wait_until
+from test_cluster import FAST as FAST_CLUSTER, leaders as cluster_leaders
 from test_consumer_protocol import join as consumer_join
 from test_groups import create_topic, produce
 
@@ -376,3 +388,133 @@ def test_share_fetch_and_acknowledge_by_hand(broker_factory):
     finally:
         a.close()
         c.close()
+
+
+WORKER = Path(__file__).resolve().parent / "java" / "ShareWorker.java"
+KAFKA_LIBS = Path(os.environ.get("KAFKA_CLI_LIBS", Path(__file__).resolve().parents[2] / ".cache" / "kafka" / "libs"))
+LOG4J = Path(__file__).resolve().parents[2] / "tools" / "kafka-cli" / "log4j2.properties"
+
+
+class Worker:
+    """ShareWorker (Java KafkaShareConsumers) in a child JVM; its lines kept as they come."""
+
+    def __init__(self, boot: str, group: str, topic: str, consumers: int, log: Path):
+        self.lines: list[str] = []
+        self.log = log
+        argv = [os.environ.get("JAVA", "java"), "-cp", f"{KAFKA_LIBS}/*", "-Xmx256m", "-XX:+UseSerialGC",
+                "-XX:TieredStopAtLevel=1", f"-Dlog4j2.configurationFile={LOG4J}",
+                str(WORKER), boot, group, topic, str(consumers)]
+        with open(log, "ab") as err:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err,
+                                         text=True, preexec_fn=die_with_parent)
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self):
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def settled(self, kind: str) -> list[str]:
+        return [l.split()[1] for l in list(self.lines) if l.startswith(kind + " ")]
+
+    def stop(self):
+        try:
+            self.proc.stdin.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def describe(self) -> str:
+        try:
+            tail = self.log.read_text(errors="replace").splitlines()[-40:]
+        except OSError:
+            tail = []
+        return "\n".join(self.lines[-20:] + ["--- log ---"] + tail)
+
+
+@pytest.mark.skipif(not any(KAFKA_LIBS.glob("kafka-clients-*.jar")), reason="Kafka's jars are not fetched")
+def test_share_consumers_lose_nothing_when_the_partition_leader_dies(broker_factory, tmp_path):
+    """Three brokers; Java share consumers read one replicated partition while a producer
+    writes it, and its leader is killed. Every record acknowledged to the producer is in
+    the end accepted by some consumer exactly once, unless it was rejected; a rejected
+    one is never accepted; and the share partition's start offset reaches the log end
+    (nothing left undelivered)."""
+    brokers = broker_factory.cluster(3, extra_args=[*FAST_CLUSTER, *FLAGS, "--group-share-record-lock-duration-ms", "3000"])
+    boot = ",".join(b.bootstrap for b in brokers)
+    topic, group = "share-failover", "share-failover-group"
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, 1, 3, config={"min.insync.replicas": "2"})])[topic].result(30)
+    wait_until(lambda: cluster_leaders(brokers, topic).get(0, -1) >= 0, 30, "the partition has a leader")
+    worker = Worker(boot, group, topic, 3, tmp_path / "worker.log")
+    acked: list[str] = []
+    errors: list[str] = []
+    stop = threading.Event()
+
+    def produce_loop():
+        p = Producer({"bootstrap.servers": boot, "acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                      "message.timeout.ms": 120_000})
+        i = 0
+        while not stop.is_set() and i < 3000:
+            v = f"reject-{i}" if i % 10 == 3 else f"v-{i}"
+            try:
+                p.produce(topic, value=v.encode(),
+                          on_delivery=lambda err, m: (errors if err else acked).append(str(err) if err else m.value().decode()))
+                i += 1
+            except BufferError:
+                p.poll(0.05)
+            if i % 20 == 0:
+                p.poll(0)
+                time.sleep(0.01)
+        p.flush(150)
+
+    producer = threading.Thread(target=produce_loop, daemon=True)
+    try:
+        wait_until(lambda: "STARTED" in worker.lines, 60, "the share consumers started")
+        producer.start()
+        wait_until(lambda: len(worker.settled("ACCEPTED")) >= 300, 60,
+                   lambda: f"consumers under way\n{worker.describe()}")
+        leader = cluster_leaders(brokers, topic)[0]
+        victim = next(b for b in brokers if b.node_id == leader)
+        victim.kill()
+        wait_until(lambda: cluster_leaders([b for b in brokers if b is not victim], topic).get(0, -1) not in (-1, leader),
+                   30, "a new leader")
+        time.sleep(3)
+        victim.start()
+        producer.join(180)
+        assert not errors, errors[:5]
+
+        def done():
+            settled = set(worker.settled("ACCEPTED")) | set(worker.settled("REJECTED"))
+            return set(acked) <= settled | set(worker.settled("UNCERTAIN"))
+        wait_until(done, 120, lambda: f"every record settled\n{worker.describe()}")
+    finally:
+        stop.set()
+        worker.stop()
+    accepted = worker.settled("ACCEPTED")
+    rejected = set(worker.settled("REJECTED"))
+    uncertain = set(worker.settled("UNCERTAIN"))
+    dup = {v for v in accepted if accepted.count(v) > 1}
+    assert not dup, f"accepted twice: {sorted(dup)[:10]}"
+    assert not (set(accepted) & rejected), "a rejected record was accepted"
+    assert all(v.startswith("reject") for v in rejected)
+    missing = set(acked) - set(accepted) - rejected - uncertain
+    assert not missing, f"never settled: {sorted(missing)[:10]}"
+    # Nothing is left in flight: a fresh member of the group finds nothing to acquire on
+    # the partition's leader (an uncertain acknowledgement that was not stored would be
+    # delivered again).
+    member = str(uuid.uuid4())
+    joined = next(a for a in (heartbeat(b.bootstrap, group, member, 0, [topic]) for b in brokers)
+                  if a["error"] == ERR_NONE)
+    tid = next(iter(joined["assignment"]))
+    leader = cluster_leaders(brokers, topic)[0]
+    last = ShareClient(next(b for b in brokers if b.node_id == leader).bootstrap, group, member)
+    try:
+        left = last.fetch(0, tid, max_wait_ms=1000)["partitions"].get((tid, 0), {})
+        assert left.get("error") == ERR_NONE and left.get("acquired") == [], left
+    finally:
+        last.close()
+    print(f"accepted {len(accepted)}, rejected {len(rejected)}, uncertain {len(uncertain)}, acked {len(acked)}")
