@@ -644,6 +644,49 @@ def test_console_producer_consumer_keys_and_groups(kb):
             for row in table(r)] == [(topic, "0", "5", "5", "0")], r.why()
 
 
+def test_share_groups_console_share_consumer_and_kafka_share_groups(kb):
+    """KIP-932 from Kafka's own tools: kafka-configs sets the group's
+    share.auto.offset.reset, kafka-console-share-consumer reads and accepts, and
+    kafka-share-groups lists, describes (start offsets, members), resets, deletes the
+    offsets of a topic and deletes the group."""
+    bs = kb.bootstrap
+    topic, group = "cli-share", "cli-share-group"
+    kafka("kafka-topics.sh", "--bootstrap-server", bs, "--create", "--topic", topic, "--partitions", "1", broker=kb)
+    kafka("kafka-configs.sh", "--bootstrap-server", bs, "--entity-type", "groups", "--entity-name", group,
+          "--alter", "--add-config", "share.auto.offset.reset=earliest", broker=kb)
+    produce_lines(kb, topic, [f"k{i}:v{i}" for i in range(10)])
+
+    def share_consume(n: int) -> Run:
+        return kafka("kafka-console-share-consumer.sh", "--bootstrap-server", bs, "--topic", topic,
+                     "--group", group, "--max-messages", str(n), broker=kb)
+
+    r = share_consume(10)
+    assert r.lines == [f"v{i}" for i in range(10)], r.why()
+
+    r = kafka("kafka-share-groups.sh", "--bootstrap-server", bs, "--list", broker=kb)
+    assert group in r.lines, r.why()
+    r = kafka("kafka-share-groups.sh", "--bootstrap-server", bs, "--describe", "--group", group, broker=kb)
+    assert [(row["GROUP"], row["TOPIC"], row["PARTITION"], row["START-OFFSET"]) for row in table(r)] == \
+        [(group, topic, "0", "10")], r.why()
+    r = kafka("kafka-share-groups.sh", "--bootstrap-server", bs, "--describe", "--group", group, "--state", broker=kb)
+    assert [(row["STATE"], row["#MEMBERS"]) for row in table(r)] == [("Empty", "0")], r.why()
+
+    # Back to the start: every record is delivered again.
+    r = kafka("kafka-share-groups.sh", "--bootstrap-server", bs, "--reset-offsets", "--group", group,
+              "--topic", topic, "--to-earliest", "--execute", broker=kb)
+    assert [(row["TOPIC"], row["PARTITION"], row["NEW-OFFSET"]) for row in table(r)] == [(topic, "0", "0")], r.why()
+    r = share_consume(10)
+    assert r.lines == [f"v{i}" for i in range(10)], r.why()
+
+    r = kafka("kafka-share-groups.sh", "--bootstrap-server", bs, "--delete-offsets", "--group", group,
+              "--topic", topic, broker=kb)
+    assert r.rc == 0 and "Successful" in r.text, r.why()
+    r = kafka("kafka-share-groups.sh", "--bootstrap-server", bs, "--delete", "--group", group, broker=kb)
+    assert r.rc == 0 and "successful" in r.text.lower(), r.why()
+    r = kafka("kafka-share-groups.sh", "--bootstrap-server", bs, "--list", broker=kb)
+    assert group not in r.lines, r.why()
+
+
 def test_consumer_groups_list_describe_reset_delete(kb, tmp_path):
     bs = kb.bootstrap
     topic = "cli-groups"

@@ -7,7 +7,8 @@
 #   tools/kafka-cli/kafka-cli.sh --fetch                 fetch (or refresh) the jars only
 #   tools/kafka-cli/kafka-cli.sh kafka-topics.sh ARGS    run a tool (the .sh is optional)
 #
-# Tools: kafka-topics, kafka-configs, kafka-acls, kafka-consumer-groups, kafka-console-producer,
+# Tools: kafka-topics, kafka-configs, kafka-acls, kafka-consumer-groups, kafka-share-groups,
+# kafka-console-share-consumer, kafka-console-producer,
 # kafka-console-consumer, kafka-get-offsets, kafka-delete-records,
 # kafka-producer-perf-test, kafka-consumer-perf-test, kafka-e2e-latency, kafka-verifiable-producer,
 # kafka-verifiable-consumer, kafka-metadata-quorum, kafka-reassign-partitions,
@@ -55,6 +56,8 @@ case "$tool" in
     kafka-configs)              main=org.apache.kafka.tools.ConfigCommand ;;
     kafka-acls)                 main=org.apache.kafka.tools.AclCommand ;;
     kafka-consumer-groups)      main=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
+    kafka-share-groups)         main=org.apache.kafka.tools.consumer.group.ShareGroupCommand ;;
+    kafka-console-share-consumer) main=org.apache.kafka.tools.consumer.ConsoleShareConsumer ;;
     kafka-console-producer)     main=org.apache.kafka.tools.ConsoleProducer ;;
     kafka-console-consumer)     main=org.apache.kafka.tools.consumer.ConsoleConsumer ;;
     kafka-get-offsets)          main=org.apache.kafka.tools.GetOffsetShell ;;

@@ -701,6 +701,11 @@ impl GroupCoordinator {
             GroupOp::ShareDescribe { group } => {
                 GroupAnswer::ShareDescribed(self.share_describe(&group))
             }
+            GroupOp::ShareScope { group } => GroupAnswer::ShareScope(self.share_scope(&group)),
+            GroupOp::ShareStatePartitions { group, add, forget } => GroupAnswer::Done(
+                self.share_state_partitions(&group, add, forget, &log_of)
+                    .await,
+            ),
         }
     }
 
@@ -1622,6 +1627,8 @@ fn refused(op: GroupOp, e: GroupError) -> GroupAnswer {
         GroupOp::ConsumerDescribe { .. } => GroupAnswer::ConsumerDescribed(Err(e)),
         GroupOp::ShareHeartbeat { .. } => GroupAnswer::ShareHeartbeat(Err(e)),
         GroupOp::ShareDescribe { .. } => GroupAnswer::ShareDescribed(Err(e)),
+        GroupOp::ShareScope { .. } => GroupAnswer::ShareScope(Err(e)),
+        GroupOp::ShareStatePartitions { .. } => GroupAnswer::Done(Err(e)),
     }
 }
 

@@ -326,6 +326,27 @@ pub enum GroupOp {
     ShareDescribe {
         group: String,
     },
+    /// What the share-group administration needs of a share group: whether it is empty,
+    /// its epoch, and the share partitions whose state it may have.
+    ShareScope {
+        group: String,
+    },
+    /// Records share partitions whose state was reset (`add`; a group not there yet is
+    /// made, empty) or deleted (`forget`, by topic id), for an empty share group
+    /// (NON_EMPTY_GROUP otherwise).
+    ShareStatePartitions {
+        group: String,
+        add: Vec<crate::group::share::records::TopicPartitions>,
+        forget: Vec<uuid::Uuid>,
+    },
+}
+
+/// A share group as its administration sees it ([`GroupOp::ShareScope`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShareScope {
+    pub empty: bool,
+    pub epoch: i32,
+    pub partitions: Vec<crate::group::share::records::TopicPartitions>,
 }
 
 impl GroupOp {
@@ -345,7 +366,9 @@ impl GroupOp {
             | GroupOp::ConsumerHeartbeat { group, .. }
             | GroupOp::ConsumerDescribe { group }
             | GroupOp::ShareHeartbeat { group, .. }
-            | GroupOp::ShareDescribe { group } => Some(group),
+            | GroupOp::ShareDescribe { group }
+            | GroupOp::ShareScope { group }
+            | GroupOp::ShareStatePartitions { group, .. } => Some(group),
             GroupOp::List => None,
         }
     }
@@ -433,6 +456,7 @@ pub enum GroupAnswer {
     ConsumerDescribed(Result<crate::group::consumer::group::ConsumerGroupDescription, GroupError>),
     ShareHeartbeat(Result<crate::group::share::group::ShareHeartbeatAnswer, GroupError>),
     ShareDescribed(Result<crate::group::share::group::ShareGroupDescription, GroupError>),
+    ShareScope(Result<ShareScope, GroupError>),
 }
 
 #[cfg(test)]

@@ -244,7 +244,7 @@ async fn read_ranges(
 }
 
 /// The shard's way to the share coordinator (see the module doc).
-pub(crate) struct ShardPersister(pub Rc<Shard>);
+pub struct ShardPersister(pub Rc<Shard>);
 
 impl Persister for ShardPersister {
     fn call(

@@ -14,6 +14,10 @@
 //! delivery, since acquisitions are not stored (Kafka's rule: a record delivered to a
 //! member when the leader fails is delivered again, and that delivery does not count).
 //!
+//! A share partition that no member holds anything of once a session ends or its locks
+//! run out is dropped (all of it is stored): the next use loads it again, so offsets an
+//! administrator reset while the group was empty are what its next member reads.
+//!
 //! Invariants: every operation on one share partition runs alone (an async lock per
 //! share partition), so a change and its store are never interleaved with another; an
 //! acknowledgement is answered only once stored, and one whose store fails is undone
@@ -408,7 +412,24 @@ impl ShareLeader {
             return Ok(());
         }
         self.with(t, persister, |sp| Ok(((), sp.release_member(member))))
-            .await
+            .await?;
+        self.drop_if_idle(t.group, t.tp);
+        Ok(())
+    }
+
+    /// Drops a share partition that no member holds anything of: all of it is stored,
+    /// and the next use loads it again — so an administrator's reset or deletion of the
+    /// offsets of an empty group is what its next member gets (Kafka drops a group's
+    /// share partitions when its last share session ends, for the same reason).
+    fn drop_if_idle(&self, group: &str, tp: &TopicPartition) {
+        let key = (group.to_string(), tp.clone());
+        let idle = self.held.borrow().get(&key).is_some_and(|h| {
+            h.try_lock()
+                .is_some_and(|l| l.as_ref().is_none_or(|l| l.state.next_deadline().is_none()))
+        });
+        if idle {
+            self.held.borrow_mut().remove(&key);
+        }
     }
 
     /// The share partitions with a lock due by `now_ms`: (group, topic partition).
@@ -437,7 +458,9 @@ impl ShareLeader {
         now_ms: i64,
     ) -> Result<(), ShareError> {
         self.with(t, persister, |sp| Ok(((), sp.expire(now_ms))))
-            .await
+            .await?;
+        self.drop_if_idle(t.group, t.tp);
+        Ok(())
     }
 
     /// This shard no longer leads `tp`: its share partitions go (the next leader loads

@@ -1,4 +1,5 @@
-//! DeleteGroups (v0–v2): empty groups only (NON_EMPTY_GROUP otherwise), offsets included.
+//! DeleteGroups (v0–v2): empty groups only (NON_EMPTY_GROUP otherwise), offsets included;
+//! for a share group (KIP-932), the share coordinator's state of its partitions first.
 
 use super::group_routing::{ask_coordinator, code, s};
 use super::handler::{Call, Handler};
@@ -33,6 +34,22 @@ impl Handler for DeleteGroups {
                 out.error_code = ResponseError::GroupAuthorizationFailed.code();
                 body.results.push(out);
                 continue;
+            }
+            // A share group's state goes first (Kafka's order): a group whose state
+            // cannot be deleted stays, with that error.
+            if let Ok(scope) = super::share_admin::scope(ctx, &group).await {
+                if !scope.empty {
+                    out.error_code = ResponseError::NonEmptyGroup.code();
+                    body.results.push(out);
+                    continue;
+                }
+                if let Err(code) =
+                    super::share_admin::delete_state(ctx, &group, &scope.partitions).await
+                {
+                    out.error_code = code;
+                    body.results.push(out);
+                    continue;
+                }
             }
             out.error_code = match ask_coordinator(
                 ctx,

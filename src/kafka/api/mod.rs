@@ -4,7 +4,8 @@
 //! several APIs and serve none themselves: `group_routing` (the coordinator shard of a
 //! group), `txn_routing` (the coordinator shard of a transactional id), `acl_requests`
 //! (the ACL APIs' gate and filters), `share_state_routing` (the share coordinator shard
-//! of a share partition's state), `admin_change` (admin
+//! of a share partition's state), `share_session` (share consumers' sessions),
+//! `share_admin` (share groups' administration), `admin_change` (admin
 //! changes sent to the admin shard), `config_resources`, `quota_entities` and `fan_out`.
 //! Every handler that serves a resource asks `kafka::access` first, as Kafka's does.
 //!
@@ -22,6 +23,7 @@ pub mod admin_change;
 pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
+pub mod alter_share_group_offsets;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
 pub mod config_resources;
@@ -33,6 +35,7 @@ pub mod create_topics;
 pub mod delete_acls;
 pub mod delete_groups;
 pub mod delete_records;
+pub mod delete_share_group_offsets;
 pub mod delete_share_group_state;
 pub mod delete_topics;
 pub mod describe_acls;
@@ -43,6 +46,7 @@ pub mod describe_groups;
 pub mod describe_log_dirs;
 pub mod describe_producers;
 pub mod describe_quorum;
+pub mod describe_share_group_offsets;
 pub mod describe_topic_partitions;
 pub mod describe_transactions;
 pub mod describe_user_scram_credentials;
@@ -75,6 +79,7 @@ pub mod read_share_group_state_summary;
 pub mod sasl_authenticate;
 pub mod sasl_handshake;
 pub mod share_acknowledge;
+pub mod share_admin;
 pub mod share_fetch;
 pub mod share_group_describe;
 pub mod share_group_heartbeat;
@@ -202,6 +207,9 @@ apis![
     write_share_group_state::WriteShareGroupState,
     delete_share_group_state::DeleteShareGroupState,
     read_share_group_state_summary::ReadShareGroupStateSummary,
+    describe_share_group_offsets::DescribeShareGroupOffsets,
+    alter_share_group_offsets::AlterShareGroupOffsets,
+    delete_share_group_offsets::DeleteShareGroupOffsets,
     leave_group::LeaveGroup,
     offset_commit::OffsetCommit,
     offset_fetch::OffsetFetch,

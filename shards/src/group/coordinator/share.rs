@@ -19,7 +19,7 @@ use crate::group::share::group::{
     ShareGroup, ShareGroupDescription, ShareHeartbeat, ShareHeartbeatAnswer,
 };
 use crate::group::share::records::{self as share_rec, ShareRecordKey, ShareRecordValue};
-use crate::group::types::{GroupAnswer, GroupError, GroupListing, GroupOp};
+use crate::group::types::{GroupAnswer, GroupError, GroupListing, GroupOp, ShareScope};
 use corelog_partition::Partition;
 use std::rc::Rc;
 
@@ -54,6 +54,8 @@ impl GroupCoordinator {
         let e = match op {
             GroupOp::ShareHeartbeat { .. }
             | GroupOp::ShareDescribe { .. }
+            | GroupOp::ShareScope { .. }
+            | GroupOp::ShareStatePartitions { .. }
             | GroupOp::Delete { .. }
             | GroupOp::Describe { .. }
             | GroupOp::ConsumerDescribe { .. }
@@ -125,6 +127,62 @@ impl GroupCoordinator {
             .ok_or(GroupError::GroupIdNotFound)
     }
 
+    pub(super) fn share_scope(&self, group: &str) -> Result<ShareScope, GroupError> {
+        self.shares
+            .borrow()
+            .get(group)
+            .map(|g| ShareScope {
+                empty: g.is_empty(),
+                epoch: g.epoch(),
+                partitions: g.state_partitions(),
+            })
+            .ok_or(GroupError::GroupIdNotFound)
+    }
+
+    /// Records share partitions whose state an administrator reset or deleted (see
+    /// [`GroupOp::ShareStatePartitions`]), written before the answer.
+    pub(super) async fn share_state_partitions(
+        &self,
+        group: &str,
+        add: Vec<crate::group::share::records::TopicPartitions>,
+        forget: Vec<uuid::Uuid>,
+        log_of: &impl Fn(i32) -> Option<Rc<Partition>>,
+    ) -> Result<(), GroupError> {
+        if group.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        if self.groups.borrow().contains_key(group) {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        let (records, changes) = {
+            let mut shares = self.shares.borrow_mut();
+            let created = !shares.contains_key(group);
+            let g = shares
+                .entry(group.to_string())
+                .or_insert_with(|| ShareGroup::new(group.to_string()));
+            if !g.is_empty() {
+                return Err(GroupError::GroupNotEmpty);
+            }
+            for (id, name, ps) in add {
+                g.add_state_partitions(id, &name, ps);
+            }
+            g.forget_state_topics(&forget);
+            let mut changes = g.take_changes();
+            // A group made here is stored whole (its epoch record first of all).
+            changes.epoch |= created;
+            (encode(g.records_for(&changes))?, changes)
+        };
+        if !records.is_empty() {
+            if let Err(e) = self.append(group, &records, log_of).await {
+                if let Some(g) = self.shares.borrow_mut().get_mut(group) {
+                    g.keep_changes(changes);
+                }
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
     /// DeleteGroups of a share group: refused while it has members (NON_EMPTY_GROUP);
     /// otherwise its records are deleted, the group metadata last.
     pub(super) async fn delete_share_group(
@@ -173,7 +231,8 @@ impl GroupCoordinator {
             | ShareRecordKey::GroupMetadata { group }
             | ShareRecordKey::TargetAssignmentMetadata { group }
             | ShareRecordKey::TargetAssignmentMember { group, .. }
-            | ShareRecordKey::CurrentMemberAssignment { group, .. } => group.clone(),
+            | ShareRecordKey::CurrentMemberAssignment { group, .. }
+            | ShareRecordKey::StatePartitionMetadata { group } => group.clone(),
         };
         let value = match value.map(|v| share_rec::decode_value(&k, v)) {
             Some(Ok(v)) => Some(v),

@@ -129,6 +129,9 @@ pub struct ShareGroup {
     /// empty until the next heartbeat looks at the topics) it tells whether the topics
     /// changed while the group was not loaded.
     metadata_hash: i64,
+    /// The share partitions the group has been assigned, by topic: those whose state
+    /// the share coordinator may hold (Kafka's "initialized" partitions, record 15).
+    state_partitions: BTreeMap<TopicId, (String, BTreeSet<i32>)>,
     catalog_version: Option<u64>,
     changes: ShareChanges,
 }
@@ -171,6 +174,44 @@ impl ShareGroup {
             "Empty"
         } else {
             "Stable"
+        }
+    }
+
+    /// The share partitions whose state the share coordinator may hold for the group:
+    /// (topic id, name, partitions).
+    pub fn state_partitions(&self) -> Vec<crate::group::share::records::TopicPartitions> {
+        self.state_partitions
+            .iter()
+            .map(|(id, (name, ps))| (*id, name.clone(), ps.iter().copied().collect()))
+            .collect()
+    }
+
+    /// Records that these share partitions may have state (an assignment, an offsets
+    /// reset).
+    pub fn add_state_partitions(
+        &mut self,
+        id: TopicId,
+        name: &str,
+        partitions: impl IntoIterator<Item = i32>,
+    ) {
+        let entry = self
+            .state_partitions
+            .entry(id)
+            .or_insert_with(|| (name.to_string(), BTreeSet::new()));
+        let before = entry.1.len();
+        entry.1.extend(partitions);
+        if entry.1.len() != before || entry.0 != name {
+            entry.0 = name.to_string();
+            self.changes.state_partitions = true;
+        }
+    }
+
+    /// Forgets the state partitions of these topics (their state was deleted).
+    pub fn forget_state_topics(&mut self, topics: &[TopicId]) {
+        for t in topics {
+            if self.state_partitions.remove(t).is_some() {
+                self.changes.state_partitions = true;
+            }
         }
     }
 
@@ -361,6 +402,14 @@ impl ShareGroup {
         }
         self.target = target;
         self.assignment_epoch = self.epoch;
+        let subscribed: Vec<(String, TopicId, i32)> = self
+            .subscribed
+            .iter()
+            .map(|(name, (id, n))| (name.clone(), *id, *n))
+            .collect();
+        for (name, id, n) in subscribed {
+            self.add_state_partitions(id, &name, 0..n);
+        }
     }
 
     fn check(&self) {
@@ -722,6 +771,6 @@ mod tests {
             t.last().map(|(k, _)| k),
             Some(&records::ShareRecordKey::GroupMetadata { group: "g".into() })
         );
-        assert_eq!(t.len(), 5);
+        assert_eq!(t.len(), 6);
     }
 }

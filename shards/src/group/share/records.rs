@@ -3,13 +3,16 @@
 //!
 //! Key: `int16` record type, then the group id and, for per-member records, the member
 //! id (`int16`-length strings): 10 member metadata, 11 group metadata, 12 target
-//! assignment metadata, 13 target assignment member, 14 current member assignment.
+//! assignment metadata, 13 target assignment member, 14 current member assignment, 15
+//! state-partition metadata.
 //! Value: `int16` version 0, then the fields in the flexible encoding
 //! (`coordinator_record`); member metadata: rack (nullable), client id, client host,
 //! subscribed topic names; group metadata: epoch, metadata hash (`int64`); target
 //! metadata: assignment epoch; target member: partitions by topic id; current
 //! assignment: member epoch, previous epoch, state (`int8`, always 0: share members are
-//! always stable), partitions by topic id. A tombstone (no value) deletes its key.
+//! always stable), partitions by topic id; 15 state-partition metadata: the topics
+//! (id, name, partitions) initializing and initialized, and those being deleted. A
+//! tombstone (no value) deletes its key.
 //!
 //! Invariants: `decode(encode(x)) == x`; decoding never panics, and refuses truncated
 //! input and trailing bytes.
@@ -22,6 +25,10 @@ pub const GROUP_METADATA: i16 = 11;
 pub const TARGET_ASSIGNMENT_METADATA: i16 = 12;
 pub const TARGET_ASSIGNMENT_MEMBER: i16 = 13;
 pub const CURRENT_MEMBER_ASSIGNMENT: i16 = 14;
+pub const STATE_PARTITION_METADATA: i16 = 15;
+
+/// A topic's partitions in record 15: (topic id, topic name, partitions).
+pub type TopicPartitions = (uuid::Uuid, String, Vec<i32>);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ShareRecordKey {
@@ -30,6 +37,7 @@ pub enum ShareRecordKey {
     TargetAssignmentMetadata { group: String },
     TargetAssignmentMember { group: String, member: String },
     CurrentMemberAssignment { group: String, member: String },
+    StatePartitionMetadata { group: String },
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,13 +61,20 @@ pub enum ShareRecordValue {
         previous_member_epoch: i32,
         assigned: Assignment,
     },
+    /// The share partitions whose state the share coordinator may hold for the group.
+    StatePartitionMetadata {
+        initializing: Vec<TopicPartitions>,
+        initialized: Vec<TopicPartitions>,
+        /// (topic id, name) of topics whose state is being deleted.
+        deleting: Vec<(uuid::Uuid, String)>,
+    },
 }
 
 /// Whether a key of this type is a share group's.
 pub fn is_share_key(bytes: &[u8]) -> bool {
     match bytes {
         [a, b, ..] => {
-            (MEMBER_METADATA..=CURRENT_MEMBER_ASSIGNMENT).contains(&i16::from_be_bytes([*a, *b]))
+            (MEMBER_METADATA..=STATE_PARTITION_METADATA).contains(&i16::from_be_bytes([*a, *b]))
         }
         _ => false,
     }
@@ -78,6 +93,7 @@ pub fn encode_key(key: &ShareRecordKey) -> Result<Vec<u8>> {
         ShareRecordKey::CurrentMemberAssignment { group, member } => {
             (CURRENT_MEMBER_ASSIGNMENT, vec![group, member])
         }
+        ShareRecordKey::StatePartitionMetadata { group } => (STATE_PARTITION_METADATA, vec![group]),
     };
     let mut w = Writer(Vec::new());
     w.i16(record_type);
@@ -108,6 +124,9 @@ pub fn decode_key(bytes: &[u8]) -> Result<ShareRecordKey> {
         CURRENT_MEMBER_ASSIGNMENT => ShareRecordKey::CurrentMemberAssignment {
             group: r.key_string()?,
             member: r.key_string()?,
+        },
+        STATE_PARTITION_METADATA => ShareRecordKey::StatePartitionMetadata {
+            group: r.key_string()?,
         },
         other => return Err(RecordError::UnknownVersion(other)),
     };
@@ -151,6 +170,20 @@ pub fn encode_value(value: &ShareRecordValue) -> Vec<u8> {
             w.i32(*previous_member_epoch);
             w.i8(0);
             w.assignment(assigned);
+        }
+        ShareRecordValue::StatePartitionMetadata {
+            initializing,
+            initialized,
+            deleting,
+        } => {
+            write_topics(&mut w, initializing);
+            write_topics(&mut w, initialized);
+            w.len(deleting.len());
+            for (id, name) in deleting {
+                w.uuid(*id);
+                w.string(Some(name));
+                w.no_tags();
+            }
         }
     }
     w.no_tags();
@@ -202,10 +235,54 @@ pub fn decode_value(key: &ShareRecordKey, bytes: &[u8]) -> Result<ShareRecordVal
                 assigned: r.assignment()?,
             }
         }
+        ShareRecordKey::StatePartitionMetadata { .. } => {
+            let initializing = read_topics(&mut r)?;
+            let initialized = read_topics(&mut r)?;
+            let mut deleting = Vec::new();
+            for _ in 0..r.len()? {
+                let id = r.uuid()?;
+                let name = r.string()?.ok_or(RecordError::UnexpectedNull)?;
+                r.skip_tags()?;
+                deleting.push((id, name));
+            }
+            ShareRecordValue::StatePartitionMetadata {
+                initializing,
+                initialized,
+                deleting,
+            }
+        }
     };
     r.skip_tags()?;
     r.end()?;
     Ok(value)
+}
+
+fn write_topics(w: &mut Writer, topics: &[TopicPartitions]) {
+    w.len(topics.len());
+    for (id, name, partitions) in topics {
+        w.uuid(*id);
+        w.string(Some(name));
+        w.len(partitions.len());
+        for p in partitions {
+            w.i32(*p);
+        }
+        w.no_tags();
+    }
+}
+
+fn read_topics(r: &mut Reader) -> Result<Vec<TopicPartitions>> {
+    let mut out = Vec::new();
+    for _ in 0..r.len()? {
+        let id = r.uuid()?;
+        let name = r.string()?.ok_or(RecordError::UnexpectedNull)?;
+        let mut partitions = Vec::new();
+        for _ in 0..r.len()? {
+            partitions.push(r.i32()?);
+        }
+        r.skip_tags()?;
+        out.push((id, name, partitions));
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -250,6 +327,14 @@ mod tests {
                     member: m.clone(),
                 },
                 ShareRecordValue::TargetAssignmentMember(a.clone()),
+            ),
+            (
+                ShareRecordKey::StatePartitionMetadata { group: g.clone() },
+                ShareRecordValue::StatePartitionMetadata {
+                    initializing: vec![],
+                    initialized: vec![(t, "q".into(), vec![0, 1])],
+                    deleting: vec![(t, "q".into())],
+                },
             ),
             (
                 ShareRecordKey::CurrentMemberAssignment {

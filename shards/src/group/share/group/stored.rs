@@ -26,6 +26,8 @@ pub struct ShareChanges {
     pub current: BTreeSet<String>,
     /// Members that left or were removed: their records are deleted.
     pub removed: BTreeSet<String>,
+    /// The share partitions with state changed (record 15).
+    pub state_partitions: bool,
 }
 
 impl ShareChanges {
@@ -76,6 +78,7 @@ impl ShareGroup {
         c.members.extend(unwritten.members);
         c.current.extend(unwritten.current);
         c.removed.extend(unwritten.removed);
+        c.state_partitions |= unwritten.state_partitions;
         if let Some(t) = unwritten.target {
             c.target.get_or_insert_with(BTreeSet::new).extend(t);
         }
@@ -129,6 +132,16 @@ impl ShareGroup {
                     member: id.clone(),
                 },
                 Some(metadata_of(&self.members[&id])),
+            ));
+        }
+        if changes.state_partitions {
+            out.push((
+                ShareRecordKey::StatePartitionMetadata { group: group() },
+                Some(ShareRecordValue::StatePartitionMetadata {
+                    initializing: Vec::new(),
+                    initialized: self.state_partitions(),
+                    deleting: Vec::new(),
+                }),
             ));
         }
         if changes.epoch {
@@ -190,6 +203,7 @@ impl ShareGroup {
             target: Some(self.target.keys().cloned().collect()),
             current: ids,
             removed: BTreeSet::new(),
+            state_partitions: true,
         })
     }
 
@@ -235,6 +249,10 @@ impl ShareGroup {
                 None,
             ));
         }
+        out.push((
+            ShareRecordKey::StatePartitionMetadata { group: group() },
+            None,
+        ));
         out.push((ShareRecordKey::GroupMetadata { group: group() }, None));
         out
     }
@@ -254,6 +272,26 @@ impl ShareGroup {
             ) => {
                 self.epoch = epoch;
                 self.metadata_hash = metadata_hash;
+            }
+            (
+                _,
+                Some(ShareRecordValue::StatePartitionMetadata {
+                    initializing,
+                    initialized,
+                    ..
+                }),
+            ) => {
+                self.state_partitions = BTreeMap::new();
+                for (id, name, ps) in initializing.into_iter().chain(initialized) {
+                    self.state_partitions
+                        .entry(id)
+                        .or_insert_with(|| (name, BTreeSet::new()))
+                        .1
+                        .extend(ps);
+                }
+            }
+            (ShareRecordKey::StatePartitionMetadata { .. }, None) => {
+                self.state_partitions.clear();
             }
             (_, Some(ShareRecordValue::TargetAssignmentMetadata { assignment_epoch })) => {
                 self.assignment_epoch = assignment_epoch;
