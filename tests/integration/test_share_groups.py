@@ -518,3 +518,82 @@ def test_share_consumers_lose_nothing_when_the_partition_leader_dies(broker_fact
     finally:
         last.close()
     print(f"accepted {len(accepted)}, rejected {len(rejected)}, uncertain {len(uncertain)}, acked {len(acked)}")
+
+
+def start_earliest(bootstrap: str, group: str) -> None:
+    """The group's share.auto.offset.reset, as kafka-configs --entity-type groups sets it."""
+    from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
+    r = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer
+    admin.incremental_alter_configs([r])[r].result(30)
+
+
+def test_librdkafka_share_consumers_settle_every_record_once(broker_factory):
+    """librdkafka's share consumer (confluent-kafka ShareConsumer, explicit
+    acknowledgement), two of them on one partition: every tenth record rejected, every
+    tenth other released at its first delivery; each other record is accepted exactly
+    once, the released ones on their second delivery, and both consumers take part."""
+    from confluent_kafka import AcknowledgeType, ShareConsumer
+    b = broker_factory(extra_args=FLAGS)
+    topic, group, n = "share-rdk", "share-rdk-group", 200
+    create_topic(b.bootstrap, topic, 1)
+    start_earliest(b.bootstrap, group)
+    accepted: dict[bytes, int] = {}
+    rejected: set[bytes] = set()
+    second: dict[bytes, int] = {}
+    per: list[int] = [0, 0]
+    lock = threading.Lock()
+    stop = threading.Event()
+    failures: list[str] = []
+
+    def run(i: int):
+        c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group,
+                           "share.acknowledgement.mode": "explicit", "client.id": f"rdk-share-{i}",
+                           "max.poll.records": 10})
+        try:
+            c.subscribe([topic])
+            while not stop.is_set():
+                msgs = list(c.poll(0.3))
+                for m in msgs:
+                    if m.error():
+                        failures.append(str(m.error()))
+                        continue
+                    with lock:
+                        if m.offset() % 10 == 3:
+                            c.acknowledge(m, AcknowledgeType.REJECT)
+                            rejected.add(m.value())
+                        elif m.offset() % 10 == 7 and m.delivery_count() == 1:
+                            c.acknowledge(m, AcknowledgeType.RELEASE)
+                        else:
+                            c.acknowledge(m, AcknowledgeType.ACCEPT)
+                            accepted[m.value()] = accepted.get(m.value(), 0) + 1
+                            if m.offset() % 10 == 7:
+                                second[m.value()] = m.delivery_count()
+                            per[i] += 1
+                if msgs:
+                    c.commit_sync()
+        except Exception as e:  # noqa: BLE001 - reported below
+            failures.append(repr(e))
+        finally:
+            c.close()
+
+    threads = [threading.Thread(target=run, args=(i,), daemon=True) for i in range(2)]
+    for t in threads:
+        t.start()
+    try:
+        # Both consumers in the group first, then the records, in rounds.
+        time.sleep(2)
+        for r in range(10):
+            produce(b.bootstrap, topic, n // 10, prefix=f"r{r}")
+        wait_until(lambda: len(accepted) == n - n // 10 or failures, 60,
+                   lambda: f"accepted {len(accepted)} of {n - n // 10}")
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+    assert not failures, failures[:5]
+    assert all(v == 1 for v in accepted.values()), {k: v for k, v in accepted.items() if v > 1}
+    assert len(rejected) == n // 10 and not (rejected & set(accepted))
+    assert len(second) == n // 10 and set(second.values()) == {2}, second
+    assert all(x > 0 for x in per), per
