@@ -2,7 +2,8 @@
 
 Only what the tests need: request header v1 (non-flexible) and v2, RecordBatch
 v2 with CRC-32C, ApiVersions v0 (and the KIP-511 fallback), Metadata v1,
-Produce v3, Fetch v4. Deliberately independent of any Kafka client library.
+Produce v3, Fetch v4, and a share consumer's ShareGroupHeartbeat, ShareFetch and
+ShareAcknowledge v1. Deliberately independent of any Kafka client library.
 """
 
 from __future__ import annotations
@@ -548,3 +549,91 @@ def describe_quorum(bootstrap: str, timeout: float = 5.0) -> tuple[int, int]:
     r.i32()  # leader epoch
     high_watermark = r.i64()
     return (leader, high_watermark) if code == 0 else (-1, -1)
+
+
+# ---------------------------------------------------------------------------------------
+# share groups (KIP-932): ShareGroupHeartbeat v1, ShareFetch / ShareAcknowledge v1
+# ---------------------------------------------------------------------------------------
+
+SHARE_GROUP_HEARTBEAT, SHARE_FETCH, SHARE_ACKNOWLEDGE = 76, 78, 79
+
+
+def share_heartbeat(bootstrap: str, group: str, member: str, epoch: int,
+                    topics: list[str] | None = None, rack: str | None = None) -> dict:
+    """One ShareGroupHeartbeat v1; returns the answer's fields."""
+    body = (compact_string(group) + compact_string(member) + i32(epoch)
+            + compact_string(rack)
+            + c_array(None if topics is None else [compact_string(t) for t in topics])
+            + tags())
+    r = flex_roundtrip(bootstrap, SHARE_GROUP_HEARTBEAT, 1, body)
+    out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "member": r.c_string(),
+           "epoch": r.i32(), "interval": r.i32(), "assignment": r.nullable_assignment()}
+    r.skip_tags()
+    return out
+
+
+class ShareClient:
+    """One share consumer's connection, speaking ShareFetch and ShareAcknowledge v1."""
+
+    def __init__(self, bootstrap: str, group: str, member: str):
+        self.bootstrap, self.group, self.member = bootstrap, group, member
+        self.sock = connect(bootstrap)
+        self.correlation = 0
+
+    def close(self):
+        self.sock.close()
+
+    def call(self, api: int, body: bytes) -> Flex:
+        self.correlation += 1
+        self.sock.sendall(request(api, 1, self.correlation, body, header_v2=True))
+        _, resp = recv_response(self.sock)
+        r = Flex(resp)
+        r.skip_tags()
+        return r
+
+    @staticmethod
+    def acks_of(acks: list[tuple[int, int, int]]) -> bytes:
+        return c_array([i64(f) + i64(l) + c_array([i8(t)]) + tags() for f, l, t in acks])
+
+    def fetch(self, epoch: int, tid: bytes, acks=(), max_records=100, max_wait_ms=0) -> dict:
+        part = i32(0) + self.acks_of(list(acks)) + tags()
+        body = (compact_string(self.group) + compact_string(self.member) + i32(epoch)
+                + i32(max_wait_ms) + i32(1) + i32(1 << 20) + i32(max_records) + i32(max_records)
+                + c_array([tid + c_array([part]) + tags()]) + c_array([]) + tags())
+        r = self.call(SHARE_FETCH, body)
+        out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "lock_ms": r.i32(),
+               "partitions": {}}
+        for _ in range(r.c_len()):
+            t = r.uuid()
+            for _ in range(r.c_len()):
+                p = {"index": r.i32(), "error": r.i16(), "message": r.c_string(), "ack_error": r.i16(),
+                     "ack_message": r.c_string()}
+                p["leader"] = (r.i32(), r.i32())
+                r.skip_tags()
+                n = r.uvarint() - 1
+                p["records"] = None if n < 0 else r.take(n)
+                p["acquired"] = []
+                for _ in range(r.c_len()):
+                    p["acquired"].append((r.i64(), r.i64(), r.i16()))
+                    r.skip_tags()
+                r.skip_tags()
+                out["partitions"][(t, p["index"])] = p
+            r.skip_tags()
+        return out
+
+    def acknowledge(self, epoch: int, tid: bytes, acks) -> dict:
+        part = i32(0) + self.acks_of(list(acks)) + tags()
+        body = (compact_string(self.group) + compact_string(self.member) + i32(epoch)
+                + c_array([tid + c_array([part]) + tags()]) + tags())
+        r = self.call(SHARE_ACKNOWLEDGE, body)
+        out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "partitions": {}}
+        for _ in range(r.c_len()):
+            t = r.uuid()
+            for _ in range(r.c_len()):
+                index, err, msg = r.i32(), r.i16(), r.c_string()
+                r.i32(), r.i32()
+                r.skip_tags()
+                r.skip_tags()
+                out["partitions"][(t, index)] = (err, msg)
+            r.skip_tags()
+        return out

@@ -29,7 +29,9 @@ from test_cluster import FAST as FAST_CLUSTER, leaders as cluster_leaders
 from test_consumer_protocol import join as consumer_join
 from test_groups import create_topic, produce
 
-SHARE_GROUP_HEARTBEAT = 76
+ShareClient = W.ShareClient
+heartbeat = W.share_heartbeat
+
 SHARE_GROUP_DESCRIBE = 77
 LIST_GROUPS = 16
 FLAGS = ["--group-share-session-timeout-ms", "6000", "--group-share-heartbeat-interval-ms", "500"]
@@ -40,20 +42,6 @@ ERR_UNSUPPORTED_VERSION = 35
 ERR_INVALID_REQUEST = 42
 ERR_GROUP_ID_NOT_FOUND = 69
 ERR_FENCED_MEMBER_EPOCH = 110
-
-
-def heartbeat(bootstrap: str, group: str, member: str, epoch: int,
-              topics: list[str] | None = None, rack: str | None = None) -> dict:
-    """One ShareGroupHeartbeat v1; returns the answer's fields."""
-    body = (W.compact_string(group) + W.compact_string(member) + W.i32(epoch)
-            + W.compact_string(rack)
-            + W.c_array(None if topics is None else [W.compact_string(t) for t in topics])
-            + W.tags())
-    r = W.flex_roundtrip(bootstrap, SHARE_GROUP_HEARTBEAT, 1, body)
-    out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "member": r.c_string(),
-           "epoch": r.i32(), "interval": r.i32(), "assignment": r.nullable_assignment()}
-    r.skip_tags()
-    return out
 
 
 def describe(bootstrap: str, group: str) -> dict:
@@ -269,77 +257,9 @@ def test_share_state_is_kept_fenced_and_survives_a_restart(broker_factory):
     assert read_state(b.bootstrap, g, tid, 5)["error"] == ERR_INVALID_REQUEST, "deleted stays deleted"
 
 
-SHARE_FETCH, SHARE_ACKNOWLEDGE = 78, 79
 ERR_INVALID_RECORD_STATE = 121
 ERR_SHARE_SESSION_NOT_FOUND = 122
 ERR_INVALID_SHARE_SESSION_EPOCH = 123
-
-
-class ShareClient:
-    """One share consumer's connection, speaking ShareFetch and ShareAcknowledge v1."""
-
-    def __init__(self, bootstrap: str, group: str, member: str):
-        self.bootstrap, self.group, self.member = bootstrap, group, member
-        self.sock = W.connect(bootstrap)
-        self.correlation = 0
-
-    def close(self):
-        self.sock.close()
-
-    def call(self, api: int, body: bytes) -> W.Flex:
-        self.correlation += 1
-        self.sock.sendall(W.request(api, 1, self.correlation, body, header_v2=True))
-        _, resp = W.recv_response(self.sock)
-        r = W.Flex(resp)
-        r.skip_tags()
-        return r
-
-    @staticmethod
-    def acks_of(acks: list[tuple[int, int, int]]) -> bytes:
-        return W.c_array([W.i64(f) + W.i64(l) + W.c_array([W.i8(t)]) + W.tags() for f, l, t in acks])
-
-    def fetch(self, epoch: int, tid: bytes, acks=(), max_records=100, max_wait_ms=0) -> dict:
-        part = W.i32(0) + self.acks_of(list(acks)) + W.tags()
-        body = (W.compact_string(self.group) + W.compact_string(self.member) + W.i32(epoch)
-                + W.i32(max_wait_ms) + W.i32(1) + W.i32(1 << 20) + W.i32(max_records) + W.i32(max_records)
-                + W.c_array([tid + W.c_array([part]) + W.tags()]) + W.c_array([]) + W.tags())
-        r = self.call(SHARE_FETCH, body)
-        out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "lock_ms": r.i32(),
-               "partitions": {}}
-        for _ in range(r.c_len()):
-            t = r.uuid()
-            for _ in range(r.c_len()):
-                p = {"index": r.i32(), "error": r.i16(), "message": r.c_string(), "ack_error": r.i16(),
-                     "ack_message": r.c_string()}
-                p["leader"] = (r.i32(), r.i32())
-                r.skip_tags()
-                n = r.uvarint() - 1
-                p["records"] = None if n < 0 else r.take(n)
-                p["acquired"] = []
-                for _ in range(r.c_len()):
-                    p["acquired"].append((r.i64(), r.i64(), r.i16()))
-                    r.skip_tags()
-                r.skip_tags()
-                out["partitions"][(t, p["index"])] = p
-            r.skip_tags()
-        return out
-
-    def acknowledge(self, epoch: int, tid: bytes, acks) -> dict:
-        part = W.i32(0) + self.acks_of(list(acks)) + W.tags()
-        body = (W.compact_string(self.group) + W.compact_string(self.member) + W.i32(epoch)
-                + W.c_array([tid + W.c_array([part]) + W.tags()]) + W.tags())
-        r = self.call(SHARE_ACKNOWLEDGE, body)
-        out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "partitions": {}}
-        for _ in range(r.c_len()):
-            t = r.uuid()
-            for _ in range(r.c_len()):
-                index, err, msg = r.i32(), r.i16(), r.c_string()
-                r.i32(), r.i32()
-                r.skip_tags()
-                r.skip_tags()
-                out["partitions"][(t, index)] = (err, msg)
-            r.skip_tags()
-        return out
 
 
 def test_share_fetch_and_acknowledge_by_hand(broker_factory):

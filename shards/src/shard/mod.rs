@@ -235,6 +235,21 @@ impl Shard {
     /// seconds). The groups of each `__consumer_offsets` partition are loaded when this
     /// broker takes up its leadership (`replication`).
     pub async fn start_group_coordinator(self: &Rc<Self>) {
+        // Share partitions' acquisition locks end on time: the timer sleeps until the
+        // earliest deadline (at most 100 ms, so one taken meanwhile is seen soon).
+        let shard = self.clone();
+        glommio::spawn_local(async move {
+            loop {
+                let now = crate::share::now_ms();
+                let wait = shard
+                    .share_leader
+                    .next_deadline()
+                    .map_or(100, |d| (d - now).clamp(1, 100));
+                glommio::timer::sleep(Duration::from_millis(wait as u64)).await;
+                shard.expire_share_locks().await;
+            }
+        })
+        .detach();
         let shard = self.clone();
         glommio::spawn_local(async move {
             let mut ticks = 0u64;
@@ -265,10 +280,6 @@ impl Shard {
                     .detach();
                 }
                 ticks += 1;
-                {
-                    let s = shard.clone();
-                    glommio::spawn_local(async move { s.expire_share_locks().await }).detach();
-                }
                 if ticks % SHARE_STATE_PRUNE_TICKS == 0 {
                     let s = shard.clone();
                     glommio::spawn_local(async move {

@@ -247,7 +247,22 @@ impl ShareLeader {
             topic: t.topic_id,
             partition: tp.partition,
         };
-        let held = self.held(group, tp);
+        // The share partition's one live state: one dropped from the map while this
+        // task waited for its lock is not used (a new one is, or is loaded). Locking
+        // again at once cannot wait: nothing runs between the release and the lock.
+        let held = loop {
+            let held = self.held(group, tp);
+            let waited = held.lock().await;
+            let current = self
+                .held
+                .borrow()
+                .get(&(group.to_string(), tp.clone()))
+                .is_some_and(|h| Rc::ptr_eq(h, &held));
+            drop(waited);
+            if current {
+                break held;
+            }
+        };
         let mut slot = held.lock().await;
         let stale = slot
             .as_ref()
@@ -423,13 +438,27 @@ impl ShareLeader {
     /// share partitions when its last share session ends, for the same reason).
     fn drop_if_idle(&self, group: &str, tp: &TopicPartition) {
         let key = (group.to_string(), tp.clone());
+        // Not while a task waits for it (it holds a reference besides the map's).
         let idle = self.held.borrow().get(&key).is_some_and(|h| {
-            h.try_lock()
-                .is_some_and(|l| l.as_ref().is_none_or(|l| l.state.next_deadline().is_none()))
+            Rc::strong_count(h) == 1
+                && h.try_lock()
+                    .is_some_and(|l| l.as_ref().is_none_or(|l| l.state.next_deadline().is_none()))
         });
         if idle {
             self.held.borrow_mut().remove(&key);
         }
+    }
+
+    /// The earliest lock deadline of the share partitions not busy now.
+    pub fn next_deadline(&self) -> Option<i64> {
+        self.held
+            .borrow()
+            .values()
+            .filter_map(|h| {
+                h.try_lock()
+                    .and_then(|l| l.as_ref().and_then(|l| l.state.next_deadline()))
+            })
+            .min()
     }
 
     /// The share partitions with a lock due by `now_ms`: (group, topic partition).

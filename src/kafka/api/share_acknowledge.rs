@@ -52,12 +52,14 @@ impl Handler for ShareAcknowledge {
         if !access.allows(Op::Read, Resource::Group, &group) {
             return refuse(body, ResponseError::GroupAuthorizationFailed.code());
         }
-        share_session::ensure_state_topic(ctx).await;
+        // The connection's share requests take their turns in the order they came.
         let slot = &call.session.share;
+        let _turn = slot.turn().await;
         let closed = match slot.advance(&group, &member, req.share_session_epoch, false) {
             Ok(c) => c,
             Err(e) => return refuse(body, e.code()),
         };
+        share_session::ensure_state_topic(ctx).await;
         let meta = ctx.shard.metadata.snapshot();
         let named = req.topics.iter().flat_map(|t| {
             t.partitions.iter().map(|p| share_session::Named {

@@ -38,7 +38,7 @@ use uuid::Uuid;
 
 /// How often a waiting fetch looks again for records released or timed out (new records
 /// wake it at once).
-const RETRY_EVERY: Duration = Duration::from_millis(50);
+const RETRY_EVERY: Duration = Duration::from_millis(20);
 
 pub struct ShareFetch;
 
@@ -82,8 +82,9 @@ impl Handler for ShareFetch {
         if !access.allows(Op::Read, Resource::Group, &group) {
             return refuse(body, ResponseError::GroupAuthorizationFailed);
         }
-        share_session::ensure_state_topic(ctx).await;
+        // The connection's share requests take their turns in the order they came.
         let slot = &call.session.share;
+        let turn = slot.turn().await;
         let closed = match slot.advance(&group, &member, req.share_session_epoch, true) {
             Ok(c) => c,
             Err(e) => {
@@ -91,6 +92,7 @@ impl Handler for ShareFetch {
                 return Ok(body);
             }
         };
+        share_session::ensure_state_topic(ctx).await;
         let lock_ms = ctx.config.share_leader.lock_ms;
         body.acquisition_lock_timeout_ms = i32::try_from(lock_ms).unwrap_or(i32::MAX);
         let mut answers: BTreeMap<(Uuid, i32), Answer> = BTreeMap::new();
@@ -131,7 +133,19 @@ impl Handler for ShareFetch {
             slot.update(readable, &forgotten);
             let session = slot.get().map(|s| s.partitions).unwrap_or_default();
             if req.max_records > 0 && req.max_bytes > 0 && !session.is_empty() {
-                fetch(ctx, &access, &group, &member, &req, &session, &mut answers).await;
+                // A later request on the connection ends this one's wait.
+                let current = || !turn.others_wait();
+                fetch(
+                    ctx,
+                    &access,
+                    &group,
+                    &member,
+                    &req,
+                    &session,
+                    &mut answers,
+                    &current,
+                )
+                .await;
             }
         }
 
@@ -188,7 +202,9 @@ impl Handler for ShareFetch {
 }
 
 /// Acquires records from the session's partitions this broker leads, waiting up to the
-/// request's MaxWaitMs while none come.
+/// request's MaxWaitMs while none come and the request is still the session's latest
+/// (`current`).
+#[allow(clippy::too_many_arguments)]
 async fn fetch(
     ctx: &Ctx,
     access: &Access<'_>,
@@ -197,6 +213,7 @@ async fn fetch(
     req: &ShareFetchRequest,
     session: &std::collections::BTreeSet<(Uuid, i32)>,
     answers: &mut BTreeMap<(Uuid, i32), Answer>,
+    current: &dyn Fn() -> bool,
 ) {
     let meta = ctx.shard.metadata.snapshot();
     // Led here, by shard; the others answer their leader.
@@ -253,6 +270,9 @@ async fn fetch(
         Instant::now() + Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
     let max_records = usize::try_from(req.max_records).unwrap_or(0);
     loop {
+        if !current() {
+            return;
+        }
         let mut budget = max_records;
         let mut got = 0usize;
         let mut seen: Vec<(usize, TopicPartition, i64)> = Vec::new();
@@ -304,7 +324,7 @@ async fn fetch(
             }
         }
         let now = Instant::now();
-        if got > 0 || now >= deadline || seen.is_empty() {
+        if got > 0 || now >= deadline || seen.is_empty() || !current() {
             return;
         }
         // Nothing yet: new records wake the wait at once; records released or timed

@@ -47,15 +47,46 @@ pub struct ShareSession {
     pub partitions: BTreeSet<(Uuid, i32)>,
 }
 
-/// The share session a connection holds, if any.
+/// The share session a connection holds, if any, and the turns of the connection's
+/// share requests: a connection's requests are served concurrently, but one share
+/// request's session step and acknowledgements must come after the previous one's, as
+/// Kafka serves a connection's requests one at a time (an ACCEPT, then a close, must not
+/// become a release, then a refused ACCEPT).
 #[derive(Default)]
-pub struct ShareSessionSlot(RefCell<Option<ShareSession>>);
+pub struct ShareSessionSlot {
+    session: RefCell<Option<ShareSession>>,
+    /// (the next ticket to hand out, the ticket whose turn it is).
+    turns: std::cell::Cell<(u64, u64)>,
+    turn_ended: event_listener::Event,
+}
 
 impl Drop for ShareSessionSlot {
     fn drop(&mut self) {
-        if self.0.get_mut().is_some() {
+        if self.session.get_mut().is_some() {
             OPEN_SESSIONS.fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// A share request's turn on its connection's session, until dropped.
+pub struct Turn<'a> {
+    slot: &'a ShareSessionSlot,
+    ticket: u64,
+}
+
+impl Turn<'_> {
+    /// Whether a later share request of the connection waits for this one (a long
+    /// poll then ends: the client has moved on).
+    pub fn others_wait(&self) -> bool {
+        self.slot.turns.get().0 > self.ticket + 1
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        let (next, _) = self.slot.turns.get();
+        self.slot.turns.set((next, self.ticket + 1));
+        self.slot.turn_ended.notify(usize::MAX);
     }
 }
 
@@ -115,8 +146,26 @@ pub fn step(
 }
 
 impl ShareSessionSlot {
+    /// Takes the next turn: call in request order, before anything waits, and hold the
+    /// turn until the request is served.
+    pub async fn turn(&self) -> Turn<'_> {
+        let (next, serving) = self.turns.get();
+        self.turns.set((next + 1, serving));
+        let ticket = next;
+        loop {
+            if self.turns.get().1 == ticket {
+                return Turn { slot: self, ticket };
+            }
+            let listener = self.turn_ended.listen();
+            if self.turns.get().1 == ticket {
+                return Turn { slot: self, ticket };
+            }
+            listener.await;
+        }
+    }
+
     pub fn get(&self) -> Option<ShareSession> {
-        self.0.borrow().clone()
+        self.session.borrow().clone()
     }
 
     /// Applies a request's epoch; returns the session closed by it, if any.
@@ -127,7 +176,7 @@ impl ShareSessionSlot {
         epoch: i32,
         fetch: bool,
     ) -> Result<Option<ShareSession>, SessionError> {
-        let mut slot = self.0.borrow_mut();
+        let mut slot = self.session.borrow_mut();
         let next = step(slot.as_ref(), group, member, epoch, fetch)?;
         let opening = slot.is_none() && next.is_some();
         if opening && OPEN_SESSIONS.fetch_add(1, Ordering::Relaxed) >= MAX_SHARE_SESSIONS {
@@ -144,7 +193,7 @@ impl ShareSessionSlot {
 
     /// Adds and removes partitions of the open session.
     pub fn update(&self, add: impl IntoIterator<Item = (Uuid, i32)>, forget: &[(Uuid, i32)]) {
-        if let Some(s) = self.0.borrow_mut().as_mut() {
+        if let Some(s) = self.session.borrow_mut().as_mut() {
             s.partitions.extend(add);
             for p in forget {
                 s.partitions.remove(p);
@@ -154,7 +203,7 @@ impl ShareSessionSlot {
 
     /// The session, taken as its connection ends.
     pub fn take(&self) -> Option<ShareSession> {
-        let taken = self.0.borrow_mut().take();
+        let taken = self.session.borrow_mut().take();
         if taken.is_some() {
             OPEN_SESSIONS.fetch_sub(1, Ordering::Relaxed);
         }

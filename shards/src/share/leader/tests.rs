@@ -12,6 +12,8 @@ use std::cell::Cell;
 struct MemPersister {
     states: RefCell<HashMap<ShareKey, PersistedState>>,
     fail_writes: Cell<bool>,
+    /// Writes take a while (the share coordinator's round trip).
+    slow_writes: Cell<bool>,
 }
 
 impl Persister for MemPersister {
@@ -23,6 +25,9 @@ impl Persister for MemPersister {
         Box::pin(async move {
             if self.fail_writes.get() && matches!(op, StateOp::Write(_)) {
                 return Err(StateFailure::CoordinatorNotAvailable);
+            }
+            if self.slow_writes.get() && matches!(op, StateOp::Write(_)) {
+                glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
             }
             let mut states = self.states.borrow_mut();
             let (record, view) = decide(states.get(&key), &op, 3, 0)?;
@@ -214,6 +219,57 @@ fn a_newer_leader_fences_the_old_one_and_latest_starts_at_the_end() {
             old.peek("g", &tp),
             None,
             "a fenced share partition is dropped"
+        );
+    });
+}
+
+fn target<'a>(tp: &'a TopicPartition, log: &'a Partition) -> ShareTarget<'a> {
+    ShareTarget {
+        group: "g",
+        tp,
+        topic_id: uuid::Uuid::from_u128(7),
+        log,
+        reset: AutoOffsetReset::Earliest,
+    }
+}
+
+#[test]
+fn a_share_partition_is_never_held_twice_while_tasks_wait_for_it() {
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(dir.path(), 10).await;
+        let p = Rc::new(MemPersister::default());
+        let leader = Rc::new(ShareLeader::new(ShareLeaderConfig::default()));
+        let tp = tp();
+        let t = target(&tp, &log);
+        leader
+            .acquire(&t, "a", &*p, 5, 0)
+            .await
+            .expect("a acquires 0-4");
+        p.slow_writes.set(true);
+        // a's session ends: its records are released (a slow store, the lock held)
+        // while c waits for the lock. Then nobody holds anything: an idle share
+        // partition, but one a task waits for, so it stays the one live state.
+        let (l1, p1, log1, tp1) = (leader.clone(), p.clone(), log.clone(), tp.clone());
+        let release =
+            glommio::spawn_local(async move { l1.release(&target(&tp1, &log1), "a", &*p1).await });
+        let (l2, p2, log2, tp2) = (leader.clone(), p.clone(), log.clone(), tp.clone());
+        let c = glommio::spawn_local(async move {
+            glommio::timer::sleep(std::time::Duration::from_millis(5)).await;
+            l2.acquire(&target(&tp2, &log2), "c", &*p2, 5, 0).await
+        });
+        release.await.expect("released");
+        let got_c = c.await.expect("c acquires");
+        let got_d = leader
+            .acquire(&t, "d", &*p, 5, 0)
+            .await
+            .expect("d acquires");
+        let ranges = |v: &[Acquired]| v.iter().map(|r| (r.first, r.last)).collect::<Vec<_>>();
+        assert_eq!(ranges(&got_c), vec![(0, 4)], "c gets what a gave back");
+        assert_eq!(
+            ranges(&got_d),
+            vec![(5, 9)],
+            "nobody acquires c's records again"
         );
     });
 }
