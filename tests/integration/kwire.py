@@ -573,7 +573,8 @@ def share_heartbeat(bootstrap: str, group: str, member: str, epoch: int,
 
 
 class ShareClient:
-    """One share consumer's connection, speaking ShareFetch and ShareAcknowledge v1."""
+    """One share consumer's connection, speaking ShareFetch and ShareAcknowledge v1, or
+    v2 (``version=2``: the acquire mode, and RENEW with ``renew``)."""
 
     def __init__(self, bootstrap: str, group: str, member: str):
         self.bootstrap, self.group, self.member = bootstrap, group, member
@@ -583,9 +584,9 @@ class ShareClient:
     def close(self):
         self.sock.close()
 
-    def call(self, api: int, body: bytes) -> Flex:
+    def call(self, api: int, body: bytes, version: int = 1) -> Flex:
         self.correlation += 1
-        self.sock.sendall(request(api, 1, self.correlation, body, header_v2=True))
+        self.sock.sendall(request(api, version, self.correlation, body, header_v2=True))
         _, resp = recv_response(self.sock)
         r = Flex(resp)
         r.skip_tags()
@@ -595,12 +596,14 @@ class ShareClient:
     def acks_of(acks: list[tuple[int, int, int]]) -> bytes:
         return c_array([i64(f) + i64(l) + c_array([i8(t)]) + tags() for f, l, t in acks])
 
-    def fetch(self, epoch: int, tid: bytes, acks=(), max_records=100, max_wait_ms=0) -> dict:
+    def fetch(self, epoch: int, tid: bytes, acks=(), max_records=100, max_wait_ms=0, *, version=1,
+              renew=False, min_bytes=1, max_bytes=1 << 20) -> dict:
         part = i32(0) + self.acks_of(list(acks)) + tags()
+        v2 = (i8(1) + bytes([1 if renew else 0])) if version >= 2 else b""
         body = (compact_string(self.group) + compact_string(self.member) + i32(epoch)
-                + i32(max_wait_ms) + i32(1) + i32(1 << 20) + i32(max_records) + i32(max_records)
-                + c_array([tid + c_array([part]) + tags()]) + c_array([]) + tags())
-        r = self.call(SHARE_FETCH, body)
+                + i32(max_wait_ms) + i32(min_bytes) + i32(max_bytes) + i32(max_records) + i32(max_records)
+                + v2 + c_array([tid + c_array([part]) + tags()]) + c_array([]) + tags())
+        r = self.call(SHARE_FETCH, body, version)
         out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "lock_ms": r.i32(),
                "partitions": {}}
         for _ in range(r.c_len()):
@@ -621,12 +624,15 @@ class ShareClient:
             r.skip_tags()
         return out
 
-    def acknowledge(self, epoch: int, tid: bytes, acks) -> dict:
+    def acknowledge(self, epoch: int, tid: bytes, acks, *, version=1, renew=False) -> dict:
         part = i32(0) + self.acks_of(list(acks)) + tags()
-        body = (compact_string(self.group) + compact_string(self.member) + i32(epoch)
+        v2 = bytes([1 if renew else 0]) if version >= 2 else b""
+        body = (compact_string(self.group) + compact_string(self.member) + i32(epoch) + v2
                 + c_array([tid + c_array([part]) + tags()]) + tags())
-        r = self.call(SHARE_ACKNOWLEDGE, body)
+        r = self.call(SHARE_ACKNOWLEDGE, body, version)
         out = {"throttle": r.i32(), "error": r.i16(), "message": r.c_string(), "partitions": {}}
+        if version >= 2:
+            out["lock_ms"] = r.i32()
         for _ in range(r.c_len()):
             t = r.uuid()
             for _ in range(r.c_len()):

@@ -310,6 +310,42 @@ def test_share_fetch_and_acknowledge_by_hand(broker_factory):
         c.close()
 
 
+
+def test_renew_keeps_a_lock_and_v2_renews_fetch_nothing(broker_factory):
+    """KIP-1222 (v2): RENEW starts a record's lock again, so it outlives its first lock;
+    a ShareFetch that renews (IsRenewAck) must ask for nothing; RENEW without
+    IsRenewAck is refused."""
+    b = broker_factory(extra_args=FLAGS + ["--group-share-record-lock-duration-ms", "1000"])
+    create_topic(b.bootstrap, "share-renew", 1)
+    g = "share-renew-group"
+    a_id, c_id = str(uuid.uuid4()), str(uuid.uuid4())
+    tid = next(iter(heartbeat(b.bootstrap, g, a_id, 0, ["share-renew"])["assignment"]))
+    heartbeat(b.bootstrap, g, c_id, 0, ["share-renew"])
+    a, c = ShareClient(b.bootstrap, g, a_id), ShareClient(b.bootstrap, g, c_id)
+    try:
+        assert a.fetch(0, tid, version=2)["error"] == ERR_NONE
+        produce(b.bootstrap, "share-renew", 3)
+        got = a.fetch(1, tid, max_wait_ms=2000, version=2)["partitions"][(tid, 0)]
+        assert got["acquired"] == [(0, 2, 1)], got
+        time.sleep(0.6)
+        renewed = a.acknowledge(2, tid, [(0, 2, 4)], version=2, renew=True)
+        assert renewed["lock_ms"] == 1000 and renewed["partitions"][(tid, 0)] == (ERR_NONE, None), renewed
+        # Not without IsRenewAck, nor with a fetch that asks for records.
+        refused = a.acknowledge(3, tid, [(0, 0, 4)], version=2)["partitions"][(tid, 0)]
+        assert refused[0] == ERR_INVALID_REQUEST, refused
+        assert a.fetch(4, tid, acks=[(0, 0, 4)], version=2, renew=True)["error"] == ERR_INVALID_REQUEST
+        time.sleep(0.6)
+        # 1.2 s after the acquisition, past the first lock: still a's.
+        assert c.fetch(0, tid, max_wait_ms=100, version=2)["partitions"][(tid, 0)]["acquired"] == []
+        done = a.fetch(4, tid, acks=[(0, 2, 4)], max_records=0, max_wait_ms=0, min_bytes=0, max_bytes=0,
+                       version=2, renew=True)
+        assert done["error"] == ERR_NONE and done["partitions"][(tid, 0)]["ack_error"] == ERR_NONE, done
+        assert a.acknowledge(5, tid, [(0, 2, 1)], version=2)["partitions"][(tid, 0)] == (ERR_NONE, None)
+    finally:
+        a.close()
+        c.close()
+
+
 WORKER = Path(__file__).resolve().parent / "java" / "ShareWorker.java"
 KAFKA_LIBS = Path(os.environ.get("KAFKA_CLI_LIBS", Path(__file__).resolve().parents[2] / ".cache" / "kafka" / "libs"))
 LOG4J = Path(__file__).resolve().parents[2] / "tools" / "kafka-cli" / "log4j2.properties"

@@ -1,5 +1,6 @@
-//! ShareAcknowledge (v1, KIP-932): a share consumer acknowledges records it acquired —
-//! ACCEPT, RELEASE, REJECT, or GAP for an offset that is no record — without fetching
+//! ShareAcknowledge (v1–v2, KIP-932): a share consumer acknowledges records it acquired —
+//! ACCEPT, RELEASE, REJECT, or GAP for an offset that is no record; from v2 (KIP-1222)
+//! RENEW, which starts a record's lock again, where IsRenewAck says so — without fetching
 //! more; epoch -1 also closes its share session, releasing what it still holds.
 //!
 //! As Kafka: UNSUPPORTED_VERSION while `share.version` is 0; READ on the group and on
@@ -27,7 +28,7 @@ pub struct ShareAcknowledge;
 
 impl Handler for ShareAcknowledge {
     const KEY: ApiKey = ApiKey::ShareAcknowledge;
-    const VERSIONS: (i16, i16) = (1, 1);
+    const VERSIONS: (i16, i16) = (1, 2);
     type Request = ShareAcknowledgeRequest;
     type Response = ShareAcknowledgeResponse;
 
@@ -72,7 +73,12 @@ impl Handler for ShareAcknowledge {
                     .collect(),
             })
         });
-        let settled = share_session::settle(ctx, &access, &group, &member, named.collect()).await;
+        // KIP-1222 (v2): RENEW where the request says it carries some.
+        let renew = call.version >= 2 && req.is_renew_ack;
+        body.acquisition_lock_timeout_ms =
+            i32::try_from(ctx.config.share_leader.lock_ms).unwrap_or(i32::MAX);
+        let settled =
+            share_session::settle(ctx, &access, &group, &member, named.collect(), renew).await;
         let answers: BTreeMap<(Uuid, i32), (i16, Option<String>)> = settled
             .into_iter()
             .map(|(key, s)| match s.ack {

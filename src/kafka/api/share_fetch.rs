@@ -1,5 +1,9 @@
-//! ShareFetch (v1, KIP-932): a share consumer acknowledges what it processed and
+//! ShareFetch (v1–v2, KIP-932): a share consumer acknowledges what it processed and
 //! acquires more, from every partition of its share session, on the partitions' leader.
+//! v2: KIP-1222's RENEW acknowledgements (a lock starts again; such a request, IsRenewAck,
+//! fetches nothing and must ask for nothing, INVALID_REQUEST otherwise) and KIP-1206's
+//! acquire mode — both modes acquire at most MaxRecords records (record-limit's strict
+//! bound; batch-optimized may exceed it to a batch's end in Kafka, and does not here).
 //!
 //! As Kafka: UNSUPPORTED_VERSION while the cluster's `share.version` is 0; READ on the
 //! group (GROUP_AUTHORIZATION_FAILED for the request) and on each topic
@@ -54,7 +58,7 @@ struct Answer {
 
 impl Handler for ShareFetch {
     const KEY: ApiKey = ApiKey::ShareFetch;
-    const VERSIONS: (i16, i16) = (1, 1);
+    const VERSIONS: (i16, i16) = (1, 2);
     type Request = ShareFetchRequest;
     type Response = ShareFetchResponse;
 
@@ -81,6 +85,18 @@ impl Handler for ShareFetch {
         let access = Access::new(ctx, call);
         if !access.allows(Op::Read, Resource::Group, &group) {
             return refuse(body, ResponseError::GroupAuthorizationFailed);
+        }
+        // KIP-1222: a request that renews locks fetches nothing, and says so.
+        let renew = call.version >= 2 && req.is_renew_ack;
+        if renew
+            && (
+                req.max_bytes,
+                req.min_bytes,
+                req.max_records,
+                req.max_wait_ms,
+            ) != (0, 0, 0, 0)
+        {
+            return refuse(body, ResponseError::InvalidRequest);
         }
         // The connection's share requests take their turns in the order they came.
         let slot = &call.session.share;
@@ -109,7 +125,8 @@ impl Handler for ShareFetch {
                     .collect(),
             })
         });
-        let settled = share_session::settle(ctx, &access, &group, &member, named.collect()).await;
+        let settled =
+            share_session::settle(ctx, &access, &group, &member, named.collect(), renew).await;
         for (key, s) in settled {
             let a = answers.entry(key).or_default();
             a.error = s.error;
@@ -119,7 +136,7 @@ impl Handler for ShareFetch {
             share_session::release(ctx, closed).await;
         }
 
-        if req.share_session_epoch != CLOSE_EPOCH {
+        if req.share_session_epoch != CLOSE_EPOCH && !renew {
             let readable: Vec<(Uuid, i32)> = answers
                 .iter()
                 .filter(|(_, a)| a.error == 0)

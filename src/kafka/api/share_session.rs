@@ -329,13 +329,15 @@ pub struct Settled {
 }
 
 /// Checks the partitions a request names (the topic known, READ on it, the batches
-/// well formed) and applies their acknowledgements on the shards that own them.
+/// well formed; RENEW only where `renew`: a v2 request that says it carries some) and
+/// applies their acknowledgements on the shards that own them.
 pub async fn settle(
     ctx: &Ctx,
     access: &crate::kafka::access::Access<'_>,
     group: &str,
     member: &str,
     named: Vec<Named>,
+    renew: bool,
 ) -> BTreeMap<(Uuid, i32), Settled> {
     use crate::kafka::access::{Op, Resource};
     let meta = ctx.shard.metadata.snapshot();
@@ -354,7 +356,7 @@ pub async fn settle(
         if n.batches.is_empty() {
             continue;
         }
-        match ack_batches(n.batches, false) {
+        match ack_batches(n.batches, renew) {
             Ok(batches) => acks.push(ShareAckInput {
                 tp: TopicPartition {
                     topic: name.as_str().into(),

@@ -1597,8 +1597,8 @@ impl ApiKey {
             ApiKey::DescribeTopicPartitions => VersionRange { min: 0, max: 0 },
             ApiKey::ShareGroupHeartbeat => VersionRange { min: 1, max: 1 },
             ApiKey::ShareGroupDescribe => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareFetch => VersionRange { min: 1, max: 1 },
-            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 1 },
+            ApiKey::ShareFetch => VersionRange { min: 1, max: 2 }, // corelog patch: v2 (Kafka 4.2)
+            ApiKey::ShareAcknowledge => VersionRange { min: 1, max: 2 }, // corelog patch: v2 (Kafka 4.2)
             ApiKey::AddRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::RemoveRaftVoter => VersionRange { min: 0, max: 0 },
             ApiKey::UpdateRaftVoter => VersionRange { min: 0, max: 0 },
