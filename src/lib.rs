@@ -28,6 +28,7 @@ pub mod sasl;
 pub mod security_config;
 pub mod server;
 pub mod session;
+pub mod share_session;
 pub mod tls_config;
 pub mod tls_principal;
 pub mod tls_reload;

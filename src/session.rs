@@ -20,7 +20,7 @@ pub struct Session {
     /// The principal the transport gives: a TLS client certificate's, else ANONYMOUS.
     pub transport_principal: String,
     /// The connection's share session (KIP-932), ended with it.
-    pub share: crate::kafka::api::share_session::ShareSessionSlot,
+    pub share: crate::share_session::ShareSessionSlot,
 }
 
 impl Session {

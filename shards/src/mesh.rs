@@ -392,27 +392,47 @@ pub struct Envelope {
 
 /// What the partition table of a shard serves: produce, reads, lookups, and opening,
 /// closing and reconfiguring its partitions.
+/// One partition of a ShareFetch.
+#[derive(Debug, Clone)]
+pub struct ShareFetchInput {
+    pub tp: TopicPartition,
+    pub topic_id: uuid::Uuid,
+    /// The most bytes of records to read for it.
+    pub max_bytes: usize,
+}
+
+/// What one partition of a ShareFetch got.
+#[derive(Debug, Clone, Default)]
+pub struct ShareFetchOutput {
+    pub acquired: Vec<crate::share::partition::Acquired>,
+    /// Whole batches covering the acquired ranges.
+    pub records: Option<bytes::Bytes>,
+    /// The partition's high watermark when it was read (a long poll waits past it).
+    pub high_watermark: i64,
+}
+
+/// One partition's acknowledgements.
+#[derive(Debug, Clone)]
+pub struct ShareAckInput {
+    pub tp: TopicPartition,
+    pub topic_id: uuid::Uuid,
+    pub batches: Vec<crate::share::partition::AckBatch>,
+}
+
 /// A share consumer's request for partitions this shard owns (KIP-932).
 pub enum ShareRequest {
     /// Acquires and reads records, at most `max_records` in all.
     Fetch {
         group: String,
         member: String,
-        partitions: Vec<crate::shard::share_requests::ShareFetchInput>,
+        partitions: Vec<ShareFetchInput>,
         max_records: usize,
-        reply: Reply<
-            Vec<
-                Result<
-                    crate::shard::share_requests::ShareFetchOutput,
-                    crate::share::leader::ShareError,
-                >,
-            >,
-        >,
+        reply: Reply<Vec<Result<ShareFetchOutput, crate::share::leader::ShareError>>>,
     },
     Acknowledge {
         group: String,
         member: String,
-        partitions: Vec<crate::shard::share_requests::ShareAckInput>,
+        partitions: Vec<ShareAckInput>,
         reply: Reply<Vec<Result<(), crate::share::leader::ShareError>>>,
     },
     /// The member's share session ended.

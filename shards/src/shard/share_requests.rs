@@ -10,12 +10,12 @@
 //! those ranges); a fetch acquires at most the request's record budget in all.
 
 use super::Shard;
-use crate::mesh::ShardMessage;
+use crate::mesh::{ShardMessage, ShareAckInput, ShareFetchInput, ShareFetchOutput};
 use crate::routing::TopicPartition;
 use crate::share::coordinator::{StateFailure, StateOp, StateView, SHARE_STATE_TOPIC};
 use crate::share::leader::{AutoOffsetReset, Persister, ShareError, ShareTarget};
 use crate::share::now_ms;
-use crate::share::partition::{AckBatch, Acquired, RecordState, StateBatch};
+use crate::share::partition::{Acquired, RecordState, StateBatch};
 use crate::share::records::ShareKey;
 use bytes::{Bytes, BytesMut};
 use corelog_partition::Isolation;
@@ -29,33 +29,6 @@ use uuid::Uuid;
 /// Tries of a state operation whose coordinator is moving or loading.
 const PERSISTER_TRIES: u32 = 20;
 const PERSISTER_BACKOFF: Duration = Duration::from_millis(100);
-
-/// One partition of a ShareFetch.
-#[derive(Debug, Clone)]
-pub struct ShareFetchInput {
-    pub tp: TopicPartition,
-    pub topic_id: Uuid,
-    /// The most bytes of records to read for it.
-    pub max_bytes: usize,
-}
-
-/// What one partition of a ShareFetch got.
-#[derive(Debug, Clone, Default)]
-pub struct ShareFetchOutput {
-    pub acquired: Vec<Acquired>,
-    /// Whole batches covering the acquired ranges.
-    pub records: Option<Bytes>,
-    /// The partition's high watermark when it was read (a long poll waits past it).
-    pub high_watermark: i64,
-}
-
-/// One partition's acknowledgements.
-#[derive(Debug, Clone)]
-pub struct ShareAckInput {
-    pub tp: TopicPartition,
-    pub topic_id: Uuid,
-    pub batches: Vec<AckBatch>,
-}
 
 /// The group's `share.auto.offset.reset` (`latest` unless the group says `earliest`).
 fn reset_of(shard: &Shard, group: &str) -> AutoOffsetReset {

@@ -26,8 +26,8 @@ use super::Ctx;
 use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{PartitionRequest, ShardMessage, ShareRequest};
+use corelog_shards::mesh::{ShareFetchInput, ShareFetchOutput};
 use corelog_shards::routing::TopicPartition;
-use corelog_shards::shard::share_requests::{ShareFetchInput, ShareFetchOutput};
 use corelog_shards::share::leader::ShareError;
 use futures::channel::oneshot;
 use kafka_protocol::messages::share_fetch_response::{

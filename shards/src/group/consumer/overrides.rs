@@ -11,7 +11,7 @@
 //! never yields an interval at or above the timeout for a stored layer.
 
 use super::group::ConsumerGroupConfig;
-use crate::share::leader::{AutoOffsetReset, AUTO_OFFSET_RESET};
+use crate::group::share::reset::{AutoOffsetReset, AUTO_OFFSET_RESET};
 use std::collections::BTreeMap;
 
 pub const SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
