@@ -90,13 +90,7 @@ fn acknowledged_records_survive_a_new_leader_and_the_rest_come_back() {
         let log = log_with(dir.path(), 10).await;
         let p = MemPersister::default();
         let tp = tp();
-        let t = ShareTarget {
-            group: "g",
-            tp: &tp,
-            topic_id: uuid::Uuid::from_u128(7),
-            log: &log,
-            reset: AutoOffsetReset::Earliest,
-        };
+        let t = target_from(&tp, &log, AutoOffsetReset::Earliest);
         let leader = ShareLeader::new(ShareLeaderConfig::default());
         let a = leader.acquire(&t, "a", &p, 4, 0).await.expect("a acquires");
         let b = leader.acquire(&t, "b", &p, 4, 0).await.expect("b acquires");
@@ -145,13 +139,7 @@ fn a_failed_store_undoes_the_acknowledgement() {
         let log = log_with(dir.path(), 5).await;
         let p = MemPersister::default();
         let tp = tp();
-        let t = ShareTarget {
-            group: "g",
-            tp: &tp,
-            topic_id: uuid::Uuid::from_u128(7),
-            log: &log,
-            reset: AutoOffsetReset::Earliest,
-        };
+        let t = target_from(&tp, &log, AutoOffsetReset::Earliest);
         let leader = ShareLeader::new(ShareLeaderConfig::default());
         leader.acquire(&t, "a", &p, 5, 0).await.expect("acquired");
         p.fail_writes.set(true);
@@ -176,13 +164,7 @@ fn a_newer_leader_fences_the_old_one_and_latest_starts_at_the_end() {
         let log = log_with(dir.path(), 6).await;
         let p = MemPersister::default();
         let tp = tp();
-        let t = ShareTarget {
-            group: "g",
-            tp: &tp,
-            topic_id: uuid::Uuid::from_u128(7),
-            log: &log,
-            reset: AutoOffsetReset::Latest,
-        };
+        let t = target_from(&tp, &log, AutoOffsetReset::Latest);
         let old = ShareLeader::new(ShareLeaderConfig::default());
         // Latest: nothing of what was written before the group came.
         assert!(old
@@ -223,14 +205,23 @@ fn a_newer_leader_fences_the_old_one_and_latest_starts_at_the_end() {
     });
 }
 
-fn target<'a>(tp: &'a TopicPartition, log: &'a Partition) -> ShareTarget<'a> {
+/// Group "g"'s share partition of `tp` (topic id 7), starting as `reset` says.
+fn target_from<'a>(
+    tp: &'a TopicPartition,
+    log: &'a Partition,
+    reset: AutoOffsetReset,
+) -> ShareTarget<'a> {
     ShareTarget {
         group: "g",
         tp,
         topic_id: uuid::Uuid::from_u128(7),
         log,
-        reset: AutoOffsetReset::Earliest,
+        reset,
     }
+}
+
+fn target<'a>(tp: &'a TopicPartition, log: &'a Partition) -> ShareTarget<'a> {
+    target_from(tp, log, AutoOffsetReset::Earliest)
 }
 
 #[test]
