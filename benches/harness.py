@@ -479,7 +479,7 @@ def main() -> int:
         }
         log(f"limits: {limits}")
         # A max-rate workload can write at the disk's speed for its whole duration, and the
-        # broker refuses produces once the filesystem is 95 % full (--disk-fill-max-ratio):
+        # broker refuses produces once the filesystem is 95 % full (--disk-fill-max-percent):
         # a run without that room measures refusals (the errors column), not throughput.
         seconds = 6 if quick else 30
         need = int((limits["disk_write_mb_s"] or 0) * 1e6 * seconds)

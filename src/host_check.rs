@@ -341,13 +341,13 @@ fn free_disk(dir: &Path) -> Finding {
         ),
         Some((total, free)) => {
             let found = format!("{} free of {}", bytes(free), bytes(total));
-            let fill = 1.0 - free as f64 / total.max(1) as f64;
+            let fill = corelog_shards::housekeeping::filesystem_fill(&at).unwrap_or(0.0);
             if fill > 0.8 || free < (10 << 30) {
                 Finding::bad(
                     "free disk",
                     Verdict::Warn,
                     found,
-                    "produces are refused at 95 % full (--disk-fill-max-ratio): give the data directory more room",
+                    "produces are refused at 95 % full (--disk-fill-max-percent): give the data directory more room",
                 )
             } else {
                 Finding::ok("free disk", found)

@@ -327,16 +327,26 @@ pub fn verdict(
     }
 }
 
-/// Used share of the filesystem holding `dir` (as `df` counts it: blocks not free to
-/// unprivileged users are used).
+/// Used share of the filesystem holding `dir`, as `df` prints it in `Use%`.
 pub fn filesystem_fill(dir: &Path) -> Option<f64> {
     let st = nix::sys::statvfs::statvfs(dir).ok()?;
-    let total = st.blocks() as f64;
-    if total <= 0.0 {
+    fill_ratio(
+        st.blocks() as u64,
+        st.blocks_free() as u64,
+        st.blocks_available() as u64,
+    )
+}
+
+/// `df`'s `Use%`: used blocks over the blocks a user could have (used plus available).
+/// Blocks reserved for root — 5 % by default on ext4, far more on some hosts — count as
+/// neither, so a filesystem with a large reserve is not taken for a full one.
+pub fn fill_ratio(blocks: u64, free: u64, available: u64) -> Option<f64> {
+    let used = blocks.saturating_sub(free);
+    let usable = used.saturating_add(available);
+    if usable == 0 {
         return None;
     }
-    let avail = st.blocks_available() as f64;
-    Some(((total - avail) / total).clamp(0.0, 1.0))
+    Some((used as f64 / usable as f64).clamp(0.0, 1.0))
 }
 
 /// (total, usable by unprivileged users) bytes of the filesystem holding `dir`
@@ -353,6 +363,17 @@ pub fn filesystem_space(dir: &Path) -> Option<(u64, u64)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fill_is_dfs_use_percent() {
+        // 160 GiB reserved for root, 74 GiB used, 18 GiB available: df says 81 %.
+        let gib = 1u64 << 18; // 4 KiB blocks
+        let f = fill_ratio(252 * gib, 178 * gib, 18 * gib).unwrap();
+        assert!((f - 74.0 / 92.0).abs() < 1e-9, "{f}");
+        assert_eq!(fill_ratio(100, 100, 95), Some(0.0));
+        assert_eq!(fill_ratio(100, 5, 0), Some(1.0));
+        assert_eq!(fill_ratio(0, 0, 0), None);
+    }
 
     #[test]
     fn verdict_follows_budget_and_fill() {

@@ -110,9 +110,11 @@ def produce_throttle_ms(sock, cid: int, topic: str, value_bytes: int, client_id:
     return struct.unpack(">i", resp[-4:])[0]
 
 
-def create_topic(bootstrap: str, name: str, partitions: int = 1) -> None:
+def create_topic(bootstrap: str, name: str, partitions: int = 1,
+                 config: dict[str, str] | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    futs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1)],
+    futs = admin.create_topics([NewTopic(name, num_partitions=partitions, replication_factor=1,
+                                         config=config or {})],
                                operation_timeout=10)
     for f in futs.values():
         f.result(timeout=15)
@@ -158,11 +160,16 @@ def _bytes_between(acked, t0, t1):
     return sum(n for t, n in list(acked) if t0 <= t < t1)
 
 
+# The unquoted producer writes flat out (some GiB in 12 s): retention keeps its topic
+# small so the test never brings the data directory near the broker's disk-full refusal.
+BOUNDED_TOPIC = {"retention.bytes": str(256 * MIB), "segment.bytes": str(32 * MIB)}
+
+
 def test_greedy_producer_held_to_quota_unquoted_producer_not_slowed(broker_factory):
-    b = broker_factory.start()
+    b = broker_factory.start(extra_args=["--retention-check-interval-ms", "200"])
     quota = 1 * MIB
     create_topic(b.bootstrap, "quota-greedy")
-    create_topic(b.bootstrap, "quota-free")
+    create_topic(b.bootstrap, "quota-free", config=BOUNDED_TOPIC)
     set_quota(b.bootstrap, [("client-id", "greedy")], "producer_byte_rate", quota)
 
     start = time.monotonic()
