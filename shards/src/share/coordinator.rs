@@ -83,6 +83,23 @@ pub fn coordinator_key(key: &ShareKey) -> String {
     )
 }
 
+/// A share partition from its coordinator key (FindCoordinator v6's key type 2): read
+/// from the right, so a group id may hold colons. `None` for anything else.
+pub fn parse_coordinator_key(key: &str) -> Option<ShareKey> {
+    let (rest, partition) = key.rsplit_once(':')?;
+    let (group, topic) = rest.rsplit_once(':')?;
+    let partition: i32 = partition.parse().ok().filter(|p| *p >= 0)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(topic)
+        .ok()?;
+    let topic = uuid::Uuid::from_slice(&bytes).ok()?;
+    (!group.is_empty()).then(|| ShareKey {
+        group: group.to_string(),
+        topic,
+        partition,
+    })
+}
+
 /// The `__share_group_state` partition of a share partition.
 pub fn partition_for(key: &ShareKey, partitions: i32) -> i32 {
     assert!(partitions > 0, "the state topic has partitions");

@@ -1,9 +1,13 @@
-//! FindCoordinator (v0–v4): a group's coordinator is the broker leading the group's
+//! FindCoordinator (v0–v6): a group's coordinator is the broker leading the group's
 //! `__consumer_offsets` partition, a transactional id's the broker leading the id's
-//! `__transaction_state` partition (each topic created on the first request for it,
-//! `admin_change`); COORDINATOR_NOT_AVAILABLE while that partition has no leader.
-//! DESCRIBE on the group (GROUP_AUTHORIZATION_FAILED) or the transactional id
-//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) is needed, as Kafka asks; another key type is
+//! `__transaction_state` partition, and (v6, KIP-932) a share partition's — key
+//! `group:topicId:partition` — the broker leading its `__share_group_state` partition
+//! (each topic created on the first request for it, `admin_change`);
+//! COORDINATOR_NOT_AVAILABLE while that partition has no leader. DESCRIBE on the group
+//! (GROUP_AUTHORIZATION_FAILED) or the transactional id
+//! (TRANSACTIONAL_ID_AUTHORIZATION_FAILED) is needed, and for a share partition, which
+//! only brokers ask for, CLUSTER_ACTION on the cluster (CLUSTER_AUTHORIZATION_FAILED),
+//! as Kafka asks; another key type, or a share key before v6 or malformed, is
 //! INVALID_REQUEST.
 
 use super::group_routing::sb;
@@ -21,15 +25,17 @@ use kafka_protocol::ResponseError;
 enum KeyType {
     Group,
     Transaction,
+    Share,
 }
 
 impl KeyType {
-    /// Kafka's key types: 0 a group, 1 a transactional id; anything else is
-    /// INVALID_REQUEST.
-    fn from_wire(key_type: i8) -> Option<KeyType> {
+    /// Kafka's key types: 0 a group, 1 a transactional id, 2 (v6) a share partition;
+    /// anything else is INVALID_REQUEST.
+    fn from_wire(key_type: i8, version: i16) -> Option<KeyType> {
         match key_type {
             0 => Some(KeyType::Group),
             1 => Some(KeyType::Transaction),
+            2 if version >= 6 => Some(KeyType::Share),
             _ => None,
         }
     }
@@ -39,6 +45,7 @@ impl KeyType {
         match self {
             KeyType::Group => corelog_shards::group::OFFSETS_TOPIC,
             KeyType::Transaction => corelog_shards::txn::TRANSACTION_TOPIC,
+            KeyType::Share => corelog_shards::share::coordinator::SHARE_STATE_TOPIC,
         }
     }
 }
@@ -47,7 +54,7 @@ pub struct FindCoordinator;
 
 impl Handler for FindCoordinator {
     const KEY: ApiKey = ApiKey::FindCoordinator;
-    const VERSIONS: (i16, i16) = (0, 4);
+    const VERSIONS: (i16, i16) = (0, 6);
     type Request = FindCoordinatorRequest;
     type Response = FindCoordinatorResponse;
 
@@ -62,10 +69,11 @@ impl Handler for FindCoordinator {
         } else {
             vec![req.key.to_string()]
         };
-        let kind = KeyType::from_wire(req.key_type);
+        let kind = KeyType::from_wire(req.key_type, v);
         let ensured = match kind {
             Some(KeyType::Group) => super::admin_change::ensure_offsets_topic(ctx).await,
             Some(KeyType::Transaction) => super::admin_change::ensure_transaction_topic(ctx).await,
+            Some(KeyType::Share) => super::admin_change::ensure_share_state_topic(ctx).await,
             None => Ok(()),
         };
         if let (Err(e), Some(kind)) = (ensured, kind) {
@@ -92,6 +100,22 @@ impl Handler for FindCoordinator {
                     ctx.shard.txns.partition_of(key),
                     access.allows(Op::Describe, Resource::TransactionalId, key),
                 ),
+                KeyType::Share => {
+                    let Some(share) =
+                        corelog_shards::share::coordinator::parse_coordinator_key(key)
+                    else {
+                        return refuse(
+                            ResponseError::InvalidRequest,
+                            format!(
+                                "{key:?} is not a share coordinator key (group:topicId:partition)"
+                            ),
+                        );
+                    };
+                    (
+                        ctx.shard.share_state.partition_of(&share),
+                        access.allows_cluster(Op::ClusterAction),
+                    )
+                }
             };
             if !allowed {
                 return match kind {
@@ -102,6 +126,10 @@ impl Handler for FindCoordinator {
                     KeyType::Transaction => refuse(
                         ResponseError::TransactionalIdAuthorizationFailed,
                         "Transactional Id authorization failed.".to_owned(),
+                    ),
+                    KeyType::Share => refuse(
+                        ResponseError::ClusterAuthorizationFailed,
+                        "Cluster authorization failed.".to_owned(),
                     ),
                 };
             }

@@ -230,3 +230,23 @@ fn the_state_survives_a_reload_and_pruning_keeps_what_a_reload_needs() {
         assert_eq!(read_all(&third, &log).await, before);
     });
 }
+
+#[test]
+fn a_coordinator_key_reads_back_from_the_right() {
+    let key = ShareKey {
+        group: "a:b:c".into(),
+        topic: uuid::Uuid::from_u128(0x1234_5678_9abc_def0_1122_3344_5566_7788),
+        partition: 7,
+    };
+    assert_eq!(parse_coordinator_key(&coordinator_key(&key)), Some(key));
+    for bad in [
+        "",
+        "g",
+        "g:x:1",
+        ":AAAAAAAAAAAAAAAAAAAAAA:1",
+        "g:AAAAAAAAAAAAAAAAAAAAAA:-1",
+        "g:AAAAAAAAAAAAAAAAAAAAAA:x",
+    ] {
+        assert_eq!(parse_coordinator_key(bad), None, "{bad}");
+    }
+}
