@@ -406,8 +406,8 @@ impl AdminChanges {
     }
 
     /// AlterConfigs / IncrementalAlterConfigs on a GROUP resource: the group's layer,
-    /// edited and checked against this broker's `group.consumer.*` bounds
-    /// (`group::consumer::overrides`), replaces the stored one if that is still the one
+    /// edited and checked against this broker's `group.consumer.*` and `group.share.*`
+    /// bounds (`group::consumer::overrides`, `group::share::overrides`), replaces the stored one if that is still the one
     /// it was computed from; the group's coordinator applies it at its next heartbeat.
     async fn alter_group_configs(
         &self,
@@ -436,7 +436,11 @@ impl AdminChanges {
                     })
                     .collect::<Result<_, _>>()?,
             };
-            let to = overrides::edit(&from, &edits, &self.config.groups.consumer)
+            let share = crate::group::share::overrides::ShareDefaults {
+                group: &self.config.groups.share,
+                delivery: self.config.share_leader.delivery(),
+            };
+            let to = overrides::edit(&from, &edits, &self.config.groups.consumer, &share)
                 .map_err(TopicError::InvalidConfig)?;
             if validate_only {
                 return Ok(());

@@ -409,6 +409,10 @@ pub struct ShareFetchOutput {
     pub records: Option<bytes::Bytes>,
     /// The partition's high watermark when it was read (a long poll waits past it).
     pub high_watermark: i64,
+    /// The shard's count of share partitions that gained records to acquire, taken
+    /// before this fetch looked (a long poll waits until it grows:
+    /// `ShareRequest::Wait`).
+    pub available_generation: u64,
 }
 
 /// One partition's acknowledgements.
@@ -440,6 +444,15 @@ pub enum ShareRequest {
         group: String,
         member: String,
         partitions: Vec<(TopicPartition, uuid::Uuid)>,
+        reply: Reply<()>,
+    },
+    /// Completes when any listed partition's high watermark passes its offset, when a
+    /// share partition of this shard gains records to acquire after `since` (a count
+    /// from `ShareFetchOutput::available_generation`), or at the deadline.
+    Wait {
+        partitions: Vec<(TopicPartition, i64)>,
+        since: u64,
+        deadline: std::time::Instant,
         reply: Reply<()>,
     },
 }

@@ -346,6 +346,42 @@ def test_renew_keeps_a_lock_and_v2_renews_fetch_nothing(broker_factory):
         c.close()
 
 
+def test_a_share_groups_own_configs_apply(broker_factory):
+    """A share group's configs (kafka-configs --entity-type groups): its heartbeat
+    interval is what its members are told, its delivery count limit archives a record
+    released that many times, and with share.renew.acknowledge.enable=false a RENEW is
+    INVALID_RECORD_STATE, as in Kafka."""
+    b = broker_factory(extra_args=FLAGS + ["--group-share-record-lock-duration-ms", "1000"])
+    topic, g = "share-configs", "share-configs-group"
+    create_topic(b.bootstrap, topic, 1)
+    # The bounds are Kafka's, widened to the broker's own settings (500 ms, 6 s here).
+    set_group_configs(b.bootstrap, g, {"share.auto.offset.reset": "earliest",
+                                       "share.heartbeat.interval.ms": "700",
+                                       "share.session.timeout.ms": "7000",
+                                       "share.delivery.count.limit": "2",
+                                       "share.renew.acknowledge.enable": "false"})
+    produce(b.bootstrap, topic, 2)
+    m = str(uuid.uuid4())
+    joined = heartbeat(b.bootstrap, g, m, 0, [topic])
+    assert joined["interval"] == 700, joined
+    tid = next(iter(joined["assignment"]))
+    c = ShareClient(b.bootstrap, g, m)
+    try:
+        got = c.fetch(0, tid, max_wait_ms=2000, version=2)["partitions"][(tid, 0)]
+        assert got["acquired"] == [(0, 1, 1)], got
+        renew = c.acknowledge(1, tid, [(0, 0, 4)], version=2, renew=True)["partitions"][(tid, 0)]
+        assert renew[0] == ERR_INVALID_RECORD_STATE, renew
+        # Released twice: the second release reaches the limit of 2 and archives it.
+        assert c.acknowledge(2, tid, [(0, 1, 2)], version=2)["partitions"][(tid, 0)] == (ERR_NONE, None)
+        again = c.fetch(3, tid, max_wait_ms=2000, version=2)["partitions"][(tid, 0)]
+        assert again["acquired"] == [(0, 1, 2)], again
+        assert c.acknowledge(4, tid, [(0, 0, 2), (1, 1, 1)], version=2)["partitions"][(tid, 0)] \
+            == (ERR_NONE, None)
+        assert c.fetch(5, tid, max_wait_ms=300, version=2)["partitions"][(tid, 0)]["acquired"] == []
+    finally:
+        c.close()
+
+
 WORKER = Path(__file__).resolve().parent / "java" / "ShareWorker.java"
 KAFKA_LIBS = Path(os.environ.get("KAFKA_CLI_LIBS", Path(__file__).resolve().parents[2] / ".cache" / "kafka" / "libs"))
 LOG4J = Path(__file__).resolve().parents[2] / "tools" / "kafka-cli" / "log4j2.properties"
@@ -476,13 +512,88 @@ def test_share_consumers_lose_nothing_when_the_partition_leader_dies(broker_fact
     print(f"accepted {len(accepted)}, rejected {len(rejected)}, uncertain {len(uncertain)}, acked {len(acked)}")
 
 
-def start_earliest(bootstrap: str, group: str) -> None:
-    """The group's share.auto.offset.reset, as kafka-configs --entity-type groups sets it."""
+def set_group_configs(bootstrap: str, group: str, configs: dict[str, str]) -> None:
+    """The group's own configs, as kafka-configs --entity-type groups sets them."""
     from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
     r = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry(k, v, incremental_operation=AlterConfigOpType.SET) for k, v in configs.items()])
     admin = AdminClient({"bootstrap.servers": bootstrap})  # held until the answer
     admin.incremental_alter_configs([r])[r].result(30)
+
+
+def start_earliest(bootstrap: str, group: str) -> None:
+    """The group's share.auto.offset.reset set to earliest."""
+    set_group_configs(bootstrap, group, {"share.auto.offset.reset": "earliest"})
+
+
+def data_values(records: bytes) -> list[bytes]:
+    """The values of the data records (not transaction markers) in `records`."""
+    return [r["value"] for b in W.decode_batches(records) if not b["attributes"] & 0x20
+            for r in b["records"]]
+
+
+def test_read_committed_share_groups_get_no_aborted_records(broker_factory):
+    """share.isolation.level=read_committed (a group config): a share group reads up to
+    the last stable offset, and the data of an aborted transaction is archived, never
+    delivered; transaction markers are delivered as Kafka delivers them (the consumer
+    acknowledges them as gaps). A read_uncommitted group gets everything below the high
+    watermark. The group's share.record.lock.duration.ms is the lock its fetches get."""
+    b = broker_factory(extra_args=FLAGS + ["--group-share-record-lock-duration-ms", "1000"])
+    topic = "share-txn"
+    create_topic(b.bootstrap, topic, 1)
+    rc, ru = "share-rc", "share-ru"
+    set_group_configs(b.bootstrap, rc, {"share.auto.offset.reset": "earliest",
+                                        "share.isolation.level": "read_committed",
+                                        "share.record.lock.duration.ms": "2500"})
+    start_earliest(b.bootstrap, ru)
+
+    txn = Producer({"bootstrap.servers": b.bootstrap, "transactional.id": "share-txn-producer",
+                    "linger.ms": 0})
+    txn.init_transactions(30)
+
+    def transaction(values: list[bytes], end: str | None) -> None:
+        txn.begin_transaction()
+        for v in values:
+            txn.produce(topic, v, partition=0)
+        txn.flush(30)
+        if end == "commit":
+            txn.commit_transaction(30)
+        elif end == "abort":
+            txn.abort_transaction(30)
+
+    transaction([b"c0", b"c1", b"c2"], "commit")   # 0-2, marker 3
+    transaction([b"x0", b"x1", b"x2"], "abort")    # 4-6, marker 7
+    plain = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0})
+    for v in (b"p0", b"p1"):                       # 8-9
+        plain.produce(topic, v, partition=0)
+        plain.flush(30)
+    transaction([b"o0", b"o1"], None)              # 10-11, still open: the LSO is 10
+
+    a_id, u_id = str(uuid.uuid4()), str(uuid.uuid4())
+    tid = next(iter(heartbeat(b.bootstrap, rc, a_id, 0, [topic])["assignment"]))
+    heartbeat(b.bootstrap, ru, u_id, 0, [topic])
+    a, u = ShareClient(b.bootstrap, rc, a_id), ShareClient(b.bootstrap, ru, u_id)
+    try:
+        first = a.fetch(0, tid, max_wait_ms=2000)
+        assert first["lock_ms"] == 2500, first
+        got = first["partitions"][(tid, 0)]
+        assert got["acquired"] == [(0, 3, 1), (7, 9, 1)], got
+        assert data_values(got["records"]) == [b"c0", b"c1", b"c2", b"p0", b"p1"], got
+        everything = u.fetch(0, tid, max_wait_ms=2000)
+        assert everything["lock_ms"] == 1000, everything
+        assert everything["partitions"][(tid, 0)]["acquired"] == [(0, 11, 1)], everything
+        # Settled, markers as gaps; the archived records never come back.
+        assert a.acknowledge(1, tid, [(0, 2, 1), (3, 3, 0), (7, 7, 0), (8, 9, 1)])["partitions"][(tid, 0)] \
+            == (ERR_NONE, None)
+        assert a.fetch(2, tid, max_wait_ms=300)["partitions"][(tid, 0)]["acquired"] == []
+        # The open transaction commits: the LSO passes it.
+        txn.commit_transaction(30)                # marker 12
+        later = a.fetch(3, tid, max_wait_ms=2000)["partitions"][(tid, 0)]
+        assert later["acquired"] == [(10, 12, 1)], later
+        assert data_values(later["records"]) == [b"o0", b"o1"], later
+    finally:
+        a.close()
+        u.close()
 
 
 def test_librdkafka_share_consumers_settle_every_record_once(broker_factory):

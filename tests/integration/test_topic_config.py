@@ -283,14 +283,15 @@ def test_group_configs_are_described_altered_within_bounds_and_applied(broker_fa
     assert configs["consumer.session.timeout.ms"] == ("50000", 8)
     assert configs["consumer.heartbeat.interval.ms"] == ("6000", 8)
     assert raw_describe(broker.bootstrap, 32, "other-group")["consumer.session.timeout.ms"] == ("45000", 5)
-    # Out of bounds, not a number, a share-group key not applied yet, an unknown key:
+    # Out of bounds (a share group's key too), not a number, an unknown key:
     # INVALID_CONFIG, said why, and nothing of the request is stored.
     for ops, why in [
         ([("consumer.session.timeout.ms", 0, "1000")], "group.consumer.min.session.timeout.ms"),
         ([("consumer.heartbeat.interval.ms", 0, "16000")], "group.consumer.max.heartbeat.interval.ms"),
         ([("consumer.session.timeout.ms", 0, "soon")], "integer"),
-        ([("consumer.heartbeat.interval.ms", 0, "5000"), ("share.session.timeout.ms", 0, "45000")],
-         "share group config"),
+        ([("consumer.heartbeat.interval.ms", 0, "5000"), ("share.session.timeout.ms", 0, "4500")],
+         "group.share.min.session.timeout.ms"),
+        ([("share.isolation.level", 0, "read_commit")], "read_committed or read_uncommitted"),
         ([("consumer.nope", 0, "1")], "not a group config"),
     ]:
         code, message = alter(ops)

@@ -127,6 +127,17 @@ impl Shard {
                 self.share_release(&group, &member, partitions).await;
                 let _ = reply.send(());
             }
+            ShardMessage::Share(ShareRequest::Wait {
+                partitions,
+                since,
+                deadline,
+                reply,
+            }) => {
+                let records = self.wait_for_data(partitions, deadline, false);
+                let available = self.share_leader.wait_available(since, deadline);
+                futures::future::select(Box::pin(records), Box::pin(available)).await;
+                let _ = reply.send(());
+            }
             ShardMessage::Txn { op, reply } => {
                 let answer = self.txns.handle(op).await;
                 let _ = reply.send(answer);

@@ -13,7 +13,7 @@ use super::Shard;
 use crate::mesh::{ShardMessage, ShareAckInput, ShareFetchInput, ShareFetchOutput};
 use crate::routing::TopicPartition;
 use crate::share::coordinator::{StateFailure, StateOp, StateView, SHARE_STATE_TOPIC};
-use crate::share::leader::{AutoOffsetReset, Persister, ShareError, ShareTarget};
+use crate::share::leader::{Delivery, Persister, ShareError, ShareTarget};
 use crate::share::now_ms;
 use crate::share::partition::{Acquired, RecordState, StateBatch};
 use crate::share::records::ShareKey;
@@ -30,17 +30,17 @@ use uuid::Uuid;
 const PERSISTER_TRIES: u32 = 20;
 const PERSISTER_BACKOFF: Duration = Duration::from_millis(100);
 
-/// The group's `share.auto.offset.reset` (`latest` unless the group says `earliest`).
-fn reset_of(shard: &Shard, group: &str) -> AutoOffsetReset {
-    let meta = shard.metadata.snapshot();
-    meta.group_configs
-        .get(group)
-        .and_then(|c| c.get(crate::share::leader::AUTO_OFFSET_RESET))
-        .and_then(|v| AutoOffsetReset::parse(v).ok())
-        .unwrap_or_default()
-}
-
 impl Shard {
+    /// A share group's delivery settings: the broker's with the group's configs
+    /// applied.
+    pub fn share_delivery(&self, group: &str) -> Delivery {
+        let broker = self.config.share_leader.delivery();
+        match self.metadata.snapshot().group_configs.get(group) {
+            Some(layer) => crate::group::share::overrides::delivery(broker, layer),
+            None => broker,
+        }
+    }
+
     /// Acquires records of `inputs` for `member` of `group`, at most `max_records` in
     /// all, and reads them.
     pub(super) async fn share_fetch(
@@ -50,8 +50,9 @@ impl Shard {
         inputs: Vec<ShareFetchInput>,
         max_records: usize,
     ) -> Vec<Result<ShareFetchOutput, ShareError>> {
-        let reset = reset_of(self, group);
+        let delivery = self.share_delivery(group);
         let persister = ShardPersister(self.clone());
+        let generation = self.share_leader.available_generation();
         let mut budget = max_records;
         let mut out = Vec::with_capacity(inputs.len());
         for input in inputs {
@@ -62,6 +63,7 @@ impl Shard {
             if budget == 0 {
                 out.push(Ok(ShareFetchOutput {
                     high_watermark: log.high_watermark(),
+                    available_generation: generation,
                     ..ShareFetchOutput::default()
                 }));
                 continue;
@@ -71,7 +73,7 @@ impl Shard {
                 tp: &input.tp,
                 topic_id: input.topic_id,
                 log: &log,
-                reset,
+                delivery,
             };
             let acquired = match self
                 .share_leader
@@ -91,6 +93,7 @@ impl Shard {
                 acquired,
                 records,
                 high_watermark: log.high_watermark(),
+                available_generation: generation,
             }));
         }
         out
@@ -102,7 +105,7 @@ impl Shard {
         member: &str,
         inputs: Vec<ShareAckInput>,
     ) -> Vec<Result<(), ShareError>> {
-        let reset = reset_of(self, group);
+        let delivery = self.share_delivery(group);
         let persister = ShardPersister(self.clone());
         let mut out = Vec::with_capacity(inputs.len());
         for input in inputs {
@@ -115,7 +118,7 @@ impl Shard {
                 tp: &input.tp,
                 topic_id: input.topic_id,
                 log: &log,
-                reset,
+                delivery,
             };
             out.push(
                 self.share_leader
@@ -143,7 +146,7 @@ impl Shard {
                 tp: &tp,
                 topic_id,
                 log: &log,
-                reset: AutoOffsetReset::Latest,
+                delivery: self.share_delivery(group),
             };
             if let Err(e) = self.share_leader.release(&t, member, &persister).await {
                 tracing::debug!(group, member, topic = %tp.topic, partition = tp.partition, error = %e, "releasing a share member's records");
@@ -167,7 +170,7 @@ impl Shard {
                 tp: &tp,
                 topic_id,
                 log: &log,
-                reset: AutoOffsetReset::Latest,
+                delivery: self.share_delivery(&group),
             };
             if let Err(e) = self.share_leader.expire(&t, &persister, now).await {
                 tracing::debug!(group, topic = %tp.topic, partition = tp.partition, error = %e, "storing expired share locks");

@@ -14,6 +14,13 @@
 //! delivery, since acquisitions are not stored (Kafka's rule: a record delivered to a
 //! member when the leader fails is delivered again, and that delivery does not count).
 //!
+//! A share group's configs (`group::share::overrides`) come with each operation
+//! (`ShareTarget::delivery`): the lock duration, the isolation level and whether RENEW
+//! is taken apply at once; the delivery count limit and the in-flight limit when the
+//! share partition is loaded. A read_committed group acquires up to the last stable
+//! offset, and the records of aborted transactions it would acquire are archived instead
+//! (`share::aborted`) and stored.
+//!
 //! A share partition that no member holds anything of once a session ends or its locks
 //! run out is dropped (all of it is stored): the next use loads it again, so offsets an
 //! administrator reset while the group was empty are what its next member reads.
@@ -26,7 +33,7 @@
 
 use super::coordinator::{StateFailure, StateOp, StateView};
 use super::partition::{
-    AckBatch, AckError, Acquired, RecordState, ShareLimits, SharePartition, StateBatch,
+    AckBatch, AckError, AckType, Acquired, RecordState, ShareLimits, SharePartition, StateBatch,
 };
 use super::records::ShareKey;
 use super::state::{StateError, StateWrite};
@@ -47,6 +54,7 @@ pub trait Persister {
     ) -> LocalBoxFuture<'_, Result<Option<StateView>, StateFailure>>;
 }
 
+pub use crate::group::share::overrides::Delivery;
 pub use crate::group::share::reset::{AutoOffsetReset, AUTO_OFFSET_RESET};
 
 /// The leader's settings for share partitions (Kafka's `group.share.*`).
@@ -55,6 +63,18 @@ pub struct ShareLeaderConfig {
     pub limits: ShareLimits,
     /// `group.share.record.lock.duration.ms`.
     pub lock_ms: i64,
+}
+
+impl ShareLeaderConfig {
+    /// The broker's delivery settings, which a share group's configs override.
+    pub fn delivery(&self) -> Delivery {
+        Delivery {
+            record_lock_duration_ms: self.lock_ms,
+            delivery_count_limit: self.limits.delivery_limit,
+            partition_max_record_locks: self.limits.max_in_flight,
+            ..Delivery::default()
+        }
+    }
 }
 
 impl Default for ShareLeaderConfig {
@@ -111,6 +131,8 @@ impl From<AckError> for ShareError {
 #[derive(Debug, Clone)]
 struct Loaded {
     state: SharePartition,
+    /// The limits it was loaded with (the group's, then).
+    limits: ShareLimits,
     state_epoch: i32,
     leader_epoch: i32,
 }
@@ -124,13 +146,35 @@ pub struct ShareTarget<'a> {
     pub tp: &'a TopicPartition,
     pub topic_id: uuid::Uuid,
     pub log: &'a Partition,
-    /// The group's `share.auto.offset.reset`, for a share partition never seen.
-    pub reset: AutoOffsetReset,
+    /// The group's delivery settings (the broker's with its configs applied).
+    pub delivery: Delivery,
+}
+
+/// Where a share partition stands when an operation starts, for what the operation
+/// must read of the log before it changes the state.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    start: i64,
+    end: i64,
+    /// Records that may still be put in flight.
+    room: i64,
 }
 
 pub struct ShareLeader {
     config: ShareLeaderConfig,
     held: RefCell<HashMap<(String, TopicPartition), Held>>,
+    /// Counts the operations after which a share partition had records to acquire that
+    /// it had not before (released, timed out, or room in flight again); `available`
+    /// fires with each, for the long polls waiting on this shard.
+    generation: std::cell::Cell<u64>,
+    available: event_listener::Event,
+}
+
+/// Whether `after` has records to acquire that `before` had not: some available again,
+/// or room in flight again for new ones.
+fn offers_more(before: &SharePartition, after: &SharePartition, limits: ShareLimits) -> bool {
+    let room = |p: &SharePartition| p.in_flight() < limits.max_in_flight;
+    (after.available() > before.available()) || (room(after) && !room(before))
 }
 
 /// The records as stored: acquisitions undone (see the module doc).
@@ -153,11 +197,35 @@ impl ShareLeader {
         ShareLeader {
             config,
             held: RefCell::new(HashMap::new()),
+            generation: std::cell::Cell::new(0),
+            available: event_listener::Event::new(),
         }
     }
 
     pub fn config(&self) -> &ShareLeaderConfig {
         &self.config
+    }
+
+    /// See `generation`: a long poll takes it before it looks, then waits until it grows
+    /// ([`Self::wait_available`]).
+    pub fn available_generation(&self) -> u64 {
+        self.generation.get()
+    }
+
+    /// Waits until some share partition of this shard gained records to acquire after
+    /// `since` (an [`Self::available_generation`]), or `deadline`.
+    pub async fn wait_available(&self, since: u64, deadline: std::time::Instant) {
+        loop {
+            let listener = self.available.listen();
+            if self.generation.get() > since {
+                return;
+            }
+            let now = std::time::Instant::now();
+            if now >= deadline {
+                return;
+            }
+            futures_lite::future::or(listener, glommio::timer::sleep(deadline - now)).await;
+        }
     }
 
     fn held(&self, group: &str, tp: &TopicPartition) -> Held {
@@ -177,6 +245,22 @@ impl ShareLeader {
         persister: &dyn Persister,
         f: impl FnOnce(&mut SharePartition) -> Result<(T, bool), ShareError>,
     ) -> Result<T, ShareError> {
+        self.with_read(t, persister, |_| std::future::ready(()), |sp, ()| f(sp))
+            .await
+    }
+
+    /// [`Self::with`], where `f` also gets what `read` found, which is run first, with
+    /// the share partition locked and loaded and given its window.
+    async fn with_read<T, R, Fut>(
+        &self,
+        t: &ShareTarget<'_>,
+        persister: &dyn Persister,
+        read: impl FnOnce(Window) -> Fut,
+        f: impl FnOnce(&mut SharePartition, R) -> Result<(T, bool), ShareError>,
+    ) -> Result<T, ShareError>
+    where
+        Fut: std::future::Future<Output = R>,
+    {
         let (group, tp, log) = (t.group, t.tp, t.log);
         if !log.is_leader() {
             return Err(ShareError::NotLeaderOrFollower);
@@ -208,7 +292,7 @@ impl ShareLeader {
             .is_some_and(|l| l.leader_epoch != log.leader_epoch());
         if slot.is_none() || stale {
             *slot = Some(
-                self.load(&key, log, t.reset, persister)
+                self.load(&key, log, t.delivery, persister)
                     .await
                     .inspect_err(|_| {
                         self.drop_if_same(group, tp, &held);
@@ -217,8 +301,15 @@ impl ShareLeader {
         }
         let loaded = slot.as_mut().expect("loaded above");
         loaded.state.move_log_start(log.log_start_offset());
+        let window = Window {
+            start: loaded.state.start(),
+            end: loaded.state.end(),
+            room: loaded.limits.max_in_flight - loaded.state.in_flight(),
+        };
+        let found = read(window).await;
+        let loaded = slot.as_mut().expect("loaded above");
         let before = loaded.state.clone();
-        let (answer, changed) = f(&mut loaded.state)?;
+        let (answer, changed) = f(&mut loaded.state, found)?;
         if changed {
             if let Err(e) = self.store(&key, loaded, persister).await {
                 loaded.state = before;
@@ -227,6 +318,10 @@ impl ShareLeader {
                     self.drop_if_same(group, tp, &held);
                 }
                 return Err(e);
+            }
+            if offers_more(&before, &loaded.state, loaded.limits) {
+                self.generation.set(self.generation.get() + 1);
+                self.available.notify(usize::MAX);
             }
         }
         Ok(answer)
@@ -261,9 +356,13 @@ impl ShareLeader {
         &self,
         key: &ShareKey,
         log: &Partition,
-        reset: AutoOffsetReset,
+        delivery: Delivery,
         persister: &dyn Persister,
     ) -> Result<Loaded, ShareError> {
+        let limits = ShareLimits {
+            max_in_flight: delivery.partition_max_record_locks,
+            delivery_limit: delivery.delivery_count_limit,
+        };
         let leader_epoch = log.leader_epoch();
         let read = StateOp::Read { leader_epoch };
         let view = match persister.call(key.clone(), read.clone()).await {
@@ -280,16 +379,13 @@ impl ShareLeader {
         };
         let view = view.ok_or_else(|| ShareError::Unknown("a read without its state".into()))?;
         let mut loaded = Loaded {
-            state: SharePartition::restore(
-                view.start_offset.max(0),
-                &view.batches,
-                self.config.limits,
-            ),
+            state: SharePartition::restore(view.start_offset.max(0), &view.batches, limits),
+            limits,
             state_epoch: view.state_epoch,
             leader_epoch,
         };
         if view.start_offset < 0 {
-            let start = match reset {
+            let start = match delivery.auto_offset_reset {
                 AutoOffsetReset::Latest => log.high_watermark(),
                 AutoOffsetReset::Earliest => log.log_start_offset(),
                 AutoOffsetReset::ByDuration(ms) => {
@@ -303,7 +399,7 @@ impl ShareLeader {
                     }
                 }
             };
-            loaded.state = SharePartition::new(start, self.config.limits);
+            loaded.state = SharePartition::new(start, limits);
             self.store(key, &loaded, persister).await?;
         }
         loaded.state.move_log_start(log.log_start_offset());
@@ -312,8 +408,10 @@ impl ShareLeader {
     }
 
     /// Acquires up to `max_records` records of the share partition for `member`, locked
-    /// for the lock duration, up to the high watermark. Not stored: acquisitions are
-    /// not.
+    /// for the group's lock duration, up to the high watermark — or for a
+    /// read_committed group up to the last stable offset, archiving the records of
+    /// aborted transactions instead of delivering them (`share::aborted`).
+    /// Acquisitions are not stored; archived records are.
     pub async fn acquire(
         &self,
         t: &ShareTarget<'_>,
@@ -322,13 +420,25 @@ impl ShareLeader {
         max_records: usize,
         now_ms: i64,
     ) -> Result<Vec<Acquired>, ShareError> {
-        let lock_ms = self.config.lock_ms;
-        let log_end = t.log.high_watermark();
-        self.with(t, persister, |sp| {
-            Ok((
-                sp.acquire(member, log_end, max_records, now_ms, lock_ms),
-                false,
-            ))
+        let lock_ms = t.delivery.record_lock_duration_ms;
+        let read_committed = t.delivery.read_committed;
+        let log = t.log;
+        let log_end = if read_committed {
+            log.last_stable_offset()
+        } else {
+            log.high_watermark()
+        };
+        let read = |w: Window| async move {
+            if !read_committed {
+                return Ok(Vec::new());
+            }
+            let to = log_end.min(w.end.saturating_add(w.room.max(0)));
+            super::aborted::read_aborted_ranges(log, w.start, to).await
+        };
+        self.with_read(t, persister, read, |sp, unreadable| {
+            let unreadable = unreadable.map_err(ShareError::Unknown)?;
+            let acquired = sp.acquire(member, log_end, max_records, now_ms, lock_ms);
+            Ok(sp.archive_unreadable(acquired, &unreadable))
         })
         .await
     }
@@ -342,7 +452,19 @@ impl ShareLeader {
         batches: &[AckBatch],
         now_ms: i64,
     ) -> Result<(), ShareError> {
-        let lock_ms = self.config.lock_ms;
+        let lock_ms = t.delivery.record_lock_duration_ms;
+        let renews = || {
+            batches
+                .iter()
+                .flat_map(|b| &b.types)
+                .any(|t| *t == AckType::Renew)
+        };
+        if !t.delivery.renew_enabled && renews() {
+            // Kafka's answer when `share.renew.acknowledge.enable` is false.
+            return Err(ShareError::InvalidRecordState(
+                "RENEW acknowledgements are disabled for this share group".into(),
+            ));
+        }
         self.with(t, persister, |sp| {
             sp.acknowledge(member, batches, now_ms, lock_ms)?;
             Ok(((), true))

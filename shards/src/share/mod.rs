@@ -5,11 +5,13 @@
 //! `partition`: the partition leader's state of one share partition (acquisition, locks,
 //! delivery counts, acknowledgements, the start offset), pure and checked against a
 //! model. `leader`: the share partitions a shard leads, loaded from and stored to the
-//! share coordinator through a `Persister`. `coordinator`: the share coordinator, which
+//! share coordinator through a `Persister`; `aborted` the records a read_committed
+//! group never gets. `coordinator`: the share coordinator, which
 //! keeps that state in `__share_group_state`; `state` its durable form (snapshots and
 //! updates, epochs, how batches combine) and `records` the codec of its records, laid out
 //! as Kafka's. The share group's membership is `group::share`.
 
+pub mod aborted;
 pub mod coordinator;
 pub mod leader;
 pub mod partition;

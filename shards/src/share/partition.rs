@@ -237,6 +237,15 @@ impl SharePartition {
         self.end - self.start
     }
 
+    /// Records AVAILABLE to acquire again (released, or their lock ran out).
+    pub fn available(&self) -> i64 {
+        self.spans
+            .iter()
+            .filter(|(_, s)| s.state == RecordState::Available)
+            .map(|(first, s)| s.last - first + 1)
+            .sum()
+    }
+
     /// The state and delivery count of `offset`: below the start, done (reported as
     /// ACKNOWLEDGED); at or past the end, never fetched (`None`).
     pub fn record(&self, offset: i64) -> Option<(RecordState, u16, Option<&str>)> {
@@ -306,6 +315,53 @@ impl SharePartition {
         self.merge_all();
         self.check();
         out
+    }
+
+    /// Archives what [`Self::acquire`] just gave (`acquired`) of `unreadable` (inclusive
+    /// ranges in order: the records of aborted transactions, for a read_committed
+    /// group): those are never delivered. Returns the records to deliver and whether any
+    /// was archived, a change to store.
+    pub fn archive_unreadable(
+        &mut self,
+        acquired: Vec<Acquired>,
+        unreadable: &[(i64, i64)],
+    ) -> (Vec<Acquired>, bool) {
+        debug_assert!(unreadable.windows(2).all(|w| w[0].1 < w[1].0), "in order");
+        if unreadable.is_empty() {
+            return (acquired, false);
+        }
+        let mut out = Vec::with_capacity(acquired.len());
+        let mut archived = false;
+        for a in acquired {
+            let mut first = a.first;
+            for &(u_first, u_last) in unreadable {
+                if u_last < first {
+                    continue;
+                }
+                if u_first > a.last {
+                    break;
+                }
+                if u_first > first {
+                    push_acquired(&mut out, first, u_first - 1, a.deliveries);
+                }
+                let last = u_last.min(a.last);
+                self.settle(u_first.max(first), last, AckType::Gap, 0);
+                archived = true;
+                first = last + 1;
+                if first > a.last {
+                    break;
+                }
+            }
+            if first <= a.last {
+                push_acquired(&mut out, first, a.last, a.deliveries);
+            }
+        }
+        if archived {
+            self.merge_all();
+            self.advance();
+            self.check();
+        }
+        (out, archived)
     }
 
     /// Applies one request's acknowledgements from `member`, all or none. Offsets below

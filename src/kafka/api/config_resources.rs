@@ -72,41 +72,77 @@ pub(super) const GROUP_CONFIGS: &[(&str, Option<&str>, ConfigType, &str, &str)] 
         "where a share group's partitions start (KIP-932): latest, earliest or by_duration:<ISO-8601>",
     ),
     (
+        "share.delivery.count.limit",
+        Some("group.share.delivery.count.limit"),
+        ConfigType::Int,
+        "5",
+        "deliveries of a record to a share group before it is archived",
+    ),
+    (
         "share.heartbeat.interval.ms",
         Some("group.share.heartbeat.interval.ms"),
         ConfigType::Int,
         "5000",
-        "heartbeat interval of share groups (KIP-932; not run by corelog)",
+        "heartbeat interval of share groups (KIP-932)",
+    ),
+    (
+        "share.isolation.level",
+        None,
+        ConfigType::String,
+        "read_uncommitted",
+        "read_committed: a share group gets records up to the last stable offset, none of aborted transactions",
+    ),
+    (
+        "share.partition.max.record.locks",
+        Some("group.share.partition.max.record.locks"),
+        ConfigType::Int,
+        "2000",
+        "records of one share partition in flight at most",
     ),
     (
         "share.record.lock.duration.ms",
         Some("group.share.record.lock.duration.ms"),
         ConfigType::Int,
         "30000",
-        "record lock duration of share groups (KIP-932; not run by corelog)",
+        "how long a share consumer holds a record it was given",
+    ),
+    (
+        "share.renew.acknowledge.enable",
+        None,
+        ConfigType::Boolean,
+        "true",
+        "whether share consumers may renew their records' locks (KIP-1222)",
     ),
     (
         "share.session.timeout.ms",
         Some("group.share.session.timeout.ms"),
         ConfigType::Int,
         "45000",
-        "session timeout of share groups (KIP-932; not run by corelog)",
+        "session timeout of share groups (KIP-932)",
     ),
 ];
 
 /// The group configs of one group as this broker applies them: the group's own value
-/// (`overrides`, from the cluster metadata), else a `group.consumer.*` setting the
-/// broker was started with as that static broker config, else Kafka's default.
+/// (`overrides`, from the cluster metadata), else a `group.consumer.*` or
+/// `group.share.*` setting the broker was started with as that static broker config,
+/// else Kafka's default.
 pub(super) fn group_configs(
-    consumer: &corelog_shards::group::consumer::group::ConsumerGroupConfig,
+    groups: &corelog_shards::group::coordinator::GroupConfig,
+    delivery: corelog_shards::share::leader::Delivery,
     overrides: Option<&std::collections::BTreeMap<String, String>>,
 ) -> Vec<Described> {
+    let (consumer, share) = (&groups.consumer, &groups.share);
     GROUP_CONFIGS
         .iter()
         .map(|(name, synonym, config_type, default, doc)| {
             let set = match *name {
-                "consumer.heartbeat.interval.ms" => Some(consumer.heartbeat_interval_ms),
-                "consumer.session.timeout.ms" => Some(consumer.session_timeout_ms),
+                "consumer.heartbeat.interval.ms" => Some(i64::from(consumer.heartbeat_interval_ms)),
+                "consumer.session.timeout.ms" => Some(i64::from(consumer.session_timeout_ms)),
+                "share.heartbeat.interval.ms" => Some(i64::from(share.heartbeat_interval_ms)),
+                "share.session.timeout.ms" => Some(i64::from(share.session_timeout_ms)),
+                "share.record.lock.duration.ms" => Some(delivery.record_lock_duration_ms),
+                "share.delivery.count.limit" => Some(i64::from(delivery.delivery_count_limit)),
+                "share.partition.max.record.locks" => Some(delivery.partition_max_record_locks),
                 _ => None,
             }
             .map(|v| v.to_string())

@@ -55,55 +55,56 @@ impl Handler for DescribeConfigs {
                     format!("resource {name} is named more than once"),
                 ))
             };
-            let described: Result<Vec<(Described, bool)>, (ResponseError, String)> = match res
-                .resource_type
-            {
-                _ if checked.is_err() => checked.map(|()| Vec::new()),
-                RESOURCE_TOPIC => match meta.topic(name) {
-                    Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
-                        .into_iter()
-                        .map(|d| (d, false))
-                        .collect()),
-                    None => Err((
-                        ResponseError::UnknownTopicOrPartition,
-                        format!("topic {name} does not exist"),
+            let described: Result<Vec<(Described, bool)>, (ResponseError, String)> =
+                match res.resource_type {
+                    _ if checked.is_err() => checked.map(|()| Vec::new()),
+                    RESOURCE_TOPIC => match meta.topic(name) {
+                        Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
+                            .into_iter()
+                            .map(|d| (d, false))
+                            .collect()),
+                        None => Err((
+                            ResponseError::UnknownTopicOrPartition,
+                            format!("topic {name} does not exist"),
+                        )),
+                    },
+                    RESOURCE_BROKER if name.is_empty() => {
+                        Ok(topic_config::describe_cluster_default(&broker_defaults)
+                            .into_iter()
+                            .map(|d| (d, false))
+                            .collect())
+                    }
+                    RESOURCE_BROKER if name == ctx.config.node_id.to_string() => {
+                        let dynamic = topic_config::describe_broker(&broker_defaults)
+                            .into_iter()
+                            .map(|d| (d, false));
+                        let fixed = static_broker_configs(ctx).into_iter().map(|d| (d, true));
+                        Ok(dynamic.chain(fixed).collect())
+                    }
+                    RESOURCE_BROKER => Err((
+                        ResponseError::InvalidRequest,
+                        format!("broker {name} is not this node ({})", ctx.config.node_id),
                     )),
-                },
-                RESOURCE_BROKER if name.is_empty() => {
-                    Ok(topic_config::describe_cluster_default(&broker_defaults)
+                    RESOURCE_GROUP if name.is_empty() => Err((
+                        ResponseError::InvalidRequest,
+                        "group name must not be empty".to_string(),
+                    )),
+                    RESOURCE_GROUP => {
+                        let meta = ctx.shard.metadata.snapshot();
+                        Ok(group_configs(
+                            &ctx.config.groups,
+                            ctx.config.share_leader.delivery(),
+                            meta.group_configs.get(name),
+                        )
                         .into_iter()
                         .map(|d| (d, false))
                         .collect())
-                }
-                RESOURCE_BROKER if name == ctx.config.node_id.to_string() => {
-                    let dynamic = topic_config::describe_broker(&broker_defaults)
-                        .into_iter()
-                        .map(|d| (d, false));
-                    let fixed = static_broker_configs(ctx).into_iter().map(|d| (d, true));
-                    Ok(dynamic.chain(fixed).collect())
-                }
-                RESOURCE_BROKER => Err((
-                    ResponseError::InvalidRequest,
-                    format!("broker {name} is not this node ({})", ctx.config.node_id),
-                )),
-                RESOURCE_GROUP if name.is_empty() => Err((
-                    ResponseError::InvalidRequest,
-                    "group name must not be empty".to_string(),
-                )),
-                RESOURCE_GROUP => {
-                    let meta = ctx.shard.metadata.snapshot();
-                    Ok(
-                        group_configs(&ctx.config.groups.consumer, meta.group_configs.get(name))
-                            .into_iter()
-                            .map(|d| (d, false))
-                            .collect(),
-                    )
-                }
-                other => Err((
-                    ResponseError::InvalidRequest,
-                    format!("resource type {other} is not supported"),
-                )),
-            };
+                    }
+                    other => Err((
+                        ResponseError::InvalidRequest,
+                        format!("resource type {other} is not supported"),
+                    )),
+                };
             match described {
                 Ok(all) => {
                     out.configs = all

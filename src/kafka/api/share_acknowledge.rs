@@ -75,8 +75,8 @@ impl Handler for ShareAcknowledge {
         });
         // KIP-1222 (v2): RENEW where the request says it carries some.
         let renew = call.version >= 2 && req.is_renew_ack;
-        body.acquisition_lock_timeout_ms =
-            i32::try_from(ctx.config.share_leader.lock_ms).unwrap_or(i32::MAX);
+        let lock_ms = ctx.shard.share_delivery(&group).record_lock_duration_ms;
+        body.acquisition_lock_timeout_ms = i32::try_from(lock_ms).unwrap_or(i32::MAX);
         let settled =
             share_session::settle(ctx, &access, &group, &member, named.collect(), renew).await;
         let answers: BTreeMap<(Uuid, i32), (i16, Option<String>)> = settled

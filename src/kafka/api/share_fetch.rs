@@ -25,7 +25,7 @@ use super::share_session::{self, share_error, CLOSE_EPOCH};
 use super::Ctx;
 use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
-use corelog_shards::mesh::{PartitionRequest, ShardMessage, ShareRequest};
+use corelog_shards::mesh::{ShardMessage, ShareRequest};
 use corelog_shards::mesh::{ShareFetchInput, ShareFetchOutput};
 use corelog_shards::routing::TopicPartition;
 use corelog_shards::share::leader::ShareError;
@@ -39,10 +39,6 @@ use kafka_protocol::ResponseError;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use uuid::Uuid;
-
-/// How often a waiting fetch looks again for records released or timed out (new records
-/// wake it at once).
-const RETRY_EVERY: Duration = Duration::from_millis(20);
 
 pub struct ShareFetch;
 
@@ -109,7 +105,7 @@ impl Handler for ShareFetch {
             }
         };
         share_session::ensure_state_topic(ctx).await;
-        let lock_ms = ctx.config.share_leader.lock_ms;
+        let lock_ms = ctx.shard.share_delivery(&group).record_lock_duration_ms;
         body.acquisition_lock_timeout_ms = i32::try_from(lock_ms).unwrap_or(i32::MAX);
         let mut answers: BTreeMap<(Uuid, i32), Answer> = BTreeMap::new();
 
@@ -292,7 +288,7 @@ async fn fetch(
         }
         let mut budget = max_records;
         let mut got = 0usize;
-        let mut seen: Vec<(usize, TopicPartition, i64)> = Vec::new();
+        let mut seen: Vec<(usize, TopicPartition, i64, u64)> = Vec::new();
         for (shard, inputs) in &by_shard {
             if budget == 0 {
                 break;
@@ -321,7 +317,12 @@ async fn fetch(
                         let n = usize::try_from(n).unwrap_or(0);
                         got += n;
                         budget = budget.saturating_sub(n);
-                        seen.push((*shard, input.tp.clone(), f.high_watermark));
+                        seen.push((
+                            *shard,
+                            input.tp.clone(),
+                            f.high_watermark,
+                            f.available_generation,
+                        ));
                         a.fetched = Some(f);
                     }
                     // The share coordinator is moving: nothing to hand out this time (a
@@ -344,28 +345,33 @@ async fn fetch(
         if got > 0 || now >= deadline || seen.is_empty() || !current() {
             return;
         }
-        // Nothing yet: new records wake the wait at once; records released or timed
-        // out are seen at the next look.
-        wait_for_records(ctx, seen, deadline.min(now + RETRY_EVERY)).await;
+        // Nothing yet: new records, and records released or timed out, wake the wait.
+        wait_for_records(ctx, seen, deadline).await;
     }
 }
 
-/// Waits until any of the partitions' high watermarks passes the one seen, or `until`.
-async fn wait_for_records(ctx: &Ctx, seen: Vec<(usize, TopicPartition, i64)>, until: Instant) {
-    let mut by_shard: BTreeMap<usize, Vec<(TopicPartition, i64)>> = BTreeMap::new();
-    for (shard, tp, hw) in seen {
-        by_shard.entry(shard).or_default().push((tp, hw));
+/// Waits until any of the partitions' high watermarks passes the one seen, a share
+/// partition of one of their shards has records to acquire again (its generation grew
+/// past the one seen), or `until`.
+async fn wait_for_records(ctx: &Ctx, seen: Vec<(usize, TopicPartition, i64, u64)>, until: Instant) {
+    let mut by_shard: BTreeMap<usize, (Vec<(TopicPartition, i64)>, u64)> = BTreeMap::new();
+    for (shard, tp, hw, generation) in seen {
+        let (partitions, since) = by_shard.entry(shard).or_insert((Vec::new(), generation));
+        partitions.push((tp, hw));
+        *since = (*since).min(generation);
     }
-    let waits = by_shard.into_iter().map(|(shard, partitions)| async move {
-        let (tx, rx) = oneshot::channel();
-        let message = ShardMessage::Partition(PartitionRequest::WaitForData {
-            partitions,
-            deadline: until,
-            replica: false,
-            reply: tx,
+    let waits = by_shard
+        .into_iter()
+        .map(|(shard, (partitions, since))| async move {
+            let (tx, rx) = oneshot::channel();
+            let message = ShardMessage::Share(ShareRequest::Wait {
+                partitions,
+                since,
+                deadline: until,
+                reply: tx,
+            });
+            ctx.shard.peers.call(shard, message, rx).await;
         });
-        ctx.shard.peers.call(shard, message, rx).await;
-    });
     let waits: Vec<_> = waits.map(Box::pin).collect();
     if !waits.is_empty() {
         futures::future::select_all(waits).await;

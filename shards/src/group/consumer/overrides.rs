@@ -1,8 +1,9 @@
 //! A group's own configs (Kafka 4's GROUP config resource, `kafka-configs
 //! --entity-type groups`): `consumer.session.timeout.ms` and
 //! `consumer.heartbeat.interval.ms` override the broker's `group.consumer.*` for one
-//! consumer group; `share.auto.offset.reset` says where a share group starts. They are stored in the cluster metadata, so every coordinator the group moves
-//! to applies them.
+//! consumer group; the `share.*` keys are a share group's (`group::share::overrides`).
+//! They are stored in the cluster metadata, so every coordinator and partition leader
+//! the group meets applies them.
 //!
 //! Invariants (Kafka's `GroupConfig` checks, made by [`edit`] before anything is
 //! stored): each value is an integer within the broker's bounds
@@ -11,7 +12,7 @@
 //! never yields an interval at or above the timeout for a stored layer.
 
 use super::group::ConsumerGroupConfig;
-use crate::group::share::reset::{AutoOffsetReset, AUTO_OFFSET_RESET};
+use crate::group::share::overrides::{self as share, ShareDefaults};
 use std::collections::BTreeMap;
 
 pub const SESSION_TIMEOUT_MS: &str = "consumer.session.timeout.ms";
@@ -31,16 +32,19 @@ pub fn edit(
     stored: &BTreeMap<String, String>,
     edits: &[Edit],
     broker: &ConsumerGroupConfig,
+    share_broker: &ShareDefaults<'_>,
 ) -> Result<BTreeMap<String, String>, String> {
     let mut layer = stored.clone();
     for e in edits {
         match e {
-            // KIP-932: where a share group's partitions start.
-            Edit::Set(key, value) if key == AUTO_OFFSET_RESET => {
-                AutoOffsetReset::parse(value)?;
-                layer.insert(key.clone(), value.trim().to_string());
+            Edit::Set(key, value) if share::is_share_key(key) => {
+                let v = share::check(key, value, share_broker)?;
+                layer.insert(key.clone(), v);
             }
-            Edit::Delete(key) if key == AUTO_OFFSET_RESET => {
+            Edit::Delete(key) if share::is_share_key(key) => {
+                if !share::KEYS.contains(&key.as_str()) {
+                    return Err(format!("{key} is not a group config"));
+                }
                 layer.remove(key);
             }
             Edit::Set(key, value) => {
@@ -70,6 +74,7 @@ pub fn edit(
             e.heartbeat_interval_ms, e.session_timeout_ms
         ));
     }
+    share::check_layer(&layer, share_broker)?;
     Ok(layer)
 }
 
@@ -107,9 +112,6 @@ fn bounds(
             "group.consumer.min.heartbeat.interval.ms",
             "group.consumer.max.heartbeat.interval.ms",
         )),
-        k if k.starts_with("share.") => Err(format!(
-            "{k} is a share group config this broker does not apply yet"
-        )),
         k => Err(format!("{k} is not a group config")),
     }
 }
@@ -117,9 +119,23 @@ fn bounds(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group::share::reset::AUTO_OFFSET_RESET;
 
     fn set(k: &str, v: &str) -> Edit {
         Edit::Set(k.into(), v.into())
+    }
+
+    fn edit(
+        stored: &BTreeMap<String, String>,
+        edits: &[Edit],
+        broker: &ConsumerGroupConfig,
+    ) -> Result<BTreeMap<String, String>, String> {
+        let group = crate::group::share::group::ShareGroupConfig::default();
+        let share = ShareDefaults {
+            group: &group,
+            delivery: share::Delivery::default(),
+        };
+        super::edit(stored, edits, broker, &share)
     }
 
     #[test]
@@ -135,7 +151,10 @@ mod tests {
             .unwrap_err()
             .contains("group.consumer.max.heartbeat.interval.ms"));
         assert!(edit(&none, &[set(SESSION_TIMEOUT_MS, "x")], &broker).is_err());
-        assert!(edit(&none, &[set("share.session.timeout.ms", "45000")], &broker).is_err());
+        // Share groups' keys go to their own checks.
+        assert!(edit(&none, &[set("share.session.timeout.ms", "45000")], &broker).is_ok());
+        assert!(edit(&none, &[set("share.session.timeout.ms", "4500")], &broker).is_err());
+        assert!(edit(&none, &[Edit::Delete("share.nope".into())], &broker).is_err());
         assert!(edit(&none, &[set("consumer.nope", "1")], &broker).is_err());
         // Share groups' start.
         let reset = edit(

@@ -99,7 +99,11 @@ impl GroupCoordinator {
             let g = shares
                 .entry(group.clone())
                 .or_insert_with(|| ShareGroup::new(group.clone()));
-            let answer = g.heartbeat(hb, topics, &self.config.share, now);
+            let config = crate::group::share::overrides::membership(
+                &self.config.share,
+                &topics.group_configs(&group),
+            );
+            let answer = g.heartbeat(hb, topics, &config, now);
             if answer.is_err() && created {
                 shares.remove(&group);
                 return answer;

@@ -49,14 +49,20 @@ async fn log_with(dir: &std::path::Path, records: usize) -> Rc<Partition> {
     )
     .await
     .expect("open");
-    append(&log, records).await;
+    if records > 0 {
+        append(&log, records).await;
+    }
     log
 }
 
 async fn append(log: &Rc<Partition>, records: usize) {
-    let mut b = BatchBuilder::new(0);
-    for i in 0..records {
-        let v = format!("r{i}");
+    append_batch(log, BatchBuilder::new(0), "r", records).await;
+}
+
+/// Appends `n` records valued `{prefix}{i}` in one batch built on `b`.
+async fn append_batch(log: &Rc<Partition>, mut b: BatchBuilder, prefix: &str, n: usize) {
+    for i in 0..n {
+        let v = format!("{prefix}{i}");
         b.push(&Record {
             key: None,
             value: Some(v.as_bytes()),
@@ -205,6 +211,67 @@ fn a_newer_leader_fences_the_old_one_and_latest_starts_at_the_end() {
     });
 }
 
+/// Appends `n` records of producer `pid`'s transaction (sequence from `seq`).
+async fn append_txn(log: &Rc<Partition>, pid: i64, seq: i32, n: usize) {
+    let b = BatchBuilder::new(0).producer(pid, 0, seq).transactional();
+    append_batch(log, b, &format!("t{pid}-"), n).await;
+}
+
+async fn end_txn(log: &Rc<Partition>, pid: i64, kind: corelog_storage::txn_marker::MarkerKind) {
+    let marker = corelog_storage::txn_marker::TxnMarker {
+        producer_id: pid,
+        producer_epoch: 0,
+        coordinator_epoch: 0,
+        kind,
+    };
+    let ticket = log.append_marker(&marker).expect("marker");
+    log.wait_committed(ticket).await.expect("committed");
+}
+
+#[test]
+fn a_read_committed_group_never_gets_aborted_records_nor_open_ones() {
+    use corelog_storage::txn_marker::MarkerKind;
+    run(move || async move {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let log = log_with(dir.path(), 0).await;
+        append_txn(&log, 7, 0, 3).await; // 0-2
+        end_txn(&log, 7, MarkerKind::Abort).await; // 3
+        append(&log, 2).await; // 4-5
+        append_txn(&log, 8, 0, 2).await; // 6-7, open
+        assert_eq!((log.last_stable_offset(), log.high_watermark()), (6, 8));
+        let p = MemPersister::default();
+        let tp = tp();
+        let mut t = target(&tp, &log);
+        t.delivery.read_committed = true;
+        let leader = ShareLeader::new(ShareLeaderConfig::default());
+        let got = leader.acquire(&t, "a", &p, 100, 0).await.expect("acquires");
+        // 0-2 archived (and the start moves past them); the marker and 4-5 delivered;
+        // 6-7 not until their transaction ends.
+        assert_eq!(
+            got,
+            vec![Acquired {
+                first: 3,
+                last: 5,
+                deliveries: 1
+            }]
+        );
+        assert_eq!(leader.peek("g", &tp), Some((3, 3)));
+        // The archive was stored: the next leader starts past it.
+        let next = ShareLeader::new(ShareLeaderConfig::default());
+        let again = next.acquire(&t, "b", &p, 100, 0).await.expect("acquires");
+        assert_eq!((again[0].first, again[0].last), (3, 5));
+        // The open transaction commits: its records come.
+        end_txn(&log, 8, MarkerKind::Commit).await; // 8
+        let later = next.acquire(&t, "b", &p, 100, 0).await.expect("acquires");
+        assert_eq!((later[0].first, later[0].last), (6, 8));
+        // A read_uncommitted group gets everything below the high watermark.
+        let mut u = target(&tp, &log);
+        u.group = "u";
+        let all = leader.acquire(&u, "c", &p, 100, 0).await.expect("acquires");
+        assert_eq!((all[0].first, all[0].last, all.len()), (0, 8, 1));
+    });
+}
+
 /// Group "g"'s share partition of `tp` (topic id 7), starting as `reset` says.
 fn target_from<'a>(
     tp: &'a TopicPartition,
@@ -216,7 +283,10 @@ fn target_from<'a>(
         tp,
         topic_id: uuid::Uuid::from_u128(7),
         log,
-        reset,
+        delivery: Delivery {
+            auto_offset_reset: reset,
+            ..ShareLeaderConfig::default().delivery()
+        },
     }
 }
 

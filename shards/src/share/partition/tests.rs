@@ -202,6 +202,60 @@ fn a_restored_partition_delivers_again_what_was_acquired() {
 }
 
 #[test]
+fn unreadable_records_are_archived_where_acquired_and_never_delivered() {
+    let mut p = SharePartition::new(0, limits());
+    // 0..=2 aborted (the start moves past them), 5..=6 and 9..=12 aborted; 3..=4, 7..=8
+    // delivered; 9.. lies past this fetch's budget and is left for the next.
+    let got = p.acquire("a", 20, 9, 0, LOCK);
+    let (a, archived) = p.archive_unreadable(got, &[(0, 2), (5, 6), (9, 12)]);
+    assert!(archived);
+    let ranges: Vec<(i64, i64)> = a.iter().map(|a| (a.first, a.last)).collect();
+    assert_eq!(ranges, vec![(3, 4), (7, 8)]);
+    assert_eq!((p.start(), p.end()), (3, 9));
+    assert_eq!(p.record(5), Some((RecordState::Archived, 1, None)));
+    // The rest: 9..=12 archived, 13.. delivered; nothing archived twice.
+    let got = p.acquire("b", 20, 100, 0, LOCK);
+    let (b, archived) = p.archive_unreadable(got, &[(5, 6), (9, 12)]);
+    assert!(archived);
+    assert_eq!(
+        b,
+        vec![Acquired {
+            first: 13,
+            last: 19,
+            deliveries: 1
+        }]
+    );
+    // Released records come back as they were; archived ones never do.
+    p.acknowledge("a", &[ack(3, 4, AckType::Release)], 1, LOCK)
+        .expect("a holds them");
+    let got = p.acquire("c", 20, 100, 2, LOCK);
+    let (c, archived) = p.archive_unreadable(got, &[(5, 6), (9, 12)]);
+    assert!(!archived);
+    assert_eq!(
+        c,
+        vec![Acquired {
+            first: 3,
+            last: 4,
+            deliveries: 2
+        }]
+    );
+    // With nothing unreadable nothing changes.
+    let mut q = SharePartition::new(0, limits());
+    let got = q.acquire("a", 5, 10, 0, LOCK);
+    assert_eq!(
+        q.archive_unreadable(got, &[]),
+        (
+            vec![Acquired {
+                first: 0,
+                last: 4,
+                deliveries: 1
+            }],
+            false
+        )
+    );
+}
+
+#[test]
 fn records_the_log_dropped_are_archived_and_acknowledging_them_is_skipped() {
     let mut p = SharePartition::new(0, limits());
     p.acquire("a", 10, 10, 0, LOCK);

@@ -20,14 +20,17 @@ import java.util.concurrent.atomic.AtomicInteger;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.ListShareGroupOffsetsSpec;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.ShareGroupDescription;
+import org.apache.kafka.clients.admin.SharePartitionOffsetInfo;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaShareConsumer;
 import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.TopicPartition;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 import org.junit.jupiter.api.Test;
@@ -179,6 +182,65 @@ class ShareConsumerTest {
         assertTrue(again.keySet().containsAll(held), "held " + held + ", delivered again " + again);
     }
 
+    /**
+     * share.isolation.level=read_committed: a consumer gets the records of committed
+     * transactions and none of an aborted one; the transaction markers it is given it
+     * acknowledges as gaps, so once all is settled the share-partition start offset is the
+     * log's end.
+     */
+    @Test
+    void aReadCommittedGroupGetsNoAbortedRecords() throws Exception {
+        String topic = "share-java-txn";
+        String group = "share-java-txn-group";
+        createTopic(topic, 1);
+        setGroupConfigs(group, Map.of("share.auto.offset.reset", "earliest",
+                "share.isolation.level", "read_committed"));
+        try (KafkaProducer<byte[], byte[]> p = broker.producer(Map.of("transactional.id", "share-java-txn"))) {
+            p.initTransactions();
+            for (String[] t : new String[][] {{"c", "commit"}, {"x", "abort"}, {"d", "commit"}}) {
+                p.beginTransaction();
+                for (int i = 0; i < 5; i++) {
+                    p.send(new ProducerRecord<>(topic, 0, null, (t[0] + "-" + i).getBytes(StandardCharsets.UTF_8)));
+                }
+                p.flush();
+                if (t[1].equals("commit")) {
+                    p.commitTransaction();
+                } else {
+                    p.abortTransaction();
+                }
+            }
+        }
+        // c-0..4 at 0-4, marker 5, x-0..4 at 6-10, marker 11, d-0..4 at 12-16, marker 17.
+        long logEnd = 18;
+        Set<String> got = new HashSet<>();
+        long start = -1;
+        try (KafkaShareConsumer<byte[], byte[]> consumer = shareConsumer(group, "txn-reader", 50);
+             Admin admin = broker.admin()) {
+            consumer.subscribe(List.of(topic));
+            long deadline = System.nanoTime() + TimeUnit.SECONDS.toNanos(30);
+            while (System.nanoTime() < deadline && (got.size() < 10 || start != logEnd)) {
+                for (ConsumerRecord<byte[], byte[]> r : consumer.poll(Duration.ofMillis(200))) {
+                    got.add(new String(r.value(), StandardCharsets.UTF_8));
+                    consumer.acknowledge(r, AcknowledgeType.ACCEPT);
+                }
+                consumer.commitSync();
+                SharePartitionOffsetInfo info = admin
+                        .listShareGroupOffsets(Map.of(group, new ListShareGroupOffsetsSpec()))
+                        .partitionsToOffsetInfo(group).get(30, TimeUnit.SECONDS)
+                        .get(new TopicPartition(topic, 0));
+                start = info == null ? -1 : info.startOffset();
+            }
+        }
+        Set<String> committed = new HashSet<>();
+        for (String prefix : List.of("c", "d")) {
+            for (int i = 0; i < 5; i++) {
+                committed.add(prefix + "-" + i);
+            }
+        }
+        assertEquals(committed, got, "the committed records, and none of the aborted ones");
+        assertEquals(logEnd, start, "every record and marker settled");
+    }
+
     private static KafkaShareConsumer<byte[], byte[]> shareConsumer(String group, String clientId, int maxPoll) {
         Map<String, Object> c = new HashMap<>();
         c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, broker.bootstrap());
@@ -191,10 +253,16 @@ class ShareConsumerTest {
 
     /** The group's share.auto.offset.reset, as kafka-configs --entity-type groups sets it. */
     private static void startAtEarliest(String group) throws Exception {
+        setGroupConfigs(group, Map.of("share.auto.offset.reset", "earliest"));
+    }
+
+    /** The group's own configs, as kafka-configs --entity-type groups sets them. */
+    private static void setGroupConfigs(String group, Map<String, String> configs) throws Exception {
         try (Admin admin = broker.admin()) {
             ConfigResource r = new ConfigResource(ConfigResource.Type.GROUP, group);
-            Map<ConfigResource, Collection<AlterConfigOp>> ops = Map.of(r, List.of(new AlterConfigOp(
-                    new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOp.OpType.SET)));
+            List<AlterConfigOp> set = new ArrayList<>();
+            configs.forEach((k, v) -> set.add(new AlterConfigOp(new ConfigEntry(k, v), AlterConfigOp.OpType.SET)));
+            Map<ConfigResource, Collection<AlterConfigOp>> ops = Map.of(r, set);
             admin.incrementalAlterConfigs(ops).all().get(30, TimeUnit.SECONDS);
         }
     }
