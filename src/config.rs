@@ -17,7 +17,7 @@ use crate::security_config::SecurityConfig;
 use anyhow::{bail, Context};
 use clap::Args;
 use corelog_shards::group::coordinator::GroupConfig;
-use corelog_shards::group::share::group::ShareGroupConfig;
+use corelog_shards::group::share::group::{ShareBounds, ShareGroupConfig};
 use corelog_shards::housekeeping::HousekeepingConfig;
 use corelog_shards::txn::coordinator::TxnCoordinatorConfig;
 use corelog_storage::{Durability, LogConfig};
@@ -231,6 +231,56 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "group.share.partition.max.record.locks")]
     pub group_share_partition_max_record_locks: Option<i64>,
+    /// The least session timeout a share group's own config may set (Kafka's
+    /// group.share.min.session.timeout.ms, 45000, or the broker's own value if that is lower).
+    #[arg(long)]
+    #[serde(alias = "group.share.min.session.timeout.ms")]
+    pub group_share_min_session_timeout_ms: Option<i32>,
+    /// The greatest (Kafka's group.share.max.session.timeout.ms, 60000, or the broker's own value if
+    /// that is higher).
+    #[arg(long)]
+    #[serde(alias = "group.share.max.session.timeout.ms")]
+    pub group_share_max_session_timeout_ms: Option<i32>,
+    /// The least heartbeat interval a share group's own config may set (Kafka's
+    /// group.share.min.heartbeat.interval.ms, 5000, or the broker's own value if that is lower).
+    #[arg(long)]
+    #[serde(alias = "group.share.min.heartbeat.interval.ms")]
+    pub group_share_min_heartbeat_interval_ms: Option<i32>,
+    /// The greatest (Kafka's group.share.max.heartbeat.interval.ms, 15000, or the broker's own value if
+    /// that is higher).
+    #[arg(long)]
+    #[serde(alias = "group.share.max.heartbeat.interval.ms")]
+    pub group_share_max_heartbeat_interval_ms: Option<i32>,
+    /// The least record lock duration a share group's own config may set (Kafka's
+    /// group.share.min.record.lock.duration.ms, 15000, or the broker's own value if that is lower).
+    #[arg(long)]
+    #[serde(alias = "group.share.min.record.lock.duration.ms")]
+    pub group_share_min_record_lock_duration_ms: Option<i64>,
+    /// The greatest (Kafka's group.share.max.record.lock.duration.ms, 60000, or the broker's own value if
+    /// that is higher).
+    #[arg(long)]
+    #[serde(alias = "group.share.max.record.lock.duration.ms")]
+    pub group_share_max_record_lock_duration_ms: Option<i64>,
+    /// The least delivery count limit a share group's own config may set (Kafka's
+    /// group.share.min.delivery.count.limit, 2, or the broker's own value if that is lower).
+    #[arg(long)]
+    #[serde(alias = "group.share.min.delivery.count.limit")]
+    pub group_share_min_delivery_count_limit: Option<i64>,
+    /// The greatest (Kafka's group.share.max.delivery.count.limit, 10, or the broker's own value if
+    /// that is higher).
+    #[arg(long)]
+    #[serde(alias = "group.share.max.delivery.count.limit")]
+    pub group_share_max_delivery_count_limit: Option<i64>,
+    /// The least in-flight limit a share group's own config may set (Kafka's
+    /// group.share.min.partition.max.record.locks, 100, or the broker's own value if that is lower).
+    #[arg(long)]
+    #[serde(alias = "group.share.min.partition.max.record.locks")]
+    pub group_share_min_partition_max_record_locks: Option<i64>,
+    /// The greatest (Kafka's group.share.max.partition.max.record.locks, 10000, or the broker's own value if
+    /// that is higher).
+    #[arg(long)]
+    #[serde(alias = "group.share.max.partition.max.record.locks")]
+    pub group_share_max_partition_max_record_locks: Option<i64>,
     /// The most members a share group may have (Kafka's group.share.max.size, 200).
     #[arg(long)]
     #[serde(alias = "group.share.max.size")]
@@ -701,6 +751,36 @@ impl ServeArgs {
                 .group_share_heartbeat_interval_ms
                 .or(file.group_share_heartbeat_interval_ms),
             group_share_max_size: self.group_share_max_size.or(file.group_share_max_size),
+            group_share_min_session_timeout_ms: self
+                .group_share_min_session_timeout_ms
+                .or(file.group_share_min_session_timeout_ms),
+            group_share_max_session_timeout_ms: self
+                .group_share_max_session_timeout_ms
+                .or(file.group_share_max_session_timeout_ms),
+            group_share_min_heartbeat_interval_ms: self
+                .group_share_min_heartbeat_interval_ms
+                .or(file.group_share_min_heartbeat_interval_ms),
+            group_share_max_heartbeat_interval_ms: self
+                .group_share_max_heartbeat_interval_ms
+                .or(file.group_share_max_heartbeat_interval_ms),
+            group_share_min_record_lock_duration_ms: self
+                .group_share_min_record_lock_duration_ms
+                .or(file.group_share_min_record_lock_duration_ms),
+            group_share_max_record_lock_duration_ms: self
+                .group_share_max_record_lock_duration_ms
+                .or(file.group_share_max_record_lock_duration_ms),
+            group_share_min_delivery_count_limit: self
+                .group_share_min_delivery_count_limit
+                .or(file.group_share_min_delivery_count_limit),
+            group_share_max_delivery_count_limit: self
+                .group_share_max_delivery_count_limit
+                .or(file.group_share_max_delivery_count_limit),
+            group_share_min_partition_max_record_locks: self
+                .group_share_min_partition_max_record_locks
+                .or(file.group_share_min_partition_max_record_locks),
+            group_share_max_partition_max_record_locks: self
+                .group_share_max_partition_max_record_locks
+                .or(file.group_share_max_partition_max_record_locks),
             group_share_record_lock_duration_ms: self
                 .group_share_record_lock_duration_ms
                 .or(file.group_share_record_lock_duration_ms),
@@ -1704,10 +1784,67 @@ fn share_group_config(a: &ServeArgs) -> anyhow::Result<ShareGroupConfig> {
     if !(1..=1000).contains(&max_size) {
         bail!("group-share-max-size must be between 1 and 1000");
     }
+    // Kafka's bounds, widened to take in the broker's own values when those are set
+    // outside them and no bound was given (as for consumer groups).
+    let leader = share_leader_config(a)?;
+    let kafka = ShareBounds::default();
+    let bound = |name: &str,
+                 (kafka_min, kafka_max): (i64, i64),
+                 min: Option<i64>,
+                 max: Option<i64>,
+                 own: i64|
+     -> anyhow::Result<(i64, i64)> {
+        let (min, max) = (
+            min.unwrap_or(kafka_min.min(own)),
+            max.unwrap_or(kafka_max.max(own)),
+        );
+        if !(min..=max).contains(&own) {
+            bail!("group-share-{name} ({own}) must be within group-share-min-{name} ({min}) and group-share-max-{name} ({max})");
+        }
+        Ok((min, max))
+    };
+    let bounds = ShareBounds {
+        session_timeout_ms: bound(
+            "session-timeout-ms",
+            kafka.session_timeout_ms,
+            a.group_share_min_session_timeout_ms.map(i64::from),
+            a.group_share_max_session_timeout_ms.map(i64::from),
+            i64::from(session),
+        )?,
+        heartbeat_interval_ms: bound(
+            "heartbeat-interval-ms",
+            kafka.heartbeat_interval_ms,
+            a.group_share_min_heartbeat_interval_ms.map(i64::from),
+            a.group_share_max_heartbeat_interval_ms.map(i64::from),
+            i64::from(interval),
+        )?,
+        record_lock_duration_ms: bound(
+            "record-lock-duration-ms",
+            kafka.record_lock_duration_ms,
+            a.group_share_min_record_lock_duration_ms,
+            a.group_share_max_record_lock_duration_ms,
+            leader.lock_ms,
+        )?,
+        delivery_count_limit: bound(
+            "delivery-count-limit",
+            kafka.delivery_count_limit,
+            a.group_share_min_delivery_count_limit,
+            a.group_share_max_delivery_count_limit,
+            i64::from(leader.limits.delivery_limit),
+        )?,
+        partition_max_record_locks: bound(
+            "partition-max-record-locks",
+            kafka.partition_max_record_locks,
+            a.group_share_min_partition_max_record_locks,
+            a.group_share_max_partition_max_record_locks,
+            leader.limits.max_in_flight,
+        )?,
+    };
     Ok(ShareGroupConfig {
         session_timeout_ms: session,
         heartbeat_interval_ms: interval,
         max_size,
+        bounds,
     })
 }
 
@@ -1726,6 +1863,31 @@ mod tests {
         assert_eq!(c.log.max_batch_bytes, 1_048_588);
         assert!(c.auto_create_topics);
         assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn share_group_bounds_are_kafkas_widened_to_the_brokers_own_values() {
+        let c = BrokerConfig::resolve(ServeArgs::default()).expect("defaults resolve");
+        assert_eq!(c.groups.share.bounds, ShareBounds::default());
+        let short = ServeArgs {
+            group_share_record_lock_duration_ms: Some(1_000),
+            group_share_max_delivery_count_limit: Some(8),
+            ..ServeArgs::default()
+        };
+        let b = BrokerConfig::resolve(short)
+            .expect("resolves")
+            .groups
+            .share
+            .bounds;
+        assert_eq!(b.record_lock_duration_ms, (1_000, 60_000));
+        assert_eq!(b.delivery_count_limit, (2, 8));
+        let outside = ServeArgs {
+            group_share_record_lock_duration_ms: Some(1_000),
+            group_share_min_record_lock_duration_ms: Some(2_000),
+            ..ServeArgs::default()
+        };
+        let e = BrokerConfig::resolve(outside).unwrap_err().to_string();
+        assert!(e.contains("group-share-min-record-lock-duration-ms"), "{e}");
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct ShareGroupConfig {
     pub heartbeat_interval_ms: i32,
     /// `group.share.max.size`.
     pub max_size: usize,
+    /// The bounds of a share group's own configs (`group::share::overrides`).
+    pub bounds: ShareBounds,
 }
 
 impl Default for ShareGroupConfig {
@@ -53,6 +55,31 @@ impl Default for ShareGroupConfig {
             session_timeout_ms: 45_000,
             heartbeat_interval_ms: 5_000,
             max_size: 200,
+            bounds: ShareBounds::default(),
+        }
+    }
+}
+
+/// The bounds, inclusive, of a share group's numeric configs (Kafka's
+/// `group.share.min.*` and `group.share.max.*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareBounds {
+    pub session_timeout_ms: (i64, i64),
+    pub heartbeat_interval_ms: (i64, i64),
+    pub record_lock_duration_ms: (i64, i64),
+    pub delivery_count_limit: (i64, i64),
+    pub partition_max_record_locks: (i64, i64),
+}
+
+impl Default for ShareBounds {
+    /// Kafka's defaults.
+    fn default() -> Self {
+        ShareBounds {
+            session_timeout_ms: (45_000, 60_000),
+            heartbeat_interval_ms: (5_000, 15_000),
+            record_lock_duration_ms: (15_000, 60_000),
+            delivery_count_limit: (2, 10),
+            partition_max_record_locks: (100, 10_000),
         }
     }
 }

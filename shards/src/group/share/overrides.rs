@@ -6,9 +6,8 @@
 //! `share.partition.max.record.locks`, `share.isolation.level`,
 //! `share.auto.offset.reset` and `share.renew.acknowledge.enable`.
 //!
-//! The bounds are Kafka's defaults of `group.share.min.*` and `group.share.max.*`,
-//! widened to take in the broker's own setting when it is outside them (as Kafka
-//! requires the broker's setting to lie within its bounds).
+//! The bounds are the broker's `group.share.min.*` and `group.share.max.*`
+//! (`ShareGroupConfig::bounds`).
 //!
 //! Invariants (checked by [`check`] and [`check_layer`] before anything is stored):
 //! every stored value parses and lies within its bounds, and the heartbeat interval the
@@ -180,51 +179,41 @@ pub fn delivery(broker: Delivery, layer: &BTreeMap<String, String>) -> Delivery 
     d
 }
 
-/// A numeric key's bounds and the broker settings that name them: Kafka's default
-/// bounds, widened to the broker's own value.
+/// A numeric key's bounds and the broker settings that name them.
 fn bounds(
     key: &str,
     broker: &ShareDefaults<'_>,
 ) -> Result<(i64, i64, &'static str, &'static str), String> {
-    let (kafka_min, kafka_max, own, min_name, max_name) = match key {
+    let b = &broker.group.bounds;
+    let ((min, max), min_name, max_name) = match key {
         SESSION_TIMEOUT_MS => (
-            45_000,
-            60_000,
-            i64::from(broker.group.session_timeout_ms),
+            b.session_timeout_ms,
             "group.share.min.session.timeout.ms",
             "group.share.max.session.timeout.ms",
         ),
         HEARTBEAT_INTERVAL_MS => (
-            5_000,
-            15_000,
-            i64::from(broker.group.heartbeat_interval_ms),
+            b.heartbeat_interval_ms,
             "group.share.min.heartbeat.interval.ms",
             "group.share.max.heartbeat.interval.ms",
         ),
         RECORD_LOCK_DURATION_MS => (
-            15_000,
-            60_000,
-            broker.delivery.record_lock_duration_ms,
+            b.record_lock_duration_ms,
             "group.share.min.record.lock.duration.ms",
             "group.share.max.record.lock.duration.ms",
         ),
         DELIVERY_COUNT_LIMIT => (
-            2,
-            10,
-            i64::from(broker.delivery.delivery_count_limit),
+            b.delivery_count_limit,
             "group.share.min.delivery.count.limit",
             "group.share.max.delivery.count.limit",
         ),
         PARTITION_MAX_RECORD_LOCKS => (
-            100,
-            10_000,
-            broker.delivery.partition_max_record_locks,
+            b.partition_max_record_locks,
             "group.share.min.partition.max.record.locks",
             "group.share.max.partition.max.record.locks",
         ),
         k => return Err(format!("{k} is not a group config")),
     };
-    Ok((kafka_min.min(own), kafka_max.max(own), min_name, max_name))
+    Ok((min, max, min_name, max_name))
 }
 
 #[cfg(test)]
@@ -269,17 +258,20 @@ mod tests {
     }
 
     #[test]
-    fn the_brokers_own_setting_widens_the_bounds() {
-        let g = ShareGroupConfig::default();
-        let b = ShareDefaults {
-            group: &g,
-            delivery: Delivery {
-                record_lock_duration_ms: 500,
-                ..Delivery::default()
+    fn the_bounds_are_the_brokers() {
+        let g = ShareGroupConfig {
+            bounds: super::super::group::ShareBounds {
+                record_lock_duration_ms: (500, 2_000),
+                ..Default::default()
             },
+            ..ShareGroupConfig::default()
         };
+        let b = defaults(&g);
         assert!(check(RECORD_LOCK_DURATION_MS, "500", &b).is_ok());
         assert!(check(RECORD_LOCK_DURATION_MS, "499", &b).is_err());
+        assert!(check(RECORD_LOCK_DURATION_MS, "2001", &b)
+            .unwrap_err()
+            .contains("group.share.max.record.lock.duration.ms (2000)"));
     }
 
     #[test]
