@@ -4,6 +4,10 @@
     python3 benches/share_groups.py [--quick] [--no-build] [--rounds N] [--records M]
         [--consumers 1,4,16] [--brokers corelog,kafka]
 
+A broker may name the group's share.isolation.level after a colon, to set one beside the
+other in the same run: --brokers corelog,corelog:read_committed (the A/B of
+read_committed's cost; read_uncommitted otherwise, Kafka's default).
+
 Two measures, each on a fresh single-node broker of each kind, the kinds alternated over
 the rounds:
 
@@ -70,17 +74,24 @@ def log(msg: str) -> None:
     print(f"[share-groups] {msg}", flush=True)
 
 
+def split_kind(kind: str) -> tuple[str, str]:
+    """`corelog:read_committed` -> ("corelog", "read_committed")."""
+    broker, _, isolation = kind.partition(":")
+    return broker, isolation or "read_uncommitted"
+
+
 def start_broker(kind: str, work: Path, out: Path, tag: str, shards: int):
-    if kind == "corelog":
+    if split_kind(kind)[0] == "corelog":
         return H.WorkloadBroker(work, shards, CORELOG_FLAGS)
     return P.KafkaBroker(work, P.SERVER_HEAP, KAFKA_EXTRA, log_path=out / f"{tag}-server.log")
 
 
-def throughput(broker, consumers: int, records: int, classes: Path, out_log: Path, case: str) -> dict:
+def throughput(broker, consumers: int, records: int, classes: Path, out_log: Path, case: str,
+               isolation: str) -> dict:
     argv = ["java", "-Xmx1g", f"-Dlog4j2.configurationFile={P.KAFKA_CLI.parent / 'log4j2.properties'}",
             "-cp", f"{classes}{os.pathsep}{P.LIBS}/*", "ShareBench", f"bootstrap={broker.bootstrap}",
             f"topic=sb-{case}", f"group=sb-{case}-group", f"consumers={consumers}", f"records={records}",
-            "size=100"]
+            "size=100", f"isolation={isolation}"]
     with open(out_log, "w") as jlog:
         jlog.write(" ".join(argv) + "\n")
         jlog.flush()
@@ -93,15 +104,16 @@ def throughput(broker, consumers: int, records: int, classes: Path, out_log: Pat
     return {"consumers": consumers, "error": f"no result (exit {p.returncode}); see {out_log.name}"}
 
 
-def set_earliest(bootstrap: str, group: str) -> None:
+def set_earliest(bootstrap: str, group: str, isolation: str) -> None:
     from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ResourceType
     r = ConfigResource(ResourceType.GROUP, group, incremental_configs=[
-        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET)])
+        ConfigEntry("share.auto.offset.reset", "earliest", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("share.isolation.level", isolation, incremental_operation=AlterConfigOpType.SET)])
     admin = AdminClient({"bootstrap.servers": bootstrap})
     admin.incremental_alter_configs([r])[r].result(60)
 
 
-def redelivery(broker, case: str, records: int = 100) -> dict:
+def redelivery(broker, case: str, isolation: str, records: int = 100) -> dict:
     """From one member's acquisition to another's, after the first goes silent."""
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
@@ -109,7 +121,7 @@ def redelivery(broker, case: str, records: int = 100) -> dict:
     topic, group = f"rd-{case}", f"rd-{case}-group"
     admin = AdminClient({"bootstrap.servers": boot})
     admin.create_topics([NewTopic(topic, 1, 1)])[topic].result(60)
-    set_earliest(boot, group)
+    set_earliest(boot, group, isolation)
     p = Producer({"bootstrap.servers": boot, "linger.ms": 5})
     for i in range(records):
         p.produce(topic, f"r{i}".encode())
@@ -184,7 +196,7 @@ def main() -> int:
         log("building the release binary")
         subprocess.run(["cargo", "build", "--release", "-q", "-p", "corelog"], cwd=ROOT, check=True)
     digest = hashlib.sha256(H.BROKER.read_bytes()).hexdigest()[:16]
-    kafka_version = P.fetch() if "kafka" in kinds else P.version()
+    kafka_version = P.fetch() if any(split_kind(k)[0] == "kafka" for k in kinds) else P.version()
     work = Path(tempfile.mkdtemp(prefix="corelog-share-groups-", dir=os.environ.get("TMPDIR", "/tmp")))
     classes = work / "classes"
     subprocess.run(["javac", "-d", str(classes), "-cp", f"{P.LIBS}/*", str(DRIVER)], check=True)
@@ -201,7 +213,8 @@ def main() -> int:
                 for c in counts:
                     case += 1
                     try:
-                        r = throughput(broker, c, args.records, classes, out / f"{tag}-c{c}.log", f"{case}")
+                        r = throughput(broker, c, args.records, classes, out / f"{tag}-c{c}.log", f"{case}",
+                                       split_kind(kind)[1])
                     except Exception as e:  # noqa: BLE001 — keep the other cases
                         r = {"consumers": c, "error": str(e)}
                     log(f"  throughput {json.dumps(r)}")
@@ -209,7 +222,7 @@ def main() -> int:
                 for _ in range(0 if args.skip_redelivery else args.redeliveries):
                     case += 1
                     try:
-                        r = redelivery(broker, f"{case}")
+                        r = redelivery(broker, f"{case}", split_kind(kind)[1])
                     except Exception as e:  # noqa: BLE001
                         r = {"error": repr(e)}
                     log(f"  redelivery {json.dumps(r)}")
@@ -229,7 +242,8 @@ def main() -> int:
     doc = {"stamp": stamp, "command": "python3 benches/share_groups.py " + " ".join(sys.argv[1:]),
            "cpus": os.cpu_count(), "kernel": os.uname().release, "rounds": args.rounds,
            "records": args.records, "record_bytes": 100, "lock_ms": LOCK_MS,
-           "brokers": {k: BROKERS[k] for k in kinds}, "corelog_binary_sha256": digest,
+           "brokers": {k: f"{BROKERS[split_kind(k)[0]]}, share.isolation.level {split_kind(k)[1]}"
+                       for k in kinds}, "corelog_binary_sha256": digest,
            "kafka_version": kafka_version, "limits": limits, "summary": summary, "runs": runs,
            "seconds": round(time.time() - started, 1)}
     (out / "summary.json").write_text(json.dumps(doc, indent=2, default=str) + "\n")

@@ -24,10 +24,12 @@ import org.apache.kafka.common.serialization.ByteArraySerializer;
 
 /**
  * Records delivered and acknowledged through one share partition (KIP-932), for
- * benches/share_groups.py: {@code ShareBench bootstrap=B topic=T group=G consumers=N records=M size=S}.
+ * benches/share_groups.py: {@code ShareBench bootstrap=B topic=T group=G consumers=N records=M size=S
+ * isolation=I}.
  *
  * <p>Creates T (one partition) and fills it with M records of S bytes, sets the group's
- * share.auto.offset.reset to earliest, then starts N {@link KafkaShareConsumer}s (implicit
+ * share.auto.offset.reset to earliest and its share.isolation.level to I (read_uncommitted
+ * by default), then starts N {@link KafkaShareConsumer}s (implicit
  * acknowledgement: each poll accepts the previous one's records, max.poll.records 500) and
  * times from their start until they have received all M records, then until their closes are
  * done; the rate is M over that time. Records received twice are counted apart
@@ -45,14 +47,16 @@ public final class ShareBench {
         int consumers = Integer.parseInt(a.get("consumers"));
         long records = Long.parseLong(a.get("records"));
         int size = Integer.parseInt(a.getOrDefault("size", "100"));
+        String isolation = a.getOrDefault("isolation", "read_uncommitted");
         Properties ap = new Properties();
         ap.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
         try (Admin admin = Admin.create(ap)) {
             admin.createTopics(List.of(new NewTopic(topic, 1, (short) 1))).all().get(60, TimeUnit.SECONDS);
             ConfigResource r = new ConfigResource(ConfigResource.Type.GROUP, group);
-            admin.incrementalAlterConfigs(Map.of(r, List.of(new AlterConfigOp(
-                    new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOpType())))).all()
-                    .get(60, TimeUnit.SECONDS);
+            admin.incrementalAlterConfigs(Map.of(r, List.of(
+                    new AlterConfigOp(new ConfigEntry("share.auto.offset.reset", "earliest"), AlterConfigOpType()),
+                    new AlterConfigOp(new ConfigEntry("share.isolation.level", isolation), AlterConfigOpType()))))
+                    .all().get(60, TimeUnit.SECONDS);
         }
         Properties pp = new Properties();
         pp.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
