@@ -136,6 +136,51 @@ pub struct MetricsSnapshot {
     /// Client quota throttling on this shard.
     pub quota: QuotaMetrics,
     pub replication: ReplicationMetrics,
+    pub share: ShareMetrics,
+}
+
+/// Share groups' records on the share partitions this shard leads (KIP-932): counters
+/// since start, in records, and gauges the shard fills in when asked for a snapshot.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareMetrics {
+    /// Deliveries: records acquired by a member.
+    pub acquired: u64,
+    /// Acknowledged by their member: accepted, released, rejected, renewed, gaps.
+    pub acknowledged: [u64; 5],
+    /// Records whose lock ran out.
+    pub lock_expired: u64,
+    /// Records archived at the delivery limit.
+    pub archived_at_limit: u64,
+    /// Records of aborted transactions archived unread for read_committed groups.
+    pub archived_unreadable: u64,
+    /// Records given back when their member's share session ended.
+    pub session_released: u64,
+    /// Share partitions held in memory now, and their records in flight.
+    pub partitions: u64,
+    pub in_flight: u64,
+}
+
+impl ShareMetrics {
+    /// The names of `acknowledged`'s entries, in order.
+    pub const ACK_TYPES: [&'static str; 5] = ["accept", "release", "reject", "renew", "gap"];
+
+    fn merge(&mut self, o: &ShareMetrics) {
+        self.acquired += o.acquired;
+        for (a, b) in self.acknowledged.iter_mut().zip(o.acknowledged) {
+            *a += b;
+        }
+        self.lock_expired += o.lock_expired;
+        self.archived_at_limit += o.archived_at_limit;
+        self.archived_unreadable += o.archived_unreadable;
+        self.session_released += o.session_released;
+        self.partitions += o.partitions;
+        self.in_flight += o.in_flight;
+    }
+}
+
+/// Adds to this shard's share-group counters.
+pub fn record_share(f: impl FnOnce(&mut ShareMetrics)) {
+    RECORDER.with(|r| f(&mut r.borrow_mut().share));
 }
 
 /// Replication on one shard: counters since start, and gauges the shard fills in when
@@ -330,6 +375,7 @@ impl MetricsSnapshot {
         self.segment_files.merge(&other.segment_files);
         self.quota.merge(&other.quota);
         self.replication.merge(&other.replication);
+        self.share.merge(&other.share);
     }
 
     pub fn merged(snapshots: &[MetricsSnapshot]) -> MetricsSnapshot {
@@ -354,6 +400,7 @@ struct Recorder {
     limits: LimitCounters,
     quota: QuotaMetrics,
     replication: ReplicationMetrics,
+    share: ShareMetrics,
 }
 
 thread_local! {
@@ -377,6 +424,7 @@ thread_local! {
         },
         quota: QuotaMetrics::default(),
         replication: ReplicationMetrics::default(),
+        share: ShareMetrics::default(),
     });
 }
 
@@ -464,6 +512,7 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             segment_files: SegmentFileCounters::default(),
             quota: r.quota,
             replication: r.replication,
+            share: r.share,
         }
     })
 }

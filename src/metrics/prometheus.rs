@@ -127,6 +127,8 @@ impl Collector for Snapshots {
         let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
         let mut replication: Vec<(Vec<(String, String)>, corelog_metrics::ReplicationMetrics)> =
             Vec::new();
+        let mut share: Vec<(Vec<(String, String)>, corelog_metrics::ShareMetrics)> = Vec::new();
+        let mut share_acks = Vec::new();
         for s in &self.0 {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
@@ -185,6 +187,15 @@ impl Collector for Snapshots {
             file_opens.push((by_shard.clone(), s.segment_files.opens));
             file_evictions.push((by_shard.clone(), s.segment_files.evictions));
             files_exhausted.push((by_shard.clone(), s.segment_files.exhausted));
+            for (name, n) in corelog_metrics::ShareMetrics::ACK_TYPES
+                .iter()
+                .zip(s.share.acknowledged)
+            {
+                let mut labels = by_shard.clone();
+                labels.push(("type".to_string(), name.to_string()));
+                share_acks.push((labels, n));
+            }
+            share.push((by_shard.clone(), s.share));
             replication.push((by_shard, s.replication));
             for kind in corelog_shards::client_quota::QuotaKind::ALL {
                 let i = kind.index();
@@ -431,6 +442,60 @@ impl Collector for Snapshots {
             "corelog_segment_file_open_failures_no_descriptor",
             "Segment file opens that failed for want of a file descriptor.",
             &files_exhausted,
+        )?;
+        let share_series = |f: fn(&corelog_metrics::ShareMetrics) -> u64| {
+            share
+                .iter()
+                .map(|(l, m)| (l.clone(), f(m)))
+                .collect::<Vec<_>>()
+        };
+        counter(
+            &mut encoder,
+            "corelog_share_records_acquired",
+            "Share-group deliveries: records acquired by a member, on share partitions this shard leads.",
+            &share_series(|m| m.acquired),
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_share_records_acknowledged",
+            "Share-group records acknowledged by their member, by type (accept, release, reject, renew, gap).",
+            &share_acks,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_share_records_lock_expired",
+            "Share-group records whose acquisition lock ran out (delivered again, or archived at the limit).",
+            &share_series(|m| m.lock_expired),
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_share_records_archived_at_delivery_limit",
+            "Share-group records archived because they were released or timed out at group.share.delivery.count.limit.",
+            &share_series(|m| m.archived_at_limit),
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_share_records_archived_aborted",
+            "Records of aborted transactions archived unread for read_committed share groups.",
+            &share_series(|m| m.archived_unreadable),
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_share_records_session_released",
+            "Share-group records given back when their member's share session ended.",
+            &share_series(|m| m.session_released),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_share_partitions",
+            "Share partitions (a share group's view of a partition) held in memory by this shard.",
+            &share_series(|m| m.partitions),
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_share_records_in_flight",
+            "Records in the window of this shard's share partitions, from their start offset (all before it done) to their end.",
+            &share_series(|m| m.in_flight),
         )?;
         Ok(())
     }

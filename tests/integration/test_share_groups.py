@@ -350,7 +350,7 @@ def test_a_share_groups_own_configs_apply(broker_factory):
     """A share group's configs (kafka-configs --entity-type groups): its heartbeat
     interval is what its members are told, its delivery count limit archives a record
     released that many times, and with share.renew.acknowledge.enable=false a RENEW is
-    INVALID_RECORD_STATE, as in Kafka."""
+    INVALID_RECORD_STATE, as in Kafka. The leader's share metrics count all of it."""
     b = broker_factory(extra_args=FLAGS + ["--group-share-record-lock-duration-ms", "1000"])
     topic, g = "share-configs", "share-configs-group"
     create_topic(b.bootstrap, topic, 1)
@@ -378,6 +378,13 @@ def test_a_share_groups_own_configs_apply(broker_factory):
         assert c.acknowledge(4, tid, [(0, 0, 2), (1, 1, 1)], version=2)["partitions"][(tid, 0)] \
             == (ERR_NONE, None)
         assert c.fetch(5, tid, max_wait_ms=300, version=2)["partitions"][(tid, 0)]["acquired"] == []
+        # The leader's counts, in records (summed over shards).
+        assert b.metric("corelog_share_records_acquired") == 4
+        assert b.metric("corelog_share_records_acknowledged", type="release") == 3
+        assert b.metric("corelog_share_records_acknowledged", type="accept") == 1
+        assert b.metric("corelog_share_records_acknowledged", type="renew") == 0
+        assert b.metric("corelog_share_records_archived_at_delivery_limit") == 1
+        assert b.metric("corelog_share_partitions") == 1
     finally:
         c.close()
 

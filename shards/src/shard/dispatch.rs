@@ -165,6 +165,7 @@ impl Shard {
             exhausted: files.exhausted,
         };
         snapshot.replication = self.replication_metrics(snapshot.replication);
+        (snapshot.share.partitions, snapshot.share.in_flight) = self.share_leader.gauges();
         snapshot
     }
 }

@@ -33,7 +33,8 @@
 
 use super::coordinator::{StateFailure, StateOp, StateView};
 use super::partition::{
-    AckBatch, AckError, AckType, Acquired, RecordState, ShareLimits, SharePartition, StateBatch,
+    AckBatch, AckError, AckType, Acquired, RecordState, ShareCounts, ShareLimits, SharePartition,
+    StateBatch,
 };
 use super::records::ShareKey;
 use super::state::{StateError, StateWrite};
@@ -168,6 +169,27 @@ pub struct ShareLeader {
     /// fires with each, for the long polls waiting on this shard.
     generation: std::cell::Cell<u64>,
     available: event_listener::Event,
+}
+
+/// Adds what an operation did to the shard's metrics.
+fn record(c: ShareCounts) {
+    if c == ShareCounts::default() {
+        return;
+    }
+    corelog_metrics::record_share(|m| {
+        m.acquired += c.acquired;
+        for (slot, n) in m
+            .acknowledged
+            .iter_mut()
+            .zip([c.accepted, c.released, c.rejected, c.renewed, c.gaps])
+        {
+            *slot += n;
+        }
+        m.lock_expired += c.lock_expired;
+        m.archived_at_limit += c.archived_at_limit;
+        m.archived_unreadable += c.archived_unreadable;
+        m.session_released += c.session_released;
+    });
 }
 
 /// Whether `after` has records to acquire that `before` had not: some available again,
@@ -324,6 +346,7 @@ impl ShareLeader {
                 self.available.notify(usize::MAX);
             }
         }
+        record(loaded.state.take_counts());
         Ok(answer)
     }
 
@@ -557,6 +580,20 @@ impl ShareLeader {
     /// them from the share coordinator).
     pub fn unload(&self, tp: &TopicPartition) {
         self.held.borrow_mut().retain(|(_, t), _| t != tp);
+    }
+
+    /// The share partitions held now and their records in flight, over those not busy
+    /// (the metrics' gauges).
+    pub fn gauges(&self) -> (u64, u64) {
+        let held = self.held.borrow();
+        let in_flight: i64 = held
+            .values()
+            .filter_map(|h| {
+                h.try_lock()
+                    .and_then(|l| l.as_ref().map(|l| l.state.in_flight()))
+            })
+            .sum();
+        (held.len() as u64, u64::try_from(in_flight).unwrap_or(0))
     }
 
     /// The start offset and records in flight of a loaded share partition (tests,

@@ -165,12 +165,36 @@ pub struct StateBatch {
     pub deliveries: u16,
 }
 
+/// What the operations on a share partition did, in records, since the counts were
+/// last taken ([`SharePartition::take_counts`]: the leader's metrics). An operation
+/// undone (its state put back) takes its counts with it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ShareCounts {
+    /// Deliveries: records acquired by a member.
+    pub acquired: u64,
+    /// Acknowledged by their member, by type.
+    pub accepted: u64,
+    pub released: u64,
+    pub rejected: u64,
+    pub renewed: u64,
+    pub gaps: u64,
+    /// Their lock ran out.
+    pub lock_expired: u64,
+    /// Released or timed out at the delivery limit, so archived.
+    pub archived_at_limit: u64,
+    /// Archived unread for a read_committed group (`archive_unreadable`).
+    pub archived_unreadable: u64,
+    /// Given back when their member's share session ended.
+    pub session_released: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SharePartition {
     start: i64,
     end: i64,
     spans: BTreeMap<i64, Span>,
     limits: ShareLimits,
+    counts: ShareCounts,
 }
 
 impl SharePartition {
@@ -182,6 +206,7 @@ impl SharePartition {
             end: start,
             spans: BTreeMap::new(),
             limits,
+            counts: ShareCounts::default(),
         }
     }
 
@@ -235,6 +260,11 @@ impl SharePartition {
 
     pub fn in_flight(&self) -> i64 {
         self.end - self.start
+    }
+
+    /// The counts since they were last taken, which start again from zero.
+    pub fn take_counts(&mut self) -> ShareCounts {
+        std::mem::take(&mut self.counts)
     }
 
     /// Records AVAILABLE to acquire again (released, or their lock ran out).
@@ -292,6 +322,7 @@ impl SharePartition {
             span.lock_deadline_ms = Some(deadline);
             push_acquired(&mut out, first, last, span.deliveries);
             budget -= last - first + 1;
+            self.counts.acquired += records(first, last);
         }
         // New records.
         let room = self.limits.max_in_flight - self.in_flight();
@@ -311,6 +342,7 @@ impl SharePartition {
             );
             self.end = last + 1;
             push_acquired(&mut out, first, last, 1);
+            self.counts.acquired += records(first, last);
         }
         self.merge_all();
         self.check();
@@ -346,6 +378,7 @@ impl SharePartition {
                 }
                 let last = u_last.min(a.last);
                 self.settle(u_first.max(first), last, AckType::Gap, 0);
+                self.counts.archived_unreadable += records(u_first.max(first), last);
                 archived = true;
                 first = last + 1;
                 if first > a.last {
@@ -416,10 +449,12 @@ impl SharePartition {
             }
             if b.types.len() == 1 {
                 self.settle(first, b.last, b.types[0], now_ms + lock_ms);
+                self.count_ack(b.types[0], records(first, b.last));
             } else {
                 for offset in first..=b.last {
                     let t = b.types[usize::try_from(offset - b.first).expect("in range")];
                     self.settle(offset, offset, t, now_ms + lock_ms);
+                    self.count_ack(t, 1);
                 }
             }
         }
@@ -440,6 +475,7 @@ impl SharePartition {
             .collect();
         for (first, last) in &due {
             self.settle(*first, *last, AckType::Release, 0);
+            self.counts.lock_expired += records(*first, *last);
         }
         if due.is_empty() {
             return false;
@@ -462,6 +498,7 @@ impl SharePartition {
             .collect();
         for first in &held {
             let span = self.spans.get_mut(first).expect("listed above");
+            self.counts.session_released += records(*first, span.last);
             span.state = RecordState::Available;
             span.deliveries = span.deliveries.saturating_sub(1);
             span.owner = None;
@@ -533,7 +570,10 @@ impl SharePartition {
                     span.state = match t {
                         AckType::Accept => RecordState::Acknowledged,
                         AckType::Gap | AckType::Reject => RecordState::Archived,
-                        AckType::Release if span.deliveries >= limit => RecordState::Archived,
+                        AckType::Release if span.deliveries >= limit => {
+                            self.counts.archived_at_limit += records(offset, span.last);
+                            RecordState::Archived
+                        }
                         _ => RecordState::Available,
                     };
                     span.owner = None;
@@ -541,6 +581,17 @@ impl SharePartition {
                 }
             }
             offset = next;
+        }
+    }
+
+    fn count_ack(&mut self, t: AckType, n: u64) {
+        let c = &mut self.counts;
+        match t {
+            AckType::Accept => c.accepted += n,
+            AckType::Release => c.released += n,
+            AckType::Reject => c.rejected += n,
+            AckType::Renew => c.renewed += n,
+            AckType::Gap => c.gaps += n,
         }
     }
 
@@ -615,6 +666,11 @@ impl SharePartition {
             assert!(!s.state.is_terminal(), "the start is past terminal records");
         }
     }
+}
+
+/// Records in `first..=last`.
+fn records(first: i64, last: i64) -> u64 {
+    u64::try_from(last - first + 1).unwrap_or(0)
 }
 
 /// Adds `first..=last` to `out`, joined to the previous range when contiguous with the

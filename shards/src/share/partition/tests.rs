@@ -256,6 +256,57 @@ fn unreadable_records_are_archived_where_acquired_and_never_delivered() {
 }
 
 #[test]
+fn operations_are_counted_in_records_until_taken() {
+    let mut p = SharePartition::new(0, limits());
+    p.acquire("a", 10, 10, 0, LOCK);
+    p.acknowledge(
+        "a",
+        &[
+            ack(0, 3, AckType::Accept),
+            AckBatch {
+                first: 4,
+                last: 6,
+                types: vec![AckType::Reject, AckType::Release, AckType::Renew],
+            },
+        ],
+        1,
+        LOCK,
+    )
+    .expect("a holds them");
+    assert!(p.expire(2 + LOCK)); // 6..=9 run out
+    p.acquire("b", 10, 10, 3 + LOCK, LOCK); // 5..=9 again
+    p.release_member("b");
+    let c = p.take_counts();
+    assert_eq!(
+        c,
+        ShareCounts {
+            acquired: 15,
+            accepted: 4,
+            released: 1,
+            rejected: 1,
+            renewed: 1,
+            lock_expired: 4,
+            session_released: 5,
+            ..ShareCounts::default()
+        }
+    );
+    assert_eq!(
+        p.take_counts(),
+        ShareCounts::default(),
+        "taken: from zero again"
+    );
+    // Released at the limit (3): archived, and counted so.
+    let mut q = SharePartition::new(0, limits());
+    for now in 0..3 {
+        q.acquire("a", 1, 1, now, LOCK);
+        q.acknowledge("a", &[ack(0, 0, AckType::Release)], now, LOCK)
+            .expect("held");
+    }
+    assert_eq!(q.take_counts().archived_at_limit, 1);
+    assert_eq!((q.start(), q.end()), (1, 1));
+}
+
+#[test]
 fn records_the_log_dropped_are_archived_and_acknowledging_them_is_skipped() {
     let mut p = SharePartition::new(0, limits());
     p.acquire("a", 10, 10, 0, LOCK);
