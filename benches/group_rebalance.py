@@ -87,7 +87,7 @@ def run_case(broker, protocol: str, args, classes: Path, out_log: Path, case: in
             f"partitions={args.partitions}", f"rate={args.rate}", f"topic=rb-{case}-{protocol}",
             f"group=rb-{case}-{protocol}-group", f"heartbeat_ms={HEARTBEAT_MS}"]
     with open(out_log, "w") as jlog:
-        jlog.write(" ".join(argv) + "\n")
+        jlog.write(H.portable(" ".join(argv)) + "\n")
         jlog.flush()
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=900)

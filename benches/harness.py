@@ -52,6 +52,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +72,13 @@ BROKER = launcher.corelog_bin()
 LOAD = ROOT / "target" / "release" / "corelog-load"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
+
+
+def portable(text: str) -> str:
+    """`text` without this machine's paths, for results that are committed: the
+    repository's root becomes relative, a run's temporary directory `$WORK`."""
+    text = text.replace(str(ROOT) + "/", "")
+    return re.sub(r"/tmp/corelog-[A-Za-z0-9_.-]+", "$WORK", text)
 
 def log(msg: str) -> None:
     print(f"[harness {time.strftime('%H:%M:%S')}] {msg}", flush=True)

@@ -93,7 +93,7 @@ def throughput(broker, consumers: int, records: int, classes: Path, out_log: Pat
             f"topic=sb-{case}", f"group=sb-{case}-group", f"consumers={consumers}", f"records={records}",
             "size=100", f"isolation={isolation}"]
     with open(out_log, "w") as jlog:
-        jlog.write(" ".join(argv) + "\n")
+        jlog.write(H.portable(" ".join(argv)) + "\n")
         jlog.flush()
         p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=900)
         lines = p.stdout.splitlines()
