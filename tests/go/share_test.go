@@ -62,14 +62,6 @@ func TestShareGroup(t *testing.T) {
 		t.Fatalf("CreateTopic: %v / %v", err, created.Err)
 	}
 	setGroupConfigs(t, ctx, admCl, group, map[string]string{"share.auto.offset.reset": "earliest"})
-	prod := b.client(t, kgo.DefaultProduceTopic(topic))
-	var recs []*kgo.Record
-	for i := 0; i < n; i++ {
-		recs = append(recs, &kgo.Record{Value: []byte(strconv.Itoa(i))})
-	}
-	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
-		t.Fatalf("produce: %v", err)
-	}
 
 	var (
 		mu       sync.Mutex
@@ -140,6 +132,36 @@ func TestShareGroup(t *testing.T) {
 	for i := 0; i < 2; i++ {
 		wg.Add(1)
 		go func() { defer wg.Done(); member(i) }()
+	}
+	// Both members in the group, each assigned the partition, before the records come:
+	// records produced earlier could all go to the first to join.
+	joined := time.Now().Add(60 * time.Second)
+	for {
+		d, err := adm.DescribeShareGroups(ctx, group)
+		g := d[group]
+		assigned := 0
+		for _, m := range g.Members {
+			if len(m.Assignment) > 0 {
+				assigned++
+			}
+		}
+		if err == nil && g.Err == nil && assigned == 2 {
+			break
+		}
+		if time.Now().After(joined) {
+			close(done)
+			wg.Wait()
+			t.Fatalf("two members assigned: err %v, group %+v", err, g)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	prod := b.client(t, kgo.DefaultProduceTopic(topic))
+	var recs []*kgo.Record
+	for i := 0; i < n; i++ {
+		recs = append(recs, &kgo.Record{Value: []byte(strconv.Itoa(i))})
+	}
+	if err := prod.ProduceSync(ctx, recs...).FirstErr(); err != nil {
+		t.Fatalf("produce: %v", err)
 	}
 	want := n - n/10
 	deadline := time.Now().Add(60 * time.Second)

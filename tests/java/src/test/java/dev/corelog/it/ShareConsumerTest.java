@@ -66,7 +66,6 @@ class ShareConsumerTest {
         createTopic(topic, 1);
         startAtEarliest(group);
         int n = 300;
-        produce(topic, n);
 
         Map<String, Integer> accepted = new ConcurrentHashMap<>();
         Set<String> rejected = ConcurrentHashMap.newKeySet();
@@ -111,6 +110,21 @@ class ShareConsumerTest {
         threads.forEach(Thread::start);
         long[] stopped = {0};
         try {
+            // All three in the group, each assigned the partition, before the records come:
+            // records produced earlier could all go to the first two to join.
+            try (Admin admin = broker.admin()) {
+                GroupWorkload.await(() -> {
+                    try {
+                        ShareGroupDescription d = admin.describeShareGroups(List.of(group)).all()
+                                .get(30, TimeUnit.SECONDS).get(group);
+                        return d.members().size() == 3 && d.members().stream()
+                                .allMatch(m -> !m.assignment().topicPartitions().isEmpty());
+                    } catch (Exception e) {
+                        return false;
+                    }
+                }, Duration.ofSeconds(60), () -> "three members assigned the partition");
+            }
+            produce(topic, n);
             GroupWorkload.await(() -> accepted.size() == n - n / 10 || !failures.isEmpty(), Duration.ofSeconds(90),
                     () -> "accepted " + accepted.size() + " of " + (n - n / 10) + ", failures " + failures);
             try (Admin admin = broker.admin()) {
