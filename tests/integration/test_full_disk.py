@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -65,6 +66,32 @@ def fill(path: Path) -> int:
     return written
 
 
+class KeepFull:
+    """Takes, every few milliseconds, whatever blocks the filesystem has free again: the
+    broker frees some of its own on a full disk (a failed checkpoint's temporary file, a
+    sealed segment's or index's preallocated tail), and its writes waiting for space
+    retry only every 250 ms, so kept full from outside they find none."""
+
+    def __init__(self, fs: Path):
+        self.fs = fs
+        self.stop_flag = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while not self.stop_flag.is_set():
+            if os.statvfs(self.fs).f_bavail > 0:
+                fill(self.fs / f"filler-{time.monotonic_ns()}")
+            time.sleep(0.005)
+
+    def __enter__(self) -> "KeepFull":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop_flag.set()
+        self.thread.join(10)
+
+
 def test_a_full_filesystem_refuses_produces_and_recovers_when_space_returns(broker_factory, small_fs):
     wd = Path(tempfile.mkdtemp(prefix="corelog-it-fulldisk-"))
     broker_factory.workdirs.append(wd)
@@ -80,28 +107,27 @@ def test_a_full_filesystem_refuses_produces_and_recovers_when_space_returns(brok
     load = Load(b.bootstrap, topic, **{"message.timeout.ms": 300_000}).start()
     load.wait_acked(2_000)
 
-    filler = small_fs / "filler"
-    fill(filler)
+    fill(small_fs / "filler")
     st = os.statvfs(small_fs)
     assert st.f_bavail == 0, f"{st.f_bavail} blocks still free"
-    # Full: what the segments had preallocated runs out, then every produce is refused
-    # with Kafka's error while the broker stays up.
-    deadline = time.monotonic() + 60
-    refusing: set[int] = set()
-    while len(refusing) < partitions:
-        for p in set(range(partitions)) - refusing:
-            r = produce_raw(b.bootstrap, topic, p, [b"x" * 1000], timeout_ms=2_000)
-            if r["error_code"] == KAFKA_STORAGE_ERROR:
-                refusing.add(p)
-            else:
-                # Acknowledged into preallocated space, or REQUEST_TIMED_OUT while queued.
-                assert r["error_code"] in (0, 7), r
-        assert time.monotonic() < deadline, f"only partitions {refusing} refused on a full disk"
-        fill(small_fs / f"filler-{time.monotonic_ns()}")  # what the broker freed meanwhile
-    stalled = load.count()
-    time.sleep(2)
-    b.assert_alive()
-    assert load.count() - stalled < 500, "produces went on on a full disk"
+    with KeepFull(small_fs):
+        # Full: what the segments had preallocated runs out, then every produce is
+        # refused with Kafka's error while the broker stays up.
+        deadline = time.monotonic() + 60
+        refusing: set[int] = set()
+        while len(refusing) < partitions:
+            for p in set(range(partitions)) - refusing:
+                r = produce_raw(b.bootstrap, topic, p, [b"x" * 1000], timeout_ms=2_000)
+                if r["error_code"] == KAFKA_STORAGE_ERROR:
+                    refusing.add(p)
+                else:
+                    # Acknowledged into preallocated space, or REQUEST_TIMED_OUT while queued.
+                    assert r["error_code"] in (0, 7), r
+            assert time.monotonic() < deadline, f"only partitions {refusing} refused on a full disk"
+        stalled = load.count()
+        time.sleep(2)
+        b.assert_alive()
+        assert load.count() - stalled < 500, "produces went on on a full disk"
     assert "filesystem full" in b.log_tail(2000)
 
     # Space returns: the queued batches are written, the producer's retries acknowledged.

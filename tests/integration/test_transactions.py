@@ -319,31 +319,61 @@ def raw_init_v5(bootstrap: str, txn_id: str) -> tuple[int, int]:
     return pid, epoch
 
 
+def end_v5_body(txn_id: str, pid: int, epoch: int, commit: bool) -> bytes:
+    return (W.compact_string(txn_id) + W.i64(pid) + W.i16(epoch) + W.i8(1 if commit else 0)
+            + W.tags())
+
+
+def parse_end_v5(r: W.Flex) -> tuple[int, int, int]:
+    r.i32()
+    return r.i16(), r.i64(), r.i16()
+
+
 def raw_end_v5(bootstrap: str, txn_id: str, pid: int, epoch: int,
                commit: bool) -> tuple[int, int, int]:
     """EndTxn v5 (transaction version 2) -> (error code, producer id, epoch to go on with)."""
-    body = (W.compact_string(txn_id) + W.i64(pid) + W.i16(epoch) + W.i8(1 if commit else 0)
-            + W.tags())
-    r = W.flex_roundtrip(bootstrap, 26, 5, body)
-    r.i32()
-    return r.i16(), r.i64(), r.i16()
+    return parse_end_v5(W.flex_roundtrip(bootstrap, 26, 5, end_v5_body(txn_id, pid, epoch, commit)))
+
+
+def produce_v12_body(txn_id: str, topic: str, partition: int, pid: int, epoch: int,
+                     seq: int) -> bytes:
+    now = int(time.time() * 1000)
+    batch = W.record_batch([(None, f"{pid}-{epoch}-{seq}".encode(), [], now)], now,
+                           producer_id=pid, producer_epoch=epoch, base_sequence=seq,
+                           attributes=0x10)
+    part = W.i32(partition) + W.uvarint(len(batch) + 1) + batch + W.tags()
+    return (W.compact_string(txn_id) + W.i16(-1) + W.i32(30_000)
+            + W.c_array([W.compact_string(topic) + W.c_array([part]) + W.tags()]) + W.tags())
+
+
+def parse_produce_v12(r: W.Flex, topic: str, partition: int) -> int:
+    assert r.c_len() == 1 and r.c_string() == topic
+    assert r.c_len() == 1 and r.i32() == partition
+    return r.i16()
 
 
 def raw_txn_produce_v12(bootstrap: str, txn_id: str, topic: str, partition: int, pid: int,
                         epoch: int, seq: int = 0) -> int:
     """A transactional batch in Produce v12, whose leader adds the partition to the
     transaction itself (transaction version 2) -> its error code."""
-    now = int(time.time() * 1000)
-    batch = W.record_batch([(None, f"{pid}-{epoch}-{seq}".encode(), [], now)], now,
-                           producer_id=pid, producer_epoch=epoch, base_sequence=seq,
-                           attributes=0x10)
-    part = W.i32(partition) + W.uvarint(len(batch) + 1) + batch + W.tags()
-    body = (W.compact_string(txn_id) + W.i16(-1) + W.i32(30_000)
-            + W.c_array([W.compact_string(topic) + W.c_array([part]) + W.tags()]) + W.tags())
-    r = W.flex_roundtrip(bootstrap, 0, 12, body)
-    assert r.c_len() == 1 and r.c_string() == topic
-    assert r.c_len() == 1 and r.i32() == partition
-    return r.i16()
+    r = W.flex_roundtrip(bootstrap, 0, 12, produce_v12_body(txn_id, topic, partition, pid,
+                                                            epoch, seq))
+    return parse_produce_v12(r, topic, partition)
+
+
+def pipelined(s, frames: list[tuple[int, int, bytes]]) -> list[W.Flex]:
+    """Sends (api key, version, body) frames on connection `s` without waiting, then
+    reads their answers, in order (the broker serves them at once, answers in order)."""
+    s.sendall(b"".join(W.request(k, v, i, body, header_v2=True)
+                       for i, (k, v, body) in enumerate(frames)))
+    out = []
+    for i in range(len(frames)):
+        correlation, resp = W.recv_response(s)
+        assert correlation == i
+        r = W.Flex(resp)
+        r.skip_tags()  # response header v1
+        out.append(r)
+    return out
 
 
 def test_a_version_2_commit_that_overtakes_its_batch_is_told_to_retry(broker):
@@ -370,6 +400,45 @@ def test_a_version_2_commit_that_overtakes_its_batch_is_told_to_retry(broker):
     assert raw_txn_produce_v12(broker.bootstrap, txn_id, topic, 0, pid, epoch + 1, 1) in (47, 90), \
         "a batch of the aborted epoch is fenced"
     assert lso(broker.bootstrap, topic) == end_offset(broker.bootstrap, topic), "nothing open"
+
+
+def test_a_commit_ahead_of_its_batch_never_ends_the_transaction_before_the_batch(broker):
+    """The same race as above, with the commit sent while the last transaction's end is
+    still being completed (its markers), as a producer of one-record transactions does,
+    and sent before the batch's answer — ahead of the batch itself, or just behind it.
+    The commit and the batch's add then both wait for that end, and the add may be
+    written first: a commit decided then would write its marker before the batch is
+    appended, which refuses the batch (INVALID_TXN_STATE, fatal to the Java producer,
+    which a loop of one-record transactions hit now and then). A commit ends only what
+    its transaction held when it arrived: it is told CONCURRENT_TRANSACTIONS, the batch
+    is appended, and the commit sent again after the batch's answer commits it."""
+    topic, txn_id = "txn-early-commit-2", "txn-early-commit-2"
+    b = broker.bootstrap
+    create(b, topic, 2)
+    find_txn_coordinator(b, txn_id)
+    pid, epoch = raw_init_v5(b, txn_id)
+    rounds = 60
+    # One connection, so that the next transaction's commit and batch leave the moment
+    # the last commit is answered, while its markers are still being written.
+    with W.connect(b) as s:
+        for i in range(rounds):
+            partition = i % 2
+            end = (26, 5, end_v5_body(txn_id, pid, epoch, True))
+            batch = (0, 12, produce_v12_body(txn_id, topic, partition, pid, epoch, 0))
+            if i % 3 == 0:
+                end_answer, produce_answer = pipelined(s, [end, batch])
+            else:
+                produce_answer, end_answer = pipelined(s, [batch, end])
+            answers = parse_end_v5(end_answer)[0], parse_produce_v12(produce_answer, topic,
+                                                                     partition)
+            assert answers == (51, 0), f"round {i}: (EndTxn, Produce) answered {answers}"
+            [retry] = pipelined(s, [end])
+            code, pid, epoch = parse_end_v5(retry)
+            assert code == 0, f"round {i}: the commit's retry answered {code}"
+    values = read_values(b, topic, "read_committed", partitions=2, expect=rounds)
+    assert len(values) == rounds
+    wait_until(lambda: all(lso(b, topic, p) == end_offset(b, topic, p) for p in (0, 1)),
+               TIMEOUT, "the last commit's markers: nothing left open")
 
 
 # ---------------------------------------------------------------------------------------

@@ -779,6 +779,33 @@ fn end_txn_v2(
     }
 }
 
+/// The partitions an EndTxn may end as the transaction stood when the request reached
+/// the coordinator: its partitions if it was Ongoing with no transition being written,
+/// else none. An end decided later (it waited for a transition, `until_settled`) covers
+/// only these: a partition added while it waited was added for a batch that may not be
+/// appended yet — the Java producer sends its commit before a batch it appended just
+/// then (EARLY below) — and the end's marker, written first, would refuse that batch
+/// (INVALID_TXN_STATE, fatal to the producer). See `end_overtakes_batches`.
+pub fn end_may_cover(meta: Option<&TxnMetadata>) -> BTreeSet<TxnPartition> {
+    match meta {
+        Some(m) if m.current.state == Ongoing && m.pending.is_none() => {
+            m.current.partitions.clone()
+        }
+        _ => BTreeSet::new(),
+    }
+}
+
+/// Whether `decision`, made for an EndTxn that arrived when it could end `covered`
+/// (`end_may_cover`), would end partitions added since: answered
+/// CONCURRENT_TRANSACTIONS instead, so that the client sends it again once its batches
+/// are answered, which orders the end after their append.
+pub fn end_overtakes_batches(covered: &BTreeSet<TxnPartition>, decision: &EndDecision) -> bool {
+    match decision {
+        EndDecision::Prepare { transit, .. } => !transit.partitions.is_subset(covered),
+        EndDecision::Done(_) | EndDecision::BatchesPending => false,
+    }
+}
+
 /// A version 2 end: under the next epoch, the one it ran under kept as the last; a new
 /// producer id is named for the completion when the epoch runs out.
 fn prepare_v2_end(
@@ -1939,6 +1966,84 @@ mod tests {
             end_err(&m, ProducerIdEpoch::new(PID + 1, 3), Abort, true),
             TxnError::InvalidProducerIdMapping
         );
+    }
+
+    /// The interleaving behind the Java producer's rare INVALID_TXN_STATE on commit: its
+    /// next transaction's EndTxn comes before that transaction's one batch (EARLY), while
+    /// the last end is still completing; the batch's implicit add and the end both wait
+    /// for the completion, the add is written first, and an end decided then would write
+    /// its marker before the batch is appended — refusing the batch. It is answered
+    /// CONCURRENT_TRANSACTIONS instead, and its retry, sent after the batch's answer, ends
+    /// the transaction with the batch.
+    #[test]
+    fn an_end_never_covers_a_partition_added_after_it_arrived() {
+        let mut m = new_id(&v2());
+        begin(&mut m, &[("t", 0)], true, 10);
+        let EndDecision::Prepare { transit, answer } =
+            end_txn(Some(&m), producer(&m), Commit, true, 20, never()).unwrap()
+        else {
+            panic!("not prepared")
+        };
+        apply(&mut m, transit);
+        assert_eq!(
+            m.current.state, PrepareCommit,
+            "its markers are being written"
+        );
+        // The next transaction's EndTxn arrives now: it may end nothing yet.
+        let covered = end_may_cover(Some(&m));
+        assert!(covered.is_empty());
+        assert_eq!(
+            end_err(&m, answer, Commit, true),
+            TxnError::ConcurrentTransactions
+        );
+        let done = complete_end(&m, 21).unwrap();
+        apply(&mut m, done);
+        // The batch's add is written first; while it is, the end still waits.
+        let AddDecision::Prepare(add) =
+            add_for_produce(Some(&m), answer, &parts(&[("t", 1)]), 22).unwrap()
+        else {
+            panic!("not added")
+        };
+        m.prepare(&add).unwrap();
+        assert_eq!(
+            end_err(&m, answer, Commit, true),
+            TxnError::ConcurrentTransactions
+        );
+        assert!(
+            end_may_cover(Some(&m)).is_empty(),
+            "an add being written is not covered"
+        );
+        m.complete(add).unwrap();
+        // Decided now, the end would commit the partition whose batch is not appended.
+        let decision = end_txn(Some(&m), answer, Commit, true, 23, never()).unwrap();
+        assert!(
+            matches!(&decision, EndDecision::Prepare { transit, .. } if transit.partitions == parts(&[("t", 1)]))
+        );
+        assert!(end_overtakes_batches(&covered, &decision));
+        // The retry, after the batch was answered, arrives with the partition in.
+        let covered = end_may_cover(Some(&m));
+        assert_eq!(covered, parts(&[("t", 1)]));
+        assert!(!end_overtakes_batches(&covered, &decision));
+
+        // Ongoing with one partition, a second being added: nothing is covered while a
+        // transition is being written.
+        let AddDecision::Prepare(add) =
+            add_for_produce(Some(&m), answer, &parts(&[("t", 2)]), 25).unwrap()
+        else {
+            panic!("not added")
+        };
+        m.prepare(&add).unwrap();
+        let covered = end_may_cover(Some(&m));
+        assert!(covered.is_empty());
+        m.complete(add).unwrap();
+        let decision = end_txn(Some(&m), answer, Commit, true, 26, never()).unwrap();
+        assert!(end_overtakes_batches(&covered, &decision));
+
+        // An abort of nothing, a retry answered from the state, an early commit: none
+        // ends a partition, so none is held back.
+        let none = BTreeSet::new();
+        assert!(!end_overtakes_batches(&none, &EndDecision::BatchesPending));
+        assert!(!end_overtakes_batches(&none, &EndDecision::Done(answer)));
     }
 
     #[test]
