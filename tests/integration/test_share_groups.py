@@ -656,8 +656,12 @@ def test_librdkafka_share_consumers_settle_every_record_once(broker_factory):
     for t in threads:
         t.start()
     try:
-        # Both consumers in the group first, then the records, in rounds.
-        time.sleep(2)
+        # Both consumers in the group and assigned the partition first, then the
+        # records, in rounds (records produced before one joins could all go to the other).
+        wait_until(lambda: (lambda d: len(d["members"]) == 2 and all(
+            m["assignment"] == {topic: [0]} for m in d["members"].values()))(
+                describe(b.bootstrap, group)) or failures, 30,
+            lambda: f"both consumers assigned: {describe(b.bootstrap, group)}")
         for r in range(10):
             produce(b.bootstrap, topic, n // 10, prefix=f"r{r}")
         wait_until(lambda: len(accepted) == n - n // 10 or failures, 60,

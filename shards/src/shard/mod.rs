@@ -128,7 +128,7 @@ impl Shard {
                 config.node_id,
                 config.replication.fetch.security.clone(),
             )),
-            share_leader: crate::share::leader::ShareLeader::new(config.share_leader),
+            share_leader: crate::share::leader::ShareLeader::new(),
             share_state: Rc::new(crate::share::coordinator::ShareCoordinator::new(
                 config.share_state.clone(),
             )),

@@ -162,7 +162,6 @@ struct Window {
 }
 
 pub struct ShareLeader {
-    config: ShareLeaderConfig,
     held: RefCell<HashMap<(String, TopicPartition), Held>>,
     /// Counts the operations after which a share partition had records to acquire that
     /// it had not before (released, timed out, or room in flight again); `available`
@@ -214,18 +213,19 @@ fn durable(batches: Vec<StateBatch>) -> Vec<StateBatch> {
         .collect()
 }
 
+impl Default for ShareLeader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl ShareLeader {
-    pub fn new(config: ShareLeaderConfig) -> ShareLeader {
+    pub fn new() -> ShareLeader {
         ShareLeader {
-            config,
             held: RefCell::new(HashMap::new()),
             generation: std::cell::Cell::new(0),
             available: event_listener::Event::new(),
         }
-    }
-
-    pub fn config(&self) -> &ShareLeaderConfig {
-        &self.config
     }
 
     /// See `generation`: a long poll takes it before it looks, then waits until it grows

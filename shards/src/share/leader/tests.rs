@@ -97,7 +97,7 @@ fn acknowledged_records_survive_a_new_leader_and_the_rest_come_back() {
         let p = MemPersister::default();
         let tp = tp();
         let t = target_from(&tp, &log, AutoOffsetReset::Earliest);
-        let leader = ShareLeader::new(ShareLeaderConfig::default());
+        let leader = ShareLeader::new();
         let a = leader.acquire(&t, "a", &p, 4, 0).await.expect("a acquires");
         let b = leader.acquire(&t, "b", &p, 4, 0).await.expect("b acquires");
         assert_eq!((a[0].first, a[0].last, b[0].first, b[0].last), (0, 3, 4, 7));
@@ -125,7 +125,7 @@ fn acknowledged_records_survive_a_new_leader_and_the_rest_come_back() {
             "{stolen:?}"
         );
 
-        let next = ShareLeader::new(ShareLeaderConfig::default());
+        let next = ShareLeader::new();
         let got = next.acquire(&t, "c", &p, 100, 0).await.expect("c acquires");
         let got: Vec<(i64, i64, u16)> = got
             .iter()
@@ -146,7 +146,7 @@ fn a_failed_store_undoes_the_acknowledgement() {
         let p = MemPersister::default();
         let tp = tp();
         let t = target_from(&tp, &log, AutoOffsetReset::Earliest);
-        let leader = ShareLeader::new(ShareLeaderConfig::default());
+        let leader = ShareLeader::new();
         leader.acquire(&t, "a", &p, 5, 0).await.expect("acquired");
         p.fail_writes.set(true);
         let refused = leader
@@ -171,7 +171,7 @@ fn a_newer_leader_fences_the_old_one_and_latest_starts_at_the_end() {
         let p = MemPersister::default();
         let tp = tp();
         let t = target_from(&tp, &log, AutoOffsetReset::Latest);
-        let old = ShareLeader::new(ShareLeaderConfig::default());
+        let old = ShareLeader::new();
         // Latest: nothing of what was written before the group came.
         assert!(old
             .acquire(&t, "a", &p, 10, 0)
@@ -243,7 +243,7 @@ fn a_read_committed_group_never_gets_aborted_records_nor_open_ones() {
         let tp = tp();
         let mut t = target(&tp, &log);
         t.delivery.read_committed = true;
-        let leader = ShareLeader::new(ShareLeaderConfig::default());
+        let leader = ShareLeader::new();
         let got = leader.acquire(&t, "a", &p, 100, 0).await.expect("acquires");
         // 0-2 archived (and the start moves past them); the marker and 4-5 delivered;
         // 6-7 not until their transaction ends.
@@ -257,7 +257,7 @@ fn a_read_committed_group_never_gets_aborted_records_nor_open_ones() {
         );
         assert_eq!(leader.peek("g", &tp), Some((3, 3)));
         // The archive was stored: the next leader starts past it.
-        let next = ShareLeader::new(ShareLeaderConfig::default());
+        let next = ShareLeader::new();
         let again = next.acquire(&t, "b", &p, 100, 0).await.expect("acquires");
         assert_eq!((again[0].first, again[0].last), (3, 5));
         // The open transaction commits: its records come.
@@ -300,7 +300,7 @@ fn a_share_partition_is_never_held_twice_while_tasks_wait_for_it() {
         let dir = tempfile::tempdir().expect("tempdir");
         let log = log_with(dir.path(), 10).await;
         let p = Rc::new(MemPersister::default());
-        let leader = Rc::new(ShareLeader::new(ShareLeaderConfig::default()));
+        let leader = Rc::new(ShareLeader::new());
         let tp = tp();
         let t = target(&tp, &log);
         leader
