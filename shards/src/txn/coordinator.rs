@@ -29,7 +29,7 @@ use super::markers::{BrokerLinks, MarkerError};
 use super::rules::{
     self, AddDecision, EndDecision, InitAction, ProducerIdEpoch, TxnConfig, TxnError,
 };
-use super::state::{Transit, TxnMetadata, TxnPartition, TxnState};
+use super::state::{Transit, TxnMetadata, TxnState};
 use super::types::{AddMode, TxnAnswer, TxnDescription, TxnOp};
 use super::{partition_for_transactional_id, TRANSACTION_TOPIC_PARTITIONS_DEFAULT};
 use crate::metadata::ClusterMetadata;
@@ -40,7 +40,7 @@ use corelog_storage::batch_builder::{BatchBuilder, Record};
 use corelog_storage::AppendError;
 use futures::future::LocalBoxFuture;
 use std::cell::{Cell, RefCell};
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::rc::{Rc, Weak};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -495,21 +495,17 @@ impl TxnCoordinator {
     ) -> Result<ProducerIdEpoch, TxnError> {
         let partition = self.partition_of(&id);
         // What the end may cover is fixed as it arrives (`rules::end_may_cover`).
-        let covered: RefCell<Option<BTreeSet<TxnPartition>>> = RefCell::new(None);
+        let covered = rules::end_may_cover(self.txns.borrow().get(&id));
         // As an add does: an end refused because the last one is still being completed
         // waits for it.
         let decision = self
             .until_settled(|| {
-                covered
-                    .borrow_mut()
-                    .get_or_insert_with(|| rules::end_may_cover(self.txns.borrow().get(&id)));
                 self.decide_with_id(partition, |allocate| {
                     let txns = self.txns.borrow();
                     rules::end_txn(txns.get(&id), producer, outcome, tv2, now_ms(), allocate)
                 })
             })
             .await?;
-        let covered = covered.into_inner().unwrap_or_default();
         if rules::end_overtakes_batches(&covered, &decision) {
             return Err(TxnError::ConcurrentTransactions);
         }
