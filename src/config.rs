@@ -437,6 +437,12 @@ pub struct ServeArgs {
     /// a slower connection is closed. Default 60000.
     #[arg(long)]
     pub request_body_timeout_ms: Option<u64>,
+    /// Kafka's `sasl.server.max.receive.size`: the largest request a connection may send
+    /// before SASL has authenticated it; a larger one closes the connection unread
+    /// (default 524288, Kafka's).
+    #[arg(long)]
+    #[serde(alias = "sasl.server.max.receive.size")]
+    pub sasl_server_max_receive_size: Option<usize>,
     /// Samples in a client quota's rate window (Kafka's quota.window.num).
     #[arg(long)]
     #[serde(alias = "quota.window.num")]
@@ -883,6 +889,9 @@ impl ServeArgs {
             request_body_timeout_ms: self
                 .request_body_timeout_ms
                 .or(file.request_body_timeout_ms),
+            sasl_server_max_receive_size: self
+                .sasl_server_max_receive_size
+                .or(file.sasl_server_max_receive_size),
             quota_window_num: self.quota_window_num.or(file.quota_window_num),
             quota_window_size_seconds: self
                 .quota_window_size_seconds
@@ -1323,6 +1332,8 @@ pub struct LimitsConfig {
     /// Segment files open at once, broker-wide (`corelog_storage::file_cache`).
     pub max_open_segment_files: usize,
     pub request_body_timeout: std::time::Duration,
+    /// The largest request frame read before SASL has authenticated its connection.
+    pub sasl_server_max_receive_size: usize,
 }
 
 impl LimitsConfig {
@@ -1373,6 +1384,11 @@ impl LimitsConfig {
                     .unwrap_or(limits::REQUEST_BODY_TIMEOUT_MS_DEFAULT)
                     .max(100),
             ),
+            sasl_server_max_receive_size: match a.sasl_server_max_receive_size {
+                Some(0) => bail!("sasl-server-max-receive-size must be at least 1"),
+                Some(n) => n,
+                None => limits::SASL_SERVER_MAX_RECEIVE_SIZE_DEFAULT,
+            },
         })
     }
 }
@@ -1387,8 +1403,11 @@ impl BrokerConfig {
                     .with_context(|| format!("parsing {}", path.display()))?;
                 let security = crate::security_config::take_from_file(&mut table)
                     .with_context(|| format!("parsing {}", path.display()))?;
-                let mut file = ServeArgs::deserialize(table)
-                    .with_context(|| format!("parsing {}", path.display()))?;
+                // Kafka's text forms of numbers and booleans are taken, as a
+                // `server.properties` converted line by line writes them.
+                let mut file =
+                    ServeArgs::deserialize(crate::lenient_toml::Lenient(toml::Value::Table(table)))
+                        .with_context(|| format!("parsing {}", path.display()))?;
                 file.security = security
                     .into_iter()
                     .map(|(k, v)| format!("{k}={v}"))
@@ -1572,10 +1591,12 @@ impl BrokerConfig {
                 || listeners
                     .iter()
                     .any(|l| l.protocol.uses_tls() || l.protocol.uses_sasl());
-            crate::inter_broker_security::check_open_controller_port(
-                &cluster.controller_listen,
-                secured_elsewhere,
-            )?;
+            cluster.controller_security =
+                Arc::new(crate::inter_broker_security::unconfigured_controller_port(
+                    node_id,
+                    &cluster.voters,
+                    secured_elsewhere,
+                )?);
         }
         if let Some(name) = &controller_listener {
             let protocol =
@@ -1615,7 +1636,8 @@ impl BrokerConfig {
             inter_broker_listener,
             advertise_host,
             advertise_port,
-            data_dir: a.data_dir.unwrap_or_else(|| PathBuf::from("./data")),
+            data_dir: crate::paths::absolute(a.data_dir.unwrap_or_else(|| PathBuf::from("./data")))
+                .context("data-dir")?,
             shards,
             http: a
                 .http
@@ -1945,6 +1967,35 @@ mod tests {
         assert_eq!(c.num_partitions, 3);
         assert_eq!(c.shards, 1);
         assert!(!c.auto_create_topics);
+    }
+
+    #[test]
+    fn kafka_text_values_from_a_converted_server_properties_are_taken() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("c.toml");
+        std::fs::write(
+            &path,
+            "\"num.partitions\" = \"3\"\n\"auto.create.topics.enable\" = \"false\"\n\
+             \"log.retention.ms\" = \"604800000\"\n\"message.max.bytes\" = \" 1048588 \"\n",
+        )
+        .expect("write");
+        let c = BrokerConfig::resolve(ServeArgs {
+            config: Some(path.clone()),
+            ..Default::default()
+        })
+        .expect("resolve");
+        assert_eq!(c.num_partitions, 3);
+        assert!(!c.auto_create_topics);
+        std::fs::write(&path, "\"auto.create.topics.enable\" = \"maybe\"\n").expect("write");
+        let e = format!(
+            "{:#}",
+            BrokerConfig::resolve(ServeArgs {
+                config: Some(path),
+                ..Default::default()
+            })
+            .expect_err("not a boolean")
+        );
+        assert!(e.contains("\"maybe\" is not true or false"), "{e}");
     }
 
     #[test]

@@ -113,26 +113,65 @@ pub fn controller_port(
     })
 }
 
-/// The controller port without `controller.listener.names` is plaintext and open, as it
-/// was before the port could be secured. That is refused where the rest of the broker
-/// is secured (an authorizer, or a TLS or SASL listener) and the port is reachable from
-/// other machines: whoever reaches it could commit any metadata change. On loopback
-/// (one machine: the default) it is said once at start-up.
-pub fn check_open_controller_port(bind: &str, secured_elsewhere: bool) -> anyhow::Result<()> {
+/// The controller port without `controller.listener.names`, where the rest of the
+/// broker is secured (an authorizer, or a TLS or SASL listener). Left open, any process
+/// that reaches it — any local user, loopback being no boundary between the users of
+/// one host — could commit any metadata change (ACLs, topics, SCRAM users).
+///
+/// A quorum of this node alone (a single secured broker, as the README's security
+/// section starts one) needs no peer: the port takes SASL PLAIN with a secret drawn at
+/// start and known to this process only, so it keeps its zero-configuration start and
+/// nothing else gets in. A quorum with other members needs credentials they share:
+/// refused, with what to set. `voters` is the quorum (node id to address).
+pub fn unconfigured_controller_port(
+    node_id: i32,
+    voters: &std::collections::BTreeMap<i32, String>,
+    secured_elsewhere: bool,
+) -> anyhow::Result<PortSecurity> {
     if !secured_elsewhere {
-        return Ok(());
+        return Ok(PortSecurity::default());
     }
-    let loopback = {
-        use std::net::ToSocketAddrs;
-        bind.to_socket_addrs()
-            .map(|mut addrs| addrs.all(|a| a.ip().is_loopback()))
-            .unwrap_or(false)
-    };
-    if !loopback {
-        bail!("the controller port {bind} would be plaintext and open while the broker's listeners or ACLs are secured: set controller.listener.names (with listener.security.protocol.map, e.g. CONTROLLER:SASL_SSL), or bind --controller-listen to loopback");
+    if voters.len() != 1 || !voters.contains_key(&node_id) {
+        bail!("the controller port needs the cluster's credentials: the broker's listeners or ACLs are secured and its controller quorum has other members, so set controller.listener.names (e.g. CONTROLLER), map it in listener.security.protocol.map (e.g. CONTROLLER:SASL_SSL) and give listener.name.controller.* its TLS and PLAIN settings (docs: README \"Security\", the controller port)");
     }
-    tracing::warn!(bind, "the controller port is plaintext (no controller.listener.names): reachable from this machine only");
-    Ok(())
+    let secret = local_secret()?;
+    let expected = (LOCAL_CONTROLLER_USER.to_string(), secret.clone());
+    tracing::info!(
+        "the controller port takes only this broker process (no controller.listener.names; a secret drawn at start): set controller.listener.names for other brokers to join"
+    );
+    Ok(PortSecurity {
+        tls: None,
+        sasl: Some(PortSasl::new(
+            Arc::new(move |user, password| {
+                use subtle::ConstantTimeEq;
+                user == expected.0 && bool::from(expected.1.as_bytes().ct_eq(password))
+            }),
+            LOCAL_CONTROLLER_USER.into(),
+            secret,
+            std::time::Duration::from_millis(100),
+        )),
+        // Only this process holds the secret: authenticating is the whole check.
+        authorizer: None,
+        audit: Some(Arc::new(move |r: &Refusal<'_>| audit(r))),
+    })
+}
+
+/// The user this broker logs in to its own controller port as, when the port takes
+/// only the broker itself.
+const LOCAL_CONTROLLER_USER: &str = "corelog-local-controller";
+
+/// 256 random bits from the operating system, as hex.
+fn local_secret() -> anyhow::Result<String> {
+    use ring::rand::SecureRandom;
+    let mut bytes = [0u8; 32];
+    ring::rand::SystemRandom::new()
+        .fill(&mut bytes)
+        .map_err(|_| {
+            anyhow::anyhow!(
+                "no randomness from the operating system for the controller port's secret"
+            )
+        })?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Logs and counts a refused controller-port connection, as the Kafka listeners do.
@@ -372,12 +411,41 @@ mod tests {
     }
 
     #[test]
-    fn an_open_controller_port_beside_secured_listeners_must_be_on_loopback() {
-        assert!(check_open_controller_port("10.1.2.3:9093", false).is_ok());
-        assert!(check_open_controller_port("127.0.0.1:9093", true).is_ok());
-        assert!(check_open_controller_port("[::1]:9093", true).is_ok());
-        let e = check_open_controller_port("10.1.2.3:9093", true).unwrap_err();
+    fn an_unconfigured_controller_port_beside_secured_listeners_takes_only_this_process() {
+        let alone = std::collections::BTreeMap::from([(1, "127.0.0.1:9093".to_string())]);
+        let open = unconfigured_controller_port(1, &alone, false).unwrap();
+        assert!(
+            open.sasl.is_none() && open.tls.is_none(),
+            "nothing secured: zero configuration"
+        );
+
+        let port = unconfigured_controller_port(1, &alone, true).unwrap();
+        let sasl = port.sasl.as_ref().expect("a secret");
+        let own = sasl.credentials();
+        assert!((sasl.verify)(
+            &own.username,
+            own.password.expose().as_bytes()
+        ));
+        assert!(!(sasl.verify)(&own.username, b""));
+        assert!(!(sasl.verify)("admin", own.password.expose().as_bytes()));
+        let other = unconfigured_controller_port(1, &alone, true).unwrap();
+        assert_ne!(
+            other.sasl.unwrap().credentials().password.expose(),
+            own.password.expose(),
+            "a secret of each start"
+        );
+
+        let cluster = std::collections::BTreeMap::from([
+            (1, "10.0.0.1:9093".to_string()),
+            (2, "10.0.0.2:9093".to_string()),
+        ]);
+        let e = unconfigured_controller_port(1, &cluster, true).unwrap_err();
         assert!(format!("{e}").contains("controller.listener.names"), "{e}");
-        assert!(check_open_controller_port("0.0.0.0:9093", true).is_err());
+        assert!(unconfigured_controller_port(1, &cluster, false).is_ok());
+        let elsewhere = std::collections::BTreeMap::from([(2, "10.0.0.2:9093".to_string())]);
+        assert!(
+            unconfigured_controller_port(1, &elsewhere, true).is_err(),
+            "an observer"
+        );
     }
 }

@@ -35,6 +35,10 @@ pub const QUEUED_MAX_REQUEST_BYTES_DEFAULT: u64 = 256 * 1024 * 1024;
 /// `request.timeout.ms` (30 s by default), so a slower body is useless to them anyway;
 /// 60 s still lets a 100 MiB frame arrive at under 2 MB/s.
 pub const REQUEST_BODY_TIMEOUT_MS_DEFAULT: u64 = 60_000;
+/// Kafka's `sasl.server.max.receive.size` default (`SaslServerAuthenticator`): before
+/// authentication a request is only a handshake or a token, never this large, so a
+/// larger one is an unauthenticated client holding broker memory.
+pub const SASL_SERVER_MAX_RECEIVE_SIZE_DEFAULT: usize = 512 << 10;
 
 /// Longest a request body may go without a single byte arriving, once its memory is
 /// granted (capped by the body timeout). A client that declares a large frame and sends

@@ -111,16 +111,13 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             }
         }
     };
-    let config = config::BrokerConfig::resolve(args)?;
-    // openraft narrates every election and membership step at info; its warnings and
-    // errors are what an operator needs, unless the filter asks for more.
-    let level = if config.log_level.contains("openraft") {
-        config.log_level.clone()
-    } else {
-        format!("{},openraft=warn", config.log_level)
-    };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&level))?;
+    // Logging starts before the configuration is read, at info, so that what resolving
+    // it says (a listener taking unsigned tokens, the controller port's security) is
+    // logged; the configured level replaces it once known.
+    let env_filter = || tracing_subscriber::EnvFilter::try_from_default_env().ok();
+    let (filter, filter_handle) = tracing_subscriber::reload::Layer::new(
+        env_filter().unwrap_or_else(|| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+    );
     // Colour only for a person at a terminal: escape codes in a file or a log collector's
     // pipe make every line harder to read and to grep. NO_COLOR (no-color.org) turns it
     // off at a terminal too.
@@ -135,6 +132,25 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
                 .with_filter(filter),
         )
         .init();
+    let config = match config::BrokerConfig::resolve(args) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "the configuration is refused");
+            return Ok(std::process::ExitCode::FAILURE);
+        }
+    };
+    // openraft narrates every election and membership step at info; its warnings and
+    // errors are what an operator needs, unless the filter asks for more.
+    let level = if config.log_level.contains("openraft") {
+        config.log_level.clone()
+    } else {
+        format!("{},openraft=warn", config.log_level)
+    };
+    let configured = match env_filter() {
+        Some(f) => f,
+        None => tracing_subscriber::EnvFilter::try_new(&level)?,
+    };
+    filter_handle.reload(configured)?;
 
     let life = Arc::new(server::Lifecycle::default());
     // Signals are turned into a flag that every shard watches; the handler itself does

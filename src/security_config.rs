@@ -32,6 +32,8 @@ pub const KEYS: &[&str] = &[
     "scram-sha-256.sasl.jaas.config",
     "scram-sha-512.sasl.jaas.config",
     "sasl.jaas.config",
+    "oauthbearer.sasl.jaas.config",
+    "oauthbearer.sasl.server.callback.handler.class",
     "sasl.mechanism.inter.broker.protocol",
     "sasl.mechanism.controller.protocol",
     "connection.failed.authentication.delay.ms",

@@ -63,6 +63,8 @@ impl std::fmt::Debug for ReloadingKeystore {
 impl ReloadingKeystore {
     /// Reads the keystore now; an unusable one is an error (the broker does not start).
     pub fn open(path: PathBuf, listener: &str) -> anyhow::Result<ReloadingKeystore> {
+        // Reloads read the same file whatever the working directory is by then.
+        let path = crate::paths::absolute(path)?;
         let modified = std::fs::metadata(&path).and_then(|m| m.modified()).ok();
         let pem = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
         let key = Arc::new(certified_key(&pem)?);

@@ -275,6 +275,9 @@ pub struct LimitCounters {
     pub failed_authentications: u64,
     /// Requests (or parts of them: a topic, a group) refused by an ACL.
     pub denied_operations: u64,
+    /// Connections closed for a request over `sasl.server.max.receive.size` before
+    /// they had authenticated.
+    pub unauthenticated_oversize_requests: u64,
 }
 
 /// The shard's cache of open segment files (`corelog_storage::file_cache`), filled in by
@@ -307,6 +310,7 @@ impl LimitCounters {
         self.accept_out_of_descriptors += o.accept_out_of_descriptors;
         self.failed_authentications += o.failed_authentications;
         self.denied_operations += o.denied_operations;
+        self.unauthenticated_oversize_requests += o.unauthenticated_oversize_requests;
     }
 }
 
@@ -421,6 +425,7 @@ thread_local! {
             accept_out_of_descriptors: 0,
             failed_authentications: 0,
             denied_operations: 0,
+            unauthenticated_oversize_requests: 0,
         },
         quota: QuotaMetrics::default(),
         replication: ReplicationMetrics::default(),

@@ -401,6 +401,20 @@ pub struct ShareFetchInput {
     pub max_bytes: usize,
 }
 
+/// What is left of a ShareFetch's limits when it reaches a shard: its partitions there
+/// are read in order, each taking from these.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ShareFetchLimits {
+    /// Records still to acquire (MaxRecords less those acquired on other shards).
+    pub max_records: usize,
+    /// Bytes still to return (MaxBytes less those returned on other shards).
+    pub max_bytes: usize,
+    /// Nothing was returned yet: the first batch found is returned whatever its size.
+    pub min_one_batch: bool,
+    /// Kafka's ShareAcquireMode batch_optimized (0, the default), else record_limit.
+    pub batch_optimized: bool,
+}
+
 /// What one partition of a ShareFetch got.
 #[derive(Debug, Clone, Default)]
 pub struct ShareFetchOutput {
@@ -430,7 +444,7 @@ pub enum ShareRequest {
         group: String,
         member: String,
         partitions: Vec<ShareFetchInput>,
-        max_records: usize,
+        limits: ShareFetchLimits,
         reply: Reply<Vec<Result<ShareFetchOutput, crate::share::leader::ShareError>>>,
     },
     Acknowledge {

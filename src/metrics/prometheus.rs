@@ -122,7 +122,7 @@ impl Collector for Snapshots {
         let mut tls_sessions = Vec::new();
         let (mut refused_ip, mut accept_waits, mut memory_waits) = (vec![], vec![], vec![]);
         let (mut accept_no_fd, mut files_open, mut files_capacity) = (vec![], vec![], vec![]);
-        let (mut failed_auth, mut denied) = (vec![], vec![]);
+        let (mut failed_auth, mut denied, mut unauth_oversize) = (vec![], vec![], vec![]);
         let (mut file_opens, mut file_evictions, mut files_exhausted) = (vec![], vec![], vec![]);
         let (mut throttled, mut throttle_ms) = (Vec::new(), Vec::new());
         let mut replication: Vec<(Vec<(String, String)>, corelog_metrics::ReplicationMetrics)> =
@@ -182,6 +182,7 @@ impl Collector for Snapshots {
             accept_no_fd.push((by_shard.clone(), s.limits.accept_out_of_descriptors));
             failed_auth.push((by_shard.clone(), s.limits.failed_authentications));
             denied.push((by_shard.clone(), s.limits.denied_operations));
+            unauth_oversize.push((by_shard.clone(), s.limits.unauthenticated_oversize_requests));
             files_open.push((by_shard.clone(), s.segment_files.open));
             files_capacity.push((by_shard.clone(), s.segment_files.capacity));
             file_opens.push((by_shard.clone(), s.segment_files.opens));
@@ -328,6 +329,12 @@ impl Collector for Snapshots {
             "corelog_denied_operations",
             "Operations an ACL refused: each topic, group or cluster action denied to a principal.",
             &denied,
+        )?;
+        counter(
+            &mut encoder,
+            "corelog_unauthenticated_oversize_requests",
+            "Connections closed for a request larger than sasl.server.max.receive.size before they had authenticated.",
+            &unauth_oversize,
         )?;
         counter(
             &mut encoder,

@@ -52,6 +52,8 @@ enum CloseReason {
     Io(#[from] std::io::Error),
     #[error("frame size {0} is outside 1..={1}")]
     BadSize(i64, usize),
+    #[error("a {0}-byte request before SASL authentication (sasl.server.max.receive.size is {1})")]
+    UnauthenticatedTooLarge(usize, usize),
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("broker shutting down")]
@@ -211,6 +213,14 @@ async fn read_loop(
         let size = i32::from_be_bytes(size_buf);
         if size <= 0 || size as usize > max {
             return CloseReason::BadSize(i64::from(size), max);
+        }
+        // Kafka's SaslServerAuthenticator: until the client has authenticated, its
+        // requests are handshakes and tokens, and a larger one is closed before its body
+        // takes any memory.
+        let unauthenticated_max = ctx.config.limits.sasl_server_max_receive_size;
+        if size as usize > unauthenticated_max && !session.may_serve() {
+            corelog_metrics::record_limit(|c| c.unauthenticated_oversize_requests += 1);
+            return CloseReason::UnauthenticatedTooLarge(size as usize, unauthenticated_max);
         }
         // A quota throttle (KIP-219): the response that set it has been sent; this
         // connection's next request waits it out before its body is read or takes any

@@ -44,7 +44,7 @@ pub const SEAL_CHUNK: usize = 64 << 10;
 /// Why a handshake ended without a session.
 #[derive(Debug, thiserror::Error)]
 pub enum HandshakeError {
-    #[error("TLS handshake: {0}")]
+    #[error("TLS handshake: {}", explain(.0))]
     Tls(#[from] rustls::Error),
     #[error("TLS handshake: {0}")]
     Io(#[from] io::Error),
@@ -54,6 +54,8 @@ pub enum HandshakeError {
     Eof,
     #[error("TLS record of {0} bytes, more than a record may hold")]
     Oversized(usize),
+    #[error("not TLS: the client's first bytes are no TLS record (a plaintext Kafka client on a TLS listener?)")]
+    NotTls,
     #[error("handing the TLS session to the kernel: {0}")]
     Kernel(io::Error),
 }
@@ -116,7 +118,12 @@ pub async fn accept<S: AsyncRead + AsyncWrite + AsRawFd + Unpin>(
         let mut out = Vec::new();
         while conn.is_handshaking() {
             if conn.wants_read() {
-                let len = read_record(stream, &mut record).await?;
+                // A header that is no TLS record still goes to rustls, which refuses it
+                // with an alert: the client hears why at once, not after the timeout.
+                let len = match read_record(stream, &mut record).await {
+                    Err(HandshakeError::NotTls) => RECORD_HEADER,
+                    other => other?,
+                };
                 let mut rest = &record[..len];
                 while !rest.is_empty() {
                     conn.read_tls(&mut rest)?;
@@ -128,7 +135,11 @@ pub async fn accept<S: AsyncRead + AsyncWrite + AsRawFd + Unpin>(
                         conn.write_tls(&mut out)?;
                     }
                     let _ = stream.write_all(&out).await;
+                    close_after_alert(stream).await;
                     return Err(e.into());
+                }
+                if len == RECORD_HEADER && !valid_header(&record) {
+                    return Err(HandshakeError::NotTls);
                 }
             }
             out.clear();
@@ -226,6 +237,9 @@ async fn read_record<S: AsyncRead + Unpin>(
         .read_exact(&mut buf[..RECORD_HEADER])
         .await
         .map_err(eof)?;
+    if !valid_header(buf) {
+        return Err(HandshakeError::NotTls);
+    }
     let body = u16::from_be_bytes([buf[3], buf[4]]) as usize;
     if body > RECORD_BODY_MAX {
         return Err(HandshakeError::Oversized(body));
@@ -235,6 +249,64 @@ async fn read_record<S: AsyncRead + Unpin>(
         .await
         .map_err(eof)?;
     Ok(RECORD_HEADER + body)
+}
+
+/// Whether `header` begins a TLS record: a content type of TLS (change_cipher_spec,
+/// alert, handshake, application_data, heartbeat) and a legacy version of 3.x. A Kafka
+/// request's size field begins with 0 and fails at once.
+fn valid_header(header: &[u8]) -> bool {
+    matches!(header.first(), Some(20..=24)) && header.get(1) == Some(&3)
+}
+
+/// After an alert: the sending side is shut and what the client still sends is read and
+/// dropped for a moment, so that closing does not reset the connection — a reset can
+/// discard the alert before the client reads it (a TLS 1.3 client sends its first
+/// request right after its certificate, before the alert arrives).
+async fn close_after_alert<S: AsyncRead + AsRawFd + Unpin>(stream: &mut S) {
+    let _ = nix::sys::socket::shutdown(stream.as_raw_fd(), nix::sys::socket::Shutdown::Write);
+    let drain = async {
+        let mut sink = [0u8; 4096];
+        let mut left = 64usize << 10;
+        while left > 0 {
+            match stream.read(&mut sink).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    };
+    futures_lite::future::or(drain, glommio::timer::sleep(ALERT_LINGER)).await;
+}
+
+/// How long a connection refused with an alert is read from before it is closed.
+const ALERT_LINGER: Duration = Duration::from_millis(250);
+
+/// A rustls error as an operator reads it: what the client did and what to change, then
+/// rustls' own words.
+fn explain(e: &rustls::Error) -> String {
+    use rustls::CertificateError as C;
+    let hint = match e {
+        rustls::Error::InvalidCertificate(C::UnknownIssuer) => Some(
+            "the client's certificate is not signed by a CA the listener trusts (ssl.truststore.location / ssl.truststore.certificates)",
+        ),
+        rustls::Error::InvalidCertificate(C::Other(other))
+            if format!("{other:?}").contains("UnsupportedCertVersion") =>
+        {
+            Some(
+                "the client's certificate is X.509 version 1, which is not accepted: reissue it as version 3 (e.g. openssl x509 -req ... -extfile with extendedKeyUsage=clientAuth)",
+            )
+        }
+        rustls::Error::NoCertificatesPresented => Some(
+            "the client sent no certificate and this listener requires one (ssl.client.auth=required); a client whose certificate's issuer is not among the CAs the listener names sends none",
+        ),
+        rustls::Error::InvalidMessage(_) => {
+            Some("the client's bytes are not a TLS handshake (a plaintext client on a TLS listener?)")
+        }
+        _ => None,
+    };
+    match hint {
+        Some(h) => format!("{h}: {e}"),
+        None => e.to_string(),
+    }
 }
 
 /// The client's plaintext, read through the session from the socket's read half.

@@ -15,9 +15,10 @@ pub fn options(config: &str) -> Result<BTreeMap<String, String>, String> {
     let mut words = 0;
     // The login module class and the control flag.
     while words < 2 {
+        // The flag may end the entry at once: `… required;` has no options.
         let end = rest
-            .find(char::is_whitespace)
-            .ok_or("sasl.jaas.config names no login module options")?;
+            .find(|c: char| c.is_whitespace() || (words == 1 && c == ';'))
+            .ok_or("sasl.jaas.config names no login module and control flag")?;
         rest = rest[end..].trim_start();
         words += 1;
     }
@@ -90,6 +91,16 @@ mod tests {
         ] {
             let e = plain_users(bad).expect_err(bad);
             assert!(!e.contains("open"), "no value in errors: {e}");
+        }
+    }
+
+    #[test]
+    fn an_entry_without_options_has_none() {
+        for entry in [
+            "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;",
+            "m required ;",
+        ] {
+            assert_eq!(options(entry), Ok(BTreeMap::new()), "{entry}");
         }
     }
 }

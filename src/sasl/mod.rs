@@ -21,6 +21,8 @@
 pub mod jaas;
 pub mod oauthbearer;
 pub mod scram;
+pub mod token;
+pub mod unsecured_jwt;
 
 use crate::security_config::SecurityConfig;
 use corelog_controller::scram::{ScramCredential, ScramMechanism};

@@ -26,6 +26,9 @@
 //! - The token appears in no error, log line or `Debug` output; errors name the check
 //!   that failed, and quote a claim or header value only shortened and escaped.
 
+use crate::sasl::token::shown;
+pub use crate::sasl::token::{Refused, TokenError, ValidToken};
+use crate::sasl::unsecured_jwt::UnsecuredValidator;
 use crate::security_config::SecurityConfig;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64URL;
 use base64::Engine;
@@ -381,6 +384,8 @@ struct JwksFile {
 impl JwksFile {
     /// Reads the set now; an unusable one is an error (the broker does not start).
     fn open(path: PathBuf, refresh: Duration, listener: &str) -> anyhow::Result<JwksFile> {
+        // Refreshes read the same file whatever the working directory is by then.
+        let path = crate::paths::absolute(path)?;
         let stamp = stamp(&path);
         let keys = std::fs::read(&path)
             .map_err(JwksError::Read)
@@ -472,77 +477,70 @@ impl JwksFile {
 // Validating a token
 // ---------------------------------------------------------------------------------------
 
-/// Why a token is refused. Values from the token are quoted only through [`shown`].
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum TokenError {
-    #[error("not a JWT ({0})")]
-    Malformed(&'static str),
-    #[error("algorithm {0} refused (served: RS256/384/512, PS256/384/512, ES256, ES384, EdDSA with a key of the JWK set)")]
-    Algorithm(String),
-    #[error("{}", match .0 { Some(kid) => format!("no key {kid} in the JWK set"), None => "the token names no kid and the JWK set has no single key for its algorithm".to_string() })]
-    UnknownKey(Option<String>),
-    #[error("the key {0} is not for {1:?}")]
-    KeyAlgorithm(String, Algorithm),
-    #[error("the signature does not verify")]
-    Signature,
-    #[error("the {0} claim is missing")]
-    Missing(String),
-    #[error("the {0} claim is malformed ({1})")]
-    Claim(String, &'static str),
-    #[error("expired at {exp} (now {now}, {skew} s clock skew allowed)")]
-    Expired { exp: i64, now: i64, skew: u64 },
-    #[error("not valid before {nbf} (now {now}, {skew} s clock skew allowed)")]
-    NotYetValid { nbf: i64, now: i64, skew: u64 },
-    #[error("issued at {iat}, in the future (now {now}, {skew} s clock skew allowed)")]
-    IssuedInFuture { iat: i64, now: i64, skew: u64 },
-    #[error("issuer {0} is not sasl.oauthbearer.expected.issuer")]
-    Issuer(String),
-    #[error("no audience of the token is in sasl.oauthbearer.expected.audience")]
-    Audience,
+/// How one listener checks OAUTHBEARER tokens: KIP-768's signed JWTs (the default), or
+/// Kafka's unsecured development tokens where the operator names that handler.
+#[derive(Debug)]
+pub enum Validator {
+    Signed(SignedValidator),
+    Unsecured(UnsecuredValidator),
 }
 
-/// A token's value as an error may quote it: at most 64 characters, escaped.
-fn shown(s: &str) -> String {
-    let mut out: String = s
-        .chars()
-        .take(64)
-        .collect::<String>()
-        .escape_debug()
-        .to_string();
-    if s.chars().count() > 64 {
-        out.push('…');
+/// The broker-side handler classes of Kafka that name KIP-768's validator.
+const SIGNED_HANDLER_CLASSES: &[&str] = &[
+    "org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler",
+    "org.apache.kafka.common.security.oauthbearer.secured.OAuthBearerValidatorCallbackHandler",
+];
+
+impl Validator {
+    /// From the listener's `oauthbearer.sasl.server.callback.handler.class`: unset or
+    /// KIP-768's class, the signed validator (its keys: `SignedValidator::from_config`);
+    /// Kafka's unsecured validator's class, that one, with the options of the listener's
+    /// `oauthbearer.sasl.jaas.config` — logged as a warning at start, since anyone may
+    /// then log in as anyone.
+    pub fn from_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Validator> {
+        let handler = sec
+            .get(listener, "oauthbearer.sasl.server.callback.handler.class")
+            .map(str::trim)
+            .filter(|c| !c.is_empty());
+        match handler {
+            None => SignedValidator::from_config(sec, listener).map(Validator::Signed),
+            Some(c) if SIGNED_HANDLER_CLASSES.contains(&c) => {
+                SignedValidator::from_config(sec, listener).map(Validator::Signed)
+            }
+            Some(c) if c == crate::sasl::unsecured_jwt::HANDLER_CLASS => {
+                let options = match sec.get(listener, "oauthbearer.sasl.jaas.config") {
+                    None => BTreeMap::new(),
+                    Some(jaas) => crate::sasl::jaas::options(jaas).map_err(|e| {
+                        anyhow::anyhow!("listener {listener}: oauthbearer.sasl.jaas.config: {e}")
+                    })?,
+                };
+                let v = UnsecuredValidator::from_options(&options).map_err(|e| {
+                    anyhow::anyhow!("listener {listener}: oauthbearer.sasl.jaas.config: {e}")
+                })?;
+                tracing::warn!(
+                    listener,
+                    "OAUTHBEARER takes UNSIGNED tokens on this listener (OAuthBearerUnsecuredValidatorCallbackHandler): any client can log in as any user. For development only; production listeners set sasl.oauthbearer.jwks.endpoint.url"
+                );
+                Ok(Validator::Unsecured(v))
+            }
+            Some(c) => anyhow::bail!(
+                "listener {listener}: oauthbearer.sasl.server.callback.handler.class {c} is not served (served: org.apache.kafka.common.security.oauthbearer.OAuthBearerValidatorCallbackHandler, and for development {})",
+                crate::sasl::unsecured_jwt::HANDLER_CLASS
+            ),
+        }
     }
-    format!("\"{out}\"")
-}
 
-/// A token that passed every check.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidToken {
-    /// The subject claim, trimmed: the principal's name.
-    pub subject: String,
-    /// Its `exp`.
-    pub expires: SystemTime,
-}
-
-/// A refused token: why, and its subject when a verified token named one (who tried,
-/// for the audit line; never taken from a token whose signature failed).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
-    pub error: TokenError,
-    pub subject: Option<String>,
-}
-
-impl From<TokenError> for Refused {
-    fn from(error: TokenError) -> Refused {
-        Refused {
-            error,
-            subject: None,
+    /// Checks `token` at time `now`.
+    pub fn validate(&self, token: &str, now: SystemTime) -> Result<ValidToken, Refused> {
+        match self {
+            Validator::Signed(v) => v.validate(token, now),
+            Validator::Unsecured(v) => v.validate(token, now),
         }
     }
 }
 
 /// KIP-768's validator for one listener: its JWK set and expected claims.
-pub struct Validator {
+pub struct SignedValidator {
     jwks: JwksFile,
     audience: Vec<String>,
     issuer: Option<String>,
@@ -551,9 +549,9 @@ pub struct Validator {
     clock_skew: u64,
 }
 
-impl std::fmt::Debug for Validator {
+impl std::fmt::Debug for SignedValidator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Validator")
+        f.debug_struct("SignedValidator")
             .field("jwks", &self.jwks.path)
             .field("audience", &self.audience)
             .field("issuer", &self.issuer)
@@ -563,14 +561,14 @@ impl std::fmt::Debug for Validator {
     }
 }
 
-impl Validator {
+impl SignedValidator {
     /// From the listener's KIP-768 keys (each may be given broker-wide or per listener).
-    pub fn from_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<Validator> {
+    pub fn from_config(sec: &SecurityConfig, listener: &str) -> anyhow::Result<SignedValidator> {
         let url = sec
             .get(listener, "sasl.oauthbearer.jwks.endpoint.url")
             .ok_or_else(|| {
                 anyhow::anyhow!(
-                    "listener {listener} enables OAUTHBEARER: set sasl.oauthbearer.jwks.endpoint.url to the file: URL of the identity provider's JWK set (Kafka's unsecured validator, which accepts unsigned tokens, is for development and is not served)"
+                    "listener {listener} enables OAUTHBEARER: set sasl.oauthbearer.jwks.endpoint.url to the file: URL of the identity provider's JWK set (Kafka's unsecured validator, which accepts unsigned tokens, is for development: a listener takes it only where listener.name.<name>.oauthbearer.sasl.server.callback.handler.class names it)"
                 )
             })?;
         let path = jwks_path(url).map_err(|e| {
@@ -624,7 +622,7 @@ impl Validator {
             .map(str::to_string)
             .collect();
         let jwks = JwksFile::open(path, Duration::from_millis(refresh), listener)?;
-        Ok(Validator {
+        Ok(SignedValidator {
             jwks,
             audience,
             issuer,
@@ -1085,8 +1083,8 @@ DhiP48LzFsOuZymPg4rdRameUYCDWJvnYomd1hOXGrhD2EnfoEd8
             self.dir.path().join("jwks.json")
         }
 
-        fn validator(&self) -> Validator {
-            Validator::from_config(&self.sec, "SASL").expect("validator")
+        fn validator(&self) -> SignedValidator {
+            SignedValidator::from_config(&self.sec, "SASL").expect("validator")
         }
     }
 
@@ -1131,7 +1129,7 @@ DhiP48LzFsOuZymPg4rdRameUYCDWJvnYomd1hOXGrhD2EnfoEd8
         claims
     }
 
-    fn refused(v: &Validator, token: &str, now: SystemTime) -> TokenError {
+    fn refused(v: &SignedValidator, token: &str, now: SystemTime) -> TokenError {
         let r = v.validate(token, now).expect_err("refused");
         // No error quotes the token, nor its signature.
         let message = r.error.to_string();
@@ -1258,7 +1256,7 @@ DhiP48LzFsOuZymPg4rdRameUYCDWJvnYomd1hOXGrhD2EnfoEd8
             format!("file:{}", f.path().display()).as_str(),
         )])
         .expect("keys");
-        let v = Validator::from_config(&sec, "SASL").expect("validator");
+        let v = SignedValidator::from_config(&sec, "SASL").expect("validator");
         assert!(v
             .validate(&es256(&without(claims(now), "iss")), now)
             .is_ok());

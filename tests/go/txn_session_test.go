@@ -17,8 +17,22 @@ import (
 // record exactly once, and the group's committed offsets, written in the
 // transactions, end at the input's end.
 func TestGroupTransactSession(t *testing.T) {
+	runGroupTransactSession(t, "go-eos")
+}
+
+// TestGroupTransactSessionConsumerProtocol: the same with the KIP-848 consumer
+// protocol (ServerSideBalancer): the session's TxnOffsetCommits name a
+// consumer-protocol member and its epoch, which the coordinator checks against
+// the consumer group (UNKNOWN_MEMBER_ID for every commit once made the session
+// abort and retry forever). Every transaction must commit or abort as asked.
+func TestGroupTransactSessionConsumerProtocol(t *testing.T) {
+	runGroupTransactSession(t, "go-eos848", kgo.ServerSideBalancer(),
+		kgo.Balancers(kgo.RangeBalancer()))
+}
+
+func runGroupTransactSession(t *testing.T, prefix string, groupOpts ...kgo.Opt) {
 	b := startBroker(t)
-	const src, dst, group = "go-eos-in", "go-eos-out", "go-eos-group"
+	src, dst, group := prefix+"-in", prefix+"-out", prefix+"-group"
 	const n = 300
 	adm, _ := b.admin(t)
 	ctx := testCtx(t, 120*time.Second)
@@ -35,24 +49,25 @@ func TestGroupTransactSession(t *testing.T) {
 		}
 	}
 
-	sess, err := kgo.NewGroupTransactSession(
+	opts := append([]kgo.Opt{
 		kgo.SeedBrokers(b.addr),
-		kgo.RetryTimeout(20*time.Second),
-		kgo.TransactionalID("go-eos-tx"),
+		kgo.RetryTimeout(20 * time.Second),
+		kgo.TransactionalID(prefix + "-tx"),
 		kgo.ConsumerGroup(group),
 		kgo.ConsumeTopics(src),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 		kgo.FetchIsolationLevel(kgo.ReadCommitted()),
 		kgo.RequireStableFetchOffsets(),
 		kgo.DefaultProduceTopic(dst),
-	)
+	}, groupOpts...)
+	sess, err := kgo.NewGroupTransactSession(opts...)
 	if err != nil {
 		t.Fatalf("NewGroupTransactSession: %v", err)
 	}
 	defer sess.Close()
 
 	committedInputs := 0
-	aborted := 0
+	aborted, failedCommits := 0, 0
 	deadline := time.Now().Add(90 * time.Second)
 	for txn := 0; committedInputs < n; txn++ {
 		if time.Now().After(deadline) {
@@ -93,10 +108,29 @@ func TestGroupTransactSession(t *testing.T) {
 			aborted++
 		} else if done {
 			committedInputs += fetches.NumRecords()
+		} else {
+			failedCommits++
 		}
 	}
 	if aborted == 0 {
 		t.Fatalf("no transaction was aborted")
+	}
+	// The group is of the protocol the session asked for.
+	wantType := "classic"
+	if len(groupOpts) > 0 {
+		wantType = "consumer"
+	}
+	listed, err := adm.ListGroups(ctx)
+	if err != nil {
+		t.Fatalf("ListGroups: %v", err)
+	}
+	if g, ok := listed[group]; !ok || g.GroupType != wantType {
+		t.Fatalf("group %s listed as %+v, want type %s", group, g, wantType)
+	}
+	// A commit the session had to abort is one the broker refused (no member
+	// changes here: one member, no rebalance).
+	if failedCommits > 0 {
+		t.Fatalf("%d commits were turned into aborts", failedCommits)
 	}
 
 	got := consumeAll(ctx, t, b, dst, kgo.ReadCommitted(), n)

@@ -53,3 +53,16 @@ class CertificateAuthority:
         chain = self.dir / f"{name}-keystore.pem"
         chain.write_text(key.read_text() + cert.read_text())
         return Issued(cert=cert, key=key, chain=chain)
+
+    def issue_v1(self, name: str, cn: str) -> Issued:
+        """A client certificate of X.509 version 1 (no extensions), as `openssl x509 -req`
+        without -extfile and some older tooling make them."""
+        key, csr, cert = (self.dir / f"{name}.{ext}" for ext in ("key", "csr", "pem"))
+        _openssl("req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                 "-keyout", str(key), "-out", str(csr), "-subj", f"/CN={cn}/O=corelog",
+                 cwd=self.dir)
+        _openssl("x509", "-req", "-in", str(csr), "-CA", str(self.cert), "-CAkey",
+                 str(self.key), "-CAcreateserial", "-out", str(cert), "-days", "2", cwd=self.dir)
+        chain = self.dir / f"{name}-keystore.pem"
+        chain.write_text(key.read_text() + cert.read_text())
+        return Issued(cert=cert, key=key, chain=chain)

@@ -597,9 +597,11 @@ class ShareClient:
         return c_array([i64(f) + i64(l) + c_array([i8(t)]) + tags() for f, l, t in acks])
 
     def fetch(self, epoch: int, tid: bytes, acks=(), max_records=100, max_wait_ms=0, *, version=1,
-              renew=False, min_bytes=1, max_bytes=1 << 20) -> dict:
+              renew=False, min_bytes=1, max_bytes=1 << 20, mode: int = 1) -> dict:
+        """``mode`` (v2): the ShareAcquireMode, 1 record_limit (exact MaxRecords), 0
+        batch_optimized (whole log batches; what every v1 request gets)."""
         part = i32(0) + self.acks_of(list(acks)) + tags()
-        v2 = (i8(1) + bytes([1 if renew else 0])) if version >= 2 else b""
+        v2 = (i8(mode) + bytes([1 if renew else 0])) if version >= 2 else b""
         body = (compact_string(self.group) + compact_string(self.member) + i32(epoch)
                 + i32(max_wait_ms) + i32(min_bytes) + i32(max_bytes) + i32(max_records) + i32(max_records)
                 + v2 + c_array([tid + c_array([part]) + tags()]) + c_array([]) + tags())

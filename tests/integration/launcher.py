@@ -119,6 +119,11 @@ class Broker:
         self.proc: subprocess.Popen | None = None
         self.starts = 0
         self.listeners_in_config = False
+        # The broker's working directory; a test that runs it as a user would (relative
+        # paths resolved against the directory it was started in) sets its own.
+        self.cwd = REPO_ROOT
+        # False leaves --data-dir out: the broker's default, `./data` in ``cwd``.
+        self.pass_data_dir = True
 
     # -- addresses ---------------------------------------------------------
     @property
@@ -143,7 +148,7 @@ class Broker:
             str(corelog_bin()), "serve",
             *([] if kafka_listeners else ["--listen", self.bootstrap,
                                           "--advertise", self.advertise or self.bootstrap]),
-            "--data-dir", str(self.data_dir),
+            *(["--data-dir", str(self.data_dir)] if self.pass_data_dir else []),
             *(["--shards", str(self.shards)] if self.shards is not None else []),
             "--http", self.http,
             "--controller-listen", f"127.0.0.1:{self.controller_port}",
@@ -181,7 +186,7 @@ class Broker:
             log.write(f"\n===== start #{self.starts}: {' '.join(self.argv())}\n".encode())
             log.flush()
             self.proc = subprocess.Popen(
-                self.argv(), cwd=str(REPO_ROOT), stdin=subprocess.DEVNULL,
+                self.argv(), cwd=str(self.cwd), stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT,
                 env={**os.environ, "RUST_BACKTRACE": os.environ.get("RUST_BACKTRACE", "1")},
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,

@@ -358,3 +358,75 @@ def test_a_pattern_subscription_is_given_only_topics_the_member_may_describe(bro
     assert a["error"] == 0, a
     # One topic of the two the pattern matches (each has partitions 0 and 1).
     assert list((a["assignment"] or {}).values()) == [[0, 1]], a
+
+
+def _controller_call(port: int, body) -> list:
+    """Sends one controller-port frame (JSON, as the brokers speak it) and returns the
+    frames answered before the port closed or went quiet."""
+    import json
+    import socket
+    import struct
+    data = json.dumps({"cluster_id": None, "body": body}).encode()
+    answers = []
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(struct.pack(">I", len(data)) + data)
+        s.settimeout(5)
+        buf = b""
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+                while len(buf) >= 4 and len(buf) >= 4 + struct.unpack(">I", buf[:4])[0]:
+                    n = struct.unpack(">I", buf[:4])[0]
+                    answers.append(json.loads(buf[4:4 + n]))
+                    buf = buf[4 + n:]
+                if answers:
+                    break
+        except (socket.timeout, ConnectionResetError):
+            pass
+    return answers
+
+
+def _grant_mallory_read(topic: str) -> dict:
+    return {"Propose": {"id": str(uuid.uuid4()), "command": {"CreateAcls": {"bindings": [{
+        "resource_type": "Topic", "resource_name": topic, "pattern_type": "Literal",
+        "principal": "User:mallory", "host": "*", "operation": "Read",
+        "permission": "Allow"}]}}}}
+
+
+def test_the_controller_port_of_a_secured_broker_takes_no_other_process(broker, broker_factory):
+    """The bypass: with ACLs on and no controller.listener.names, a local process without
+    credentials proposed CreateAcls on the controller port and it was applied. Now the
+    port of a secured single broker takes only that broker process (a secret drawn at
+    start); an open broker keeps its zero-configuration controller port, and the same
+    frame is applied there, so the frame is the real request and not a malformed one."""
+    open_broker = broker_factory.start()
+    answered = _controller_call(open_broker.controller_port, _grant_mallory_read("t"))
+    assert answered and "Ok" in answered[0].get("Propose", {}), answered
+
+    admin = AdminClient(broker.client("admin"))
+    topic = f"protected-{uuid.uuid4().hex[:6]}"
+    for f in admin.create_topics([NewTopic(topic, 1, 1)]).values():
+        f.result(TIMEOUT)
+    failed_before = broker.metric("corelog_failed_authentications", shard="controller")
+    for body in (_grant_mallory_read(topic), "DescribeQuorum"):
+        answered = _controller_call(broker.controller_port, body)
+        assert answered in ([], [{"Authenticate": {"Err": "AuthenticationFailed"}}]), answered
+    assert broker.metric("corelog_failed_authentications", shard="controller") >= failed_before + 2
+    found = admin.describe_acls(AclBindingFilter(
+        ResourceType.ANY, None, ResourcePatternType.ANY, "User:mallory", None,
+        AclOperation.ANY, AclPermissionType.ANY)).result(TIMEOUT)
+    assert found == [], found
+    # The broker's own use of its port goes on: an admin change still commits.
+    create(admin, [allow(ResourceType.TOPIC, topic, "User:alice", AclOperation.READ)])
+
+
+def test_a_secured_broker_in_a_quorum_with_others_must_name_its_controller_listener(tmp_path):
+    b = AclBroker(tmp_path / "quorum")
+    b.extra_args += ["--node-id", "1", "--controller-voters",
+                     f"1@127.0.0.1:{b.controller_port},2@127.0.0.1:{free_port()}"]
+    b.launch()
+    assert b.proc.wait(30) != 0
+    assert "controller.listener.names" in b.log_path.read_text(errors="replace")

@@ -316,3 +316,29 @@ def test_the_group_moves_to_a_new_coordinator_mid_rebalance_and_goes_on(broker_f
         stop.set()
         for t in threads:
             t.join(30)
+
+
+def test_a_pattern_matches_internal_topics_as_kafkas_coordinator_does(broker_factory):
+    """Kafka's group coordinator resolves a member's regex against every topic of the
+    cluster, internal ones included (franz-go's tests rely on it): a member subscribed to
+    `__consumer_offsets` by pattern is assigned its partitions."""
+    b = broker_factory(extra_args=FLAGS + ["--offsets-topic-partitions", "3"])
+    create_topic(b.bootstrap, "kip848-internal-other", 2)
+    g, member = "kip848-internal", str(uuid.uuid4())
+    a = heartbeat(b.bootstrap, g, member, 0, regex="__consumer_off.*", owned=[],
+                  rebalance_timeout=30000)
+    assert a["error"] == ERR_NONE, a
+    epoch, got = a["epoch"], a["assignment"]
+
+    def assigned() -> bool:
+        nonlocal epoch, got
+        if got and sum(len(ps) for ps in got.values()) == 3:
+            return True
+        r = heartbeat(b.bootstrap, g, member, epoch, owned=[])
+        assert r["error"] == ERR_NONE, r
+        epoch = r["epoch"]
+        got = r["assignment"] if r["assignment"] is not None else got
+        return bool(got) and sum(len(ps) for ps in got.values()) == 3
+
+    wait_until(assigned, 30, lambda: f"__consumer_offsets assigned: {got}")
+    assert len(got) == 1 and list(got.values())[0] == [0, 1, 2], got

@@ -282,3 +282,87 @@ def test_a_listener_without_a_usable_jwk_set_stops_the_broker(tmp_path, url, why
     with pytest.raises(BrokerStartError):
         b.start()
     assert why in b.log_path.read_bytes()
+
+
+class UnsecuredOAuthBroker(Broker):
+    """OAUTHBEARER with Kafka's unsecured validator, named explicitly on the listener:
+    the opt-in for development setups and clients' own tests."""
+
+    def __init__(self, workdir: Path, required_scope: str | None = None):
+        super().__init__(workdir)
+        self.sasl_port = free_port()
+        options = f' unsecuredValidatorRequiredScope="{required_scope}"' if required_scope else ""
+        config = workdir / "server.toml"
+        config.write_text(
+            '[listener.name.sasl_plaintext]\n'
+            '"sasl.enabled.mechanisms" = "OAUTHBEARER"\n'
+            '"oauthbearer.sasl.server.callback.handler.class" = '
+            '"org.apache.kafka.common.security.oauthbearer.internals.unsecured.'
+            'OAuthBearerUnsecuredValidatorCallbackHandler"\n'
+            "'oauthbearer.sasl.jaas.config' = 'org.apache.kafka.common.security.oauthbearer."
+            f"OAuthBearerLoginModule required{options};'\n")
+        self.extra_args += ["--listeners", f"PLAINTEXT://127.0.0.1:{self.port},"
+                                           f"SASL_PLAINTEXT://127.0.0.1:{self.sasl_port}",
+                            "--config", str(config)]
+
+
+def unsecured_conf(port: int, principal: str, extra: str = "") -> dict:
+    # librdkafka's own unsecured tokens (alg none), as clients' tests make them.
+    return {"bootstrap.servers": f"127.0.0.1:{port}", "security.protocol": "SASL_PLAINTEXT",
+            "sasl.mechanisms": "OAUTHBEARER", "enable.sasl.oauthbearer.unsecure.jwt": True,
+            "sasl.oauthbearer.config": f"principal={principal}{extra}"}
+
+
+def test_unsigned_tokens_only_where_the_operator_names_the_unsecured_validator(tmp_path):
+    b = UnsecuredOAuthBroker(tmp_path / "dev").start()
+    try:
+        log = b.log_path.read_text(errors="replace")
+        assert "UNSIGNED tokens" in log and "WARN" in log, "said loudly at start"
+        conf = unsecured_conf(b.sasl_port, "alice")
+        p = Producer(conf)
+        for i in range(20):
+            p.produce("unsecured-topic", b"u%d" % i)
+        assert p.flush(TIMEOUT) == 0
+        c = Consumer({**conf, "group.id": "unsecured-group", "auto.offset.reset": "earliest"})
+        got = []
+        try:
+            c.subscribe(["unsecured-topic"])
+            deadline = time.monotonic() + TIMEOUT
+            while len(got) < 20 and time.monotonic() < deadline:
+                m = c.poll(1.0)
+                if m is not None and not m.error():
+                    got.append(m.value())
+        finally:
+            c.close()
+        assert got == [b"u%d" % i for i in range(20)]
+        # Kafka's checks still hold: an expired or a signed token is refused.
+        assert _accepted(b.sasl_port, unsecured_token())
+        assert not _accepted(b.sasl_port, unsecured_token(exp=time.time() - 60,
+                                                          iat=time.time() - 120))
+        assert not _accepted(b.sasl_port, unsecured_token() + "c2lnbmF0dXJl")
+    finally:
+        b.stop()
+
+    # A required scope (unsecuredValidatorRequiredScope) refuses a token without it.
+    scoped = UnsecuredOAuthBroker(tmp_path / "scoped", required_scope="kafka").start()
+    try:
+        assert not _accepted(scoped.sasl_port, unsecured_token())
+        assert _accepted(scoped.sasl_port, unsecured_token(scope="kafka"))
+    finally:
+        scoped.stop()
+
+
+def _accepted(port: int, token: str) -> bool:
+    with kwire.connect(f"127.0.0.1:{port}") as s:
+        _handshake(s, 1)
+        code, _, auth, _ = _oauth_login(s, 2, first_message(token))
+        return code == 0 and auth == b""
+
+
+def unsecured_token(**claims) -> str:
+    """A token as Kafka's unsecured login handler makes it: seconds with milliseconds
+    (`time.milliseconds() / 1000.0`), no kid."""
+    now = int(time.time() * 1000) / 1000
+    body = {"sub": "alice", "iat": now, "exp": now + 3600, **claims}
+    return (b64url(json.dumps({"alg": "none"}).encode()) + "."
+            + b64url(json.dumps(body).encode()) + ".")

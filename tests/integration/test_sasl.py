@@ -183,6 +183,34 @@ def test_a_request_before_authentication_closes_the_connection(broker):
         assert len(s.recv(4096)) > 8
 
 
+@pytest.mark.parametrize("after_handshake", [False, True])
+def test_a_large_request_before_authentication_is_closed_unread(broker, after_handshake):
+    """Kafka's sasl.server.max.receive.size (512 KiB): a connection that has not
+    authenticated cannot make the broker hold a large request. Declaring 100 MiB closes
+    it at once, before the body is read; it is counted and logged."""
+    before = broker.metric("corelog_unauthenticated_oversize_requests")
+    with socket.create_connection(("127.0.0.1", broker.sasl_port), timeout=10) as s:
+        if after_handshake:
+            s.sendall(frame(17, 1, kafka_string(b"PLAIN")))
+            size, = struct.unpack(">i", recv_exact(s, 4))
+            assert struct.unpack_from(">ih", recv_exact(s, size)) == (7, 0)
+        s.sendall(struct.pack(">i", 100 << 20) + b"\0" * 65536)
+        s.settimeout(5)
+        started = time.monotonic()
+        try:
+            assert s.recv(4096) == b"", "closed, not answered"
+        except ConnectionResetError:
+            pass
+        assert time.monotonic() - started < 4, "closed at once, not after a body timeout"
+    assert broker.metric("corelog_unauthenticated_oversize_requests") == before + 1
+    assert "sasl.server.max.receive.size" in broker.log_path.read_text(errors="replace")
+    # Honest clients of the same listener are unaffected.
+    plain = AdminClient({"bootstrap.servers": f"127.0.0.1:{broker.sasl_port}",
+                         "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                         "sasl.username": "carol", "sasl.password": "carol-secret"})
+    assert plain.list_topics(timeout=10).brokers
+
+
 def kafka_string(s: bytes) -> bytes:
     return struct.pack(">h", len(s)) + s
 

@@ -279,7 +279,8 @@ def test_share_fetch_and_acknowledge_by_hand(broker_factory):
         # Records are not nullable in Kafka's schema: an empty answer has empty records.
         assert first["partitions"][(tid, 0)]["records"] == b"", first
         produce(b.bootstrap, "share-raw", 10)
-        got = a.fetch(1, tid, max_records=4, max_wait_ms=2000)["partitions"][(tid, 0)]
+        # record_limit (v2): exactly MaxRecords, though the ten are one log batch.
+        got = a.fetch(1, tid, max_records=4, max_wait_ms=2000, version=2)["partitions"][(tid, 0)]
         assert got["acquired"] == [(0, 3, 1)], got
         assert got["records"], "the records come with their ranges"
         other = c.fetch(0, tid, max_records=100, max_wait_ms=500)["partitions"][(tid, 0)]
@@ -309,6 +310,59 @@ def test_share_fetch_and_acknowledge_by_hand(broker_factory):
         a.close()
         c.close()
 
+
+
+def test_share_fetch_max_bytes_and_max_records_as_kafka_applies_them(broker_factory):
+    """MaxBytes is soft for the fetch's first batch only (KIP-74): 1 byte still brings
+    one whole batch; 1,500 bytes over 1,000-byte records one per batch bring one record,
+    not two. MaxRecords in batch_optimized mode (v1, and v2's default) ends at the end of
+    the log batch holding the last record allowed; in record_limit mode it is exact."""
+    b = broker_factory(extra_args=FLAGS)
+    create_topic(b.bootstrap, "share-limits", 1)
+    create_topic(b.bootstrap, "share-batch", 1)
+    g = "share-limits-group"
+    member = str(uuid.uuid4())
+    tid = next(iter(heartbeat(b.bootstrap, g, member, 0, ["share-limits"])["assignment"]))
+    c = ShareClient(b.bootstrap, g, member)
+    try:
+        assert c.fetch(0, tid)["error"] == ERR_NONE
+        p = Producer({"bootstrap.servers": b.bootstrap, "linger.ms": 0, "batch.size": 1})
+        for i in range(6):
+            p.produce("share-limits", b"%04d" % i + b"x" * 996)
+            p.flush(10)
+        epoch = 1
+        seen = []
+        for max_bytes in (1, 1500, 1500):
+            got = c.fetch(epoch, tid, max_records=100, max_wait_ms=2000,
+                          max_bytes=max_bytes)["partitions"][(tid, 0)]
+            epoch += 1
+            assert got["error"] == ERR_NONE, got
+            assert len(data_values(got["records"])) == 1, (max_bytes, got)
+            (first, last, _), = got["acquired"]
+            assert first == last, (max_bytes, got)
+            seen.append(first)
+        assert seen == [0, 1, 2], seen
+        # Enough for two batches: two records.
+        got = c.fetch(epoch, tid, max_records=100, max_wait_ms=2000,
+                      max_bytes=2 * 1100)["partitions"][(tid, 0)]
+        epoch += 1
+        assert [(a, z) for a, z, _ in got["acquired"]] == [(3, 4)], got
+    finally:
+        c.close()
+
+    # Ten records in one log batch.
+    g2 = "share-batch-group"
+    m2 = str(uuid.uuid4())
+    tid2 = next(iter(heartbeat(b.bootstrap, g2, m2, 0, ["share-batch"])["assignment"]))
+    c = ShareClient(b.bootstrap, g2, m2)
+    try:
+        assert c.fetch(0, tid2)["error"] == ERR_NONE
+        produce(b.bootstrap, "share-batch", 10)
+        whole = c.fetch(1, tid2, max_records=4, max_wait_ms=2000)["partitions"][(tid2, 0)]
+        assert [(a, z) for a, z, _ in whole["acquired"]] == [(0, 9)], whole
+        assert c.acknowledge(2, tid2, [(0, 9, 2)])["partitions"][(tid2, 0)] == (ERR_NONE, None)
+    finally:
+        c.close()
 
 
 def test_renew_keeps_a_lock_and_v2_renews_fetch_nothing(broker_factory):
@@ -675,3 +729,92 @@ def test_librdkafka_share_consumers_settle_every_record_once(broker_factory):
     assert len(rejected) == n // 10 and not (rejected & set(accepted))
     assert len(second) == n // 10 and set(second.values()) == {2}, second
     assert all(x > 0 for x in per), per
+
+
+def test_librdkafka_share_consumer_with_a_one_byte_fetch_max_bytes_gets_every_record(broker_factory):
+    """fetch.max.bytes=1 is soft, as Kafka has it: each fetch still brings a whole batch,
+    so a librdkafka share consumer so configured reads every record."""
+    from confluent_kafka import ShareConsumer
+    b = broker_factory(extra_args=FLAGS)
+    topic, group = "share-tiny", "share-tiny-group"
+    create_topic(b.bootstrap, topic, 1)
+    start_earliest(b.bootstrap, group)
+    produce(b.bootstrap, topic, 30)
+    c = ShareConsumer({"bootstrap.servers": b.bootstrap, "group.id": group,
+                       "fetch.max.bytes": 1, "client.id": "rdk-share-tiny"})
+    got: list[bytes] = []
+    try:
+        c.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(got) < 30 and time.monotonic() < deadline:
+            got.extend(m.value() for m in c.poll(0.5) if not m.error())
+    finally:
+        c.close()
+    assert len(got) == 30 and len(set(got)) == 30, got
+
+
+ALTER_SHARE_GROUP_OFFSETS = 91
+DELETE_GROUPS = 42
+
+
+def alter_share_group_offsets(bootstrap: str, group: str, topic: str,
+                              starts: dict[int, int]) -> tuple[int, dict[int, int]]:
+    """AlterShareGroupOffsets v0: (top-level error, partition -> error)."""
+    parts = W.c_array([W.i32(p) + W.i64(o) + W.tags() for p, o in starts.items()])
+    body = W.compact_string(group) + W.c_array([W.compact_string(topic) + parts + W.tags()]) + W.tags()
+    r = W.flex_roundtrip(bootstrap, ALTER_SHARE_GROUP_OFFSETS, 0, body)
+    r.i32()
+    top, _ = r.i16(), r.c_string()
+    out = {}
+    for _ in range(r.c_len()):
+        r.c_string(), r.uuid()
+        for _ in range(r.c_len()):
+            p, code, _ = r.i32(), r.i16(), r.c_string()
+            r.skip_tags()
+            out[p] = code
+        r.skip_tags()
+    return top, out
+
+
+def delete_groups(bootstrap: str, groups: list[str]) -> dict[str, int]:
+    """DeleteGroups v2: group -> error."""
+    body = W.c_array([W.compact_string(g) for g in groups]) + W.tags()
+    r = W.flex_roundtrip(bootstrap, DELETE_GROUPS, 2, body)
+    r.i32()
+    out = {}
+    for _ in range(r.c_len()):
+        g, code = r.c_string(), r.i16()
+        r.skip_tags()
+        out[g] = code
+    return out
+
+
+def test_share_group_administration_reaches_state_on_any_broker(broker_factory):
+    """On a cluster a share partition's state may be kept by another broker than the one
+    serving the administration request: AlterShareGroupOffsets and DeleteGroups reach it
+    there (they were INVALID_REQUEST whenever it was elsewhere, which made them fail now
+    and then). Kafka answers no INVALID_REQUEST from these APIs."""
+    brokers = broker_factory.cluster(3, extra_args=[*FAST_CLUSTER, *FLAGS])
+    bs = ",".join(b.bootstrap for b in brokers)
+    topic = "share-admin"
+    admin = AdminClient({"bootstrap.servers": bs})
+    admin.create_topics([NewTopic(topic, 6, 3)])[topic].result(30)
+    wait_until(lambda: all(l >= 0 for l in cluster_leaders(brokers, topic).values())
+               and len(cluster_leaders(brokers, topic)) == 6, 30, "every partition has a leader")
+    for i in range(4):
+        group = f"share-admin-{i}"
+        answers = {}
+
+        def altered() -> bool:
+            # Sent to each broker: its group coordinator answers, the others
+            # NOT_COORDINATOR (16); 15 while the coordinators load.
+            for b in brokers:
+                answers[b.bootstrap] = alter_share_group_offsets(
+                    b.bootstrap, group, topic, {p: 5 * p for p in range(6)})
+            return any(top not in (15, 16) for top, _ in answers.values())
+
+        wait_until(altered, 30, lambda: f"the group's coordinator answers: {answers}")
+        (via, (top, codes)), = [(b, a) for b, a in answers.items() if a[0] not in (15, 16)]
+        assert (top, codes) == (ERR_NONE, {p: ERR_NONE for p in range(6)}), (group, top, codes)
+        assert delete_groups(via, [group]) == {group: ERR_NONE}
+        assert delete_groups(via, [group]) == {group: ERR_GROUP_ID_NOT_FOUND}

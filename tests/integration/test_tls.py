@@ -190,6 +190,71 @@ def test_bad_input_on_a_tls_port_closes_only_that_connection(broker, pki):
     assert b"TLS handshake failed" in broker.log_path.read_bytes()  # rate-limited, at least one
 
 
+DECODE_ERROR_ALERT = b"\x15\x03\x03\x00\x02\x02\x32"  # fatal decode_error (50)
+
+
+def _tls_error(port: int, ca: CertificateAuthority, client) -> str:
+    """What a TLS client presenting ``client`` hears when it sends a request: the
+    alert's name as OpenSSL reports it."""
+    ctx = ssl.create_default_context(cafile=str(ca.cert))
+    ctx.load_cert_chain(str(client.cert), str(client.key))
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:
+        try:
+            with ctx.wrap_socket(raw, server_hostname="localhost") as s:
+                s.sendall(api_versions_frame())
+                s.recv(100)
+        except ssl.SSLError as e:
+            return str(e)
+    return "no error"
+
+
+def test_a_failed_handshake_is_told_at_once_with_kafkas_alerts(broker, pki, tmp_path):
+    """A plaintext client on a TLS port gets a decode_error alert at once (it waited
+    10 s for nothing); a client certificate from an unknown CA gets unknown_ca, and a
+    version 1 certificate certificate_unknown (rustls accepts X.509 version 3 only, where
+    Kafka's JDK accepts version 1 too: the log and the README say how to reissue one). Each refusal is logged saying what to change."""
+    ca, _, _ = pki
+    # The refusals' log lines are rate-limited to one a second: one refusal a second.
+    time.sleep(1.1)
+    with socket.create_connection(("127.0.0.1", broker.ssl_port), timeout=10) as s:
+        started = time.monotonic()
+        s.sendall(api_versions_frame())
+        s.settimeout(5)
+        assert s.recv(64) == DECODE_ERROR_ALERT
+        assert time.monotonic() - started < 2
+    time.sleep(1.1)
+    stranger = CertificateAuthority(tmp_path / "stranger-ca", "stranger-ca").issue("eve", "eve")
+    assert "UNKNOWN_CA" in _tls_error(broker.mtls_port, ca, stranger).upper()
+    time.sleep(1.1)
+    v1 = ca.issue_v1("client-v1", "old-tool")
+    assert "CERTIFICATE_UNKNOWN" in _tls_error(broker.mtls_port, ca, v1).upper()
+    # librdkafka reports the broker's alert, not a bare transport failure.
+    import logging
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    log = logging.getLogger("rdkafka-tls-alerts")
+    log.addHandler(Keep())
+    client = AdminClient({**ssl_conf(broker, ca, broker.mtls_port, stranger),
+                          "socket.timeout.ms": 3000, "logger": log})
+    time.sleep(1.1)
+    with pytest.raises(KafkaException):
+        client.list_topics(timeout=5)
+    client.poll(1)  # serves the client's log lines to the logger
+    assert any("alert" in m for m in seen), seen[-5:]
+    text = broker.log_path.read_text(errors="replace")
+    for why in ("a plaintext client on a TLS listener", "not signed by a CA the listener trusts", "X.509 version 1",
+                "sent no certificate"):
+        deadline = time.monotonic() + 10
+        while why not in text and time.monotonic() < deadline:
+            time.sleep(0.2)
+            text = broker.log_path.read_text(errors="replace")
+        assert why in text, why
+
+
 def _served_certificate(port: int, ca: CertificateAuthority) -> bytes:
     ctx = ssl.create_default_context(cafile=str(ca.cert))
     with socket.create_connection(("127.0.0.1", port), timeout=10) as raw:

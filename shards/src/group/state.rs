@@ -699,6 +699,15 @@ impl Group {
         if self.state == GroupState::Dead {
             return Err(GroupError::CoordinatorNotAvailable);
         }
+        if let Some(c) = &self.consumer {
+            // A consumer-protocol group: its members are the consumer group's, whatever
+            // protocol each speaks; the classic state below is not theirs.
+            return c.check_txn_commit(
+                &req.member_id,
+                req.generation,
+                req.offsets.iter().map(|(t, p, ..)| (t.as_str(), *p)),
+            );
+        }
         if req.generation < 0 && self.state == GroupState::Empty {
             return Ok(());
         }

@@ -102,13 +102,10 @@ impl Shard {
                 group,
                 member,
                 partitions,
-                max_records,
+                limits,
                 reply,
             }) => {
-                let _ = reply.send(
-                    self.share_fetch(&group, &member, partitions, max_records)
-                        .await,
-                );
+                let _ = reply.send(self.share_fetch(&group, &member, partitions, limits).await);
             }
             ShardMessage::Share(ShareRequest::Acknowledge {
                 group,

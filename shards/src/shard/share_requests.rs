@@ -1,24 +1,28 @@
 //! ShareFetch and ShareAcknowledge on the shard that owns the partitions (KIP-932): the
 //! share partitions it leads (`share::leader`) acquire, acknowledge and release records;
-//! the records acquired are read from the log and go back with their ranges. Also the
+//! a fetch reads the log within its byte budget, acquires within what it read, and the
+//! batches holding the records acquired go back with their ranges. Also the
 //! shard's persister, by which those share partitions reach the share coordinator:
 //! over the mesh when this broker leads the state's `__share_group_state` partition,
 //! else with the state APIs to the broker that does.
 //!
 //! Invariants: every input gets exactly one output, in input order; records go back
 //! only with the acquired ranges they cover (the client hands out only records in
-//! those ranges); a fetch acquires at most the request's record budget in all.
+//! those ranges); a fetch acquires at most the request's record budget in all (more only
+//! to end a log batch, in batch_optimized mode), and returns at most its byte budget
+//! but for the first batch of the whole fetch.
 
 use super::Shard;
-use crate::mesh::{ShardMessage, ShareAckInput, ShareFetchInput, ShareFetchOutput};
+use crate::mesh::{
+    ShardMessage, ShareAckInput, ShareFetchInput, ShareFetchLimits, ShareFetchOutput,
+};
 use crate::routing::TopicPartition;
 use crate::share::coordinator::{StateFailure, StateOp, StateView, SHARE_STATE_TOPIC};
+use crate::share::fetch_span::ByteBudget;
 use crate::share::leader::{Delivery, Persister, ShareError, ShareTarget};
 use crate::share::now_ms;
-use crate::share::partition::{Acquired, RecordState, StateBatch};
+use crate::share::partition::{RecordState, StateBatch};
 use crate::share::records::ShareKey;
-use bytes::{Bytes, BytesMut};
-use corelog_partition::Isolation;
 use futures::channel::oneshot;
 use futures::future::LocalBoxFuture;
 use kafka_protocol::messages::ApiKey;
@@ -41,26 +45,36 @@ impl Shard {
         }
     }
 
-    /// Acquires records of `inputs` for `member` of `group`, at most `max_records` in
-    /// all, and reads them.
+    /// Acquires records of `inputs` for `member` of `group` and answers them with their
+    /// batches, the partitions in order, within `limits` as Kafka applies a ShareFetch's
+    /// MaxRecords and MaxBytes: the records acquired count against MaxRecords across the
+    /// partitions; each partition reads at most its own `max_bytes` and what is left of
+    /// the fetch's, and the first batch found is returned whatever its size when nothing
+    /// was returned before it.
     pub(super) async fn share_fetch(
         self: &Rc<Self>,
         group: &str,
         member: &str,
         inputs: Vec<ShareFetchInput>,
-        max_records: usize,
+        limits: ShareFetchLimits,
     ) -> Vec<Result<ShareFetchOutput, ShareError>> {
         let delivery = self.share_delivery(group);
         let persister = ShardPersister(self.clone());
         let generation = self.share_leader.available_generation();
-        let mut budget = max_records;
+        let mut left = limits;
         let mut out = Vec::with_capacity(inputs.len());
         for input in inputs {
             let Some(log) = self.partition(&input.tp) else {
                 out.push(Err(ShareError::NotLeaderOrFollower));
                 continue;
             };
-            if budget == 0 {
+            let budget = ByteBudget {
+                max_bytes: input.max_bytes.min(left.max_bytes),
+                min_one_batch: left.min_one_batch,
+                batch_optimized: left.batch_optimized,
+            };
+            let spent = left.max_records == 0 || (budget.max_bytes == 0 && !budget.min_one_batch);
+            if spent {
                 out.push(Ok(ShareFetchOutput {
                     high_watermark: log.high_watermark(),
                     available_generation: generation,
@@ -75,9 +89,9 @@ impl Shard {
                 log: &log,
                 delivery,
             };
-            let acquired = match self
+            let (acquired, records) = match self
                 .share_leader
-                .acquire(&t, member, &persister, budget, now_ms())
+                .fetch(&t, member, &persister, left.max_records, budget, now_ms())
                 .await
             {
                 Ok(a) => a,
@@ -87,8 +101,14 @@ impl Shard {
                 }
             };
             let n: i64 = acquired.iter().map(|a| a.last - a.first + 1).sum();
-            budget = budget.saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
-            let records = read_ranges(&log, &acquired, input.max_bytes).await;
+            left.max_records = left
+                .max_records
+                .saturating_sub(usize::try_from(n).unwrap_or(usize::MAX));
+            let bytes = records.as_ref().map_or(0, |r| r.len());
+            left.max_bytes = left.max_bytes.saturating_sub(bytes);
+            if bytes > 0 {
+                left.min_one_batch = false;
+            }
             out.push(Ok(ShareFetchOutput {
                 acquired,
                 records,
@@ -179,46 +199,6 @@ impl Shard {
     }
 }
 
-/// Whole batches of `log` covering every acquired range, each read once, in offset
-/// order, within about `max_bytes` (at least the first batch).
-async fn read_ranges(
-    log: &corelog_partition::Partition,
-    acquired: &[Acquired],
-    max_bytes: usize,
-) -> Option<Bytes> {
-    let mut out = BytesMut::new();
-    let mut next = i64::MIN;
-    for a in acquired {
-        let mut offset = a.first.max(next);
-        while offset <= a.last && (out.is_empty() || out.len() < max_bytes) {
-            let left = max_bytes.saturating_sub(out.len()).max(1);
-            let Ok(read) = log.read(offset, -1, left, Isolation::ReadUncommitted).await else {
-                break;
-            };
-            let mut end = offset;
-            for item in corelog_storage::batch::batches(&read.records) {
-                let Ok((h, range)) = item else { break };
-                if h.last_offset() < offset {
-                    continue;
-                }
-                if let Some(bytes) = read.records.get(range) {
-                    out.extend_from_slice(bytes);
-                }
-                end = h.last_offset() + 1;
-                if end > a.last {
-                    break;
-                }
-            }
-            if end == offset {
-                break; // nothing readable there (deleted meanwhile)
-            }
-            offset = end;
-            next = end;
-        }
-    }
-    (!out.is_empty()).then(|| out.freeze())
-}
-
 /// The shard's way to the share coordinator (see the module doc).
 pub struct ShardPersister(pub Rc<Shard>);
 
@@ -279,9 +259,12 @@ mod remote {
     use super::*;
     use crate::metadata::ClusterMetadata;
     use kafka_protocol::messages::{
-        initialize_share_group_state_request as init, read_share_group_state_request as read,
-        write_share_group_state_request as write, InitializeShareGroupStateRequest,
+        delete_share_group_state_request as delete, initialize_share_group_state_request as init,
+        read_share_group_state_request as read, read_share_group_state_summary_request as summary,
+        write_share_group_state_request as write, DeleteShareGroupStateRequest,
+        DeleteShareGroupStateResponse, InitializeShareGroupStateRequest,
         InitializeShareGroupStateResponse, ReadShareGroupStateRequest, ReadShareGroupStateResponse,
+        ReadShareGroupStateSummaryRequest, ReadShareGroupStateSummaryResponse,
         WriteShareGroupStateRequest, WriteShareGroupStateResponse,
     };
     use kafka_protocol::protocol::StrBytes;
@@ -417,9 +400,54 @@ mod remote {
                 failure(p.error_code, p.error_message.as_ref())?;
                 Ok(None)
             }
-            StateOp::Delete | StateOp::ReadSummary { .. } => Err(StateFailure::InvalidRequest(
-                "not asked by a partition leader".into(),
-            )),
+            // The administration APIs' operations (AlterShareGroupOffsets reads the
+            // summary, DeleteGroups deletes): to whichever broker leads the state.
+            StateOp::ReadSummary { leader_epoch } => {
+                let req = ReadShareGroupStateSummaryRequest::default()
+                    .with_group_id(group)
+                    .with_topics(vec![summary::ReadStateSummaryData::default()
+                        .with_topic_id(key.topic)
+                        .with_partitions(vec![summary::PartitionData::default()
+                            .with_partition(key.partition)
+                            .with_leader_epoch(leader_epoch)])]);
+                let resp: ReadShareGroupStateSummaryResponse = links
+                    .ask(broker, meta, ApiKey::ReadShareGroupStateSummary, 0, &req)
+                    .await
+                    .ok_or_else(unreachable)?;
+                let p = resp
+                    .results
+                    .first()
+                    .and_then(|t| t.partitions.first())
+                    .ok_or_else(unreachable)?;
+                failure(p.error_code, p.error_message.as_ref())?;
+                Ok(Some(StateView {
+                    state_epoch: p.state_epoch,
+                    leader_epoch: p.leader_epoch,
+                    start_offset: p.start_offset,
+                    delivery_complete_count: -1,
+                    batches: Vec::new(),
+                }))
+            }
+            StateOp::Delete => {
+                let req = DeleteShareGroupStateRequest::default()
+                    .with_group_id(group)
+                    .with_topics(vec![delete::DeleteStateData::default()
+                        .with_topic_id(key.topic)
+                        .with_partitions(vec![
+                            delete::PartitionData::default().with_partition(key.partition)
+                        ])]);
+                let resp: DeleteShareGroupStateResponse = links
+                    .ask(broker, meta, ApiKey::DeleteShareGroupState, 0, &req)
+                    .await
+                    .ok_or_else(unreachable)?;
+                let p = resp
+                    .results
+                    .first()
+                    .and_then(|t| t.partitions.first())
+                    .ok_or_else(unreachable)?;
+                failure(p.error_code, p.error_message.as_ref())?;
+                Ok(None)
+            }
         }
     }
 }

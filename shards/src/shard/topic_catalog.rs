@@ -3,7 +3,9 @@
 //!
 //! Invariant: the version is the metadata image's, which moves with every change of the
 //! cluster metadata, so a group that saw one version has seen every topic change up to
-//! it; internal topics are never matched by a pattern (Kafka's rule).
+//! it; a pattern matches every topic of the cluster, internal ones included, as Kafka's
+//! group coordinator resolves patterns (`TopicRegexResolver`: every topic of the
+//! metadata image; only the DESCRIBE right filters).
 
 use crate::group::consumer::assignment::TopicId;
 use crate::group::consumer::assignor::TopicSpec;
@@ -55,13 +57,6 @@ impl TopicCatalog for MetadataCatalog {
     }
 
     fn topic_names(&self) -> Vec<String> {
-        self.0
-            .topics
-            .keys()
-            .filter(|n| {
-                !ClusterMetadata::is_internal(n) && n.as_str() != crate::txn::TRANSACTION_TOPIC
-            })
-            .cloned()
-            .collect()
+        self.0.topics.keys().cloned().collect()
     }
 }

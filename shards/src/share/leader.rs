@@ -32,9 +32,10 @@
 //! partition (another leader has it), and the next use loads it again.
 
 use super::coordinator::{StateFailure, StateOp, StateView};
+use super::fetch_span::{ByteBudget, Fetched};
 use super::partition::{
-    AckBatch, AckError, AckType, Acquired, RecordState, ShareCounts, ShareLimits, SharePartition,
-    StateBatch,
+    AckBatch, AckError, AckType, Acquirable, Acquired, FetchedSpan, RecordState, ShareCounts,
+    ShareLimits, SharePartition, StateBatch,
 };
 use super::records::ShareKey;
 use super::state::{StateError, StateWrite};
@@ -153,12 +154,14 @@ pub struct ShareTarget<'a> {
 
 /// Where a share partition stands when an operation starts, for what the operation
 /// must read of the log before it changes the state.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Window {
     start: i64,
     end: i64,
     /// Records that may still be put in flight.
     room: i64,
+    /// What an acquisition could hand out (a share fetch reads the log from its first).
+    acquirable: Acquirable,
 }
 
 pub struct ShareLeader {
@@ -327,6 +330,7 @@ impl ShareLeader {
             start: loaded.state.start(),
             end: loaded.state.end(),
             room: loaded.limits.max_in_flight - loaded.state.in_flight(),
+            acquirable: loaded.state.acquirable(),
         };
         let found = read(window).await;
         let loaded = slot.as_mut().expect("loaded above");
@@ -443,6 +447,40 @@ impl ShareLeader {
         max_records: usize,
         now_ms: i64,
     ) -> Result<Vec<Acquired>, ShareError> {
+        self.acquire_read(t, member, persister, max_records, now_ms, None)
+            .await
+            .map(|(acquired, _)| acquired)
+    }
+
+    /// A share fetch of this partition: reads the log from the first acquirable record
+    /// within `budget` (`fetch_span`), acquires as [`Self::acquire`] does but nothing
+    /// beyond what was read, and answers the acquired records with the bytes of their
+    /// batches.
+    pub async fn fetch(
+        &self,
+        t: &ShareTarget<'_>,
+        member: &str,
+        persister: &dyn Persister,
+        max_records: usize,
+        budget: ByteBudget,
+        now_ms: i64,
+    ) -> Result<(Vec<Acquired>, Option<bytes::Bytes>), ShareError> {
+        let (acquired, fetched) = self
+            .acquire_read(t, member, persister, max_records, now_ms, Some(budget))
+            .await?;
+        let records = fetched.and_then(|f| f.records(&acquired));
+        Ok((acquired, records))
+    }
+
+    async fn acquire_read(
+        &self,
+        t: &ShareTarget<'_>,
+        member: &str,
+        persister: &dyn Persister,
+        max_records: usize,
+        now_ms: i64,
+        budget: Option<ByteBudget>,
+    ) -> Result<(Vec<Acquired>, Option<Fetched>), ShareError> {
         let lock_ms = t.delivery.record_lock_duration_ms;
         let read_committed = t.delivery.read_committed;
         let log = t.log;
@@ -452,16 +490,29 @@ impl ShareLeader {
             log.high_watermark()
         };
         let read = |w: Window| async move {
+            let fetched = match (budget, w.acquirable.first(log_end)) {
+                (None, _) => None,
+                (Some(_), None) => Some((log_end, Fetched::default())),
+                (Some(b), Some(first)) => Some((
+                    first,
+                    Fetched::read(log, first, &w.acquirable, log_end, max_records, b).await,
+                )),
+            };
             if !read_committed {
-                return Ok(Vec::new());
+                return (Ok(Vec::new()), fetched);
             }
             let to = log_end.min(w.end.saturating_add(w.room.max(0)));
-            super::aborted::read_aborted_ranges(log, w.start, to).await
+            let aborted = super::aborted::read_aborted_ranges(log, w.start, to).await;
+            (aborted, fetched)
         };
-        self.with_read(t, persister, read, |sp, unreadable| {
+        self.with_read(t, persister, read, |sp, (unreadable, fetched)| {
             let unreadable = unreadable.map_err(ShareError::Unknown)?;
-            let acquired = sp.acquire(member, log_end, max_records, now_ms, lock_ms);
-            Ok(sp.archive_unreadable(acquired, &unreadable))
+            let span = fetched
+                .as_ref()
+                .map_or(FetchedSpan::ALL, |(first, f)| f.span(*first));
+            let acquired = sp.acquire_within(member, log_end, max_records, now_ms, lock_ms, &span);
+            let (acquired, changed) = sp.archive_unreadable(acquired, &unreadable);
+            Ok(((acquired, fetched.map(|(_, f)| f)), changed))
         })
         .await
     }

@@ -13,6 +13,7 @@
 
 pub mod aborted;
 pub mod coordinator;
+pub mod fetch_span;
 pub mod leader;
 pub mod partition;
 pub mod records;

@@ -298,6 +298,45 @@ impl SharePartition {
         now_ms: i64,
         lock_ms: i64,
     ) -> Vec<Acquired> {
+        self.acquire_within(
+            member,
+            log_end,
+            max_records,
+            now_ms,
+            lock_ms,
+            &FetchedSpan::ALL,
+        )
+    }
+
+    /// What [`Self::acquire`] could hand out, taken before a share fetch reads the log.
+    pub fn acquirable(&self) -> Acquirable {
+        Acquirable {
+            again: self
+                .spans
+                .iter()
+                .filter(|(_, s)| s.state == RecordState::Available)
+                .map(|(first, s)| (*first, s.last))
+                .collect(),
+            end: self.end,
+            room: (self.limits.max_in_flight - self.in_flight()).max(0),
+        }
+    }
+
+    /// [`Self::acquire`] within what a share fetch read of the log (`span`): nothing at or
+    /// past `span.up_to`, and with `span.batch_ends` (Kafka's batch_optimized mode) new
+    /// records up to the end of the log batch holding the last one `max_records` allows,
+    /// so that no batch is handed out in part. `max_records` is exact otherwise
+    /// (record_limit mode).
+    pub fn acquire_within(
+        &mut self,
+        member: &str,
+        log_end: i64,
+        max_records: usize,
+        now_ms: i64,
+        lock_ms: i64,
+        span: &FetchedSpan,
+    ) -> Vec<Acquired> {
+        let log_end = log_end.min(span.up_to);
         let mut budget = i64::try_from(max_records).unwrap_or(i64::MAX);
         let mut out: Vec<Acquired> = Vec::new();
         let deadline = now_ms + lock_ms;
@@ -309,10 +348,10 @@ impl SharePartition {
             .map(|(first, s)| (*first, s.last))
             .collect();
         for (first, last) in again {
-            if budget == 0 {
+            if budget == 0 || first >= log_end {
                 break;
             }
-            let last = last.min(first + budget - 1);
+            let last = last.min(first + budget - 1).min(log_end - 1);
             self.split_at(first);
             self.split_at(last + 1);
             let span = self.spans.get_mut(&first).expect("split above");
@@ -329,7 +368,18 @@ impl SharePartition {
         let n = budget.min(room).min(log_end - self.end);
         if n > 0 {
             let first = self.end;
-            let last = first + n - 1;
+            // batch_optimized: the rest of the log batch of the last record allowed.
+            let last = match &span.batch_ends {
+                Some(ends) => {
+                    let want = first + n - 1;
+                    ends.iter()
+                        .find(|e| **e >= want)
+                        .copied()
+                        .unwrap_or(want)
+                        .min(log_end - 1)
+                }
+                None => first + n - 1,
+            };
             self.spans.insert(
                 first,
                 Span {
@@ -675,6 +725,59 @@ fn records(first: i64, last: i64) -> u64 {
 
 /// Adds `first..=last` to `out`, joined to the previous range when contiguous with the
 /// same delivery count.
+/// What a share partition could hand out ([`SharePartition::acquirable`]): its records
+/// available again, where new ones begin, and the room left in flight.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Acquirable {
+    again: Vec<(i64, i64)>,
+    end: i64,
+    room: i64,
+}
+
+impl Acquirable {
+    /// The first offset to hand out with `log_end` as the log's end: the lowest record
+    /// available again, else the next new one; `None` when there is none. A share fetch
+    /// reads the log from here (Kafka's next fetch offset).
+    pub fn first(&self, log_end: i64) -> Option<i64> {
+        let again = self.again.first().map(|(first, _)| *first);
+        let new = (self.end < log_end && self.room > 0).then_some(self.end);
+        again.or(new)
+    }
+
+    /// How many records could be handed out below `up_to`, at most `max_records` (a
+    /// share fetch reads the log until it holds that many).
+    pub fn below(&self, up_to: i64, log_end: i64, max_records: usize) -> usize {
+        let max = i64::try_from(max_records).unwrap_or(i64::MAX);
+        let again: i64 = self
+            .again
+            .iter()
+            .filter(|(first, _)| *first < up_to)
+            .map(|(first, last)| (*last).min(up_to - 1) - first + 1)
+            .sum();
+        let new = (up_to.min(log_end) - self.end).clamp(0, self.room);
+        usize::try_from(again.saturating_add(new).min(max)).unwrap_or(0)
+    }
+}
+
+/// The part of the log a share fetch read, which bounds what it acquires.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FetchedSpan {
+    /// Nothing at or past this offset is acquired: the end of the last whole batch the
+    /// fetch read within its bytes.
+    pub up_to: i64,
+    /// The last offsets of the log batches read, ascending (batch_optimized mode), or
+    /// `None` to acquire exactly `max_records` (record_limit mode).
+    pub batch_ends: Option<Vec<i64>>,
+}
+
+impl FetchedSpan {
+    /// No bound: the whole log, records counted one by one.
+    pub const ALL: FetchedSpan = FetchedSpan {
+        up_to: i64::MAX,
+        batch_ends: None,
+    };
+}
+
 fn push_acquired(out: &mut Vec<Acquired>, first: i64, last: i64, deliveries: u16) {
     if let Some(prev) = out.last_mut() {
         if prev.last + 1 == first && prev.deliveries == deliveries {

@@ -26,7 +26,7 @@ use super::Ctx;
 use crate::kafka::access::{Access, Op, Resource};
 use crate::kafka::frame::FrameError;
 use corelog_shards::mesh::{ShardMessage, ShareRequest};
-use corelog_shards::mesh::{ShareFetchInput, ShareFetchOutput};
+use corelog_shards::mesh::{ShareFetchInput, ShareFetchLimits, ShareFetchOutput};
 use corelog_shards::routing::TopicPartition;
 use corelog_shards::share::leader::ShareError;
 use futures::channel::oneshot;
@@ -273,24 +273,30 @@ async fn fetch(
     if asked == 0 {
         return;
     }
-    let per_partition = usize::try_from(req.max_bytes).unwrap_or(0) / asked;
-    for inputs in by_shard.values_mut() {
-        for i in inputs.iter_mut() {
-            i.max_bytes = per_partition.max(1);
-        }
+    let max_bytes = usize::try_from(req.max_bytes).unwrap_or(0);
+    let shares = partition_max_bytes(max_bytes, asked);
+    for (i, input) in by_shard.values_mut().flatten().enumerate() {
+        input.max_bytes = shares(i);
     }
     let deadline =
         Instant::now() + Duration::from_millis(u64::try_from(req.max_wait_ms).unwrap_or(0));
     let max_records = usize::try_from(req.max_records).unwrap_or(0);
+    // KIP-1206: 0 (batch_optimized, and every request before v2) or 1 (record_limit).
+    let batch_optimized = req.share_acquire_mode != 1;
     loop {
         if !current() {
             return;
         }
-        let mut budget = max_records;
+        let mut left = ShareFetchLimits {
+            max_records,
+            max_bytes,
+            min_one_batch: true,
+            batch_optimized,
+        };
         let mut got = 0usize;
         let mut seen: Vec<(usize, TopicPartition, i64, u64)> = Vec::new();
         for (shard, inputs) in &by_shard {
-            if budget == 0 {
+            if left.max_records == 0 {
                 break;
             }
             let (tx, rx) = oneshot::channel();
@@ -298,7 +304,7 @@ async fn fetch(
                 group: group.to_string(),
                 member: member.to_string(),
                 partitions: inputs.clone(),
-                max_records: budget,
+                limits: left,
                 reply: tx,
             });
             let outputs = ctx
@@ -316,7 +322,10 @@ async fn fetch(
                         let n: i64 = f.acquired.iter().map(|r| r.last - r.first + 1).sum();
                         let n = usize::try_from(n).unwrap_or(0);
                         got += n;
-                        budget = budget.saturating_sub(n);
+                        left.max_records = left.max_records.saturating_sub(n);
+                        let bytes = f.records.as_ref().map_or(0, |r| r.len());
+                        left.max_bytes = left.max_bytes.saturating_sub(bytes);
+                        left.min_one_batch &= bytes == 0;
                         seen.push((
                             *shard,
                             input.tp.clone(),
@@ -350,6 +359,22 @@ async fn fetch(
     }
 }
 
+/// Each partition's share of a ShareFetch's MaxBytes, by its place among the `n`
+/// partitions fetched (Kafka's uniform `PartitionMaxBytesStrategy`): an even share, the
+/// remainder to the first; with fewer bytes than partitions, one byte each to the first
+/// ones and none to the rest. The shares add up to `max_bytes`.
+pub fn partition_max_bytes(max_bytes: usize, n: usize) -> impl Fn(usize) -> usize {
+    move |i| {
+        if n == 0 || i >= n {
+            0
+        } else if max_bytes >= n {
+            max_bytes / n + if i == 0 { max_bytes % n } else { 0 }
+        } else {
+            usize::from(i < max_bytes)
+        }
+    }
+}
+
 /// Waits until any of the partitions' high watermarks passes the one seen, a share
 /// partition of one of their shards has records to acquire again (its generation grew
 /// past the one seen), or `until`.
@@ -375,5 +400,24 @@ async fn wait_for_records(ctx: &Ctx, seen: Vec<(usize, TopicPartition, i64, u64)
     let waits: Vec<_> = waits.map(Box::pin).collect();
     if !waits.is_empty() {
         futures::future::select_all(waits).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::partition_max_bytes;
+
+    #[test]
+    fn max_bytes_is_shared_as_kafkas_uniform_strategy_shares_it() {
+        let share = partition_max_bytes(1000, 3);
+        assert_eq!((share(0), share(1), share(2)), (334, 333, 333));
+        let share = partition_max_bytes(2, 3);
+        assert_eq!((share(0), share(1), share(2)), (1, 1, 0));
+        let share = partition_max_bytes(1, 1);
+        assert_eq!(share(0), 1);
+        for (bytes, n) in [(0, 4), (7, 4), (1 << 20, 7), (3, 3)] {
+            let share = partition_max_bytes(bytes, n);
+            assert_eq!((0..n).map(&share).sum::<usize>(), bytes, "{bytes} over {n}");
+        }
     }
 }

@@ -133,7 +133,8 @@ pub trait TopicCatalog {
     /// Changes whenever a topic is created, deleted or grown.
     fn version(&self) -> u64;
     fn topic(&self, name: &str) -> Option<(TopicId, TopicSpec)>;
-    /// Every topic a pattern may match (internal topics excluded, as Kafka does).
+    /// Every topic a pattern may match: all of the cluster's, internal ones included
+    /// (Kafka's group coordinator matches patterns against every topic of its image).
     fn topic_names(&self) -> Vec<String>;
     /// The group's own configs (GROUP config resource; `overrides.rs`).
     fn group_configs(&self, _group: &str) -> BTreeMap<String, String> {
@@ -463,6 +464,29 @@ impl ConsumerGroup {
             return Ok(());
         }
         Err(GroupError::StaleMemberEpoch)
+    }
+
+    /// Whether a TxnOffsetCommit naming `member_id` at `epoch` may commit offsets of
+    /// `partitions` (Kafka's `ConsumerGroup.validateOffsetCommit` for a transactional
+    /// commit): from outside the group (epoch -1) only while the group is empty;
+    /// otherwise as `check_commit`, except that an epoch that does not match is
+    /// ILLEGAL_GENERATION, the error a producer's `sendOffsetsToTransaction` knows
+    /// (Kafka turns STALE_MEMBER_EPOCH into it for this request). The group instance id
+    /// is not checked: a consumer-protocol member's id already names it.
+    pub fn check_txn_commit<'a>(
+        &self,
+        member_id: &str,
+        epoch: i32,
+        partitions: impl Iterator<Item = (&'a str, i32)>,
+    ) -> Result<(), GroupError> {
+        if epoch < 0 && self.is_empty() {
+            return Ok(());
+        }
+        self.check_commit(member_id, epoch, partitions)
+            .map_err(|e| match e {
+                GroupError::StaleMemberEpoch => GroupError::IllegalGeneration,
+                e => e,
+            })
     }
 
     /// Whether `member_id` at `epoch` may fetch the group's offsets (OffsetFetch v9,

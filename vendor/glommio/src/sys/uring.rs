@@ -266,6 +266,17 @@ lazy_static! {
     static ref IO_URING_RECENT_ENOUGH: bool = check_supported_operations(GLOMMIO_URING_OPS);
 }
 
+/// corelog patch: the directory an `*at` call resolves a relative path against. glommio
+/// marks "no directory" with -1, which the kernel reads as a bad descriptor; AT_FDCWD is
+/// the working directory, so relative paths resolve as `open(2)` would resolve them.
+fn at_dir(fd: RawFd) -> RawFd {
+    if fd == -1 {
+        libc::AT_FDCWD
+    } else {
+        fd
+    }
+}
+
 fn fill_sqe<F>(
     sqe: &mut iou::SQE<'_>,
     op: &UringDescriptor,
@@ -313,8 +324,11 @@ fn fill_sqe<F>(
             }
             UringOpDescriptor::Open(path, flags, mode) => {
                 let path = CStr::from_ptr(path as _);
+                // corelog patch: a source with no directory (-1) opens relative to the
+                // working directory; `openat` takes that as AT_FDCWD, and -1 is EBADF for
+                // every relative path.
                 sqe.prep_openat(
-                    op.fd,
+                    at_dir(op.fd),
                     path,
                     OFlag::from_bits_truncate(flags),
                     OpenMode::from_bits_truncate(mode),
@@ -348,7 +362,8 @@ fn fill_sqe<F>(
                 let mode = StatxMode::from_bits_truncate(0x7ff);
 
                 let path = CStr::from_ptr(path as _);
-                sqe.prep_statx(-1, path, flags, mode, &mut *statx_buf);
+                // corelog patch: AT_FDCWD, as for Open above.
+                sqe.prep_statx(at_dir(-1), path, flags, mode, &mut *statx_buf);
             }
             UringOpDescriptor::Timeout(timespec, events) => {
                 sqe.prep_timeout(&*timespec, events, TimeoutFlags::empty());

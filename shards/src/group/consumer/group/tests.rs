@@ -760,6 +760,39 @@ fn a_commit_at_the_previous_epoch_is_taken_only_for_partitions_still_held() {
 }
 
 #[test]
+fn a_transactional_commit_is_checked_against_the_consumer_group_members() {
+    let topics = Topics::with(&[("t", 2)]);
+    let mut g = ConsumerGroup::new("g".into());
+    assert_eq!(
+        g.check_txn_commit("", -1, [("t", 0)].into_iter()),
+        Ok(()),
+        "an empty group takes a commit from outside the group"
+    );
+    let mut clients = vec![Client::new("a", &["t"])];
+    clients[0].beat(&mut g, &topics, 0).expect("a");
+    settle(&mut g, &mut clients, &topics, 0);
+    let epoch = g.member("a").expect("a").assignment.epoch;
+    assert_eq!(
+        g.check_txn_commit("a", epoch, [("t", 0), ("t", 1)].into_iter()),
+        Ok(()),
+        "the member at its epoch (the request a heartbeat at the same epoch had accepted)"
+    );
+    assert_eq!(
+        g.check_txn_commit("a", epoch + 1, [("t", 0)].into_iter()),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        g.check_txn_commit("z", epoch, [("t", 0)].into_iter()),
+        Err(GroupError::UnknownMemberId)
+    );
+    assert_eq!(
+        g.check_txn_commit("", -1, [("t", 0)].into_iter()),
+        Err(GroupError::UnknownMemberId),
+        "nobody from outside while the group has members"
+    );
+}
+
+#[test]
 fn changes_kept_after_a_failed_write_are_written_with_the_next() {
     let topics = Topics::with(&[("t", 2)]);
     let mut g = ConsumerGroup::new("g".into());

@@ -18,7 +18,9 @@ import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.ProducerState;
 import org.apache.kafka.clients.admin.TransactionDescription;
 import org.apache.kafka.clients.admin.TransactionListing;
+import org.apache.kafka.clients.consumer.CommitFailedException;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerGroupMetadata;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.KafkaConsumer;
 import org.apache.kafka.clients.consumer.OffsetAndMetadata;
@@ -125,6 +127,45 @@ class TransactionsTest {
             p.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(99)), c.groupMetadata());
             p.abortTransaction();
             assertEquals(42, c.committed(Set.of(tp)).get(tp).offset(), "the aborted offset is gone");
+        }
+    }
+
+    /**
+     * {@code sendOffsetsToTransaction} with a KIP-848 consumer's group metadata: the
+     * TxnOffsetCommit names a consumer-protocol member and its epoch, which must be taken
+     * (it was UNKNOWN_MEMBER_ID for every one); a wrong epoch is ILLEGAL_GENERATION, the
+     * producer's CommitFailedException, and the transaction is aborted.
+     */
+    @Test
+    void offsetsOfAConsumerProtocolMemberCommitWithTheTransaction() throws Exception {
+        String topic = "java-txn-848";
+        String group = "java-txn-848-group-" + UUID.randomUUID();
+        createTopic(topic, 1);
+        TopicPartition tp = new TopicPartition(topic, 0);
+        try (KafkaProducer<byte[], byte[]> p = transactional("java-txn-848-1");
+             KafkaConsumer<byte[], byte[]> c = broker.consumer(Map.of(
+                     ConsumerConfig.GROUP_ID_CONFIG, group,
+                     ConsumerConfig.GROUP_PROTOCOL_CONFIG, "consumer"))) {
+            c.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + 30_000;
+            while (c.assignment().isEmpty() || c.groupMetadata().generationId() < 1) {
+                assertTrue(System.currentTimeMillis() < deadline, "the member is assigned " + tp);
+                c.poll(Duration.ofMillis(100));
+            }
+            ConsumerGroupMetadata member = c.groupMetadata();
+            p.beginTransaction();
+            p.send(record(topic, 0, "x"));
+            p.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(7)), member);
+            p.commitTransaction();
+            assertEquals(7, c.committed(Set.of(tp)).get(tp).offset());
+
+            ConsumerGroupMetadata stale = new ConsumerGroupMetadata(group,
+                    member.generationId() + 5, member.memberId(), member.groupInstanceId());
+            p.beginTransaction();
+            assertThrows(CommitFailedException.class,
+                    () -> p.sendOffsetsToTransaction(Map.of(tp, new OffsetAndMetadata(9)), stale));
+            p.abortTransaction();
+            assertEquals(7, c.committed(Set.of(tp)).get(tp).offset(), "nothing of the refused commit");
         }
     }
 
