@@ -8,6 +8,7 @@
 //! has a broker-wide default, settable by its topic key with `--topic-default` and
 //! validated by the same code as a topic override.
 
+use crate::kafka_settings::{FileKey, KafkaSettings};
 use crate::limits;
 use crate::limits::{
     default_max_connections, parse_overrides, ConnectionLimitsConfig, MAX_CONNECTIONS_MIN,
@@ -32,7 +33,7 @@ use std::sync::Arc;
 pub const CLEANER_IO_DEFAULT_BYTES_PER_SECOND: u64 = 32 << 20;
 
 #[derive(Debug, Clone, Default, Args, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+#[serde(rename_all = "kebab-case")]
 pub struct ServeArgs {
     /// Address the Kafka listener binds (every shard binds it with SO_REUSEPORT).
     #[arg(long)]
@@ -993,6 +994,8 @@ pub struct BrokerConfig {
     pub limits: LimitsConfig,
     pub quota: crate::quota::QuotaConfig,
     pub cluster: ClusterConfig,
+    /// Kafka's keys: read at start, taken without effect, and the security values.
+    pub kafka: KafkaSettings,
 }
 
 /// A listener this broker serves: where it binds, what it speaks, and what Metadata
@@ -1031,6 +1034,21 @@ pub struct ClusterConfig {
     pub balancer: corelog_controller::balancer::Balancer,
     /// How the controller port is secured (`inter_broker_security`).
     pub controller_security: Arc<corelog_controller::port_security::PortSecurity>,
+}
+
+/// Whether a configuration file's field takes the key `name` (its own name or a Kafka
+/// alias): the fields are asked, so the answer never drifts from them.
+pub fn file_takes(name: &str) -> bool {
+    let mut table = toml::Table::new();
+    table.insert(name.to_string(), toml::Value::String("0".into()));
+    let mut ignored = false;
+    let parsed = serde_ignored::deserialize(
+        crate::lenient_toml::Lenient(toml::Value::Table(table)),
+        |_| ignored = true,
+    )
+    .map(|_: ServeArgs| ());
+    // A field that refuses "0" is still a field.
+    parsed.is_err() || !ignored
 }
 
 /// A boolean key given as TOML's boolean or as Kafka's text ("true", "false").
@@ -1395,6 +1413,8 @@ impl LimitsConfig {
 
 impl BrokerConfig {
     pub fn resolve(flags: ServeArgs) -> anyhow::Result<BrokerConfig> {
+        let mut not_acted_on = std::collections::BTreeMap::new();
+        let mut file_table = toml::Table::new();
         let file = match &flags.config {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
@@ -1404,19 +1424,50 @@ impl BrokerConfig {
                 let security = crate::security_config::take_from_file(&mut table)
                     .with_context(|| format!("parsing {}", path.display()))?;
                 // Kafka's text forms of numbers and booleans are taken, as a
-                // `server.properties` converted line by line writes them.
-                let mut file =
-                    ServeArgs::deserialize(crate::lenient_toml::Lenient(toml::Value::Table(table)))
-                        .with_context(|| format!("parsing {}", path.display()))?;
+                // `server.properties` converted line by line writes them. Keys the
+                // fields do not take are Kafka's others, or an error (`kafka_settings`).
+                let mut outside = Vec::new();
+                let mut file: ServeArgs = serde_ignored::deserialize(
+                    crate::lenient_toml::Lenient(toml::Value::Table(table.clone())),
+                    |path| {
+                        if let serde_ignored::Path::Map {
+                            parent: serde_ignored::Path::Root,
+                            key,
+                        } = path
+                        {
+                            outside.push(key);
+                        }
+                    },
+                )
+                .with_context(|| format!("parsing {}", path.display()))?;
+                for key in outside {
+                    let value = &table[&key];
+                    match crate::kafka_settings::sort_file_key(&key, value)
+                        .with_context(|| format!("parsing {}", path.display()))?
+                    {
+                        FileKey::TopicDefault(pair) => file.topic_default.push(pair),
+                        FileKey::NotActedOn(k, text) => {
+                            not_acted_on.insert(k.name.to_string(), text);
+                        }
+                    }
+                }
                 file.security = security
                     .into_iter()
                     .map(|(k, v)| format!("{k}={v}"))
                     .collect();
+                file_table = table;
                 file
             }
             None => ServeArgs::default(),
         };
         let a = flags.over(file);
+        let security_values: std::collections::BTreeMap<String, String> = a
+            .security
+            .iter()
+            .filter_map(|kv| kv.split_once('='))
+            .filter(|(k, _)| crate::security_config::KEYS.contains(&k.trim()))
+            .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+            .collect();
         let limits_config = LimitsConfig::resolve(&a)?;
         let security = SecurityConfig::from_pairs(a.security.iter().map(|kv| {
             kv.split_once('=')
@@ -1652,6 +1703,7 @@ impl BrokerConfig {
             socket_request_max_bytes,
             log,
             limits: limits_config,
+            kafka: KafkaSettings::new(file_takes, security_values, not_acted_on, &file_table),
         })
     }
 }

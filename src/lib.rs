@@ -16,6 +16,7 @@ pub mod host_check;
 pub mod http;
 pub mod inter_broker_security;
 pub mod kafka;
+pub mod kafka_settings;
 pub mod kernel;
 pub mod lenient_toml;
 pub mod limits;

@@ -485,9 +485,10 @@ impl AdminChanges {
             .get(resource)
             .cloned()
             .unwrap_or_default();
-        // Broker-only keys (the replication throttles) are set and deleted as they are;
-        // the rest go through the topic keys.
-        let only = |k: &str| topic_config::broker_only_def(k).is_some();
+        // Keys that are not a topic default's broker name (the replication throttles,
+        // Kafka's keys corelog does not act on, keys outside Kafka's vocabulary) are set
+        // and deleted as they are; the rest go through the topic keys.
+        let only = |k: &str| topic_config::def_by_broker_name(k).is_none();
         let current: BTreeMap<String, String> = stored
             .iter()
             .filter(|(k, _)| !only(k))
@@ -519,10 +520,13 @@ impl AdminChanges {
                         ConfigOp::Delete(k) if only(k) => {
                             broker_only.remove(k);
                         }
-                        ConfigOp::Append(k, _) | ConfigOp::Subtract(k, _) if only(k) => {
-                            return Err(TopicError::InvalidConfig(format!(
-                                "Config value append/subtract is not allowed for config key: {k}"
-                            )));
+                        ConfigOp::Append(k, v) if only(k) => {
+                            let edited = edit_list(k, broker_only.get(k), v, true)?;
+                            broker_only.insert(k.clone(), edited);
+                        }
+                        ConfigOp::Subtract(k, v) if only(k) => {
+                            let edited = edit_list(k, broker_only.get(k), v, false)?;
+                            broker_only.insert(k.clone(), edited);
                         }
                         // Deleting a key that is not set changes nothing, whatever the key
                         // (KRaft accepts it; `kafka-reassign-partitions --verify` deletes
@@ -592,6 +596,43 @@ impl AdminChanges {
             to: layer,
         })
     }
+}
+
+/// APPEND (`append`) or SUBTRACT of the items of `value` to a list key stored as it is:
+/// Kafka's LIST keys only, the list starting from what is stored (Kafka's default when
+/// nothing is: the other layers are not merged in, as Kafka does not).
+fn edit_list(
+    key: &str,
+    stored: Option<&String>,
+    value: &str,
+    append: bool,
+) -> Result<String, TopicError> {
+    use crate::config_type::ConfigType;
+    let def = crate::kafka_broker_keys::lookup(key)
+        .ok_or_else(|| TopicError::InvalidConfig(format!("Unknown config name: {key}")))?;
+    if def.config_type != ConfigType::List {
+        return Err(TopicError::InvalidConfig(format!(
+            "Config value append/subtract is not allowed for config key: {key}"
+        )));
+    }
+    let items = |text: &str| -> Vec<String> {
+        text.split(',')
+            .map(str::trim)
+            .filter(|i| !i.is_empty())
+            .map(str::to_string)
+            .collect()
+    };
+    let mut list = items(stored.map_or(def.default.unwrap_or(""), String::as_str));
+    for item in items(value) {
+        if append {
+            if !list.contains(&item) {
+                list.push(item);
+            }
+        } else {
+            list.retain(|i| *i != item);
+        }
+    }
+    Ok(list.join(","))
 }
 
 /// One result per item of a command of `n` items.

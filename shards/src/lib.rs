@@ -42,14 +42,17 @@
 
 pub mod admin_changes;
 pub mod client_quota;
+pub mod config_type;
 pub mod coordinator_log;
 pub mod coordinator_record;
 pub mod group;
 
 pub mod housekeeping;
+pub mod kafka_broker_keys;
 
 pub mod mesh;
 pub mod metadata;
+pub mod other_broker_configs;
 pub mod producer_ids;
 pub mod reconcile;
 pub mod replica_fetcher;

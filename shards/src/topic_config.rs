@@ -14,16 +14,7 @@
 use corelog_storage::config::{CleanupPolicy, CompressionType, LogConfig, TimestampType};
 use std::collections::BTreeMap;
 
-/// Kafka's `ConfigType` codes (DescribeConfigs v3+).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConfigType {
-    Boolean = 1,
-    String = 2,
-    Int = 3,
-    Long = 5,
-    Double = 6,
-    List = 7,
-}
+pub use crate::config_type::ConfigType;
 
 /// Kafka's `ConfigSource` codes (DescribeConfigs v1+).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -499,6 +490,8 @@ pub struct Described {
     /// (name, value, source): the topic override, then the broker value, then Kafka's
     /// default.
     pub synonyms: Vec<(String, String, ConfigSource)>,
+    /// A possible secret: described with no value, in itself and its synonyms.
+    pub sensitive: bool,
 }
 
 /// The broker-wide value of every topic key, in layers from weakest to strongest:
@@ -525,10 +518,11 @@ impl BrokerDefaults<'_> {
                     Some(d) => set(&mut c, d.name, value),
                     // Read where it acts, not by topics.
                     None if broker_only_def(name).is_some() => Ok(()),
-                    None => Err(ConfigError {
-                        key: name.clone(),
-                        message: format!("{name} is not a dynamic broker config"),
-                    }),
+                    // Taken and described, not acted on.
+                    None => {
+                        crate::kafka_broker_keys::note_not_acted_on(name, "dynamic broker config");
+                        Ok(())
+                    }
                 };
                 if let Err(e) = applied {
                     tracing::warn!(key = %name, error = %e, "stored dynamic broker config ignored");
@@ -608,8 +602,9 @@ fn stored(value: &str) -> String {
     }
 }
 
-/// Checks a change to a dynamic broker layer: every key must be the broker name of a
-/// topic key or a broker-only key, and every value must parse. Returns the first refusal.
+/// Checks a change to a dynamic broker layer: every value of a topic key's broker name,
+/// a broker-only key or another of Kafka's keys must parse; keys outside Kafka's
+/// vocabulary are taken as they are. Returns the first refusal.
 pub fn check_broker_layer(layer: &BTreeMap<String, String>) -> Result<(), ConfigError> {
     let mut c = LogConfig::default();
     for (name, value) in layer {
@@ -617,10 +612,19 @@ pub fn check_broker_layer(layer: &BTreeMap<String, String>) -> Result<(), Config
             check_broker_only(d, value)?;
             continue;
         }
-        let d = def_by_broker_name(name).ok_or_else(|| ConfigError {
-            key: name.clone(),
-            message: format!("{name} is not a dynamic broker config"),
-        })?;
+        let Some(d) = def_by_broker_name(name) else {
+            // Kafka's other keys as Kafka parses them; keys outside its vocabulary as
+            // they are (Kafka takes them too).
+            if let Some(key) = crate::kafka_broker_keys::lookup(name) {
+                crate::kafka_broker_keys::check_value(key, value).map_err(|message| {
+                    ConfigError {
+                        key: name.clone(),
+                        message,
+                    }
+                })?;
+            }
+            continue;
+        };
         set(&mut c, d.name, value).map_err(|e| ConfigError {
             key: name.clone(),
             message: e.message.replace(d.name, name),
@@ -655,6 +659,7 @@ pub fn describe_topic(
                 config_type: d.config_type,
                 doc: d.doc,
                 synonyms,
+                sensitive: false,
             }
         })
         .collect()
@@ -675,6 +680,7 @@ pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
             config_type: d.config_type,
             doc: d.doc,
             synonyms,
+            sensitive: false,
         })
     });
     let broker_only = BROKER_ONLY_DEFS.iter().map(|d| {
@@ -706,6 +712,7 @@ pub fn describe_broker(broker: &BrokerDefaults<'_>) -> Vec<Described> {
             config_type: d.config_type,
             doc: d.doc,
             synonyms,
+            sensitive: false,
         }
     });
     topic_defaults.chain(broker_only).collect()
@@ -735,6 +742,7 @@ pub fn describe_cluster_default(broker: &BrokerDefaults<'_>) -> Vec<Described> {
                     value.clone(),
                     ConfigSource::DynamicDefaultBrokerConfig,
                 )],
+                sensitive: false,
             })
         })
         .collect()
@@ -872,8 +880,12 @@ mod tests {
             .message
             .contains("log.retention.ms"));
         bad.clear();
-        bad.insert("num.partitions".to_string(), "3".to_string());
+        // Kafka's other keys parse as Kafka parses them (which of them may change while
+        // running is the edge's check).
+        bad.insert("num.partitions".to_string(), "three".to_string());
         assert!(check_broker_layer(&bad).is_err());
+        bad.insert("num.partitions".to_string(), "3".to_string());
+        assert!(check_broker_layer(&bad).is_ok());
         assert!(check_broker_layer(&cluster).is_ok());
     }
 

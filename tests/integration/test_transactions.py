@@ -7,7 +7,8 @@ read_committed consumers (confluent-kafka):
   goes on once it commits; ListOffsets answers the LSO for read_committed;
 - a second producer with the same transactional id fences the first (zombie fencing);
 - a transaction its producer abandons is aborted by the coordinator after
-  ``transaction.timeout.ms``, so the LSO moves on;
+  ``transaction.timeout.ms``, so the LSO moves on; the client's own abort afterwards (and
+  one of a transaction the coordinator never saw) is answered as Kafka answers it;
 - the coordinator's state survives a restart: a transaction committed before it is still
   committed, and an abandoned one is aborted after it;
 - DescribeTransactions and ListTransactions report what the coordinator holds;
@@ -167,6 +168,20 @@ def test_an_abandoned_transaction_times_out(broker_factory):
     wait_until(lambda: lso(b.bootstrap, topic) == 2, 15, "the coordinator to abort the transaction")
     assert read_values(b.bootstrap, topic, "read_committed", wait=2.0) == []
     assert read_values(b.bootstrap, topic, "read_uncommitted", expect=1) == [b"abandoned"]
+
+
+def test_an_abort_after_a_partition_is_answered_as_kafka_answers_it(broker_factory):
+    """The states a network partition leaves a transaction in (nothing reached the
+    coordinator; the coordinator aborted it when it timed out), and a client's abort then:
+    answered as Apache Kafka 4.4 answers it (benches/txn_abort_against_kafka.py measured
+    both side by side). Under transaction version 2 the abort of a transaction the
+    coordinator already aborted is answered so that the client goes on, under the epoch the
+    coordinator's abort took (one bump, not two: the client's epoch must be the last)."""
+    import txn_abort_states
+    b = broker_factory.start(extra_args=ABORT_CHECK_ARGS)
+    create(b.bootstrap, "abort-states")
+    answers = txn_abort_states.abort_answers(b.bootstrap, "abort-states", "it", wait_s=3.0)
+    assert answers == txn_abort_states.KAFKA_ANSWERS
 
 
 def test_the_coordinator_state_survives_a_restart(broker_factory):

@@ -32,6 +32,7 @@
 
 use super::Ctx;
 use crate::kafka::error_code;
+use corelog_shards::kafka_broker_keys;
 use corelog_shards::mesh::{AdminChange, ConfigOp, ConfigOps, TopicConfigChange};
 use corelog_shards::topic_config::{self, ConfigSource, ConfigType, Described};
 use kafka_protocol::messages::describe_configs_response::{
@@ -175,6 +176,7 @@ pub(super) fn group_configs(
                 config_type: *config_type,
                 doc,
                 synonyms,
+                sensitive: false,
             }
         })
         .collect()
@@ -207,6 +209,7 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
             source,
             config_type,
             doc,
+            sensitive: false,
         }
     };
     // Kafka's broker.rack: null by default (listed, with no synonym), else the start-up
@@ -226,6 +229,7 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
             config_type: ConfigType::String,
             doc: "the rack of this broker: replicas of a partition spread over racks",
             synonyms: Vec::new(),
+            sensitive: false,
         },
     };
     vec![
@@ -323,6 +327,13 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
             "partitions of __consumer_offsets",
         ),
         entry(
+            "sasl.server.max.receive.size",
+            c.limits.sasl_server_max_receive_size.to_string(),
+            Some("524288"),
+            ConfigType::Int,
+            "largest request accepted before a connection has authenticated",
+        ),
+        entry(
             "log.retention.check.interval.ms",
             c.retention_check_interval_ms.to_string(),
             Some("300000"),
@@ -330,6 +341,57 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
             "how often retention and compaction look for work",
         ),
     ]
+}
+
+/// The broker-wide security settings Kafka lists (read-only: corelog reads them at
+/// start): each one set, and the unset ones whose corelog default is Kafka's (clients
+/// read `connections.max.reauth.ms` here to plan re-authentication). Secrets are
+/// described without their values.
+pub(super) fn security_configs(ctx: &Ctx) -> Vec<Described> {
+    const SAME_DEFAULT: &[&str] = &[
+        "connections.max.reauth.ms",
+        "connection.failed.authentication.delay.ms",
+        "ssl.client.auth",
+        "ssl.enabled.protocols",
+        "ssl.endpoint.identification.algorithm",
+        "ssl.principal.mapping.rules",
+        "sasl.oauthbearer.clock.skew.seconds",
+        "sasl.oauthbearer.jwks.endpoint.refresh.ms",
+        "sasl.oauthbearer.scope.claim.name",
+        "sasl.oauthbearer.sub.claim.name",
+    ];
+    crate::security_config::KEYS
+        .iter()
+        .filter_map(|name| {
+            let key = kafka_broker_keys::lookup(name)?;
+            let (value, source) = match ctx.config.kafka.security.get(*name) {
+                Some(v) => (v.clone(), ConfigSource::StaticBrokerConfig),
+                None if SAME_DEFAULT.contains(name) => {
+                    (key.default?.to_string(), ConfigSource::DefaultConfig)
+                }
+                // A secret is listed, set or not, with no value.
+                None if key.sensitive() => (String::new(), ConfigSource::DefaultConfig),
+                None => return None,
+            };
+            let set = source == ConfigSource::StaticBrokerConfig;
+            let mut synonyms = Vec::with_capacity(2);
+            if set || !key.sensitive() {
+                synonyms.push((name.to_string(), value.clone(), source));
+            }
+            if let (true, Some(d)) = (set, key.default) {
+                synonyms.push((name.to_string(), d.to_string(), ConfigSource::DefaultConfig));
+            }
+            Some(Described {
+                name: name.to_string(),
+                value: Some(value),
+                source,
+                config_type: key.config_type,
+                doc: "a security setting, read at start (see docs/security.md)",
+                synonyms,
+                sensitive: key.sensitive(),
+            })
+        })
+        .collect()
 }
 
 pub(super) fn encode_entry(
@@ -343,7 +405,10 @@ pub(super) fn encode_entry(
     out.value = d.value.clone().map(s);
     out.read_only = read_only;
     out.config_source = d.source as i8;
-    out.is_sensitive = false;
+    out.is_sensitive = d.sensitive;
+    if d.sensitive {
+        out.value = None;
+    }
     if req.include_synonyms {
         out.synonyms = d
             .synonyms
@@ -351,7 +416,7 @@ pub(super) fn encode_entry(
             .map(|(name, value, source)| {
                 let mut syn = DescribeConfigsSynonym::default();
                 syn.name = s(name.clone());
-                syn.value = Some(s(value.clone()));
+                syn.value = (!d.sensitive).then(|| s(value.clone()));
                 syn.source = *source as i8;
                 syn
             })
@@ -393,44 +458,65 @@ pub(super) fn op_keys(ops: &ConfigOps) -> Vec<&str> {
     }
 }
 
-/// Sorts the keys of a broker change: static ones are INVALID_REQUEST (Kafka's wording),
-/// unknown ones INVALID_CONFIG unless only deleted; the dynamic ones go on.
-pub(super) fn check_broker_keys(ctx: &Ctx, ops: &ConfigOps) -> Result<(), (ResponseError, String)> {
-    let keys = op_keys(ops);
-    let fixed: Vec<String> = static_broker_configs(ctx)
-        .into_iter()
-        .map(|d| d.name)
-        .filter(|n| keys.contains(&n.as_str()))
-        .collect();
-    if !fixed.is_empty() {
-        return Err((
-            ResponseError::InvalidRequest,
-            format!(
-                "Cannot update these configs dynamically: Set({})",
-                fixed.join(", ")
-            ),
-        ));
-    }
-    // Deleting an unknown key changes nothing and is accepted, as KRaft does
-    // (`kafka-reassign-partitions --verify` deletes throttle keys of every kind).
-    let set_keys: Vec<&str> = match ops {
+/// Kafka's checks on a broker change, for the keys corelog does not change while running
+/// (`kafka_broker_keys::check_update`: its own start-up keys and Kafka's read-only ones
+/// are refused, values of Kafka's other keys must parse, per-broker keys need a broker
+/// id), as INVALID_REQUEST; APPEND/SUBTRACT of a key outside every vocabulary is
+/// INVALID_CONFIG, as Kafka answers it. The topic defaults and broker-only keys go on to
+/// the admin shard, which checks them.
+pub(super) fn check_broker_keys(
+    ctx: &Ctx,
+    resource: &str,
+    ops: &ConfigOps,
+) -> Result<(), (ResponseError, String)> {
+    let acted_dynamically = |k: &str| {
+        topic_config::def_by_broker_name(k).is_some() || topic_config::broker_only_def(k).is_some()
+    };
+    let changes: Vec<(&str, Option<&str>)> = match ops {
+        ConfigOps::Replace(pairs) => pairs
+            .iter()
+            .map(|(k, v)| (k.as_str(), Some(v.as_str())))
+            .collect(),
         ConfigOps::Incremental(list) => list
             .iter()
-            .filter(|op| !matches!(op, ConfigOp::Delete(_)))
-            .map(ConfigOp::key)
+            .map(|op| match op {
+                ConfigOp::Delete(k) => (k.as_str(), None),
+                ConfigOp::Set(k, v) | ConfigOp::Append(k, v) | ConfigOp::Subtract(k, v) => {
+                    (k.as_str(), Some(v.as_str()))
+                }
+            })
             .collect(),
-        ConfigOps::Replace(_) => keys,
     };
-    match set_keys
-        .iter()
-        .find(|k| !topic_config::is_dynamic_broker_key(k))
-    {
-        Some(k) => Err((
-            ResponseError::InvalidConfig,
-            format!("Unknown broker config name: {k}"),
-        )),
-        None => Ok(()),
+    let static_names: Vec<String> = static_broker_configs(ctx)
+        .into_iter()
+        .map(|d| d.name)
+        .collect();
+    let read_at_start =
+        |k: &str| ctx.config.kafka.read_at_start(k) || static_names.iter().any(|n| n == k);
+    // Deleting a key that changes only at start is a no-op Kafka accepts
+    // (`kafka-reassign-partitions --verify` deletes throttle keys of every kind).
+    kafka_broker_keys::check_update(
+        changes
+            .iter()
+            .copied()
+            .filter(|(k, v)| !acted_dynamically(k) && v.is_some()),
+        resource.is_empty(),
+        read_at_start,
+    )
+    .map_err(|r| (ResponseError::InvalidRequest, r.0))?;
+    if let ConfigOps::Incremental(list) = ops {
+        for op in list {
+            if let ConfigOp::Append(k, _) | ConfigOp::Subtract(k, _) = op {
+                if !acted_dynamically(k) && kafka_broker_keys::lookup(k).is_none() {
+                    return Err((
+                        ResponseError::InvalidConfig,
+                        format!("Unknown config name: {k}"),
+                    ));
+                }
+            }
+        }
     }
+    Ok(())
 }
 
 /// Kafka's check on a config resource: `op` (DESCRIBE_CONFIGS, ALTER_CONFIGS) on the
@@ -509,7 +595,7 @@ pub(super) fn check_resource(
                         .iter()
                         .all(|k| *k == corelog_controller::image::DECOMMISSION_KEY)) =>
         {
-            check_broker_keys(ctx, &ops)?;
+            check_broker_keys(ctx, name, &ops)?;
             Ok(Change::Broker {
                 resource: name.to_string(),
                 ops,

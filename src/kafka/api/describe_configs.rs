@@ -2,13 +2,14 @@
 //! synonyms (v1+) and documentation (v3+); see `config_resources`.
 
 use super::config_resources::{
-    encode_entry, group_configs, s, static_broker_configs, RESOURCE_BROKER, RESOURCE_GROUP,
-    RESOURCE_TOPIC,
+    encode_entry, group_configs, s, security_configs, static_broker_configs, RESOURCE_BROKER,
+    RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 use super::handler::{Call, Handler};
 use super::Ctx;
 use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
+use corelog_shards::other_broker_configs;
 use corelog_shards::topic_config::{self, Described};
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
 use kafka_protocol::messages::{ApiKey, DescribeConfigsRequest, DescribeConfigsResponse};
@@ -55,56 +56,85 @@ impl Handler for DescribeConfigs {
                     format!("resource {name} is named more than once"),
                 ))
             };
-            let described: Result<Vec<(Described, bool)>, (ResponseError, String)> =
-                match res.resource_type {
-                    _ if checked.is_err() => checked.map(|()| Vec::new()),
-                    RESOURCE_TOPIC => match meta.topic(name) {
-                        Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
-                            .into_iter()
-                            .map(|d| (d, false))
-                            .collect()),
-                        None => Err((
-                            ResponseError::UnknownTopicOrPartition,
-                            format!("topic {name} does not exist"),
-                        )),
-                    },
-                    RESOURCE_BROKER if name.is_empty() => {
-                        Ok(topic_config::describe_cluster_default(&broker_defaults)
-                            .into_iter()
-                            .map(|d| (d, false))
-                            .collect())
-                    }
-                    RESOURCE_BROKER if name == ctx.config.node_id.to_string() => {
-                        let dynamic = topic_config::describe_broker(&broker_defaults)
-                            .into_iter()
-                            .map(|d| (d, false));
-                        let fixed = static_broker_configs(ctx).into_iter().map(|d| (d, true));
-                        Ok(dynamic.chain(fixed).collect())
-                    }
-                    RESOURCE_BROKER => Err((
-                        ResponseError::InvalidRequest,
-                        format!("broker {name} is not this node ({})", ctx.config.node_id),
-                    )),
-                    RESOURCE_GROUP if name.is_empty() => Err((
-                        ResponseError::InvalidRequest,
-                        "group name must not be empty".to_string(),
-                    )),
-                    RESOURCE_GROUP => {
-                        let meta = ctx.shard.metadata.snapshot();
-                        Ok(group_configs(
-                            &ctx.config.groups,
-                            ctx.config.share_leader.delivery(),
-                            meta.group_configs.get(name),
-                        )
+            let described: Result<Vec<(Described, bool)>, (ResponseError, String)> = match res
+                .resource_type
+            {
+                _ if checked.is_err() => checked.map(|()| Vec::new()),
+                RESOURCE_TOPIC => match meta.topic(name) {
+                    Some(t) => Ok(topic_config::describe_topic(&broker_defaults, &t.configs)
                         .into_iter()
                         .map(|d| (d, false))
-                        .collect())
-                    }
-                    other => Err((
-                        ResponseError::InvalidRequest,
-                        format!("resource type {other} is not supported"),
+                        .collect()),
+                    None => Err((
+                        ResponseError::UnknownTopicOrPartition,
+                        format!("topic {name} does not exist"),
                     )),
-                };
+                },
+                RESOURCE_BROKER if name.is_empty() => {
+                    let own = topic_config::describe_cluster_default(&broker_defaults);
+                    let named: HashSet<String> = own.iter().map(|d| d.name.clone()).collect();
+                    let others =
+                        other_broker_configs::describe_cluster_default(&broker_defaults, |n| {
+                            named.contains(n)
+                        });
+                    Ok(own.into_iter().chain(others).map(|d| (d, false)).collect())
+                }
+                RESOURCE_BROKER if name == ctx.config.node_id.to_string() => {
+                    // corelog's own keys (dynamic, then read at start), then the
+                    // rest of Kafka's vocabulary and whatever else was stored.
+                    let mut own: Vec<(Described, bool)> =
+                        topic_config::describe_broker(&broker_defaults)
+                            .into_iter()
+                            .map(|d| (d, false))
+                            .collect();
+                    own.extend(
+                        static_broker_configs(ctx)
+                            .into_iter()
+                            .chain(security_configs(ctx))
+                            .map(|d| (d, true)),
+                    );
+                    let named: HashSet<String> = own.iter().map(|(d, _)| d.name.clone()).collect();
+                    // corelog's other start-up keys as the file gave them by
+                    // Kafka's names.
+                    let kafka = &ctx.config.kafka;
+                    let mut given = kafka.not_acted_on.clone();
+                    given.extend(kafka.given.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    let others = other_broker_configs::describe_broker(
+                        &broker_defaults,
+                        &given,
+                        |n| {
+                            named.contains(n)
+                                || (kafka.read_at_start(n) && !kafka.given.contains_key(n))
+                        },
+                        |n| kafka.read_at_start(n),
+                    );
+                    own.extend(others);
+                    Ok(own)
+                }
+                RESOURCE_BROKER => Err((
+                    ResponseError::InvalidRequest,
+                    format!("broker {name} is not this node ({})", ctx.config.node_id),
+                )),
+                RESOURCE_GROUP if name.is_empty() => Err((
+                    ResponseError::InvalidRequest,
+                    "group name must not be empty".to_string(),
+                )),
+                RESOURCE_GROUP => {
+                    let meta = ctx.shard.metadata.snapshot();
+                    Ok(group_configs(
+                        &ctx.config.groups,
+                        ctx.config.share_leader.delivery(),
+                        meta.group_configs.get(name),
+                    )
+                    .into_iter()
+                    .map(|d| (d, false))
+                    .collect())
+                }
+                other => Err((
+                    ResponseError::InvalidRequest,
+                    format!("resource type {other} is not supported"),
+                )),
+            };
             match described {
                 Ok(all) => {
                     out.configs = all
