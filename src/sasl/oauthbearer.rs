@@ -481,7 +481,7 @@ impl JwksFile {
 /// Kafka's unsecured development tokens where the operator names that handler.
 #[derive(Debug)]
 pub enum Validator {
-    Signed(SignedValidator),
+    Signed(Box<SignedValidator>),
     Unsecured(UnsecuredValidator),
 }
 
@@ -503,9 +503,9 @@ impl Validator {
             .map(str::trim)
             .filter(|c| !c.is_empty());
         match handler {
-            None => SignedValidator::from_config(sec, listener).map(Validator::Signed),
+            None => SignedValidator::from_config(sec, listener).map(|v| Validator::Signed(Box::new(v))),
             Some(c) if SIGNED_HANDLER_CLASSES.contains(&c) => {
-                SignedValidator::from_config(sec, listener).map(Validator::Signed)
+                SignedValidator::from_config(sec, listener).map(|v| Validator::Signed(Box::new(v)))
             }
             Some(c) if c == crate::sasl::unsecured_jwt::HANDLER_CLASS => {
                 let options = match sec.get(listener, "oauthbearer.sasl.jaas.config") {
