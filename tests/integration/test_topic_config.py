@@ -151,7 +151,7 @@ def test_every_kafka_broker_config_is_taken_and_described_as_kafka_does(broker_f
     d = describe()
     # Kafka's vocabulary (350 keys in 4.4), less corelog's own start-up settings that
     # were not given by their Kafka names (described where set).
-    assert len(d) >= 270, len(d)
+    assert len(d) >= 290, len(d)
     threads = d["num.network.threads"]
     assert (threads.value, threads.source, threads.is_read_only) == (
         "8", ConfigSource.STATIC_BROKER_CONFIG.value, False), threads
@@ -159,6 +159,9 @@ def test_every_kafka_broker_config_is_taken_and_described_as_kafka_does(broker_f
     assert (reauth.value, reauth.source, reauth.is_read_only) == (
         "600000", ConfigSource.STATIC_BROKER_CONFIG.value, True), reauth
     assert d["connection.failed.authentication.delay.ms"].value == "100"
+    assert d["ssl.client.auth"].value == "none"
+    unset = d["sasl.enabled.mechanisms"]  # listed as Kafka lists a key it has no value for
+    assert (unset.value, unset.is_read_only, unset.is_sensitive) == (None, True, False), unset
     assert d["sasl.server.max.receive.size"].value == "524288"
     io = d["num.io.threads"]
     assert (io.value, io.source) == ("8", ConfigSource.DEFAULT_CONFIG.value), io

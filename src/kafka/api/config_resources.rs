@@ -344,9 +344,9 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
 }
 
 /// The broker-wide security settings Kafka lists (read-only: corelog reads them at
-/// start): each one set, and the unset ones whose corelog default is Kafka's (clients
-/// read `connections.max.reauth.ms` here to plan re-authentication). Secrets are
-/// described without their values.
+/// start): each one set, the unset ones whose corelog default is Kafka's with that
+/// default (clients read `connections.max.reauth.ms` here to plan re-authentication),
+/// the other unset ones null. Secrets are described without their values.
 pub(super) fn security_configs(ctx: &Ctx) -> Vec<Described> {
     const SAME_DEFAULT: &[&str] = &[
         "connections.max.reauth.ms",
@@ -369,13 +369,14 @@ pub(super) fn security_configs(ctx: &Ctx) -> Vec<Described> {
                 None if SAME_DEFAULT.contains(name) => {
                     (key.default?.to_string(), ConfigSource::DefaultConfig)
                 }
-                // A secret is listed, set or not, with no value.
-                None if key.sensitive() => (String::new(), ConfigSource::DefaultConfig),
-                None => return None,
+                // Unset, with another default than Kafka's (or none): listed as Kafka lists
+                // an unset key with no default, null; so is a secret, set or not.
+                None => (String::new(), ConfigSource::DefaultConfig),
             };
             let set = source == ConfigSource::StaticBrokerConfig;
+            let unset = !set && !SAME_DEFAULT.contains(name);
             let mut synonyms = Vec::with_capacity(2);
-            if set || !key.sensitive() {
+            if set || !(key.sensitive() || unset) {
                 synonyms.push((name.to_string(), value.clone(), source));
             }
             if let (true, Some(d)) = (set, key.default) {
@@ -383,10 +384,10 @@ pub(super) fn security_configs(ctx: &Ctx) -> Vec<Described> {
             }
             Some(Described {
                 name: name.to_string(),
-                value: Some(value),
+                value: (!unset).then_some(value),
                 source,
                 config_type: key.config_type,
-                doc: "a security setting, read at start (see docs/security.md)",
+                doc: "a security setting, read at start (README \"Security\")",
                 synonyms,
                 sensitive: key.sensitive(),
             })
