@@ -1490,6 +1490,7 @@ impl BrokerConfig {
             );
         }
         let controller_listener = controller_names.into_iter().next();
+        let controller_listener_name = controller_listener.clone();
         let (listeners, inter_broker_listener, controller_bind) =
             served_listeners(&a, &security, controller_listener.as_deref())?;
         let (advertise_host, advertise_port) = listeners
@@ -1703,7 +1704,13 @@ impl BrokerConfig {
             socket_request_max_bytes,
             log,
             limits: limits_config,
-            kafka: KafkaSettings::new(file_takes, security_values, not_acted_on, &file_table),
+            kafka: KafkaSettings::new(
+                file_takes,
+                security_values,
+                not_acted_on,
+                &file_table,
+                controller_listener_name,
+            ),
         })
     }
 }

@@ -25,6 +25,8 @@ pub struct KafkaSettings {
     pub not_acted_on: BTreeMap<String, String>,
     /// Kafka's keys corelog reads at start, as the file gave them by Kafka's names.
     pub given: BTreeMap<String, String>,
+    /// `controller.listener.names` as resolved (the one listener of the controller port).
+    pub controller_listener: Option<String>,
     /// The broker-wide security settings given at start, for DescribeConfigs (secrets are
     /// described without their values, so they may be here).
     pub security: BTreeMap<String, String>,
@@ -39,6 +41,7 @@ impl KafkaSettings {
         security: BTreeMap<String, String>,
         not_acted_on: BTreeMap<String, String>,
         file: &toml::Table,
+        controller_listener: Option<String>,
     ) -> KafkaSettings {
         let read_at_start: BTreeSet<&'static str> = kafka_broker_keys::all()
             .iter()
@@ -65,6 +68,7 @@ impl KafkaSettings {
             read_at_start,
             not_acted_on,
             given,
+            controller_listener,
             security,
         }
     }
@@ -128,6 +132,7 @@ mod tests {
             BTreeMap::new(),
             BTreeMap::new(),
             &toml::Table::new(),
+            None,
         );
         for own in [
             "num.partitions",

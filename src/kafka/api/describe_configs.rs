@@ -6,9 +6,11 @@ use super::config_resources::{
     RESOURCE_GROUP, RESOURCE_TOPIC,
 };
 use super::handler::{Call, Handler};
+use super::startup_configs;
 use super::Ctx;
 use crate::kafka::access::{Access, Op};
 use crate::kafka::frame::FrameError;
+use corelog_shards::kafka_broker_keys;
 use corelog_shards::other_broker_configs;
 use corelog_shards::topic_config::{self, Described};
 use kafka_protocol::messages::describe_configs_response::DescribeConfigsResult;
@@ -94,17 +96,39 @@ impl Handler for DescribeConfigs {
                             .map(|d| (d, true)),
                     );
                     let named: HashSet<String> = own.iter().map(|(d, _)| d.name.clone()).collect();
-                    // corelog's other start-up keys as the file gave them by
-                    // Kafka's names.
+                    // corelog's other start-up keys with the values they took
+                    // (STATIC where given in the file, or other than Kafka's default),
+                    // then Kafka's keys it does not act on, and whatever else is stored.
                     let kafka = &ctx.config.kafka;
                     let mut given = kafka.not_acted_on.clone();
-                    given.extend(kafka.given.iter().map(|(k, v)| (k.clone(), v.clone())));
+                    for key in kafka_broker_keys::all() {
+                        let name = key.name;
+                        if named.contains(name) || !kafka.read_at_start(name) {
+                            continue;
+                        }
+                        let value = kafka
+                            .given
+                            .get(name)
+                            .cloned()
+                            .or_else(|| startup_configs::value_of(&ctx.config, name));
+                        match value {
+                            Some(v)
+                                if kafka.given.contains_key(name)
+                                    || key.default != Some(v.as_str()) =>
+                            {
+                                given.insert(name.to_string(), v);
+                            }
+                            _ => {}
+                        }
+                    }
                     let others = other_broker_configs::describe_broker(
                         &broker_defaults,
                         &given,
                         |n| {
                             named.contains(n)
-                                || (kafka.read_at_start(n) && !kafka.given.contains_key(n))
+                                || (kafka.read_at_start(n)
+                                    && !given.contains_key(n)
+                                    && startup_configs::value_of(&ctx.config, n).is_none())
                         },
                         |n| kafka.read_at_start(n),
                     );

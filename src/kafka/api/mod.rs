@@ -85,6 +85,7 @@ pub mod share_group_describe;
 pub mod share_group_heartbeat;
 pub mod share_session;
 pub mod share_state_routing;
+pub mod startup_configs;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod txn_routing;
