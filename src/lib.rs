@@ -9,6 +9,15 @@
 //! nothing below it depends on it. It is a library so that benchmarks reach the hot paths
 //! (request decode, response framing) directly.
 
+/// What `corelog --version` prints and the start-up log names: the package version and
+/// the commit it was built from (`build.rs`).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("CORELOG_COMMIT"),
+    ")"
+);
+
 pub mod admin;
 pub mod cluster;
 pub mod config;

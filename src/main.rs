@@ -8,7 +8,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 #[derive(Parser)]
-#[command(name = "corelog", version, about = "A Kafka-compatible message broker")]
+#[command(
+    name = "corelog",
+    version = corelog::VERSION,
+    about = "A Kafka-compatible message broker"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -345,7 +345,7 @@ async fn shard_main(
             .iter()
             .map(|l| format!("{}://{}", l.name, l.bind))
             .collect();
-        tracing::info!(listeners = listeners.join(","), shards = n, data_dir = %config.data_dir.display(), "corelog is serving");
+        tracing::info!(version = crate::VERSION, listeners = listeners.join(","), shards = n, data_dir = %config.data_dir.display(), "corelog is serving");
     }
     futures::future::join_all(bound.into_iter().map(|(ctx, listener)| {
         crate::net::listener::accept_loop(

@@ -57,3 +57,25 @@ def test_readme_quick_start_in_a_fresh_directory_with_the_default_data_dir():
     finally:
         stop_all([b])
         shutil.rmtree(workdir, ignore_errors=True)
+
+
+def test_version_names_the_release_and_the_commit():
+    """`corelog --version` names the package version and the commit it was built from
+    (one of this checkout's, when the broker was built from it)."""
+    import re
+
+    from launcher import corelog_bin
+    out = subprocess.run([str(corelog_bin()), "--version"], capture_output=True, text=True,
+                         timeout=30, check=True).stdout.strip()
+    m = re.fullmatch(r"corelog (\d+\.\d+\.\d+) \(commit ([0-9a-f]{12}|unknown)\)", out)
+    assert m, out
+    root = Path(__file__).resolve().parents[2]
+    version = re.search(r'^version = "([^"]+)"', (root / "Cargo.toml").read_text(), re.M)
+    assert m.group(1) == version.group(1)
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                          capture_output=True, text=True)
+    if head.returncode == 0 and m.group(2) != "unknown":
+        # A binary built before the last commit names the commit it was built from.
+        built = subprocess.run(["git", "-C", str(root), "merge-base", "--is-ancestor",
+                                m.group(2), "HEAD"])
+        assert built.returncode == 0, f"{m.group(2)} is not a commit of this checkout"
