@@ -39,6 +39,7 @@ pub mod rate_limited_log;
 pub mod sasl;
 pub mod security_config;
 pub mod server;
+pub mod service_notify;
 pub mod session;
 pub mod share_session;
 pub mod tls_config;

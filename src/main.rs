@@ -185,6 +185,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let data_dir = Arc::new(corelog_shards::storage_context::DataDir::new(
         faults.clone(),
     ));
+    corelog::service_notify::spawn(life.clone(), config.shards, queries.clone());
     let _http = http::spawn(config.http, life.clone(), config.shards, queries, faults)?;
     let result = server::run(config, life, query_rx, data_dir);
     match &result {
