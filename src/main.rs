@@ -168,6 +168,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
             .spawn(move || loop {
                 if flag.load(Ordering::Acquire) {
                     tracing::info!("shutting down");
+                    corelog::service_notify::stopping();
                     life.stop.store(true, Ordering::Release);
                     return;
                 }

@@ -35,7 +35,33 @@ pub fn spawn(life: Arc<Lifecycle>, shards: usize, queries: mpsc::Sender<MetricsQ
     }
 }
 
+/// Serialises the sends, so that nothing follows STOPPING=1.
+static SENT_STOPPING: std::sync::Mutex<bool> = std::sync::Mutex::new(false);
+
+/// Tells the service manager the stop begins: called by the signal handler's thread
+/// before the shards are told, so it is sent before the process can exit.
+pub fn stopping() {
+    if std::env::var_os("NOTIFY_SOCKET").is_none() {
+        return;
+    }
+    let mut sent = SENT_STOPPING.lock().unwrap_or_else(|e| e.into_inner());
+    if !*sent {
+        *sent = true;
+        send_now(&[
+            NotifyState::Stopping,
+            NotifyState::Status("stopping: moving leadership away, then closing"),
+        ]);
+    }
+}
+
 fn send(state: &[NotifyState<'_>]) {
+    let sent = SENT_STOPPING.lock().unwrap_or_else(|e| e.into_inner());
+    if !*sent {
+        send_now(state);
+    }
+}
+
+fn send_now(state: &[NotifyState<'_>]) {
     if let Err(e) = sd_notify::notify(false, state) {
         tracing::warn!(error = %e, "telling the service manager failed");
     }
@@ -51,10 +77,7 @@ fn run(
     let mut fed = Instant::now();
     loop {
         if life.stop.load(Ordering::Acquire) || life.failed.load(Ordering::Acquire) {
-            send(&[
-                NotifyState::Stopping,
-                NotifyState::Status("stopping: moving leadership away, then closing"),
-            ]);
+            stopping();
             return;
         }
         if !ready && life.ready(shards) {
