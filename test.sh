@@ -68,6 +68,9 @@ command -v go >/dev/null 2>&1 || { log "installing Go"; apt_install golang-go; }
 command -v openssl >/dev/null 2>&1 || { log "installing openssl"; apt_install openssl; }
 # The full-disk test makes an ext4 image of its own and loop-mounts it.
 command -v mkfs.ext4 >/dev/null 2>&1 || { log "installing e2fsprogs"; apt_install e2fsprogs; }
+# The package test builds the .deb (dpkg-dev, binutils) and verifies its unit (systemd).
+command -v dpkg-shlibdeps >/dev/null 2>&1 || { log "installing dpkg-dev"; apt_install dpkg-dev binutils; }
+command -v systemd-analyze >/dev/null 2>&1 || { log "installing systemd-analyze"; apt_install systemd; }
 # The histogram page's test renders it in a headless browser.
 command -v chromium-headless-shell >/dev/null 2>&1 \
     || { log "installing a headless browser"; apt_install chromium-headless-shell; }
