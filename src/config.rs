@@ -1014,7 +1014,7 @@ pub struct ServedListener {
     pub sasl: Option<crate::sasl::SaslListener>,
 }
 
-/// This broker's place in the cluster (README "A cluster").
+/// This broker's place in the cluster (docs/cluster.md).
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
     pub controller_listen: String,
@@ -1339,7 +1339,7 @@ fn parse_voters(list: &str) -> anyhow::Result<std::collections::BTreeMap<i32, St
     Ok(voters)
 }
 
-/// Connection and memory limits (README "Limits"; `net/connection_limits.rs`,
+/// Connection and memory limits (docs/quotas-and-limits.md, "Limits"; `net/connection_limits.rs`,
 /// `net/request_memory.rs`, `storage/src/tail_cache.rs`).
 #[derive(Debug, Clone)]
 pub struct LimitsConfig {

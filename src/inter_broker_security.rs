@@ -118,8 +118,8 @@ pub fn controller_port(
 /// that reaches it — any local user, loopback being no boundary between the users of
 /// one host — could commit any metadata change (ACLs, topics, SCRAM users).
 ///
-/// A quorum of this node alone (a single secured broker, as the README's security
-/// section starts one) needs no peer: the port takes SASL PLAIN with a secret drawn at
+/// A quorum of this node alone (a single secured broker, as the quickstart of
+/// docs/security.md starts one) needs no peer: the port takes SASL PLAIN with a secret drawn at
 /// start and known to this process only, so it keeps its zero-configuration start and
 /// nothing else gets in. A quorum with other members needs credentials they share:
 /// refused, with what to set. `voters` is the quorum (node id to address).
@@ -132,7 +132,7 @@ pub fn unconfigured_controller_port(
         return Ok(PortSecurity::default());
     }
     if voters.len() != 1 || !voters.contains_key(&node_id) {
-        bail!("the controller port needs the cluster's credentials: the broker's listeners or ACLs are secured and its controller quorum has other members, so set controller.listener.names (e.g. CONTROLLER), map it in listener.security.protocol.map (e.g. CONTROLLER:SASL_SSL) and give listener.name.controller.* its TLS and PLAIN settings (docs: README \"Security\", the controller port)");
+        bail!("the controller port needs the cluster's credentials: the broker's listeners or ACLs are secured and its controller quorum has other members, so set controller.listener.names (e.g. CONTROLLER), map it in listener.security.protocol.map (e.g. CONTROLLER:SASL_SSL) and give listener.name.controller.* its TLS and PLAIN settings (docs/security.md, \"A secured cluster\")");
     }
     let secret = local_secret()?;
     let expected = (LOCAL_CONTROLLER_USER.to_string(), secret.clone());

@@ -259,7 +259,7 @@ pub fn record_isr_proposal_refused() {
     RECORDER.with(|r| r.borrow_mut().replication.isr_proposals_refused += 1);
 }
 
-/// How often the connection and memory limits were hit (README "Limits").
+/// How often the connection and memory limits were hit (docs/quotas-and-limits.md, "Limits").
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct LimitCounters {
     /// New connections closed because their IP was at `max.connections.per.ip`.

@@ -11,8 +11,8 @@ The expectations are Kafka's: what these tools print against an Apache Kafka 4.4
 Where corelog lacks an API a tool needs, the test fails and its message names what the
 tool sent and what came back (the tool's stderr and the broker's error counters).
 
-The README's "Kafka's CLI tools" section shows commands that these tests run with the same
-arguments (modulo the broker address and topic names).
+docs/clients-and-tools.md's "Kafka's CLI tools" section shows commands that these tests run with the
+same arguments (modulo the broker address and topic names); test_docs.py runs that section itself.
 
 Skipped when there is no ``java``, or no Kafka jars and no ``mvn`` to fetch them
 (``tools/kafka-cli/kafka-cli.sh --fetch``).
@@ -551,7 +551,7 @@ def test_configs_dynamic_broker_config(fresh):
 
 def test_configs_client_quotas(fresh):
     bs = fresh.bootstrap
-    # the spelling README's "Quotas" paragraph shows
+    # the spelling docs/quotas-and-limits.md's "Quotas" section shows
     r = kafka("kafka-configs.sh", "--bootstrap-server", bs, "--alter", "--entity-type", "clients",
               "--entity-name", "greedy", "--add-config", "producer_byte_rate=1048576", broker=fresh)
     assert r.lines == ["Completed updating config for client greedy."], r.why()

@@ -1,4 +1,4 @@
-"""Limits and back-pressure (README "Limits").
+"""Limits and back-pressure (docs/quotas-and-limits.md, "Limits").
 
 - A connection flood beyond --max-connections: the broker serves exactly the allowed
   connections; the others wait (connected in the listen backlog, unanswered) and are

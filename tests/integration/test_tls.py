@@ -212,7 +212,7 @@ def test_a_failed_handshake_is_told_at_once_with_kafkas_alerts(broker, pki, tmp_
     """A plaintext client on a TLS port gets a decode_error alert at once (it waited
     10 s for nothing); a client certificate from an unknown CA gets unknown_ca, and a
     version 1 certificate certificate_unknown (rustls accepts X.509 version 3 only, where
-    Kafka's JDK accepts version 1 too: the log and the README say how to reissue one). Each refusal is logged saying what to change."""
+    Kafka's JDK accepts version 1 too: the log and docs/security.md say how to reissue one). Each refusal is logged saying what to change."""
     ca, _, _ = pki
     # The refusals' log lines are rate-limited to one a second: one refusal a second.
     time.sleep(1.1)

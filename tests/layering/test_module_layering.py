@@ -4,7 +4,7 @@ crate depends only on the corelog crates its top-level doc allows.
 A module's imports are the `crate::X` and `super::X` paths in its source (comments and
 `#[cfg(test)] mod tests` left out); a cycle is reported at the level of top-level
 modules and of their children. Cargo already refuses cycles between crates; the crate
-rules below keep the direction the README's Layout section describes."""
+rules below keep the direction docs/architecture.md's Layout section describes."""
 
 from __future__ import annotations
 

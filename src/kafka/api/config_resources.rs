@@ -387,7 +387,7 @@ pub(super) fn security_configs(ctx: &Ctx) -> Vec<Described> {
                 value: (!unset).then_some(value),
                 source,
                 config_type: key.config_type,
-                doc: "a security setting, read at start (README \"Security\")",
+                doc: "a security setting, read at start (docs/security.md)",
                 synonyms,
                 sensitive: key.sensitive(),
             })
