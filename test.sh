@@ -66,6 +66,8 @@ command -v mvn >/dev/null 2>&1 || { log "installing Maven"; apt_install maven; }
 command -v go >/dev/null 2>&1 || { log "installing Go"; apt_install golang-go; }
 # The TLS tests make their own CA and certificates with the openssl command line.
 command -v openssl >/dev/null 2>&1 || { log "installing openssl"; apt_install openssl; }
+# The docs' commands (tests/integration/test_docs.py) ask the brokers' /health with curl.
+command -v curl >/dev/null 2>&1 || { log "installing curl"; apt_install curl; }
 # The full-disk test makes an ext4 image of its own and loop-mounts it.
 command -v mkfs.ext4 >/dev/null 2>&1 || { log "installing e2fsprogs"; apt_install e2fsprogs; }
 # The package test builds the .deb (dpkg-dev, binutils) and verifies its unit (systemd).
