@@ -53,6 +53,7 @@ pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode>
         leader_balance: config.cluster.leader_balance.clone(),
         balancer: config.cluster.balancer.clone(),
         security: config.cluster.controller_security.clone(),
+        features: config.configured_feature_levels(),
     };
     ControllerNode::start(node).map_err(|e| anyhow::anyhow!("starting the controller node: {e}"))
 }
@@ -153,18 +154,22 @@ pub fn import_single_node(
     Ok(())
 }
 
-/// Blocks until this broker is admitted, or `stop` is raised (`false`).
+/// Blocks until this broker is admitted, or `stop` is raised (`false`); an error if it
+/// never can be (`ControllerNode::refusal`).
 pub fn wait_until_admitted(
     node: &ControllerNode,
     metadata: &MetadataStore,
     stop: &AtomicBool,
-) -> bool {
+) -> anyhow::Result<bool> {
     let started = Instant::now();
     let mut said = started;
     let registration = node.registration();
     loop {
         if stop.load(Ordering::Acquire) {
-            return false;
+            return Ok(false);
+        }
+        if let Some(why) = node.refusal() {
+            anyhow::bail!("this broker cannot join the cluster: {why}");
         }
         let epoch = *registration.borrow();
         let image = metadata.snapshot();
@@ -181,7 +186,7 @@ pub fn wait_until_admitted(
                 waited_ms = started.elapsed().as_millis() as u64,
                 "admitted to the cluster"
             );
-            return true;
+            return Ok(true);
         }
         if said.elapsed() >= ADMISSION_LOG_INTERVAL {
             said = Instant::now();

@@ -1412,6 +1412,16 @@ impl LimitsConfig {
 }
 
 impl BrokerConfig {
+    /// The feature levels configured here (`transaction-version`, `share-version`): a new
+    /// cluster is finalized at them, and they are served while a cluster upgraded from a
+    /// release before feature levels has finalized none (`corelog_controller::features`).
+    pub fn configured_feature_levels(&self) -> corelog_controller::features::ConfiguredLevels {
+        corelog_controller::features::ConfiguredLevels {
+            transaction_version: self.txns.transaction_version,
+            share_version: self.share_version,
+        }
+    }
+
     pub fn resolve(flags: ServeArgs) -> anyhow::Result<BrokerConfig> {
         let mut not_acted_on = std::collections::BTreeMap::new();
         let mut file_table = toml::Table::new();
@@ -1792,7 +1802,7 @@ fn consumer_group_config(
 }
 
 /// The highest `share.version` served (KIP-932 as Kafka 4.2 finalized it).
-pub const SHARE_VERSION_MAX: i16 = 1;
+pub const SHARE_VERSION_MAX: i16 = corelog_controller::features::SHARE_VERSION_MAX;
 
 /// The share partitions' settings (`group.share.*` of records), checked as Kafka checks
 /// them, except that a lock may be as short as 100 ms (tests of redelivery).

@@ -94,9 +94,16 @@ pub fn run(
         let metadata = metadata.clone();
         node.on_publish(move |image| metadata.publish(image));
     }
-    if !crate::cluster::wait_until_admitted(&node, &metadata, &life.stop) {
-        node.shutdown();
-        return Ok(());
+    match crate::cluster::wait_until_admitted(&node, &metadata, &life.stop) {
+        Ok(true) => {}
+        Ok(false) => {
+            node.shutdown();
+            return Ok(());
+        }
+        Err(e) => {
+            node.shutdown();
+            return Err(e);
+        }
     }
     if let Err(e) = crate::cluster::import_single_node(&config, &node, &metadata) {
         node.shutdown();

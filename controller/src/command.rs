@@ -18,6 +18,10 @@ pub enum Command {
     /// The cluster's id, proposed by the first leader; ignored once one is set.
     InitCluster {
         cluster_id: String,
+        /// The levels the new cluster is finalized at (the first leader's configuration);
+        /// absent from logs of releases before feature levels.
+        #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+        features: crate::features::FeatureLevels,
     },
     /// A broker (re)starting: a new incarnation replaces the old registration and starts
     /// fenced; the same incarnation again (a retried request) changes nothing.
@@ -30,6 +34,10 @@ pub enum Command {
         listeners: Vec<ListenerEndpoint>,
         controller_addr: String,
         rack: Option<String>,
+        /// The feature levels its release supports; absent from releases before feature
+        /// levels.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        supported_features: Option<crate::features::FeatureRanges>,
     },
     /// The broker missed its heartbeats: it leads nothing until unfenced.
     FenceBroker {
@@ -120,6 +128,13 @@ pub enum Command {
     AllocateProducerIds {
         broker: i32,
         epoch: u64,
+    },
+    /// Kafka's UpdateFeatures: the finalized feature levels change as `updates` say, all
+    /// or none (`features::update`). `legacy` are the proposer's configured levels, the
+    /// starting point where the cluster has finalized none yet.
+    UpdateFeatures {
+        updates: Vec<crate::features::FeatureUpdate>,
+        legacy: crate::features::FeatureLevels,
     },
     /// The metadata a single node of an earlier release kept in its data directory,
     /// carried into a cluster that has no topic yet: every topic on that node, each
@@ -268,6 +283,12 @@ pub enum CommandError {
     IneligibleReplica(i32),
     #[error("{0}")]
     PolicyViolation(String),
+    /// A feature update refused (Kafka's INVALID_UPDATE_VERSION), in Kafka's words.
+    #[error("{0}")]
+    InvalidFeatureUpdate(String),
+    /// A broker whose release cannot serve the cluster's finalized feature levels.
+    #[error("{0}")]
+    UnsupportedFeatures(String),
     /// A cancel of a partition that is not being reassigned.
     #[error("no reassignment is in progress for the partition")]
     NoReassignmentInProgress,

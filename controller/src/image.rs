@@ -78,6 +78,10 @@ pub struct BrokerRegistration {
     /// registration (a restart) clears it. Absent from images of earlier releases.
     #[serde(default)]
     pub shutting_down: bool,
+    /// The feature levels its release supports; `None` for a release before feature
+    /// levels.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supported_features: Option<crate::features::FeatureRanges>,
 }
 
 impl BrokerRegistration {
@@ -213,6 +217,10 @@ pub struct MetadataImage {
     /// Access control lists; absent from images of earlier releases.
     #[serde(default)]
     pub acls: crate::acl::Acls,
+    /// The finalized feature levels (`features`); empty in images of releases before
+    /// feature levels, until the first `UpdateFeatures`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub features: crate::features::FeatureLevels,
     /// Topic names by id, derived from `topics` (rebuilt after a snapshot is loaded).
     #[serde(skip)]
     pub(crate) topic_ids: HashMap<Uuid, String>,

@@ -32,6 +32,7 @@ mod apply;
 pub mod balancer;
 pub mod client_quotas;
 pub mod command;
+pub mod features;
 mod heartbeats;
 pub mod image;
 pub mod leader_balance;

@@ -104,6 +104,7 @@ fn decide(l: &Liveness, shared: &Shared) -> Vec<Command> {
                 .initial_cluster_id
                 .clone()
                 .unwrap_or_else(|| Uuid::new_v4().simple().to_string()),
+            features: shared.config.features.bootstrap(),
         });
     }
     out.extend(
@@ -200,6 +201,7 @@ mod tests {
             rack: None,
             fenced,
             shutting_down,
+            supported_features: None,
         }
     }
 

@@ -173,6 +173,19 @@ impl ControllerNode {
         self.shared.registered.subscribe()
     }
 
+    /// Why this broker may not join the cluster, once it is known: the registration was
+    /// refused for good, or this node's controller stopped (a metadata log record it
+    /// cannot apply, a failed disk).
+    pub fn refusal(&self) -> Option<String> {
+        if let Some(why) = self.shared.refused.borrow().clone() {
+            return Some(why);
+        }
+        match &self.shared.raft.metrics().borrow().running_state {
+            Err(e) => Some(format!("the controller stopped: {e}")),
+            Ok(()) => None,
+        }
+    }
+
     /// Commits `command` through the active controller (wherever it is), retrying for
     /// up to `timeout`; applied at most once however often it is retried.
     pub fn propose(
@@ -318,6 +331,7 @@ async fn boot(config: NodeConfig) -> Result<(Arc<Shared>, tokio::net::TcpListene
         }
     }
     let (registered, _) = watch::channel(None);
+    let (refused, _) = watch::channel(None);
     let shared = Arc::new(Shared {
         id,
         config,
@@ -328,6 +342,7 @@ async fn boot(config: NodeConfig) -> Result<(Arc<Shared>, tokio::net::TcpListene
         liveness: Mutex::new(Liveness::default()),
         liveness_wake: tokio::sync::Notify::new(),
         registered,
+        refused,
     });
     Ok((shared, listener))
 }
@@ -533,12 +548,24 @@ async fn broker_duties(shared: Arc<Shared>) {
             listeners: shared.config.listeners.clone(),
             controller_addr: shared.config.advertised(),
             rack: shared.config.rack.clone(),
+            supported_features: Some(crate::features::supported()),
         };
         match propose(&shared, cmd, Duration::from_secs(30)).await {
             Ok(Applied {
                 index,
                 outcome: crate::command::Outcome::Done(Ok(())),
             }) => break index,
+            Ok(Applied {
+                outcome:
+                    crate::command::Outcome::Done(Err(
+                        crate::command::CommandError::UnsupportedFeatures(why),
+                    )),
+                ..
+            }) => {
+                tracing::error!(reason = %why, "registration refused");
+                shared.refused.send_replace(Some(why));
+                return;
+            }
             Ok(other) => tracing::error!(outcome = ?other, "registration refused"),
             Err(e) => tracing::warn!(error = %e, "registering with the controller"),
         }

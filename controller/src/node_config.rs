@@ -35,6 +35,9 @@ pub struct NodeConfig {
     pub balancer: Balancer,
     /// How the controller port is secured (plaintext by default).
     pub security: std::sync::Arc<crate::port_security::PortSecurity>,
+    /// The feature levels configured here: a new cluster's, and this broker's while the
+    /// cluster has finalized none (`features`).
+    pub features: crate::features::ConfiguredLevels,
 }
 
 impl NodeConfig {

@@ -43,6 +43,9 @@ pub(crate) struct Shared {
     pub liveness_wake: tokio::sync::Notify,
     /// This broker's registration epoch once registered.
     pub registered: watch::Sender<Option<u64>>,
+    /// Why this broker cannot join, once the controller said so (its release cannot
+    /// serve the cluster's finalized feature levels); it stops trying.
+    pub refused: watch::Sender<Option<String>>,
 }
 
 /// The active controller as this node knows it: its id and controller address.

@@ -421,6 +421,7 @@ mod tests {
             listeners: Vec::new(),
             controller_addr: String::new(),
             rack: None,
+            supported_features: None,
         }
     }
 

@@ -26,6 +26,7 @@ pub fn join(img: &mut MetadataImage, id: i32) {
             listeners: Vec::new(),
             controller_addr: String::new(),
             rack: None,
+            supported_features: None,
         },
     );
     let epoch = img.applied;

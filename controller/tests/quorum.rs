@@ -74,6 +74,10 @@ impl Cluster {
                 ..Default::default()
             },
             security: Default::default(),
+            features: corelog_controller::features::ConfiguredLevels {
+                transaction_version: 2,
+                share_version: 1,
+            },
         }
     }
 

@@ -182,6 +182,34 @@ impl AdminChanges {
                 };
                 let _ = reply.send(r);
             }
+            AdminChange::UpdateFeatures {
+                updates,
+                legacy,
+                validate_only,
+                reply,
+            } => {
+                let r = if validate_only {
+                    let image = self.node.image();
+                    let current = corelog_controller::features::effective(&image.features, &legacy);
+                    let brokers = image
+                        .brokers
+                        .values()
+                        .map(|b| (b.id, b.supported_features.as_ref()));
+                    corelog_controller::features::update(current, brokers, &updates)
+                        .map(|_| ())
+                        .map_err(TopicError::InvalidFeatureUpdate)
+                } else {
+                    match self
+                        .commit(Command::UpdateFeatures { updates, legacy })
+                        .await
+                    {
+                        Ok(Outcome::Done(r)) => r.map_err(topic_error),
+                        Ok(other) => Err(unexpected(&other)),
+                        Err(e) => Err(e),
+                    }
+                };
+                let _ = reply.send(r);
+            }
             AdminChange::AlterClientQuotas { alterations, reply } => {
                 let n = alterations.len();
                 let r = if n == 0 {
@@ -674,7 +702,9 @@ pub fn topic_error(e: CommandError) -> TopicError {
         | CommandError::FencedLeaderEpoch
         | CommandError::InvalidUpdateVersion
         | CommandError::IneligibleReplica(_)
-        | CommandError::Invalid(_)) => TopicError::Invalid(e.to_string()),
+        | CommandError::Invalid(_)
+        | CommandError::UnsupportedFeatures(_)) => TopicError::Invalid(e.to_string()),
+        CommandError::InvalidFeatureUpdate(m) => TopicError::InvalidFeatureUpdate(m),
     }
 }
 

@@ -256,6 +256,9 @@ pub enum TopicError {
     EligibleLeadersNotAvailable,
     #[error("{0}")]
     Invalid(String),
+    /// A feature level change refused (Kafka's INVALID_UPDATE_VERSION), in Kafka's words.
+    #[error("{0}")]
+    InvalidFeatureUpdate(String),
     /// An ACL refused the operation (checked at the edge; never from the admin shard).
     #[error("Authorization failed.")]
     Unauthorized,
@@ -264,6 +267,14 @@ pub enum TopicError {
 /// An admin change for shard 0 (`admin_changes::AdminChanges`), which validates it and
 /// commits it through the controller quorum.
 pub enum AdminChange {
+    /// UpdateFeatures: the finalized feature levels changed all or none; `legacy` are
+    /// the edge's configured levels (where the cluster has finalized none yet).
+    UpdateFeatures {
+        updates: Vec<corelog_controller::features::FeatureUpdate>,
+        legacy: corelog_controller::features::FeatureLevels,
+        validate_only: bool,
+        reply: Reply<Result<(), TopicError>>,
+    },
     CreateTopics {
         topics: Vec<NewTopic>,
         validate_only: bool,

@@ -127,6 +127,7 @@ mod tests {
                     listeners: Vec::new(),
                     controller_addr: String::new(),
                     rack: None,
+                    supported_features: None,
                 },
             );
             let j = img.applied + 1;
@@ -240,6 +241,7 @@ mod tests {
                 listeners: Vec::new(),
                 controller_addr: String::new(),
                 rack: None,
+                supported_features: None,
             },
         );
         let j = img.applied + 1;

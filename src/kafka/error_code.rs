@@ -115,6 +115,7 @@ pub fn topic(e: &TopicError) -> ResponseError {
         TopicError::PreferredLeaderNotAvailable(_) => ResponseError::PreferredLeaderNotAvailable,
         TopicError::EligibleLeadersNotAvailable => ResponseError::EligibleLeadersNotAvailable,
         TopicError::Invalid(_) => ResponseError::InvalidRequest,
+        TopicError::InvalidFeatureUpdate(_) => ResponseError::InvalidUpdateVersion,
         TopicError::Unauthorized => ResponseError::TopicAuthorizationFailed,
     }
 }

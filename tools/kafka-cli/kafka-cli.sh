@@ -12,7 +12,7 @@
 # kafka-console-consumer, kafka-get-offsets, kafka-delete-records,
 # kafka-producer-perf-test, kafka-consumer-perf-test, kafka-e2e-latency, kafka-verifiable-producer,
 # kafka-verifiable-consumer, kafka-metadata-quorum, kafka-reassign-partitions,
-# kafka-leader-election, kafka-storage, kafka-server-start
+# kafka-leader-election, kafka-features, kafka-storage, kafka-server-start
 # (the last two run Apache Kafka itself, for the side-by-side benchmarks).
 #
 # Environment: KAFKA_CLI_LIBS (jar folder), KAFKA_HEAP_OPTS (default -Xmx512m),
@@ -71,6 +71,7 @@ case "$tool" in
     kafka-reassign-partitions)  main=org.apache.kafka.tools.reassign.ReassignPartitionsCommand ;;
     kafka-leader-election)      main=org.apache.kafka.tools.LeaderElectionCommand ;;
     kafka-transactions)         main=org.apache.kafka.tools.TransactionsCommand ;;
+    kafka-features)             main=org.apache.kafka.tools.FeatureCommand ;;
     kafka-storage)              main=kafka.tools.StorageTool ;;
     kafka-server-start)         main=kafka.Kafka ;;
     *) echo "kafka-cli: unknown tool '$tool'" >&2; exit 2 ;;

@@ -7,7 +7,9 @@
 //! restart) first fences the old registration, then registers fenced; the same
 //! incarnation again (a retry) changes nothing. Every change of a broker's liveness
 //! re-elects the partitions it is a replica of (`reelect`, in `leadership`); a broker in
-//! controlled shutdown stays fenced until it registers again.
+//! controlled shutdown stays fenced until it registers again. A registration whose
+//! release cannot serve the cluster's finalized feature levels is refused
+//! (`features::check_registration`).
 
 use crate::command::*;
 use crate::image::{BrokerRegistration, MetadataImage};
@@ -21,10 +23,13 @@ impl MetadataImage {
         (endpoint, listeners): (&crate::image::Endpoint, &[crate::image::ListenerEndpoint]),
         controller_addr: &str,
         rack: &Option<String>,
+        supported_features: &Option<crate::features::FeatureRanges>,
     ) -> Result<(), CommandError> {
         if id < 0 {
             return Err(CommandError::Invalid(format!("broker id {id} is negative")));
         }
+        crate::features::check_registration(id, &self.features, supported_features.as_ref())
+            .map_err(CommandError::UnsupportedFeatures)?;
         if let Some(b) = self.brokers.get(&id) {
             if b.incarnation == incarnation {
                 return Ok(());
@@ -45,6 +50,7 @@ impl MetadataImage {
                 rack: rack.clone(),
                 fenced: true,
                 shutting_down: false,
+                supported_features: supported_features.clone(),
             },
         );
         Ok(())
@@ -230,6 +236,7 @@ mod tests {
             listeners: Vec::new(),
             controller_addr: "h:2".into(),
             rack: None,
+            supported_features: None,
         };
         img.apply(index, &reg);
         let b = img.broker(1).unwrap();

@@ -33,13 +33,13 @@
 //! Layout: [`MetadataImage::apply`] below matches on the command and hands it to the
 //! family that applies it, one file each: `brokers` (registration, fencing, controlled
 //! shutdown, producer ids), `topics` (topics and their partitions), `configs` (topic and
-//! broker configs, the balancer's marks), `quotas` (client quotas), `isr`
-//! (`AlterPartition`), `reassign` (`AlterPartitionReassignments`), `import` (a single
+//! broker configs, the balancer's marks), `features` (`UpdateFeatures`), `quotas`
+//! (client quotas), `isr` (`AlterPartition`), `reassign` (`AlterPartitionReassignments`), `import` (a single
 //! node's metadata) and `leadership` (`ElectLeaders`, and the election and
 //! partition-change rules above, which every family that changes a partition ends in).
-//! `InitCluster`, which only sets the cluster id the first time one is given, is applied
-//! here. A family's methods on the image are `pub(super)` at most, so `apply` stays the
-//! only way in. A family uses nothing of another but `leadership`'s rules, and `import`
+//! `InitCluster`, which only sets the cluster id (and the new cluster's feature levels)
+//! the first time one is given, is applied here. A family's methods on the image are
+//! `pub(super)` at most, so `apply` stays the only way in. A family uses nothing of another but `leadership`'s rules, and `import`
 //! `topics`' `add_topic`; `leadership` uses no family. After every command `apply`
 //! checks the image's invariants (`check_invariants`, where debug assertions are on).
 
@@ -48,6 +48,7 @@ use crate::image::MetadataImage;
 
 mod brokers;
 mod configs;
+mod features;
 mod import;
 mod isr;
 mod leadership;
@@ -63,9 +64,15 @@ impl MetadataImage {
         debug_assert!(index > self.applied, "log indexes only grow");
         self.applied = index;
         let out = match cmd {
-            Command::InitCluster { cluster_id } => {
+            Command::InitCluster {
+                cluster_id,
+                features,
+            } => {
                 if self.cluster_id.is_none() && !cluster_id.is_empty() {
                     self.cluster_id = Some(cluster_id.clone());
+                    if self.features.is_empty() {
+                        self.features = features.clone();
+                    }
                 }
                 Outcome::Done(Ok(()))
             }
@@ -76,6 +83,7 @@ impl MetadataImage {
                 listeners,
                 controller_addr,
                 rack,
+                supported_features,
             } => Outcome::Done(self.register(
                 index,
                 *id,
@@ -83,7 +91,11 @@ impl MetadataImage {
                 (endpoint, listeners),
                 controller_addr,
                 rack,
+                supported_features,
             )),
+            Command::UpdateFeatures { updates, legacy } => {
+                Outcome::Done(self.update_features(updates, legacy))
+            }
             Command::FenceBroker { id, epoch } => Outcome::Done(self.set_fenced(*id, *epoch, true)),
             Command::UnfenceBroker { id, epoch } => {
                 Outcome::Done(self.set_fenced(*id, *epoch, false))
@@ -188,6 +200,7 @@ mod tests {
                     listeners: Vec::new(),
                     controller_addr: String::new(),
                     rack: Some(format!("r{}", id % 2)),
+                    supported_features: None,
                 });
             }
             for (i, id) in (1..=3).enumerate() {

@@ -22,6 +22,7 @@ pub(super) fn register(img: &mut MetadataImage, id: i32, rack: Option<&str>) -> 
             listeners: Vec::new(),
             controller_addr: format!("127.0.0.1:{}", 9100 + id),
             rack: rack.map(str::to_string),
+            supported_features: None,
         },
     );
     assert_eq!(out, Outcome::Done(Ok(())));

@@ -87,8 +87,9 @@ pub struct TxnCoordinatorConfig {
     /// `transaction.partition.verification.enable`: partition leaders verify a batch
     /// that opens a transaction with its coordinator (KIP-890 part 1).
     pub verify_partitions: bool,
-    /// The finalized `transaction.version` feature clients are offered (0..=2); the
-    /// coordinator's own aborts follow it (`rules.server_tv2` is `>= 2`).
+    /// The configured `transaction.version` (0..=2): a new cluster's, and the one served
+    /// while the cluster has finalized no feature levels; otherwise the metadata log's
+    /// finalized level rules (`TxnCoordinator::rules`).
     pub transaction_version: i16,
 }
 
@@ -176,6 +177,24 @@ impl TxnCoordinator {
     /// The `__transaction_state` partition of `transactional_id`.
     pub fn partition_of(&self, transactional_id: &str) -> i32 {
         partition_for_transactional_id(transactional_id, self.config.partitions)
+    }
+
+    /// The rules' settings, under the cluster's finalized `transaction.version` (the
+    /// configured one while the cluster has finalized no feature levels).
+    fn rules(&self) -> TxnConfig {
+        let mut cfg = self.config.rules;
+        if let Ok(host) = self.host() {
+            let meta = host.metadata();
+            if !meta.features.is_empty() {
+                let level = meta
+                    .features
+                    .get(corelog_controller::features::TRANSACTION_VERSION)
+                    .copied()
+                    .unwrap_or(0);
+                cfg.server_tv2 = level >= 2;
+            }
+        }
+        cfg
     }
 
     fn host(&self) -> Result<Rc<dyn TxnHost>, TxnError> {
@@ -403,7 +422,7 @@ impl TxnCoordinator {
         if encode_key(&id).is_err() {
             return Err(TxnError::InvalidRequest);
         }
-        let cfg = self.config.rules;
+        let cfg = self.rules();
         let decision = self
             .decide_with_id(partition, |allocate| {
                 let txns = self.txns.borrow();
@@ -756,7 +775,7 @@ impl TxnCoordinator {
                 .map(|(id, _)| id.to_owned())
                 .collect()
         };
-        let cfg = self.config.rules;
+        let cfg = self.rules();
         for id in ids {
             let partition = self.partition_of(&id);
             let decided = self
@@ -783,7 +802,7 @@ impl TxnCoordinator {
     /// then the id forgotten.
     pub async fn remove_expired(&self) {
         let now = now_ms();
-        let cfg = self.config.rules;
+        let cfg = self.rules();
         let expiries: Vec<(String, Transit)> = {
             let txns = self.txns.borrow();
             txns.values()

@@ -24,8 +24,8 @@ pub const TRANSACTION_TOPIC: &str = "__transaction_state";
 
 /// The name of the feature clients read their transaction protocol from (ApiVersions'
 /// finalized features), and the highest level served: 2, KIP-890 part 2.
-pub const TRANSACTION_VERSION_FEATURE: &str = "transaction.version";
-pub const TRANSACTION_VERSION_MAX: i16 = 2;
+pub const TRANSACTION_VERSION_FEATURE: &str = corelog_controller::features::TRANSACTION_VERSION;
+pub const TRANSACTION_VERSION_MAX: i16 = corelog_controller::features::TRANSACTION_VERSION_MAX;
 
 /// Kafka's `transaction.state.log.num.partitions` default.
 pub const TRANSACTION_TOPIC_PARTITIONS_DEFAULT: i32 = 50;

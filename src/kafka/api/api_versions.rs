@@ -1,11 +1,15 @@
 //! ApiVersions (v0–v4; v4 only lets the supported-features minimum be 0): what this
 //! broker implements, and the KIP-511 fallback.
 //!
-//! From v3 the features (KIP-584): `transaction.version` supported up to 2 and finalized
-//! at the configured level (none at 0), under the metadata log index as the features'
-//! epoch, as Kafka gives its metadata offset. Kafka 4 clients pick transaction version 2
-//! (KIP-890 part 2) from it. `share.version` likewise, supported up to 1 and finalized
-//! at `--share-version` (1 by default): share groups are served at 1.
+//! From v3 the features (KIP-584): every feature this release supports
+//! (`corelog_controller::features::supported`, those above level 0) and the cluster's
+//! finalized levels (`feature_level`: the metadata log's, or this broker's configured
+//! ones while a cluster upgraded from a release before feature levels has finalized
+//! none), under the metadata log index as the features' epoch, as Kafka gives its
+//! metadata offset. Kafka 4 clients pick transaction version 2 (KIP-890 part 2) from
+//! it. The APIs of a feature at level 0 are left out, as Kafka leaves them out: the
+//! consumer group protocol's at `group.version` 0 (share groups answer
+//! UNSUPPORTED_VERSION at `share.version` 0).
 //!
 //! A client that sends a newer ApiVersions than we know gets a v0-format response with
 //! UNSUPPORTED_VERSION and our ranges, so it can retry at a version we support. Clients
@@ -16,16 +20,13 @@ use super::handler::{Call, Handler};
 use super::{Ctx, SUPPORTED_APIS};
 use crate::kafka::frame::{encode_response, FrameError, RequestFrame};
 use bytes::BytesMut;
-use corelog_shards::txn::{TRANSACTION_VERSION_FEATURE, TRANSACTION_VERSION_MAX};
+use corelog_controller::features;
 use kafka_protocol::messages::api_versions_response::{
     ApiVersion, FinalizedFeatureKey, SupportedFeatureKey,
 };
 use kafka_protocol::messages::{ApiKey, ApiVersionsRequest, ApiVersionsResponse};
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-
-/// Kafka's feature for share groups (KIP-932).
-const SHARE_VERSION_FEATURE: &str = "share.version";
 
 fn response(error_code: i16) -> ApiVersionsResponse {
     let mut r = ApiVersionsResponse::default();
@@ -59,30 +60,29 @@ impl Handler for ApiVersions {
         _call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
         let mut r = response(0);
-        let mut supported = SupportedFeatureKey::default();
-        supported.name = StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE);
-        supported.min_version = 0;
-        supported.max_version = TRANSACTION_VERSION_MAX;
-        r.supported_features.push(supported);
-        let mut share = SupportedFeatureKey::default();
-        share.name = StrBytes::from_static_str(SHARE_VERSION_FEATURE);
-        share.min_version = 0;
-        share.max_version = crate::config::SHARE_VERSION_MAX;
-        r.supported_features.push(share);
-        if ctx.config.share_version > 0 {
-            let mut finalized = FinalizedFeatureKey::default();
-            finalized.name = StrBytes::from_static_str(SHARE_VERSION_FEATURE);
-            finalized.min_version_level = ctx.config.share_version;
-            finalized.max_version_level = ctx.config.share_version;
-            r.finalized_features.push(finalized);
+        if !super::consumer_protocol_enabled(ctx) {
+            r.api_keys.retain(|v| {
+                v.api_key != ApiKey::ConsumerGroupHeartbeat as i16
+                    && v.api_key != ApiKey::ConsumerGroupDescribe as i16
+            });
         }
-        let level = ctx.config.txns.transaction_version;
-        if level > 0 {
-            let mut finalized = FinalizedFeatureKey::default();
-            finalized.name = StrBytes::from_static_str(TRANSACTION_VERSION_FEATURE);
-            finalized.min_version_level = level;
-            finalized.max_version_level = level;
-            r.finalized_features.push(finalized);
+        for (name, range) in features::supported() {
+            if range.max == 0 {
+                continue;
+            }
+            let mut supported = SupportedFeatureKey::default();
+            supported.min_version = range.min;
+            supported.max_version = range.max;
+            let level = super::feature_level(ctx, &name);
+            supported.name = StrBytes::from_string(name);
+            if level > 0 {
+                let mut finalized = FinalizedFeatureKey::default();
+                finalized.name = supported.name.clone();
+                finalized.min_version_level = level;
+                finalized.max_version_level = level;
+                r.finalized_features.push(finalized);
+            }
+            r.supported_features.push(supported);
         }
         r.finalized_features_epoch =
             i64::try_from(ctx.shard.metadata.snapshot().version()).unwrap_or(i64::MAX);

@@ -37,13 +37,19 @@ impl Handler for ConsumerGroupHeartbeat {
         req: Self::Request,
         call: &Call<'_>,
     ) -> Result<Self::Response, FrameError> {
+        let mut body = ConsumerGroupHeartbeatResponse::default();
+        // A cluster whose group.version is 0 does not serve the protocol (Kafka's answer).
+        if !super::consumer_protocol_enabled(ctx) {
+            body.error_code = ResponseError::UnsupportedVersion.code();
+            body.member_epoch = -1;
+            return Ok(body);
+        }
         let group = s(&req.group_id.0);
         let access = Access::new(ctx, call);
         let names: Option<Vec<String>> = req
             .subscribed_topic_names
             .as_ref()
             .map(|ts| ts.iter().map(|t| s(&t.0)).collect());
-        let mut body = ConsumerGroupHeartbeatResponse::default();
         if access.allows(Op::Read, Resource::Group, &group)
             && !names
                 .iter()

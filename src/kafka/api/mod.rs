@@ -89,6 +89,7 @@ pub mod startup_configs;
 pub mod sync_group;
 pub mod txn_offset_commit;
 pub mod txn_routing;
+pub mod update_features;
 pub mod write_share_group_state;
 pub mod write_txn_markers;
 
@@ -237,6 +238,7 @@ apis![
     alter_partition_reassignments::AlterPartitionReassignments,
     list_partition_reassignments::ListPartitionReassignments,
     elect_leaders::ElectLeaders,
+    update_features::UpdateFeatures,
     describe_acls::DescribeAcls,
     create_acls::CreateAcls,
     delete_acls::DeleteAcls,
@@ -249,9 +251,26 @@ apis![
     txn_offset_commit::TxnOffsetCommit,
 ];
 
+/// The cluster's finalized level of `feature` (`corelog_controller::features`): the
+/// metadata log's, or this broker's configured one while the cluster has finalized none.
+pub(crate) fn feature_level(ctx: &Ctx, feature: &str) -> i16 {
+    let meta = ctx.shard.metadata.snapshot();
+    corelog_controller::features::level_of(
+        &meta.features,
+        &ctx.config.configured_feature_levels(),
+        feature,
+    )
+}
+
 /// Whether the cluster serves share groups (its finalized `share.version`, KIP-932).
 pub(crate) fn share_groups_enabled(ctx: &Ctx) -> bool {
-    ctx.config.share_version >= 1
+    feature_level(ctx, corelog_controller::features::SHARE_VERSION) >= 1
+}
+
+/// Whether the cluster serves the consumer group protocol (its finalized
+/// `group.version`, KIP-848).
+pub(crate) fn consumer_protocol_enabled(ctx: &Ctx) -> bool {
+    feature_level(ctx, corelog_controller::features::GROUP_VERSION) >= 1
 }
 
 pub fn supported_range(key: ApiKey) -> Option<(i16, i16)> {
