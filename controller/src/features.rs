@@ -281,6 +281,21 @@ pub fn check_registration(
     Ok(())
 }
 
+/// Whether this release can serve `finalized` (an image's levels), as the reason it
+/// cannot: a metadata log or snapshot of a newer release, which it must not apply.
+pub fn check_supported(finalized: &FeatureLevels) -> Result<(), String> {
+    let ours = supported();
+    for (name, level) in finalized {
+        if let Some(why) = not_supported(*level, "this release", ours.get(name)) {
+            return Err(format!(
+                "the cluster has finalized {name} {level}, and {why}: run a release that \
+                 supports it"
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `name level, ...`, for messages.
 pub fn describe(levels: &FeatureLevels) -> String {
     levels
@@ -452,6 +467,12 @@ mod tests {
         );
         let mut older = supported();
         older.insert(METADATA_VERSION.into(), VersionRange { min: 7, max: 30 });
+        assert!(check_supported(&finalized).is_ok());
+        let mut newer = finalized.clone();
+        newer.insert(METADATA_VERSION.into(), METADATA_VERSION_LATEST + 1);
+        assert!(check_supported(&newer)
+            .unwrap_err()
+            .contains("metadata.version 34, and this release only supports versions 7-33"));
         let e = check_registration(3, &finalized, Some(&older)).unwrap_err();
         assert_eq!(
             e,

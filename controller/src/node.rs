@@ -61,6 +61,19 @@ pub enum ProposeError {
 struct NodeIdentity {
     node_id: i32,
     cluster_id: Option<String>,
+    /// The data directory's format (`DATA_DIR_FORMAT` when written); absent from data
+    /// directories of releases before it, which are format 1. A release meeting a newer
+    /// one refuses the directory: a later release raises it when it lays files out in a
+    /// way this one would misread.
+    #[serde(default = "first_format")]
+    format: u32,
+}
+
+/// The data directory format this release writes and reads.
+const DATA_DIR_FORMAT: u32 = 1;
+
+fn first_format() -> u32 {
+    1
 }
 
 const IDENTITY_FILE: &str = "node.json";
@@ -382,6 +395,14 @@ fn load_identity(dir: &Path, node_id: i32) -> Result<NodeIdentity, NodeError> {
         Ok(bytes) => {
             let id: NodeIdentity = serde_json::from_slice(&bytes)
                 .map_err(|e| NodeError::Refused(format!("{}: {e}", path.display())))?;
+            if id.format > DATA_DIR_FORMAT {
+                return Err(NodeError::Refused(format!(
+                    "{}: the data directory is of format {}, newer than this release reads \
+                     (format {DATA_DIR_FORMAT}); run the release that wrote it",
+                    path.display(),
+                    id.format
+                )));
+            }
             if id.node_id != node_id {
                 return Err(NodeError::Refused(format!(
                     "{} belongs to node {}, not node {node_id}: refusing another node's data directory",
@@ -395,6 +416,7 @@ fn load_identity(dir: &Path, node_id: i32) -> Result<NodeIdentity, NodeError> {
             let id = NodeIdentity {
                 node_id,
                 cluster_id: None,
+                format: DATA_DIR_FORMAT,
             };
             store_identity(dir, &id)?;
             Ok(id)
@@ -466,6 +488,7 @@ async fn keep_identity(shared: Arc<Shared>) {
                     let identity = NodeIdentity {
                         node_id: shared.config.node_id,
                         cluster_id: Some(id.clone()),
+                        format: DATA_DIR_FORMAT,
                     };
                     if let Err(e) = store_identity(&shared.config.dir, &identity) {
                         tracing::error!(error = %e, "persisting the cluster id");

@@ -389,6 +389,11 @@ fn decode_frame<T: DeserializeOwned>(bytes: &[u8], at: usize) -> Frame<T> {
     }
     match serde_json::from_slice(body) {
         Ok(value) => Frame::Entry(value, at + FRAME_HEADER + len),
+        // An unknown command or field value a newer release wrote (its CRC holds).
+        Err(e) if e.to_string().contains("unknown variant") => Frame::Corrupt(format!(
+            "the entry at byte {at} is of a newer format than this release reads ({e}): run \
+             the release that wrote it"
+        )),
         Err(e) => Frame::Corrupt(format!("the entry at byte {at} does not decode: {e}")),
     }
 }

@@ -192,6 +192,8 @@ pub fn decode_snapshot_data(data: &[u8]) -> Result<Contents, String> {
 fn load(mut contents: Contents) -> Result<Contents, String> {
     contents.image.reindex();
     contents.image.check_invariants()?;
+    // A newer release's snapshot: what it finalized, this release cannot serve.
+    crate::features::check_supported(&contents.image.features)?;
     Ok(contents)
 }
 
@@ -326,6 +328,17 @@ impl RaftStateMachine<MetadataRaft> for MetadataStateMachine {
                     Some(done) => done.clone(),
                     None => {
                         let outcome = Arc::make_mut(&mut st.image).apply(index, &p.command);
+                        // A record that finalizes levels this release cannot serve (a newer
+                        // release's log): refused, which stops this node's controller, rather
+                        // than served at levels it does not implement.
+                        if let Err(why) = crate::features::check_supported(&st.image.features) {
+                            let refused = io::Error::new(
+                                io::ErrorKind::InvalidData,
+                                format!("metadata log record {index}: {why}"),
+                            );
+                            tracing::error!(error = %refused, "refusing to apply the metadata log");
+                            return Err(StorageIOError::apply(e.log_id, &refused).into());
+                        }
                         let applied = Applied { index, outcome };
                         st.remember(p.id, applied.clone());
                         applied

@@ -339,6 +339,14 @@ fn read_checkpoints(dir: &std::path::Path) -> HashMap<TopicPartition, i64> {
         let Ok(text) = std::fs::read_to_string(entry.path()) else {
             continue;
         };
+        // Another version's lines may not mean what version 0's do. A mark only shortens a
+        // follower's wait, so the file is set aside, not refused.
+        let version = text.lines().next().unwrap_or_default();
+        if version != "0" {
+            tracing::warn!(file = %entry.path().display(), version,
+                "ignoring a high-watermark checkpoint of a format this release does not read (version 0)");
+            continue;
+        }
         decode_high_watermarks(&text, &mut marks);
     }
     marks

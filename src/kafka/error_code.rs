@@ -20,7 +20,7 @@ pub fn batch(e: &BatchError) -> ResponseError {
         BatchError::InvalidRecordCount | BatchError::InvalidRecord(_) => {
             ResponseError::InvalidRecord
         }
-        BatchError::UnsupportedMagic(_) => ResponseError::InvalidRecord,
+        BatchError::UnsupportedMagic(_) | BatchError::NewerMagic(_) => ResponseError::InvalidRecord,
         BatchError::TooShort
         | BatchError::InvalidLength
         | BatchError::Truncated

@@ -55,6 +55,10 @@ pub enum BatchError {
     TooLarge { size: usize, max: usize },
     #[error("unsupported record batch magic {0} (only 2 is supported)")]
     UnsupportedMagic(i8),
+    /// A whole batch, its CRC-32C intact, of a format newer than this release stores: not a
+    /// torn write (whose bytes would not check out), so never to be cut off as one.
+    #[error("record batch magic {0} is newer than this release reads (magic 2)")]
+    NewerMagic(i8),
     #[error("batch CRC-32C mismatch: header says {expected:#010x}, bytes give {actual:#010x}")]
     CorruptCrc { expected: u32, actual: u32 },
     #[error("record count is not positive or disagrees with lastOffsetDelta")]
@@ -223,6 +227,12 @@ fn validate_as(buf: &[u8], max_batch_bytes: usize, form: Form) -> Result<BatchHe
         });
     }
     if header.magic != CURRENT_MAGIC {
+        let intact = buf
+            .get(CRC_START..)
+            .is_some_and(|covered| crc32c::crc32c(covered) == header.crc);
+        if header.magic > CURRENT_MAGIC && intact {
+            return Err(BatchError::NewerMagic(header.magic));
+        }
         return Err(BatchError::UnsupportedMagic(header.magic));
     }
     let covered = buf.get(CRC_START..).ok_or(BatchError::TooShort)?;
@@ -860,6 +870,18 @@ mod tests {
         buf[layout::MAGIC.start] = 1;
         assert_eq!(magic(&buf), Some(1));
         assert_eq!(validate(&buf, MAX), Err(BatchError::UnsupportedMagic(1)));
+    }
+
+    #[test]
+    fn a_whole_batch_of_a_newer_magic_is_told_apart_from_garbage() {
+        let mut buf = sample();
+        // (The magic byte sits before the CRC-covered region.)
+        buf[layout::MAGIC.start] = 3;
+        assert_eq!(validate_stored(&buf), Err(BatchError::NewerMagic(3)));
+        // Garbage that happens to read as magic 3: its CRC does not hold.
+        let last = buf.len() - 1;
+        buf[last] ^= 0x01;
+        assert_eq!(validate_stored(&buf), Err(BatchError::UnsupportedMagic(3)));
     }
 
     #[test]

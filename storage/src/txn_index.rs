@@ -89,10 +89,34 @@ pub fn decode(bytes: &[u8]) -> Vec<AbortedTxn> {
     out
 }
 
-/// Reads the `.txnindex` of the segment at `base`; no file is no entries.
+/// The version of the first entry of a newer format than this release writes, if any: a
+/// newer release's index, which dropping would show aborted records to `read_committed`
+/// readers.
+pub fn newer_version(bytes: &[u8]) -> Option<(usize, i16)> {
+    bytes
+        .chunks_exact(ENTRY_LEN)
+        .enumerate()
+        .map(|(i, chunk)| (i, i16::from_be_bytes([chunk[0], chunk[1]])))
+        .find(|(_, v)| *v != VERSION)
+        .filter(|(_, v)| *v > VERSION)
+}
+
+/// Reads the `.txnindex` of the segment at `base`; no file is no entries. An entry of a
+/// newer version is an error naming the file, the entry and its version.
 pub fn read(fs: &dyn Fs, dir: &Path, base: i64) -> std::io::Result<Vec<AbortedTxn>> {
-    match fs.read(&segment::file_path(dir, base, TXN_INDEX_SUFFIX)) {
-        Ok(bytes) => Ok(decode(&bytes)),
+    let path = segment::file_path(dir, base, TXN_INDEX_SUFFIX);
+    match fs.read(&path) {
+        Ok(bytes) => match newer_version(&bytes) {
+            Some((entry, version)) => Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{}: entry {entry} is of version {version}, newer than this release reads \
+                     (version {VERSION}); run the release that wrote it",
+                    path.display()
+                ),
+            )),
+            None => Ok(decode(&bytes)),
+        },
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(e) => Err(e),
     }
@@ -358,5 +382,18 @@ mod tests {
             assert!(!fs.exists(&segment::file_path(dir, 0, TXN_INDEX_SUFFIX)));
             assert!(read(fs, dir, 0).expect("read").is_empty());
         }
+    }
+
+    #[test]
+    fn an_entry_of_a_newer_version_is_named_not_dropped() {
+        let mut bytes = encode(&[txn(7, 1, 4, 1), txn(7, 5, 9, 5)]);
+        assert_eq!(newer_version(&bytes), None);
+        bytes[ENTRY_LEN..ENTRY_LEN + 2].copy_from_slice(&1i16.to_be_bytes());
+        assert_eq!(newer_version(&bytes), Some((1, 1)));
+        assert_eq!(
+            decode(&bytes).len(),
+            1,
+            "the tolerant decode still stops there"
+        );
     }
 }

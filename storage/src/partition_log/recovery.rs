@@ -5,7 +5,9 @@
 //! interval, not on the size of the log. The first invalid byte ends the log: a torn
 //! write, zero padding of the last direct-I/O block, or garbage. The file is truncated
 //! there and both indexes are rewritten to match, so the next append continues from a
-//! valid end. An index entry that points past the valid log, or at something that is not
+//! valid end — except a whole batch of a newer format (magic above 2, its CRC intact),
+//! which a newer release wrote: that refuses the open, naming the file and the byte,
+//! rather than cutting acknowledged data off. An index entry that points past the valid log, or at something that is not
 //! the batch it names, is dropped and the scan restarts from the entry before it (a
 //! truncated or stale index costs a longer scan, never wrong data).
 //!
@@ -17,6 +19,7 @@
 use super::files;
 use super::Writer;
 use crate::aligned_appender::{alignment_of, AlignedAppender};
+use crate::batch::{BatchError, CURRENT_MAGIC};
 use crate::config::LogConfig;
 use crate::error::StorageError;
 use crate::file_cache::{Access, FileCache, SegmentFile};
@@ -85,6 +88,21 @@ pub(super) async fn recover_active(
             // The entry names no valid batch: drop it and scan from the one before.
             index.truncate_from_position(start_pos as u32);
             continue;
+        }
+        if let ScanEnd::Invalid {
+            position,
+            reason: BatchError::NewerMagic(magic),
+        } = &how
+        {
+            // A batch a newer release wrote, whole: cutting the log there would drop it
+            // and everything after it. The partition is not opened.
+            return Err(err(
+                &log_path,
+                format!(
+                    "the record batch at byte {position} is of a newer format (magic {magic}) \
+                     than this release reads (magic {CURRENT_MAGIC}); run the release that wrote it"
+                ),
+            ));
         }
         if let ScanEnd::Invalid { position, reason } = &how {
             if *position < file_len && !is_zero_padding(&file, *position, file_len).await {
