@@ -21,6 +21,7 @@ pub const VERSION: &str = concat!(
 pub mod admin;
 pub mod cluster;
 pub mod config;
+pub mod config_reference;
 pub mod host_check;
 pub mod http;
 pub mod inter_broker_security;
