@@ -124,6 +124,8 @@ class Broker:
         self.cwd = REPO_ROOT
         # False leaves --data-dir out: the broker's default, `./data` in ``cwd``.
         self.pass_data_dir = True
+        # The broker binary; ``None``: ``corelog_bin()`` (a rolling upgrade swaps it).
+        self.binary: Path | None = None
 
     # -- addresses ---------------------------------------------------------
     @property
@@ -145,7 +147,7 @@ class Broker:
         # subclass writes) replace --listen/--advertise.
         kafka_listeners = self.listeners_in_config or "--listeners" in self.extra_args
         return [
-            str(corelog_bin()), "serve",
+            str(self.binary or corelog_bin()), "serve",
             *([] if kafka_listeners else ["--listen", self.bootstrap,
                                           "--advertise", self.advertise or self.bootstrap]),
             *(["--data-dir", str(self.data_dir)] if self.pass_data_dir else []),
@@ -411,11 +413,11 @@ class BrokerPool:
         self.failed = False
 
     def start(self, shards: int = 2, extra_args: list[str] | None = None, name: str | None = None,
-              advertise: str | None = None) -> Broker:
+              advertise: str | None = None, data_dir: Path | None = None) -> Broker:
         wd = Path(tempfile.mkdtemp(prefix="corelog-it-"))
         self.workdirs.append(wd)
         b = Broker(wd, shards=shards, extra_args=extra_args, name=name or f"broker{len(self.brokers)}",
-                   advertise=advertise)
+                   advertise=advertise, data_dir=data_dir)
         self.brokers.append(b)
         b.start()
         return b
