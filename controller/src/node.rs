@@ -77,6 +77,8 @@ fn first_format() -> u32 {
 }
 
 const IDENTITY_FILE: &str = "node.json";
+/// How often a registration that lacks its feature ranges is sent again.
+const FEATURES_RESEND: Duration = Duration::from_secs(10);
 /// How long one forwarded call may take before it is retried elsewhere.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait between attempts when no controller is known.
@@ -602,9 +604,38 @@ async fn broker_duties(shared: Arc<Shared>) {
     let mut heartbeats = Heartbeats::default();
     // Whether a heartbeat has told the controller that this registration is caught up.
     let mut told_caught_up = false;
+    // When this registration was last sent again to record its feature ranges.
+    let mut features_resent: Option<Instant> = None;
     loop {
         tokio::select! {
-            _ = tick.tick() => {}
+            _ = tick.tick() => {
+                // A registration relayed by a controller of a release before feature levels
+                // lost its feature ranges on the way (that release drops the field), and
+                // no level could be finalized while it lacks them: it is sent again, with
+                // the same incarnation, which only records them. At most every
+                // `FEATURES_RESEND`, since such a controller drops them again.
+                let lacking = shared.sm.image().broker(shared.config.node_id).is_some_and(|b| {
+                    b.epoch == epoch && b.incarnation == incarnation && b.supported_features.is_none()
+                });
+                if lacking && features_resent.is_none_or(|t| t.elapsed() >= FEATURES_RESEND) {
+                    features_resent = Some(Instant::now());
+                    let cmd = Command::RegisterBroker {
+                        id: shared.config.node_id,
+                        incarnation,
+                        endpoint: shared.config.endpoint.clone(),
+                        listeners: shared.config.listeners.clone(),
+                        controller_addr: shared.config.advertised(),
+                        rack: shared.config.rack.clone(),
+                        supported_features: Some(crate::features::supported()),
+                    };
+                    let shared = shared.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = propose(&shared, cmd, FEATURES_RESEND).await {
+                            tracing::debug!(error = %e, "recording this broker's feature ranges");
+                        }
+                    });
+                }
+            }
             changed = images.changed() => {
                 if changed.is_err() {
                     return;

@@ -188,16 +188,22 @@ impl AdminChanges {
                 validate_only,
                 reply,
             } => {
-                let r = if validate_only {
-                    let image = self.node.image();
-                    let current = corelog_controller::features::effective(&image.features, &legacy);
-                    let brokers = image
-                        .brokers
-                        .values()
-                        .map(|b| (b.id, b.supported_features.as_ref()));
-                    corelog_controller::features::update(current, brokers, &updates)
-                        .map(|_| ())
-                        .map_err(TopicError::InvalidFeatureUpdate)
+                // Checked here first, on this broker's image: a refused change is never
+                // written, because a broker of a release before feature levels (the
+                // usual reason for a refusal) cannot read the command at all — in its
+                // log it would stop that broker. Applying checks again, on the image it
+                // meets.
+                let image = self.node.image();
+                let current = corelog_controller::features::effective(&image.features, &legacy);
+                let brokers = image
+                    .brokers
+                    .values()
+                    .map(|b| (b.id, b.supported_features.as_ref()));
+                let checked = corelog_controller::features::update(current, brokers, &updates)
+                    .map(|_| ())
+                    .map_err(TopicError::InvalidFeatureUpdate);
+                let r = if validate_only || checked.is_err() {
+                    checked
                 } else {
                     match self
                         .commit(Command::UpdateFeatures { updates, legacy })

@@ -223,8 +223,8 @@ def refused_start(b: Broker, binary: Path, timeout: float = 60) -> str:
         assert not admitted, f"the earlier release was admitted to a finalized cluster:\n{text[-3000:]}"
         why = [line for line in text.splitlines() if "refused" in line or "ERROR" in line]
         return f"kept out (not admitted in {timeout:.0f} s): " + (why[-1] if why else "no error logged")
-    lines = [line for line in text.splitlines() if "ERROR" in line or "error" in line]
-    return f"exit {b.proc.returncode}: " + (lines[-1].strip() if lines else text[-500:])
+    lines = [line for line in text.splitlines() if " ERROR " in line]
+    return f"exit {b.proc.returncode}: " + (lines[-1].strip()[:400] if lines else text[-500:])
 
 
 def verify(load: Load, bootstrap: str) -> list[str]:

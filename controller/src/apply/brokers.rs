@@ -30,8 +30,13 @@ impl MetadataImage {
         }
         crate::features::check_registration(id, &self.features, supported_features.as_ref())
             .map_err(CommandError::UnsupportedFeatures)?;
-        if let Some(b) = self.brokers.get(&id) {
+        if let Some(b) = self.brokers.get_mut(&id) {
             if b.incarnation == incarnation {
+                // A retry changes nothing, but may record the feature ranges a relay by
+                // a release before feature levels dropped.
+                if b.supported_features.is_none() && supported_features.is_some() {
+                    b.supported_features = supported_features.clone();
+                }
                 return Ok(());
             }
             // A restart: what it led moves away until the new incarnation catches up.
@@ -251,6 +256,33 @@ mod tests {
         let again = img.applied + 1;
         img.apply(again, &reg);
         assert_eq!(img.broker(1).unwrap().epoch, index);
+        // ... but records the feature ranges a relay of an older release dropped.
+        let Command::RegisterBroker {
+            id,
+            incarnation,
+            endpoint,
+            listeners,
+            controller_addr,
+            rack,
+            ..
+        } = reg.clone()
+        else {
+            unreachable!()
+        };
+        let with_features = Command::RegisterBroker {
+            id,
+            incarnation,
+            endpoint,
+            listeners,
+            controller_addr,
+            rack,
+            supported_features: Some(crate::features::supported()),
+        };
+        let third = img.applied + 1;
+        img.apply(third, &with_features);
+        let b = img.broker(1).unwrap();
+        assert_eq!(b.epoch, index);
+        assert_eq!(b.supported_features, Some(crate::features::supported()));
         assert_eq!(
             next(
                 &mut img,
