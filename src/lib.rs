@@ -25,6 +25,7 @@ pub mod config_reference;
 pub mod host_check;
 pub mod http;
 pub mod inter_broker_security;
+pub mod journal_log;
 pub mod kafka;
 pub mod kafka_settings;
 pub mod kernel;

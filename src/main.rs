@@ -131,8 +131,13 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         .with(log_filter::OpenraftPeerNoise)
         .with(
             tracing_subscriber::fmt::layer()
-                .with_target(false)
                 .with_ansi(colour)
+                .event_format(corelog::journal_log::PriorityPrefix {
+                    inner: tracing_subscriber::fmt::format()
+                        .with_target(false)
+                        .with_ansi(colour),
+                    journal: corelog::journal_log::stdout_is_journal(),
+                })
                 .with_filter(filter),
         )
         .init();

@@ -126,6 +126,8 @@ class Broker:
         self.pass_data_dir = True
         # The broker binary; ``None``: ``corelog_bin()`` (a rolling upgrade swaps it).
         self.binary: Path | None = None
+        # Environment variables added to the test's own.
+        self.env: dict[str, str] = {}
 
     # -- addresses ---------------------------------------------------------
     @property
@@ -178,7 +180,7 @@ class Broker:
         """Starts the process without waiting for it (cluster members wait for one
         another: start them all, then wait_healthy each)."""
         assert self.proc is None or self.proc.poll() is not None, "broker already running"
-        binary = corelog_bin()
+        binary = self.binary or corelog_bin()
         if not binary.exists():
             raise BrokerStartError(
                 f"broker binary {binary} not found (build with `cargo build --release` "
@@ -190,7 +192,7 @@ class Broker:
             self.proc = subprocess.Popen(
                 self.argv(), cwd=str(self.cwd), stdin=subprocess.DEVNULL,
                 stdout=log, stderr=subprocess.STDOUT,
-                env={**os.environ, "RUST_BACKTRACE": os.environ.get("RUST_BACKTRACE", "1")},
+                env={**os.environ, "RUST_BACKTRACE": os.environ.get("RUST_BACKTRACE", "1"), **self.env},
                 preexec_fn=die_with_parent if sys.platform.startswith("linux") else None,
             )
         return self

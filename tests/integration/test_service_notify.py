@@ -63,3 +63,30 @@ def test_ready_watchdog_and_stopping_reach_the_service_manager(tmp_path: Path):
             proc.wait()
         manager.close()
         log.close()
+
+
+def test_log_lines_carry_their_priority_for_journald_and_only_there(tmp_path: Path):
+    """With JOURNAL_STREAM naming its standard output (as systemd sets it for a unit whose
+    output goes to the journal), every line starts with its syslog priority, which
+    journald turns into the entry's priority; with it naming another file, none does."""
+    from launcher import Broker
+
+    b = Broker(tmp_path / "journal", shards=1, name="journal")
+    b.log_path.touch()
+    st = os.stat(b.log_path)
+    b.env = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}
+    b.start()
+    b.stop()
+    lines = [line for line in b.log_path.read_text().splitlines()
+             if line and not line.startswith("=====")]
+    assert lines and all(line[:3] in ("<3>", "<4>", "<6>", "<7>") for line in lines), lines[:5]
+    assert any(line.startswith("<6>") and "INFO" in line and "corelog is serving" in line for line in lines)
+    assert not any("\x1b[" in line for line in lines), "no colour codes"
+
+    other = Broker(tmp_path / "plain", shards=1, name="plain")
+    other.env = {"JOURNAL_STREAM": f"{st.st_dev}:{st.st_ino}"}  # not its output
+    other.start()
+    other.stop()
+    plain = [line for line in other.log_path.read_text().splitlines()
+             if line and not line.startswith("=====")]
+    assert plain and not any(line.startswith("<") for line in plain), plain[:3]
