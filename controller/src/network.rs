@@ -104,6 +104,7 @@ impl PeerClient {
         let envelope = Envelope {
             cluster_id: self.cluster_id.get(),
             body: req,
+            protocol: crate::rpc::PROTOCOL,
         };
         let addr = self.addr.clone();
         let result = tokio::time::timeout(timeout, self.exchange(&envelope)).await;
@@ -227,6 +228,7 @@ impl PeerClient {
             let login = Envelope {
                 cluster_id: self.cluster_id.get(),
                 body: Request::Authenticate(sasl.credentials()),
+                protocol: crate::rpc::PROTOCOL,
             };
             write_frame(&mut stream, &login).await.map_err(net)?;
             match read_frame::<_, Response>(&mut stream).await.map_err(net)? {

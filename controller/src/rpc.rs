@@ -32,7 +32,15 @@ type NodeId = u64;
 pub struct Envelope<T> {
     pub cluster_id: Option<String>,
     pub body: T,
+    /// The sender's controller protocol (`PROTOCOL`); 0, absent, from releases before
+    /// feature levels, whose nodes a cluster that has finalized levels refuses: such a
+    /// node would apply the log without the rules those levels need.
+    #[serde(default)]
+    pub protocol: u32,
 }
+
+/// The controller protocol this release speaks (sent in every `Envelope`).
+pub const PROTOCOL: u32 = 1;
 
 #[derive(Debug, Serialize, Deserialize)]
 pub enum Request {

@@ -110,6 +110,18 @@ async fn handle(shared: &Shared, envelope: Envelope<Request>) -> Response {
             return Response::Refused(RpcError::ClusterMismatch { ours, theirs });
         }
     }
+    if envelope.protocol == 0 {
+        let finalized = shared.sm.image().features.clone();
+        if !finalized.is_empty() {
+            let why = format!(
+                "a node of a release without feature levels, and this cluster has finalized \
+                 them ({}): it must not vote, lead or register; run a release that supports them",
+                crate::features::describe(&finalized)
+            );
+            refused_old_release(&why);
+            return Response::Refused(RpcError::Unavailable(why));
+        }
+    }
     match envelope.body {
         Request::AppendEntries(r) => Response::AppendEntries(shared.raft.append_entries(r).await),
         Request::Vote(r) => Response::Vote(shared.raft.vote(r).await),
@@ -129,6 +141,24 @@ async fn handle(shared: &Shared, envelope: Envelope<Request>) -> Response {
         }
         // Only a connection's first request on a SASL port (`admit`) logs in.
         Request::Authenticate(_) => Response::Refused(RpcError::AuthenticationFailed),
+    }
+}
+
+/// Logs a refused request of an earlier release's node, at most every ten seconds.
+fn refused_old_release(why: &str) {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let last = LAST.load(Ordering::Relaxed);
+    if now >= last + 10
+        && LAST
+            .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        tracing::error!(reason = %why, "controller port: refusing a node's request");
     }
 }
 
