@@ -78,7 +78,7 @@ fn first_format() -> u32 {
 
 const IDENTITY_FILE: &str = "node.json";
 /// How often a registration that lacks its feature ranges is sent again.
-const FEATURES_RESEND: Duration = Duration::from_secs(10);
+const FEATURES_RESEND: Duration = Duration::from_secs(3);
 /// How long one forwarded call may take before it is retried elsewhere.
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long to wait between attempts when no controller is known.

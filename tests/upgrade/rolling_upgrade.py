@@ -308,7 +308,15 @@ def main() -> int:
                                if "metadata.version" in line))
         roll(cluster, old, "downgrade before finalizing", steps)
         roll(cluster, new, "upgrade again", steps)
-        r = kafka_features(cluster.bootstrap, "upgrade", "--metadata", "4.4")
+        # Registrations a controller of the earlier release relayed lack their feature
+        # ranges until the brokers send them again (every few seconds): retry meanwhile.
+        deadline = time.monotonic() + 60
+        while True:
+            r = kafka_features(cluster.bootstrap, "upgrade", "--metadata", "4.4")
+            if r.returncode == 0 or "without feature levels" not in r.stdout + r.stderr \
+                    or time.monotonic() > deadline:
+                break
+            time.sleep(2)
         if r.returncode != 0:
             failures.append(f"kafka-features upgrade failed: {r.stdout}{r.stderr}")
         steps.append(f"finalized: `kafka-features upgrade --metadata 4.4` → {r.stdout.strip()}")
