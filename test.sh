@@ -19,7 +19,8 @@ log() { printf '\n=== %s\n' "$*"; }
 # Python test dependencies (versions the suite was written against)
 # ---------------------------------------------------------------------------
 # cryptography: the OAUTHBEARER tests sign their own JWTs (test_oauthbearer.py).
-PY_DEPS=(confluent-kafka==2.16.1 kafka-python==3.0.12 "pytest>=8,<10" "cryptography>=42")
+# PyYAML: test_dashboard.py reads the Prometheus alert rules.
+PY_DEPS=(confluent-kafka==2.16.1 kafka-python==3.0.12 "pytest>=8,<10" "cryptography>=42" "PyYAML>=6")
 log "installing Python test dependencies: ${PY_DEPS[*]}"
 if ! python3 -m pip --version >/dev/null 2>&1; then
     if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then

@@ -28,6 +28,7 @@ pub fn spawn(
     queries: mpsc::Sender<MetricsQuery>,
     faults: Option<Arc<StorageFaults>>,
 ) -> anyhow::Result<std::thread::JoinHandle<()>> {
+    metrics::process::mark_start();
     let server = tiny_http::Server::http(addr)
         .map_err(|e| anyhow::anyhow!("binding the HTTP endpoint {addr}: {e}"))?;
     let handle = std::thread::Builder::new()
@@ -109,22 +110,24 @@ fn route(
             Some(s) => (
                 200,
                 metrics::prometheus::CONTENT_TYPE,
-                metrics::prometheus::render(s),
+                metrics::prometheus::render(s, metrics::process::read()),
             ),
             None => (503, TEXT, "shards unavailable\n".into()),
         },
         "/histograms" => match metrics::query(queries, SCRAPE_TIMEOUT) {
-            Some(s) if query.split('&').any(|kv| kv == "format=json") => {
-                (200, "application/json", metrics::histograms::json(&s))
-            }
-            Some(s) => (200, TEXT, metrics::histograms::text(&s)),
+            Some(s) if query.split('&').any(|kv| kv == "format=json") => (
+                200,
+                "application/json",
+                metrics::histograms::json(&s.shards),
+            ),
+            Some(s) => (200, TEXT, metrics::histograms::text(&s.shards)),
             None => (503, TEXT, "shards unavailable\n".into()),
         },
         "/histograms/plot" => match metrics::query(queries, SCRAPE_TIMEOUT) {
             Some(s) => (
                 200,
                 "text/html; charset=utf-8",
-                metrics::histograms::page(&s),
+                metrics::histograms::page(&s.shards),
             ),
             None => (503, TEXT, "shards unavailable\n".into()),
         },
@@ -133,7 +136,7 @@ fn route(
                 .trim_start_matches("/histograms/")
                 .trim_end_matches(".hgrm");
             match metrics::query(queries, SCRAPE_TIMEOUT) {
-                Some(s) => match metrics::histograms::one(&s, name) {
+                Some(s) => match metrics::histograms::one(&s.shards, name) {
                     Some(body) => (200, TEXT, body),
                     None => (404, TEXT, format!("no histogram named {name}\n")),
                 },

@@ -266,7 +266,13 @@ async fn shard_main(
         // Taken once, at start-up, by the one shard that serves metrics queries.
         let rx = metrics_queries.lock().ok().and_then(|mut q| q.take());
         if let Some(rx) = rx {
-            glommio::spawn_local(crate::metrics::serve_queries(shard.clone(), rx)).detach();
+            let connections = connection_limits.clone();
+            glommio::spawn_local(crate::metrics::serve_queries(
+                shard.clone(),
+                rx,
+                connections,
+            ))
+            .detach();
         }
     }
     if let Err(e) = shard.open_owned_partitions().await {

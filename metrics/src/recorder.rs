@@ -137,6 +137,39 @@ pub struct MetricsSnapshot {
     pub quota: QuotaMetrics,
     pub replication: ReplicationMetrics,
     pub share: ShareMetrics,
+    /// Records appended by this shard's leaders: produced batches and the coordinators'
+    /// own records, not duplicates of idempotent retries, not markers, not replicas' copies.
+    pub appended_records: u64,
+    /// Bytes the shard's partition logs hold on disk (filled in at the snapshot).
+    pub log_bytes: u64,
+    /// Whether the shard refuses produces for the disk (budget or fill ratio), filled in
+    /// at the snapshot.
+    pub produce_refused_disk: bool,
+    /// The committed offsets of the groups this shard coordinates (filled in at the
+    /// snapshot, bounded: see [`GroupOffsets`]), the committed side of consumer lag.
+    pub group_offsets: GroupOffsets,
+}
+
+/// The most consumer-lag partition series a broker exports (`group`, `topic`,
+/// `partition`): each shard lists the committed offsets of at most its share of this
+/// many, whole groups at a time, and counts the groups left out.
+pub const GROUP_LAG_PARTITIONS_MAX: usize = 10_000;
+
+/// One group's committed offset of one partition.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOffset {
+    pub group: String,
+    pub topic: String,
+    pub partition: i32,
+    pub committed: i64,
+}
+
+/// A coordinator shard's committed offsets, whole groups in group-name order up to a
+/// bound on their count, and how many groups with committed offsets did not fit.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GroupOffsets {
+    pub offsets: Vec<GroupOffset>,
+    pub groups_omitted: u64,
 }
 
 /// Share groups' records on the share partitions this shard leads (KIP-932): counters
@@ -380,6 +413,13 @@ impl MetricsSnapshot {
         self.quota.merge(&other.quota);
         self.replication.merge(&other.replication);
         self.share.merge(&other.share);
+        self.appended_records += other.appended_records;
+        self.log_bytes += other.log_bytes;
+        self.produce_refused_disk |= other.produce_refused_disk;
+        self.group_offsets
+            .offsets
+            .extend_from_slice(&other.group_offsets.offsets);
+        self.group_offsets.groups_omitted += other.group_offsets.groups_omitted;
     }
 
     pub fn merged(snapshots: &[MetricsSnapshot]) -> MetricsSnapshot {
@@ -405,6 +445,7 @@ struct Recorder {
     quota: QuotaMetrics,
     replication: ReplicationMetrics,
     share: ShareMetrics,
+    appended_records: u64,
 }
 
 thread_local! {
@@ -430,6 +471,7 @@ thread_local! {
         quota: QuotaMetrics::default(),
         replication: ReplicationMetrics::default(),
         share: ShareMetrics::default(),
+        appended_records: 0,
     });
 }
 
@@ -476,6 +518,11 @@ pub fn record_duplicate_batch() {
     RECORDER.with(|r| r.borrow_mut().duplicate_batches += 1);
 }
 
+/// Records appended by a leader of this shard (one call per append, not per record).
+pub fn record_appended_records(records: u64) {
+    RECORDER.with(|r| r.borrow_mut().appended_records += records);
+}
+
 pub fn record_log_failure() {
     RECORDER.with(|r| r.borrow_mut().log_failures += 1);
 }
@@ -518,6 +565,10 @@ pub fn snapshot(shard: usize) -> MetricsSnapshot {
             quota: r.quota,
             replication: r.replication,
             share: r.share,
+            appended_records: r.appended_records,
+            log_bytes: 0,
+            produce_refused_disk: false,
+            group_offsets: GroupOffsets::default(),
         }
     })
 }

@@ -531,6 +531,12 @@ pub enum PartitionRequest {
         markers: Vec<(TopicPartition, corelog_storage::txn_marker::TxnMarker)>,
         reply: Reply<Vec<Result<(), PartitionError>>>,
     },
+    /// The metrics scrape's consumer lag: each partition's high watermark where the
+    /// shard holds a replica (`Shard::high_watermarks`).
+    HighWatermarks {
+        partitions: Vec<TopicPartition>,
+        reply: Reply<Vec<Option<i64>>>,
+    },
     /// DeleteRecords: (partition, offset; -1 the high watermark) → the new log start.
     DeleteRecords {
         partitions: Vec<(TopicPartition, i64)>,

@@ -76,6 +76,10 @@ impl corelog_storage::Observer for StorageObserver {
         corelog_metrics::record_duplicate_batch();
     }
 
+    fn appended(&self, records: u64) {
+        corelog_metrics::record_appended_records(records);
+    }
+
     fn log_failed(&self, dir: &Path, error: &StorageError) {
         corelog_metrics::record_log_failure();
         self.data_dir.log_failed(dir, error);

@@ -2,10 +2,13 @@
 //! encoded by the `prometheus-client` crate.
 //!
 //! Names follow Prometheus conventions (`_total` counters, `_seconds` histograms, base
-//! units); every series has a `shard` label so a core that falls behind is visible, and
-//! Prometheus sums over `shard` for the broker total.
+//! units); every series a shard records has a `shard` label so a core that falls behind
+//! is visible, and Prometheus sums over `shard` for the broker total. What only the whole
+//! broker knows (consumer lag, open connections, the controller, the data directory's
+//! filesystem, the process) has no `shard` label.
 
-use super::{api_name, error_name};
+use super::process::ProcessMetrics;
+use super::{api_name, error_name, BrokerMetrics, Scrape};
 use corelog_metrics::{MetricsSnapshot, Stage};
 use hdrhistogram::Histogram;
 use prometheus_client::collector::Collector;
@@ -19,12 +22,16 @@ const BUCKETS_S: [f64; 16] = [
     5.0, 10.0,
 ];
 
-struct Snapshots(Vec<MetricsSnapshot>);
+struct Snapshots {
+    shards: Vec<MetricsSnapshot>,
+    broker: BrokerMetrics,
+    process: ProcessMetrics,
+}
 
 // `Collector` requires Debug; the snapshots are plain numbers not worth printing.
 impl std::fmt::Debug for Snapshots {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Snapshots({} shards)", self.0.len())
+        write!(f, "Snapshots({} shards)", self.shards.len())
     }
 }
 
@@ -106,6 +113,167 @@ fn histogram(
     Ok(())
 }
 
+fn float_metric(
+    encoder: &mut DescriptorEncoder,
+    name: &str,
+    help: &str,
+    kind: MetricType,
+    value: Option<f64>,
+) -> Result<(), std::fmt::Error> {
+    let Some(v) = value else {
+        return Ok(());
+    };
+    let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+    let labels: Labels = Vec::new();
+    let mut family = m.encode_family(&labels)?;
+    match kind {
+        MetricType::Counter => family.encode_counter::<NoLabelSet, f64, u64>(&v, None),
+        _ => family.encode_gauge(&v),
+    }
+}
+
+/// The broker's own gauges: consumer lag, connections, the controller, the disk.
+fn broker_metrics(encoder: &mut DescriptorEncoder, b: &BrokerMetrics) -> std::fmt::Result {
+    let none: Labels = Vec::new();
+    let one = |v: u64| vec![(none.clone(), v)];
+    let mut lag = Vec::with_capacity(b.group_lag.len());
+    let mut by_group: std::collections::BTreeMap<&str, (u64, u64)> = Default::default();
+    for ((group, topic, partition), value) in &b.group_lag {
+        lag.push((
+            vec![
+                ("group".to_string(), group.clone()),
+                ("topic".to_string(), topic.clone()),
+                ("partition".to_string(), partition.to_string()),
+            ],
+            *value,
+        ));
+        let (sum, max) = by_group.entry(group.as_str()).or_default();
+        *sum = sum.saturating_add(*value);
+        *max = (*max).max(*value);
+    }
+    let group_series = |f: fn(&(u64, u64)) -> u64| {
+        by_group
+            .iter()
+            .map(|(g, v)| (vec![("group".to_string(), g.to_string())], f(v)))
+            .collect::<Vec<_>>()
+    };
+    gauge(
+        encoder,
+        "corelog_consumer_group_lag",
+        "Records a consumer group has not committed: the partition's high watermark minus the group's committed offset, for the groups this broker coordinates and the partitions it holds a replica of.",
+        &lag,
+    )?;
+    gauge(
+        encoder,
+        "corelog_consumer_group_lag_sum",
+        "corelog_consumer_group_lag summed over the group's partitions.",
+        &group_series(|v| v.0),
+    )?;
+    gauge(
+        encoder,
+        "corelog_consumer_group_lag_max",
+        "The largest corelog_consumer_group_lag of the group's partitions.",
+        &group_series(|v| v.1),
+    )?;
+    gauge(
+        encoder,
+        "corelog_consumer_group_lag_unknown_partitions",
+        "Committed partitions of groups this broker coordinates with no replica on this broker: their lag is not known here.",
+        &one(b.group_lag_unknown),
+    )?;
+    gauge(
+        encoder,
+        "corelog_consumer_group_lag_groups_omitted",
+        "Groups with committed offsets left out of the lag series by the bound on their number (10,000 partitions a broker).",
+        &one(b.group_lag_groups_omitted),
+    )?;
+    gauge(
+        encoder,
+        "corelog_connections_open",
+        "Client connections open now, every listener and shard together.",
+        &one(b.connections_open),
+    )?;
+    gauge(
+        encoder,
+        "corelog_active_controller",
+        "1 on the broker whose controller node leads the controller quorum, else 0.",
+        &one(u64::from(b.active_controller)),
+    )?;
+    gauge(
+        encoder,
+        "corelog_offline_partitions",
+        "Partitions without a leader, counted by the active controller (0 on other brokers).",
+        &one(b.offline_partitions),
+    )?;
+    gauge(
+        encoder,
+        "corelog_fenced_brokers",
+        "Registered brokers fenced (not serving), counted by the active controller (0 on other brokers).",
+        &one(b.fenced_brokers),
+    )?;
+    if let Some((size, available)) = b.data_dir_filesystem {
+        gauge(
+            encoder,
+            "corelog_data_dir_filesystem_size_bytes",
+            "Size of the filesystem holding the data directory.",
+            &one(size),
+        )?;
+        gauge(
+            encoder,
+            "corelog_data_dir_filesystem_available_bytes",
+            "Bytes of the data directory's filesystem available to the broker (df's Avail).",
+            &one(available),
+        )?;
+    }
+    Ok(())
+}
+
+fn process_metrics(encoder: &mut DescriptorEncoder, p: &ProcessMetrics) -> std::fmt::Result {
+    let to_f = |v: Option<u64>| v.map(|v| v as f64);
+    float_metric(
+        encoder,
+        "process_resident_memory_bytes",
+        "Resident memory size in bytes.",
+        MetricType::Gauge,
+        to_f(p.resident_memory_bytes),
+    )?;
+    float_metric(
+        encoder,
+        "process_virtual_memory_bytes",
+        "Virtual memory size in bytes.",
+        MetricType::Gauge,
+        to_f(p.virtual_memory_bytes),
+    )?;
+    float_metric(
+        encoder,
+        "process_cpu_seconds",
+        "Total user and system CPU time spent in seconds.",
+        MetricType::Counter,
+        p.cpu_seconds,
+    )?;
+    float_metric(
+        encoder,
+        "process_open_fds",
+        "Number of open file descriptors.",
+        MetricType::Gauge,
+        to_f(p.open_fds),
+    )?;
+    float_metric(
+        encoder,
+        "process_max_fds",
+        "Maximum number of open file descriptors.",
+        MetricType::Gauge,
+        to_f(p.max_fds),
+    )?;
+    float_metric(
+        encoder,
+        "process_start_time_seconds",
+        "Start time of the process since unix epoch in seconds.",
+        MetricType::Gauge,
+        p.start_time_seconds,
+    )
+}
+
 impl Collector for Snapshots {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let mut requests = Vec::new();
@@ -129,7 +297,8 @@ impl Collector for Snapshots {
             Vec::new();
         let mut share: Vec<(Vec<(String, String)>, corelog_metrics::ShareMetrics)> = Vec::new();
         let mut share_acks = Vec::new();
-        for s in &self.0 {
+        let (mut appended, mut log_bytes, mut refused_disk) = (vec![], vec![], vec![]);
+        for s in &self.shards {
             let shard = shard_label(s);
             for (api, m) in &s.apis {
                 let labels = vec![
@@ -166,6 +335,9 @@ impl Collector for Snapshots {
             ));
             let by_shard = vec![("shard".to_string(), shard.clone())];
             duplicates.push((by_shard.clone(), s.duplicate_batches));
+            appended.push((by_shard.clone(), s.appended_records));
+            log_bytes.push((by_shard.clone(), s.log_bytes));
+            refused_disk.push((by_shard.clone(), u64::from(s.produce_refused_disk)));
             log_failures.push((by_shard.clone(), s.log_failures));
             spliced.push((by_shard.clone(), s.spliced_bytes));
             for (path, n) in [
@@ -504,14 +676,38 @@ impl Collector for Snapshots {
             "Records in the window of this shard's share partitions, from their start offset (all before it done) to their end.",
             &share_series(|m| m.in_flight),
         )?;
+        counter(
+            &mut encoder,
+            "corelog_appended_records",
+            "Records appended by this shard's leaders: produced batches and the coordinators' own records (not idempotent retries answered from the log, not transaction markers, not replicas' copies).",
+            &appended,
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_log_size_bytes",
+            "Bytes the shard's partition logs hold on disk.",
+            &log_bytes,
+        )?;
+        gauge(
+            &mut encoder,
+            "corelog_produce_refused_disk",
+            "1 while the shard refuses produces for the disk (--disk-budget-bytes or --disk-fill-max-percent), else 0.",
+            &refused_disk,
+        )?;
+        broker_metrics(&mut encoder, &self.broker)?;
+        process_metrics(&mut encoder, &self.process)?;
         Ok(())
     }
 }
 
-/// Renders every shard's snapshot.
-pub fn render(snapshots: Vec<MetricsSnapshot>) -> String {
+/// Renders every shard's snapshot, the broker's gauges and the process's resources.
+pub fn render(scrape: Scrape, process: ProcessMetrics) -> String {
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(Snapshots(snapshots)));
+    registry.register_collector(Box::new(Snapshots {
+        shards: scrape.shards,
+        broker: scrape.broker,
+        process,
+    }));
     let mut out = String::new();
     if prometheus_client::encoding::prometheus_text::encode(&mut out, &registry).is_err() {
         out.clear();
@@ -520,3 +716,42 @@ pub fn render(snapshots: Vec<MetricsSnapshot>) -> String {
 }
 
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn group_lag_has_partition_series_and_each_group_sum_and_max() {
+        let mut broker = BrokerMetrics::default();
+        for (group, partition, lag) in [("g", 0, 5), ("g", 1, 7), ("h", 0, 0)] {
+            broker
+                .group_lag
+                .insert((group.into(), "t".into(), partition), lag);
+        }
+        broker.active_controller = true;
+        let scrape = Scrape {
+            shards: Vec::new(),
+            broker,
+        };
+        let text = render(scrape, ProcessMetrics::default());
+        for line in [
+            "corelog_consumer_group_lag{group=\"g\",topic=\"t\",partition=\"0\"} 5",
+            "corelog_consumer_group_lag{group=\"g\",topic=\"t\",partition=\"1\"} 7",
+            "corelog_consumer_group_lag{group=\"h\",topic=\"t\",partition=\"0\"} 0",
+            "corelog_consumer_group_lag_sum{group=\"g\"} 12",
+            "corelog_consumer_group_lag_max{group=\"g\"} 7",
+            "corelog_consumer_group_lag_sum{group=\"h\"} 0",
+            "corelog_active_controller 1",
+            "corelog_offline_partitions 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} not in:\n{text}");
+        }
+        // What the system did not give is left out, not exported as 0.
+        assert!(!text.contains("process_resident_memory_bytes"), "{text}");
+        assert!(
+            !text.contains("corelog_data_dir_filesystem_size_bytes"),
+            "{text}"
+        );
+    }
+}

@@ -58,6 +58,11 @@ pub trait Observer {
     fn stage(&self, stage: Stage, latency: Duration);
     /// An idempotent producer's retry was answered with the offsets it already had.
     fn duplicate_batch(&self);
+    /// A leader's append (a producer's batches or a coordinator's records) took
+    /// `records` new offsets; duplicates, markers and replicated appends are not told.
+    fn appended(&self, records: u64) {
+        let _ = records;
+    }
     /// The log in `dir` failed for good (a write or sync error): it refuses appends until
     /// it is opened again.
     fn log_failed(&self, dir: &std::path::Path, error: &crate::error::StorageError) {

@@ -19,12 +19,12 @@ def get(broker, path: str) -> tuple[int, str, str]:
 
 
 def series(text: str, name: str) -> dict[str, float]:
-    """{labels: value} of one metric family in Prometheus text."""
+    """{labels: value} of one metric family in Prometheus text ("" for no labels)."""
     out = {}
     for line in text.splitlines():
-        m = re.match(rf"^{re.escape(name)}\{{(.*)\}} (\S+)$", line)
+        m = re.match(rf"^{re.escape(name)}(?:\{{(.*)\}})? (\S+)$", line)
         if m:
-            out[m.group(1)] = float(m.group(2))
+            out[m.group(1) or ""] = float(m.group(2))
     return out
 
 
@@ -88,6 +88,91 @@ def test_metrics_count_what_clients_did(broker):
     status, _, hgrm = get(broker, "/histograms/produce.hgrm")
     assert status == 200
     assert "Percentile" in hgrm.splitlines()[0] and "#[Max" in hgrm
+
+
+def labelled(text: str, name: str) -> dict[frozenset, float]:
+    """{frozenset of (label, value): value} of one metric family in Prometheus text."""
+    return {frozenset(re.findall(r'(\w+)="([^"]*)"', k)): v for k, v in series(text, name).items()}
+
+
+def test_consumer_group_lag_is_the_high_watermark_minus_the_commit(broker):
+    """corelog_consumer_group_lag{group,topic,partition}: the broker that coordinates a
+    group exports, per committed partition, its high watermark minus the committed
+    offset (the partitions live on both shards, the group on one), with the group's sum
+    and max; consumed to the end and committed, it is 0."""
+    topic, group = "lagged", "laggers"
+    admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+    admin.create_topics([NewTopic(topic, 3, 1)])[topic].result(30)
+    produced = {0: 50, 1: 20, 2: 7}
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all", "linger.ms": 5})
+    for q, n in produced.items():
+        for i in range(n):
+            p.produce(topic, b"v", partition=q)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": group,
+                  "enable.auto.commit": False, "auto.offset.reset": "earliest"})
+    high = {q: c.get_watermark_offsets(TopicPartition(topic, q), 10)[1] for q in produced}
+    assert high == produced
+    committed = {0: 10, 1: 20, 2: 0}
+    c.commit(offsets=[TopicPartition(topic, q, o) for q, o in committed.items()],
+             asynchronous=False)
+
+    def lags(text):
+        out = {}
+        for labels, v in labelled(text, "corelog_consumer_group_lag").items():
+            d = dict(labels)
+            if d["group"] == group:
+                assert d["topic"] == topic and "shard" not in d, d
+                out[int(d["partition"])] = v
+        return out
+
+    def of_group(text, name):
+        return {dict(k)["group"]: v for k, v in labelled(text, name).items()}.get(group)
+
+    _, _, text = get(broker, "/metrics")
+    want = {q: high[q] - committed[q] for q in produced}
+    assert lags(text) == want, series(text, "corelog_consumer_group_lag")
+    assert of_group(text, "corelog_consumer_group_lag_sum") == sum(want.values())
+    assert of_group(text, "corelog_consumer_group_lag_max") == max(want.values())
+    assert total(text, "corelog_consumer_group_lag_unknown_partitions") == 0
+    assert total(text, "corelog_consumer_group_lag_groups_omitted") == 0
+
+    # Consumed to the end and committed: no lag.
+    c.assign([TopicPartition(topic, q, committed[q]) for q in produced])
+    left = sum(want.values())
+    while left > 0:
+        left -= sum(1 for m in c.consume(100, 1.0) if m.error() is None)
+    c.commit(asynchronous=False)
+    c.close()
+    _, _, text = get(broker, "/metrics")
+    assert lags(text) == {q: 0 for q in produced}, series(text, "corelog_consumer_group_lag")
+    assert of_group(text, "corelog_consumer_group_lag_sum") == 0
+    assert of_group(text, "corelog_consumer_group_lag_max") == 0
+
+
+def test_the_broker_reports_its_disk_memory_connections_and_controller(broker):
+    _, _, text = get(broker, "/metrics")
+    assert total(text, "corelog_active_controller") == 1
+    assert total(text, "corelog_offline_partitions") == 0
+    assert total(text, "corelog_fenced_brokers") == 0
+    size = total(text, "corelog_data_dir_filesystem_size_bytes")
+    assert 0 < total(text, "corelog_data_dir_filesystem_available_bytes") <= size
+    assert total(text, "corelog_produce_refused_disk") == 0
+    assert re.search(r"^process_resident_memory_bytes [1-9]", text, re.M), "memory"
+    assert re.search(r"^process_open_fds [1-9]", text, re.M), "descriptors"
+    assert re.search(r"^process_cpu_seconds_total \d", text, re.M), "cpu"
+    p = Producer({"bootstrap.servers": broker.bootstrap, "acks": "all"})
+    for i in range(30):
+        p.produce("counted", b"x" * 1000)
+    assert p.flush(30) == 0
+    c = Consumer({"bootstrap.servers": broker.bootstrap, "group.id": "open"})
+    c.list_topics(timeout=10)
+    _, _, text = get(broker, "/metrics")
+    # The producer's 30 records, and the consumer's connection (at least) open.
+    assert total(text, "corelog_appended_records_total") >= 30
+    assert total(text, "corelog_log_size_bytes") >= 30 * 1000
+    assert total(text, "corelog_connections_open") >= 1
+    c.close()
 
 
 def test_each_refused_config_change_counts_once(broker):

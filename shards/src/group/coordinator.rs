@@ -191,6 +191,42 @@ impl GroupCoordinator {
         partition_for_group(group, self.config.offsets_partitions)
     }
 
+    /// The committed offsets of this shard's classic and consumer groups (KIP-848), for
+    /// the consumer-lag metric: whole groups in name order while their offsets add up to
+    /// at most `max`, and how many groups with offsets were left out. Pending
+    /// transactional commits are not committed yet and are not listed; nor are share
+    /// groups, whose progress is their share partitions' state, not committed offsets.
+    /// Called at a metrics scrape, never on a request's path.
+    pub fn committed_offsets(&self, max: usize) -> corelog_metrics::GroupOffsets {
+        let groups = self.groups.borrow();
+        let mut names: Vec<&String> = groups
+            .iter()
+            .filter(|(_, g)| !g.offsets.is_empty())
+            .map(|(name, _)| name)
+            .collect();
+        names.sort_unstable();
+        let mut out = corelog_metrics::GroupOffsets::default();
+        for name in names {
+            let Some(group) = groups.get(name) else {
+                continue;
+            };
+            if out.offsets.len() + group.offsets.len() > max {
+                out.groups_omitted += 1;
+                continue;
+            }
+            out.offsets
+                .extend(group.offsets.iter().filter(|(_, c)| c.offset >= 0).map(
+                    |((topic, partition), c)| corelog_metrics::GroupOffset {
+                        group: name.clone(),
+                        topic: topic.clone(),
+                        partition: *partition,
+                        committed: c.offset,
+                    },
+                ));
+        }
+        out
+    }
+
     fn next_generation(&self, partition: i32) -> u64 {
         let mut generations = self.generations.borrow_mut();
         let g = generations.entry(partition).or_insert(0);
@@ -2156,6 +2192,46 @@ mod tests {
             assert_eq!(fetched(&c, &log, true).await, want);
             let replayed = loaded(&log).await;
             assert_eq!(fetched(&replayed, &log, true).await, want);
+            log.close().await;
+        });
+    }
+
+    #[test]
+    fn committed_offsets_list_whole_groups_in_order_within_the_bound() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let c = loaded(&log).await;
+            // A second group coordinated by the same partition, named after "g".
+            let other = (0..10_000)
+                .map(|i| format!("h{i}"))
+                .find(|g| c.offsets_partition(g) == c.offsets_partition(GROUP))
+                .expect("a group of the same partition");
+            commits(&c, &log, commit(&[(0, 5), (1, 7)])).await;
+            let GroupOp::Commit(mut theirs) = commit(&[(0, 3)]) else {
+                unreachable!()
+            };
+            theirs.group = other.clone();
+            commits(&c, &log, GroupOp::Commit(theirs)).await;
+            // A transaction's commit is pending, not committed: not listed.
+            commits(&c, &log, txn_commit(7, 0, &[(2, 9)])).await;
+            let listed = |max| {
+                let o = c.committed_offsets(max);
+                let rows: Vec<_> = o
+                    .offsets
+                    .iter()
+                    .map(|o| (o.group.clone(), o.partition, o.committed))
+                    .collect();
+                (rows, o.groups_omitted)
+            };
+            let g = |p, o| (GROUP.to_string(), p, o);
+            let all = vec![g(0, 5), g(1, 7), (other.clone(), 0, 3)];
+            assert_eq!(listed(10), (all, 0));
+            // "g" (2 offsets) fits a bound of 2, "h…" then does not: left out whole.
+            assert_eq!(listed(2), (vec![g(0, 5), g(1, 7)], 1));
+            // Nor does "g" fit 1; "h…" does.
+            assert_eq!(listed(1), (vec![(other, 0, 3)], 1));
             log.close().await;
         });
     }

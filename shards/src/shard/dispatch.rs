@@ -64,6 +64,9 @@ impl Shard {
             }) => {
                 let _ = reply.send(self.describe_partitions(&partitions, with_producers));
             }
+            ShardMessage::Partition(PartitionRequest::HighWatermarks { partitions, reply }) => {
+                let _ = reply.send(self.high_watermarks(&partitions));
+            }
             ShardMessage::Partition(PartitionRequest::DeleteRecords { partitions, reply }) => {
                 let _ = reply.send(self.delete_records(partitions).await);
             }
@@ -163,6 +166,25 @@ impl Shard {
         };
         snapshot.replication = self.replication_metrics(snapshot.replication);
         (snapshot.share.partitions, snapshot.share.in_flight) = self.share_leader.gauges();
+        snapshot.log_bytes = self
+            .partitions
+            .borrow()
+            .values()
+            .map(|p| p.log().size_bytes())
+            .sum();
+        snapshot.produce_refused_disk = self.produce_refused().is_some();
+        let max = corelog_metrics::GROUP_LAG_PARTITIONS_MAX / self.config.shard_count.max(1);
+        snapshot.group_offsets = self.groups.committed_offsets(max.max(1));
         snapshot
+    }
+
+    /// Each partition's high watermark where this shard holds a replica of it (a
+    /// leader's own, a follower's as its leader last told it), for the consumer-lag
+    /// metric; `None` where it holds none.
+    pub fn high_watermarks(&self, partitions: &[crate::mesh::TopicPartition]) -> Vec<Option<i64>> {
+        partitions
+            .iter()
+            .map(|tp| self.partition(tp).map(|p| p.high_watermark()))
+            .collect()
     }
 }

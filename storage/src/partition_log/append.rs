@@ -164,6 +164,9 @@ impl PartitionLog {
             },
             flush_messages,
         );
+        self.context
+            .observer
+            .appended(u64::try_from(next - base_offset).unwrap_or(0));
         Ok(AppendTicket {
             base_offset,
             next_offset: next,
