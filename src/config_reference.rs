@@ -51,7 +51,10 @@ fn fields() -> BTreeMap<String, (String, Vec<String>)> {
             .strip_prefix("Option<")
             .and_then(|t| t.strip_suffix('>'))
             .unwrap_or(ty);
-        out.insert(name.to_string(), (ty.to_string(), std::mem::take(&mut aliases)));
+        out.insert(
+            name.to_string(),
+            (ty.to_string(), std::mem::take(&mut aliases)),
+        );
     }
     out
 }
@@ -251,7 +254,9 @@ mod tests {
             if file_takes(key.name) && !crate::security_config::KEYS.contains(&key.name) {
                 let own = fields.contains_key(&key.name.replace('-', "_"));
                 assert!(
-                    own || fields.values().any(|(_, a)| a.iter().any(|n| n == key.name)),
+                    own || fields
+                        .values()
+                        .any(|(_, a)| a.iter().any(|n| n == key.name)),
                     "{} is taken by the file but documented nowhere",
                     key.name
                 );

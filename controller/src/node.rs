@@ -558,6 +558,19 @@ async fn propose(
     }
 }
 
+/// This broker's registration as `incarnation`, with the feature ranges of its release.
+fn registration(shared: &Shared, incarnation: Uuid) -> Command {
+    Command::RegisterBroker {
+        id: shared.config.node_id,
+        incarnation,
+        endpoint: shared.config.endpoint.clone(),
+        listeners: shared.config.listeners.clone(),
+        controller_addr: shared.config.advertised(),
+        rack: shared.config.rack.clone(),
+        supported_features: Some(crate::features::supported()),
+    }
+}
+
 /// This node as a broker: joins the log (a non-voter asks to), registers, then
 /// heartbeats to every voter for as long as it runs (`heartbeats`).
 async fn broker_duties(shared: Arc<Shared>) {
@@ -566,15 +579,7 @@ async fn broker_duties(shared: Arc<Shared>) {
     }
     let incarnation = Uuid::new_v4();
     let epoch = loop {
-        let cmd = Command::RegisterBroker {
-            id: shared.config.node_id,
-            incarnation,
-            endpoint: shared.config.endpoint.clone(),
-            listeners: shared.config.listeners.clone(),
-            controller_addr: shared.config.advertised(),
-            rack: shared.config.rack.clone(),
-            supported_features: Some(crate::features::supported()),
-        };
+        let cmd = registration(&shared, incarnation);
         match propose(&shared, cmd, Duration::from_secs(30)).await {
             Ok(Applied {
                 index,
@@ -619,15 +624,7 @@ async fn broker_duties(shared: Arc<Shared>) {
                 });
                 if lacking && features_resent.is_none_or(|t| t.elapsed() >= FEATURES_RESEND) {
                     features_resent = Some(Instant::now());
-                    let cmd = Command::RegisterBroker {
-                        id: shared.config.node_id,
-                        incarnation,
-                        endpoint: shared.config.endpoint.clone(),
-                        listeners: shared.config.listeners.clone(),
-                        controller_addr: shared.config.advertised(),
-                        rack: shared.config.rack.clone(),
-                        supported_features: Some(crate::features::supported()),
-                    };
+                    let cmd = registration(&shared, incarnation);
                     let shared = shared.clone();
                     tokio::spawn(async move {
                         if let Err(e) = propose(&shared, cmd, FEATURES_RESEND).await {
