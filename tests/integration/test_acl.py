@@ -366,7 +366,8 @@ def _controller_call(port: int, body) -> list:
     import json
     import socket
     import struct
-    data = json.dumps({"cluster_id": None, "body": body}).encode()
+    # protocol: the controller protocol of this release (controller/src/rpc.rs PROTOCOL).
+    data = json.dumps({"cluster_id": None, "body": body, "protocol": 1}).encode()
     answers = []
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(struct.pack(">I", len(data)) + data)

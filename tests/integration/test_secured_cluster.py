@@ -238,7 +238,8 @@ def test_wrong_credentials_and_plaintext_are_refused_on_the_kafka_listener(clust
 
 
 def controller_frame(body: dict) -> bytes:
-    data = json.dumps({"cluster_id": None, "body": body}).encode()
+    # protocol: the controller protocol of this release (controller/src/rpc.rs PROTOCOL).
+    data = json.dumps({"cluster_id": None, "body": body, "protocol": 1}).encode()
     return struct.pack(">I", len(data)) + data
 
 
