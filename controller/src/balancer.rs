@@ -66,6 +66,9 @@ const FOLLOWER_THROTTLED: &str = "follower.replication.throttled.replicas";
 pub struct Plan {
     pub moves: Vec<ReassignmentItem>,
     pub reordered: Vec<(String, i32)>,
+    /// Partitions with a replica on a draining broker that no broker may take: fewer
+    /// other brokers than replicas, or every other one's disk over the limit.
+    pub stranded: Vec<(String, i32)>,
 }
 
 /// Bounds on a per-broker count whose mean is `total / brokers`: within
@@ -240,10 +243,12 @@ impl Planner<'_> {
                 target[i] = b;
             }
             if target.iter().any(|b| draining.contains(b)) {
-                // Fewer brokers left than replicas: the partition stays until one joins.
+                // No broker may take it: the partition stays until one joins or frees
+                // disk space.
                 for b in taken {
                     *self.replicas.all.get_mut(&b).expect("a taker is counted") -= 1;
                 }
+                self.plan.stranded.push(key);
                 continue;
             }
             self.start(key, target);
@@ -571,6 +576,9 @@ async fn propose(shared: &Shared, command: Command) -> Option<crate::command::Ou
 pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
     let mut tick = tokio::time::interval(config.interval.max(Duration::from_millis(100)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // Told once each time it changes: an operator waiting on a decommission learns why
+    // it does not progress.
+    let mut stranded_told = Vec::new();
     loop {
         tick.tick().await;
         if !node::is_leader(&shared) {
@@ -586,6 +594,23 @@ pub(crate) async fn lead(shared: Arc<Shared>, config: Balancer) {
         }
         let disk = shared.disk_use();
         let wave = plan(&image, &disk, &config);
+        if wave.stranded != stranded_told {
+            if !wave.stranded.is_empty() {
+                let full: Vec<String> = disk
+                    .iter()
+                    .filter(|(_, d)| d.fill() * 100.0 >= f64::from(config.max_disk_usage_percent))
+                    .map(|(b, d)| format!("broker {b} {:.0}%", d.fill() * 100.0))
+                    .collect();
+                tracing::warn!(
+                    partitions = ?wave.stranded,
+                    disks_over_limit = ?full,
+                    limit_percent = config.max_disk_usage_percent,
+                    "replicas on a decommissioned broker cannot move: no other broker may take \
+                     them (each holds a replica already, or its disk is over the limit)"
+                );
+            }
+            stranded_told = wave.stranded.clone();
+        }
         if wave.moves.is_empty() {
             continue;
         }
@@ -757,14 +782,30 @@ mod tests {
             );
         }
         // Only broker 3 is left: no partition can have two replicas off 1 and 2.
-        assert_eq!(
-            plan(&img, &BTreeMap::new(), &settings(true, 8)),
-            Plan::default()
-        );
+        let stuck = plan(&img, &BTreeMap::new(), &settings(true, 8));
+        assert!(stuck.moves.is_empty() && stuck.reordered.is_empty(), "{stuck:?}");
+        assert_eq!(stuck.stranded.len(), 3, "{stuck:?}");
         join(&mut img, 4);
         let p = plan(&img, &BTreeMap::new(), &settings(true, 8));
         let targets: Vec<_> = p.moves.iter().map(|m| m.target.clone().unwrap()).collect();
         assert_eq!(targets, vec![vec![4, 3], vec![4, 3], vec![3, 4]]);
+    }
+
+    #[test]
+    fn a_drain_with_every_other_disk_over_the_limit_is_stranded_not_lost() {
+        let mut img = cluster(3, vec![vec![1, 2], vec![2, 3], vec![3, 1]]);
+        join(&mut img, 4);
+        img.broker_configs.insert(
+            "3".into(),
+            [(DECOMMISSION_KEY.to_string(), "true".to_string())].into(),
+        );
+        let full = DiskUse::from_blocks(100, 10, 0, 4096);
+        let disk: BTreeMap<i32, DiskUse> = [1, 2, 4].into_iter().map(|b| (b, full)).collect();
+        let p = plan(&img, &disk, &settings(false, 8));
+        assert!(p.moves.is_empty(), "{p:?}");
+        assert_eq!(p.stranded.len(), 2, "the partitions on broker 3: {p:?}");
+        let p = plan(&img, &BTreeMap::new(), &settings(false, 8));
+        assert_eq!((p.moves.len(), p.stranded.len()), (2, 0), "{p:?}");
     }
 
     #[test]

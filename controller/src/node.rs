@@ -650,7 +650,7 @@ async fn broker_duties(shared: Arc<Shared>) {
             broker: shared.config.node_id,
             epoch,
             applied: shared.sm.image().applied,
-            disk: disk_use(&shared.config.dir),
+            disk: balancer::DiskUse::of(&shared.config.dir),
         };
         told_caught_up |= hb.applied >= epoch;
         heartbeats.send(&shared, hb);
@@ -712,18 +712,6 @@ async fn join(shared: &Shared) {
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-/// The filesystem holding `dir`, as `df` counts it (blocks reserved for root are used).
-fn disk_use(dir: &std::path::Path) -> Option<balancer::DiskUse> {
-    let st = nix::sys::statvfs::statvfs(dir).ok()?;
-    let block = st.fragment_size() as u64;
-    let total = (st.blocks() as u64).saturating_mul(block);
-    let available = (st.blocks_available() as u64).saturating_mul(block);
-    Some(balancer::DiskUse {
-        used_bytes: total.saturating_sub(available),
-        total_bytes: total,
-    })
 }
 
 #[cfg(test)]

@@ -77,19 +77,45 @@ pub struct Heartbeat {
     pub disk: Option<DiskUse>,
 }
 
-/// A broker's data filesystem, from its heartbeats.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
+/// A broker's data filesystem, from its heartbeats: bytes as `df` counts them, so
+/// `fill` is its `Use%`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DiskUse {
+    /// Blocks in use (total less free).
     pub used_bytes: u64,
+    /// Used plus available to unprivileged users: blocks reserved for root (5 % by
+    /// default on ext4, far more on some hosts) count as neither, so a filesystem with a
+    /// large reserve is not taken for a full one.
     pub total_bytes: u64,
 }
 
 impl DiskUse {
+    /// From `statvfs` counts (`blocks`, `free`, `available`, in `block`-byte units).
+    pub fn from_blocks(blocks: u64, free: u64, available: u64, block: u64) -> DiskUse {
+        let used = blocks.saturating_sub(free).saturating_mul(block);
+        DiskUse {
+            used_bytes: used,
+            total_bytes: used.saturating_add(available.saturating_mul(block)),
+        }
+    }
+
+    /// The filesystem holding `dir`.
+    pub fn of(dir: &std::path::Path) -> Option<DiskUse> {
+        let st = nix::sys::statvfs::statvfs(dir).ok()?;
+        Some(DiskUse::from_blocks(
+            st.blocks() as u64,
+            st.blocks_free() as u64,
+            st.blocks_available() as u64,
+            st.fragment_size() as u64,
+        ))
+    }
+
+    /// The used share, 0..=1 (`df`'s `Use%`); 0 for an empty count.
     pub fn fill(&self) -> f64 {
         if self.total_bytes == 0 {
             0.0
         } else {
-            self.used_bytes as f64 / self.total_bytes as f64
+            (self.used_bytes as f64 / self.total_bytes as f64).clamp(0.0, 1.0)
         }
     }
 }

@@ -18,6 +18,7 @@
 use crate::mesh::{HousekeepingMessage, Peers, TopicPartition};
 use crate::routing::ShardId;
 use corelog_partition::Partition;
+use corelog_controller::rpc::DiskUse;
 use corelog_storage::compaction::cleaner;
 use glommio::{Latency, Shares};
 use std::cell::RefCell;
@@ -327,26 +328,10 @@ pub fn verdict(
     }
 }
 
-/// Used share of the filesystem holding `dir`, as `df` prints it in `Use%`.
+/// Used share of the filesystem holding `dir`, as `df` prints it in `Use%` (the same
+/// measure the controller's balancer reads from heartbeats).
 pub fn filesystem_fill(dir: &Path) -> Option<f64> {
-    let st = nix::sys::statvfs::statvfs(dir).ok()?;
-    fill_ratio(
-        st.blocks() as u64,
-        st.blocks_free() as u64,
-        st.blocks_available() as u64,
-    )
-}
-
-/// `df`'s `Use%`: used blocks over the blocks a user could have (used plus available).
-/// Blocks reserved for root — 5 % by default on ext4, far more on some hosts — count as
-/// neither, so a filesystem with a large reserve is not taken for a full one.
-pub fn fill_ratio(blocks: u64, free: u64, available: u64) -> Option<f64> {
-    let used = blocks.saturating_sub(free);
-    let usable = used.saturating_add(available);
-    if usable == 0 {
-        return None;
-    }
-    Some((used as f64 / usable as f64).clamp(0.0, 1.0))
+    DiskUse::of(dir).filter(|d| d.total_bytes > 0).map(|d| d.fill())
 }
 
 /// (total, usable by unprivileged users) bytes of the filesystem holding `dir`
@@ -368,11 +353,11 @@ mod tests {
     fn fill_is_dfs_use_percent() {
         // 160 GiB reserved for root, 74 GiB used, 18 GiB available: df says 81 %.
         let gib = 1u64 << 18; // 4 KiB blocks
-        let f = fill_ratio(252 * gib, 178 * gib, 18 * gib).unwrap();
+        let f = DiskUse::from_blocks(252 * gib, 178 * gib, 18 * gib, 4096).fill();
         assert!((f - 74.0 / 92.0).abs() < 1e-9, "{f}");
-        assert_eq!(fill_ratio(100, 100, 95), Some(0.0));
-        assert_eq!(fill_ratio(100, 5, 0), Some(1.0));
-        assert_eq!(fill_ratio(0, 0, 0), None);
+        assert_eq!(DiskUse::from_blocks(100, 100, 95, 4096).fill(), 0.0);
+        assert_eq!(DiskUse::from_blocks(100, 5, 0, 4096).fill(), 1.0);
+        assert_eq!(DiskUse::from_blocks(0, 0, 0, 4096).fill(), 0.0);
     }
 
     #[test]
