@@ -542,8 +542,9 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "partition.balancer.max.moves")]
     pub partition_balancer_max_moves: Option<usize>,
-    /// A broker whose data filesystem is fuller than this (percent of its size, blocks
-    /// reserved for root counted as used) is given no new replicas by the balancer.
+    /// A broker whose data filesystem is fuller than this (percent, as `df` prints
+    /// `Use%`: blocks reserved for root count as neither used nor free) is given no new
+    /// replicas by the balancer.
     #[arg(long)]
     #[serde(alias = "partition.balancer.max.disk.usage.percent")]
     pub partition_balancer_max_disk_usage_percent: Option<u32>,
