@@ -783,7 +783,10 @@ mod tests {
         }
         // Only broker 3 is left: no partition can have two replicas off 1 and 2.
         let stuck = plan(&img, &BTreeMap::new(), &settings(true, 8));
-        assert!(stuck.moves.is_empty() && stuck.reordered.is_empty(), "{stuck:?}");
+        assert!(
+            stuck.moves.is_empty() && stuck.reordered.is_empty(),
+            "{stuck:?}"
+        );
         assert_eq!(stuck.stranded.len(), 3, "{stuck:?}");
         join(&mut img, 4);
         let p = plan(&img, &BTreeMap::new(), &settings(true, 8));

@@ -17,8 +17,8 @@
 
 use crate::mesh::{HousekeepingMessage, Peers, TopicPartition};
 use crate::routing::ShardId;
-use corelog_partition::Partition;
 use corelog_controller::rpc::DiskUse;
+use corelog_partition::Partition;
 use corelog_storage::compaction::cleaner;
 use glommio::{Latency, Shares};
 use std::cell::RefCell;
@@ -331,7 +331,9 @@ pub fn verdict(
 /// Used share of the filesystem holding `dir`, as `df` prints it in `Use%` (the same
 /// measure the controller's balancer reads from heartbeats).
 pub fn filesystem_fill(dir: &Path) -> Option<f64> {
-    DiskUse::of(dir).filter(|d| d.total_bytes > 0).map(|d| d.fill())
+    DiskUse::of(dir)
+        .filter(|d| d.total_bytes > 0)
+        .map(|d| d.fill())
 }
 
 /// (total, usable by unprivileged users) bytes of the filesystem holding `dir`

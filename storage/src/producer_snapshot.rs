@@ -122,8 +122,11 @@ pub fn encode(state: &ProducerState) -> Vec<u8> {
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SnapshotError {
-    #[error("not a producer snapshot (bad magic or version)")]
+    #[error("not a producer snapshot (bad magic)")]
     Header,
+    /// Newer than this release (it writes `VERSION` and reads 1 to `VERSION`).
+    #[error("producer snapshot version {0}, which this release does not read (it reads 1 to {VERSION}); the state is rebuilt from the log")]
+    UnknownVersion(u16),
     #[error("checksum mismatch")]
     Checksum,
     #[error("truncated or malformed body")]
@@ -152,11 +155,13 @@ pub fn decode(bytes: &[u8], now_ms: i64) -> Result<ProducerState, SnapshotError>
         .get(4..6)
         .and_then(|b| <[u8; 2]>::try_from(b).ok())
         .map(u16::from_be_bytes);
-    if bytes.get(..4) != Some(&MAGIC[..])
-        || !matches!(version, Some(VERSION | VERSION_3 | VERSION_2 | VERSION_1))
-    {
+    let Some(version) = version.filter(|_| bytes.get(..4) == Some(&MAGIC[..])) else {
         return Err(SnapshotError::Header);
+    };
+    if !matches!(version, VERSION | VERSION_3 | VERSION_2 | VERSION_1) {
+        return Err(SnapshotError::UnknownVersion(version));
     }
+    let version = Some(version);
     let has_last_timestamp = matches!(version, Some(VERSION | VERSION_3 | VERSION_2));
     let has_txn = matches!(version, Some(VERSION | VERSION_3));
     let has_completed = version == Some(VERSION);
@@ -403,6 +408,20 @@ mod tests {
         let mut back = decode(&encode(&s), i64::MAX).expect("decodes");
         back.forget_batches_from(110);
         assert_eq!(back.first_unstable_offset(105), None);
+    }
+
+    #[test]
+    fn a_newer_version_is_refused_by_its_number() {
+        let mut file = encode(&ProducerState::new());
+        file[4..6].copy_from_slice(&(VERSION + 1).to_be_bytes());
+        let e = decode(&file, 0).unwrap_err();
+        assert_eq!(e, SnapshotError::UnknownVersion(VERSION + 1));
+        assert!(
+            e.to_string().contains(&format!("version {}", VERSION + 1)),
+            "{e}"
+        );
+        file[..4].copy_from_slice(b"XXXX");
+        assert_eq!(decode(&file, 0).unwrap_err(), SnapshotError::Header);
     }
 
     #[test]

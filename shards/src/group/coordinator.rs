@@ -62,6 +62,7 @@ use super::share::group::{ShareGroup, ShareGroupConfig};
 use super::state::{Group, GroupState, SESSION_TIMEOUT_MS_MAX, SESSION_TIMEOUT_MS_MIN};
 use super::types::*;
 use super::{partition_for_group, OFFSETS_TOPIC};
+use crate::coordinator_log::{skip_record, NewerRecord, ReplayError};
 use crate::routing::TopicPartition;
 use bytes::Bytes;
 use corelog_partition::{AckError, Partition};
@@ -261,18 +262,33 @@ impl GroupCoordinator {
                             h.base_offset,
                         );
                     }
-                    return;
+                    return Ok(());
                 }
                 let producer = h.is_transactional().then_some(h.producer_id);
                 for r in batch::records(bytes).unwrap_or_default() {
                     records += 1;
-                    self.apply(r.key, r.value, r.offset, producer);
+                    self.apply(r.key, r.value, r.offset, producer)?;
                 }
+                Ok(())
             },
         )
         .await;
-        if let Err(e) = replayed {
-            tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
+        match replayed {
+            Ok(()) => {}
+            Err(ReplayError::Read(e)) => {
+                tracing::error!(partition, error = %e, "reading __consumer_offsets; groups of this partition start empty");
+            }
+            Err(ReplayError::Newer(e)) => {
+                // Serving what was read so far would answer from a misread state: the
+                // partition's groups stay unavailable (COORDINATOR_NOT_AVAILABLE).
+                tracing::error!(
+                    partition = %format!("{OFFSETS_TOPIC}-{partition}"),
+                    error = %e,
+                    "refusing to coordinate this partition's groups: run the release that wrote it"
+                );
+                self.forget_partition(partition);
+                return;
+            }
         }
         if self.generations.borrow().get(&partition) != Some(&generation) {
             // Unloaded (or loaded again) meanwhile: what this replay added is not ours.
@@ -401,24 +417,27 @@ impl GroupCoordinator {
     }
 
     /// Replays one record at `record_offset`; `producer` names the producer of a
-    /// transactional batch, whose offsets are pending until its marker.
+    /// transactional batch, whose offsets are pending until its marker. A record of a
+    /// type or version newer than this release reads is refused; one that does not
+    /// decode otherwise is skipped with a warning (a keyless record, which no release
+    /// writes, silently).
     fn apply(
         &self,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         record_offset: i64,
         producer: Option<i64>,
-    ) {
-        if let Some(k) = key.filter(|k| consumer_rec::is_consumer_key(k)) {
-            self.apply_consumer(k, value);
-            return;
+    ) -> Result<(), NewerRecord> {
+        let Some(key) = key else { return Ok(()) };
+        if consumer_rec::is_consumer_key(key) {
+            return self.apply_consumer(key, value, record_offset);
         }
-        if let Some(k) = key.filter(|k| super::share::records::is_share_key(k)) {
-            self.apply_share(k, value);
-            return;
+        if super::share::records::is_share_key(key) {
+            return self.apply_share(key, value, record_offset);
         }
-        let Some(key) = key.and_then(|k| rec::decode_key(k).ok()) else {
-            return;
+        let key = match rec::decode_key(key) {
+            Ok(k) => k,
+            Err(e) => return skip_offsets_record(e, record_offset),
         };
         let mut groups = self.groups.borrow_mut();
         match key {
@@ -447,7 +466,7 @@ impl GroupCoordinator {
                         }
                     }
                 }
-                Some(Err(_)) => {}
+                Some(Err(e)) => return skip_offsets_record(e, record_offset),
                 None => {
                     if let Some(g) = groups.get_mut(&group) {
                         g.apply_tombstone(&(topic, partition), record_offset);
@@ -465,7 +484,7 @@ impl GroupCoordinator {
                     g.consumer = None;
                     g.restore(v, Instant::now());
                 }
-                Some(Err(_)) => {}
+                Some(Err(e)) => return skip_offsets_record(e, record_offset),
                 None => {
                     // Offsets live on independently of the group record (as in Kafka):
                     // a group tombstone forgets the group only when none are left,
@@ -485,6 +504,7 @@ impl GroupCoordinator {
                 }
             },
         }
+        Ok(())
     }
 
     /// Serves one operation. `log_of` finds this shard's `__consumer_offsets` partition;
@@ -1021,16 +1041,19 @@ impl GroupCoordinator {
     }
 
     /// Replays one consumer-group record into its group.
-    fn apply_consumer(&self, key: &[u8], value: Option<&[u8]>) {
-        let Ok(k) = consumer_rec::decode_key(key) else {
-            return;
+    fn apply_consumer(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        offset: i64,
+    ) -> Result<(), NewerRecord> {
+        let k = match consumer_rec::decode_key(key) {
+            Ok(k) => k,
+            Err(e) => return skip_record("consumer group record key", e, offset),
         };
         let value = match value.map(|v| consumer_rec::decode_value(&k, v)) {
             Some(Ok(v)) => Some(v),
-            Some(Err(e)) => {
-                tracing::warn!(group = %k.group(), error = %e, "skipping an undecodable consumer group record");
-                return;
-            }
+            Some(Err(e)) => return skip_record("consumer group record value", e, offset),
             None => None,
         };
         let mut groups = self.groups.borrow_mut();
@@ -1042,6 +1065,7 @@ impl GroupCoordinator {
         g.consumer
             .get_or_insert_with(|| ConsumerGroup::new(group))
             .restore(&k, value);
+        Ok(())
     }
 
     /// Removes the consumer-group members whose session or revocation timed out, and
@@ -1676,6 +1700,20 @@ pub fn offsets_tp(partition: i32) -> TopicPartition {
     }
 }
 
+/// A classic offsets or group record that did not decode: refused when its version is
+/// newer than this release reads, otherwise skipped with a warning.
+fn skip_offsets_record(e: rec::OffsetsRecordError, offset: i64) -> Result<(), NewerRecord> {
+    if let rec::OffsetsRecordError::UnknownVersion { record, version } = e {
+        return Err(NewerRecord {
+            offset,
+            record,
+            version,
+        });
+    }
+    tracing::warn!(offset, error = %e, "skipping an undecodable __consumer_offsets record");
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -2170,6 +2208,41 @@ mod tests {
             replayed.unload_partition(replayed.offsets_partition(GROUP));
             assert!(replayed.groups.borrow().is_empty());
             assert!(replayed.txn_groups.borrow().is_empty());
+            log.close().await;
+        });
+    }
+
+    #[test]
+    fn a_record_of_a_newer_version_keeps_the_partition_unserved() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("__consumer_offsets-0");
+        run(move || async move {
+            let log = open(&path).await;
+            let c = loaded(&log).await;
+            assert_eq!(commits(&c, &log, commit(&[(0, 1)])).await, vec![Ok(())]);
+            // An offset commit of value version 9, as a later release might write it.
+            let key = rec::encode_key(&RecordKey::Offset {
+                group: GROUP.into(),
+                topic: "t".into(),
+                partition: 0,
+            });
+            let mut b = BatchBuilder::new(0);
+            b.push(&Record {
+                key: Some(&key),
+                value: Some(b"\x00\x09later"),
+                headers: &[],
+                timestamp_delta: 0,
+            });
+            let ticket = log.append(&b.build()).expect("append");
+            log.wait_committed(ticket).await.expect("committed");
+            // The replay stops there: the group is not served from what it read before.
+            let replayed = loaded(&log).await;
+            assert!(!replayed.serves_group(GROUP));
+            assert!(replayed.groups.borrow().is_empty());
+            assert_eq!(
+                commits(&replayed, &log, commit(&[(0, 2)])).await,
+                vec![Err(GroupError::CoordinatorNotAvailable)]
+            );
             log.close().await;
         });
     }

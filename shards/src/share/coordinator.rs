@@ -25,6 +25,7 @@
 
 use super::records::{self, ShareKey};
 use super::state::{PersistedState, StateError, StateRecord, StateWrite};
+use crate::coordinator_log::{skip_record, NewerRecord, ReplayError};
 use crate::group::java_string_hash;
 use base64::Engine;
 use corelog_partition::{AckError, Partition};
@@ -209,17 +210,31 @@ impl ShareCoordinator {
             || log.log_end_offset(),
             |h, bytes| {
                 if h.is_control() {
-                    return;
+                    return Ok(());
                 }
                 for r in batch::records(bytes).unwrap_or_default() {
                     records += 1;
-                    self.apply(r.key, r.value, r.offset, h.max_timestamp);
+                    self.apply(r.key, r.value, r.offset, h.max_timestamp)?;
                 }
+                Ok(())
             },
         )
         .await;
-        if let Err(e) = replayed {
-            tracing::error!(partition, error = %e, "reading __share_group_state; its share partitions start empty");
+        match replayed {
+            Ok(()) => {}
+            Err(ReplayError::Read(e)) => {
+                tracing::error!(partition, error = %e, "reading __share_group_state; its share partitions start empty");
+            }
+            Err(ReplayError::Newer(e)) => {
+                // Serving what was read so far would answer from a misread state.
+                tracing::error!(
+                    partition = %format!("__share_group_state-{partition}"),
+                    error = %e,
+                    "refusing to serve this partition's share state: run the release that wrote it"
+                );
+                self.forget(partition);
+                return;
+            }
         }
         if self.generations.borrow().get(&partition) != Some(&generation) {
             self.forget(partition);
@@ -244,21 +259,24 @@ impl ShareCoordinator {
             .retain(|k, _| partition_for(k, n) != partition);
     }
 
-    /// Replays one record at `record_offset`, written at `timestamp_ms`.
+    /// Replays one record at `record_offset`, written at `timestamp_ms`; one of a type
+    /// or version newer than this release reads is refused.
     fn apply(
         &self,
         key: Option<&[u8]>,
         value: Option<&[u8]>,
         record_offset: i64,
         timestamp_ms: i64,
-    ) {
-        let Some(Ok((record_type, key))) = key.map(records::decode_key) else {
-            return;
+    ) -> Result<(), NewerRecord> {
+        let Some(key) = key else { return Ok(()) };
+        let (record_type, key) = match records::decode_key(key) {
+            Ok(k) => k,
+            Err(e) => return skip_record("share state record key", e, record_offset),
         };
         let mut states = self.states.borrow_mut();
         let Some(value) = value else {
             states.remove(&key);
-            return;
+            return Ok(());
         };
         match records::decode_value(record_type, value) {
             Ok(record) => {
@@ -273,10 +291,9 @@ impl ShareCoordinator {
                 }
                 kept.state.replay(&record);
             }
-            Err(e) => {
-                tracing::warn!(group = %key.group, partition = key.partition, error = %e, "skipping an undecodable share state record");
-            }
+            Err(e) => return skip_record("share state record value", e, record_offset),
         }
+        Ok(())
     }
 
     /// Serves one operation on `key`; `log_of` finds this shard's `__share_group_state`
@@ -342,7 +359,11 @@ impl ShareCoordinator {
             .append(&b.build())
             .map_err(|e| StateFailure::Storage(e.to_string()))?;
         // Applied at once, in log order with the other appends of this partition.
-        self.apply(Some(&k), v.as_deref(), ticket.base_offset, now);
+        let applied = self.apply(Some(&k), v.as_deref(), ticket.base_offset, now);
+        debug_assert!(
+            applied.is_ok(),
+            "a record this release wrote is of a version it reads"
+        );
         log.wait_committed(ticket).await.map_err(|e| match e {
             AckError::NotLeader => StateFailure::NotCoordinator,
             AckError::NotEnoughReplicasAfterAppend => StateFailure::CoordinatorNotAvailable,

@@ -32,6 +32,7 @@ use super::rules::{
 use super::state::{Transit, TxnMetadata, TxnState};
 use super::types::{AddMode, TxnAnswer, TxnDescription, TxnOp};
 use super::{partition_for_transactional_id, TRANSACTION_TOPIC_PARTITIONS_DEFAULT};
+use crate::coordinator_log::NewerRecord;
 use crate::metadata::ClusterMetadata;
 use corelog_kafka_client::security::ClientSecurity;
 use corelog_partition::{AckError, Partition};
@@ -238,17 +239,24 @@ impl TxnCoordinator {
             || end,
             |h, bytes| {
                 if h.is_control() {
-                    return;
+                    return Ok(());
                 }
                 for r in batch::records(bytes).unwrap_or_default() {
                     records += 1;
-                    apply_record(&mut loaded, r.key, r.value);
+                    apply_record(&mut loaded, r.offset, r.key, r.value)?;
                 }
+                Ok(())
             },
         )
         .await;
         if let Err(e) = replayed {
-            tracing::error!(partition, error = %e, "reading __transaction_state; the partition is not served");
+            // A newer record's release must serve it: what was read so far would be a
+            // misread state.
+            tracing::error!(
+                partition = %format!("__transaction_state-{partition}"),
+                error = %e,
+                "the partition's transactions are not served"
+            );
             if self.held.borrow().get(&partition) == Some(&Held::Loading { epoch, load }) {
                 self.held.borrow_mut().remove(&partition);
             }
@@ -851,13 +859,18 @@ impl TxnCoordinator {
 /// Takes one `__transaction_state` record into the ids being loaded: the last record of
 /// an id is its state, a tombstone removes it; a record that does not decode is skipped
 /// (logged: a newer version's, or damage).
+/// Replays the record at `offset` into `loaded`; one of a version newer than this
+/// release reads is refused, one that does not decode otherwise skipped with a warning.
 fn apply_record(
     loaded: &mut HashMap<String, TxnMetadata>,
+    offset: i64,
     key: Option<&[u8]>,
     value: Option<&[u8]>,
-) {
-    let Some(id) = key.and_then(|k| decode_key(k).ok()) else {
-        return;
+) -> Result<(), NewerRecord> {
+    let Some(key) = key else { return Ok(()) };
+    let id = match decode_key(key) {
+        Ok(id) => id,
+        Err(e) => return skip_txn_record(e, offset),
     };
     match value.map(decode_value) {
         None => {
@@ -866,7 +879,7 @@ fn apply_record(
         Some(Ok(v)) => {
             let current = log_record::transit_of(&v);
             if !current.state.is_written() {
-                return;
+                return Ok(());
             }
             loaded.insert(
                 id.clone(),
@@ -878,10 +891,21 @@ fn apply_record(
                 },
             );
         }
-        Some(Err(e)) => {
-            tracing::warn!(transactional_id = %id, error = %e, "skipping a __transaction_state record that does not decode");
-        }
+        Some(Err(e)) => return skip_txn_record(e, offset),
     }
+    Ok(())
+}
+
+fn skip_txn_record(e: log_record::TxnRecordError, offset: i64) -> Result<(), NewerRecord> {
+    if let log_record::TxnRecordError::UnknownVersion { what, version } = e {
+        return Err(NewerRecord {
+            offset,
+            record: what,
+            version,
+        });
+    }
+    tracing::warn!(offset, error = %e, "skipping a __transaction_state record that does not decode");
+    Ok(())
 }
 
 fn description(m: &TxnMetadata) -> TxnDescription {
@@ -931,16 +955,21 @@ mod tests {
         let mut empty = a.current.clone();
         empty.producer_epoch = 0;
         let key = encode_key("a").expect("key");
-        apply_record(&mut loaded, Some(&key), Some(&record(&empty)));
-        apply_record(&mut loaded, Some(&key), Some(&record(&ongoing)));
+        apply_record(&mut loaded, 0, Some(&key), Some(&record(&empty))).unwrap();
+        apply_record(&mut loaded, 1, Some(&key), Some(&record(&ongoing))).unwrap();
         assert_eq!(loaded.get("a").map(|m| m.state()), Some(TxnState::Ongoing));
         assert_eq!(loaded.get("a").map(|m| m.current.partitions.len()), Some(1));
-        // Garbage is skipped, a tombstone removes.
-        apply_record(&mut loaded, Some(&key), Some(b"\x00\x09junk"));
+        // A known version that does not decode is skipped.
+        apply_record(&mut loaded, 2, Some(&key), Some(b"\x00\x01junk")).unwrap();
         assert!(loaded.contains_key("a"));
-        apply_record(&mut loaded, Some(b"nonsense"), None);
+        // A newer version is refused, naming where and which.
+        let newer = apply_record(&mut loaded, 3, Some(&key), Some(b"\x00\x09junk")).unwrap_err();
+        assert_eq!((newer.offset, newer.version), (3, 9), "{newer}");
+        let newer = apply_record(&mut loaded, 4, Some(b"\x00\x07key"), None).unwrap_err();
+        assert_eq!((newer.offset, newer.version), (4, 7), "{newer}");
         assert!(loaded.contains_key("a"));
-        apply_record(&mut loaded, Some(&key), None);
+        // A tombstone removes.
+        apply_record(&mut loaded, 5, Some(&key), None).unwrap();
         assert!(loaded.is_empty());
     }
 }

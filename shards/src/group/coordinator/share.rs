@@ -13,6 +13,7 @@
 //! group exists in `shares` only while its partition is loaded here.
 
 use super::{GroupCoordinator, KeyedRecord};
+use crate::coordinator_log::{skip_record, NewerRecord};
 use crate::group::consumer::group::TopicCatalog;
 use crate::group::partition_for_group;
 use crate::group::share::group::{
@@ -226,9 +227,15 @@ impl GroupCoordinator {
     }
 
     /// Replays one share-group record into its group.
-    pub(super) fn apply_share(&self, key: &[u8], value: Option<&[u8]>) {
-        let Ok(k) = share_rec::decode_key(key) else {
-            return;
+    pub(super) fn apply_share(
+        &self,
+        key: &[u8],
+        value: Option<&[u8]>,
+        offset: i64,
+    ) -> Result<(), NewerRecord> {
+        let k = match share_rec::decode_key(key) {
+            Ok(k) => k,
+            Err(e) => return skip_record("share group record key", e, offset),
         };
         let group = match &k {
             ShareRecordKey::MemberMetadata { group, .. }
@@ -240,10 +247,7 @@ impl GroupCoordinator {
         };
         let value = match value.map(|v| share_rec::decode_value(&k, v)) {
             Some(Ok(v)) => Some(v),
-            Some(Err(e)) => {
-                tracing::warn!(group = %group, error = %e, "skipping an undecodable share group record");
-                return;
-            }
+            Some(Err(e)) => return skip_record("share group record value", e, offset),
             None => None,
         };
         let mut shares = self.shares.borrow_mut();
@@ -253,6 +257,7 @@ impl GroupCoordinator {
         if !g.restore(&k, value) {
             shares.remove(&group);
         }
+        Ok(())
     }
 
     /// Ends the replay of `partition`'s share groups.
