@@ -7,6 +7,7 @@ to the machine limit it should be read against.
     benches/harness.sh --peer kafka [--quick]   # and Apache Kafka beside it (~11 / ~4 min)
     benches/harness.sh --only W1,W6 --no-build   # some workloads, on the broker CORELOG_BIN names
     benches/harness.sh --tls --only W1,W2,W7 [--peer kafka]   # the load over TLS
+    benches/harness.sh --only W1,W2 --log-dirs /mnt/disk1,/mnt/disk2   # corelog on two disks
 
 Steps: build release binaries; measure the limits (direct sequential disk write and
 read with fio, loopback TCP with iperf3 where installed); for each workload start a
@@ -325,10 +326,17 @@ class WorkloadBroker(launcher.Broker):
     above; stop() ends it (SIGTERM, SIGKILL after 30 s) and removes its data. With
     `tls`, an SSL listener beside the plaintext one, and the load goes there."""
 
-    def __init__(self, work: Path, shards: int, extra: list[str], tls: Tls | None = None):
+    def __init__(self, work: Path, shards: int, extra: list[str], tls: Tls | None = None,
+                 log_dirs: list[Path] | None = None):
         super().__init__(Path(tempfile.mkdtemp(prefix="corelog-", dir=work)), shards=shards,
                          extra_args=extra, log_level="warn")
         self.tls = tls
+        # --log-dirs: a fresh directory of its own under each (one per disk), in place of
+        # the data directory.
+        self.log_dirs = [Path(tempfile.mkdtemp(prefix="corelog-", dir=d)) for d in log_dirs or []]
+        if self.log_dirs:
+            self.pass_data_dir = False
+            self.extra_args += ["--log-dirs", ",".join(str(d) for d in self.log_dirs)]
         if tls:
             self.ssl_port = free_port()
             self.extra_args += [
@@ -345,12 +353,13 @@ class WorkloadBroker(launcher.Broker):
 
     @property
     def data(self) -> Path:
-        return self.data_dir
+        return self.log_dirs[0] if self.log_dirs else self.data_dir
 
     def stop(self) -> None:
         self.begin_teardown()
         self.finish_teardown(timeout=launcher.STOP_TIMEOUT_S)
-        shutil.rmtree(self.data_dir, ignore_errors=True)
+        for d in [self.data_dir, *self.log_dirs]:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def load(broker: WorkloadBroker, out: Path, name: str, mode: str, args: list[str]) -> tuple[dict, dict]:
@@ -445,11 +454,15 @@ def main() -> int:
     ap.add_argument("--tls-user-space", action="store_true",
                     help="with --tls: keep corelog's sessions in user space (rustls), not "
                          "handed to the kernel (--tls-kernel-offload false)")
+    ap.add_argument("--log-dirs", default=None, metavar="DIR,DIR",
+                    help="corelog keeps its logs in a fresh directory under each of these "
+                         "(one per disk: `log.dirs`) instead of one data directory")
     ap.add_argument("--no-build", action="store_true",
                     help="use the binaries as they are (the broker named by CORELOG_BIN, "
                          "e.g. for benches/ab.py's A/B runs)")
     args = ap.parse_args()
     only = set(args.only.split(",")) if args.only else None
+    log_dirs = [Path(d) for d in args.log_dirs.split(",")] if args.log_dirs else None
     quick = args.quick
     started = time.time()
     peer = None
@@ -529,7 +542,7 @@ def main() -> int:
             """A workload's corelog broker; with --tls-user-space its TLS sessions stay in
             rustls."""
             offload = ["--tls-kernel-offload", "false"] if args.tls_user_space else []
-            return WorkloadBroker(work, args.shards, extra + offload, tls)
+            return WorkloadBroker(work, args.shards, extra + offload, tls, log_dirs)
 
         def run(name, desc, mode, largs, extra_broker=(), limit=None, limit_name="disk",
                 kafka_topic_config=None):

@@ -88,9 +88,16 @@ pub struct ServeArgs {
     #[arg(long = "security", value_name = "KEY=VALUE")]
     #[serde(skip)]
     pub security: Vec<String>,
-    /// Directory holding partition logs and cluster metadata.
+    /// Directory holding partition logs and cluster metadata (`./data` by default); the
+    /// one-directory form of `log-dirs`.
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
+    /// Directories holding partition logs, comma-separated: one per disk, each partition
+    /// on one of them, a new one on the directory with the most space available; the
+    /// first also holds the cluster metadata. Give this or `data-dir`, not both.
+    #[arg(long, value_name = "DIR,DIR,...")]
+    #[serde(alias = "log.dirs")]
+    pub log_dirs: Option<String>,
     /// Number of shards (cores); default one per available CPU.
     #[arg(long)]
     pub shards: Option<usize>,
@@ -386,7 +393,7 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(alias = "log.cleaner.backoff.ms")]
     pub cleaner_backoff_ms: Option<u64>,
-    /// Refuse produces while the data directory's filesystem is fuller than this, percent.
+    /// Refuse produces while a log directory's filesystem is fuller than this, percent.
     #[arg(long)]
     pub disk_fill_max_percent: Option<f64>,
     /// Refuse produces while all partition logs together hold more than this, bytes.
@@ -691,6 +698,13 @@ fn machine_name() -> anyhow::Result<String> {
 impl ServeArgs {
     /// `self` (flags) over `file`.
     fn over(self, file: ServeArgs) -> ServeArgs {
+        // The directories are one setting given two ways: flags that give either replace
+        // the file's, whichever way the file gave them.
+        let (data_dir, log_dirs) = if self.data_dir.is_some() || self.log_dirs.is_some() {
+            (self.data_dir, self.log_dirs)
+        } else {
+            (file.data_dir, file.log_dirs)
+        };
         ServeArgs {
             listen: self.listen.or(file.listen),
             advertise: self.advertise.or(file.advertise),
@@ -712,7 +726,8 @@ impl ServeArgs {
                 .or(file.allow_everyone_if_no_acl_found),
             // The file's keys first, so a flag for the same key wins.
             security: file.security.into_iter().chain(self.security).collect(),
-            data_dir: self.data_dir.or(file.data_dir),
+            data_dir,
+            log_dirs,
             shards: self.shards.or(file.shards),
             http: self.http.or(file.http),
             storage_fault_injection: self
@@ -969,7 +984,11 @@ pub struct BrokerConfig {
     /// The inter-broker listener's advertised address.
     pub advertise_host: String,
     pub advertise_port: u16,
+    /// The first log directory: it holds the cluster metadata and the high-watermark
+    /// checkpoints beside its partitions.
     pub data_dir: PathBuf,
+    /// Every log directory (`log.dirs`), `data_dir` first.
+    pub log_dirs: Vec<PathBuf>,
     pub shards: usize,
     pub http: SocketAddr,
     /// `--storage-fault-injection`: tests arm storage faults over the HTTP endpoint.
@@ -1472,6 +1491,7 @@ impl BrokerConfig {
             None => ServeArgs::default(),
         };
         let a = flags.over(file);
+        let log_dirs = crate::paths::log_dirs(a.data_dir.clone(), a.log_dirs.as_deref())?;
         let security_values: std::collections::BTreeMap<String, String> = a
             .security
             .iter()
@@ -1699,8 +1719,8 @@ impl BrokerConfig {
             inter_broker_listener,
             advertise_host,
             advertise_port,
-            data_dir: crate::paths::absolute(a.data_dir.unwrap_or_else(|| PathBuf::from("./data")))
-                .context("data-dir")?,
+            data_dir: log_dirs[0].clone(),
+            log_dirs,
             shards,
             http: a
                 .http

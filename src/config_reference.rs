@@ -249,6 +249,7 @@ mod tests {
         assert_eq!(fields["num_partitions"].1, ["num.partitions"]);
         assert_eq!(fields["super_users"].1, ["super.users"]);
         assert!(fields["data_dir"].1.is_empty());
+        assert_eq!(fields["log_dirs"].1, ["log.dirs"]);
         // Every Kafka key a field takes is named beside it.
         for key in kafka_broker_keys::all() {
             if file_takes(key.name) && !crate::security_config::KEYS.contains(&key.name) {

@@ -84,22 +84,23 @@ impl fmt::Display for Finding {
 }
 
 /// The checks that take no noticeable time (the broker runs them at every start).
+/// The filesystem checks run for each of `log_dirs`.
 pub fn cheap_checks(
-    data_dir: &Path,
+    log_dirs: &[PathBuf],
     shards: usize,
     max_connections: usize,
     open_segment_files: usize,
 ) -> Vec<Finding> {
-    vec![
+    let mut found = vec![
         io_uring_sysctl(),
         memlock(shards),
         nofile(max_connections, open_segment_files),
-        filesystem(data_dir),
-        direct_io(data_dir),
-        free_disk(data_dir),
-        transparent_huge_pages(),
-        cpu_governor(),
-    ]
+    ];
+    for dir in log_dirs {
+        found.extend([filesystem(dir), direct_io(dir), free_disk(dir)]);
+    }
+    found.extend([transparent_huge_pages(), cpu_governor()]);
+    found
 }
 
 /// Whether an io_uring executor starts here (what every shard needs).
@@ -466,12 +467,12 @@ fn bytes(n: u64) -> String {
 /// there is some. Only a `Fail` is a warning; a `Warn` is advice at `info` (the broker
 /// runs well enough without it, and `corelog check` says the same at any time).
 pub fn log_at_startup(
-    data_dir: &Path,
+    log_dirs: &[PathBuf],
     shards: usize,
     max_connections: usize,
     open_segment_files: usize,
 ) {
-    for f in cheap_checks(data_dir, shards, max_connections, open_segment_files) {
+    for f in cheap_checks(log_dirs, shards, max_connections, open_segment_files) {
         let advice = f.advice.as_deref().unwrap_or("");
         match f.verdict {
             Verdict::Ok => tracing::info!(check = f.what, found = %f.found, "host"),

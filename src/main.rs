@@ -63,7 +63,7 @@ fn check(args: CheckArgs) -> std::process::ExitCode {
         .max_open_segment_files
         .unwrap_or_else(corelog::limits::default_max_open_segment_files);
     findings.extend(host_check::cheap_checks(
-        &args.data_dir,
+        std::slice::from_ref(&args.data_dir),
         shards,
         max_connections,
         open_segment_files,

@@ -73,8 +73,14 @@ pub fn run(
 ) -> anyhow::Result<()> {
     // Shard 0 takes the receiving end of the HTTP endpoint's metrics queries.
     let metrics_queries = Arc::new(std::sync::Mutex::new(Some(metrics_queries)));
+    // Every log directory exists before it is checked, and none keeps what a deletion
+    // a crash interrupted left behind (the first's is cleared with the metadata store).
+    for dir in &config.log_dirs[1..] {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        corelog_shards::metadata::remove_deleted_leftovers(dir);
+    }
     crate::host_check::log_at_startup(
-        &config.data_dir,
+        &config.log_dirs,
         config.shards,
         config.limits.connections.total_max,
         config.limits.max_open_segment_files,
@@ -113,6 +119,7 @@ pub fn run(
     let shard_config = Arc::new(ShardConfig {
         node_id: config.node_id,
         data_dir: config.data_dir.clone(),
+        log_dirs: config.log_dirs.clone(),
         log: config.log.clone(),
         shard_count: config.shards,
         groups: config.groups.clone(),

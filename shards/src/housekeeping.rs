@@ -92,7 +92,8 @@ pub trait PartitionSet {
 /// and on shard 0 the disk budget of all shards.
 pub struct Housekeeping {
     config: HousekeepingConfig,
-    data_dir: PathBuf,
+    /// The log directories: the fullest one's filesystem decides.
+    log_dirs: Vec<PathBuf>,
     /// Why produces are refused (shard 0's disk verdict), if they are.
     produce_refused: RefCell<Option<Arc<str>>>,
     /// Shard 0 only: every shard's last disk report.
@@ -100,10 +101,14 @@ pub struct Housekeeping {
 }
 
 impl Housekeeping {
-    pub fn new(config: HousekeepingConfig, data_dir: PathBuf, shard_count: usize) -> Housekeeping {
+    pub fn new(
+        config: HousekeepingConfig,
+        log_dirs: Vec<PathBuf>,
+        shard_count: usize,
+    ) -> Housekeeping {
         Housekeeping {
             config,
-            data_dir,
+            log_dirs,
             produce_refused: RefCell::new(None),
             disk_budget: RefCell::new(DiskBudget::new(shard_count)),
         }
@@ -123,7 +128,7 @@ impl Housekeeping {
                     shard,
                     bytes,
                     &self.config,
-                    &self.data_dir,
+                    &self.log_dirs,
                 );
                 let Some(verdict) = verdict else {
                     return;
@@ -290,13 +295,18 @@ impl DiskBudget {
         shard: ShardId,
         bytes: u64,
         config: &HousekeepingConfig,
-        data_dir: &Path,
+        log_dirs: &[PathBuf],
     ) -> Option<Option<String>> {
         if let Some(slot) = self.usage.get_mut(shard) {
             *slot = bytes;
         }
         let total: u64 = self.usage.iter().sum();
-        let verdict = verdict(total, filesystem_fill(data_dir), config);
+        // Broker-wide, so the fullest directory's filesystem decides: no disk fills up.
+        let fill = log_dirs
+            .iter()
+            .filter_map(|d| filesystem_fill(d))
+            .reduce(f64::max);
+        let verdict = verdict(total, fill, config);
         if verdict.is_some() == self.refusing.is_some() {
             return None;
         }
@@ -320,7 +330,7 @@ pub fn verdict(
     }
     match fill {
         Some(f) if f > config.disk_fill_max_ratio => Some(format!(
-            "the data directory's filesystem is {:.1}% full (limit {:.1}%)",
+            "the fullest log directory's filesystem is {:.1}% full (limit {:.1}%)",
             f * 100.0,
             config.disk_fill_max_ratio * 100.0
         )),
@@ -380,11 +390,11 @@ mod tests {
             disk_fill_max_ratio: 1.0,
             ..Default::default()
         };
-        let dir = std::env::temp_dir();
+        let dirs = [std::env::temp_dir()];
         let mut b = DiskBudget::new(2);
-        assert_eq!(b.report(0, 60, &c, &dir), None);
-        assert!(matches!(b.report(1, 60, &c, &dir), Some(Some(_))));
-        assert_eq!(b.report(1, 50, &c, &dir), None);
-        assert_eq!(b.report(0, 10, &c, &dir), Some(None));
+        assert_eq!(b.report(0, 60, &c, &dirs), None);
+        assert!(matches!(b.report(1, 60, &c, &dirs), Some(Some(_))));
+        assert_eq!(b.report(1, 50, &c, &dirs), None);
+        assert_eq!(b.report(0, 10, &c, &dirs), Some(None));
     }
 }

@@ -200,6 +200,8 @@ pub struct EpochQuery {
 pub struct PartitionDescription {
     /// Bytes of all its segments.
     pub size_bytes: u64,
+    /// Which of the broker's log directories holds it (an index into `log.dirs`).
+    pub log_dir: usize,
     /// Empty unless producers were asked for.
     pub producers: Vec<corelog_storage::producer_state::ActiveProducer>,
 }

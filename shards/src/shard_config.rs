@@ -8,7 +8,11 @@ use std::time::Duration;
 pub struct ShardConfig {
     /// This broker's node id (its dynamic broker configs are stored under it).
     pub node_id: i32,
+    /// The first log directory: the high-watermark checkpoints and the broker-wide disk
+    /// check's directory.
     pub data_dir: PathBuf,
+    /// Every log directory (`log.dirs`), `data_dir` first (`crate::log_dirs`).
+    pub log_dirs: Vec<PathBuf>,
     pub log: LogConfig,
     pub shard_count: usize,
     pub groups: GroupConfig,

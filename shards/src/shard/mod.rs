@@ -134,7 +134,7 @@ impl Shard {
             )),
             housekeeping: Rc::new(Housekeeping::new(
                 config.housekeeping.clone(),
-                config.data_dir.clone(),
+                config.log_dirs.clone(),
                 config.shard_count,
             )),
             config,

@@ -68,8 +68,15 @@ impl Shard {
                     .partition(tp)
                     .ok_or(PartitionError::UnknownTopicOrPartition)?;
                 let log = log.log();
+                let log_dir = self
+                    .config
+                    .log_dirs
+                    .iter()
+                    .position(|d| log.dir().parent() == Some(d.as_path()))
+                    .unwrap_or(0);
                 Ok(PartitionDescription {
                     size_bytes: log.size_bytes(),
+                    log_dir,
                     producers: if with_producers {
                         log.active_producers()
                     } else {

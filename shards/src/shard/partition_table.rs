@@ -10,9 +10,8 @@
 use super::Shard;
 use crate::group::OFFSETS_TOPIC;
 use crate::mesh::{TopicError, TopicPartition};
-use crate::metadata::partition_dir;
 use corelog_partition::Partition;
-use corelog_storage::LogConfig;
+use corelog_storage::{LogConfig, StorageError};
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -116,15 +115,18 @@ impl Shard {
         // Several at once: an open is a chain of small file operations (and a checkpoint
         // sync), so thousands of partitions open in about the time of their I/O, not of
         // their round trips one after another.
+        let mut placement = crate::log_dirs::Placement::new(&self.config.log_dirs);
         for group in wanted.chunks(PARTITION_OPENS_AT_ONCE) {
             let opened = futures::future::join_all(group.iter().map(|tp| {
-                let dir = partition_dir(&self.config.data_dir, &topic, tp.partition);
-                Partition::open_replica(
-                    dir,
-                    config.clone(),
-                    self.storage_context.clone(),
-                    self.checkpointed_high_watermark(tp),
-                )
+                let dir = placement.locate(&topic, tp.partition, config.segment_bytes);
+                let config = config.clone();
+                let context = self.storage_context.clone();
+                let high_watermark = self.checkpointed_high_watermark(tp);
+                let name = format!("{}-{}", tp.topic, tp.partition);
+                async move {
+                    let dir = dir.map_err(|e| StorageError::new(name, e))?;
+                    Partition::open_replica(dir, config, context, high_watermark).await
+                }
             }))
             .await;
             let mut failed = None;
@@ -244,12 +246,16 @@ impl Shard {
             // work still holding the old path, or a topic created again under the same
             // name, can never touch the other's files; then it is removed. Readers still
             // holding the log keep their open files.
-            let dir = partition_dir(&self.config.data_dir, &topic, p);
-            let doomed = crate::metadata::deleted_dir_name(&dir);
+            let log_dirs = self.config.log_dirs.clone();
+            let name = topic.to_string();
             let removal = glommio::executor()
                 .spawn_blocking(move || {
-                    std::fs::rename(&dir, &doomed)?;
-                    std::fs::remove_dir_all(&doomed)
+                    for dir in crate::log_dirs::holding(&log_dirs, &name, p) {
+                        let doomed = crate::metadata::deleted_dir_name(&dir);
+                        std::fs::rename(&dir, &doomed)?;
+                        std::fs::remove_dir_all(&doomed)?;
+                    }
+                    Ok::<(), std::io::Error>(())
                 })
                 .await;
             if let Err(e) = removal {

@@ -250,10 +250,14 @@ pub(super) fn static_broker_configs(ctx: &Ctx) -> Vec<Described> {
         ),
         entry(
             "log.dirs",
-            c.data_dir.display().to_string(),
+            c.log_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(","),
             None,
-            ConfigType::String,
-            "the data directory",
+            ConfigType::List,
+            "the log directories",
         ),
         entry(
             "listeners",

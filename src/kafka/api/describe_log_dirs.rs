@@ -1,10 +1,11 @@
-//! DescribeLogDirs (v1–v4): the broker's one log directory with each partition's size,
-//! gathered with one `DescribePartitions` message per owning shard (`fan_out`).
+//! DescribeLogDirs (v1–v4): the broker's log directories (`log.dirs`), each with the
+//! partitions it holds and their sizes, gathered with one `DescribePartitions` message
+//! per owning shard (`fan_out`).
 //!
-//! The broker has one log directory, the data directory; each partition is reported
-//! with its size (bytes of its segments), offset lag 0 (nothing is moving between
-//! directories) and never as a future replica; v4 adds the filesystem's total and
-//! usable bytes. Asking for topics or partitions that do not exist leaves them out, as
+//! Every log directory has a result, in `log.dirs` order, empty ones too; each
+//! partition is reported under the directory holding it, with its size (bytes of its
+//! segments), offset lag 0 (nothing is moving between directories) and never as a
+//! future replica; v4 adds each directory's filesystem total and usable bytes. Asking for topics or partitions that do not exist leaves them out, as
 //! Kafka does for partitions it does not host.
 
 use super::fan_out::{FanOut, PartitionAnswer};
@@ -70,36 +71,47 @@ impl Handler for DescribeLogDirs {
         }
         let described = describe(ctx, &wanted).await;
 
-        let mut result = DescribeLogDirsResult::default();
-        result.log_dir = StrBytes::from_string(ctx.config.data_dir.display().to_string());
-        result.topics = wanted
-            .into_keys()
-            .zip(described)
-            .filter_map(|(name, partitions)| {
-                // A partition deleted meanwhile is no longer hosted: left out, and a topic
-                // with none left with it.
-                let partitions: Vec<_> = partitions.into_iter().filter_map(|h| h.0).collect();
-                if partitions.is_empty() {
-                    return None;
-                }
-                let mut t = DescribeLogDirsTopic::default();
-                t.name = kafka_protocol::messages::TopicName(StrBytes::from_string(name));
-                t.partitions = partitions;
-                Some(t)
-            })
-            .collect();
-        if call.version >= 4 {
-            match corelog_shards::housekeeping::filesystem_space(&ctx.config.data_dir) {
-                Some((total, usable)) => {
-                    result.total_bytes = i64::try_from(total).unwrap_or(i64::MAX);
-                    result.usable_bytes = i64::try_from(usable).unwrap_or(i64::MAX);
-                }
-                // Kafka's "unknown" for both.
-                None => (result.total_bytes, result.usable_bytes) = (-1, -1),
+        // One result per log directory, each partition under the one holding it.
+        let dirs = &ctx.config.log_dirs;
+        let mut by_dir: Vec<BTreeMap<String, Vec<DescribeLogDirsPartition>>> =
+            vec![BTreeMap::new(); dirs.len()];
+        for (name, partitions) in wanted.into_keys().zip(described) {
+            // A partition deleted meanwhile is no longer hosted: left out, and a topic
+            // with none left with it.
+            for (entry, dir) in partitions.into_iter().filter_map(|h| h.0) {
+                let dir = dir.min(dirs.len() - 1);
+                by_dir[dir].entry(name.clone()).or_default().push(entry);
             }
         }
         let mut body = DescribeLogDirsResponse::default();
-        body.results = vec![result];
+        body.results = dirs
+            .iter()
+            .zip(by_dir)
+            .map(|(dir, topics)| {
+                let mut result = DescribeLogDirsResult::default();
+                result.log_dir = StrBytes::from_string(dir.display().to_string());
+                result.topics = topics
+                    .into_iter()
+                    .map(|(name, partitions)| {
+                        let mut t = DescribeLogDirsTopic::default();
+                        t.name = kafka_protocol::messages::TopicName(StrBytes::from_string(name));
+                        t.partitions = partitions;
+                        t
+                    })
+                    .collect();
+                if call.version >= 4 {
+                    match corelog_shards::housekeeping::filesystem_space(dir) {
+                        Some((total, usable)) => {
+                            result.total_bytes = i64::try_from(total).unwrap_or(i64::MAX);
+                            result.usable_bytes = i64::try_from(usable).unwrap_or(i64::MAX);
+                        }
+                        // Kafka's "unknown" for both.
+                        None => (result.total_bytes, result.usable_bytes) = (-1, -1),
+                    }
+                }
+                result
+            })
+            .collect();
         Ok(body)
     }
 
@@ -114,7 +126,7 @@ impl Handler for DescribeLogDirs {
 /// A partition's entry until its owning shard has described it: `None`, left out of the
 /// answer, when the shard could not (the partition was deleted meanwhile, or the shard is
 /// shutting down), as Kafka leaves out partitions it does not host.
-struct Hosted(Option<DescribeLogDirsPartition>);
+struct Hosted(Option<(DescribeLogDirsPartition, usize)>);
 
 impl PartitionAnswer for Hosted {
     fn set_error(&mut self, _: ResponseError) {
@@ -138,7 +150,7 @@ async fn describe(ctx: &Ctx, wanted: &BTreeMap<String, Vec<i32>>) -> Vec<Vec<Hos
                 topic: topic.clone(),
                 partition: *p,
             };
-            fan.ask(name, *p, Hosted(Some(entry)), tp);
+            fan.ask(name, *p, Hosted(Some((entry, 0))), tp);
         }
     }
     let make = |partitions, reply| PartitionRequest::DescribePartitions {
@@ -147,8 +159,9 @@ async fn describe(ctx: &Ctx, wanted: &BTreeMap<String, Vec<i32>>) -> Vec<Vec<Hos
         reply,
     };
     let fill = |h: &mut Hosted, d: PartitionDescription| {
-        if let Some(entry) = &mut h.0 {
+        if let Some((entry, dir)) = &mut h.0 {
             entry.partition_size = i64::try_from(d.size_bytes).unwrap_or(i64::MAX);
+            *dir = d.log_dir;
         }
     };
     fan.call(make, fill).await
