@@ -26,6 +26,39 @@ enum Command {
     Check(CheckArgs),
     /// Operate a running cluster (decommission a broker).
     Admin(admin::AdminArgs),
+    /// Take a log directory whose disk is lost for good off a stopped broker's record:
+    /// at the next start a new, empty directory there gets an id of its own, and the
+    /// partitions that were on it are made again from their other replicas.
+    ForgetLogDir(ForgetLogDirArgs),
+}
+
+#[derive(clap::Args)]
+struct ForgetLogDirArgs {
+    /// The broker's first log directory (its `--data-dir`, or the first of `log.dirs`).
+    #[arg(long, default_value = "./data")]
+    data_dir: std::path::PathBuf,
+    /// The lost directory, as it is named in `log.dirs`.
+    dir: std::path::PathBuf,
+}
+
+/// `corelog forget-log-dir`: exit code 1 when the directory was not on the record.
+fn forget_log_dir(args: ForgetLogDirArgs) -> anyhow::Result<std::process::ExitCode> {
+    let first = corelog::paths::absolute(args.data_dir)?;
+    let dir = corelog::paths::absolute(args.dir)?;
+    if corelog_shards::log_dir_identity::forget(&first, &dir)? {
+        println!(
+            "{} forgotten: the next start takes it as a new disk",
+            dir.display()
+        );
+        Ok(std::process::ExitCode::SUCCESS)
+    } else {
+        eprintln!(
+            "{} is not among the log directories recorded in {}",
+            dir.display(),
+            first.display()
+        );
+        Ok(std::process::ExitCode::FAILURE)
+    }
 }
 
 #[derive(clap::Args)]
@@ -105,6 +138,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
     let args = match cli.command {
         Command::Serve(args) => args,
         Command::Check(args) => return Ok(check(args)),
+        Command::ForgetLogDir(args) => return forget_log_dir(args),
         Command::Admin(args) => {
             return match admin::run(args) {
                 Ok(()) => Ok(std::process::ExitCode::SUCCESS),

@@ -73,10 +73,14 @@ pub fn run(
 ) -> anyhow::Result<()> {
     // Shard 0 takes the receiving end of the HTTP endpoint's metrics queries.
     let metrics_queries = Arc::new(std::sync::Mutex::new(Some(metrics_queries)));
-    // Every log directory exists before it is checked, and none keeps what a deletion
-    // a crash interrupted left behind (the first's is cleared with the metadata store).
+    // Every log directory is the disk it was (or new), exists before it is checked, and
+    // keeps nothing a deletion a crash interrupted left behind (the first's is cleared
+    // with the metadata store).
+    let dir_ids = corelog_shards::log_dir_identity::open(&config.log_dirs, config.node_id)?;
+    for (dir, id) in config.log_dirs.iter().zip(&dir_ids) {
+        tracing::info!(dir = %dir.display(), directory_id = %id, "log directory");
+    }
     for dir in &config.log_dirs[1..] {
-        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         corelog_shards::metadata::remove_deleted_leftovers(dir);
     }
     crate::host_check::log_at_startup(

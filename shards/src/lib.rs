@@ -49,6 +49,7 @@ pub mod group;
 
 pub mod housekeeping;
 pub mod kafka_broker_keys;
+pub mod log_dir_identity;
 pub mod log_dirs;
 
 pub mod mesh;

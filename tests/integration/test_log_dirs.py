@@ -7,6 +7,7 @@ both directories rather than guess which copy is its log."""
 from __future__ import annotations
 
 import shutil
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -17,6 +18,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire as W
 from kwire import c_array, flex_roundtrip, tags
+import launcher
 from launcher import Broker
 
 TIMEOUT = 30
@@ -131,3 +133,29 @@ def test_data_dir_and_log_dirs_together_are_refused(tmp_path):
     with pytest.raises(Exception):
         b.start()
     assert "not both" in b.log_path.read_text()
+
+
+def test_a_directory_whose_disk_is_gone_refuses_the_start_until_forgotten(two_dir_broker):
+    """An unmounted disk leaves an empty mount point: the broker must not take it for a new
+    disk and create empty logs there. It refuses to start, naming the directory and its id,
+    until the operator says the disk is lost for good (`corelog forget-log-dir`)."""
+    b = two_dir_broker.start()
+    disk2 = b.workdir / "disk2" / "corelog"
+    b.stop()
+    (b.workdir / "unmounted").mkdir()
+    disk2.rename(b.workdir / "unmounted" / "corelog")
+    disk2.mkdir()
+    b.launch()
+    assert b.proc.wait(TIMEOUT) != 0
+    log = b.log_path.read_text()
+    assert f"log directory {disk2} held this broker's partitions" in log
+    assert "empty or missing its id" in log and "corelog forget-log-dir" in log
+
+    # Lost for good: forgotten, the empty directory starts as a new disk.
+    binary = b.binary or launcher.corelog_bin()
+    out = subprocess.run([str(binary), "forget-log-dir", "--data-dir", "./disk1/corelog",
+                          "./disk2/corelog"], cwd=b.workdir, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "forgotten" in out.stdout
+    b.start()
+    assert (disk2 / "log-dir.json").exists()
