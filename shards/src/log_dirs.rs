@@ -8,8 +8,9 @@
 //! the same wave, so a topic created at once spreads over the disks instead of landing
 //! whole on the emptiest. With one directory nothing is looked up.
 
+use crate::housekeeping::filesystem_space;
 use crate::metadata::partition_dir;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 /// The directories of one wave of partition opens, with the space each has left.
 pub struct Placement<'a> {
@@ -43,7 +44,7 @@ impl<'a> Placement<'a> {
                 let free = self.free.get_or_insert_with(|| {
                     self.dirs
                         .iter()
-                        .map(|d| available_bytes(d).unwrap_or(0))
+                        .map(|d| filesystem_space(d).map_or(0, |(_, usable)| usable))
                         .collect()
                 });
                 let i = emptiest(free);
@@ -78,11 +79,6 @@ pub fn emptiest(free: &[u64]) -> usize {
         }
     }
     best
-}
-
-fn available_bytes(dir: &Path) -> Option<u64> {
-    let st = nix::sys::statvfs::statvfs(dir).ok()?;
-    Some((st.blocks_available() as u64).saturating_mul(st.fragment_size() as u64))
 }
 
 #[cfg(test)]
