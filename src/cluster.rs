@@ -23,7 +23,12 @@ const ADMISSION_LOG_INTERVAL: Duration = Duration::from_secs(5);
 /// How long a stopping broker waits for its leadership to move before it stops anyway.
 const CONTROLLED_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(10);
 
-pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode> {
+/// Starts this node's controller; it registers the broker with its log directories'
+/// ids, `log_dir_ids` (in `log.dirs` order).
+pub fn start_controller(
+    config: &BrokerConfig,
+    log_dir_ids: &[uuid::Uuid],
+) -> anyhow::Result<ControllerNode> {
     let node = NodeConfig {
         node_id: config.node_id,
         dir: config.data_dir.join(METADATA_DIR),
@@ -46,6 +51,7 @@ pub fn start_controller(config: &BrokerConfig) -> anyhow::Result<ControllerNode>
             })
             .collect(),
         rack: config.cluster.rack.clone(),
+        log_dir_ids: log_dir_ids.to_vec(),
         session_timeout: config.cluster.session_timeout,
         heartbeat_interval: config.cluster.heartbeat_interval,
         snapshot_every: config.cluster.snapshot_entries,

@@ -99,7 +99,7 @@ pub fn run(
         MetadataStore::new(&config.data_dir, config.shards)
             .with_context(|| format!("opening {}", config.data_dir.display()))?,
     );
-    let node = crate::cluster::start_controller(&config)?;
+    let node = crate::cluster::start_controller(&config, &dir_ids)?;
     {
         let metadata = metadata.clone();
         node.on_publish(move |image| metadata.publish(image));

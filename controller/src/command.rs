@@ -38,6 +38,26 @@ pub enum Command {
         /// levels.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         supported_features: Option<crate::features::FeatureRanges>,
+        /// The ids of its log directories (KIP-858); absent from releases before
+        /// directory ids.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        log_dirs: Vec<Uuid>,
+    },
+    /// Where a broker's replicas live (KIP-858's AssignReplicasToDirs): one result per
+    /// assignment, each applied on its own.
+    AssignReplicasToDirs {
+        broker: i32,
+        /// Its registration's epoch: a request of an earlier incarnation is stale.
+        broker_epoch: u64,
+        assignments: Vec<DirAssignment>,
+    },
+    /// Log directories of a broker failed (Kafka's heartbeat `OfflineLogDirs`): the
+    /// partitions they hold are led by, and in the ISR of, other replicas until the
+    /// broker registers again.
+    LogDirsOffline {
+        broker: i32,
+        broker_epoch: u64,
+        dirs: Vec<Uuid>,
     },
     /// The broker missed its heartbeats: it leads nothing until unfenced.
     FenceBroker {
@@ -153,6 +173,14 @@ pub struct IsrChange {
     pub partition_epoch: i32,
     /// The ISR proposed; stored in assignment order whatever order it comes in.
     pub isr: Vec<i32>,
+}
+
+/// One replica's directory in an `AssignReplicasToDirs`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DirAssignment {
+    pub topic_id: Uuid,
+    pub partition: i32,
+    pub dir: Uuid,
 }
 
 /// Which leader an `ElectLeaders` asks for (Kafka's `ElectionType`).
@@ -301,6 +329,9 @@ pub enum CommandError {
     /// ElectLeaders (unclean): no replica of the partition is live.
     #[error("no replica of the partition is live")]
     EligibleLeadersNotAvailable,
+    /// A directory that is not one of the broker's online log directories.
+    #[error("log directory {0} is not one of the broker's online log directories")]
+    LogDirNotFound(Uuid),
     #[error("{0}")]
     Invalid(String),
 }

@@ -9,10 +9,13 @@
 //! - every partition has at least one replica, no replica twice, and every replica is a
 //!   registered broker;
 //! - the ISR is a non-empty subset of the replicas, in assignment order (so no member
-//!   twice); the leader is -1 or a member of the ISR that is active (registered, not
-//!   fenced, not shutting down);
-//! - no election is missed: a partition without a leader has no active ISR member, and,
-//!   when unclean leader election is enabled for its topic, no active replica at all;
+//!   twice); the leader is -1 or a member of the ISR that can serve the partition
+//!   (`can_serve`: active — registered, not fenced, not shutting down — with the
+//!   partition's directory online);
+//! - no election is missed: a partition without a leader has no ISR member that can
+//!   serve it, and, when unclean leader election is enabled for its topic, no replica
+//!   that can;
+//! - a partition's directories name only its replicas;
 //! - a reassignment's adding and removing replicas are disjoint replicas of the
 //!   partition, the replicas list the target (the replicas not being removed) first, and
 //!   a reassignment whose target is all in the ISR and whose leader is in the target has
@@ -25,7 +28,7 @@
 
 use crate::client_quotas::ClientQuotas;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use uuid::Uuid;
 
 /// The topic config (and cluster-wide broker config) that lets a partition with no live
@@ -82,6 +85,14 @@ pub struct BrokerRegistration {
     /// levels.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub supported_features: Option<crate::features::FeatureRanges>,
+    /// The ids of the log directories it registered with (KIP-858's `LogDirs`); empty
+    /// from a release before directory ids.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub log_dirs: Vec<Uuid>,
+    /// Those of `log_dirs` that failed since it registered (Kafka's offline
+    /// directories): the partitions they hold are served by other replicas.
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub offline_dirs: BTreeSet<Uuid>,
 }
 
 impl BrokerRegistration {
@@ -100,6 +111,20 @@ impl BrokerRegistration {
     /// May lead and join ISRs: not fenced, not shutting down (Kafka's "active").
     pub fn is_active(&self) -> bool {
         !self.fenced && !self.shutting_down
+    }
+
+    /// Whether a replica in directory `dir` (`None`: not assigned yet) is on a disk this
+    /// registration has online: one it registered and has not reported failed. A
+    /// replica whose directory is not assigned yet is taken to be online (a release
+    /// before directory ids, or a replica its broker has not reported yet).
+    pub fn has_online(&self, dir: Option<&Uuid>) -> bool {
+        match dir {
+            None => true,
+            Some(d) => {
+                !self.offline_dirs.contains(d)
+                    && (self.log_dirs.is_empty() || self.log_dirs.contains(d))
+            }
+        }
     }
 }
 
@@ -121,6 +146,11 @@ pub struct PartitionImage {
     /// The replicas a reassignment in progress removes once it completes.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub removing: Vec<i32>,
+    /// The log directory each replica lives in, by broker (KIP-858's `Directories`, set
+    /// by its broker's `AssignReplicasToDirs`); a replica not listed has none assigned
+    /// yet. Only replicas are listed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub directories: BTreeMap<i32, Uuid>,
 }
 
 impl PartitionImage {
@@ -144,6 +174,36 @@ impl PartitionImage {
     pub fn original(&self) -> Vec<i32> {
         without(&self.replicas, &self.adding)
     }
+}
+
+/// Whether broker `r` may lead `p` or join its ISR: registered, active, and with the
+/// directory `p`'s replica lives in online.
+pub fn can_serve(brokers: &BTreeMap<i32, BrokerRegistration>, p: &PartitionImage, r: i32) -> bool {
+    brokers
+        .get(&r)
+        .is_some_and(|b| b.is_active() && b.has_online(p.directories.get(&r)))
+}
+
+/// The brokers that may lead `p` or join its ISR (`can_serve`), in id order: every
+/// active one but those holding `p` on a directory they have offline.
+pub fn live_for(brokers: &BTreeMap<i32, BrokerRegistration>, p: &PartitionImage) -> Vec<i32> {
+    brokers
+        .values()
+        .filter(|b| b.is_active() && b.has_online(p.directories.get(&b.id)))
+        .map(|b| b.id)
+        .collect()
+}
+
+/// Whether broker `r` holds `p` on a directory it has offline (failed, or gone from
+/// its registration): Kafka's offline replica.
+pub fn is_offline_replica(
+    brokers: &BTreeMap<i32, BrokerRegistration>,
+    p: &PartitionImage,
+    r: i32,
+) -> bool {
+    brokers
+        .get(&r)
+        .is_some_and(|b| !b.has_online(p.directories.get(&r)))
 }
 
 /// `of` without the members of `left_out`, in `of`'s order.
@@ -320,7 +380,12 @@ impl MetadataImage {
                         p.replicas
                     ));
                 }
-                if p.has_leader() && (!p.isr.contains(&p.leader) || !self.is_live(p.leader)) {
+                if let Some(b) = p.directories.keys().find(|b| !p.replicas.contains(b)) {
+                    return Err(format!("{}: a directory for {b}, not a replica", at()));
+                }
+                if p.has_leader()
+                    && (!p.isr.contains(&p.leader) || !can_serve(&self.brokers, p, p.leader))
+                {
                     return Err(format!(
                         "{}: leader {} not a live ISR member",
                         at(),
@@ -336,7 +401,7 @@ impl MetadataImage {
                     } else {
                         &p.isr
                     };
-                    if let Some(r) = eligible.iter().find(|r| self.is_live(**r)) {
+                    if let Some(r) = eligible.iter().find(|r| can_serve(&self.brokers, p, **r)) {
                         return Err(format!("{}: no leader, yet {r} could lead", at()));
                     }
                 }

@@ -202,6 +202,8 @@ mod tests {
             fenced,
             shutting_down,
             supported_features: None,
+            log_dirs: Vec::new(),
+            offline_dirs: Default::default(),
         }
     }
 

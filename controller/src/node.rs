@@ -568,6 +568,7 @@ fn registration(shared: &Shared, incarnation: Uuid) -> Command {
         controller_addr: shared.config.advertised(),
         rack: shared.config.rack.clone(),
         supported_features: Some(crate::features::supported()),
+        log_dirs: shared.config.log_dir_ids.clone(),
     }
 }
 

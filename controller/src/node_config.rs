@@ -20,6 +20,8 @@ pub struct NodeConfig {
     /// Every listener it advertises, by name.
     pub listeners: Vec<ListenerEndpoint>,
     pub rack: Option<String>,
+    /// The ids of this broker's log directories, registered with it (KIP-858).
+    pub log_dir_ids: Vec<uuid::Uuid>,
     /// A broker silent for this long is fenced (`broker.session.timeout.ms`).
     pub session_timeout: Duration,
     /// How often a broker heartbeats (`broker.heartbeat.interval.ms`).

@@ -435,6 +435,7 @@ mod tests {
             controller_addr: String::new(),
             rack: None,
             supported_features: None,
+            log_dirs: Vec::new(),
         }
     }
 

@@ -27,6 +27,7 @@ pub fn join(img: &mut MetadataImage, id: i32) {
             controller_addr: String::new(),
             rack: None,
             supported_features: None,
+            log_dirs: Vec::new(),
         },
     );
     let epoch = img.applied;

@@ -708,6 +708,7 @@ pub fn topic_error(e: CommandError) -> TopicError {
         | CommandError::FencedLeaderEpoch
         | CommandError::InvalidUpdateVersion
         | CommandError::IneligibleReplica(_)
+        | CommandError::LogDirNotFound(_)
         | CommandError::Invalid(_)
         | CommandError::UnsupportedFeatures(_)) => TopicError::Invalid(e.to_string()),
         CommandError::InvalidFeatureUpdate(m) => TopicError::InvalidFeatureUpdate(m),

@@ -128,6 +128,7 @@ mod tests {
                     controller_addr: String::new(),
                     rack: None,
                     supported_features: None,
+                    log_dirs: Vec::new(),
                 },
             );
             let j = img.applied + 1;
@@ -242,6 +243,7 @@ mod tests {
                 controller_addr: String::new(),
                 rack: None,
                 supported_features: None,
+                log_dirs: Vec::new(),
             },
         );
         let j = img.applied + 1;

@@ -15,27 +15,21 @@ use crate::command::*;
 use crate::image::{BrokerRegistration, MetadataImage};
 
 impl MetadataImage {
-    pub(super) fn register(
-        &mut self,
-        index: u64,
-        id: i32,
-        incarnation: uuid::Uuid,
-        (endpoint, listeners): (&crate::image::Endpoint, &[crate::image::ListenerEndpoint]),
-        controller_addr: &str,
-        rack: &Option<String>,
-        supported_features: &Option<crate::features::FeatureRanges>,
-    ) -> Result<(), CommandError> {
+    /// Registers `reg`, a registration as it starts: fenced, its epoch the log index.
+    pub(super) fn register(&mut self, reg: BrokerRegistration) -> Result<(), CommandError> {
+        debug_assert!(reg.fenced && !reg.shutting_down && reg.offline_dirs.is_empty());
+        let id = reg.id;
         if id < 0 {
             return Err(CommandError::Invalid(format!("broker id {id} is negative")));
         }
-        crate::features::check_registration(id, &self.features, supported_features.as_ref())
+        crate::features::check_registration(id, &self.features, reg.supported_features.as_ref())
             .map_err(CommandError::UnsupportedFeatures)?;
         if let Some(b) = self.brokers.get_mut(&id) {
-            if b.incarnation == incarnation {
+            if b.incarnation == reg.incarnation {
                 // A retry changes nothing, but may record the feature ranges a relay by
                 // a release before feature levels dropped.
-                if b.supported_features.is_none() && supported_features.is_some() {
-                    b.supported_features = supported_features.clone();
+                if b.supported_features.is_none() && reg.supported_features.is_some() {
+                    b.supported_features = reg.supported_features;
                 }
                 return Ok(());
             }
@@ -43,21 +37,7 @@ impl MetadataImage {
             let old_epoch = b.epoch;
             self.set_fenced(id, old_epoch, true)?;
         }
-        self.brokers.insert(
-            id,
-            BrokerRegistration {
-                id,
-                incarnation,
-                epoch: index,
-                endpoint: endpoint.clone(),
-                listeners: listeners.to_vec(),
-                controller_addr: controller_addr.to_string(),
-                rack: rack.clone(),
-                fenced: true,
-                shutting_down: false,
-                supported_features: supported_features.clone(),
-            },
-        );
+        self.brokers.insert(id, reg);
         Ok(())
     }
 
@@ -242,6 +222,7 @@ mod tests {
             controller_addr: "h:2".into(),
             rack: None,
             supported_features: None,
+            log_dirs: Vec::new(),
         };
         img.apply(index, &reg);
         let b = img.broker(1).unwrap();
@@ -277,6 +258,7 @@ mod tests {
             controller_addr,
             rack,
             supported_features: Some(crate::features::supported()),
+            log_dirs: Vec::new(),
         };
         let third = img.applied + 1;
         img.apply(third, &with_features);

@@ -55,6 +55,7 @@ impl MetadataImage {
                     partition_epoch: 0,
                     adding: Vec::new(),
                     removing: Vec::new(),
+                    directories: Default::default(),
                 })
                 .collect();
             self.add_topic(TopicImage {

@@ -11,7 +11,7 @@
 use super::leadership::{change_partition, settle};
 use super::names_each_once;
 use crate::command::*;
-use crate::image::{MetadataImage, PartitionImage};
+use crate::image::{can_serve, live_for, MetadataImage, PartitionImage};
 
 impl MetadataImage {
     /// One change of an `AlterPartition`: refused as [`Self::isr_change_refusal`] says,
@@ -36,7 +36,7 @@ impl MetadataImage {
         next.isr = isr;
         // An expansion may complete a reassignment (and hand a removed leader's place
         // over); otherwise the leader stays, and only the partition epoch moves.
-        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let live = live_for(&self.brokers, &next);
         let unclean = self.unclean_leader_election_of(name);
         settle(&mut next, &live, unclean);
         let name = name.clone();
@@ -92,7 +92,7 @@ impl MetadataImage {
         if let Some(r) = c
             .isr
             .iter()
-            .find(|r| !p.isr.contains(r) && !self.is_live(**r))
+            .find(|r| !p.isr.contains(r) && !can_serve(&self.brokers, p, **r))
         {
             return Err(CommandError::IneligibleReplica(*r));
         }

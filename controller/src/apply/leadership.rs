@@ -9,7 +9,9 @@
 //! setting, may affect. Nothing here uses another family; the families use this.
 
 use crate::command::*;
-use crate::image::{unclean_leader_election, MetadataImage, PartitionImage, TopicImage, NO_LEADER};
+use crate::image::{
+    live_for, unclean_leader_election, MetadataImage, PartitionImage, TopicImage, NO_LEADER,
+};
 
 impl MetadataImage {
     /// Runs the election on every partition `picks` (by topic and partition), first
@@ -21,7 +23,7 @@ impl MetadataImage {
         leaving: Option<i32>,
         picks: impl Fn(&TopicImage, &PartitionImage) -> bool,
     ) {
-        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let brokers = &self.brokers;
         let cluster_configs = self.broker_configs.get("");
         for t in self.topics.values_mut() {
             let unclean = unclean_leader_election(&t.configs, cluster_configs);
@@ -36,6 +38,7 @@ impl MetadataImage {
                         next.isr.retain(|r| *r != id);
                     }
                 }
+                let live = live_for(brokers, &next);
                 settle(&mut next, &live, unclean);
                 change_partition(p, next);
             }
@@ -53,7 +56,12 @@ impl MetadataImage {
         topic: &str,
         partition: i32,
     ) -> Result<(), CommandError> {
-        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
+        let live = self
+            .topics
+            .get(topic)
+            .and_then(|t| t.partition(partition))
+            .map(|p| live_for(&self.brokers, p))
+            .ok_or(CommandError::UnknownTopicOrPartition)?;
         let p = self
             .partition_mut(topic, partition)
             .ok_or(CommandError::UnknownTopicOrPartition)?;
@@ -159,8 +167,11 @@ fn complete_reassignment(p: &mut PartitionImage, live: &[i32]) {
     p.removing.clear();
 }
 
-/// Replaces `p` by `next`, bumping the epochs if anything changed.
+/// Replaces `p` by `next`, bumping the epochs if anything changed. A replica that
+/// leaves takes its directory with it.
 pub(super) fn change_partition(p: &mut PartitionImage, mut next: PartitionImage) {
+    let replicas = &next.replicas;
+    next.directories.retain(|b, _| replicas.contains(b));
     if next == *p {
         return;
     }

@@ -32,7 +32,8 @@
 //!
 //! Layout: [`MetadataImage::apply`] below matches on the command and hands it to the
 //! family that applies it, one file each: `brokers` (registration, fencing, controlled
-//! shutdown, producer ids), `topics` (topics and their partitions), `configs` (topic and
+//! shutdown, producer ids), `directories` (where replicas live, failed directories),
+//! `topics` (topics and their partitions), `configs` (topic and
 //! broker configs, the balancer's marks), `features` (`UpdateFeatures`), `quotas`
 //! (client quotas), `isr` (`AlterPartition`), `reassign` (`AlterPartitionReassignments`), `import` (a single
 //! node's metadata) and `leadership` (`ElectLeaders`, and the election and
@@ -44,10 +45,11 @@
 //! checks the image's invariants (`check_invariants`, where debug assertions are on).
 
 use crate::command::*;
-use crate::image::MetadataImage;
+use crate::image::{BrokerRegistration, MetadataImage};
 
 mod brokers;
 mod configs;
+mod directories;
 mod features;
 mod import;
 mod isr;
@@ -84,15 +86,36 @@ impl MetadataImage {
                 controller_addr,
                 rack,
                 supported_features,
-            } => Outcome::Done(self.register(
-                index,
-                *id,
-                *incarnation,
-                (endpoint, listeners),
-                controller_addr,
-                rack,
-                supported_features,
-            )),
+                log_dirs,
+            } => Outcome::Done(self.register(BrokerRegistration {
+                id: *id,
+                incarnation: *incarnation,
+                epoch: index,
+                endpoint: endpoint.clone(),
+                listeners: listeners.clone(),
+                controller_addr: controller_addr.clone(),
+                rack: rack.clone(),
+                fenced: true,
+                shutting_down: false,
+                supported_features: supported_features.clone(),
+                log_dirs: log_dirs.clone(),
+                offline_dirs: Default::default(),
+            })),
+            Command::AssignReplicasToDirs {
+                broker,
+                broker_epoch,
+                assignments,
+            } => Outcome::Items(
+                assignments
+                    .iter()
+                    .map(|a| self.assign_dir(*broker, *broker_epoch, a))
+                    .collect(),
+            ),
+            Command::LogDirsOffline {
+                broker,
+                broker_epoch,
+                dirs,
+            } => Outcome::Done(self.dirs_offline(*broker, *broker_epoch, dirs)),
             Command::UpdateFeatures { updates, legacy } => {
                 Outcome::Done(self.update_features(updates, legacy))
             }
@@ -201,6 +224,7 @@ mod tests {
                     controller_addr: String::new(),
                     rack: Some(format!("r{}", id % 2)),
                     supported_features: None,
+                    log_dirs: Vec::new(),
                 });
             }
             for (i, id) in (1..=3).enumerate() {

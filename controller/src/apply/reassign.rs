@@ -10,7 +10,7 @@
 use super::leadership::{change_partition, settle};
 use super::names_each_once;
 use crate::command::*;
-use crate::image::{without, MetadataImage, PartitionImage};
+use crate::image::{live_for, without, MetadataImage, PartitionImage};
 
 impl MetadataImage {
     /// One item of an `AlterPartitionReassignments` (KIP-455, Kafka's checks): `target`
@@ -20,13 +20,13 @@ impl MetadataImage {
     /// (at once when it already is). A cancel restores the original replicas and drops
     /// the added ones from the ISR; it is refused when that would leave no ISR member.
     pub(super) fn reassign(&mut self, item: &ReassignmentItem) -> Result<(), CommandError> {
-        let live: Vec<i32> = self.live_brokers().map(|b| b.id).collect();
         let unclean = self.unclean_leader_election_of(&item.topic);
         let p = self
             .topics
             .get(&item.topic)
             .and_then(|t| t.partition(item.partition))
             .ok_or(CommandError::UnknownTopicOrPartition)?;
+        let live = live_for(&self.brokers, p);
         let mut next = p.clone();
         match &item.target {
             None if !p.is_reassigning() => return Err(CommandError::NoReassignmentInProgress),

@@ -23,6 +23,7 @@ pub(super) fn register(img: &mut MetadataImage, id: i32, rack: Option<&str>) -> 
             controller_addr: format!("127.0.0.1:{}", 9100 + id),
             rack: rack.map(str::to_string),
             supported_features: None,
+            log_dirs: Vec::new(),
         },
     );
     assert_eq!(out, Outcome::Done(Ok(())));

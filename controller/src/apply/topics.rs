@@ -242,6 +242,7 @@ pub(super) fn new_partition(replicas: Vec<i32>) -> PartitionImage {
         partition_epoch: 0,
         adding: Vec::new(),
         removing: Vec::new(),
+        directories: BTreeMap::new(),
     }
 }
 
