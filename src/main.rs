@@ -223,6 +223,7 @@ fn main() -> anyhow::Result<std::process::ExitCode> {
         tracing::warn!("storage fault injection is on: POST /faults can fail this broker's disk");
     }
     let data_dir = Arc::new(corelog_shards::storage_context::DataDir::new(
+        config.log_dirs.clone(),
         faults.clone(),
     ));
     corelog::service_notify::spawn(life.clone(), config.shards, queries.clone());

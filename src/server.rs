@@ -124,6 +124,7 @@ pub fn run(
         node_id: config.node_id,
         data_dir: config.data_dir.clone(),
         log_dirs: config.log_dirs.clone(),
+        log_dir_ids: dir_ids.clone(),
         log: config.log.clone(),
         shard_count: config.shards,
         groups: config.groups.clone(),
@@ -359,9 +360,7 @@ async fn shard_main(
         })
         .detach();
     }
-    if id == 0 {
-        glommio::spawn_local(step_down_on_storage_failure(shard.clone(), life.clone())).detach();
-    }
+    glommio::spawn_local(answer_log_dir_failures(shard.clone(), life.clone())).detach();
     life.listening.fetch_add(1, Ordering::AcqRel);
     if id == 0 {
         let listeners: Vec<String> = config
@@ -390,30 +389,109 @@ async fn shard_main(
     Ok(())
 }
 
-/// How often shard 0 looks at the data directory's health.
+/// How often each shard looks at the log directories' health.
 const STORAGE_HEALTH_CHECK: Duration = Duration::from_millis(50);
 
-/// A log of this broker failed (a write or fsync error): its one data directory is no
-/// longer trusted — after a failed `fdatasync` nothing says what any file of it holds —
-/// so, as Kafka does when its only log directory fails, the broker gives up leadership.
-/// In a cluster that is a controlled shutdown without the shutdown: the controller leads
+/// How long shard 0 waits for the controller to commit a `LogDirsOffline`, and pauses
+/// before asking again.
+const LOG_DIRS_OFFLINE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A log of this broker failed (a write or fsync error): its directory is no longer
+/// trusted — after a failed `fdatasync` nothing says what any file of it holds. What
+/// follows is `log_dir_failure::respond`'s: that directory's partitions go offline on
+/// every shard and shard 0 tells the controller (`LogDirsOffline`), which leads them
+/// elsewhere; or, when the first directory failed, none is left, or the cluster has no
+/// directory ids, the broker gives up leadership as Kafka does when its only log
+/// directory fails — a controlled shutdown without the shutdown: the controller leads
 /// every partition of this broker elsewhere and takes it out of every ISR, and it stays
 /// fenced (answering NOT_LEADER_OR_FOLLOWER, which clients retry at the new leaders)
 /// until it is restarted, when recovery checks every log. The failed partitions answer
 /// KAFKA_STORAGE_ERROR meanwhile; on a single node that is all that changes.
-async fn step_down_on_storage_failure(shard: Rc<Shard>, life: Arc<Lifecycle>) {
+async fn answer_log_dir_failures(shard: Rc<Shard>, life: Arc<Lifecycle>) {
+    use corelog_shards::log_dir_failure::{respond, Response};
+    let mut offline: Vec<usize> = Vec::new();
     loop {
         if life.stop.load(Ordering::Acquire) || life.failed.load(Ordering::Acquire) {
             return;
         }
-        if shard.data_dir.failed_logs() > 0 {
-            break;
+        let failed = shard.data_dir.failed_dirs();
+        if failed.len() == offline.len() {
+            glommio::timer::sleep(STORAGE_HEALTH_CHECK).await;
+            continue;
         }
-        glommio::timer::sleep(STORAGE_HEALTH_CHECK).await;
+        let indexes: Vec<usize> = failed.iter().map(|(i, _)| *i).collect();
+        let meta = shard.metadata.snapshot();
+        let has_ids = corelog_shards::replica_dirs::has_directory_ids(&meta);
+        match respond(&indexes, shard.config.log_dirs.len(), has_ids) {
+            Response::StepDown => {
+                if shard.id == 0 {
+                    let failure = failed
+                        .iter()
+                        .map(|(_, why)| why.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    tracing::error!(failure, "a log directory failed: this broker gives up leadership until it is restarted");
+                    crate::cluster::controlled_shutdown(
+                        &shard.node,
+                        &shard.metadata,
+                        shard.config.node_id,
+                    )
+                    .await;
+                }
+                return;
+            }
+            Response::Offline(dirs) => {
+                for i in dirs.iter().filter(|i| !offline.contains(i)) {
+                    if shard.id == 0 {
+                        let why = failed
+                            .iter()
+                            .find(|(f, _)| f == i)
+                            .map(|(_, w)| w.as_str())
+                            .unwrap_or_default();
+                        tracing::error!(dir = %shard.config.log_dirs[*i].display(), failure = why, "a log directory failed: its partitions go offline on this broker");
+                    }
+                    shard.take_dir_offline(*i);
+                }
+                offline = dirs;
+                if shard.id == 0 {
+                    let ids: Vec<uuid::Uuid> = offline
+                        .iter()
+                        .filter_map(|i| shard.config.log_dir_ids.get(*i).copied())
+                        .collect();
+                    report_offline_dirs(&shard, ids, &life).await;
+                }
+            }
+        }
     }
-    tracing::error!(
-        failure = shard.data_dir.first_failure().unwrap_or_default(),
-        "the data directory failed: this broker gives up leadership until it is restarted"
-    );
-    crate::cluster::controlled_shutdown(&shard.node, &shard.metadata, shard.config.node_id).await;
+}
+
+/// Proposes `LogDirsOffline` for `dirs` until it is committed (or refused: the
+/// registration it was for is gone, and a new one starts without them).
+async fn report_offline_dirs(shard: &Rc<Shard>, dirs: Vec<uuid::Uuid>, life: &Lifecycle) {
+    while !life.stop.load(Ordering::Acquire) {
+        let Some(epoch) = *shard.node.registration().borrow() else {
+            glommio::timer::sleep(STORAGE_HEALTH_CHECK).await;
+            continue;
+        };
+        let command = corelog_controller::command::Command::LogDirsOffline {
+            broker: shard.config.node_id,
+            broker_epoch: epoch,
+            dirs: dirs.clone(),
+        };
+        match shard.node.propose(command, LOG_DIRS_OFFLINE_TIMEOUT).await {
+            Ok(applied) => {
+                match applied.outcome {
+                    corelog_controller::command::Outcome::Done(Ok(())) => {
+                        tracing::info!(dirs = ?dirs, "the controller has the failed log directories");
+                    }
+                    other => tracing::warn!(outcome = ?other, "failed log directories refused"),
+                }
+                return;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "failed log directories not committed; trying again");
+                glommio::timer::sleep(LOG_DIRS_OFFLINE_TIMEOUT).await;
+            }
+        }
+    }
 }

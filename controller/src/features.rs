@@ -42,6 +42,9 @@ pub const METADATA_VERSION_MIN: i16 = 7;
 /// Kafka's 4.4-IV2: the newest `metadata.version` this release reads, and the level a
 /// new cluster starts at.
 pub const METADATA_VERSION_LATEST: i16 = 33;
+/// Kafka's 3.7-IV2: the `metadata.version` from which brokers register their log
+/// directories' ids and report where each replica lives (KIP-858).
+pub const METADATA_VERSION_DIRECTORY_IDS: i16 = 17;
 pub const TRANSACTION_VERSION_MAX: i16 = 2;
 pub const GROUP_VERSION_MAX: i16 = 1;
 pub const SHARE_VERSION_MAX: i16 = 1;

@@ -49,6 +49,7 @@ pub mod group;
 
 pub mod housekeeping;
 pub mod kafka_broker_keys;
+pub mod log_dir_failure;
 pub mod log_dir_identity;
 pub mod log_dirs;
 
@@ -57,6 +58,7 @@ pub mod metadata;
 pub mod other_broker_configs;
 pub mod producer_ids;
 pub mod reconcile;
+pub mod replica_dirs;
 pub mod replica_fetcher;
 pub mod replication;
 pub mod replication_throttle;

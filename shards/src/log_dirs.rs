@@ -6,15 +6,27 @@
 //! partition found in none is new on this broker and goes to the directory with the
 //! most space available, less one segment for every partition placed on it before in
 //! the same wave, so a topic created at once spreads over the disks instead of landing
-//! whole on the emptiest. With one directory nothing is looked up.
+//! whole on the emptiest. A directory that has failed takes no new partition, and a
+//! partition found in it is not opened. With one directory nothing is looked up.
 
 use crate::housekeeping::filesystem_space;
 use crate::metadata::partition_dir;
 use std::path::PathBuf;
 
+/// Why a partition has no directory to open in.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Unplaced {
+    /// It is in two directories (the message names both).
+    InTwo(String),
+    /// It is in a failed directory, or every directory has failed.
+    Offline,
+}
+
 /// The directories of one wave of partition opens, with the space each has left.
 pub struct Placement<'a> {
     dirs: &'a [PathBuf],
+    /// Which of `dirs` have failed.
+    offline: Vec<bool>,
     /// Bytes available to the broker in each directory's filesystem, less the segments
     /// placed there in this wave; measured when the first new partition is placed.
     free: Option<Vec<u64>>,
@@ -22,8 +34,18 @@ pub struct Placement<'a> {
 
 impl<'a> Placement<'a> {
     pub fn new(dirs: &'a [PathBuf]) -> Placement<'a> {
+        Self::with_offline(dirs, vec![false; dirs.len()])
+    }
+
+    /// A wave over `dirs` of which those marked in `offline` have failed.
+    pub fn with_offline(dirs: &'a [PathBuf], offline: Vec<bool>) -> Placement<'a> {
         debug_assert!(!dirs.is_empty(), "a broker has a log directory");
-        Placement { dirs, free: None }
+        debug_assert_eq!(dirs.len(), offline.len());
+        Placement {
+            dirs,
+            offline,
+            free: None,
+        }
     }
 
     /// The directory of `topic`'s `partition`: the one holding it, or, for a new one,
@@ -33,30 +55,52 @@ impl<'a> Placement<'a> {
         topic: &str,
         partition: i32,
         segment_bytes: u64,
-    ) -> Result<PathBuf, String> {
+    ) -> Result<PathBuf, Unplaced> {
         if let [only] = self.dirs {
+            if self.offline[0] {
+                return Err(Unplaced::Offline);
+            }
             return Ok(partition_dir(only, topic, partition));
         }
         let found = holding(self.dirs, topic, partition);
         match found.as_slice() {
+            [one]
+                if self
+                    .dirs
+                    .iter()
+                    .zip(&self.offline)
+                    .any(|(d, off)| *off && one.parent() == Some(d.as_path())) =>
+            {
+                Err(Unplaced::Offline)
+            }
             [one] => Ok(one.clone()),
             [] => {
+                let (dirs, offline) = (self.dirs, &self.offline);
                 let free = self.free.get_or_insert_with(|| {
-                    self.dirs
-                        .iter()
-                        .map(|d| filesystem_space(d).map_or(0, |(_, usable)| usable))
+                    dirs.iter()
+                        .zip(offline)
+                        .map(|(d, off)| match off {
+                            true => 0,
+                            false => filesystem_space(d).map_or(0, |(_, usable)| usable),
+                        })
                         .collect()
                 });
-                let i = emptiest(free);
+                let online: Vec<usize> = (0..free.len()).filter(|i| !self.offline[*i]).collect();
+                let Some(&i) = online
+                    .iter()
+                    .max_by_key(|i| (free[**i], std::cmp::Reverse(**i)))
+                else {
+                    return Err(Unplaced::Offline);
+                };
                 free[i] = free[i].saturating_sub(segment_bytes);
                 Ok(partition_dir(&self.dirs[i], topic, partition))
             }
-            [a, b, ..] => Err(format!(
+            [a, b, ..] => Err(Unplaced::InTwo(format!(
                 "{topic}-{partition} is in two log directories ({} and {}): remove the copy that \
                  is not its log",
                 a.display(),
                 b.display()
-            )),
+            ))),
         }
     }
 }
@@ -69,28 +113,9 @@ pub fn holding(dirs: &[PathBuf], topic: &str, partition: i32) -> Vec<PathBuf> {
         .collect()
 }
 
-/// The index of the directory with the most bytes free (the first of equals).
-pub fn emptiest(free: &[u64]) -> usize {
-    debug_assert!(!free.is_empty());
-    let mut best = 0;
-    for (i, f) in free.iter().enumerate() {
-        if *f > free[best] {
-            best = i;
-        }
-    }
-    best
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_emptiest_directory_is_the_first_of_equals() {
-        assert_eq!(emptiest(&[5]), 0);
-        assert_eq!(emptiest(&[5, 9, 9, 1]), 1);
-        assert_eq!(emptiest(&[0, 0]), 0);
-    }
 
     #[test]
     fn a_partition_is_found_where_it_is_and_refused_in_two() {
@@ -103,7 +128,9 @@ mod tests {
         let mut place = Placement::new(&dirs);
         assert_eq!(place.locate("t", 0, 1).unwrap(), dirs[1].join("t-0"));
         std::fs::create_dir(dirs[0].join("t-0")).unwrap();
-        let e = place.locate("t", 0, 1).unwrap_err();
+        let Err(Unplaced::InTwo(e)) = place.locate("t", 0, 1) else {
+            panic!("found in two")
+        };
         assert!(e.contains("two log directories"), "{e}");
     }
 
@@ -123,6 +150,31 @@ mod tests {
         assert_eq!(
             placed,
             [&dirs[0], &dirs[1], &dirs[0], &dirs[1]].map(|d| d.clone())
+        );
+    }
+
+    #[test]
+    fn a_failed_directory_takes_nothing_new_and_opens_nothing() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = ["a", "b"].iter().map(|n| root.path().join(n)).collect();
+        for d in &dirs {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::create_dir(dirs[1].join("t-0")).unwrap();
+        let mut place = Placement::with_offline(&dirs, vec![false, true]);
+        assert_eq!(place.locate("t", 0, 1), Err(Unplaced::Offline));
+        for p in 1..4 {
+            assert_eq!(
+                place.locate("t", p, 1 << 30).unwrap(),
+                dirs[0].join(format!("t-{p}"))
+            );
+        }
+        let mut none = Placement::with_offline(&dirs, vec![true, true]);
+        assert_eq!(none.locate("t", 1, 1), Err(Unplaced::Offline));
+        let one = [dirs[0].clone()];
+        assert_eq!(
+            Placement::with_offline(&one, vec![true]).locate("t", 1, 1),
+            Err(Unplaced::Offline)
         );
     }
 

@@ -130,7 +130,8 @@ impl Shard {
         if log.following() != Some(state.leader) || log.leader_epoch() != state.leader_epoch {
             log.become_follower(state.leader, state.leader_epoch);
         }
-        if state.leader >= 0 {
+        // A log in a failed directory follows nobody: it could not append.
+        if state.leader >= 0 && !self.in_failed_dir(log) {
             self.fetchers.assign(tp, state.leader);
         } else {
             self.fetchers.remove(tp);

@@ -13,6 +13,8 @@ pub struct ShardConfig {
     pub data_dir: PathBuf,
     /// Every log directory (`log.dirs`), `data_dir` first (`crate::log_dirs`).
     pub log_dirs: Vec<PathBuf>,
+    /// Each log directory's id (`crate::log_dir_identity`), in `log_dirs` order.
+    pub log_dir_ids: Vec<uuid::Uuid>,
     pub log: LogConfig,
     pub shard_count: usize,
     pub groups: GroupConfig,

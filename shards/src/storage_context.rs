@@ -5,24 +5,33 @@
 
 use corelog_metrics::Stage;
 use corelog_storage::{StorageError, StorageFaults};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-/// The broker's data directory as all its shards see it: how many of its logs have
-/// failed (a write or sync error: the directory's disk is no longer trusted, as Kafka
-/// treats its one log directory) and, under test, the storage faults armed on it.
+/// The broker's log directories as all its shards see them: which have failed (a write
+/// or sync error of one of its logs: the directory's disk is no longer trusted, as Kafka
+/// treats a log directory) and, under test, the storage faults armed on them.
+///
+/// Invariants: a directory, once failed, stays failed until the broker restarts;
+/// `failed_logs` counts every log failure, in whichever directory.
 #[derive(Debug, Default)]
 pub struct DataDir {
+    /// `log.dirs`, the first (metadata, checkpoints) first.
+    dirs: Vec<PathBuf>,
+    /// What each directory's first failure said (`None`: online), by index in `dirs`.
+    failures: Mutex<Vec<Option<String>>>,
     failed_logs: AtomicUsize,
-    first_failure: Mutex<Option<String>>,
     faults: Option<Arc<StorageFaults>>,
 }
 
 impl DataDir {
-    pub fn new(faults: Option<Arc<StorageFaults>>) -> DataDir {
+    /// The health of `dirs` (`log.dirs`, in order), all online.
+    pub fn new(dirs: Vec<PathBuf>, faults: Option<Arc<StorageFaults>>) -> DataDir {
         DataDir {
+            failures: Mutex::new(vec![None; dirs.len()]),
+            dirs,
             faults,
             ..DataDir::default()
         }
@@ -37,20 +46,43 @@ impl DataDir {
         self.failed_logs.load(Ordering::Acquire)
     }
 
-    /// What the first failure said.
-    pub fn first_failure(&self) -> Option<String> {
-        self.first_failure
+    /// The failed directories, by index in `log.dirs`, each with what its first failure
+    /// said.
+    pub fn failed_dirs(&self) -> Vec<(usize, String)> {
+        self.failures
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .clone()
+            .iter()
+            .enumerate()
+            .filter_map(|(i, f)| Some((i, f.clone()?)))
+            .collect()
+    }
+
+    /// Whether directory `i` of `log.dirs` has failed.
+    pub fn is_failed(&self, i: usize) -> bool {
+        self.failures
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(i)
+            .is_some_and(Option::is_some)
+    }
+
+    /// Marks the directory holding `path` (a partition's directory, or one of `log.dirs`
+    /// itself) failed, for `why`; the first directory when `path` is under none.
+    pub fn mark_failed(&self, path: &Path, why: &str) {
+        let i = self
+            .dirs
+            .iter()
+            .position(|d| path == d || path.parent() == Some(d.as_path()))
+            .unwrap_or(0);
+        let mut failures = self.failures.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(f @ None) = failures.get_mut(i) {
+            *f = Some(format!("{}: {why}", path.display()));
+        }
     }
 
     fn log_failed(&self, dir: &Path, error: &StorageError) {
-        let mut first = self.first_failure.lock().unwrap_or_else(|p| p.into_inner());
-        if first.is_none() {
-            *first = Some(format!("{}: {error}", dir.display()));
-        }
-        drop(first);
+        self.mark_failed(dir, &error.to_string());
         self.failed_logs.fetch_add(1, Ordering::AcqRel);
     }
 }

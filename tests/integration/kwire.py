@@ -11,6 +11,7 @@ from __future__ import annotations
 import socket
 import struct
 import time
+import typing
 
 # ---------------------------------------------------------------------------
 # CRC-32C (Castagnoli), reflected polynomial 0x82F63B78, table driven
@@ -645,3 +646,41 @@ class ShareClient:
                 out["partitions"][(t, index)] = (err, msg)
             r.skip_tags()
         return out
+
+
+class LogDir(typing.NamedTuple):
+    """One directory of a DescribeLogDirs v4 answer."""
+    path: str
+    error_code: int
+    # partition -> (size, offset lag, is future)
+    partitions: dict[int, tuple[int, int, bool]]
+    total_bytes: int
+    usable_bytes: int
+
+    @property
+    def sizes(self) -> dict[int, int]:
+        return {p: s for p, (s, _, _) in self.partitions.items()}
+
+
+def describe_log_dirs(bootstrap: str, topic: str, partitions: list[int]) -> list[LogDir]:
+    """DescribeLogDirs v4 of ``topic``'s ``partitions`` on the broker at ``bootstrap``: one
+    entry per log directory, in the broker's order."""
+    body = c_array([compact_string(topic) + c_array([i32(p) for p in partitions]) + tags()]) + tags()
+    r = flex_roundtrip(bootstrap, 35, 4, body)
+    r.i32()
+    assert r.i16() == 0, "top-level error"
+    out = []
+    for _ in range(r.c_len()):
+        code, path = r.i16(), r.c_string()
+        held: dict[int, tuple[int, int, bool]] = {}
+        for _ in range(r.c_len()):
+            assert r.c_string() == topic
+            for _ in range(r.c_len()):
+                index, size, lag, future = r.i32(), r.i64(), r.i64(), r.i8()
+                r.skip_tags()
+                held[index] = (size, lag, bool(future))
+            r.skip_tags()
+        total, usable = r.i64(), r.i64()
+        r.skip_tags()
+        out.append(LogDir(path, code, held, total, usable))
+    return out

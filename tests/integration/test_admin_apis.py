@@ -196,25 +196,11 @@ def test_describe_log_dirs_v4(broker):
         p.produce(topic, value=b"x" * 100, partition=1)
     p.flush(TIMEOUT)
     time.sleep(0.2)
-    body = c_array([W.compact_string(topic) + c_array([W.i32(0), W.i32(1), W.i32(5)]) + tags()]) + tags()
-    r = flex_roundtrip(broker.bootstrap, 35, 4, body)
-    r.i32()
-    assert r.i16() == 0
-    assert r.c_len() == 1
-    code, log_dir = r.i16(), r.c_string()
-    assert code == 0 and log_dir == str(broker.data_dir)
-    sizes = {}
-    for _ in range(r.c_len()):
-        assert r.c_string() == topic
-        for _ in range(r.c_len()):
-            index, size, lag, future = r.i32(), r.i64(), r.i64(), r.i8()
-            r.skip_tags()
-            sizes[index] = size
-            assert (lag, future) == (0, 0)
-        r.skip_tags()
-    total, usable = r.i64(), r.i64()
-    assert set(sizes) == {0, 1} and sizes[0] == 0 and sizes[1] > 100 * 100
-    assert total > usable > 0
+    [d] = W.describe_log_dirs(broker.bootstrap, topic, [0, 1, 5])
+    assert d.error_code == 0 and d.path == str(broker.data_dir)
+    assert all((lag, future) == (0, False) for _, lag, future in d.partitions.values())
+    assert set(d.sizes) == {0, 1} and d.sizes[0] == 0 and d.sizes[1] > 100 * 100
+    assert d.total_bytes > d.usable_bytes > 0
 
 
 # --------------------------------------------------------------------------- ListGroups v5

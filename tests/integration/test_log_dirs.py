@@ -17,7 +17,6 @@ from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 import kwire as W
-from kwire import c_array, flex_roundtrip, tags
 import launcher
 from launcher import Broker
 
@@ -43,31 +42,6 @@ def partitions_in(d: Path, topic: str) -> set[int]:
             if p.is_dir() and p.name.rsplit("-", 1)[0] == topic}
 
 
-def describe_log_dirs(bootstrap: str, topic: str, partitions: int) -> list[tuple[str, dict[int, int], int]]:
-    """DescribeLogDirs v4 of ``topic``: per directory, (path, {partition: size}, total bytes)."""
-    body = c_array([W.compact_string(topic) + c_array([W.i32(p) for p in range(partitions)])
-                    + tags()]) + tags()
-    r = flex_roundtrip(bootstrap, 35, 4, body)
-    r.i32()
-    assert r.i16() == 0
-    out = []
-    for _ in range(r.c_len()):
-        code, log_dir = r.i16(), r.c_string()
-        assert code == 0
-        sizes = {}
-        for _ in range(r.c_len()):
-            assert r.c_string() == topic
-            for _ in range(r.c_len()):
-                index, size, _lag, _future = r.i32(), r.i64(), r.i64(), r.i8()
-                r.skip_tags()
-                sizes[index] = size
-            r.skip_tags()
-        total, _usable = r.i64(), r.i64()
-        r.skip_tags()
-        out.append((log_dir, sizes, total))
-    return out
-
-
 def test_partitions_spread_over_log_dirs_and_are_found_again(two_dir_broker):
     b = two_dir_broker.start()
     disk1, disk2 = b.workdir / "disk1" / "corelog", b.workdir / "disk2" / "corelog"
@@ -85,11 +59,12 @@ def test_partitions_spread_over_log_dirs_and_are_found_again(two_dir_broker):
     assert in1 | in2 == set(range(n)) and not in1 & in2
     assert (disk1 / "__cluster_metadata").is_dir(), "the first directory holds the metadata"
 
-    dirs = describe_log_dirs(b.bootstrap, topic, n)
-    assert [d for d, _, _ in dirs] == [str(disk1), str(disk2)]
-    assert set(dirs[0][1]) == in1 and set(dirs[1][1]) == in2
-    assert all(size > 0 for _, sizes, _ in dirs for size in sizes.values())
-    assert all(total > 0 for _, _, total in dirs)
+    dirs = W.describe_log_dirs(b.bootstrap, topic, list(range(n)))
+    assert [d.path for d in dirs] == [str(disk1), str(disk2)]
+    assert all(d.error_code == 0 for d in dirs)
+    assert set(dirs[0].sizes) == in1 and set(dirs[1].sizes) == in2
+    assert all(size > 0 for d in dirs for size in d.sizes.values())
+    assert all(d.total_bytes > 0 for d in dirs)
 
     # After a restart every partition is opened where it is, with its records.
     b.stop()

@@ -104,7 +104,7 @@ def test_an_fsync_error_is_never_acknowledged_and_fails_only_its_partition(broke
     assert "partition log failed" in b.log_tail(400)
     assert metric_sum(b, "corelog_log_failures_total") == 1
     deadline = time.monotonic() + 5
-    while "the data directory failed" not in b.log_tail(400):
+    while "a log directory failed: this broker gives up leadership" not in b.log_tail(400):
         assert time.monotonic() < deadline, "the broker did not report its data directory failed"
         time.sleep(0.05)
     # A restart recovers the partition: what was acknowledged is there, the log is dense
@@ -251,7 +251,7 @@ def test_an_fsync_error_on_a_leader_moves_leadership_away(broker_factory):
     load.wait_acked(before + 2_000)
     load.stop(flush=30)
     assert not load.errors, load.errors[:3]
-    assert "the data directory failed" in failing.log_tail(2000)
+    assert "a log directory failed: this broker gives up leadership" in failing.log_tail(2000)
     failing.assert_alive()
     others = ",".join(x.bootstrap for x in brokers if x is not failing)
     check_log(others, topic, partitions, {k: v[0] for k, v in load.acked.items()})

@@ -99,6 +99,8 @@ pub struct Shard {
     pub data_dir: Arc<crate::storage_context::DataDir>,
     /// Verifications in flight of transactional batches (`txn_verify`).
     pub(crate) txn_guards: txn_verify::Guards,
+    /// A report of replica directories is in flight (`replica_dirs`).
+    pub(crate) reporting_dirs: std::cell::Cell<bool>,
 }
 
 impl Shard {
@@ -150,6 +152,7 @@ impl Shard {
             throttles,
             data_dir,
             txn_guards: Default::default(),
+            reporting_dirs: Default::default(),
         });
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));

@@ -67,13 +67,8 @@ impl Shard {
                 let log = self
                     .partition(tp)
                     .ok_or(PartitionError::UnknownTopicOrPartition)?;
+                let log_dir = self.log_dir_index(&log).unwrap_or(0);
                 let log = log.log();
-                let log_dir = self
-                    .config
-                    .log_dirs
-                    .iter()
-                    .position(|d| log.dir().parent() == Some(d.as_path()))
-                    .unwrap_or(0);
                 Ok(PartitionDescription {
                     size_bytes: log.size_bytes(),
                     log_dir,

@@ -69,6 +69,7 @@ impl Shard {
         if let Err(e) = self.apply_roles(meta).await {
             result = Err(e);
         }
+        self.report_directories();
         self.metadata.mark_reconciled(self.id, meta.version());
         result
     }
@@ -115,7 +116,14 @@ impl Shard {
         // Several at once: an open is a chain of small file operations (and a checkpoint
         // sync), so thousands of partitions open in about the time of their I/O, not of
         // their round trips one after another.
-        let mut placement = crate::log_dirs::Placement::new(&self.config.log_dirs);
+        // A failed directory opens nothing: neither what is in it nor what the metadata
+        // says was (its disk may no longer show it), until the broker restarts.
+        let offline: Vec<bool> = (0..self.config.log_dirs.len())
+            .map(|i| self.data_dir.is_failed(i))
+            .collect();
+        let wanted = self.outside_failed_dirs(&topic, wanted, &offline);
+        let mut placement =
+            crate::log_dirs::Placement::with_offline(&self.config.log_dirs, offline);
         for group in wanted.chunks(PARTITION_OPENS_AT_ONCE) {
             let opened = futures::future::join_all(group.iter().map(|tp| {
                 let dir = placement.locate(&topic, tp.partition, config.segment_bytes);
@@ -124,8 +132,16 @@ impl Shard {
                 let high_watermark = self.checkpointed_high_watermark(tp);
                 let name = format!("{}-{}", tp.topic, tp.partition);
                 async move {
-                    let dir = dir.map_err(|e| StorageError::new(name, e))?;
-                    Partition::open_replica(dir, config, context, high_watermark).await
+                    let dir = match dir {
+                        Ok(dir) => dir,
+                        Err(crate::log_dirs::Unplaced::Offline) => return Ok(None),
+                        Err(crate::log_dirs::Unplaced::InTwo(e)) => {
+                            return Err(StorageError::new(name, e))
+                        }
+                    };
+                    Partition::open_replica(dir, config, context, high_watermark)
+                        .await
+                        .map(Some)
                 }
             }))
             .await;
@@ -134,9 +150,10 @@ impl Shard {
                 let mut partitions = self.partitions.borrow_mut();
                 for (tp, log) in group.iter().zip(opened) {
                     match log {
-                        Ok(log) => {
+                        Ok(Some(log)) => {
                             partitions.insert(tp.clone(), log);
                         }
+                        Ok(None) => {}
                         Err(e) => failed = failed.or(Some(e)),
                     }
                 }
@@ -219,6 +236,52 @@ impl Shard {
         }
     }
 
+    /// `wanted` without the partitions the metadata places, for this broker, in a
+    /// directory marked in `offline`.
+    fn outside_failed_dirs(
+        &self,
+        topic: &str,
+        mut wanted: Vec<TopicPartition>,
+        offline: &[bool],
+    ) -> Vec<TopicPartition> {
+        let failed_ids: Vec<uuid::Uuid> = self
+            .config
+            .log_dir_ids
+            .iter()
+            .zip(offline)
+            .filter(|(_, off)| **off)
+            .map(|(id, _)| *id)
+            .collect();
+        if failed_ids.is_empty() {
+            return wanted;
+        }
+        let meta = self.metadata.snapshot();
+        wanted.retain(|tp| {
+            !meta
+                .partition(topic, tp.partition)
+                .and_then(|p| p.directories.get(&self.config.node_id))
+                .is_some_and(|d| failed_ids.contains(d))
+        });
+        wanted
+    }
+
+    /// Stops what runs on `tp` beside its log: its fetcher, and the coordinator or
+    /// share partitions it carries.
+    pub(crate) fn unload_partition(&self, tp: &TopicPartition) {
+        self.fetchers.remove(tp);
+        let p = tp.partition;
+        if &*tp.topic == OFFSETS_TOPIC {
+            self.groups.unload_partition(p);
+        }
+        if &*tp.topic == crate::txn::TRANSACTION_TOPIC {
+            self.txns.unload_partition(p);
+        }
+        self.share_leader.unload(tp);
+        if &*tp.topic == crate::share::coordinator::SHARE_STATE_TOPIC {
+            self.share_state.unload_partition(p);
+        }
+    }
+
     pub(crate) async fn drop_partitions(&self, topic: Arc<str>, partitions: Vec<i32>) {
         let _permit = self.admin_lock.acquire_permit(1).await;
         for p in partitions {
@@ -228,17 +291,7 @@ impl Shard {
             };
             let removed = self.partitions.borrow_mut().remove(&tp);
             self.share_tail_cache();
-            self.fetchers.remove(&tp);
-            if &*topic == OFFSETS_TOPIC {
-                self.groups.unload_partition(p);
-            }
-            if &*topic == crate::txn::TRANSACTION_TOPIC {
-                self.txns.unload_partition(p);
-            }
-            self.share_leader.unload(&tp);
-            if &*topic == crate::share::coordinator::SHARE_STATE_TOPIC {
-                self.share_state.unload_partition(p);
-            }
+            self.unload_partition(&tp);
             if let Some(log) = removed {
                 log.close().await;
             }

@@ -87,9 +87,17 @@ impl Handler for DescribeLogDirs {
         body.results = dirs
             .iter()
             .zip(by_dir)
-            .map(|(dir, topics)| {
+            .enumerate()
+            .map(|(i, (dir, topics))| {
                 let mut result = DescribeLogDirsResult::default();
                 result.log_dir = StrBytes::from_string(dir.display().to_string());
+                // An offline directory (its disk failed): Kafka's answer, the error and
+                // nothing else.
+                if ctx.shard.data_dir.is_failed(i) {
+                    result.error_code = ResponseError::KafkaStorageError.code();
+                    (result.total_bytes, result.usable_bytes) = (-1, -1);
+                    return result;
+                }
                 result.topics = topics
                     .into_iter()
                     .map(|(name, partitions)| {

@@ -115,7 +115,7 @@ impl Handler for DescribeTopicPartitions {
                 part.offline_replicas = state
                     .replicas
                     .iter()
-                    .filter(|b| !meta.is_live(**b))
+                    .filter(|b| !corelog_controller::image::can_serve(&meta.brokers, state, **b))
                     .map(|b| BrokerId(*b))
                     .collect();
                 if !state.has_leader() {

@@ -234,7 +234,7 @@ fn topic_entry(
             mp.offline_replicas = p
                 .replicas
                 .iter()
-                .filter(|b| !meta.is_live(**b))
+                .filter(|b| !corelog_controller::image::can_serve(&meta.brokers, p, **b))
                 .map(|b| BrokerId(*b))
                 .collect();
             if !p.has_leader() {

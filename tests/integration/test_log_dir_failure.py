@@ -1,0 +1,109 @@
+"""A failed disk takes only its own partitions (KIP-858's JBOD failure handling): a broker
+with two log directories whose second disk starts failing every write gives up the
+partitions on that disk — the controller leads them from other replicas and takes the
+broker out of their ISRs — while it keeps leading the partitions on its first disk.
+DescribeLogDirs shows the directory offline (KAFKA_STORAGE_ERROR). Restarted with the disk
+replaced (empty, the old one forgotten), the broker makes its replicas there again from
+their peers and rejoins their ISRs. Nothing acknowledged is lost."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient, NewTopic
+
+import launcher
+from storage_faults import FAULTS, Load, check_log, fault
+import kwire as W
+from test_log_dirs import partitions_in
+from test_replication import FAST, partition_state
+
+TIMEOUT = 30
+KAFKA_STORAGE_ERROR = 56
+
+
+def add_disk(b: launcher.Broker, second: str) -> None:
+    """Restarts ``b`` with its data directory and ``second`` as its log directories, given
+    relative to its work directory as an operator would type them (adding a disk)."""
+    b.stop()
+    b.pass_data_dir = False
+    b.cwd = b.workdir
+    b.extra_args += ["--log-dirs", f"./data,{second}"]
+    b.start()
+
+
+def wait_for(pred, what: str, timeout: float = TIMEOUT):
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_a_failed_disk_takes_only_its_own_partitions(broker_factory):
+    brokers = broker_factory.cluster(3, extra_args=FAST + FAULTS)
+    node1 = brokers[0]
+    add_disk(node1, "./disk2")
+    boot = launcher.bootstrap(brokers)
+    topic, n = "jbod", 6
+    admin = AdminClient({"bootstrap.servers": boot})
+    admin.create_topics([NewTopic(topic, num_partitions=n, replica_assignment=[[1, 2, 3]] * n,
+                                  config={"min.insync.replicas": "2"})])[topic].result(TIMEOUT)
+    wait_for(lambda: all(l == 1 and len(isr) == 3
+                         for l, _, isr in partition_state(brokers, topic).values()),
+             "node 1 to lead every partition with a full ISR")
+    data, disk2 = node1.workdir / "data", node1.workdir / "disk2"
+    on_data, on_disk2 = partitions_in(data, topic), partitions_in(disk2, topic)
+    assert on_data and on_disk2 and on_data | on_disk2 == set(range(n)), (on_data, on_disk2)
+
+    load = Load(boot, topic).start()
+    load.wait_acked(2_000)
+    # The second disk fails: every write under it gets EIO from now on.
+    fault(node1, "fail write eio path=/disk2/")
+    fault(node1, "fail sync eio path=/disk2/")
+
+    def moved():
+        state = partition_state(brokers, topic)
+        gone = all(state[p][0] not in (-1, 1) and 1 not in state[p][2] for p in on_disk2)
+        kept = all(state[p][0] == 1 and 1 in state[p][2] for p in on_data)
+        return gone and kept and state
+    state = wait_for(moved, "the failed disk's partitions to move, and only those")
+
+    # The first disk's partitions never left node 1.
+    assert all(state[p][0] == 1 for p in on_data), state
+    dirs = {Path(d.path).name: d for d in W.describe_log_dirs(node1.bootstrap, topic, list(range(n)))}
+    assert dirs["disk2"].error_code == KAFKA_STORAGE_ERROR and not dirs["disk2"].partitions, dirs
+    assert dirs["data"].error_code == 0 and set(dirs["data"].sizes) == on_data, dirs
+    assert "a log directory failed: its partitions go offline on this broker" in node1.log_tail(3000)
+    node1.assert_alive()
+
+    before = load.count()
+    load.wait_acked(before + 2_000)
+    load.stop(flush=30)
+    assert not load.errors, load.errors[:3]
+
+    # The disk is replaced: an empty one at the same place. The broker refuses it until
+    # the old one is forgotten, then makes the lost replicas again from their leaders.
+    node1.stop()
+    shutil.rmtree(disk2)
+    disk2.mkdir()
+    node1.launch()
+    assert node1.proc.wait(TIMEOUT) != 0
+    assert "corelog forget-log-dir" in node1.log_tail(200)
+    binary = node1.binary or launcher.corelog_bin()
+    out = subprocess.run([str(binary), "forget-log-dir", "--data-dir", "./data", "./disk2"],
+                         cwd=node1.workdir, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    node1.start()
+    wait_for(lambda: all(len(isr) == 3 for _, _, isr in partition_state(brokers, topic).values()),
+             "node 1 back in every ISR", timeout=60)
+    dirs = W.describe_log_dirs(node1.bootstrap, topic, list(range(n)))
+    assert all(d.error_code == 0 for d in dirs), dirs
+    held = {p: size for d in dirs for p, size in d.sizes.items()}
+    assert set(held) == set(range(n)) and all(s > 0 for s in held.values()), dirs
+    check_log(boot, topic, n, {k: v[0] for k, v in load.acked.items()})
