@@ -45,6 +45,7 @@ pub mod client_quota;
 pub mod config_type;
 pub mod coordinator_log;
 pub mod coordinator_record;
+pub mod dir_copy;
 pub mod group;
 
 pub mod housekeeping;

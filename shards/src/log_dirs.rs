@@ -56,6 +56,18 @@ impl<'a> Placement<'a> {
         partition: i32,
         segment_bytes: u64,
     ) -> Result<PathBuf, Unplaced> {
+        self.locate_preferring(topic, partition, segment_bytes, None)
+    }
+
+    /// As `locate`, but a new partition goes to directory `preferred` (an index into
+    /// the directories) when it is online: where AlterReplicaLogDirs asked for it.
+    pub fn locate_preferring(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        segment_bytes: u64,
+        preferred: Option<usize>,
+    ) -> Result<PathBuf, Unplaced> {
         if let [only] = self.dirs {
             if self.offline[0] {
                 return Err(Unplaced::Offline);
@@ -74,6 +86,10 @@ impl<'a> Placement<'a> {
                 Err(Unplaced::Offline)
             }
             [one] => Ok(one.clone()),
+            [] if preferred.is_some_and(|i| i < self.dirs.len() && !self.offline[i]) => {
+                let i = preferred.unwrap_or_default();
+                Ok(partition_dir(&self.dirs[i], topic, partition))
+            }
             [] => {
                 let (dirs, offline) = (self.dirs, &self.offline);
                 let free = self.free.get_or_insert_with(|| {

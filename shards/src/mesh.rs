@@ -77,6 +77,9 @@ pub enum PartitionError {
     /// This broker holds the partition but does not lead it (any more).
     #[error("this broker does not lead the partition")]
     NotLeaderOrFollower,
+    /// This broker holds no replica of the partition (AlterReplicaLogDirs).
+    #[error("this broker holds no replica of the partition")]
+    ReplicaNotAvailable,
     /// The request named another leader epoch than the partition's.
     #[error(transparent)]
     Epoch(#[from] EpochError),
@@ -202,6 +205,9 @@ pub struct PartitionDescription {
     pub size_bytes: u64,
     /// Which of the broker's log directories holds it (an index into `log.dirs`).
     pub log_dir: usize,
+    /// A move to another directory in progress (AlterReplicaLogDirs): that directory and
+    /// the bytes copied so far (Kafka's future replica).
+    pub moving_to: Option<(usize, u64)>,
     /// Empty unless producers were asked for.
     pub producers: Vec<corelog_storage::producer_state::ActiveProducer>,
 }
@@ -538,6 +544,12 @@ pub enum PartitionRequest {
     HighWatermarks {
         partitions: Vec<TopicPartition>,
         reply: Reply<Vec<Option<i64>>>,
+    },
+    /// AlterReplicaLogDirs: each partition moved to a log directory (an index into
+    /// `log.dirs`), or the directory kept for when its replica is created here.
+    AlterLogDirs {
+        moves: Vec<(TopicPartition, usize)>,
+        reply: Reply<Vec<Result<(), PartitionError>>>,
     },
     /// DeleteRecords: (partition, offset; -1 the high watermark) → the new log start.
     DeleteRecords {

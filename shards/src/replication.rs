@@ -60,7 +60,7 @@ impl Shard {
 
     /// Takes up `state` for `log`; a `__consumer_offsets` partition's groups follow its
     /// leadership here.
-    fn apply_role(
+    pub(crate) fn apply_role(
         self: &Rc<Self>,
         tp: &TopicPartition,
         log: &Rc<Partition>,

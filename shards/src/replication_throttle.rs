@@ -17,6 +17,10 @@
 //! back by answering it with its position and no records; a follower, by leaving it out
 //! of its next fetch.
 //!
+//! `replica.alter.log.dirs.io.max.bytes.per.second` (dynamic broker config, the same
+//! layers) paces the copies of AlterReplicaLogDirs, moving replicas between this
+//! broker's own log directories (`dir_copy`), with a bucket of its own.
+//!
 //! One token bucket per direction for the whole broker, shared by its shards: tokens
 //! refill at the rate, up to one second's worth; a replica is held back while the
 //! bucket is in debt, and otherwise reads at most what the bucket holds. Only throttled
@@ -33,6 +37,7 @@ pub const LEADER_RATE: &str = "leader.replication.throttled.rate";
 pub const FOLLOWER_RATE: &str = "follower.replication.throttled.rate";
 pub const LEADER_REPLICAS: &str = "leader.replication.throttled.replicas";
 pub const FOLLOWER_REPLICAS: &str = "follower.replication.throttled.replicas";
+pub const LOG_DIR_MOVE_RATE: &str = "replica.alter.log.dirs.io.max.bytes.per.second";
 
 /// Kafka's default rate: `Long.MAX_VALUE`, no throttle.
 pub const UNLIMITED: i64 = i64::MAX;
@@ -114,7 +119,12 @@ pub type BrokerLayers = BTreeMap<String, BTreeMap<String, String>>;
 /// The rate of `side` in force on node `node_id`: this node's dynamic layer, else the
 /// cluster-wide one; `None` when unset or unlimited.
 pub fn configured_rate(layers: &BrokerLayers, node_id: i32, side: Side) -> Option<u64> {
-    let key = side.rate_key();
+    configured_rate_of(layers, node_id, side.rate_key())
+}
+
+/// The rate broker config `key` sets on node `node_id`: this node's dynamic layer, else
+/// the cluster-wide one; `None` when unset or unlimited.
+pub fn configured_rate_of(layers: &BrokerLayers, node_id: i32, key: &str) -> Option<u64> {
     let node = layers
         .iter()
         .find(|(name, _)| name.parse::<i32>() == Ok(node_id))
@@ -153,7 +163,8 @@ impl Bucket {
 /// The broker's two buckets, shared by its shards (see the module doc).
 #[derive(Debug)]
 pub struct ReplicationThrottles {
-    buckets: [Mutex<Bucket>; 2],
+    /// Leader, follower, and log directory moves.
+    buckets: [Mutex<Bucket>; 3],
 }
 
 impl Default for ReplicationThrottles {
@@ -166,15 +177,25 @@ impl Default for ReplicationThrottles {
             })
         };
         ReplicationThrottles {
-            buckets: [bucket(), bucket()],
+            buckets: [bucket(), bucket(), bucket()],
         }
     }
 }
 
 impl ReplicationThrottles {
     fn with<T>(&self, side: Side, rate: u64, now: Instant, f: impl FnOnce(&mut Bucket) -> T) -> T {
+        self.with_bucket(side.index(), rate, now, f)
+    }
+
+    fn with_bucket<T>(
+        &self,
+        index: usize,
+        rate: u64,
+        now: Instant,
+        f: impl FnOnce(&mut Bucket) -> T,
+    ) -> T {
         // A poisoned lock only means another shard panicked mid-update of two numbers.
-        let mut b = self.buckets[side.index()]
+        let mut b = self.buckets[index]
             .lock()
             .unwrap_or_else(|e| e.into_inner());
         b.refill(rate, now);
@@ -202,6 +223,21 @@ impl ReplicationThrottles {
         self.allowance(side, rate, now)
             .err()
             .unwrap_or(Duration::ZERO)
+    }
+
+    /// Counts `bytes` a log directory move wrote under `rate`; returns how long the mover
+    /// waits before it writes more (the debt, at `rate`).
+    pub fn log_dir_move(&self, rate: u64, bytes: u64, now: Instant) -> Duration {
+        self.with_bucket(2, rate, now, |b| {
+            b.tokens -= bytes as f64;
+            if b.tokens >= 0.0 {
+                Duration::ZERO
+            } else if rate == 0 {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs_f64(-b.tokens / rate as f64)
+            }
+        })
     }
 
     /// Counts `bytes` of throttled replication.

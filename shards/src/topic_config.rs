@@ -248,6 +248,12 @@ pub const BROKER_ONLY_DEFS: &[BrokerOnlyDef] = &[
         default: "9223372036854775807",
     },
     BrokerOnlyDef {
+        name: crate::replication_throttle::LOG_DIR_MOVE_RATE,
+        config_type: ConfigType::Long,
+        doc: "bytes per second this broker copies when it moves replicas between its own log directories (AlterReplicaLogDirs, kafka-reassign-partitions --replica-alter-log-dirs-throttle)",
+        default: "9223372036854775807",
+    },
+    BrokerOnlyDef {
         name: crate::replication_throttle::LEADER_RATE,
         config_type: ConfigType::Long,
         doc: "bytes per second this broker sends, as leader, to followers outside the ISR of the replicas topics name in leader.replication.throttled.replicas",

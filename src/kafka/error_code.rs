@@ -70,6 +70,7 @@ pub fn partition(e: &PartitionError) -> ResponseError {
         PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
         PartitionError::NotEnoughReplicasAfterAppend => ResponseError::NotEnoughReplicasAfterAppend,
         PartitionError::NotLeaderOrFollower => ResponseError::NotLeaderOrFollower,
+        PartitionError::ReplicaNotAvailable => ResponseError::ReplicaNotAvailable,
         PartitionError::Epoch(EpochError::Fenced { .. }) => ResponseError::FencedLeaderEpoch,
         PartitionError::Epoch(EpochError::Unknown { .. }) => ResponseError::UnknownLeaderEpoch,
         // A coordinator that cannot answer yet is no reason for the producer to look for

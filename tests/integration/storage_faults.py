@@ -43,7 +43,7 @@ class Load:
     partition of ``topic`` from a thread; ``acked`` maps (partition, offset) to
     (key, ack time on the monotonic clock)."""
 
-    def __init__(self, bootstrap: str, topic: str, seed: int = 7, **config):
+    def __init__(self, bootstrap: str, topic: str, seed: int = 7, rate: float | None = None, **config):
         self.topic = topic
         self.rng = random.Random(seed)
         self.acked: dict[tuple[int, int], tuple[bytes, float]] = {}
@@ -56,6 +56,8 @@ class Load:
             "retry.backoff.ms": 100, "queue.buffering.max.messages": 20_000,
             "topic.metadata.refresh.interval.ms": 1_000, **config})
         self.sent = 0
+        # Records per second at most (None: as fast as the broker acknowledges).
+        self.rate = rate
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _delivered(self, err, msg):
@@ -79,7 +81,7 @@ class Load:
             self.sent += 1
             if self.sent % 100 == 0:
                 self.producer.poll(0)
-                time.sleep(0.002)
+                time.sleep(0.002 if self.rate is None else 100 / self.rate)
         self.producer.poll(0)
 
     def start(self) -> "Load":

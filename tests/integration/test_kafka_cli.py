@@ -27,6 +27,7 @@ import re
 import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 import urllib.request
@@ -1320,3 +1321,69 @@ def test_transactions_list_describe_find_hanging_and_abort(kafka_tools, broker_f
               "--broker-id", "0", broker=broker)
     assert table(r, first="Topic") == [], r.out
     p.abort_transaction(30)
+
+
+def test_reassign_partitions_moves_replicas_between_log_dirs(kafka_tools, broker_factory, tmp_path):
+    """kafka-reassign-partitions with ``log_dirs`` moves replicas between one broker's disks
+    (AlterReplicaLogDirs) while a producer writes to them, paced by
+    --replica-alter-log-dirs-throttle; --verify follows each move (DescribeLogDirs' future
+    replica) and, once all are done, clears the throttle. Nothing acknowledged is lost,
+    and a restart finds every partition where it was moved."""
+    from launcher import Broker
+    from storage_faults import Load, check_log
+    from test_log_dirs import partitions_in
+    wd = Path(tempfile.mkdtemp(prefix="corelog-it-movedirs-"))
+    broker_factory.workdirs.append(wd)
+    b = Broker(wd, extra_args=[*BROKER_ARGS, "--log-dirs", "./d1,./d2"], name="movedirs")
+    b.pass_data_dir, b.cwd = False, wd
+    broker_factory.brokers.append(b)
+    b.start()
+    topic, n = "movedirs", 4
+    kafka("kafka-topics.sh", "--bootstrap-server", b.bootstrap, "--create", "--topic", topic,
+          "--partitions", n, broker=b)
+    node = int(re.search(r"Replicas: (\d+)", kafka("kafka-topics.sh", "--bootstrap-server", b.bootstrap,
+                                                   "--describe", "--topic", topic, broker=b).text)[1])
+    d1, d2 = wd / "d1", wd / "d2"
+    before = (partitions_in(d1, topic), partitions_in(d2, topic))
+    assert before[0] and before[1], before
+    load = Load(b.bootstrap, topic, rate=5_000).start()
+    load.wait_acked(5_000)
+
+    # Every partition to the other disk.
+    plan = tmp_path / "dirs.json"
+    plan.write_text(json.dumps({"version": 1, "partitions": [
+        {"topic": topic, "partition": p, "replicas": [node],
+         "log_dirs": [str(d2 if p in before[0] else d1)]} for p in range(n)]}))
+    r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", b.bootstrap,
+              "--reassignment-json-file", plan, "--execute",
+              "--replica-alter-log-dirs-throttle", "5000000", broker=b)
+    assert all(f"Successfully started moving log directory to {d2 if p in before[0] else d1} for replica {topic}-{p} with broker {node}" in r.text
+               for p in range(n)), r.why()
+    r = kafka("kafka-configs.sh", "--bootstrap-server", b.bootstrap, "--describe",
+              "--entity-type", "brokers", "--entity-name", node, broker=b)
+    assert "replica.alter.log.dirs.io.max.bytes.per.second=5000000" in r.text, r.why()
+    deadline = time.monotonic() + 90
+    while True:
+        r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", b.bootstrap,
+                  "--reassignment-json-file", plan, "--verify", broker=b)
+        if "is still in progress" not in r.text and "is not found" not in r.text:
+            break
+        assert time.monotonic() < deadline, f"the moves complete: {r.text}"
+        time.sleep(1)
+    assert all(f"Reassignment of replica {topic}-{p}-{node} completed successfully" in r.text
+               for p in range(n)), r.why()
+    assert "Clearing broker-level throttles" in r.text, r.why()
+    after = (partitions_in(d1, topic), partitions_in(d2, topic))
+    assert after == (before[1], before[0]), (before, after)
+    r = kafka("kafka-configs.sh", "--bootstrap-server", b.bootstrap, "--describe",
+              "--entity-type", "brokers", "--entity-name", node, broker=b)
+    assert "replica.alter.log.dirs" not in r.text, r.text
+
+    acked = load.count()
+    load.wait_acked(acked + 2_000)
+    load.stop(flush=30)
+    assert not load.errors, load.errors[:3]
+    b.stop()
+    b.start()
+    assert (partitions_in(d1, topic), partitions_in(d2, topic)) == after
+    check_log(b.bootstrap, topic, n, {k: v[0] for k, v in load.acked.items()})

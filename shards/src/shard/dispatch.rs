@@ -67,6 +67,13 @@ impl Shard {
             ShardMessage::Partition(PartitionRequest::HighWatermarks { partitions, reply }) => {
                 let _ = reply.send(self.high_watermarks(&partitions));
             }
+            ShardMessage::Partition(PartitionRequest::AlterLogDirs { moves, reply }) => {
+                let out = moves
+                    .into_iter()
+                    .map(|(tp, dest)| self.alter_log_dir(tp, dest))
+                    .collect();
+                let _ = reply.send(out);
+            }
             ShardMessage::Partition(PartitionRequest::DeleteRecords { partitions, reply }) => {
                 let _ = reply.send(self.delete_records(partitions).await);
             }

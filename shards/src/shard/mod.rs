@@ -21,11 +21,13 @@
 //! leader's replication throttle, the followers' positions recorded);
 //! `partition_requests` serves the small per-partition requests (ListOffsets,
 //! OffsetForLeaderEpoch, DescribePartitions, DeleteRecords, the long poll's wait);
+//! `log_dir_moves` moves partitions between the broker's log directories;
 //! `partition_table` opens, reconfigures and drops the partitions the metadata gives
 //! this shard.
 
 mod dispatch;
 mod fetch;
+mod log_dir_moves;
 mod partition_requests;
 mod partition_table;
 mod produce;
@@ -101,6 +103,10 @@ pub struct Shard {
     pub(crate) txn_guards: txn_verify::Guards,
     /// A report of replica directories is in flight (`replica_dirs`).
     pub(crate) reporting_dirs: std::cell::Cell<bool>,
+    /// Moves of partitions between log directories in progress (`log_dir_moves`).
+    pub(crate) moves: RefCell<HashMap<TopicPartition, log_dir_moves::Move>>,
+    /// Directories asked for replicas not created here yet (`log_dir_moves`).
+    pub(crate) preferred_dirs: RefCell<HashMap<TopicPartition, usize>>,
 }
 
 impl Shard {
@@ -153,6 +159,8 @@ impl Shard {
             data_dir,
             txn_guards: Default::default(),
             reporting_dirs: Default::default(),
+            moves: Default::default(),
+            preferred_dirs: Default::default(),
         });
         let inbox: Rc<dyn Inbox> = shard.clone();
         shard.peers.set_local(Rc::downgrade(&inbox));

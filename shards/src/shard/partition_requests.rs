@@ -68,10 +68,16 @@ impl Shard {
                     .partition(tp)
                     .ok_or(PartitionError::UnknownTopicOrPartition)?;
                 let log_dir = self.log_dir_index(&log).unwrap_or(0);
+                let moving_to = self
+                    .moves
+                    .borrow()
+                    .get(tp)
+                    .map(|m| (m.dest, m.copied.load(std::sync::atomic::Ordering::Acquire)));
                 let log = log.log();
                 Ok(PartitionDescription {
                     size_bytes: log.size_bytes(),
                     log_dir,
+                    moving_to,
                     producers: if with_producers {
                         log.active_producers()
                     } else {

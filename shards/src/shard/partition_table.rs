@@ -126,7 +126,12 @@ impl Shard {
             crate::log_dirs::Placement::with_offline(&self.config.log_dirs, offline);
         for group in wanted.chunks(PARTITION_OPENS_AT_ONCE) {
             let opened = futures::future::join_all(group.iter().map(|tp| {
-                let dir = placement.locate(&topic, tp.partition, config.segment_bytes);
+                let dir = placement.locate_preferring(
+                    &topic,
+                    tp.partition,
+                    config.segment_bytes,
+                    self.take_preferred_dir(tp),
+                );
                 let config = config.clone();
                 let context = self.storage_context.clone();
                 let high_watermark = self.checkpointed_high_watermark(tp);

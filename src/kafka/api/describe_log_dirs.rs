@@ -78,9 +78,13 @@ impl Handler for DescribeLogDirs {
         for (name, partitions) in wanted.into_keys().zip(described) {
             // A partition deleted meanwhile is no longer hosted: left out, and a topic
             // with none left with it.
-            for (entry, dir) in partitions.into_iter().filter_map(|h| h.0) {
+            for (entry, dir, future) in partitions.into_iter().filter_map(|h| h.0) {
                 let dir = dir.min(dirs.len() - 1);
                 by_dir[dir].entry(name.clone()).or_default().push(entry);
+                if let Some((f, to)) = future {
+                    let to = to.min(dirs.len() - 1);
+                    by_dir[to].entry(name.clone()).or_default().push(f);
+                }
             }
         }
         let mut body = DescribeLogDirsResponse::default();
@@ -134,7 +138,15 @@ impl Handler for DescribeLogDirs {
 /// A partition's entry until its owning shard has described it: `None`, left out of the
 /// answer, when the shard could not (the partition was deleted meanwhile, or the shard is
 /// shutting down), as Kafka leaves out partitions it does not host.
-struct Hosted(Option<(DescribeLogDirsPartition, usize)>);
+/// A partition as its shard described it: its entry and directory, and its future
+/// replica's (a move in progress) in its own directory.
+struct Hosted(
+    Option<(
+        DescribeLogDirsPartition,
+        usize,
+        Option<(DescribeLogDirsPartition, usize)>,
+    )>,
+);
 
 impl PartitionAnswer for Hosted {
     fn set_error(&mut self, _: ResponseError) {
@@ -158,7 +170,7 @@ async fn describe(ctx: &Ctx, wanted: &BTreeMap<String, Vec<i32>>) -> Vec<Vec<Hos
                 topic: topic.clone(),
                 partition: *p,
             };
-            fan.ask(name, *p, Hosted(Some((entry, 0))), tp);
+            fan.ask(name, *p, Hosted(Some((entry, 0, None))), tp);
         }
     }
     let make = |partitions, reply| PartitionRequest::DescribePartitions {
@@ -167,9 +179,19 @@ async fn describe(ctx: &Ctx, wanted: &BTreeMap<String, Vec<i32>>) -> Vec<Vec<Hos
         reply,
     };
     let fill = |h: &mut Hosted, d: PartitionDescription| {
-        if let Some((entry, dir)) = &mut h.0 {
+        if let Some((entry, dir, future)) = &mut h.0 {
             entry.partition_size = i64::try_from(d.size_bytes).unwrap_or(i64::MAX);
             *dir = d.log_dir;
+            // Kafka's future replica: in its destination, flagged, with what is left to
+            // copy as its lag (bytes here: a copy moves files, not offsets).
+            *future = d.moving_to.map(|(to, copied)| {
+                let mut f = entry.clone();
+                f.is_future_key = true;
+                f.partition_size = i64::try_from(copied).unwrap_or(i64::MAX);
+                f.offset_lag =
+                    i64::try_from(d.size_bytes.saturating_sub(copied)).unwrap_or(i64::MAX);
+                (f, to)
+            });
         }
     };
     fan.call(make, fill).await

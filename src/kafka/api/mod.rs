@@ -23,6 +23,7 @@ pub mod admin_change;
 pub mod alter_client_quotas;
 pub mod alter_configs;
 pub mod alter_partition_reassignments;
+pub mod alter_replica_log_dirs;
 pub mod alter_share_group_offsets;
 pub mod alter_user_scram_credentials;
 pub mod api_versions;
@@ -223,6 +224,7 @@ apis![
     alter_configs::AlterConfigs,
     incremental_alter_configs::IncrementalAlterConfigs,
     delete_records::DeleteRecords,
+    alter_replica_log_dirs::AlterReplicaLogDirs,
     init_producer_id::InitProducerId,
     describe_client_quotas::DescribeClientQuotas,
     alter_client_quotas::AlterClientQuotas,
