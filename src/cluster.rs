@@ -51,6 +51,7 @@ pub fn start_controller(
             })
             .collect(),
         rack: config.cluster.rack.clone(),
+        log_dirs: config.log_dirs.clone(),
         log_dir_ids: log_dir_ids.to_vec(),
         session_timeout: config.cluster.session_timeout,
         heartbeat_interval: config.cluster.heartbeat_interval,

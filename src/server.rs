@@ -83,6 +83,11 @@ pub fn run(
     for dir in &config.log_dirs[1..] {
         corelog_shards::metadata::remove_deleted_leftovers(dir);
     }
+    // A move between log directories that a crash interrupted is finished (its copy was
+    // complete) or undone (it was not) before any partition opens.
+    for finished in corelog_shards::dir_copy::finish_moves(&config.log_dirs) {
+        tracing::info!(dir = %finished.display(), "finished a partition's move between log directories");
+    }
     crate::host_check::log_at_startup(
         &config.log_dirs,
         config.shards,

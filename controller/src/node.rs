@@ -651,11 +651,30 @@ async fn broker_duties(shared: Arc<Shared>) {
             broker: shared.config.node_id,
             epoch,
             applied: shared.sm.image().applied,
-            disk: balancer::DiskUse::of(&shared.config.dir),
+            disk: roomiest_disk(&shared.config, &shared.sm.image()),
         };
         told_caught_up |= hb.applied >= epoch;
         heartbeats.send(&shared, hb);
     }
+}
+
+/// The filesystem of this broker's online log directory with the most bytes available:
+/// where its next new replica goes (`log_dirs` placement), so what the balancer weighs
+/// when it asks whether the broker may take one. A directory the image has offline is
+/// left out; with none online, the first directory's.
+fn roomiest_disk(config: &NodeConfig, image: &MetadataImage) -> Option<balancer::DiskUse> {
+    let offline = image
+        .broker(config.node_id)
+        .map(|b| b.offline_dirs.clone())
+        .unwrap_or_default();
+    config
+        .log_dirs
+        .iter()
+        .zip(&config.log_dir_ids)
+        .filter(|(_, id)| !offline.contains(id))
+        .filter_map(|(dir, _)| balancer::DiskUse::of(dir))
+        .max_by_key(|d| d.total_bytes.saturating_sub(d.used_bytes))
+        .or_else(|| balancer::DiskUse::of(&config.dir))
 }
 
 /// Whether broker `id`, registered in `epoch`, should heartbeat now rather than at its

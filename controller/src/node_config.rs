@@ -20,7 +20,10 @@ pub struct NodeConfig {
     /// Every listener it advertises, by name.
     pub listeners: Vec<ListenerEndpoint>,
     pub rack: Option<String>,
-    /// The ids of this broker's log directories, registered with it (KIP-858).
+    /// This broker's log directories (`log.dirs`) and their ids, registered with it
+    /// (KIP-858), in the same order; its heartbeats report the filesystem of the one
+    /// with the most room. Empty: `dir`'s filesystem is reported.
+    pub log_dirs: Vec<PathBuf>,
     pub log_dir_ids: Vec<uuid::Uuid>,
     /// A broker silent for this long is fenced (`broker.session.timeout.ms`).
     pub session_timeout: Duration,

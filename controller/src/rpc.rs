@@ -77,7 +77,8 @@ pub struct Heartbeat {
     pub disk: Option<DiskUse>,
 }
 
-/// A broker's data filesystem, from its heartbeats: bytes as `df` counts them, so
+/// A broker's data filesystem (that of its log directory with the most room, where its
+/// next replica goes), from its heartbeats: bytes as `df` counts them, so
 /// `fill` is its `Use%`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct DiskUse {

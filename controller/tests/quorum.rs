@@ -63,6 +63,7 @@ impl Cluster {
             },
             listeners: Vec::new(),
             rack: None,
+            log_dirs: Vec::new(),
             log_dir_ids: Vec::new(),
             session_timeout: SESSION,
             heartbeat_interval: Duration::from_millis(300),

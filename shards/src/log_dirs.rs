@@ -6,11 +6,13 @@
 //! partition found in none is new on this broker and goes to the directory with the
 //! most space available, less one segment for every partition placed on it before in
 //! the same wave, so a topic created at once spreads over the disks instead of landing
-//! whole on the emptiest. A directory that has failed takes no new partition, and a
+//! whole on the emptiest; between equal spaces (directories on one filesystem), to the
+//! one holding the fewest partitions. A directory that has failed takes no new partition, and a
 //! partition found in it is not opened. With one directory nothing is looked up.
 
 use crate::housekeeping::filesystem_space;
 use crate::metadata::partition_dir;
+use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
 /// Why a partition has no directory to open in.
@@ -30,6 +32,9 @@ pub struct Placement<'a> {
     /// Bytes available to the broker in each directory's filesystem, less the segments
     /// placed there in this wave; measured when the first new partition is placed.
     free: Option<Vec<u64>>,
+    /// Partitions in each directory (the tie-break between equal space: directories on
+    /// one filesystem), counting those placed in this wave; measured with `free`.
+    held: Vec<usize>,
 }
 
 impl<'a> Placement<'a> {
@@ -45,6 +50,7 @@ impl<'a> Placement<'a> {
             dirs,
             offline,
             free: None,
+            held: Vec::new(),
         }
     }
 
@@ -92,23 +98,42 @@ impl<'a> Placement<'a> {
             }
             [] => {
                 let (dirs, offline) = (self.dirs, &self.offline);
+                if self.free.is_none() {
+                    self.held = self.dirs.iter().map(|d| partitions_in(d)).collect();
+                }
                 let free = self.free.get_or_insert_with(|| {
+                    // Measured once per filesystem, so that directories sharing one are
+                    // equal however the space moves between two measurements.
+                    let mut by_device: Vec<(u64, u64)> = Vec::new();
                     dirs.iter()
                         .zip(offline)
-                        .map(|(d, off)| match off {
-                            true => 0,
-                            false => filesystem_space(d).map_or(0, |(_, usable)| usable),
+                        .map(|(d, off)| {
+                            if *off {
+                                return 0;
+                            }
+                            let device = std::fs::metadata(d).map(|m| m.dev()).ok();
+                            if let Some(&(_, f)) =
+                                by_device.iter().find(|(dev, _)| Some(*dev) == device)
+                            {
+                                return f;
+                            }
+                            let f = filesystem_space(d).map_or(0, |(_, usable)| usable);
+                            if let Some(dev) = device {
+                                by_device.push((dev, f));
+                            }
+                            f
                         })
                         .collect()
                 });
-                let online: Vec<usize> = (0..free.len()).filter(|i| !self.offline[*i]).collect();
-                let Some(&i) = online
-                    .iter()
-                    .max_by_key(|i| (free[**i], std::cmp::Reverse(**i)))
+                let held = &self.held;
+                let Some(i) = (0..free.len())
+                    .filter(|i| !self.offline[*i])
+                    .max_by_key(|i| (free[*i], std::cmp::Reverse(held[*i]), std::cmp::Reverse(*i)))
                 else {
                     return Err(Unplaced::Offline);
                 };
                 free[i] = free[i].saturating_sub(segment_bytes);
+                self.held[i] += 1;
                 Ok(partition_dir(&self.dirs[i], topic, partition))
             }
             [a, b, ..] => Err(Unplaced::InTwo(format!(
@@ -119,6 +144,22 @@ impl<'a> Placement<'a> {
             ))),
         }
     }
+}
+
+/// How many partition directories (`<topic>-<partition>`) `dir` holds.
+fn partitions_in(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .filter(|e| {
+                e.file_name().to_str().is_some_and(|n| {
+                    n.rsplit_once('-')
+                        .is_some_and(|(t, p)| !t.is_empty() && p.parse::<u32>().is_ok())
+                })
+            })
+            .count()
+    })
 }
 
 /// The partition directories of `topic`'s `partition` that exist, in `dirs` order.
@@ -191,6 +232,32 @@ mod tests {
         assert_eq!(
             Placement::with_offline(&one, vec![true]).locate("t", 1, 1),
             Err(Unplaced::Offline)
+        );
+    }
+
+    #[test]
+    fn equal_space_goes_to_the_directory_with_fewest_partitions() {
+        let root = tempfile::tempdir().unwrap();
+        let dirs: Vec<PathBuf> = ["a", "b"].iter().map(|n| root.path().join(n)).collect();
+        for d in &dirs {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        for p in 0..3 {
+            std::fs::create_dir(dirs[0].join(format!("old-{p}"))).unwrap();
+        }
+        std::fs::create_dir(dirs[0].join("__cluster_metadata")).unwrap();
+        // One filesystem: equal space, so the fewest partitions decide, wave after wave.
+        for p in 0..3 {
+            let mut place = Placement::new(&dirs);
+            let at = place.locate("t", p, 0).unwrap();
+            std::fs::create_dir(&at).unwrap();
+            assert_eq!(at.parent().unwrap(), dirs[1]);
+        }
+        let mut place = Placement::new(&dirs);
+        assert_eq!(
+            place.locate("t", 3, 0).unwrap().parent().unwrap(),
+            dirs[0],
+            "3 and 3: the first"
         );
     }
 
