@@ -43,8 +43,9 @@ What the test changes, and nothing else:
 Every process a procedure starts is stopped when it ends, failed or not: the test
 tags the procedure's environment and kills whatever still carries the tag.
 
-One procedure is run by another test (``RUN_ELSEWHERE``): docs/package.md's build of the
-Debian package, by test_package.py.
+Some procedures are run by another test (``RUN_ELSEWHERE``): docs/package.md's build of
+the Debian package, by test_package.py; docs/deployment.md's disk procedures, by
+test_log_dir_failure.py and test_kafka_cli.py (``procedure`` gives them a page's block).
 
 Kept from the former test_quick_start.py beyond the quick start itself (which now runs
 from docs/quick-start.md, restart included, and whose broker log must hold no ERROR):
@@ -76,7 +77,12 @@ RUNNABLE_LANGS = {"sh", "bash", "shell"}
 DOC_PORTS = (9092, 9093, 9094, 9192, 9193, 9292, 9293, 9644, 9645, 9646)
 PORT_RE = re.compile(r"(?<![\w.])(%s)(?!\w)" % "|".join(map(str, DOC_PORTS)))
 # Procedures another test runs: (page, procedure) -> that test, which must name the mark.
-RUN_ELSEWHERE = {("docs/package.md", "package"): "test_package.py"}
+RUN_ELSEWHERE = {
+    ("docs/package.md", "package"): "test_package.py",
+    ("docs/deployment.md", "add-disk"): "test_log_dir_failure.py",
+    ("docs/deployment.md", "replace-disk"): "test_log_dir_failure.py",
+    ("docs/deployment.md", "move-disk"): "test_kafka_cli.py",
+}
 # Pages the docs link to that other work writes (generated, or not written yet).
 PENDING_PAGES: set[str] = set()
 PROCEDURE_TIMEOUT_S = 240
@@ -108,6 +114,13 @@ class Step:
     background: bool
     ctrl_c: bool
     expect: list[str] = field(default_factory=list)
+
+
+def procedure(page: str, name: str) -> str:
+    """The text of ``page``'s block marked ``<!-- runnable: name -->``, for the test that
+    runs it (``RUN_ELSEWHERE``)."""
+    [block] = [b for b in parse(REPO_ROOT / page) if b.mark == "runnable" and b.arg == name]
+    return block.text
 
 
 def parse(path: Path) -> list[Block]:

@@ -1328,7 +1328,8 @@ def test_reassign_partitions_moves_replicas_between_log_dirs(kafka_tools, broker
     (AlterReplicaLogDirs) while a producer writes to them, paced by
     --replica-alter-log-dirs-throttle; --verify follows each move (DescribeLogDirs' future
     replica) and, once all are done, clears the throttle. Nothing acknowledged is lost,
-    and a restart finds every partition where it was moved."""
+    and a restart finds every partition where it was moved. Runs docs/deployment.md's
+    <!-- runnable: move-disk --> procedure."""
     from launcher import Broker
     from storage_faults import Load, check_log
     from test_log_dirs import partitions_in
@@ -1349,19 +1350,36 @@ def test_reassign_partitions_moves_replicas_between_log_dirs(kafka_tools, broker
     load = Load(b.bootstrap, topic, rate=5_000).start()
     load.wait_acked(5_000)
 
-    # Every partition to the other disk.
+    # Every partition to the other disk: partition 0 by docs/deployment.md's procedure
+    # (<!-- runnable: move-disk -->, its broker, topic and paths put in), the rest by a
+    # plan of the test's own.
+    target = {p: d2 if p in before[0] else d1 for p in range(n)}
+    from test_docs import procedure
+    script = (procedure("docs/deployment.md", "move-disk")
+              .replace("127.0.0.1:9092", b.bootstrap).replace("/mnt/disk2/corelog", str(target[0]))
+              .replace('"events"', f'"{topic}"').replace('"replicas": [1]', f'"replicas": [{node}]'))
+    env = {**_Jvm.env(), "PATH": f"{KAFKA_CLI.parent / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    doc = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=180)
+    assert doc.returncode == 0, doc.stdout + doc.stderr
+    assert (f"Successfully started moving log directory to {target[0]} for replica {topic}-0 "
+            f"with broker {node}") in doc.stdout, doc.stdout
     plan = tmp_path / "dirs.json"
-    plan.write_text(json.dumps({"version": 1, "partitions": [
-        {"topic": topic, "partition": p, "replicas": [node],
-         "log_dirs": [str(d2 if p in before[0] else d1)]} for p in range(n)]}))
+
+    def partitions(ps):
+        return {"version": 1, "partitions": [
+            {"topic": topic, "partition": p, "replicas": [node], "log_dirs": [str(target[p])]}
+            for p in ps]}
+    plan.write_text(json.dumps(partitions(range(1, n))))
     r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", b.bootstrap,
               "--reassignment-json-file", plan, "--execute",
               "--replica-alter-log-dirs-throttle", "5000000", broker=b)
-    assert all(f"Successfully started moving log directory to {d2 if p in before[0] else d1} for replica {topic}-{p} with broker {node}" in r.text
-               for p in range(n)), r.why()
+    assert all(f"Successfully started moving log directory to {target[p]} for replica {topic}-{p} with broker {node}" in r.text
+               for p in range(1, n)), r.why()
     r = kafka("kafka-configs.sh", "--bootstrap-server", b.bootstrap, "--describe",
               "--entity-type", "brokers", "--entity-name", node, broker=b)
     assert "replica.alter.log.dirs.io.max.bytes.per.second=5000000" in r.text, r.why()
+    plan.write_text(json.dumps(partitions(range(n))))
     deadline = time.monotonic() + 90
     while True:
         r = kafka("kafka-reassign-partitions.sh", "--bootstrap-server", b.bootstrap,

@@ -4,11 +4,13 @@ partitions on that disk — the controller leads them from other replicas and ta
 broker out of their ISRs — while it keeps leading the partitions on its first disk.
 DescribeLogDirs shows the directory offline (KAFKA_STORAGE_ERROR). Restarted with the disk
 replaced (empty, the old one forgotten), the broker makes its replicas there again from
-their peers and rejoins their ISRs. Nothing acknowledged is lost."""
+their peers and rejoins their ISRs. Nothing acknowledged is lost. The disk procedures are docs/deployment.md's, as written:
+<!-- runnable: add-disk --> and <!-- runnable: replace-disk -->."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import time
@@ -21,20 +23,36 @@ import launcher
 from storage_faults import FAULTS, Load, check_log, fault
 import kwire as W
 from test_log_dirs import partitions_in
+from test_docs import procedure
 from test_replication import FAST, partition_state
 
 TIMEOUT = 30
 KAFKA_STORAGE_ERROR = 56
 
 
-def add_disk(b: launcher.Broker, second: str) -> None:
-    """Restarts ``b`` with its data directory and ``second`` as its log directories, given
-    relative to its work directory as an operator would type them (adding a disk)."""
+def add_disk(b: launcher.Broker) -> None:
+    """Restarts ``b`` with a second disk, ``./disk2``, as docs/deployment.md's
+    ``<!-- runnable: add-disk -->`` procedure says (its `corelog serve` flags, relative
+    paths as written, run in the broker's directory)."""
+    argv = shlex.split(procedure("docs/deployment.md", "add-disk"))
+    assert argv[:2] == ["corelog", "serve"], argv
     b.stop()
     b.pass_data_dir = False
     b.cwd = b.workdir
-    b.extra_args += ["--log-dirs", f"./data,{second}"]
+    b.extra_args += argv[2:]
     b.start()
+    assert (b.workdir / "disk2" / "log-dir.json").exists()
+
+
+def replace_disk(b: launcher.Broker) -> None:
+    """docs/deployment.md's ``<!-- runnable: replace-disk -->`` procedure, as written, in
+    the stopped broker's directory."""
+    argv = shlex.split(procedure("docs/deployment.md", "replace-disk"))
+    assert argv[0] == "corelog", argv
+    binary = b.binary or launcher.corelog_bin()
+    out = subprocess.run([str(binary), *argv[1:]], cwd=b.workdir, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert "forgotten" in out.stdout
 
 
 def wait_for(pred, what: str, timeout: float = TIMEOUT):
@@ -94,7 +112,7 @@ def test_a_failed_disk_takes_only_its_own_partitions(broker_factory):
     is then replaced."""
     brokers = broker_factory.cluster(3, extra_args=FAST + FAULTS)
     node1 = brokers[0]
-    add_disk(node1, "./disk2")
+    add_disk(node1)
     boot = launcher.bootstrap(brokers)
     topic, n = "jbod", 6
     disk2 = node1.workdir / "disk2"
@@ -112,10 +130,7 @@ def test_a_failed_disk_takes_only_its_own_partitions(broker_factory):
     node1.launch()
     assert node1.proc.wait(TIMEOUT) != 0
     assert "corelog forget-log-dir" in node1.log_tail(200)
-    binary = node1.binary or launcher.corelog_bin()
-    out = subprocess.run([str(binary), "forget-log-dir", "--data-dir", "./data", "./disk2"],
-                         cwd=node1.workdir, capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    replace_disk(node1)
     node1.start()
     wait_for(lambda: all(len(isr) == 3 for _, _, isr in partition_state(brokers, topic).values()),
              "node 1 back in every ISR", timeout=60)
@@ -147,7 +162,7 @@ def test_a_real_filesystem_failing_under_one_directory(broker_factory, failure):
     disk2.mkdir()
     try:
         subprocess.run(["mount", "-o", "errors=remount-ro", loop, str(disk2)], check=True)
-        add_disk(node1, "./disk2")
+        add_disk(node1)
 
         def fail():
             if failure == "EIO":
