@@ -684,3 +684,26 @@ def describe_log_dirs(bootstrap: str, topic: str, partitions: list[int]) -> list
         r.skip_tags()
         out.append(LogDir(path, code, held, total, usable))
     return out
+
+
+def alter_replica_log_dirs(bootstrap: str, moves: list[tuple[str, str, int]]) -> dict[tuple[str, int], int]:
+    """AlterReplicaLogDirs v2: each (path, topic, partition) moved to that log directory;
+    the error code of each (topic, partition)."""
+    dirs: dict[str, dict[str, list[int]]] = {}
+    for path, topic, p in moves:
+        dirs.setdefault(path, {}).setdefault(topic, []).append(p)
+    body = c_array([
+        compact_string(path) + c_array([compact_string(t) + c_array([i32(p) for p in ps]) + tags()
+                                        for t, ps in topics.items()]) + tags()
+        for path, topics in dirs.items()]) + tags()
+    r = flex_roundtrip(bootstrap, 34, 2, body)
+    r.i32()
+    out = {}
+    for _ in range(r.c_len()):
+        topic = r.c_string()
+        for _ in range(r.c_len()):
+            p, code = r.i32(), r.i16()
+            r.skip_tags()
+            out[(topic, p)] = code
+        r.skip_tags()
+    return out
