@@ -237,11 +237,17 @@ impl ReplicaSet {
         self.proposed = None;
     }
 
-    /// The controller refused the proposal in flight when its metadata was at
-    /// `version`: the committed ISR stands, and nothing is proposed again until this
-    /// leader's metadata is newer than that.
-    pub fn proposal_refused(&mut self, version: u64) {
+    /// The controller refused the proposal in flight, computed in partition epoch
+    /// `epoch`, when its metadata was at `version`: the committed ISR stands, and
+    /// nothing is proposed again until this leader's metadata is newer than that —
+    /// unless this leader already took up a newer partition epoch (the change that
+    /// overtook the proposal, such as a replica's directory, reached it first), which
+    /// the next proposal is computed from.
+    pub fn proposal_refused(&mut self, version: u64, epoch: i32) {
         self.proposed = None;
+        if self.partition_epoch > epoch {
+            return;
+        }
         self.refused_at = Some(self.refused_at.map_or(version, |v| v.max(version)));
     }
 
@@ -368,14 +374,18 @@ mod tests {
         assert_eq!(s.expansion(3, 50, 0), Some(vec![1, 3]));
         s.propose(vec![1, 3]);
         assert_eq!(s.expansion(2, 50, 0), None, "one change at a time");
-        s.proposal_refused(70);
+        s.proposal_refused(70, 4);
         assert!(!s.may_propose(70) && !s.may_propose(69));
         assert!(s.may_propose(71), "the metadata moved past the refusal");
-        s.proposal_refused(60);
+        s.proposal_refused(60, 4);
         assert!(
             !s.may_propose(70),
             "an older refusal does not lift a newer one"
         );
+        // A refusal of a proposal older than the partition epoch this leader already
+        // took up does not hold back the next.
+        s.proposal_refused(80, 3);
+        assert!(s.may_propose(71));
         // A lost proposal (no answer) may be made again at once.
         s.propose(vec![1, 2]);
         s.proposal_failed();

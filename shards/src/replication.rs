@@ -179,6 +179,7 @@ impl Shard {
         let expand = proposal.isr.len() > log.isr_len();
         corelog_metrics::record_isr_proposal(expand);
         tracing::info!(topic = %tp.topic, partition = tp.partition, isr = ?proposal.isr, "proposing an ISR change");
+        let proposal_epoch = proposal.partition_epoch;
         let command = Command::AlterPartition {
             broker: self.config.node_id,
             broker_epoch: self.broker_epoch_u64(),
@@ -192,6 +193,7 @@ impl Shard {
         };
         let proposing = self.node.propose(command, ALTER_PARTITION_TIMEOUT);
         let (tp, log) = (tp.clone(), log.clone());
+        let proposed_in = proposal_epoch;
         glommio::spawn_local(async move {
             match proposing.await {
                 Ok(applied) => {
@@ -205,7 +207,7 @@ impl Shard {
                         Some(why) => {
                             tracing::info!(topic = %tp.topic, partition = tp.partition, reason = %why, "ISR change refused");
                             corelog_metrics::record_isr_proposal_refused();
-                            log.isr_proposal_refused(applied.index);
+                            log.isr_proposal_refused(applied.index, proposed_in);
                         }
                         None => corelog_metrics::record_isr_change(expand),
                     }

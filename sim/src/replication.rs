@@ -427,7 +427,7 @@ impl World {
         if accepted.0 {
             self.push_roles();
         } else if let Some(p) = self.node(from).partition() {
-            p.isr_proposal_refused(accepted.1);
+            p.isr_proposal_refused(accepted.1, proposal.partition_epoch);
         }
     }
 

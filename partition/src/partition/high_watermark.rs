@@ -210,11 +210,12 @@ impl Partition {
         }
     }
 
-    /// The controller refused the proposed ISR change at metadata `version`; the
-    /// committed ISR stands and nothing is proposed again until newer metadata.
-    pub fn isr_proposal_refused(&self, version: u64) {
+    /// The controller refused the proposed ISR change, computed in partition epoch
+    /// `epoch`, at metadata `version`; the committed ISR stands and nothing is proposed
+    /// again until newer metadata (`ReplicaSet::proposal_refused`).
+    pub fn isr_proposal_refused(&self, version: u64, epoch: i32) {
         if let Role::Leader(set) = &mut *self.role.borrow_mut() {
-            set.proposal_refused(version);
+            set.proposal_refused(version, epoch);
         }
     }
 }
