@@ -96,33 +96,13 @@ impl MetadataImage {
 mod tests {
     use super::*;
     use crate::apply::test_support::*;
-    use crate::image::{is_offline_replica, Endpoint, NO_LEADER};
+    use crate::image::{is_offline_replica, NO_LEADER};
 
     /// Registers broker `id` again (a restart) with directories `dirs`, unfenced;
     /// returns the new epoch.
     fn restart_with(img: &mut MetadataImage, id: i32, dirs: &[Uuid]) -> u64 {
-        let epoch = img.applied + 1;
-        let out = next(
-            img,
-            Command::RegisterBroker {
-                id,
-                incarnation: Uuid::new_v4(),
-                endpoint: Endpoint {
-                    host: "127.0.0.1".into(),
-                    port: 9000 + id as u16,
-                },
-                listeners: Vec::new(),
-                controller_addr: String::new(),
-                rack: None,
-                supported_features: None,
-                log_dirs: dirs.to_vec(),
-            },
-        );
-        assert_eq!(out, Outcome::Done(Ok(())));
-        assert_eq!(
-            next(img, Command::UnfenceBroker { id, epoch }),
-            Outcome::Done(Ok(()))
-        );
+        let epoch = register_with_dirs(img, id, None, dirs);
+        assert_eq!(img.check_invariants(), Ok(()));
         epoch
     }
 

@@ -9,6 +9,17 @@ use std::collections::BTreeMap;
 use uuid::Uuid;
 
 pub(super) fn register(img: &mut MetadataImage, id: i32, rack: Option<&str>) -> u64 {
+    register_with_dirs(img, id, rack, &[])
+}
+
+/// Registers broker `id` (a new incarnation: a restart if it was registered) with log
+/// directories `dirs`, and unfences it; returns the registration's epoch.
+pub(super) fn register_with_dirs(
+    img: &mut MetadataImage,
+    id: i32,
+    rack: Option<&str>,
+    dirs: &[Uuid],
+) -> u64 {
     let index = img.applied + 1;
     let out = img.apply(
         index,
@@ -23,7 +34,7 @@ pub(super) fn register(img: &mut MetadataImage, id: i32, rack: Option<&str>) -> 
             controller_addr: format!("127.0.0.1:{}", 9100 + id),
             rack: rack.map(str::to_string),
             supported_features: None,
-            log_dirs: Vec::new(),
+            log_dirs: dirs.to_vec(),
         },
     );
     assert_eq!(out, Outcome::Done(Ok(())));
